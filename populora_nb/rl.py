@@ -1,0 +1,239 @@
+"""Policy-gradient math: TRR++ advantages and the clipped policy-gradient loss (AZR §3.3.5).
+
+Task-Relative REINFORCE++ (TRR++, AZR arXiv 2505.03335 eq. 8) whitens the scalar rewards
+separately in each group, ``A = (r − mean_group) / (std_group + eps)``. AZR groups by
+(task kind × role); a population adds the member, so the caller passes one key per sample, e.g.
+``(member_id, "teacher", "code_o")``. The loss is REINFORCE with these advantages, optionally with
+PPO's ratio clipping (several epochs over one batch) and a k3 KL penalty to a reference policy
+(off by default, as in AZR).
+
+Nothing here touches a model: inputs are tensors of log-probabilities, outputs a loss and a dict of
+floats for logging.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Hashable, Sequence
+from typing import Literal
+
+import torch
+
+Aggregation = Literal["token_mean", "sequence_mean"]
+
+
+def trr_plus_plus_advantages(
+    rewards: Sequence[float] | torch.Tensor,
+    group_keys: Sequence[Hashable],
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Whiten scalar rewards within each group: ``(r − mean) / (std + eps)``. Returns (B,) float32.
+
+    One advantage per completion (per-sequence), broadcast by the loss to all its tokens. This is
+    AZR's TRR++: the reward is one scalar per response, so whitening the scalars gives each
+    response equal weight in the group statistics. (verl's REINFORCE++ whitens token-level returns
+    instead, which weights every response by its length; with outcome-only rewards that only
+    shifts the statistics towards long responses, so we do not copy it.)
+
+    ``std`` is the population standard deviation (divide by n), so a whitened group has mean 0
+    and std exactly 1 up to ``eps``; verl's ``masked_whiten`` uses the unbiased estimate, which
+    differs by a factor sqrt(n / (n − 1)) — a learning-rate rescale, not a change of direction.
+
+    Degenerate groups get advantage 0: a group of size 1 has no baseline to compare with (its
+    sample would otherwise get 0 / eps), and a group whose rewards are all equal carries no
+    preference between its samples.
+    """
+    r = torch.as_tensor(rewards, dtype=torch.float64).flatten()
+    if r.numel() != len(group_keys):
+        raise ValueError(
+            f"need one group key per reward: {r.numel()} rewards vs {len(group_keys)} keys"
+        )
+    if not torch.isfinite(r).all():
+        raise ValueError("rewards must be finite")
+    groups: dict[Hashable, list[int]] = defaultdict(list)
+    for i, key in enumerate(group_keys):
+        groups[key].append(i)
+
+    adv = torch.zeros_like(r)
+    for idx in groups.values():
+        if len(idx) < 2:
+            continue
+        g = r[idx]
+        # float64 so groups of identical rewards give exactly 0, not rounding noise / eps.
+        adv[idx] = (g - g.mean()) / (g.std(correction=0) + eps)
+    return adv.to(torch.float32)
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor, aggregation: Aggregation) -> torch.Tensor:
+    """Mean of ``x`` (B, T) over masked tokens: all tokens pooled, or per sequence then averaged."""
+    if aggregation == "token_mean":
+        return (x * mask).sum() / mask.sum().clamp(min=1.0)
+    if aggregation == "sequence_mean":
+        lengths = mask.sum(dim=1)  # (B,)
+        per_seq = (x * mask).sum(dim=1) / lengths.clamp(min=1.0)  # (B,)
+        has_tokens = (lengths > 0).to(x.dtype)
+        # Rows without completion tokens (e.g. an empty generation) do not dilute the mean.
+        return (per_seq * has_tokens).sum() / has_tokens.sum().clamp(min=1.0)
+    raise ValueError(f"aggregation must be 'token_mean' or 'sequence_mean', got {aggregation!r}")
+
+
+def policy_gradient_loss(
+    logprobs: torch.Tensor,
+    completion_mask: torch.Tensor,
+    advantages: torch.Tensor,
+    old_logprobs: torch.Tensor | None = None,
+    ref_logprobs: torch.Tensor | None = None,
+    epsilon: float = 0.2,
+    kl_coef: float = 0.0,
+    aggregation: Aggregation = "token_mean",
+    entropy: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clipped policy-gradient loss over completion tokens; returns (loss, stats).
+
+    Shapes: ``logprobs``, ``completion_mask``, ``old_logprobs``, ``ref_logprobs``, ``entropy``
+    are (B, T) aligned token by token (as ``completion_logprobs`` returns them); ``advantages``
+    is (B,), one per completion (``trr_plus_plus_advantages``).
+
+    Per token, with ratio = exp(logp − logp_old):
+        pg = −min(ratio · A, clip(ratio, 1 − epsilon, 1 + epsilon) · A)        (PPO-clip)
+        kl = exp(ref − logp) − (ref − logp) − 1                               (k3, ≥ 0)
+        loss = agg(pg) + kl_coef · agg(kl)
+    Without ``old_logprobs`` the batch is on-policy: logp_old = logp.detach(), the ratio is 1
+    and the gradient is plain REINFORCE, −A ∇logp. With them, the caller runs several epochs on
+    one batch and clipping stops the gradient of tokens that moved past the trust region in the
+    direction the advantage favours.
+
+    ``aggregation`` defaults to "token_mean" (every completion token of the batch weighs the same;
+    verl's default loss_agg_mode, which AZR trains with); "sequence_mean" averages each
+    completion first, so long and short completions weigh the same.
+
+    ``entropy`` (per-token entropy of the current policy, e.g. ``completion_entropy``) is only
+    logged. Stats keys: ``loss/total``, ``loss/pg``, ``loss/kl`` (when ``ref_logprobs`` is given),
+    ``policy/clip_frac``, ``policy/approx_kl`` and ``policy/ratio_max`` (when ``old_logprobs``
+    is given), ``policy/entropy`` (when ``entropy`` is given), ``policy/advantage_mean``,
+    ``policy/n_tokens``.
+    """
+    if logprobs.dim() != 2:
+        raise ValueError(f"logprobs must be (B, T), got shape {tuple(logprobs.shape)}")
+    if completion_mask.shape != logprobs.shape:
+        raise ValueError(
+            f"completion_mask {tuple(completion_mask.shape)} must match logprobs "
+            f"{tuple(logprobs.shape)}"
+        )
+    if advantages.shape != logprobs.shape[:1]:
+        raise ValueError(
+            f"advantages must be (B,) = {tuple(logprobs.shape[:1])}, got {tuple(advantages.shape)}"
+        )
+    for name, other in (("old_logprobs", old_logprobs), ("ref_logprobs", ref_logprobs),
+                        ("entropy", entropy)):
+        if other is not None and other.shape != logprobs.shape:
+            raise ValueError(f"{name} {tuple(other.shape)} must match logprobs {tuple(logprobs.shape)}")
+    if not 0.0 < epsilon < 1.0:
+        raise ValueError(f"epsilon is the PPO clip range and must lie in (0, 1), got {epsilon}")
+    if kl_coef < 0.0:
+        raise ValueError(f"kl_coef must be >= 0, got {kl_coef}")
+    if kl_coef > 0.0 and ref_logprobs is None:
+        raise ValueError("kl_coef > 0 needs ref_logprobs (log-probs of the reference policy)")
+
+    mask = completion_mask.to(logprobs.dtype)
+    adv = advantages.to(logprobs.dtype).detach()[:, None]  # (B, 1): one advantage per completion
+    old = logprobs.detach() if old_logprobs is None else old_logprobs.detach()
+
+    # Masked positions may hold anything (0 or -inf for padding); zero the log-ratio there so the
+    # exp cannot overflow into NaNs that survive the mask multiplication.
+    log_ratio = torch.where(mask > 0, logprobs - old, torch.zeros_like(logprobs))
+    ratio = torch.exp(log_ratio)  # (B, T)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1.0 - epsilon, 1.0 + epsilon) * adv
+    pg_loss = _masked_mean(-torch.minimum(unclipped, clipped), mask, aggregation)
+    loss = pg_loss
+
+    stats: dict[str, float] = {"loss/pg": pg_loss.item()}
+    if ref_logprobs is not None:
+        delta = torch.where(mask > 0, ref_logprobs.detach() - logprobs, torch.zeros_like(logprobs))
+        kl = torch.exp(delta) - delta - 1.0  # k3 estimator of KL(pi || ref), per token
+        kl_loss = _masked_mean(kl, mask, aggregation)
+        if kl_coef > 0.0:
+            loss = loss + kl_coef * kl_loss
+        stats["loss/kl"] = kl_loss.item()
+    stats["loss/total"] = loss.item()
+
+    n_tokens = mask.sum().clamp(min=1.0)
+    with torch.no_grad():
+        if old_logprobs is not None:
+            # A token is clipped when the clipped term is the active (smaller) one and differs.
+            is_clipped = (clipped < unclipped).to(mask.dtype) * mask
+            stats["policy/clip_frac"] = (is_clipped.sum() / n_tokens).item()
+            stats["policy/approx_kl"] = ((-log_ratio * mask).sum() / n_tokens).item()
+            stats["policy/ratio_max"] = (ratio * mask).max().item()
+        if entropy is not None:
+            stats["policy/entropy"] = ((entropy * mask).sum() / n_tokens).item()
+        stats["policy/advantage_mean"] = advantages.float().mean().item() if advantages.numel() else 0.0
+        stats["policy/n_tokens"] = mask.sum().item()
+    return loss, stats
+
+
+def _completion_positions(
+    logits: torch.Tensor, input_ids: torch.Tensor, completion_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Indices (batch, token position, logit row) of every completion token.
+
+    ``logits`` (B, L, V) may cover only the last L positions of ``input_ids`` (B, T), as with
+    transformers' ``logits_to_keep=L``; logit row j sits at position T − L + j and predicts the
+    token at position T − L + j + 1.
+    """
+    if input_ids.dim() != 2 or completion_mask.shape != input_ids.shape:
+        raise ValueError(
+            f"input_ids and completion_mask must both be (B, T), got {tuple(input_ids.shape)} "
+            f"and {tuple(completion_mask.shape)}"
+        )
+    batch, length = input_ids.shape
+    if logits.dim() != 3 or logits.shape[0] != batch or not 0 < logits.shape[1] <= length:
+        raise ValueError(
+            f"logits must be (B={batch}, L<= T={length}, V), got {tuple(logits.shape)}"
+        )
+    offset = length - logits.shape[1]  # position of logit row 0
+    b, t = completion_mask.bool().nonzero(as_tuple=True)
+    if t.numel() and int(t.min()) < offset + 1:
+        raise ValueError(
+            f"completion token at position {int(t.min())} has no predicting logit: logits cover "
+            f"positions {offset}..{length - 1}, so completions must start at {offset + 1} or later "
+            "(keep more logits, e.g. logits_to_keep = completion length + 1)"
+        )
+    return b, t, t - 1 - offset
+
+
+def completion_logprobs(
+    logits: torch.Tensor, input_ids: torch.Tensor, completion_mask: torch.Tensor
+) -> torch.Tensor:
+    """Log-prob of each taken token on completion positions; (B, T) float32, 0 elsewhere.
+
+    ``out[b, t] = log softmax(logits at t − 1)[input_ids[b, t]]`` where ``completion_mask[b, t]``,
+    aligned with ``input_ids`` so the same mask feeds ``policy_gradient_loss``.
+
+    Only the N completion rows of ``logits`` are gathered and normalised: the log-softmax costs
+    (N, V) instead of (B, T, V), which matters when prompts are long and the vocabulary is 49k+
+    (DESIGN: "log-probs only on completion tokens"). The rows are upcast to float32 so bf16
+    logits do not lose the small differences the ratio depends on. Gradients flow to ``logits``.
+    """
+    b, t, row = _completion_positions(logits, input_ids, completion_mask)
+    selected = logits[b, row].float()  # (N, V)
+    taken = input_ids[b, t]  # (N,)
+    token_logp = selected.gather(1, taken[:, None]).squeeze(1) - torch.logsumexp(selected, dim=-1)
+    out = torch.zeros(input_ids.shape, dtype=torch.float32, device=logits.device)
+    return out.index_put((b, t), token_logp)
+
+
+def completion_entropy(
+    logits: torch.Tensor, input_ids: torch.Tensor, completion_mask: torch.Tensor
+) -> torch.Tensor:
+    """Entropy of the next-token distribution that produced each completion token; (B, T), 0
+    elsewhere. For logging only: computed without gradient, same positions as
+    ``completion_logprobs``."""
+    with torch.no_grad():
+        b, t, row = _completion_positions(logits, input_ids, completion_mask)
+        logp = torch.log_softmax(logits[b, row].float(), dim=-1)  # (N, V)
+        ent = -(logp.exp() * logp).sum(dim=-1)
+        out = torch.zeros(input_ids.shape, dtype=torch.float32, device=logits.device)
+        out[b, t] = ent
+    return out
