@@ -37,6 +37,9 @@ AZR_DEGENERATE_TASK_REWARD = -0.5
 """AZR proposer reward when every or no sample solved the task (no learning signal)."""
 
 
+_NEEDS_RHO = "a valid task needs its solve rate rho; pass valid=False for invalid tasks"
+
+
 def _check_rate(value: float, name: str) -> None:
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"{name} must lie in [0, 1] (a fraction of solved samples), got {value!r}")
@@ -76,7 +79,7 @@ def teacher_reward(valid: bool, rho: float | None) -> float:
     if not valid:
         return INVALID_TASK_REWARD
     if rho is None:
-        raise ValueError("a valid task needs its solve rate rho; pass valid=False for invalid tasks")
+        raise ValueError(_NEEDS_RHO)
     _check_rate(rho, "rho")
     # ρ = 0 is an unsolvable-looking task: no reward for stumping the student completely.
     return 0.0 if rho == 0.0 else 1.0 - rho
@@ -99,7 +102,7 @@ def azr_proposer_reward(valid: bool, rho: float | None) -> float:
     if not valid:
         return INVALID_TASK_REWARD
     if rho is None:
-        raise ValueError("a valid task needs its solve rate rho; pass valid=False for invalid tasks")
+        raise ValueError(_NEEDS_RHO)
     _check_rate(rho, "rho")
     if rho in (0.0, 1.0):
         return AZR_DEGENERATE_TASK_REWARD

@@ -65,7 +65,7 @@ def trr_plus_plus_advantages(
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor, aggregation: Aggregation) -> torch.Tensor:
-    """Mean of ``x`` (B, T) over masked tokens: all tokens pooled, or per sequence then averaged."""
+    """Mean of ``x`` (B, T) over masked tokens: all pooled, or per sequence then averaged."""
     if aggregation == "token_mean":
         return (x * mask).sum() / mask.sum().clamp(min=1.0)
     if aggregation == "sequence_mean":
@@ -75,6 +75,27 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor, aggregation: Aggregation) 
         # Rows without completion tokens (e.g. an empty generation) do not dilute the mean.
         return (per_seq * has_tokens).sum() / has_tokens.sum().clamp(min=1.0)
     raise ValueError(f"aggregation must be 'token_mean' or 'sequence_mean', got {aggregation!r}")
+
+
+def _check_loss_inputs(
+    logprobs: torch.Tensor,
+    completion_mask: torch.Tensor,
+    advantages: torch.Tensor,
+    old_logprobs: torch.Tensor | None,
+    ref_logprobs: torch.Tensor | None,
+    entropy: torch.Tensor | None,
+) -> None:
+    """Shape checks for ``policy_gradient_loss``; a mismatch would otherwise broadcast silently."""
+    shape = tuple(logprobs.shape)
+    if logprobs.dim() != 2:
+        raise ValueError(f"logprobs must be (B, T), got shape {shape}")
+    if advantages.shape != logprobs.shape[:1]:
+        raise ValueError(f"advantages must be (B,) = {shape[:1]}, got {tuple(advantages.shape)}")
+    named = (("completion_mask", completion_mask), ("old_logprobs", old_logprobs),
+             ("ref_logprobs", ref_logprobs), ("entropy", entropy))
+    for name, other in named:
+        if other is not None and other.shape != logprobs.shape:
+            raise ValueError(f"{name} {tuple(other.shape)} must match logprobs {shape}")
 
 
 def policy_gradient_loss(
@@ -113,21 +134,7 @@ def policy_gradient_loss(
     is given), ``policy/entropy`` (when ``entropy`` is given), ``policy/advantage_mean``,
     ``policy/n_tokens``.
     """
-    if logprobs.dim() != 2:
-        raise ValueError(f"logprobs must be (B, T), got shape {tuple(logprobs.shape)}")
-    if completion_mask.shape != logprobs.shape:
-        raise ValueError(
-            f"completion_mask {tuple(completion_mask.shape)} must match logprobs "
-            f"{tuple(logprobs.shape)}"
-        )
-    if advantages.shape != logprobs.shape[:1]:
-        raise ValueError(
-            f"advantages must be (B,) = {tuple(logprobs.shape[:1])}, got {tuple(advantages.shape)}"
-        )
-    for name, other in (("old_logprobs", old_logprobs), ("ref_logprobs", ref_logprobs),
-                        ("entropy", entropy)):
-        if other is not None and other.shape != logprobs.shape:
-            raise ValueError(f"{name} {tuple(other.shape)} must match logprobs {tuple(logprobs.shape)}")
+    _check_loss_inputs(logprobs, completion_mask, advantages, old_logprobs, ref_logprobs, entropy)
     if not 0.0 < epsilon < 1.0:
         raise ValueError(f"epsilon is the PPO clip range and must lie in (0, 1), got {epsilon}")
     if kl_coef < 0.0:
@@ -168,7 +175,8 @@ def policy_gradient_loss(
             stats["policy/ratio_max"] = (ratio * mask).max().item()
         if entropy is not None:
             stats["policy/entropy"] = ((entropy * mask).sum() / n_tokens).item()
-        stats["policy/advantage_mean"] = advantages.float().mean().item() if advantages.numel() else 0.0
+        n_seq = max(advantages.numel(), 1)
+        stats["policy/advantage_mean"] = (advantages.float().sum() / n_seq).item()
         stats["policy/n_tokens"] = mask.sum().item()
     return loss, stats
 

@@ -125,7 +125,9 @@ def test_kl_term_is_zero_when_policy_equals_reference():
     adv = torch.tensor([0.5, -0.5, 1.0])
     base, _ = policy_gradient_loss(logprobs, mask, adv)
     g_base = torch.autograd.grad(base, logprobs)[0]
-    loss, stats = policy_gradient_loss(logprobs, mask, adv, ref_logprobs=logprobs.detach(), kl_coef=1.0)
+    loss, stats = policy_gradient_loss(
+        logprobs, mask, adv, ref_logprobs=logprobs.detach(), kl_coef=1.0
+    )
     g = torch.autograd.grad(loss, logprobs)[0]
     assert stats["loss/kl"] == 0.0
     assert loss.item() == pytest.approx(base.item(), abs=1e-7)
@@ -224,7 +226,8 @@ def test_completion_logprobs_with_kept_tail_logits_and_bf16():
     logits, input_ids, mask = _lm_batch(seed=1)
     expected = _naive_logprobs(logits, input_ids, mask)
     keep = 6  # like logits_to_keep=6: rows for positions 1..6 predict tokens 2..6
-    assert torch.allclose(completion_logprobs(logits[:, -keep:], input_ids, mask), expected, atol=1e-5)
+    tail = completion_logprobs(logits[:, -keep:], input_ids, mask)
+    assert torch.allclose(tail, expected, atol=1e-5)
     bf16 = completion_logprobs(logits.bfloat16(), input_ids, mask)
     assert bf16.dtype == torch.float32
     assert torch.allclose(bf16, expected, atol=0.05)
