@@ -1,0 +1,453 @@
+"""Task complexity and problem-space coverage over a run's proposed programs (PopuLoRA §5, Fig. 4).
+
+The paper's central picture: the single AZR agent's programs get shallower, simpler, shorter and
+use fewer variables while its solve rate nears 100% (collapse); a population's keep growing while
+its solve rates oscillate (arms race), and the set of distinct problems it has posed keeps growing.
+
+Programs are untrusted text. They are only ever parsed (``ast.parse``, radon, ``ast.literal_eval``
+for I/O literals), never executed. A program that does not parse gets NaN metrics and is counted.
+
+Per-program metrics (``ProgramMetrics``), each over one valid task's program:
+  ast_depth    edges on the longest path from the ``Module`` root to a leaf, not counting the tag
+               nodes that only label their parent (``Load``/``Store``, ``Add``, ``And``, ``Eq`` ...).
+               ``def f(a): return a`` has depth 3 (Module > FunctionDef > Return > Name).
+  cc_max/total radon's McCabe complexity over every function, method and nested function; the
+               largest and the sum. Radon does not fold a closure into its parent, so the sum does.
+               A program with no ``def`` (``f = lambda ...``) gets its module-level complexity.
+  sloc         radon's raw source lines of code (no blanks, comments or docstring-only lines).
+  n_variables  distinct identifiers bound as variables: assignment/loop/``with``/comprehension
+               targets (``Name`` in ``Store`` context), function parameters, ``except ... as`` names.
+               Function, class and import names are not variables.
+  n_chars      program length in characters.
+  io_profile   the type signature of each I/O pair, e.g. ``(list[int], str) -> int``; unique
+               signatures joined with ``"; "``. A text that is not a literal types as ``?``.
+
+Coverage (our definition; the paper gives none). For a set of programs, three distinct-counts:
+  shapes       normalised AST shapes: the tree serialised with every name the program binds
+               renamed by first occurrence (``v0``, ``v1`` ...) and every constant replaced by its type;
+               free names (builtins, imported modules), attribute and keyword names, and operators
+               are kept. Two programs share a shape iff they differ only in their own names and
+               constant values.
+  ngrams       node-type n-grams: every chain of 1..``NGRAM_N`` node types along a parent-child
+               path (e.g. ``('For', 'If', 'Return')``), tag nodes except ``Load``/``Store`` included.
+  signatures   distinct per-pair I/O type signatures.
+A coverage curve is the cumulative count over steps: programs proposed at steps ``<= s``. It can
+only grow. ``coverage_curves`` computes one per run or one per proposer (teacher).
+
+Collapse detector (``detect_collapse``): a run collapses when its solve rate over the last
+``tail_fraction`` of steps averages at least ``solve_rate_threshold`` (0.9: "approaches 1") *and*
+at least ``min_falling`` of the four complexity metrics (ast_depth, cc_total, sloc, n_variables)
+fall by ``drop_threshold`` (10%) or more over the run. "Fall" is measured on the per-step means:
+the least-squares line's level at the last step against its level at the first, relative to the
+larger of the two (``_relative_change``, in [-1, 1]). 3 of 4 tolerates one metric already at its
+floor (cc_total stays 1 once every program is a one-liner).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import yaml
+from radon.complexity import ComplexityVisitor
+from radon.raw import analyze as radon_raw
+
+COMPLEXITY_FIELDS: tuple[str, ...] = ("ast_depth", "cc_total", "sloc", "n_variables")
+"""The four metrics the paper plots; the collapse detector trends these."""
+METRIC_FIELDS: tuple[str, ...] = ("ast_depth", "cc_max", "cc_total", "sloc", "n_variables", "n_chars")
+NGRAM_N = 3
+"""Longest node-type chain counted as a coverage feature."""
+_TAGS = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
+_REQUIRED = ("step", "proposer", "kind", "program", "valid")
+
+
+# ----------------------------------------------------------------------------- loading records
+@dataclass(frozen=True)
+class TaskRecord:
+    """One line of a run's ``tasks.jsonl``: a proposed task, valid or not."""
+
+    step: int
+    proposer: str
+    kind: str
+    program: str
+    valid: bool
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    """Empty when the task is invalid."""
+    message: str = ""
+    reason: str | None = None
+    solver: str | None = None
+    solve_rate: float | None = None
+    """Fraction of the matched solver's rollouts that passed; None when invalid or unsolved."""
+
+
+def load_tasks(run_dir: str | Path) -> list[TaskRecord]:
+    """Read ``run_dir/tasks.jsonl``. A truncated last line (a run killed mid-write) is dropped;
+    a missing or empty file, or a malformed line before the last, raises an error naming the path."""
+    path = Path(run_dir) / "tasks.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"no task records at {path}: is {run_dir} a run directory?")
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    records = []
+    for lineno, line in enumerate(lines, start=1):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            if lineno == len(lines):  # the writer was killed mid-line: everything before is whole
+                break
+            raise ValueError(f"{path}:{lineno}: not a JSON object ({err})") from err
+        missing = [key for key in _REQUIRED if key not in row]
+        if missing:
+            raise ValueError(f"{path}:{lineno}: task record lacks {missing}")
+        rate = row.get("solve_rate")
+        records.append(TaskRecord(
+            step=int(row["step"]), proposer=str(row["proposer"]), kind=str(row["kind"]),
+            program=str(row["program"]), valid=bool(row["valid"]),
+            inputs=tuple(row.get("inputs") or ()), outputs=tuple(row.get("outputs") or ()),
+            message=row.get("message") or "", reason=row.get("reason"), solver=row.get("solver"),
+            solve_rate=None if rate is None else float(rate)))
+    if not records:
+        raise ValueError(f"{path} holds no task records (empty file)")
+    return records
+
+
+def find_runs(path: str | Path) -> dict[str, Path]:
+    """Map a label to each run directory at ``path``: the directory itself if it holds
+    ``tasks.jsonl``, else each immediate subdirectory that does (``EXP/baseline``, ``EXP/population``).
+    The label is the config's ``agent`` field, falling back to the directory name."""
+    root = Path(path)
+    if (root / "tasks.jsonl").is_file():
+        candidates = [root]
+    elif root.is_dir():
+        candidates = sorted(child for child in root.iterdir() if (child / "tasks.jsonl").is_file())
+    else:
+        candidates = []
+    if not candidates:
+        raise FileNotFoundError(f"no run directory (a folder with tasks.jsonl) at or under {root}")
+    runs: dict[str, Path] = {}
+    for run_dir in candidates:
+        config_path = run_dir / "config.yaml"
+        config = yaml.safe_load(config_path.read_text(encoding="utf-8")) if config_path.is_file() else None
+        label = str(config.get("agent", run_dir.name)) if isinstance(config, dict) else run_dir.name
+        runs[label if label not in runs else run_dir.name] = run_dir
+    return runs
+
+
+# ----------------------------------------------------------------------------- per-program metrics
+def ast_depth(tree: ast.AST) -> int:
+    """Longest root-to-leaf path in edges, tag nodes excluded (iterative: programs are untrusted)."""
+    best, stack = 0, [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        best = max(best, depth)
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node) if not isinstance(child, _TAGS))
+    return best
+
+
+def cyclomatic_complexity(tree: ast.Module) -> tuple[int, int]:
+    """(max, total) radon complexity over all functions, methods and closures of a parsed module."""
+    visitor = ComplexityVisitor.from_ast(tree)
+    functions, work, classes = [], list(visitor.functions), list(visitor.classes)
+    while classes:  # radon's .blocks skips methods of nested classes and closures; walk them all
+        cls = classes.pop()
+        work.extend(cls.methods)
+        classes.extend(cls.inner_classes)
+    while work:
+        fn = work.pop()
+        functions.append(fn.complexity)
+        work.extend(fn.closures)
+    if not functions:
+        return visitor.complexity, visitor.complexity
+    return max(functions), sum(functions)
+
+
+def variable_count(tree: ast.AST) -> int:
+    """Distinct names bound as variables: stored ``Name``s, parameters, ``except ... as`` names."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+    return len(names)
+
+
+def literal_type(value: object, max_depth: int = 3) -> str:
+    """Type of a literal value as a short string: ``list[int | str]``, ``dict[str, list[int]]``.
+    Containers nested deeper than ``max_depth`` are named bare, so signatures stay bounded."""
+    if value is None:
+        return "None"
+    if isinstance(value, (list, tuple, set, dict)) and value and max_depth > 0:
+        if isinstance(value, dict):
+            keys = " | ".join(sorted({literal_type(k, max_depth - 1) for k in value}))
+            vals = " | ".join(sorted({literal_type(v, max_depth - 1) for v in value.values()}))
+            return f"dict[{keys}, {vals}]"
+        elems = " | ".join(sorted({literal_type(v, max_depth - 1) for v in value}))
+        return f"tuple[{elems}, ...]" if isinstance(value, tuple) else f"{type(value).__name__}[{elems}]"
+    return type(value).__name__
+
+
+def _parse_literal(text: str) -> object:
+    return ast.literal_eval(text)  # data only: literal_eval never calls or imports anything
+
+
+def io_signature(input_text: str, output_text: str) -> str:
+    """``(list[int], str) -> int`` for one pair; ``?`` for a side that is not a Python literal."""
+    try:
+        args = _parse_literal("(" + input_text + ",)") if input_text.strip() else ()
+        left = "(" + ", ".join(literal_type(a) for a in args) + ")" if isinstance(args, tuple) else "?"
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        left = "?"
+    try:
+        right = literal_type(_parse_literal(output_text))
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        right = "?"
+    return f"{left} -> {right}"
+
+
+def ast_shape(tree: ast.AST) -> str:
+    """A digest of the normalised tree (module docstring): equal iff same shape up to renaming."""
+    bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    canon: dict[str, str] = {}
+
+    def rename(name: str) -> str:
+        return canon.setdefault(name, f"v{len(canon)}") if name in bound else name
+
+    out: list[str] = []
+    stack: list[ast.AST | str] = [tree]
+    while stack:  # iterative pre-order serialisation: deep programs must not hit the recursion limit
+        item = stack.pop()
+        if isinstance(item, str):
+            out.append(item)
+            continue
+        label = type(item).__name__
+        if isinstance(item, ast.Name):
+            label += ":" + rename(item.id)
+        elif isinstance(item, ast.arg):
+            label += ":" + rename(item.arg)
+        elif isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            label += ":" + rename(item.name)
+        elif isinstance(item, ast.ExceptHandler) and item.name:
+            label += ":" + rename(item.name)
+        elif isinstance(item, ast.Constant):
+            label += ":" + type(item.value).__name__
+        elif isinstance(item, (ast.Attribute, ast.keyword)):
+            label += ":" + str(item.attr if isinstance(item, ast.Attribute) else item.arg)
+        elif isinstance(item, ast.alias):
+            label += ":" + item.name
+        out.append("(" + label)
+        stack.append(")")
+        stack.extend(reversed([c for c in ast.iter_child_nodes(item) if not isinstance(c, ast.expr_context)]))
+    return hashlib.sha1(" ".join(out).encode()).hexdigest()[:16]
+
+
+def ngram_features(tree: ast.AST, n: int = NGRAM_N) -> frozenset[tuple[str, ...]]:
+    """Every chain of 1..n node types along a parent-child path (``Load``/``Store`` skipped)."""
+    features: set[tuple[str, ...]] = set()
+    stack: list[tuple[ast.AST, tuple[str, ...]]] = [(tree, ())]
+    while stack:
+        node, ancestors = stack.pop()
+        path = (ancestors + (type(node).__name__,))[-n:]
+        features.update(path[i:] for i in range(len(path)))
+        stack.extend((c, path) for c in ast.iter_child_nodes(node) if not isinstance(c, ast.expr_context))
+    return frozenset(features)
+
+
+@dataclass(frozen=True)
+class ProgramMetrics:
+    """Metrics of one valid task's program (NaN and ``shape=None`` when it did not parse)."""
+
+    step: int
+    proposer: str
+    kind: str
+    solve_rate: float
+    parsed: bool
+    ast_depth: float
+    cc_max: float
+    cc_total: float
+    sloc: float
+    n_variables: float
+    n_chars: float
+    io_profile: str
+    shape: str | None
+    ngrams: frozenset[tuple[str, ...]] = field(repr=False)
+    signatures: frozenset[str] = field(repr=False)
+
+
+def program_metrics(task: TaskRecord) -> ProgramMetrics:
+    """All per-program metrics of one task record; never raises on a bad program."""
+    signatures = [io_signature(i, o) for i, o in zip(task.inputs, task.outputs)]
+    common = dict(step=task.step, proposer=task.proposer, kind=task.kind,
+                  solve_rate=math.nan if task.solve_rate is None else task.solve_rate,
+                  n_chars=float(len(task.program)), io_profile="; ".join(dict.fromkeys(signatures)),
+                  signatures=frozenset(signatures))
+    try:
+        tree = ast.parse(task.program)
+        cc_max, cc_total = cyclomatic_complexity(tree)
+        sloc = radon_raw(task.program).sloc
+        shape, ngrams, depth = ast_shape(tree), ngram_features(tree), ast_depth(tree)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        nan = math.nan
+        return ProgramMetrics(parsed=False, ast_depth=nan, cc_max=nan, cc_total=nan, sloc=nan,
+                              n_variables=nan, shape=None, ngrams=frozenset(), **common)
+    return ProgramMetrics(parsed=True, ast_depth=float(depth), cc_max=float(cc_max),
+                          cc_total=float(cc_total), sloc=float(sloc),
+                          n_variables=float(variable_count(tree)), shape=shape, ngrams=ngrams, **common)
+
+
+@dataclass(frozen=True)
+class RunAnalysis:
+    """Metrics of every valid program in a run, plus the counts of what was left out."""
+
+    programs: tuple[ProgramMetrics, ...]
+    steps: tuple[int, ...]
+    """Every step with a task record, valid or not, sorted: the x axis of coverage curves."""
+    n_tasks: int
+    n_invalid: int
+    n_unparseable: int
+    """Valid tasks whose program the host Python could not parse (metrics NaN)."""
+
+    @property
+    def proposers(self) -> tuple[str, ...]:
+        return tuple(sorted({p.proposer for p in self.programs}))
+
+
+def analyse_tasks(tasks: Sequence[TaskRecord]) -> RunAnalysis:
+    programs = tuple(program_metrics(t) for t in tasks if t.valid)
+    return RunAnalysis(programs=programs, steps=tuple(sorted({t.step for t in tasks})),
+                       n_tasks=len(tasks), n_invalid=sum(not t.valid for t in tasks),
+                       n_unparseable=sum(not p.parsed for p in programs))
+
+
+def analyse_run(run_dir: str | Path) -> RunAnalysis:
+    return analyse_tasks(load_tasks(run_dir))
+
+
+# ----------------------------------------------------------------------------- over steps
+@dataclass(frozen=True)
+class StepSeries:
+    """A metric over steps: per step the mean, and a lower/upper band, of the pooled programs."""
+
+    steps: np.ndarray  # (S,)
+    mean: np.ndarray  # (S,)
+    lo: np.ndarray  # (S,)
+    hi: np.ndarray  # (S,)
+    count: np.ndarray  # (S,) programs pooled at each step
+
+
+def step_series(programs: Iterable[ProgramMetrics], metric: str, window: int = 1,
+                band: tuple[float, float] = (25.0, 75.0)) -> StepSeries:
+    """Rolling summary of ``metric`` (a ``ProgramMetrics`` field, e.g. ``"sloc"``, ``"solve_rate"``):
+    at each step with data, pool the programs of the last ``window`` steps (by step number) and
+    give their mean and the ``band`` percentiles. NaNs (unparsed, unsolved) are left out."""
+    if window < 1:
+        raise ValueError(f"window must be >= 1 step, got {window}")
+    by_step: dict[int, list[float]] = {}
+    for p in programs:
+        value = float(getattr(p, metric))
+        if not math.isnan(value):
+            by_step.setdefault(p.step, []).append(value)
+    steps = np.array(sorted(by_step), dtype=np.int64)
+    rows = []
+    for s in steps:
+        pooled = np.array([v for t in range(s - window + 1, s + 1) for v in by_step.get(int(t), ())])
+        rows.append((pooled.mean(), *np.percentile(pooled, band), len(pooled)))
+    table = np.array(rows, dtype=np.float64).reshape(-1, 4)
+    return StepSeries(steps=steps, mean=table[:, 0], lo=table[:, 1], hi=table[:, 2], count=table[:, 3])
+
+
+@dataclass(frozen=True)
+class CoverageCurve:
+    """Cumulative distinct counts: element i covers every program proposed at steps <= steps[i]."""
+
+    steps: tuple[int, ...]
+    shapes: tuple[int, ...]
+    ngrams: tuple[int, ...]
+    signatures: tuple[int, ...]
+
+
+def coverage_curve(programs: Iterable[ProgramMetrics], steps: Sequence[int]) -> CoverageCurve:
+    by_step: dict[int, list[ProgramMetrics]] = {}
+    for p in programs:
+        by_step.setdefault(p.step, []).append(p)
+    shapes: set[str] = set()
+    ngrams: set[tuple[str, ...]] = set()
+    signatures: set[str] = set()
+    counts = []
+    for s in sorted(set(steps) | set(by_step)):
+        for p in by_step.get(s, ()):
+            if p.shape is not None:
+                shapes.add(p.shape)
+            ngrams |= p.ngrams
+            signatures |= p.signatures
+        counts.append((s, len(shapes), len(ngrams), len(signatures)))
+    columns = tuple(zip(*counts)) if counts else ((), (), (), ())
+    return CoverageCurve(*columns)
+
+
+def coverage_curves(analysis: RunAnalysis, by_proposer: bool = False) -> dict[str, CoverageCurve]:
+    """``{"all": curve}`` for the whole run, or one curve per proposer, all on the run's steps."""
+    if not by_proposer:
+        return {"all": coverage_curve(analysis.programs, analysis.steps)}
+    return {name: coverage_curve([p for p in analysis.programs if p.proposer == name], analysis.steps)
+            for name in analysis.proposers}
+
+
+# ----------------------------------------------------------------------------- collapse detector
+@dataclass(frozen=True)
+class CollapseReport:
+    collapsed: bool
+    solve_rate_end: float
+    """Mean per-step solve rate over the last ``tail_fraction`` of steps (NaN without data)."""
+    relative_change: Mapping[str, float]
+    """Per metric: fitted change of its per-step mean from first to last step (``_relative_change``)."""
+    n_falling: int
+    reason: str
+
+
+def _relative_change(series: StepSeries) -> float:
+    """Least-squares line through the per-step means, from first to last step: (end - start) over
+    the larger of the two, levels clipped at 0 (the metrics are non-negative). In [-1, 1];
+    -0.5 means the trend halved, +0.5 that it doubled."""
+    if len(series.steps) < 2:
+        return 0.0
+    x = series.steps.astype(np.float64)
+    slope, intercept = np.polyfit(x, series.mean, deg=1)
+    start, end = (max(0.0, float(slope * x[i] + intercept)) for i in (0, -1))
+    return (end - start) / max(start, end) if max(start, end) > 0 else 0.0
+
+
+def detect_collapse(analysis: RunAnalysis, solve_rate_threshold: float = 0.9,
+                    drop_threshold: float = 0.10, min_falling: int = 3, tail_fraction: float = 0.2,
+                    min_steps: int = 5,
+                    metrics: tuple[str, ...] = COMPLEXITY_FIELDS) -> CollapseReport:
+    """Flag a run whose solve rate approaches 1 while its complexity falls (module docstring)."""
+    solve = step_series(analysis.programs, "solve_rate")
+    changes = {m: _relative_change(step_series(analysis.programs, m)) for m in metrics}
+    n_falling = sum(change <= -drop_threshold for change in changes.values())
+    if len(solve.steps) < min_steps:
+        return CollapseReport(False, math.nan, changes, n_falling,
+                              f"too few steps with solved tasks ({len(solve.steps)} < {min_steps})")
+    tail = max(1, math.ceil(tail_fraction * len(solve.steps)))
+    solve_end = float(solve.mean[-tail:].mean())
+    high = solve_end >= solve_rate_threshold
+    falling = n_falling >= min_falling
+    reason = (f"solve rate over the last {tail} steps {solve_end:.2f} "
+              f"{'>=' if high else '<'} {solve_rate_threshold}; {n_falling}/{len(metrics)} "
+              f"complexity metrics fell by >= {drop_threshold:.0%} (need {min_falling})")
+    return CollapseReport(high and falling, solve_end, changes, n_falling, reason)

@@ -1,0 +1,131 @@
+"""Synthetic run directories in the loop's format, for tests and the complexity notebook's demo.
+
+Nothing here trains or runs a model. Programs are random but well-formed Python at a chosen
+nesting level; outputs are literals of a plausible type, NOT what the program returns (nothing is
+executed). Two scripted trajectories mimic the paper's picture:
+
+  baseline    one ``agent``; program level falls to 0 (``return a``) while its solve rate rises to
+              about 1 and its inputs converge on one type: a collapse.
+  population  ``n_teachers`` teachers ``T0..``; program levels climb, solve rates oscillate around
+              one half, and every teacher keeps drawing new input types: an arms race.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import yaml
+
+_TYPES = ("int", "str", "list[int]", "list[str]", "dict", "float", "bool", "tuple")
+
+
+def _literal(rng: random.Random, kind: str) -> str:
+    if kind == "int":
+        return repr(rng.randint(-20, 99))
+    if kind == "str":
+        return repr(rng.choice(["Hello world", "abc", "racecar", "a b c", "xyz"]))
+    if kind == "list[int]":
+        return repr([rng.randint(0, 9) for _ in range(rng.randint(1, 5))])
+    if kind == "list[str]":
+        return repr([rng.choice("abcde") for _ in range(rng.randint(1, 4))])
+    if kind == "dict":
+        return repr({rng.choice("abcde"): rng.randint(0, 9) for _ in range(rng.randint(1, 3))})
+    if kind == "float":
+        return repr(round(rng.uniform(-5, 5), 2))
+    if kind == "bool":
+        return repr(rng.random() < 0.5)
+    return repr((rng.randint(0, 9), rng.choice("ab")))
+
+
+def _block(rng: random.Random, level: int, indent: int, names: list[str]) -> list[str]:
+    """A few statements; ``level`` bounds nesting, each nested block one level shallower."""
+    pad = "    " * indent
+    lines = []
+    for _ in range(rng.randint(1, 1 + level)):
+        var = f"v{len(names)}"
+        choice = rng.randrange(4) if level > 0 else 0
+        if choice == 0:
+            lines.append(f"{pad}{var} = {rng.choice(names)} * {rng.randint(2, 9)}")
+            names.append(var)
+        elif choice == 1:
+            lines.append(f"{pad}for {var} in range({rng.randint(2, 9)}):")
+            names.append(var)
+            lines += _block(rng, level - 1, indent + 1, names)
+        elif choice == 2:
+            lines.append(f"{pad}if {rng.choice(names)} > {rng.randint(0, 9)}:")
+            lines += _block(rng, level - 1, indent + 1, names)
+        else:
+            lines.append(f"{pad}while {rng.choice(names)} < {rng.randint(5, 50)}:")
+            lines += _block(rng, level - 1, indent + 1, names)
+            lines.append(f"{pad}    break")
+    return lines
+
+
+def random_program(rng: random.Random, level: int) -> str:
+    """``def f(a): return a`` at level 0; deeper, longer and with more variables as level grows."""
+    if level <= 0:
+        return "def f(a):\n    return a"
+    names = ["a"]
+    body = _block(rng, level, 1, names)
+    return "def f(a):\n" + "\n".join(body) + f"\n    return {rng.choice(names)}"
+
+
+def _task(rng: random.Random, step: int, proposer: str, level: int, types: list[str],
+          solve_rate: float, valid: bool) -> dict:
+    kind = rng.choice(["code_o", "code_i", "code_f"])
+    n_pairs = 10 if kind == "code_f" else 1
+    arg_type = rng.choice(types)
+    out_type = arg_type if level <= 0 else rng.choice(types)
+    inputs = [_literal(rng, arg_type) for _ in range(n_pairs)]
+    return {"step": step, "proposer": proposer, "kind": kind, "program": random_program(rng, level),
+            "inputs": inputs, "outputs": [_literal(rng, out_type) for _ in inputs] if valid else [],
+            "message": "synthetic" if kind == "code_f" else "", "valid": valid,
+            "reason": None if valid else "error", "solver": "S0" if valid else None,
+            "solve_rate": round(solve_rate * 8) / 8 if valid else None}  # k = 8 rollouts
+
+
+def write_fake_run(run_dir: str | Path, agent: str, n_steps: int = 30, seed: int = 0,
+                   n_teachers: int = 4, tasks_per_step: int = 4) -> Path:
+    """Write ``config.yaml``, ``metrics.jsonl`` and ``tasks.jsonl`` for a synthetic run."""
+    if agent not in ("baseline", "population"):
+        raise ValueError(f"agent must be 'baseline' or 'population', got {agent!r}")
+    rng = random.Random(seed)
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    proposers = ["agent"] if agent == "baseline" else [f"T{i}" for i in range(n_teachers)]
+    tasks, metrics = [], []
+    for step in range(n_steps):
+        progress = step / max(1, n_steps - 1)
+        for i, proposer in enumerate(proposers):
+            if agent == "baseline":
+                level = round(4 * (1 - progress) + rng.uniform(-0.5, 0.5))
+                rho = min(1.0, 0.45 + 0.6 * progress + rng.uniform(-0.1, 0.1))
+                types = _TYPES[: max(1, round(4 * (1 - progress)))]
+            else:
+                level = round(1 + 3 * progress + rng.uniform(-0.5, 0.5))
+                rho = 0.5 + 0.3 * math.sin(step / 3 + i) + rng.uniform(-0.1, 0.1)
+                types = list(_TYPES[: 2 + round(6 * progress)])
+            rows = [_task(rng, step, proposer, level, types, max(0.0, rho), rng.random() > 0.2)
+                    for _ in range(tasks_per_step)]
+            tasks += rows
+            valid = [r for r in rows if r["valid"]]
+            role = "agent" if agent == "baseline" else "teacher"
+            metrics.append({"step": step, "member": proposer, "role": role,
+                            "teacher/valid_rate": len(valid) / len(rows),
+                            "student/solve_rate": sum(r["solve_rate"] for r in valid) / max(1, len(valid))})
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({"agent": agent, "preset": "synthetic",
+                                                         "seed": seed, "steps": n_steps}))
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    (run_dir / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    return run_dir
+
+
+def write_fake_experiment(exp_dir: str | Path, n_steps: int = 30, seed: int = 0) -> Path:
+    """``exp_dir/baseline`` (a collapse) and ``exp_dir/population`` (an arms race), side by side."""
+    exp_dir = Path(exp_dir)
+    write_fake_run(exp_dir / "baseline", "baseline", n_steps=n_steps, seed=seed)
+    write_fake_run(exp_dir / "population", "population", n_steps=n_steps, seed=seed + 1)
+    return exp_dir
