@@ -16,7 +16,8 @@ Per-program metrics (``ProgramMetrics``), each over one valid task's program:
                A program with no ``def`` (``f = lambda ...``) gets its module-level complexity.
   sloc         radon's raw source lines of code (no blanks, comments or docstring-only lines).
   n_variables  distinct identifiers bound as variables: assignment/loop/``with``/comprehension
-               targets (``Name`` in ``Store`` context), function parameters, ``except ... as`` names.
+               targets (``Name`` in ``Store`` context), function parameters, ``except ... as``
+               names and ``match`` captures.
                Function, class and import names are not variables.
   n_chars      program length in characters.
   io_profile   the type signature of each I/O pair, e.g. ``(list[int], str) -> int``; unique
@@ -60,7 +61,6 @@ from radon.raw import analyze as radon_raw
 
 COMPLEXITY_FIELDS: tuple[str, ...] = ("ast_depth", "cc_total", "sloc", "n_variables")
 """The four metrics the paper plots; the collapse detector trends these."""
-METRIC_FIELDS: tuple[str, ...] = ("ast_depth", "cc_max", "cc_total", "sloc", "n_variables", "n_chars")
 NGRAM_N = 3
 """Longest node-type chain counted as a coverage feature."""
 _TAGS = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
@@ -102,6 +102,8 @@ def load_tasks(run_dir: str | Path) -> list[TaskRecord]:
             if lineno == len(lines):  # the writer was killed mid-line: everything before is whole
                 break
             raise ValueError(f"{path}:{lineno}: not a JSON object ({err})") from err
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{lineno}: not a JSON object")
         missing = [key for key in _REQUIRED if key not in row]
         if missing:
             raise ValueError(f"{path}:{lineno}: task record lacks {missing}")
@@ -113,7 +115,7 @@ def load_tasks(run_dir: str | Path) -> list[TaskRecord]:
             message=row.get("message") or "", reason=row.get("reason"), solver=row.get("solver"),
             solve_rate=None if rate is None else float(rate)))
     if not records:
-        raise ValueError(f"{path} holds no task records (empty file)")
+        raise ValueError(f"{path} holds no complete task record (empty file)")
     return records
 
 
@@ -167,17 +169,27 @@ def cyclomatic_complexity(tree: ast.Module) -> tuple[int, int]:
     return max(functions), sum(functions)
 
 
+def _identifier(node: ast.AST) -> str | None:
+    """The program-chosen identifier a node carries (variable, parameter, def/class/except name)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.arg):
+        return node.arg
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler)):
+        return node.name  # None for a bare ``except:``
+    if isinstance(node, (ast.MatchAs, ast.MatchStar)):
+        return node.name  # ``case [x, *rest]`` captures; None for the wildcard ``_``
+    return node.rest if isinstance(node, ast.MatchMapping) else None
+
+
+_BINDERS = (ast.arg, ast.ExceptHandler, ast.MatchAs, ast.MatchStar, ast.MatchMapping)
+
+
 def variable_count(tree: ast.AST) -> int:
-    """Distinct names bound as variables: stored ``Name``s, parameters, ``except ... as`` names."""
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            names.add(node.id)
-        elif isinstance(node, ast.arg):
-            names.add(node.arg)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            names.add(node.name)
-    return len(names)
+    """Distinct names bound as variables: stored ``Name``s, parameters, ``except ... as`` names
+    and ``match`` captures."""
+    return len({_identifier(n) for n in ast.walk(tree) if isinstance(n, _BINDERS)
+                or (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))} - {None})
 
 
 def literal_type(value: object, max_depth: int = 3) -> str:
@@ -195,19 +207,16 @@ def literal_type(value: object, max_depth: int = 3) -> str:
     return type(value).__name__
 
 
-def _parse_literal(text: str) -> object:
-    return ast.literal_eval(text)  # data only: literal_eval never calls or imports anything
-
-
 def io_signature(input_text: str, output_text: str) -> str:
-    """``(list[int], str) -> int`` for one pair; ``?`` for a side that is not a Python literal."""
+    """``(list[int], str) -> int`` for one pair; ``?`` for a side that is not a Python literal.
+    ``literal_eval`` only builds data: it never calls, imports or looks anything up."""
     try:
-        args = _parse_literal("(" + input_text + ",)") if input_text.strip() else ()
+        args = ast.literal_eval("(" + input_text + ",)") if input_text.strip() else ()
         left = "(" + ", ".join(literal_type(a) for a in args) + ")" if isinstance(args, tuple) else "?"
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         left = "?"
     try:
-        right = literal_type(_parse_literal(output_text))
+        right = literal_type(ast.literal_eval(output_text))
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         right = "?"
     return f"{left} -> {right}"
@@ -215,19 +224,9 @@ def io_signature(input_text: str, output_text: str) -> str:
 
 def ast_shape(tree: ast.AST) -> str:
     """A digest of the normalised tree (module docstring): equal iff same shape up to renaming."""
-    bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound.add(node.name)
-        elif isinstance(node, ast.arg):
-            bound.add(node.arg)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            bound.add(node.name)
+    bound = {_identifier(n) for n in ast.walk(tree)
+             if not (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))} - {None}
     canon: dict[str, str] = {}
-
-    def rename(name: str) -> str:
-        return canon.setdefault(name, f"v{len(canon)}") if name in bound else name
-
     out: list[str] = []
     stack: list[ast.AST | str] = [tree]
     while stack:  # iterative pre-order serialisation: deep programs must not hit the recursion limit
@@ -235,22 +234,14 @@ def ast_shape(tree: ast.AST) -> str:
         if isinstance(item, str):
             out.append(item)
             continue
-        label = type(item).__name__
-        if isinstance(item, ast.Name):
-            label += ":" + rename(item.id)
-        elif isinstance(item, ast.arg):
-            label += ":" + rename(item.arg)
-        elif isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            label += ":" + rename(item.name)
-        elif isinstance(item, ast.ExceptHandler) and item.name:
-            label += ":" + rename(item.name)
+        name = _identifier(item)
+        if name in bound:
+            name = canon.setdefault(name, f"v{len(canon)}")
         elif isinstance(item, ast.Constant):
-            label += ":" + type(item.value).__name__
-        elif isinstance(item, (ast.Attribute, ast.keyword)):
-            label += ":" + str(item.attr if isinstance(item, ast.Attribute) else item.arg)
-        elif isinstance(item, ast.alias):
-            label += ":" + item.name
-        out.append("(" + label)
+            name = type(item.value).__name__
+        elif isinstance(item, (ast.Attribute, ast.keyword, ast.alias)):
+            name = getattr(item, "attr", None) or getattr(item, "arg", None) or getattr(item, "name", None)
+        out.append(f"({type(item).__name__}:{name}")
         stack.append(")")
         stack.extend(reversed([c for c in ast.iter_child_nodes(item) if not isinstance(c, ast.expr_context)]))
     return hashlib.sha1(" ".join(out).encode()).hexdigest()[:16]

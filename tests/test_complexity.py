@@ -1,0 +1,313 @@
+"""Tests for populora_nb.complexity: metrics on hand-written programs, coverage, collapse detector,
+the run-directory loader, and notebook 05 on a synthetic experiment."""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from populora_nb import complexity as cx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fake_runs import write_fake_experiment, write_fake_run  # noqa: E402
+
+IDENTITY = "def f(a):\n    return a"
+LOOP = """\
+def f(a, b):
+    total = 0
+    for i in a:
+        if i > b:
+            total += i
+    return total
+"""
+THREE_FUNCTIONS = """\
+def g(x):
+    if x:
+        return 1
+    return 0
+
+
+def f(a):
+    def h(y):
+        return y if y else 0
+    return [g(v) for v in a if h(v)]
+"""
+COMMENTED = '''\
+def f(a):
+    """Docstring."""
+    # a comment
+
+    return a
+'''
+
+
+def record(program: str, step: int = 0, proposer: str = "T0", inputs=("1",), outputs=("2",),
+           valid: bool = True, solve_rate: float | None = 0.5) -> cx.TaskRecord:
+    return cx.TaskRecord(step=step, proposer=proposer, kind="code_o", program=program, valid=valid,
+                         inputs=tuple(inputs), outputs=tuple(outputs) if valid else (),
+                         solve_rate=solve_rate if valid else None)
+
+
+# ----------------------------------------------------------------------------- per-program metrics
+@pytest.mark.parametrize("program, depth, cc, sloc, n_vars", [
+    # Module > FunctionDef > Return > Name (and > arguments > arg)
+    (IDENTITY, 3, (1, 1), 2, 1),
+    # Module > FunctionDef > For > If > AugAssign > Name; cc 1 + for + if; vars a b total i
+    (LOOP, 5, (3, 3), 6, 4),
+    # g: 1 + if = 2; h: 1 + ternary = 2 (radon keeps it out of f); f: 1 + comprehension for + if = 3
+    # depth: Module > FunctionDef f > Return > ListComp > comprehension > Call h(v) > Name;
+    # 8 code lines (blank lines dropped); vars x a y v
+    (THREE_FUNCTIONS, 6, (3, 7), 8, 4),
+    # no def: module-level complexity; Module > Assign > Lambda > IfExp > Name; vars f x
+    ("f = lambda x: x if x else 0", 4, (2, 2), 1, 2),
+    # docstring, comment and blank lines are not source lines
+    (COMMENTED, 3, (1, 1), 2, 1),
+])
+def test_metrics_of_hand_written_programs(program, depth, cc, sloc, n_vars):
+    m = cx.program_metrics(record(program))
+    assert m.parsed
+    assert (m.ast_depth, (m.cc_max, m.cc_total), m.sloc, m.n_variables) == (depth, cc, sloc, n_vars)
+    assert m.n_chars == len(program)
+
+
+def test_cyclomatic_walks_methods_of_nested_classes_and_closures():
+    program = """\
+class C:
+    def m(self):
+        def inner(z):
+            if z:
+                return 1
+        return 2
+    class D:
+        def n(self):
+            return 1 if self else 2
+"""
+    # m 1, inner 2, n 2: radon's own .blocks would miss both inner and n
+    assert cx.cyclomatic_complexity(ast.parse(program)) == (2, 5)
+
+
+def test_variable_count_kinds_of_binding():
+    program = """\
+import os
+def f(a, *args, k=1, **kw):
+    with open(a) as fh:
+        pass
+    try:
+        pass
+    except ValueError as err:
+        pass
+    [x for x in args]
+    match a:
+        case [y, *rest]:
+            pass
+    os.sep = 1
+    return len(a)
+"""
+    # a args k kw fh err x y rest; not f, os, len (def, import, builtin), not the attribute store
+    assert cx.variable_count(ast.parse(program)) == 9
+
+
+def test_ast_depth_ignores_tag_nodes():
+    # Module > FunctionDef > Return > BinOp > Name; the Add and Load tags add no level
+    assert cx.ast_depth(ast.parse("def f(a):\n    return a + 1")) == 4
+    assert cx.ast_depth(ast.parse("")) == 0
+
+
+def test_unparseable_program_gets_nan_and_is_counted():
+    tasks = [record(IDENTITY), record("def f(a) return a"), record("def f(a):\n    return " + "-" * 5000 + "a")]
+    analysis = cx.analyse_tasks(tasks)
+    assert analysis.n_unparseable == 2
+    bad = analysis.programs[1]
+    assert not bad.parsed and bad.shape is None and not bad.ngrams
+    assert all(math.isnan(getattr(bad, f)) for f in cx.COMPLEXITY_FIELDS + ("cc_max",))
+    assert bad.io_profile == "(int) -> int"  # the I/O is still data worth counting
+
+
+def test_programs_are_never_executed(tmp_path):
+    marker = tmp_path / "pwned"
+    program = f"import os\nos.system('touch {marker}')\ndef f(a):\n    open({str(marker)!r}, 'w')\n    return a"
+    inputs = (f"__import__('os').system('touch {marker}')",)
+    m = cx.program_metrics(record(program, inputs=inputs, outputs=(f"open({str(marker)!r}, 'w')",)))
+    assert m.parsed and not marker.exists()
+    assert m.io_profile == "? -> ?"
+
+
+@pytest.mark.parametrize("inputs, output, expected", [
+    ("[1, 2], 'a'", "3", "(list[int], str) -> int"),
+    ("'Hello world'", "'Hello world'", "(str) -> str"),
+    ("{'a': [1, 2.5]}", "None", "(dict[str, list[float | int]]) -> None"),
+    ("(1, 'x'), True", "[]", "(tuple[int | str, ...], bool) -> list"),
+    ("", "{1, 2}", "() -> set[int]"),
+    ("[[[[1]]]]", "-1.5", "(list[list[list[list]]]) -> float"),
+    ("x + 1", "<object at 0x7f>", "? -> ?"),
+    ("1), (2", "b'x'", "(int, tuple[int, ...]) -> bytes"),  # odd text still only builds data
+])
+def test_io_signature(inputs, output, expected):
+    assert cx.io_signature(inputs, output) == expected
+
+
+def test_io_profile_joins_distinct_pair_signatures():
+    m = cx.program_metrics(record(IDENTITY, inputs=("1", "'a'", "2"), outputs=("1", "'a'", "2")))
+    assert m.io_profile == "(int) -> int; (str) -> str"
+    assert m.signatures == {"(int) -> int", "(str) -> str"}
+
+
+# ----------------------------------------------------------------------------- coverage
+def test_shape_abstracts_own_names_and_constants_only():
+    shape = lambda src: cx.ast_shape(ast.parse(src))  # noqa: E731
+    base = shape("def f(a):\n    b = a + 1\n    return len(b)")
+    assert shape("def g(x):\n    y = x + 7\n    return len(y)") == base  # renamed, new constant
+    assert shape("def f(a):\n    b = a + 1.0\n    return len(b)") != base  # constant type differs
+    assert shape("def f(a):\n    b = a + 1\n    return sum(b)") != base  # a different builtin
+    assert shape("def f(a):\n    b = a - 1\n    return len(b)") != base  # a different operator
+    assert shape("def f(a):\n    b = a + 1\n    return len(a)") != base  # different data flow
+
+
+def test_ngram_features_of_identity():
+    features = cx.ngram_features(ast.parse(IDENTITY))
+    assert ("FunctionDef", "Return", "Name") in features and ("Module",) in features
+    assert ("Module", "FunctionDef", "Return", "Name") not in features  # n = 3 at most
+    assert all(1 <= len(f) <= 3 for f in features)
+
+
+def test_coverage_curve_on_hand_built_steps():
+    renamed = "def f(x):\n    return x"
+    tasks = [record(IDENTITY, step=0), record(renamed, step=1, inputs=("'s'",), outputs=("'s'",)),
+             record(LOOP, step=2, valid=False), record(LOOP, step=3)]
+    curve = cx.coverage_curves(cx.analyse_tasks(tasks))["all"]
+    assert curve.steps == (0, 1, 2, 3)  # step 2 has only an invalid task: the curve holds flat
+    assert curve.shapes == (1, 1, 1, 2)
+    assert curve.signatures == (1, 2, 2, 2)
+    assert curve.ngrams[0] == len(cx.ngram_features(ast.parse(IDENTITY)))
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory):
+    exp = write_fake_experiment(tmp_path_factory.mktemp("exp"), n_steps=30, seed=0)
+    return {name: cx.analyse_run(path) for name, path in cx.find_runs(exp).items()}
+
+
+def test_coverage_never_decreases(experiment):
+    for analysis in experiment.values():
+        curves = {**cx.coverage_curves(analysis), **cx.coverage_curves(analysis, by_proposer=True)}
+        for curve in curves.values():
+            assert curve.steps == analysis.steps
+            for kind in ("shapes", "ngrams", "signatures"):
+                values = getattr(curve, kind)
+                assert all(b >= a for a, b in zip(values, values[1:])), kind
+    population = experiment["population"]
+    assert set(cx.coverage_curves(population, by_proposer=True)) == {"T0", "T1", "T2", "T3"}
+    assert cx.coverage_curves(population)["all"].shapes[-1] == len({p.shape for p in population.programs})
+
+
+# ----------------------------------------------------------------------------- collapse detector
+def test_detector_fires_on_synthetic_collapse(experiment):
+    report = cx.detect_collapse(experiment["baseline"])
+    assert report.collapsed, report.reason
+    assert report.solve_rate_end >= 0.9 and report.n_falling >= 3
+    assert all(-1 <= c <= -0.1 for c in report.relative_change.values())
+
+
+def test_detector_quiet_on_synthetic_arms_race(experiment):
+    report = cx.detect_collapse(experiment["population"])
+    assert not report.collapsed, report.reason
+    assert report.n_falling == 0 and report.solve_rate_end < 0.9
+
+
+def _trend_run(levels, solve_rates):
+    """One program per step with ``level`` sibling ifs: cc, sloc and variables follow the level,
+    AST depth stays flat."""
+    body = lambda n: "".join(f"    if a > {i}:\n        v{i} = a\n" for i in range(n))  # noqa: E731
+    return cx.analyse_tasks([record(f"def f(a):\n{body(n)}    return a", step=s, solve_rate=r)
+                             for s, (n, r) in enumerate(zip(levels, solve_rates))])
+
+
+def test_detector_needs_both_high_solve_rate_and_falling_complexity():
+    falling, rising = list(range(12, 0, -1)), list(range(1, 13))
+    assert cx.detect_collapse(_trend_run(falling, [1.0] * 12)).collapsed
+    assert not cx.detect_collapse(_trend_run(falling, [0.5] * 12)).collapsed  # still hard
+    assert not cx.detect_collapse(_trend_run(rising, [1.0] * 12)).collapsed  # strong solver
+    report = cx.detect_collapse(_trend_run(falling, [1.0] * 12), min_falling=4)
+    assert report.n_falling == 3 and not report.collapsed  # depth stays flat: 3 of 4 fall
+    short = cx.detect_collapse(_trend_run(falling[:3], [1.0] * 3))
+    assert not short.collapsed and "too few steps" in short.reason
+
+
+def test_step_series_rolls_over_window():
+    analysis = _trend_run([1, 2, 3, 4], [0.0, 1.0, 1.0, 0.0])
+    series = cx.step_series(analysis.programs, "n_variables", window=2)
+    assert series.steps.tolist() == [0, 1, 2, 3]
+    # one program per step with 1 + level variables; step 1 pools steps 0..1
+    assert series.mean.tolist() == [2.0, 2.5, 3.5, 4.5]
+    assert series.count.tolist() == [1, 2, 2, 2]
+    with pytest.raises(ValueError, match="window"):
+        cx.step_series(analysis.programs, "sloc", window=0)
+
+
+# ----------------------------------------------------------------------------- loading
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path.parent
+
+
+ROW = {"step": 0, "proposer": "T0", "kind": "code_o", "program": IDENTITY, "inputs": ["1"],
+       "outputs": ["1"], "message": "", "valid": True, "reason": None, "solver": "S0", "solve_rate": 0.25}
+
+
+def test_load_tasks_reads_rows_and_drops_a_truncated_last_line(tmp_path):
+    whole = json.dumps(ROW) + "\n" + json.dumps({**ROW, "step": 1, "valid": False, "outputs": []}) + "\n"
+    run = _write(tmp_path / "run" / "tasks.jsonl", whole + json.dumps(ROW)[:40])
+    tasks = cx.load_tasks(run)
+    assert [t.step for t in tasks] == [0, 1]
+    assert tasks[0] == cx.TaskRecord(0, "T0", "code_o", IDENTITY, True, ("1",), ("1",), "", None, "S0", 0.25)
+    assert not tasks[1].valid and tasks[1].outputs == ()
+
+
+def test_load_tasks_errors_name_the_path(tmp_path):
+    with pytest.raises(FileNotFoundError, match=str(tmp_path / "nowhere" / "tasks.jsonl")):
+        cx.load_tasks(tmp_path / "nowhere")
+    empty = _write(tmp_path / "empty" / "tasks.jsonl", "\n")
+    with pytest.raises(ValueError, match=f"{empty / 'tasks.jsonl'}.*empty"):
+        cx.load_tasks(empty)
+    broken = _write(tmp_path / "broken" / "tasks.jsonl", "{oops\n" + json.dumps(ROW) + "\n")
+    with pytest.raises(ValueError, match=r"tasks.jsonl:1: not a JSON object"):
+        cx.load_tasks(broken)
+    lacking = _write(tmp_path / "lacking" / "tasks.jsonl", json.dumps({"step": 0}) + "\n")
+    with pytest.raises(ValueError, match=r"tasks.jsonl:1: task record lacks \['proposer'"):
+        cx.load_tasks(lacking)
+
+
+def test_find_runs(tmp_path):
+    exp = tmp_path / "exp"
+    write_fake_run(exp / "baseline", "baseline", n_steps=2)
+    write_fake_run(exp / "population", "population", n_steps=2)
+    assert cx.find_runs(exp) == {"baseline": exp / "baseline", "population": exp / "population"}
+    assert cx.find_runs(exp / "population") == {"population": exp / "population"}
+    solo = _write(tmp_path / "solo" / "tasks.jsonl", json.dumps(ROW) + "\n")  # no config.yaml
+    assert cx.find_runs(solo) == {"solo": solo}
+    with pytest.raises(FileNotFoundError, match="no run directory"):
+        cx.find_runs(tmp_path / "exp" / "baseline" / "missing")
+
+
+# ----------------------------------------------------------------------------- notebook
+@pytest.mark.slow
+def test_notebook_runs_on_an_experiment_directory(tmp_path):
+    papermill = pytest.importorskip("papermill")
+    notebook = Path(__file__).resolve().parents[1] / "notebooks" / "05_complexity.ipynb"
+    exp = write_fake_experiment(tmp_path / "exp", n_steps=12, seed=3)
+    out = tmp_path / "figures"
+    papermill.execute_notebook(str(notebook), str(tmp_path / "out.ipynb"), kernel_name="python3",
+                               language="python", cwd=str(notebook.parent), progress_bar=False,
+                               parameters={"run_dir": str(exp), "out_dir": str(out), "preset": "tiny"})
+    saved = {p.name for p in out.glob("*.png")}
+    assert {"05_complexity.png", "05_coverage.png", "05_population_per_teacher.png"} <= saved
+    cells = json.loads((tmp_path / "out.ipynb").read_text())["cells"]
+    printed = "".join("".join(o.get("text", "")) for c in cells for o in c.get("outputs", ()))
+    assert "population: 192 proposed tasks over 12 steps" in printed  # it read our run_dir
+    assert "SYNTHETIC" not in printed and printed.rstrip().endswith("ok")
