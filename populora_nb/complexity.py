@@ -17,8 +17,7 @@ Per-program metrics (``ProgramMetrics``), each over one valid task's program:
   sloc         radon's raw source lines of code (no blanks, comments or docstring-only lines).
   n_variables  distinct identifiers bound as variables: assignment/loop/``with``/comprehension
                targets (``Name`` in ``Store`` context), function parameters, ``except ... as``
-               names and ``match`` captures.
-               Function, class and import names are not variables.
+               names and ``match`` captures; not function, class or import names.
   n_chars      program length in characters.
   io_profile   the type signature of each I/O pair, e.g. ``(list[int], str) -> int``; unique
                signatures joined with ``"; "``. A text that is not a literal types as ``?``.
@@ -35,6 +34,7 @@ Coverage (our definition; the paper gives none). For a set of programs, three di
 A coverage curve is the cumulative count over steps: programs proposed at steps ``<= s``. It can
 only grow. ``coverage_curves`` computes one per run or one per proposer (teacher).
 
+A step's solve rate is the mean ``solve_rate`` of its valid tasks in ``tasks.jsonl``.
 Collapse detector (``detect_collapse``): a run collapses when its solve rate over the last
 ``tail_fraction`` of steps averages at least ``solve_rate_threshold`` (0.9: "approaches 1") *and*
 at least ``min_falling`` of the four complexity metrics (ast_depth, cc_total, sloc, n_variables)
@@ -283,22 +283,20 @@ class ProgramMetrics:
 def program_metrics(task: TaskRecord) -> ProgramMetrics:
     """All per-program metrics of one task record; never raises on a bad program."""
     signatures = [io_signature(i, o) for i, o in zip(task.inputs, task.outputs)]
-    common = dict(step=task.step, proposer=task.proposer, kind=task.kind,
-                  solve_rate=math.nan if task.solve_rate is None else task.solve_rate,
-                  n_chars=float(len(task.program)), io_profile="; ".join(dict.fromkeys(signatures)),
-                  signatures=frozenset(signatures))
     try:
         tree = ast.parse(task.program)
-        cc_max, cc_total = cyclomatic_complexity(tree)
-        sloc = radon_raw(task.program).sloc
-        shape, ngrams, depth = ast_shape(tree), ngram_features(tree), ast_depth(tree)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        nan = math.nan
-        return ProgramMetrics(parsed=False, ast_depth=nan, cc_max=nan, cc_total=nan, sloc=nan,
-                              n_variables=nan, shape=None, ngrams=frozenset(), **common)
-    return ProgramMetrics(parsed=True, ast_depth=float(depth), cc_max=float(cc_max),
-                          cc_total=float(cc_total), sloc=float(sloc),
-                          n_variables=float(variable_count(tree)), shape=shape, ngrams=ngrams, **common)
+        values = (ast_depth(tree), *cyclomatic_complexity(tree), radon_raw(task.program).sloc,
+                  variable_count(tree))
+        shape, ngrams = ast_shape(tree), ngram_features(tree)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # too deep counts as unparsed
+        values, shape, ngrams = (math.nan,) * 5, None, frozenset()
+    depth, cc_max, cc_total, sloc, n_variables = map(float, values)
+    return ProgramMetrics(
+        step=task.step, proposer=task.proposer, kind=task.kind,
+        solve_rate=math.nan if task.solve_rate is None else task.solve_rate, parsed=shape is not None,
+        ast_depth=depth, cc_max=cc_max, cc_total=cc_total, sloc=sloc, n_variables=n_variables,
+        n_chars=float(len(task.program)), io_profile="; ".join(dict.fromkeys(signatures)),
+        shape=shape, ngrams=ngrams, signatures=frozenset(signatures))
 
 
 @dataclass(frozen=True)
