@@ -1,0 +1,247 @@
+"""AZR's single-agent self-play step, PopuLoRA's population step, and `run`, which drives either
+one into a run directory with checkpoints and resume.
+
+baseline_step:   agent proposes every kind → validate → agent solves (k rollouts) → AZR proposer
+                 reward + student reward → one TRR++ update of the agent.
+population_step: PFSP pairs each teacher with a student → teachers propose (one mixed batch) →
+                 validate → matched students solve (one mixed batch) → PopuLoRA teacher reward
+                 (-1 / 0 / 1-rho) + student reward → one update per member → TrueSkill updates →
+                 every E steps, evolution replaces the weakest of each role.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol, Sequence
+
+from tqdm.auto import tqdm
+
+from populora_nb.buffers import TaskBuffer, load_seed_triplets, make_buffers
+from populora_nb.config import ExperimentConfig
+from populora_nb.matchmaking import Match, Rating, initial_ratings, make_trueskill, pfsp_pairs, round_robin_pairs, update_ratings
+from populora_nb.records import RunDir, read_json, write_json
+from populora_nb.stages import (
+    Policy, StepOutcome, Timer, grow_buffers, member_metrics, propose, reward_samples, rng_for, solve,
+    solve_jobs, solve_rates, task_rows, update, validate,
+)
+from populora_nb.tasks import Task
+from populora_nb.verifier import Proposal, Verifier
+
+
+class TrainablePolicy(Policy, Protocol):
+    """What `run` needs beyond generate/update: checkpoints and evolution."""
+
+    def save(self, path: Path) -> None: ...
+
+    def load(self, path: Path) -> None: ...
+
+
+@dataclass
+class RunState:
+    step: int
+    roster: dict[str, str]
+    """member id -> role (agent | teacher | student), in a stable order."""
+    buffers: dict[str, TaskBuffer]
+    ratings: dict[str, Rating] = field(default_factory=dict)
+    n_born: int = 0
+    """Children made by evolution so far (names new members)."""
+
+    @property
+    def teachers(self) -> list[str]:
+        return [m for m, r in self.roster.items() if r == "teacher"]
+
+    @property
+    def students(self) -> list[str]:
+        return [m for m, r in self.roster.items() if r == "student"]
+
+    def to_json(self) -> dict:
+        return {
+            "step": self.step, "roster": self.roster, "n_born": self.n_born,
+            "buffers": {k: b.to_json() for k, b in self.buffers.items()},
+            "ratings": {m: [r.mu, r.sigma] for m, r in self.ratings.items()},
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> "RunState":
+        return cls(
+            step=d["step"], roster=d["roster"], n_born=d["n_born"],
+            buffers={k: TaskBuffer.from_json(b) for k, b in d["buffers"].items()},
+            ratings={m: Rating(mu, sigma) for m, (mu, sigma) in d["ratings"].items()},
+        )
+
+
+def roster_for(config: ExperimentConfig) -> dict[str, str]:
+    if config.run.agent == "baseline":
+        return {"agent": "agent"}
+    pc = config.population
+    return {**{f"T{i}": "teacher" for i in range(pc.n_teachers)}, **{f"S{i}": "student" for i in range(pc.n_students)}}
+
+
+def initial_state(config: ExperimentConfig, verifier: Verifier) -> RunState:
+    """Seed buffers hold the seed triplets, re-validated in the sandbox (seeds are data, not trusted)."""
+    buffers = make_buffers(config.tasks.kinds, config.tasks.buffer_cap)
+    seeds = load_seed_triplets(config.tasks.seeds_path)
+    verdicts = verifier.validate_many([Proposal("code_o", s["program"], tuple(s["inputs"][:1])) for s in seeds])
+    good = [v for v in verdicts if isinstance(v, Task)]
+    if not good:
+        raise ValueError(f"none of the {len(seeds)} seed tasks passed the verifier: {verdicts[:3]}")
+    for kind in ("code_o", "code_i"):
+        if kind in buffers:
+            for t in good:
+                buffers[kind].add(Task(kind, t.program, t.inputs, t.outputs, meta={"proposer": "seed"}), seed=True)
+    roster = roster_for(config)
+    mc = config.matchmaking
+    env = make_trueskill(mc.mu, mc.sigma, mc.beta, mc.tau, mc.draw_probability)
+    ratings = initial_ratings(list(roster), env) if config.run.agent == "population" else {}
+    return RunState(step=0, roster=roster, buffers=buffers, ratings=ratings)
+
+
+# ---- the two steps ------------------------------------------------------------------------------
+
+
+def baseline_step(policy: Policy, verifier: Verifier, state: RunState, config: ExperimentConfig) -> StepOutcome:
+    out, step = StepOutcome(), state.step
+    with Timer(out.timings, "propose_s"):
+        out.proposals = propose(policy, ["agent"], state.buffers, config, step)
+    with Timer(out.timings, "validate_s"):
+        validate(verifier, out.proposals, config.tasks.code_f_inputs // 2 + 1)
+    with Timer(out.timings, "solve_s"):
+        jobs = solve_jobs({"agent": list(range(len(out.proposals)))}, out.proposals, state.buffers, config, step)
+        out.attempts = solve(policy, verifier, jobs, config, step)
+        solve_rates(out.proposals, out.attempts)
+    out.samples = reward_samples(out.proposals, out.attempts, proposer_reward="azr")
+    with Timer(out.timings, "update_s"):
+        out.update_stats = update(policy, out.samples, ["agent"])
+    grow_buffers(state.buffers, out.proposals)
+    return out
+
+
+def pair(state: RunState, config: ExperimentConfig) -> dict[str, str]:
+    """teacher -> student for this step (PFSP on TrueSkill, or round robin)."""
+    mc = config.matchmaking
+    if mc.mode == "round_robin":
+        pairs = round_robin_pairs(state.teachers, state.students, state.step)
+    else:
+        env = make_trueskill(mc.mu, mc.sigma, mc.beta, mc.tau, mc.draw_probability)
+        pairs = pfsp_pairs(state.teachers, state.students, state.ratings, env, rng_for(config.run.seed, state.step, "pfsp"),
+                           weighting="var" if mc.mode == "pfsp_var" else "hard", gamma=mc.gamma, floor=mc.floor)
+    return dict(pairs)
+
+
+def population_step(policy: Policy, verifier: Verifier, state: RunState, config: ExperimentConfig) -> StepOutcome:
+    out, step = StepOutcome(), state.step
+    partner = pair(state, config)
+    with Timer(out.timings, "propose_s"):
+        out.proposals = propose(policy, state.teachers, state.buffers, config, step)
+    with Timer(out.timings, "validate_s"):
+        validate(verifier, out.proposals, config.tasks.code_f_inputs // 2 + 1)
+    assignments: dict[str, list[int]] = {s: [] for s in state.students}
+    for i, p in enumerate(out.proposals):
+        assignments[partner[p.proposer]].append(i)
+    with Timer(out.timings, "solve_s"):
+        jobs = solve_jobs(assignments, out.proposals, state.buffers, config, step)
+        out.attempts = solve(policy, verifier, jobs, config, step)
+        solve_rates(out.proposals, out.attempts)
+    for p in out.proposals:
+        p.solver = partner[p.proposer]
+    out.samples = reward_samples(out.proposals, out.attempts, proposer_reward="populora")
+    with Timer(out.timings, "update_s"):
+        out.update_stats = update(policy, out.samples, list(state.roster))
+    mc = config.matchmaking
+    env = make_trueskill(mc.mu, mc.sigma, mc.beta, mc.tau, mc.draw_probability)
+    matches = [Match(p.proposer, partner[p.proposer], isinstance(p.result, Task), p.rho) for p in out.proposals]
+    state.ratings = update_ratings(state.ratings, matches, env, mc.win_threshold, mc.invalid_policy == "teacher_loss")
+    grow_buffers(state.buffers, out.proposals)
+    return out
+
+
+# ---- run --------------------------------------------------------------------------------------------
+
+Evolve = Callable[[TrainablePolicy, RunState, ExperimentConfig, RunDir], None]
+
+
+def run(
+    config: ExperimentConfig,
+    run_dir: str | Path,
+    policy: TrainablePolicy | None = None,
+    verifier: Verifier | None = None,
+    evolve: Evolve | None = None,
+    on_step: Callable[[int, list[dict]], None] | None = None,
+    progress: bool = True,
+) -> RunDir:
+    """Run ``config.run.steps`` steps into ``run_dir``, resuming from its latest checkpoint."""
+    rd = RunDir.create(run_dir, config)
+    own_verifier = verifier is None
+    if verifier is None:
+        vc = config.verifier
+        verifier = Verifier(timeout_s=vc.timeout_s, memory_mb=vc.memory_mb, workers=vc.workers)
+        verifier.start()
+    try:
+        if policy is None:
+            from populora_nb.policy import LoRAPolicy  # model code stays out of this module's imports
+
+            policy = LoRAPolicy.create(config, list(roster_for(config).items()))
+        state = _resume_or_start(rd, policy, verifier, config)
+        if evolve is None and config.run.agent == "population" and config.evolution.enabled:
+            from populora_nb.population_evolution import evolve_population
+
+            evolve = evolve_population
+        step_fn = baseline_step if config.run.agent == "baseline" else population_step
+        bar = tqdm(range(state.step, config.run.steps), desc=config.run.agent, disable=not progress,
+                   initial=state.step, total=config.run.steps)
+        for step in bar:
+            state.step = step
+            out = step_fn(policy, verifier, state, config)
+            rows = [{"step": step, **member_metrics(m, r, out, config.tasks.kinds),
+                     **({"rating/mu": state.ratings[m].mu, "rating/sigma": state.ratings[m].sigma} if m in state.ratings else {})}
+                    for m, r in state.roster.items()]
+            rd.append("tasks", task_rows(step, out.proposals))
+            rd.append("metrics", rows)
+            if config.run.agent == "population":
+                rd.append("matches", [{"step": step, "teacher": p.proposer, "student": p.solver, "kind": p.kind,
+                                       "valid": isinstance(p.result, Task), "rho": p.rho} for p in out.proposals])
+            if evolve is not None and (step + 1) % config.evolution.every == 0:
+                evolve(policy, state, config, rd)
+            state.step = step + 1
+            every = config.run.checkpoint_every
+            if (every and state.step % every == 0) or state.step == config.run.steps:
+                _checkpoint(rd, policy, state)
+            if on_step is not None:
+                on_step(step, rows)
+            bar.set_postfix_str(_summary(rows))
+        return rd
+    finally:
+        if own_verifier:
+            verifier.close()
+
+
+def _resume_or_start(rd: RunDir, policy: TrainablePolicy, verifier: Verifier, config: ExperimentConfig) -> RunState:
+    latest = rd.latest_checkpoint()
+    if latest is None:
+        rd.truncate_after(-1)  # a run killed before its first checkpoint starts clean
+        return initial_state(config, verifier)
+    step, path = latest
+    state = RunState.from_json(read_json(path / "state.json"))
+    policy.load(path / "policy")
+    rd.truncate_after(state.step - 1)
+    return state
+
+
+def _checkpoint(rd: RunDir, policy: TrainablePolicy, state: RunState) -> None:
+    tmp = rd.begin_checkpoint(state.step)
+    policy.save(tmp / "policy")
+    write_json(tmp / "state.json", state.to_json())
+    rd.commit_checkpoint(tmp, state.step)
+
+
+def _summary(rows: Sequence[dict]) -> str:
+    def mean(key: str) -> str:
+        vals = [r[key] for r in rows if r.get(key) is not None]
+        return f"{sum(vals) / len(vals):.2f}" if vals else "-"
+
+    return f"valid {mean('teacher/valid_rate')} solve {mean('student/solve_rate')}"
+
+
+def load_metrics(run_dir: str | Path) -> list[dict]:
+    return RunDir(Path(run_dir)).read("metrics")

@@ -1,0 +1,301 @@
+"""The stages of one self-play step, data in and data out; `loop.py` chains them into AZR's
+single-agent step (`baseline_step`) and PopuLoRA's population step (`population_step`):
+
+    propose → parse → validate → solve → judge → reward → advantages → update → rate → evolve
+
+No model code lives here: generation and the policy-gradient update go through a `Policy`
+(`populora_nb.policy.LoRAPolicy` on a real model, a scripted policy in tests). The baseline is the
+same loop with one member, ``agent``, playing both roles, and AZR's proposer reward.
+
+Solve batches: the solver(s) solve this step's valid proposals with k rollouts each, which gives the
+proposer its solve rate rho in the same step (as AZR's code does). When a solver gets fewer tasks
+of a kind than a proposer writes (few proposals are valid early on), the batch is topped up with
+tasks from the buffer, so every member gets the same number of samples each step (per-adapter
+compute matching); top-up tasks train the solver but play no match.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+from populora_nb.buffers import TaskBuffer, task_to_json
+from populora_nb.config import ExperimentConfig
+from populora_nb.prompts import ParseFailure, parse_answer, parse_proposal, propose_prompt, render, solve_prompt
+from populora_nb.rewards import azr_proposer_reward, student_reward, teacher_reward
+from populora_nb.rl import trr_plus_plus_advantages
+from populora_nb.tasks import Task
+from populora_nb.verifier import Invalid, Proposal, Verifier
+
+
+# ---- what the loop needs from a model -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One completion to learn from: the rendered prompt, what the member wrote, its advantage."""
+
+    member: str
+    prompt: str
+    completion: str
+    reward: float
+    group: tuple
+    advantage: float = 0.0
+
+
+class Policy(Protocol):
+    tokenizer: object
+
+    def generate(self, member_ids: Sequence[str], prompts: Sequence[str], max_new_tokens: int, seed: int) -> list[str]: ...
+
+    def update(self, member_id: str, samples: Sequence[Sample]) -> dict[str, float]: ...
+
+
+# ---- plain data passed between stages -------------------------------------------------------------
+
+
+@dataclass
+class Proposed:
+    proposer: str
+    kind: str
+    prompt: str
+    completion: str
+    result: Task | Invalid | ParseFailure
+    solver: str | None = None
+    rho: float | None = None
+
+
+@dataclass
+class Attempt:
+    solver: str
+    task: Task
+    prompt: str
+    completion: str
+    status: str  # correct | wrong | malformed
+    proposed_index: int | None  # index into the step's proposals; None for a buffer top-up
+
+
+@dataclass
+class StepOutcome:
+    proposals: list[Proposed] = field(default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    update_stats: dict[str, dict[str, float]] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def rng_for(seed: int, step: int, purpose: str) -> random.Random:
+    """Every random choice of a step draws from its own stream, so a resumed run repeats exactly."""
+    return random.Random(f"{seed}:{step}:{purpose}")
+
+
+def seed_for(seed: int, step: int, purpose: str) -> int:
+    return rng_for(seed, step, purpose).getrandbits(62)
+
+
+# ---- stages ---------------------------------------------------------------------------------------
+
+
+def propose(policy: Policy, proposers: Sequence[str], buffers: dict[str, TaskBuffer], config: ExperimentConfig,
+            step: int) -> list[Proposed]:
+    """Every proposer writes `proposals_per_kind` tasks of each kind, all in one mixed-adapter batch."""
+    rng = rng_for(config.run.seed, step, "references")
+    tc = config.tasks
+    program_buffer = buffers.get("code_o") or buffers.get("code_i")
+    jobs: list[tuple[str, str, str, str]] = []  # (member, kind, prompt, reference program)
+    for member in proposers:
+        for kind in tc.kinds:
+            for _ in range(config.rl.proposals_per_kind):
+                if kind == "code_f":
+                    refs = program_buffer.sample(1, rng, tc.reference_sampling)
+                    text = propose_prompt("code_f", refs, n_inputs=tc.code_f_inputs)
+                    program = refs[0].program
+                else:
+                    refs = buffers[kind].sample(tc.n_references, rng, tc.reference_sampling)
+                    text, program = propose_prompt(kind, refs), ""
+                jobs.append((member, kind, render(text, policy.tokenizer, tc.prompt_format), program))
+    completions = policy.generate([j[0] for j in jobs], [j[2] for j in jobs],
+                                  config.sampling.propose_max_new_tokens, seed_for(config.run.seed, step, "propose"))
+    return [
+        Proposed(m, k, p, c, parse_proposal(c, k, tc.prompt_format, program=prog))  # type: ignore[arg-type]
+        for (m, k, p, prog), c in zip(jobs, completions)
+    ]
+
+
+def validate(verifier: Verifier, proposals: list[Proposed], min_code_f_inputs: int) -> None:
+    """Replace each parsed proposal by the verifier's verdict: a Task or an Invalid(reason)."""
+    todo = [i for i, p in enumerate(proposals) if not isinstance(p.result, ParseFailure)]
+    verdicts = verifier.validate_many([
+        Proposal(p.result.kind, p.result.program, p.result.inputs, p.result.message)  # type: ignore[union-attr]
+        for p in (proposals[i] for i in todo)
+    ])
+    for i, verdict in zip(todo, verdicts):
+        if isinstance(verdict, Task) and verdict.kind == "code_f" and len(verdict.inputs) < min_code_f_inputs:
+            verdict = Invalid("too_few_inputs", f"{len(verdict.inputs)} < {min_code_f_inputs}")
+        if isinstance(verdict, Task):
+            verdict = Task(verdict.kind, verdict.program, verdict.inputs, verdict.outputs, verdict.message,
+                           meta={"proposer": proposals[i].proposer})
+        proposals[i].result = verdict
+
+
+def solve_jobs(assignments: dict[str, list[int]], proposals: list[Proposed], buffers: dict[str, TaskBuffer],
+               config: ExperimentConfig, step: int) -> list[tuple[str, Task, int | None]]:
+    """(solver, task, proposal index) per task, topped up from the buffers to `proposals_per_kind`
+    tasks of each kind per solver (compute matching)."""
+    rng = rng_for(config.run.seed, step, "topup")
+    jobs: list[tuple[str, Task, int | None]] = []
+    for solver, indices in assignments.items():
+        for kind in config.tasks.kinds:
+            mine = [i for i in indices if isinstance(proposals[i].result, Task) and proposals[i].kind == kind]
+            jobs += [(solver, proposals[i].result, i) for i in mine]  # type: ignore[misc]
+            missing = config.rl.proposals_per_kind - len(mine)
+            if missing > 0 and kind in buffers:
+                jobs += [(solver, t, None) for t in buffers[kind].sample(missing, rng)]
+    return jobs
+
+
+def solve(policy: Policy, verifier: Verifier, jobs: list[tuple[str, Task, int | None]], config: ExperimentConfig,
+          step: int) -> list[Attempt]:
+    """k rollouts per task in one mixed-adapter batch, then the verifier judges each parsed answer."""
+    k, fmt = config.rl.rollouts, config.tasks.prompt_format
+    rows = [(s, t, i, render(solve_prompt(t), policy.tokenizer, fmt)) for s, t, i in jobs for _ in range(k)]
+    if not rows:
+        return []
+    completions = policy.generate([r[0] for r in rows], [r[3] for r in rows],
+                                  config.sampling.solve_max_new_tokens, seed_for(config.run.seed, step, "solve"))
+    answers = [parse_answer(c, r[1].kind, fmt) for r, c in zip(rows, completions)]
+    to_judge = [(r[1], a) for r, a in zip(rows, answers) if isinstance(a, str)]
+    verdicts = iter(verifier.judge_many(to_judge))
+    attempts = []
+    for (solver, task, index, prompt), completion, answer in zip(rows, completions, answers):
+        status = "malformed" if isinstance(answer, ParseFailure) else ("correct" if next(verdicts).passed else "wrong")
+        attempts.append(Attempt(solver, task, prompt, completion, status, index))
+    return attempts
+
+
+def solve_rates(proposals: list[Proposed], attempts: list[Attempt]) -> None:
+    """rho of each valid proposal: the fraction of its rollouts judged correct."""
+    by_index: dict[int, list[str]] = {}
+    for a in attempts:
+        if a.proposed_index is not None:
+            by_index.setdefault(a.proposed_index, []).append(a.status)
+    for i, statuses in by_index.items():
+        proposals[i].rho = sum(s == "correct" for s in statuses) / len(statuses)
+        proposals[i].solver = next(a.solver for a in attempts if a.proposed_index == i)
+
+
+def reward_samples(proposals: list[Proposed], attempts: list[Attempt], proposer_reward: str) -> list[Sample]:
+    """Teacher/proposer and student samples with their rewards and TRR++ advantages, grouped by
+    (member, role, kind). ``proposer_reward`` is "populora" (-1 / 0 / 1-rho) or "azr"."""
+    samples = []
+    for p in proposals:
+        valid = isinstance(p.result, Task)
+        # A valid task no solver attempted (no match this step) has no rho: it is not rewarded.
+        if valid and p.rho is None:
+            continue
+        r = teacher_reward(valid, p.rho) if proposer_reward == "populora" else azr_proposer_reward(valid, p.rho)
+        samples.append(Sample(p.proposer, p.prompt, p.completion, r, (p.proposer, "propose", p.kind)))
+    for a in attempts:
+        samples.append(Sample(a.solver, a.prompt, a.completion, student_reward(a.status), (a.solver, "solve", a.task.kind)))  # type: ignore[arg-type]
+    adv = trr_plus_plus_advantages([s.reward for s in samples], [s.group for s in samples]) if samples else []
+    return [Sample(s.member, s.prompt, s.completion, s.reward, s.group, float(a)) for s, a in zip(samples, adv)]
+
+
+def update(policy: Policy, samples: list[Sample], members: Sequence[str]) -> dict[str, dict[str, float]]:
+    """One policy-gradient update per member, only on its own samples and its own LoRA."""
+    stats = {}
+    for m in members:
+        mine = [s for s in samples if s.member == m]
+        if mine:
+            stats[m] = policy.update(m, mine)
+    return stats
+
+
+def grow_buffers(buffers: dict[str, TaskBuffer], proposals: list[Proposed]) -> None:
+    for p in proposals:
+        if isinstance(p.result, Task):
+            buffers[p.kind].add(p.result)
+            if p.kind in ("code_o", "code_i"):
+                # A code_o triplet is also a code_i triplet: both buffers hold (program, input, output).
+                other = "code_i" if p.kind == "code_o" else "code_o"
+                if other in buffers:
+                    r = p.result
+                    buffers[other].add(Task(other, r.program, r.inputs, r.outputs, r.message, r.meta))  # type: ignore[arg-type]
+
+
+# ---- records of a step ------------------------------------------------------------------------------
+
+
+def task_rows(step: int, proposals: list[Proposed]) -> list[dict]:
+    rows = []
+    for p in proposals:
+        r = p.result
+        row = {"step": step, "proposer": p.proposer, "kind": p.kind, "solver": p.solver, "solve_rate": p.rho,
+               "completion_chars": len(p.completion)}
+        if isinstance(r, Task):
+            row.update(task_to_json(r), valid=True, reason=None)
+            row.pop("meta", None)
+        elif isinstance(r, Invalid):
+            row.update(program="", inputs=[], outputs=[], message="", valid=False, reason=r.reason)
+        else:
+            row.update(program="", inputs=[], outputs=[], message="", valid=False, reason=f"parse:{r.reason}")
+        if not isinstance(r, Task) and not isinstance(r, ParseFailure):
+            row["program"] = _proposed_program(p)
+        rows.append(row)
+    return rows
+
+
+def _proposed_program(p: Proposed) -> str:
+    parsed = parse_proposal(p.completion, p.kind, "chat")  # type: ignore[arg-type]
+    return "" if isinstance(parsed, ParseFailure) else parsed.program
+
+
+def member_metrics(member: str, role: str, outcome: StepOutcome, kinds: Sequence[str]) -> dict:
+    """The namespaced metrics of one member for one step."""
+    row: dict = {"member": member, "role": role}
+    mine = [p for p in outcome.proposals if p.proposer == member]
+    if mine:
+        valid = [p for p in mine if isinstance(p.result, Task)]
+        row["teacher/n_proposed"] = len(mine)
+        row["teacher/valid_rate"] = len(valid) / len(mine)
+        rhos = [p.rho for p in valid if p.rho is not None]
+        row["teacher/rho_mean"] = sum(rhos) / len(rhos) if rhos else None
+        for p in mine:
+            if not isinstance(p.result, Task):
+                reason = p.result.reason if isinstance(p.result, Invalid) else f"parse_{p.result.reason}"
+                row[f"invalid/{reason}"] = row.get(f"invalid/{reason}", 0) + 1
+        for kind in kinds:
+            of_kind = [p for p in mine if p.kind == kind]
+            if of_kind:
+                row[f"valid_rate/{kind}"] = sum(isinstance(p.result, Task) for p in of_kind) / len(of_kind)
+        row["lengths/propose_chars"] = sum(len(p.completion) for p in mine) / len(mine)
+    attempts = [a for a in outcome.attempts if a.solver == member]
+    if attempts:
+        row["student/n_attempts"] = len(attempts)
+        row["student/solve_rate"] = sum(a.status == "correct" for a in attempts) / len(attempts)
+        row["student/malformed_rate"] = sum(a.status == "malformed" for a in attempts) / len(attempts)
+        for kind in kinds:
+            of_kind = [a for a in attempts if a.task.kind == kind]
+            if of_kind:
+                row[f"solve_rate/{kind}"] = sum(a.status == "correct" for a in of_kind) / len(of_kind)
+        row["lengths/solve_chars"] = sum(len(a.completion) for a in attempts) / len(attempts)
+    for s_role in ("propose", "solve"):
+        rewards = [s.reward for s in outcome.samples if s.member == member and s.group[1] == s_role]
+        if rewards:
+            row[f"reward/{s_role}_mean"] = sum(rewards) / len(rewards)
+    row.update({k: v for k, v in outcome.update_stats.get(member, {}).items()})
+    row.update({f"time/{k}": v for k, v in outcome.timings.items()})
+    return row
+
+
+class Timer:
+    def __init__(self, timings: dict[str, float], key: str):
+        self.timings, self.key = timings, key
+
+    def __enter__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc) -> None:
+        self.timings[self.key] = self.timings.get(self.key, 0.0) + time.perf_counter() - self.t0

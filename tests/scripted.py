@@ -1,0 +1,52 @@
+"""A scripted policy: fixed completions chosen by prompt, for driving the loop without a model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+from populora_nb.stages import Sample
+
+GOOD_PROGRAM = "```python\ndef f(x):\n    return x * 3\n```\n```input\n{n}\n```"
+BAD_PROGRAM = "```python\nimport os\ndef f(x):\n    return os.getcwd()\n```\n```input\n1\n```"
+CODE_F = "```input\n1\n```\n```input\n2\n```\n```input\n3\n```\n```input\n4\n```\n```input\n5\n```\n```input\n6\n```\n```message\ncopy\n```"
+
+
+class ScriptedPolicy:
+    """Member T*/agent proposals alternate good and bad; solvers answer code_o correctly only when
+    their member id ends in an even digit (or is 'agent'), and answer code_i with a malformed text."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.updates: list[tuple[str, list[Sample]]] = []
+        self.calls = 0
+
+    def generate(self, member_ids: Sequence[str], prompts: Sequence[str], max_new_tokens: int, seed: int) -> list[str]:
+        out = []
+        for i, (m, p) in enumerate(zip(member_ids, prompts)):
+            self.calls += 1
+            if "You write Python puzzles" in p:
+                out.append(GOOD_PROGRAM.format(n=i + 2) if i % 2 == 0 else BAD_PROGRAM)
+            elif "Write " in p and "different inputs for f" in p:
+                out.append(CODE_F)
+            elif "What does f return" in p:
+                text = p.split("```input\n")[1].split("\n")[0]
+                good = text.isdigit() and (m == "agent" or int(m[1:]) % 2 == 0)
+                out.append(f"```output\n{3 * int(text) if good else -1}\n```")
+            elif "Find arguments for f" in p:
+                out.append("I do not know")
+            else:
+                out.append("```python\ndef f(a):\n    return a\n```")
+        return out
+
+    def update(self, member_id: str, samples: Sequence[Sample]) -> dict[str, float]:
+        self.updates.append((member_id, list(samples)))
+        return {"loss/total": float(sum(s.advantage * s.reward for s in samples))}
+
+    def save(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "scripted.json").write_text(json.dumps({"calls": self.calls}))
+
+    def load(self, path: Path) -> None:
+        self.calls = json.loads((path / "scripted.json").read_text())["calls"]
