@@ -57,7 +57,8 @@ class RunState:
 
     def to_json(self) -> dict:
         return {
-            "step": self.step, "roster": self.roster, "n_born": self.n_born,
+            # A list of pairs: the roster's order is the order of rows and updates, and JSON keys get sorted.
+            "step": self.step, "roster": list(self.roster.items()), "n_born": self.n_born,
             "buffers": {k: b.to_json() for k, b in self.buffers.items()},
             "ratings": {m: [r.mu, r.sigma] for m, r in self.ratings.items()},
         }
@@ -65,7 +66,7 @@ class RunState:
     @classmethod
     def from_json(cls, d: dict) -> "RunState":
         return cls(
-            step=d["step"], roster=d["roster"], n_born=d["n_born"],
+            step=d["step"], roster=dict(d["roster"]), n_born=d["n_born"],
             buffers={k: TaskBuffer.from_json(b) for k, b in d["buffers"].items()},
             ratings={m: Rating(mu, sigma) for m, (mu, sigma) in d["ratings"].items()},
         )

@@ -1,0 +1,99 @@
+"""The loop driven end to end by a scripted policy (fixed completions), then by the tiny model."""
+
+import pytest
+
+from populora_nb.base import bundled_tokenizer
+from populora_nb.config import load_config
+from populora_nb.loop import RunState, baseline_step, initial_state, population_step, run
+from populora_nb.verifier import Verifier
+from scripted import ScriptedPolicy
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    with Verifier(timeout_s=2.0, workers=2) as v:
+        yield v
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return bundled_tokenizer(load_config("tiny").model)
+
+
+def test_baseline_step_rewards_advantages_and_buffers(verifier, tokenizer):
+    cfg = load_config("tiny", {"run.agent": "baseline", "tasks.kinds": ["code_o"], "rl.proposals_per_kind": 2})
+    state = initial_state(cfg, verifier)
+    n_seeds = len(state.buffers["code_o"])
+    policy = ScriptedPolicy(tokenizer)
+    out = baseline_step(policy, verifier, state, cfg)
+    # proposal 0 is valid (f(x) = 3x on 2), proposal 1 imports os: banned.
+    assert [p.result.__class__.__name__ for p in out.proposals] == ["Task", "Invalid"]
+    assert out.proposals[1].result.reason == "banned_import"
+    # The agent solves its own valid task correctly in both rollouts: rho = 1 → AZR reward -0.5.
+    assert out.proposals[0].rho == 1.0
+    propose = [s for s in out.samples if s.group[1] == "propose"]
+    assert sorted(s.reward for s in propose) == [-1.0, -0.5]
+    # TRR++: advantages are whitened within the (agent, propose, code_o) group.
+    assert sum(s.advantage for s in propose) == pytest.approx(0, abs=1e-6)
+    assert max(propose, key=lambda s: s.reward).advantage > 0
+    # Only the valid task joined the buffer.
+    assert len(state.buffers["code_o"]) == n_seeds + 1
+    assert state.buffers["code_o"].tasks[-1].program.endswith("return x * 3")
+    assert [m for m, _ in policy.updates] == ["agent"]
+
+
+def test_population_step_teacher_rewards_follow_the_students(verifier, tokenizer):
+    cfg = load_config("tiny", {"run.agent": "population", "tasks.kinds": ["code_o"], "rl.proposals_per_kind": 2,
+                               "matchmaking.mode": "round_robin"})
+    state = initial_state(cfg, verifier)
+    policy = ScriptedPolicy(tokenizer)
+    out = population_step(policy, verifier, state, cfg)
+    for p in out.proposals:
+        if p.rho is None:
+            continue
+        # Scripted students with even ids solve code_o, odd ones never do: teacher reward is 1 - rho.
+        even = int(p.solver[1:]) % 2 == 0
+        assert p.rho == (1.0 if even else 0.0)
+    teacher_rewards = {(s.member, s.reward) for s in out.samples if s.group[1] == "propose"}
+    assert all(r in (-1.0, 0.0) for _, r in teacher_rewards)  # rho 1 → 0, rho 0 → 0, invalid → -1
+    # Every member got its own update, and only with its own samples.
+    assert sorted(m for m, _ in policy.updates) == sorted(state.roster)
+    assert all(all(s.member == m for s in samples) for m, samples in policy.updates)
+    # Students that won their matches gain rating over those that lost them.
+    assert state.ratings["S0"].mu > state.ratings["S1"].mu
+
+
+class CrashingPolicy(ScriptedPolicy):
+    """Dies inside generate after a number of calls, like a kill mid-step."""
+
+    def __init__(self, tokenizer, crash_after: int):
+        super().__init__(tokenizer)
+        self.crash_after = crash_after
+
+    def generate(self, member_ids, prompts, max_new_tokens, seed):
+        if self.calls + len(prompts) > self.crash_after:
+            raise KeyboardInterrupt("simulated kill")
+        return super().generate(member_ids, prompts, max_new_tokens, seed)
+
+
+def _comparable(rows):
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+
+def test_run_writes_records_and_a_crashed_run_resumes_to_the_same_records(tmp_path, tokenizer):
+    cfg = load_config("tiny", {"run.agent": "population", "evolution.enabled": False, "run.steps": 4,
+                               "run.checkpoint_every": 2})
+    full = run(cfg, tmp_path / "full", policy=ScriptedPolicy(tokenizer), progress=False)
+    rows = full.read("metrics")
+    assert {r["step"] for r in rows} == {0, 1, 2, 3} and len(rows) == 4 * cfg.n_members
+    assert full.latest_checkpoint()[0] == 4
+    assert len(full.read("tasks")) == 4 * cfg.population.n_teachers * len(cfg.tasks.kinds)
+
+    calls_per_step = ScriptedPolicy(tokenizer)
+    run(cfg, tmp_path / "probe", policy=calls_per_step, progress=False)
+    crash_at = calls_per_step.calls * 3 // 4 + 1  # inside step 3, after the step-2 checkpoint
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg, tmp_path / "part", policy=CrashingPolicy(tokenizer, crash_at), progress=False)
+    resumed = run(cfg, tmp_path / "part", policy=ScriptedPolicy(tokenizer), progress=False)
+    for stream in ("metrics", "tasks", "matches"):
+        assert _comparable(resumed.read(stream)) == _comparable(full.read(stream)), stream
