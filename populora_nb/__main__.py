@@ -59,6 +59,21 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from populora_nb.loop import run
+    from populora_nb.widgets import Dashboard
+
+    extra = {k: v for k, v in (("run.agent", args.agent), ("run.steps", args.steps), ("run.seed", args.seed)) if v is not None}
+    config = _config(args, extra)
+    out = args.out or Path(config.run.out_dir) / f"{config.run.agent}-{time.strftime('%Y%m%d-%H%M%S')}"
+    print(f"[run] {config.run.agent} · preset {config.preset} · {config.run.steps} steps → {out}", flush=True)
+    dash = Dashboard(out, config.run.steps, config.tasks.kinds)
+    t0 = time.time()
+    run(config, out, on_step=dash.update, progress=False)
+    print(f"[run] done in {time.time() - t0:.0f}s: {out}", flush=True)
+    return 0
+
+
 def _not_built(name: str) -> Callable[[argparse.Namespace], int]:
     def cmd(args: argparse.Namespace) -> int:
         if hasattr(args, "overrides"):
@@ -80,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--out", type=Path, default=None, help="run directory (resumes if it holds a checkpoint)")
-    p.set_defaults(func=_not_built("run"))
+    p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("eval", help="evaluate members on the benchmarks")
     _add_config_args(p)
