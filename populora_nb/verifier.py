@@ -1,0 +1,628 @@
+"""The verifier: validate proposed tasks and check solvers' answers in a sandbox (PopuLoRA §3;
+AZR's executor, hardened).
+
+Every reward comes from here, and a population multiplies the proposers that will look for holes.
+Two layers stand between a model's program and the machine:
+  1. a static policy (`SandboxPolicy`, checked on the AST in the parent): an allow-list of modules,
+     AZR's banned modules, banned builtins, no dunder attribute access, no frame traversal;
+  2. the sandbox (`sandbox.py`): a warmed zygote per hash seed forks one confined child per run
+     (rlimits, chroot + unprivileged uid, empty network namespace, no new processes, stubs).
+The parent never executes model text: inputs, answers and outputs are parsed with ``ast`` only,
+and compared as values (`values_equal`), so ``'zz') or (True`` and objects with an always-true
+``__eq__`` cannot pass. Determinism: each validation runs in two processes with different
+``PYTHONHASHSEED`` and the outputs must agree as values.
+
+Statuses are strings from `INVALID_REASONS` (for `validate`) and `VERDICTS` (for `judge`); the
+single reason that is not the model's fault is "sandbox_error".
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import marshal
+import os
+import selectors
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from collections import deque
+from dataclasses import dataclass, field, replace
+from types import CodeType, MappingProxyType, ModuleType
+from typing import Optional, Sequence
+
+from populora_nb.sandbox import decode_run, parse_arguments, parse_literal, values_equal
+from populora_nb.tasks import TASK_KINDS, Task, TaskKind
+
+AZR_BANNED_MODULES = frozenset({
+    "logging", "random", "multiprocessing", "pebble", "subprocess", "threading", "datetime", "time",
+    "hashlib", "hmac", "bcrypt", "calendar"})
+"""AZR's list (azr code_utils/checks.py), kept as an explicit ban even where an allow-list is wider."""
+SYSTEM_MODULES = frozenset({"os", "sys", "shutil", "socket", "signal", "ctypes", "importlib", "io",
+                            "pathlib", "tempfile", "builtins", "gc", "inspect", "pickle", "marshal"})
+TASK_MODULES = frozenset({
+    "math", "cmath", "collections", "collections.abc", "itertools", "functools", "re", "string",
+    "heapq", "bisect", "operator", "copy", "typing", "fractions", "decimal", "statistics",
+    "numbers", "array", "enum", "dataclasses", "abc", "base64", "binascii", "zlib",
+    "struct", "json", "textwrap", "unicodedata", "difflib"})
+"""Modules that real AZR tasks import (see tests/test_verifier.py's corpus check), nothing else."""
+BENCHMARK_MODULES = TASK_MODULES | frozenset({
+    "sys", "io", "random", "datetime", "calendar", "time", "hashlib", "types", "contextlib",
+    "pprint", "reprlib", "graphlib", "weakref", "keyword", "warnings"})
+"""Benchmark code and solutions to it (HumanEval+, MBPP+, LiveCodeBench stdin programs)."""
+FRAME_ATTRIBUTES = frozenset({
+    "gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "cr_code", "cr_await", "ag_frame", "ag_code",
+    "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "tb_frame", "tb_next"})
+"""Non-dunder routes from any generator or traceback to the harness's globals."""
+BANNED_NAMES = frozenset({"open", "eval", "exec", "compile", "globals", "locals", "vars",
+                          "breakpoint", "help", "exit", "quit", "memoryview"})
+BY_NAME_CALLS = frozenset({"getattr", "setattr", "delattr", "attrgetter", "methodcaller"})
+"""Callables that reach attributes by string: allowed only with a constant, non-dunder name."""
+SAFE_DUNDERS = frozenset({
+    "__init__", "__name__", "__doc__", "__len__", "__iter__", "__next__", "__contains__",
+    "__getitem__", "__setitem__", "__delitem__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__",
+    "__ge__", "__hash__", "__repr__", "__str__", "__add__", "__sub__", "__mul__", "__bool__"})
+
+INVALID_REASONS = MappingProxyType({
+    "syntax": "the program does not parse",
+    "no_f": "no top-level `def f` (or the entry point is not callable)",
+    "program_too_long": "the program exceeds policy.max_program_chars",
+    "banned_import": "imports a module outside policy.allowed_modules, or one AZR bans",
+    "banned_call": "uses eval/exec/open/... or reaches attributes by a non-constant or dunder name",
+    "banned_attribute": "dunder or frame attribute access, or a module reached through another",
+    "no_message": "code_f without a message for the solver",
+    "too_few_inputs": "code_f with fewer than policy.min_code_f_inputs inputs",
+    "input_too_long": "an input exceeds policy.max_input_chars",
+    "input_not_literal": "an input is not a literal argument list",
+    "runtime_error": "the program raised (while loading or on an input)",
+    "timeout": "over the wall-clock or CPU-time limit",
+    "memory": "over the address-space limit (MemoryError)",
+    "crash": "the process died without reporting (os._exit, a signal)",
+    "output_not_literal": "a result is not a finite int/float/complex/str/bytes/bool/None or container",
+    "output_too_long": "a result's repr exceeds policy.max_output_chars (rejected, never truncated)",
+    "nondeterministic": "the two runs (different PYTHONHASHSEED) disagree",
+    "sandbox_error": "the verifier itself failed (not the model's fault)",
+})
+VERDICTS = ("pass", "wrong", "answer_not_literal", "answer_too_long") + tuple(INVALID_REASONS)
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """What model code may do; one policy per `Verifier` (its zygotes preload these modules)."""
+
+    allowed_modules: frozenset = TASK_MODULES
+    """Importable modules; anything else (and anything in `banned_modules`) is banned_import."""
+    banned_modules: frozenset = AZR_BANNED_MODULES | SYSTEM_MODULES
+    banned_names: frozenset = BANNED_NAMES
+    """Builtins a program may not even mention (``g = eval`` would dodge a call check)."""
+    allowed_dunder_attributes: frozenset = frozenset()
+    """Dunder attributes a program may use (``x.__init__``); tasks need none."""
+    max_program_chars: int = 20_000
+    max_input_chars: int = 2_000
+    max_output_chars: int = 1_000
+    """repr length cap: AZR truncates outputs to 400 chars; here longer outputs are rejected."""
+    max_stdout_chars: int = 1 << 20
+    """run_script's stdout cap; validation discards printed text."""
+    min_code_f_inputs: int = 2
+    """At least one shown and one hidden pair (AZR writes 10: 5 shown, 5 hidden)."""
+    disable_dangerous: bool = True
+    """Stub os/posix/shutil/io/builtins functions inside the child (defence in depth)."""
+    guard_imports: bool = True
+    """Refuse imports outside `allowed_modules` at run time too (defence in depth)."""
+
+    def __post_init__(self) -> None:
+        if min(self.max_program_chars, self.max_input_chars, self.max_output_chars) <= 0:
+            raise ValueError("SandboxPolicy caps must be positive")
+        if self.min_code_f_inputs < 2:
+            raise ValueError("min_code_f_inputs must be >= 2 so code_f has shown and hidden pairs")
+
+    def module_allowed(self, name: str) -> bool:
+        return name in self.allowed_modules and name not in self.banned_modules
+
+
+TASK_POLICY = SandboxPolicy()
+BENCHMARK_POLICY = SandboxPolicy(
+    allowed_modules=BENCHMARK_MODULES,
+    banned_modules=frozenset({"subprocess", "multiprocessing", "pebble", "socket", "ctypes", "os",
+                              "shutil", "signal", "importlib", "pathlib", "tempfile", "pickle"}),
+    allowed_dunder_attributes=SAFE_DUNDERS, max_program_chars=100_000, max_input_chars=1_000_000,
+    max_output_chars=1_000_000)
+"""Trusted-ish benchmark code: more modules (sys for stdin, random, time...), same isolation."""
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A teacher's raw proposal, before validation."""
+
+    kind: TaskKind
+    program: str
+    inputs: tuple[str, ...]
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """Why a proposal was rejected: `reason` is a key of INVALID_REASONS."""
+
+    reason: str
+    detail: str = ""
+
+    @property
+    def is_model_fault(self) -> bool:
+        return self.reason != "sandbox_error"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One input's run: status from RUN_STATUSES (or a static reason), output is a repr if "ok"."""
+
+    status: str
+    output: str = ""
+    detail: str = ""
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class ScriptResult:
+    status: str
+    stdout: str = ""
+    detail: str = ""
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A checked answer: passed, and the status that says why (a key of VERDICTS)."""
+
+    passed: bool
+    status: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """What the sandbox enforces on this machine (reported by the zygotes, not assumed)."""
+
+    network_namespace: bool
+    chroot: bool
+    uid: Optional[int]
+    hash_seeds: tuple[int, ...]
+
+
+# ---------------------------------------------------------------- static policy (parent)
+_MODULE_CACHE: dict[str, Optional[ModuleType]] = {}
+
+
+def _module(name: str) -> Optional[ModuleType]:
+    """The real module object (allow-listed stdlib only), to see which attributes are modules."""
+    if name not in _MODULE_CACHE:
+        try:
+            _MODULE_CACHE[name] = importlib.import_module(name)
+        except ImportError:
+            _MODULE_CACHE[name] = None
+    return _MODULE_CACHE[name]
+
+
+def _dunder(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__") and len(name) > 4
+
+
+def compile_program(program: str, policy: SandboxPolicy = TASK_POLICY,
+                    entry_point: Optional[str] = "f") -> CodeType | Invalid:
+    """Check `program` against the policy and compile it (compiling runs nothing); or say why not."""
+    if len(program) > policy.max_program_chars:
+        return Invalid("program_too_long", f"{len(program)} > {policy.max_program_chars}")
+    try:
+        with warnings.catch_warnings():  # SyntaxWarnings about model code are not ours to print
+            warnings.simplefilter("ignore")
+            tree = ast.parse(program)
+            invalid = _policy_violation(tree, policy, entry_point)
+            return invalid if invalid else compile(tree, "<program>", "exec")
+    except (SyntaxError, ValueError, MemoryError, RecursionError) as e:
+        return Invalid("syntax", f"{type(e).__name__}: {e}"[:300])
+
+
+def static_check(program: str, policy: SandboxPolicy = TASK_POLICY,
+                 entry_point: Optional[str] = "f") -> Optional[Invalid]:
+    """The policy's verdict on `program` before anything runs: None when it may go to the sandbox."""
+    result = compile_program(program, policy, entry_point)
+    return result if isinstance(result, Invalid) else None
+
+
+def _policy_violation(tree: ast.Module, policy: SandboxPolicy, entry_point: Optional[str]) -> Optional[Invalid]:
+    modules: dict[str, str] = {}  # local name -> module it is bound to by an import
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            for name in names:
+                if getattr(node, "level", 0) or not policy.module_allowed(name):
+                    why = "banned" if name.split(".")[0] in policy.banned_modules else "not allow-listed"
+                    return Invalid("banned_import", f"{name or '.'} ({why})")
+            for alias in node.names:
+                if isinstance(node, ast.Import):
+                    target = alias.name if alias.asname else alias.name.split(".")[0]
+                    modules[alias.asname or target] = target
+                    continue
+                value = getattr(_module(node.module), alias.name, None)
+                if isinstance(value, ModuleType):
+                    if not policy.module_allowed(value.__name__):
+                        return Invalid("banned_import", f"{value.__name__} via {node.module}")
+                    modules[alias.asname or alias.name] = value.__name__
+        elif isinstance(node, ast.Name) and node.id in policy.banned_names:
+            return Invalid("banned_call", node.id)
+        elif isinstance(node, ast.Name) and _dunder(node.id) and node.id != "__name__":
+            return Invalid("banned_attribute", node.id)
+        elif isinstance(node, ast.Attribute) and (node.attr in FRAME_ATTRIBUTES or (
+                _dunder(node.attr) and node.attr not in policy.allowed_dunder_attributes)):
+            return Invalid("banned_attribute", node.attr)
+    call_targets = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    for node in ast.walk(tree):  # second pass: needs every import alias
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            if name in BY_NAME_CALLS:
+                consts = node.args[1:2] if name in ("getattr", "setattr", "delattr") else node.args
+                if not consts or node.keywords or not all(
+                        isinstance(a, ast.Constant) and isinstance(a.value, str)
+                        and not any(_dunder(p) for p in a.value.split(".")) for a in consts):
+                    return Invalid("banned_call", f"{name} with a non-constant or dunder name")
+        elif isinstance(node, ast.Name) and node.id in BY_NAME_CALLS and id(node) not in call_targets:
+            return Invalid("banned_call", f"{node.id} used as a value")
+        elif isinstance(node, ast.Attribute) and (base := _module_of(node.value, modules)):
+            value = getattr(_module(base), node.attr, None)
+            if isinstance(value, ModuleType) and not policy.module_allowed(value.__name__):
+                return Invalid("banned_attribute", f"{base}.{node.attr} is module {value.__name__}")
+    if entry_point is not None and not any(
+            isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == entry_point for n in tree.body):
+        return Invalid("no_f", f"no top-level def {entry_point}")
+    return None
+
+
+def _module_of(node: ast.AST, modules: dict[str, str]) -> Optional[str]:
+    """Module name an expression like ``collections.abc`` denotes, via import aliases; else None."""
+    if isinstance(node, ast.Name):
+        return modules.get(node.id)
+    if isinstance(node, ast.Attribute) and (base := _module_of(node.value, modules)):
+        value = getattr(_module(base), node.attr, None)
+        return value.__name__ if isinstance(value, ModuleType) else None
+    return None
+
+
+# ---------------------------------------------------------------- the zygote pool (parent)
+SANDBOX_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox.py")
+
+
+class SandboxError(RuntimeError):
+    """The verifier's own machinery failed (a zygote would not start)."""
+
+
+@dataclass
+class _Zygote:
+    proc: subprocess.Popen
+    seed_class: int
+    hello: dict
+
+
+@dataclass
+class _Job:
+    """One run: a compiled program on marshalled arguments, for hash-seed class 0, 1 or either."""
+
+    seed_class: Optional[int]
+    request: bytes
+    timeout_s: float
+    n: int
+    results: Optional[list[dict]] = None
+    retried: bool = False
+
+
+class Verifier:
+    """Validates tasks and checks answers on a pool of warmed zygotes (one per worker, two seeds).
+
+    Use as a context manager (or call `close`). Thread-safe: concurrent batches are serialised and
+    each batch uses every worker.
+    """
+
+    def __init__(self, timeout_s: float = 5.0, memory_mb: int = 512, workers: int = 2,
+                 policy: SandboxPolicy = TASK_POLICY, hash_seeds: tuple[int, int] = (1, 2),
+                 network_namespace: bool = True, uid_base: int = 100_000):
+        if timeout_s <= 0 or memory_mb < 64:
+            raise ValueError("Verifier needs timeout_s > 0 and memory_mb >= 64")
+        if not 1 <= workers <= 64:
+            raise ValueError("Verifier workers must be in 1..64 (one confined child per worker)")
+        if len(hash_seeds) != 2 or hash_seeds[0] == hash_seeds[1] or min(hash_seeds) < 1:
+            raise ValueError("hash_seeds must be two different positive ints (0 turns hash randomisation off)")
+        self.timeout_s, self.memory_mb, self.workers, self.policy = timeout_s, memory_mb, workers, policy
+        self.hash_seeds, self.network_namespace, self.uid_base = tuple(hash_seeds), network_namespace, uid_base
+        self.isolation: Optional[Isolation] = None
+        self._lock = threading.RLock()
+        self._zygotes: list[_Zygote] = []
+        self._base_dir: Optional[str] = None
+        self._code_cache: dict[tuple[str, Optional[str]], CodeType | Invalid] = {}
+
+    def __enter__(self) -> "Verifier":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self) -> None:
+        with self._lock:
+            if self._zygotes:
+                return
+            self._base_dir = tempfile.mkdtemp(prefix="populora-sandbox-")
+            os.chmod(self._base_dir, 0o711)  # the unprivileged child must reach its own run dir
+            # Two hash seeds need two zygotes even for one worker; `workers` caps concurrency.
+            self._zygotes = [self._spawn(i) for i in range(max(2, self.workers + self.workers % 2))]
+            hellos = [z.hello for z in self._zygotes]
+            self.isolation = Isolation(all(h["netns"] for h in hellos), all(h["chroot"] for h in hellos),
+                                       hellos[0]["uid"], self.hash_seeds)
+
+    def _spawn(self, index: int) -> _Zygote:
+        cfg = {"preload": sorted(self.policy.allowed_modules), "allowed_modules": sorted(self.policy.allowed_modules),
+               "disable_dangerous": self.policy.disable_dangerous, "guard_imports": self.policy.guard_imports,
+               "max_output_chars": self.policy.max_output_chars, "stdout_cap": self.policy.max_stdout_chars,
+               "netns": self.network_namespace, "base_dir": self._base_dir,
+               # one uid per zygote and parent process: no child can signal another run's child
+               "uid": self.uid_base + (os.getpid() * 64 + index) % 1_000_000_000}
+        # -S: no site-packages inside; a two-variable env: nothing of the parent's environment leaks.
+        proc = subprocess.Popen([sys.executable, "-S", "-B", SANDBOX_SCRIPT, json.dumps(cfg)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                cwd=self._base_dir, env={"PYTHONHASHSEED": str(self.hash_seeds[index % 2]),
+                                                         "PYTHONIOENCODING": "utf-8"})
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            line = proc.stdout.readline() if sel.select(timeout=60) else b""
+        hello = json.loads(line) if line else None
+        if not hello or hello["missing"] or self.memory_mb < hello["vm_mb"] + 64:
+            proc.kill()
+            proc.wait()
+            if hello and hello["missing"]:
+                raise SandboxError(f"policy modules missing in the sandbox: {hello['missing']}")
+            if hello:
+                raise ValueError(f"memory_mb={self.memory_mb} leaves no room above the zygote's "
+                                 f"{hello['vm_mb']} MB address space; use at least {hello['vm_mb'] + 128}")
+            raise SandboxError(f"sandbox zygote did not start: {sys.executable} -S {SANDBOX_SCRIPT}")
+        return _Zygote(proc, index % 2, hello)
+
+    def close(self) -> None:
+        with self._lock:
+            for z in self._zygotes:
+                z.proc.stdin.close()  # EOF: the zygote leaves its loop
+            for z in self._zygotes:
+                try:
+                    z.proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    z.proc.kill()
+                    z.proc.wait()
+                z.proc.stdout.close()
+            self._zygotes = []
+            if self._base_dir:
+                shutil.rmtree(self._base_dir, ignore_errors=True)
+                self._base_dir = None
+
+    def _job(self, code: CodeType, calls: list, seed_class: Optional[int], timeout_s: Optional[float],
+             entry_point: str = "f", mode: str = "call", stdin: str = "") -> _Job:
+        if not entry_point.isidentifier():
+            raise ValueError(f"entry_point must be an identifier, got {entry_point!r}")
+        payload = marshal.dumps((code, calls, stdin))
+        timeout_s = float(timeout_s or self.timeout_s)
+        header = f"{mode} {entry_point} {len(calls)} {len(payload)} {timeout_s!r} {self.memory_mb}\n"
+        return _Job(seed_class, header.encode() + payload, timeout_s, max(1, len(calls)))
+
+    def _run_jobs(self, jobs: list[_Job]) -> None:
+        """Fill every job's results, keeping up to `workers` zygotes busy (select on their pipes)."""
+        self.start()
+        with self._lock, selectors.DefaultSelector() as sel:
+            queues = {c: deque(j for j in jobs if j.seed_class == c) for c in (0, 1, None)}
+            busy: dict[int, tuple[_Job, float]] = {}  # zygote index -> (job, deadline)
+            while any(queues.values()) or busy:
+                for zi, z in enumerate(self._zygotes):
+                    queue = queues[z.seed_class] or queues[None]
+                    if zi in busy or len(busy) >= self.workers or not queue:
+                        continue
+                    job = queue.popleft()
+                    try:
+                        z.proc.stdin.write(job.request)
+                        z.proc.stdin.flush()
+                    except OSError:  # a dead zygote: replace it, retry the job
+                        self._replace(zi, job, queues)
+                        continue
+                    busy[zi] = (job, time.monotonic() + 2 * job.timeout_s + 30)
+                    sel.register(z.proc.stdout, selectors.EVENT_READ, zi)
+                wait = min(d for _, d in busy.values()) - time.monotonic() if busy else 0.0
+                for key, _ in sel.select(timeout=max(0.0, wait)):
+                    job, _ = busy.pop(key.data)
+                    sel.unregister(key.fileobj)
+                    self._receive(key.data, job, queues)
+                for zi, (job, deadline) in list(busy.items()):
+                    if time.monotonic() > deadline:  # a zygote that stops answering is replaced
+                        sel.unregister(self._zygotes[zi].proc.stdout)
+                        del busy[zi]
+                        self._replace(zi, job, queues)
+
+    def _receive(self, zi: int, job: _Job, queues: dict) -> None:
+        stream = self._zygotes[zi].proc.stdout
+        try:
+            why, signal_number, exit_code, size = stream.readline().split()
+            data = stream.read(int(size))
+        except ValueError:  # EOF or garbage: the zygote died
+            return self._replace(zi, job, queues)
+        job.results = decode_run(data, job.n, why.decode().strip("-"), int(signal_number), int(exit_code))
+
+    def _replace(self, zi: int, job: _Job, queues: dict) -> None:
+        """Replace a dead or stuck zygote; retry its job once, then report sandbox_error."""
+        self._zygotes[zi].proc.kill()
+        self._zygotes[zi].proc.wait()
+        self._zygotes[zi] = self._spawn(zi)
+        if job.retried:
+            job.results = [{"status": "sandbox_error", "output": "", "detail": "zygote failed twice",
+                            "stdout": "", "seconds": 0.0}] * job.n
+        else:
+            job.retried = True
+            queues[job.seed_class].appendleft(job)
+
+    # ------------------------------------------------------------ preparing work (parent only)
+    def _compiled(self, program: str, entry_point: Optional[str] = "f") -> CodeType | Invalid:
+        key = (program, entry_point)
+        with self._lock:  # the cache, and catch_warnings, are not thread-safe on their own
+            if key not in self._code_cache:
+                if len(self._code_cache) > 4096:  # bounded: a population proposes many one-off programs
+                    self._code_cache.clear()
+                self._code_cache[key] = compile_program(program, self.policy, entry_point)
+            return self._code_cache[key]
+
+    def _arguments(self, text: str) -> tuple | Invalid:
+        if len(text) > self.policy.max_input_chars:
+            return Invalid("input_too_long", f"{len(text)} > {self.policy.max_input_chars}")
+        try:
+            return parse_arguments(text)
+        except ValueError as e:
+            return Invalid("input_not_literal", str(e))
+
+    def _prepare(self, p: Proposal) -> tuple[CodeType, list] | Invalid:
+        if p.kind not in TASK_KINDS:
+            raise ValueError(f"kind must be one of {TASK_KINDS}, got {p.kind!r}")
+        if p.kind != "code_f" and len(p.inputs) != 1:
+            raise ValueError(f"{p.kind} takes exactly one input, got {len(p.inputs)}")
+        if p.kind == "code_f" and not p.message.strip():
+            return Invalid("no_message")
+        if p.kind == "code_f" and len(p.inputs) < self.policy.min_code_f_inputs:
+            return Invalid("too_few_inputs", f"{len(p.inputs)} < {self.policy.min_code_f_inputs}")
+        code = self._compiled(p.program)
+        calls = [] if isinstance(code, Invalid) else [self._arguments(t) for t in p.inputs]
+        return next((x for x in [code, *calls] if isinstance(x, Invalid)), None) or (code, calls)
+
+    # ------------------------------------------------------------ public API
+    def validate(self, kind: TaskKind, program: str, inputs: Sequence[str], message: str = "") -> Task | Invalid:
+        """A `Task` when `program` runs deterministically on every input within the limits."""
+        return self.validate_many([Proposal(kind, program, tuple(inputs), message)])[0]
+
+    def validate_many(self, proposals: Sequence[Proposal]) -> list[Task | Invalid]:
+        """validate() for a batch; both hash-seed runs of every proposal share the worker pool."""
+        out: list = [self._prepare(p) for p in proposals]
+        runs = {i: (self._job(*r, 0, None), self._job(*r, 1, None)) for i, r in enumerate(out)
+                if not isinstance(r, Invalid)}
+        self._run_jobs([job for pair in runs.values() for job in pair])
+        for i, (a, b) in runs.items():
+            out[i] = _combine(proposals[i], a.results, b.results)
+        return out
+
+    def check(self, task: Task, answer_text: str) -> bool:
+        """Did the solver's extracted answer solve `task`? An output literal (code_o), an
+        argument-list literal (code_i), or a program passing every hidden pair (code_f)."""
+        return self.judge_many([(task, answer_text)])[0].passed
+
+    def check_many(self, items: Sequence[tuple[Task, str]]) -> list[bool]:
+        return [v.passed for v in self.judge_many(items)]
+
+    def judge_many(self, items: Sequence[tuple[Task, str]]) -> list[Verdict]:
+        """check_many with the status that says why an answer failed (a key of VERDICTS)."""
+        out: list = []
+        jobs: dict[int, tuple[_Job, list[str]]] = {}
+        for i, (task, answer) in enumerate(items):
+            if task.kind == "code_o":
+                out.append(_judge_output(task.outputs[0], answer, self.policy))
+                continue
+            if task.kind == "code_i":
+                code, gold, calls = self._compiled(task.program), [task.outputs[0]], [self._arguments(answer)]
+            else:
+                code, gold = self._compiled(answer), [o for _, o in task.hidden_pairs]
+                calls = [self._arguments(x) for x, _ in task.hidden_pairs]
+            bad = next((x for x in [code, *calls] if isinstance(x, Invalid)), None)
+            if bad is not None and task.kind == "code_i" and bad is calls[0]:
+                bad = Invalid("answer_too_long" if bad.reason == "input_too_long" else "answer_not_literal", bad.detail)
+            out.append(Verdict(False, bad.reason, bad.detail) if bad else None)
+            if bad is None:
+                jobs[i] = (self._job(code, calls, None, None), gold)
+        self._run_jobs([job for job, _ in jobs.values()])
+        for i, (job, gold) in jobs.items():
+            out[i] = _judge_runs(job.results, gold)
+        return out
+
+    def run(self, program: str, inputs: Sequence[str], timeout_s: Optional[float] = None,
+            entry_point: str = "f") -> list[RunResult]:
+        """Call `entry_point` on each input, all in one confined process; one result per input."""
+        return self.run_many([(program, tuple(inputs))], timeout_s, entry_point)[0]
+
+    def run_many(self, items: Sequence[tuple[str, Sequence[str]]], timeout_s: Optional[float] = None,
+                 entry_point: str = "f") -> list[list[RunResult]]:
+        out, jobs = [], []
+        for program, inputs in items:
+            code = self._compiled(program, entry_point)
+            parsed = [code if isinstance(code, Invalid) else self._arguments(t) for t in inputs]
+            out.append([RunResult(x.reason, detail=x.detail) if isinstance(x, Invalid) else None for x in parsed])
+            todo = [k for k, x in enumerate(parsed) if not isinstance(x, Invalid)]
+            if todo:
+                jobs.append((len(out) - 1, todo, self._job(code, [parsed[k] for k in todo], None, timeout_s, entry_point)))
+        self._run_jobs([job for _, _, job in jobs])
+        for row, todo, job in jobs:
+            for k, r in zip(todo, job.results):
+                out[row][k] = RunResult(r["status"], r["output"], r["detail"], r["seconds"])
+        return out
+
+    def run_script(self, source: str, stdin: str = "", timeout_s: Optional[float] = None) -> ScriptResult:
+        """Run a whole program as __main__ reading `stdin`; its stdout comes back (LiveCodeBench)."""
+        return self.run_script_many([(source, stdin)], timeout_s)[0]
+
+    def run_script_many(self, items: Sequence[tuple[str, str]], timeout_s: Optional[float] = None) -> list[ScriptResult]:
+        out: list = []
+        jobs: dict[int, _Job] = {}
+        for i, (source, stdin) in enumerate(items):
+            code = self._compiled(source, None)
+            out.append(ScriptResult(code.reason, detail=code.detail) if isinstance(code, Invalid) else None)
+            if not isinstance(code, Invalid):
+                jobs[i] = self._job(code, [], None, timeout_s, mode="script", stdin=stdin)
+        self._run_jobs(list(jobs.values()))
+        for i, job in jobs.items():
+            r = job.results[0]
+            out[i] = ScriptResult(r["status"], r["stdout"], r["detail"], r["seconds"])
+        return out
+
+
+# ---------------------------------------------------------------- judging (pure)
+def _combine(p: Proposal, run_a: list[dict], run_b: list[dict]) -> Task | Invalid:
+    """Both hash-seed runs must succeed on every input and agree as values."""
+    for run, other, which in ((run_a, run_b, "first"), (run_b, run_a, "second")):
+        bad = next((r for r in run if r["status"] != "ok"), None)
+        if bad is not None:  # an exception in one seed only is hash-order dependence
+            flaky = bad["status"] == "runtime_error" and all(r["status"] == "ok" for r in other)
+            return Invalid("nondeterministic" if flaky else bad["status"], f"{which} run: {bad['detail']}".strip())
+    for a, b in zip(run_a, run_b):
+        try:
+            same = a["output"] == b["output"] or values_equal(parse_literal(a["output"]), parse_literal(b["output"]))
+            parse_literal(a["output"])  # the child is untrusted: its outputs must really be literals
+        except ValueError:
+            return Invalid("output_not_literal", a["output"][:100])
+        if not same:
+            return Invalid("nondeterministic", f"{a['output'][:80]} != {b['output'][:80]}")
+    seconds = max(sum(r["seconds"] for r in run_a), sum(r["seconds"] for r in run_b))
+    return Task(p.kind, p.program, tuple(p.inputs), tuple(r["output"] for r in run_a), p.message,
+                meta={"seconds": seconds})
+
+
+def _judge_output(gold: str, answer: str, policy: SandboxPolicy) -> Verdict:
+    if len(answer) > 2 * policy.max_output_chars:
+        return Verdict(False, "answer_too_long")
+    try:
+        value = parse_literal(answer)
+    except ValueError as e:
+        return Verdict(False, "answer_not_literal", str(e))
+    return Verdict(True, "pass") if values_equal(value, parse_literal(gold)) else Verdict(False, "wrong")
+
+
+def _judge_runs(results: list[dict], gold: Sequence[str]) -> Verdict:
+    for r, g in zip(results, gold):
+        if r["status"] != "ok":
+            return Verdict(False, r["status"], r["detail"])
+        try:
+            if not values_equal(parse_literal(r["output"]), parse_literal(g)):
+                return Verdict(False, "wrong")
+        except ValueError:
+            return Verdict(False, "output_not_literal")
+    return Verdict(True, "pass")
