@@ -19,7 +19,9 @@ single reason that is not the model's fault is "sandbox_error".
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
+import io
 import json
 import marshal
 import os
@@ -32,6 +34,7 @@ import threading
 import time
 import warnings
 from collections import deque
+from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from types import CodeType, MappingProxyType, ModuleType
 from typing import Optional, Sequence
@@ -592,7 +595,8 @@ def _combine(p: Proposal, run_a: list[dict], run_b: list[dict]) -> Task | Invali
         bad = next((r for r in run if r["status"] != "ok"), None)
         if bad is not None:  # an exception in one seed only is hash-order dependence
             flaky = bad["status"] == "runtime_error" and all(r["status"] == "ok" for r in other)
-            return Invalid("nondeterministic" if flaky else bad["status"], f"{which} run: {bad['detail']}".strip())
+            detail = bad["detail"] or ("wall-clock or CPU limit" if bad["status"] == "timeout" else "")
+            return Invalid("nondeterministic" if flaky else bad["status"], f"{which} run" + (f": {detail}" if detail else ""))
     for a, b in zip(run_a, run_b):
         try:
             same = a["output"] == b["output"] or values_equal(parse_literal(a["output"]), parse_literal(b["output"]))
@@ -626,3 +630,27 @@ def _judge_runs(results: list[dict], gold: Sequence[str]) -> Verdict:
         except ValueError:
             return Verdict(False, "output_not_literal")
     return Verdict(True, "pass")
+
+
+# ---------------------------------------------------------------- the anchor to beat (benchmarks only)
+def _unsafe_azr_run(job: tuple[str, str]) -> Optional[str]:
+    """AZR's check in its worker: exec the program, call f twice on the pasted input, compare reprs."""
+    program, inputs = job
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # as AZR's executor does
+            namespace: dict = {}
+            exec(program, namespace)  # noqa: S102 -- deliberately unsafe: this is the baseline
+            first, second = (repr(eval(f"f({inputs})", namespace)) for _ in range(2))  # noqa: S307
+        return first if first == second else None
+    except Exception:  # AZR maps every failure to an error status
+        return None
+
+
+def unsafe_azr_validate_many(proposals: Sequence[Proposal], pool: Executor) -> list[Optional[tuple[str, ...]]]:
+    """AZR's executor, for throughput comparisons on trusted seed programs only: exec in a worker of
+    `pool` (AZR: one pebble worker), inputs pasted into code, no limits, no isolation. Never give
+    it model output."""
+    jobs = [(p.program, text) for p in proposals for text in p.inputs]
+    outputs = iter(list(pool.map(_unsafe_azr_run, jobs)))
+    results = [tuple(next(outputs) for _ in p.inputs) for p in proposals]
+    return [None if None in r else r for r in results]
