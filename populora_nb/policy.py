@@ -1,0 +1,116 @@
+"""The loop's `Policy` on a real model: the LoRA population generates, and learns with TRR++.
+
+The loop names members ("agent", "T0", "S3", ...); the population numbers them. This module keeps
+that mapping, remembers the token ids each completion was sampled as (so the policy gradient scores
+exactly the sampled tokens, not a re-tokenisation of the text), and turns a member's samples into
+policy-gradient updates (`rl.policy_gradient_loss`, PPO-clip over `rl.ppo_epochs`, optional KL to
+the frozen base).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from populora_nb.adapters import Generation, Population, train_batch
+from populora_nb.base import Base, load_base
+from populora_nb.config import ExperimentConfig
+from populora_nb.operators import LoRAFactors
+from populora_nb.rl import policy_gradient_loss
+from populora_nb.stages import Sample
+
+
+class LoRAPolicy:
+    def __init__(self, config: ExperimentConfig, base: Base, population: Population, names: dict[str, int]):
+        self.config, self.base, self.population = config, base, population
+        self.names = dict(names)
+        """loop name -> population member id"""
+        self._sampled: dict[tuple[str, str, str], Generation] = {}
+
+    @classmethod
+    def create(cls, config: ExperimentConfig, roster: Sequence[tuple[str, str]], base: Base | None = None) -> "LoRAPolicy":
+        """A fresh population with one member per (name, role) of the roster."""
+        base = base or load_base(config, seed=config.run.seed)
+        pop = Population.create(base, [role for _, role in roster], config.lora, seed=config.run.seed)  # type: ignore[misc]
+        return cls(config, base, pop, {name: m.id for (name, _), m in zip(roster, pop.members)})
+
+    @property
+    def tokenizer(self):
+        return self.base.tokenizer
+
+    def generate(self, member_ids: Sequence[str], prompts: Sequence[str], max_new_tokens: int, seed: int) -> list[str]:
+        sc = self.config.sampling
+        generator = torch.Generator(device=self.base.device).manual_seed(seed)
+        gens = self.population.generate([self.names[m] for m in member_ids], list(prompts), max_new_tokens=max_new_tokens,
+                                        temperature=sc.temperature, top_p=sc.top_p, generator=generator)
+        for m, p, g in zip(member_ids, prompts, gens):
+            self._sampled[(m, p, g.text)] = g
+        return [g.text for g in gens]
+
+    def update(self, member_id: str, samples: Sequence[Sample]) -> dict[str, float]:
+        """PPO-clip / REINFORCE update of one member on its own samples."""
+        gens = [self._generation(member_id, s) for s in samples]
+        for s in samples:
+            self._sampled.pop((member_id, s.prompt, s.completion), None)
+        advantages = [s.advantage for s in samples]
+        if all(a == 0 for a in advantages):
+            # Zero advantages carry no gradient, but an AdamW step would still move the factors
+            # along their momentum: skip the step entirely.
+            return {"optim/skipped": 1.0}
+        rl = self.config.rl
+        batch = train_batch(gens, advantages, self.tokenizer.pad_token_id)
+        mid = self.names[member_id]
+        if rl.kl_coef > 0:
+            batch.ref_logprobs = self.population.logprobs(None, batch)
+        if rl.ppo_epochs > 1:
+            batch.old_logprobs = self.population.logprobs(mid, batch)
+
+        def loss_fn(logprobs, b):
+            return policy_gradient_loss(logprobs, b.completion_mask, b.advantages, old_logprobs=b.old_logprobs,
+                                        ref_logprobs=b.ref_logprobs, epsilon=rl.clip_epsilon, kl_coef=rl.kl_coef)
+
+        stats: dict[str, float] = {}
+        for _ in range(rl.ppo_epochs):
+            stats = self.population.train_step(mid, batch, loss_fn, micro_batch_size=rl.micro_batch)
+        stats["optim/skipped"] = 0.0
+        stats["optim/n_samples"] = float(len(samples))
+        return stats
+
+    def _generation(self, member_id: str, s: Sample) -> Generation:
+        g = self._sampled.get((member_id, s.prompt, s.completion))
+        if g is not None:
+            return g
+        # Not sampled by this policy (e.g. a scripted completion): score its tokenisation.
+        tok = self.tokenizer
+        prompt_ids = tok(s.prompt, add_special_tokens=False)["input_ids"]
+        completion_ids = tok(s.completion, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        return Generation(self.names[member_id], prompt_ids, completion_ids, s.completion, True)
+
+    # ---- evolution ------------------------------------------------------------------------------
+
+    def factors(self, name: str) -> LoRAFactors:
+        return self.population.factors(self.names[name])
+
+    def replace(self, old: str, new: str, factors: LoRAFactors, parents: Sequence[str], operator: str, step: int,
+                inherit_optimizer_from: str | None = None) -> None:
+        """The child ``new`` takes ``old``'s slot; ``old`` leaves the population."""
+        child = self.population.replace(
+            self.names[old], factors, parents=[self.names[p] for p in parents], birth_step=step, operator=operator,
+            inherit_optimizer_from=self.names[inherit_optimizer_from] if inherit_optimizer_from else None,
+        )
+        del self.names[old]
+        self.names[new] = child.id
+
+    # ---- checkpoints ----------------------------------------------------------------------------
+
+    def save(self, path: Path) -> None:
+        self.population.save(path)
+        (Path(path) / "names.json").write_text(json.dumps(list(self.names.items())))
+
+    def load(self, path: Path) -> None:
+        self.population = Population.load(self.base, path)
+        self.names = dict(json.loads((Path(path) / "names.json").read_text()))
+        self._sampled.clear()
