@@ -1,0 +1,393 @@
+"""Benchmark evaluation of population members, the baseline and the bare base (PopuLoRA §4, Table 1).
+
+The paper's claim: the population mean beats the compute-matched single-agent baseline on the code
+(HumanEval+, MBPP+, LiveCodeBench) and math (AIME 24/25, AMC 23, MATH-500, Minerva, GSM8K,
+OlympiadBench) benchmarks, and even the weakest member beats it on aggregate. This module turns
+models into that table: prompts -> completions (a callable per model, so the caller batches
+members on the mixed-adapter path) -> scores (code in the sandbox, math with math-verify) ->
+per-(model, benchmark) results saved as JSON (resumable) -> table and bar chart.
+
+Data loading lives in `benchmark_loaders.py`, code scoring in `benchmark_scoring.py`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from populora_nb.benchmark_loaders import (  # re-exported: the public API is this module
+    BENCHMARK_FILES, CODE_BENCHMARKS, DATA_ENV, MATH_BENCHMARKS, BenchmarkDataError, LcbTest, Problem,
+    available_benchmarks, last_boxed, load_benchmark, resolve_data_dir)
+from populora_nb.benchmark_math import MathChecker, extract_math_answer
+from populora_nb.benchmark_scoring import GroundTruth, evalplus_ground_truth, score_evalplus, score_lcb
+from populora_nb.prompts import render
+from populora_nb.verifier import BENCHMARK_POLICY, Verifier
+
+__all__ = ["BENCHMARK_FILES", "CODE_BENCHMARKS", "DATA_ENV", "MATH_BENCHMARKS", "BenchmarkDataError", "LcbTest",
+           "Problem", "available_benchmarks", "last_boxed", "load_benchmark", "resolve_data_dir", "MathChecker",
+           "extract_math_answer", "GroundTruth", "Score", "EvalResult", "TableRow", "benchmark_verifier",
+           "build_prompts", "score", "score_many", "pass_at_k", "evaluate", "summary_table", "format_table",
+           "plot_benchmarks", "load_results", "hf_generate", "write_report"]
+
+Generate = Callable[[list[str]], list[str]]
+"""Prompts -> completions, one per prompt, in order (greedy or sampled: the caller decides)."""
+JointGenerate = Callable[[Mapping[str, list[str]]], Mapping[str, list[str]]]
+"""{model: prompts} -> {model: completions}: every model in one call (one mixed-adapter batch)."""
+EVALPLUS_INSTRUCTION = ("Please provide a self-contained Python script that solves the following problem "
+                        "in a markdown code block:")
+MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+
+
+@dataclass(frozen=True)
+class Score:
+    passed: bool
+    status: str
+    """"pass", or why not: wrong, timeout, syntax, no_answer, not_equivalent, ... (first failure)."""
+    base_passed: bool | None = None
+    """EvalPlus only: the original tests alone (HumanEval / MBPP rather than the + versions)."""
+    answer: str = ""
+    """Math only: the extracted answer."""
+
+
+@dataclass
+class EvalResult:
+    model: str
+    benchmark: str
+    pass_at_k: dict[str, float]
+    """``{"pass@1": 0.12, ...}`` over scored problems; empty when nothing could be scored."""
+    n_problems: int
+    n_samples: int
+    problems: list[dict] = field(default_factory=list)
+    """Per problem: id, passed / status / base_passed / completion (one entry per sample)."""
+    settings: dict = field(default_factory=dict)
+    seconds: dict = field(default_factory=dict)
+
+    @property
+    def score(self) -> float:
+        """pass@1 (nan when nothing was scored, e.g. LiveCodeBench prompts without tests)."""
+        return self.pass_at_k.get("pass@1", math.nan)
+
+
+@dataclass(frozen=True)
+class TableRow:
+    benchmark: str
+    base: float
+    baseline: float
+    population_mean: float
+    best: float
+    worst: float
+
+
+def benchmark_verifier(timeout_s: float = 60.0, memory_mb: int = 4096, workers: int = 2) -> Verifier:
+    """A sandbox for benchmark code: the wider module policy, evalplus' 4 GB memory default."""
+    return Verifier(timeout_s=timeout_s, memory_mb=memory_mb, workers=workers, policy=BENCHMARK_POLICY)
+
+
+# ---------------------------------------------------------------- prompts
+def instruction(problem: Problem, fmt: str) -> str:
+    """What the model is asked, before any chat/r1 wrapping; "plain" EvalPlus is prompt completion."""
+    if problem.kind == "evalplus":
+        if fmt == "plain":
+            return problem.question
+        return f"{EVALPLUS_INSTRUCTION}\n```python\n{problem.question.strip()}\n```"
+    if problem.kind == "lcb":
+        return problem.question
+    return f"{problem.question.strip()}\n{MATH_INSTRUCTION}"
+
+
+def build_prompts(problems: Sequence[Problem], tokenizer_or_format: Any = "plain") -> list[str]:
+    """Model inputs: "plain" (raw text; EvalPlus as code completion), "r1" (AZR's template), or a
+    tokenizer, whose chat template wraps each instruction."""
+    if isinstance(tokenizer_or_format, str):
+        if tokenizer_or_format not in ("plain", "r1"):
+            raise ValueError(f"format must be 'plain', 'r1' or a tokenizer, got {tokenizer_or_format!r}")
+        fmt = tokenizer_or_format
+        return [instruction(p, fmt) if fmt == "plain" else render(instruction(p, fmt), None, "r1") for p in problems]
+    return [render(instruction(p, "chat"), tokenizer_or_format, "chat") for p in problems]
+
+
+def _format_name(tokenizer_or_format: Any) -> str:
+    if isinstance(tokenizer_or_format, str):
+        return tokenizer_or_format
+    return "chat:" + str(getattr(tokenizer_or_format, "name_or_path", type(tokenizer_or_format).__name__))
+
+
+# ---------------------------------------------------------------- scoring
+def score_many(problems: Sequence[Problem], completions: Sequence[str], verifier: Verifier | None = None,
+               math_checker: MathChecker | None = None, truths: Mapping[str, GroundTruth] | None = None) -> list[Score]:
+    """Score each completion against its problem; code in `verifier`'s sandbox (EvalPlus needs the
+    canonical outputs `truths`, keyed by problem id: computed here when missing)."""
+    if len(problems) != len(completions):
+        raise ValueError(f"{len(problems)} problems but {len(completions)} completions")
+    out: list[Score | None] = [None] * len(problems)
+    by_kind: dict[str, list[int]] = {}
+    for i, p in enumerate(problems):
+        by_kind.setdefault(p.kind, []).append(i)
+    if ("evalplus" in by_kind or "lcb" in by_kind) and verifier is None:
+        raise ValueError("code benchmarks need a verifier: pass benchmark_verifier() (a context manager)")
+    if "evalplus" in by_kind:
+        idx = by_kind["evalplus"]
+        truths = dict(truths or {})
+        missing = [problems[i] for i in idx if problems[i].id not in truths]
+        truths.update(zip((p.id for p in missing), evalplus_ground_truth(missing, verifier)) if missing else ())
+        verdicts = score_evalplus([problems[i] for i in idx], [completions[i] for i in idx],
+                                  [truths[problems[i].id] for i in idx], verifier)
+        for i, (base_ok, ok, status) in zip(idx, verdicts):
+            out[i] = Score(ok, status, base_passed=base_ok)
+    if "lcb" in by_kind:
+        idx = by_kind["lcb"]
+        for i, (ok, status) in zip(idx, score_lcb([problems[i] for i in idx], [completions[i] for i in idx], verifier)):
+            out[i] = Score(ok, status)
+    if "math" in by_kind:
+        idx = by_kind["math"]
+        answers = [extract_math_answer(completions[i]) for i in idx]
+        own = math_checker is None
+        checker = MathChecker() if own else math_checker
+        try:
+            verdicts = checker.check_many([(problems[i].answer, a) for i, a in zip(idx, answers) if a is not None])
+        finally:
+            if own:
+                checker.close()
+        it = iter(verdicts)
+        for i, a in zip(idx, answers):
+            ok, status = next(it) if a is not None else (False, "no_answer")
+            out[i] = Score(ok, status, answer=a or "")
+    return out  # type: ignore[return-value]
+
+
+def score(problem: Problem, completion: str, verifier: Verifier | None = None,
+          math_checker: MathChecker | None = None, truth: GroundTruth | None = None) -> Score:
+    """One completion (see `score_many`, which uses the sandbox's parallel workers)."""
+    return score_many([problem], [completion], verifier, math_checker, {problem.id: truth} if truth else None)[0]
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c correct (Chen et al. 2021, as in evalplus/human-eval)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+# ---------------------------------------------------------------- evaluation
+def _ground_truth_cached(problems: Sequence[Problem], verifier: Verifier, cache: Path | None) -> dict[str, GroundTruth]:
+    """Canonical outputs per problem id; cached under `cache` keyed by a hash of program + inputs."""
+    def key(p: Problem) -> str:
+        text = json.dumps([p.question, p.canonical_solution, p.entry_point, p.base_inputs, p.plus_inputs])
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+    stored = json.loads(cache.read_text()) if cache is not None and cache.is_file() else {}
+    truths = {p.id: GroundTruth.from_json(stored[p.id]) for p in problems
+              if p.id in stored and stored[p.id].get("key") == key(p)}
+    missing = [p for p in problems if p.id not in truths]
+    if missing:
+        for p, gt in zip(missing, evalplus_ground_truth(missing, verifier)):
+            truths[p.id] = gt
+            stored[p.id] = dict(gt.to_json(), key=key(p))
+        if cache is not None:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            cache.write_text(json.dumps(stored))
+    return truths
+
+
+def _result_path(out_dir: Path, model: str, benchmark: str) -> Path:
+    return out_dir / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', model)}__{benchmark}.json"
+
+
+def _finish(model: str, benchmark: str, problems: Sequence[Problem], completions: list[str], scores: list[Score],
+            n_samples: int, settings: dict, seconds: dict) -> EvalResult:
+    rows, counts = [], []
+    for j, p in enumerate(problems):
+        mine = scores[j * n_samples:(j + 1) * n_samples]
+        rows.append({"id": p.id, "passed": [s.passed for s in mine], "status": [s.status for s in mine],
+                     "base_passed": [s.base_passed for s in mine], "answer": [s.answer for s in mine],
+                     "completion": completions[j * n_samples:(j + 1) * n_samples]})
+        counts.append(sum(s.passed for s in mine))
+    ks = sorted({1, n_samples})
+    metrics = {f"pass@{k}": sum(pass_at_k(n_samples, c, k) for c in counts) / len(counts) for k in ks} if counts else {}
+    if counts and problems[0].kind == "evalplus":
+        metrics["base_pass@1"] = sum(sum(bool(b) for b in r["base_passed"]) / n_samples for r in rows) / len(rows)
+    return EvalResult(model, benchmark, metrics, len(problems), n_samples, rows, settings, seconds)
+
+
+def evaluate(models: Mapping[str, Generate] | Sequence[str], benchmarks: Sequence[str],
+             tokenizer_or_format: Any = "plain", data_dir: str | Path | None = None, limit: int | None = None,
+             out_dir: str | Path | None = None, n_samples: int = 1, verifier: Verifier | None = None,
+             math_checker: MathChecker | None = None, generate_joint: JointGenerate | None = None,
+             progress: Callable[[str], None] | None = None) -> list[EvalResult]:
+    """Every model on every benchmark. `models` maps names to `Generate` callables, or is a list of
+    names when `generate_joint` produces all models' completions in one call per benchmark. Each
+    prompt is repeated `n_samples` times (sample in the callable for pass@k). With `out_dir`,
+    results are saved as ``<model>__<benchmark>.json`` and pairs already there (same settings)
+    are loaded instead of recomputed, so an interrupted evaluation resumes."""
+    names = list(models)
+    if generate_joint is None and not isinstance(models, Mapping):
+        raise ValueError("pass models as {name: generate} or give generate_joint")
+    if n_samples < 1:
+        raise ValueError("n_samples must be >= 1")
+    out = Path(out_dir) if out_dir is not None else None
+    own_verifier = verifier is None and any(BENCHMARK_FILES[b][0] != "math" for b in benchmarks)
+    own_checker = math_checker is None and any(BENCHMARK_FILES[b][0] == "math" for b in benchmarks)
+    verifier = benchmark_verifier() if own_verifier else verifier
+    math_checker = MathChecker() if own_checker else math_checker
+    say = progress or (lambda _: None)
+    results: list[EvalResult] = []
+    try:
+        for bench in benchmarks:
+            problems = [p for p in load_benchmark(bench, data_dir, limit) if p.has_tests]
+            settings = {"limit": limit, "n_samples": n_samples, "format": _format_name(tokenizer_or_format),
+                        "problems": [p.id for p in problems]}
+            todo, done = [], {}
+            for name in names:
+                path = _result_path(out, name, bench) if out else None
+                if path is not None and path.is_file() and json.loads(path.read_text()).get("settings") == settings:
+                    done[name] = EvalResult(**json.loads(path.read_text()))
+                    say(f"[eval] {name} / {bench}: loaded {path.name}")
+                else:
+                    todo.append(name)
+            if todo and problems:
+                prompts = [q for q in build_prompts(problems, tokenizer_or_format) for _ in range(n_samples)]
+                t0 = time.time()
+                if generate_joint is not None:
+                    completions = dict(generate_joint({n: prompts for n in todo}))
+                else:
+                    completions = {n: list(models[n](prompts)) for n in todo}  # type: ignore[index]
+                gen_s = time.time() - t0
+                truths = (_ground_truth_cached(problems, verifier, out / "ground_truth" / f"{bench}.json" if out else None)
+                          if problems[0].kind == "evalplus" else None)
+                for name in todo:
+                    if len(completions[name]) != len(prompts):
+                        raise ValueError(f"{name}: {len(completions[name])} completions for {len(prompts)} prompts")
+                    t1 = time.time()
+                    scores = score_many([p for p in problems for _ in range(n_samples)], completions[name],
+                                        verifier, math_checker, truths)
+                    done[name] = _finish(name, bench, problems, completions[name], scores, n_samples, settings,
+                                         {"generate_all_models": gen_s, "score": time.time() - t1})
+            for name in todo if not problems else ():
+                done[name] = EvalResult(name, bench, {}, 0, n_samples, [], settings, {})
+            for name in names:
+                r = done[name]
+                if out is not None and name in todo:
+                    out.mkdir(parents=True, exist_ok=True)
+                    _result_path(out, name, bench).write_text(json.dumps(asdict(r), indent=1))
+                say(f"[eval] {name} / {bench}: pass@1 {r.score:.3f} on {r.n_problems} problems")
+                results.append(r)
+    finally:
+        if own_verifier:
+            verifier.close()
+        if own_checker:
+            math_checker.close()
+    return results
+
+
+def load_results(out_dir: str | Path) -> list[EvalResult]:
+    """Every ``<model>__<benchmark>.json`` saved by `evaluate` under `out_dir`."""
+    return [EvalResult(**json.loads(p.read_text())) for p in sorted(Path(out_dir).glob("*__*.json"))]
+
+
+def hf_generate(model: Any, tokenizer: Any, max_new_tokens: int = 256, batch_size: int = 8) -> Generate:
+    """A greedy `Generate` over a plain transformers model (the bare base); population members go
+    through the mixed-adapter path instead (`adapters.Population.generate`)."""
+    import torch
+
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    device = next(model.parameters()).device
+
+    def generate(prompts: list[str]) -> list[str]:
+        out: list[str] = []
+        for start in range(0, len(prompts), batch_size):
+            ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts[start:start + batch_size]]
+            width = max(map(len, ids))
+            input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=device)  # (B, T) left-padded
+            mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=device)
+            with torch.no_grad():
+                seqs = model.generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                                      do_sample=False, pad_token_id=pad)
+            out += tokenizer.batch_decode(seqs[:, width:], skip_special_tokens=True)
+        return out
+
+    return generate
+
+
+# ---------------------------------------------------------------- table and figure
+def _mean(xs: Sequence[float]) -> float:
+    xs = [x for x in xs if not math.isnan(x)]
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+def summary_table(results: Sequence[EvalResult], base: str = "base", baseline: str = "baseline",
+                  members: Sequence[str] | None = None) -> list[TableRow]:
+    """Rows (benchmark, base, baseline, population mean, best, worst member) in pass@1, then an
+    "average" row over the benchmarks scored for every model (best / worst: member averages)."""
+    by = {(r.model, r.benchmark): r.score for r in results}
+    members = list(members) if members is not None else sorted({r.model for r in results} - {base, baseline})
+    if not members:
+        raise ValueError("no population members among the results")
+    benches = list(dict.fromkeys(r.benchmark for r in results))
+    rows = []
+    for b in benches:
+        ms = [by.get((m, b), math.nan) for m in members]
+        rows.append(TableRow(b, by.get((base, b), math.nan), by.get((baseline, b), math.nan), _mean(ms),
+                             max(ms) if not any(map(math.isnan, ms)) else math.nan,
+                             min(ms) if not any(map(math.isnan, ms)) else math.nan))
+    scored = [b for b in benches if all(not math.isnan(by.get((m, b), math.nan)) for m in [base, baseline, *members])]
+    if scored:
+        avg = {m: _mean([by[(m, b)] for b in scored]) for m in [base, baseline, *members]}
+        rows.append(TableRow("average", avg[base], avg[baseline], _mean([avg[m] for m in members]),
+                             max(avg[m] for m in members), min(avg[m] for m in members)))
+    return rows
+
+
+def format_table(rows: Sequence[TableRow]) -> str:
+    """A Markdown table in percent (n/a where a model has no score)."""
+    def pct(x: float) -> str:
+        return "n/a" if math.isnan(x) else f"{100 * x:.1f}"
+    lines = ["| benchmark | base | baseline | population mean | best | worst |", "|---|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r.benchmark} | {pct(r.base)} | {pct(r.baseline)} | {pct(r.population_mean)} | "
+              f"{pct(r.best)} | {pct(r.worst)} |" for r in rows]
+    return "\n".join(lines)
+
+
+def plot_benchmarks(table: Sequence[TableRow], title: str = "pass@1 by benchmark"):
+    """Grouped bars (base, baseline, population mean with a best-worst range) per benchmark."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(table)), 3.6))
+    x = list(range(len(table)))
+    w = 0.26
+    nan0 = lambda v: 0.0 if math.isnan(v) else 100 * v  # noqa: E731 - a bar of height 0 for "n/a"
+    ax.bar([i - w for i in x], [nan0(r.base) for r in table], w, label="base", color="#b0b0b0")
+    ax.bar(x, [nan0(r.baseline) for r in table], w, label="baseline (AZR)", color="#4c72b0")
+    means = [nan0(r.population_mean) for r in table]
+    lo = [max(0.0, m - nan0(r.worst)) for m, r in zip(means, table)]
+    hi = [max(0.0, nan0(r.best) - m) for m, r in zip(means, table)]
+    ax.bar([i + w for i in x], means, w, yerr=[lo, hi], capsize=3, label="population mean (best-worst)", color="#dd8452")
+    ax.set_xticks(x, [r.benchmark for r in table], rotation=30, ha="right")
+    ax.set_ylabel("pass@1 (%)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def write_report(results: Sequence[EvalResult], out_dir: str | Path, base: str = "base", baseline: str = "baseline",
+                 members: Sequence[str] | None = None) -> dict[str, Path]:
+    """Save the summary as ``table.md``, ``table.json`` and ``benchmarks.png`` in `out_dir` (for
+    ``python -m populora_nb eval`` and notebook 06); returns the paths by kind."""
+    import matplotlib.pyplot as plt
+
+    rows = summary_table(results, base, baseline, members)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"markdown": out / "table.md", "json": out / "table.json", "figure": out / "benchmarks.png"}
+    paths["markdown"].write_text(format_table(rows) + "\n")
+    paths["json"].write_text(json.dumps([{k: None if isinstance(v, float) and math.isnan(v) else v
+                                           for k, v in asdict(r).items()} for r in rows], indent=1))
+    fig = plot_benchmarks(rows)
+    fig.savefig(paths["figure"], dpi=120)
+    plt.close(fig)
+    return paths
