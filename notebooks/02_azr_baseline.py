@@ -1,0 +1,88 @@
+# %% [markdown]
+# # 02 · The single-agent AZR baseline
+#
+# **Goal:** run Absolute Zero's self-play with one agent that both proposes tasks and solves them,
+# and watch its learning signal: how often its proposals are valid, how often it solves them, and
+# the rewards that drive it. This is the system PopuLoRA compares against; over long runs it
+# collapses to easy tasks (notebook 05 measures that).
+#
+# One step: the agent proposes `rl.proposals_per_kind` tasks of each kind → the sandboxed verifier
+# keeps the valid ones → the agent solves each with `rl.rollouts` samples → AZR's proposer reward
+# (1 − s for 0 < s < 1, −0.5 at s ∈ {0, 1}, −1 invalid) and the student reward (+1 / −0.5 / −1)
+# → TRR++ advantages per (role × kind) → one policy-gradient step on the agent's LoRA.
+
+# %% tags=["parameters"]
+import os
+
+preset = os.environ.get("POPULORA_PRESET", "smoke")
+out_dir = None  # set by `make run`: the experiment directory; figures are saved here as PNG
+steps = None  # None: the preset's run.steps
+seed = 0
+
+# %%
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+from populora_nb import plots
+from populora_nb.config import load_config
+from populora_nb.loop import run
+from populora_nb.records import RunDir
+from populora_nb.widgets import Dashboard
+
+overrides = {"run.agent": "baseline", "run.seed": seed}
+if steps is not None:
+    overrides["run.steps"] = steps
+config = load_config(preset, overrides)
+experiment = Path(out_dir) if out_dir else Path("..") / "runs" / f"notebooks-{preset}"
+run_dir = experiment / "baseline"
+print(f"preset {config.preset}: {config.model.name}, {config.run.steps} steps, kinds {config.tasks.kinds}, "
+      f"{config.rl.proposals_per_kind} proposals/kind, {config.rl.rollouts} rollouts, lr {config.lora.lr}")
+print(f"run directory: {run_dir.resolve()} (rerunning this notebook resumes it)")
+
+# %% [markdown]
+# ## Train, with a live dashboard
+# What to look for: the valid-proposal rate and the solve rate per kind, step by step. A small
+# model starts with few valid proposals; the top-up from the seed buffer keeps the solver busy.
+
+# %%
+dash = Dashboard(run_dir, config.run.steps, config.tasks.kinds)
+dash.show()
+result = run(config, run_dir, on_step=dash.update)
+
+# %% [markdown]
+# ## Curves
+# What to look for: does the valid rate or the solve rate rise above step 0? Rewards follow them.
+
+# %%
+fig, axes = plt.subplots(2, 2, figsize=(12, 7))
+plots.plot_metric({"baseline": run_dir}, "teacher/valid_rate", title="Valid-proposal rate", ax=axes[0, 0])
+plots.plot_solve_rates({"baseline": run_dir}, kinds=config.tasks.kinds, ax=axes[0, 1])
+plots.plot_rewards(run_dir, ax=axes[1, 0])
+plots.plot_invalid_reasons(run_dir, ax=axes[1, 1])
+fig.tight_layout()
+if out_dir:
+    fig.savefig(experiment / "02_baseline.png", dpi=110)
+plt.show()
+
+# %% [markdown]
+# ## What the agent proposed
+# The last few proposals with the verifier's verdict and, for valid ones, the solve rate.
+
+# %%
+for row in result.read("tasks")[-6:]:
+    verdict = f"valid, solve rate {row['solve_rate']}" if row["valid"] else f"rejected: {row['reason']}"
+    print(f"--- step {row['step']} {row['kind']} ({verdict})\n{row['program'][:400] or '(nothing parsable)'}")
+    if row["valid"]:
+        print(f"input: {row['inputs'][0]}  ->  output: {row['outputs'][0]}")
+
+# %% [markdown]
+# ## Verify it is real
+
+# %%
+metrics = result.read("metrics")
+assert {r["step"] for r in metrics} == set(range(config.run.steps)), "one metrics row per step"
+assert all(r["member"] == "agent" for r in metrics)
+assert len(result.read("tasks")) == config.run.steps * config.rl.proposals_per_kind * len(config.tasks.kinds)
+assert result.latest_checkpoint() is not None and result.latest_checkpoint()[0] == config.run.steps
+print(f"{len(metrics)} steps logged; latest checkpoint: {result.latest_checkpoint()[1]}")
