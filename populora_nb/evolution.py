@@ -1,0 +1,299 @@
+"""Replacement by evolution (PopuLoRA): "every few update steps, the weakest members of the teacher
+sub-population and the student sub-population are replaced through LoRA weight-space evolution".
+
+This module decides who is replaced, by which children of whom, and keeps the lineage; the weight-
+space operators themselves live in `operators.py`. Everything here is pure and works on plain data
+(member ids, roles, TrueSkill μ and σ) with an explicit `random.Random`, so the loop can call it and
+tests can check it without a model.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+
+import torch
+
+from populora_nb.operators import (  # noqa: F401  (LoRAPair/LoRAFactors re-exported for callers)
+    CONTROLS,
+    OPERATORS,
+    PAPER_IDS,
+    LoRAFactors,
+    LoRAPair,
+    Operator,
+    arity,
+)
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+TRUESKILL_PRIOR = (25.0, 25.0 / 3.0)  # the `trueskill` package's default (μ, σ)
+
+
+@dataclass(frozen=True)
+class MemberRating:
+    """What replacement needs to know about one member."""
+
+    member_id: str
+    role: str  # "teacher" or "student" (any label: replacement works within each role)
+    mu: float
+    sigma: float
+    born: int = 0  # step at which the member entered the population
+
+
+def fitness(mu: float, sigma: float, k: float = 3.0) -> float:
+    """TrueSkill's conservative skill μ − kσ: with k = 3 the true skill exceeds it with ~99.9%
+    probability, so a lucky newcomer with few games does not outrank a proven member."""
+    return mu - k * sigma
+
+
+@dataclass(frozen=True)
+class OperatorMix:
+    """Relative weights of the operators drawn for children (names from `operators.OPERATORS`)."""
+
+    weights: Mapping[str, float]
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.weights) - set(OPERATORS))
+        if unknown:
+            raise ValueError(f"unknown operators {unknown}; choose from {sorted(OPERATORS)}")
+        if any(w < 0 for w in self.weights.values()) or sum(self.weights.values()) <= 0:
+            raise ValueError("operator weights must be ≥ 0 with a positive sum")
+        object.__setattr__(self, "weights", MappingProxyType(dict(self.weights)))
+
+    def sample(self, rng: random.Random, max_parents: int = 2) -> str:
+        """One operator name, restricted to those needing at most `max_parents` parents."""
+        names = [n for n, w in self.weights.items() if w > 0 and arity(n) <= max_parents]
+        if not names:
+            raise ValueError(f"the mix has no operator with ≤ {max_parents} parents; add a mutation to it")
+        return rng.choices(names, weights=[self.weights[n] for n in names])[0]
+
+
+# The paper's four mutations and four crossovers, equally likely. M5 is optional in the paper and the
+# controls are baselines, not evolution: both stay out of the default and a custom mix can add them.
+PAPER_MIX = OperatorMix(
+    dict.fromkeys(
+        ["svd_structured", "layer_selective_gaussian", "component_masking", "full_gaussian",
+         "dare", "layer_swap", "svd_subspace", "extrapolative"],
+        1.0,
+    )
+)
+
+
+def tournament_select(candidates: Sequence[MemberRating], rng: random.Random, size: int = 3, k: float = 3.0) -> MemberRating:
+    """The fittest of `size` candidates drawn uniformly without replacement (all if fewer)."""
+    contenders = rng.sample(list(candidates), min(size, len(candidates)))
+    return max(contenders, key=lambda m: (fitness(m.mu, m.sigma, k), m.member_id))
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """One child's birth record; the records of a run form its lineage tree."""
+
+    child: str
+    parents: tuple[str, ...]  # one for a mutation, two for a crossover (fitter first)
+    operator: str
+    step: int
+    role: str
+    replaced: str  # the member whose slot the child takes
+
+
+def is_evolution_step(step: int, every: int) -> bool:
+    """Replacement runs after every `every`-th update step (never at step 0)."""
+    return every > 0 and step > 0 and step % every == 0
+
+
+def plan_replacement(
+    members: Sequence[MemberRating],
+    *,
+    step: int,
+    rng: random.Random,
+    num_replaced: int = 1,
+    mix: OperatorMix = PAPER_MIX,
+    tournament_size: int = 3,
+    k: float = 3.0,
+    grace_steps: int = 0,
+) -> list[Lineage]:
+    """In each role, the `num_replaced` weakest members by μ − kσ are replaced by children of
+    parents chosen by tournament among the rest of that role, with operators drawn from `mix`.
+
+    Members younger than `grace_steps` are not replaced: a child's inflated σ lowers its μ − kσ, so
+    without grace it is often the next one culled before it has played enough games to be judged.
+    Children are named "{role}-s{step}-{j}". Crossover parents come fitter first; a crossover is
+    only drawn when the role has two possible parents.
+    """
+    ids = [m.member_id for m in members]
+    if len(set(ids)) != len(ids):
+        raise ValueError("member ids must be unique")
+    records: list[Lineage] = []
+    for role in dict.fromkeys(m.role for m in members):  # roles in first-seen order
+        pool = sorted((m for m in members if m.role == role), key=lambda m: (fitness(m.mu, m.sigma, k), m.member_id))
+        if num_replaced >= len(pool):
+            raise ValueError(f"role {role!r} has {len(pool)} members; num_replaced={num_replaced} must be smaller")
+        weakest = [m for m in pool if step - m.born >= grace_steps][:num_replaced]
+        survivors = [m for m in pool if m not in weakest]
+        for j, weak in enumerate(weakest):
+            operator = mix.sample(rng, max_parents=min(2, len(survivors)))
+            first = tournament_select(survivors, rng, tournament_size, k)
+            parents = [first]
+            if arity(operator) == 2:
+                parents.append(tournament_select([m for m in survivors if m is not first], rng, tournament_size, k))
+                parents.sort(key=lambda m: fitness(m.mu, m.sigma, k), reverse=True)
+            child = f"{role}-s{step}-{j}"
+            records.append(Lineage(child, tuple(p.member_id for p in parents), operator, step, role, weak.member_id))
+    return records
+
+
+def inherit_rating(
+    parents: Sequence[tuple[float, float]],
+    *,
+    sigma_inflation: float = 2.0,
+    prior: tuple[float, float] = TRUESKILL_PRIOR,
+    from_prior: bool = False,
+) -> tuple[float, float]:
+    """A child's starting (μ, σ): its parents' mean μ with the larger parent σ times
+    `sigma_inflation`, capped at the prior σ (a child is less known than its parents, but not less
+    than a stranger); or the prior itself when `from_prior`."""
+    if from_prior:
+        return prior
+    mu = sum(m for m, _ in parents) / len(parents)
+    return mu, min(max(s for _, s in parents) * sigma_inflation, prior[1])
+
+
+def apply_operator(
+    record: Lineage,
+    parents: Sequence[LoRAFactors],
+    *,
+    generator: torch.Generator,
+    registry: Mapping[str, Operator] = OPERATORS,
+) -> LoRAFactors:
+    """The child's factors for a planned birth; `parents` in the record's order. Operator hyper-
+    parameters come from `registry` (e.g. a copy of OPERATORS with functools.partial entries)."""
+    if len(parents) != arity(record.operator):
+        raise ValueError(f"{record.operator} takes {arity(record.operator)} parents, got {len(parents)}")
+    return registry[record.operator](*parents, generator=generator)
+
+
+def simulate_lineage(
+    members: Sequence[MemberRating],
+    *,
+    generations: int,
+    every: int,
+    rng: random.Random,
+    num_replaced: int = 1,
+    mix: OperatorMix = PAPER_MIX,
+    drift: float = 1.0,
+    grace_steps: int = 0,
+) -> list[Lineage]:
+    """A synthetic run for plots and tests: between evolution steps each μ takes a Gaussian step of
+    size `drift` and σ shrinks by 10% (standing in for training and games); children inherit
+    ratings through `inherit_rating`. No weights are involved."""
+    population = {m.member_id: m for m in members}
+    records: list[Lineage] = []
+    for generation in range(1, generations + 1):
+        step = generation * every
+        population = {
+            i: replace(m, mu=m.mu + rng.gauss(0.0, drift), sigma=max(1.0, 0.9 * m.sigma)) for i, m in population.items()
+        }
+        births = plan_replacement(
+            list(population.values()), step=step, rng=rng, num_replaced=num_replaced, mix=mix, grace_steps=grace_steps
+        )
+        for birth in births:
+            mu, sigma = inherit_rating([(population[p].mu, population[p].sigma) for p in birth.parents])
+            del population[birth.replaced]
+            population[birth.child] = MemberRating(birth.child, birth.role, mu, sigma, born=step)
+        records.extend(births)
+    return records
+
+
+def lineage_parents(records: Sequence[Lineage]) -> dict[str, tuple[str, ...]]:
+    """The lineage tree as child → parents."""
+    return {r.child: r.parents for r in records}
+
+
+def ancestors(member_id: str, records: Sequence[Lineage]) -> set[str]:
+    """Every member that `member_id` descends from."""
+    tree = lineage_parents(records)
+    found: set[str] = set()
+    stack = list(tree.get(member_id, ()))
+    while stack:
+        parent = stack.pop()
+        if parent not in found:
+            found.add(parent)
+            stack.extend(tree.get(parent, ()))
+    return found
+
+
+def plot_lineage(
+    lineage_records: Sequence[Lineage], ax: Axes | None = None, *, founders: Mapping[str, str] | None = None
+) -> Axes:
+    """Lineage tree over time: one lane per population slot (a child takes the slot of the member
+    it replaces), a line per member's lifetime, an arrow from each parent to each child coloured
+    by operator (dashed for a crossover's second parent). Successive occupants of a slot alternate
+    between dark and light. `founders` (id → role) adds initial members the records never mention."""
+    import matplotlib.pyplot as plt  # plotting stays optional for the math above
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 4))
+    records = sorted(lineage_records, key=lambda r: r.step)
+    children = {r.child for r in records}
+    role_of = dict(founders or {}) | {i: r.role for r in records for i in (r.replaced, r.child, *r.parents)}
+    founders = sorted((i for i in role_of if i not in children), key=lambda i: (role_of[i], i))
+    lane = {member: y for y, member in enumerate(founders)}
+    born = dict.fromkeys(founders, 0)
+    died: dict[str, int] = {}
+    for r in records:
+        lane[r.child], born[r.child], died[r.replaced] = lane[r.replaced], r.step, r.step
+    steps = sorted({r.step for r in records}) or [1]
+    gap = min((b - a for a, b in zip(steps, steps[1:])), default=steps[0])
+    end = steps[-1] + gap
+    roles = sorted(set(role_of.values()))
+    role_color = {role: plt.get_cmap("Set2")(i) for i, role in enumerate(roles)}
+    occupant = {}  # successive occupants of a lane alternate in shade, so each lifetime is visible
+    for member in sorted(lane, key=lambda m: born[m]):
+        occupant[member] = sum(1 for other in occupant if lane[other] == lane[member])
+        ax.plot([born[member], died.get(member, end)], [lane[member]] * 2, color=role_color[role_of[member]],
+                lw=4, alpha=0.35 if occupant[member] % 2 else 0.75, solid_capstyle="butt")
+    operators = sorted({r.operator for r in records}, key=list(OPERATORS).index)
+    op_color = {op: plt.get_cmap("tab10")(i % 10) for i, op in enumerate(operators)}
+    for r in records:
+        for n, parent in enumerate(r.parents):
+            ax.annotate("", xy=(r.step, lane[r.child]), xytext=(r.step - 0.45 * gap, lane[parent]),
+                        arrowprops=dict(arrowstyle="->", color=op_color[r.operator], ls="--" if n else "-", lw=1.2))
+        ax.plot(r.step, lane[r.child], "o", color=op_color[r.operator], ms=5)
+    for op in operators:
+        ax.plot([], [], color=op_color[op], label=f"{PAPER_IDS.get(op, op)} {op}" if op not in CONTROLS else op)
+    for role in roles:
+        ax.plot([], [], color=role_color[role], lw=4, alpha=0.75, label=f"{role} lifetimes")
+    ax.set_yticks(range(len(founders)), [f"{role_of[f]} slot {sum(role_of[g] == role_of[f] for g in founders[:i])}" for i, f in enumerate(founders)])
+    ax.set_xlabel("update step")
+    ax.set_title("lineage: children replace the weakest of their role")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return ax
+
+
+def retention_curves(
+    parent: LoRAFactors,
+    partner: LoRAFactors,
+    *,
+    train_and_score: Callable[[LoRAFactors, int], Sequence[float]],
+    num_steps: int = 20,
+    operators: Sequence[str] = tuple(OPERATORS),
+    seed: int = 0,
+    registry: Mapping[str, Operator] = OPERATORS,
+) -> dict[str, list[float]]:
+    """The retention experiment: for each operator, a child of the trained `parent` (with
+    `partner` as second parent for crossovers, `parent` counted fitter), retrained by
+    `train_and_score(child, num_steps)`, which returns the reward before training and after each
+    step (num_steps + 1 values). Each operator's generator is seeded from (seed, name), so adding
+    an operator changes no other curve. copy_parent and linear_0_5 in `operators` are the controls."""
+    device = next(iter(parent.values())).A.device
+    curves = {}
+    for name in operators:
+        generator = torch.Generator(device).manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+        child = registry[name](*(parent, partner)[: arity(name)], generator=generator)
+        curves[name] = [float(x) for x in train_and_score(child, num_steps)]
+    return curves
