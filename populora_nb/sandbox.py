@@ -12,8 +12,13 @@ Layers, outermost first; the zygote reports which ones this machine allows (hell
   child (per run): own session, killed as a group; stdin/stdout/stderr on /dev/null, every other
       fd closed; rlimits (CPU, address space, file size 0, no new processes, no core); chroot
       into a fresh empty directory and a drop to an unprivileged uid (root); death with the zygote.
+Without root there is no namespace, chroot or uid drop: the static policy, the stubs and the
+rlimits remain (RLIMIT_NPROC=0 still stops fork for an ordinary user), which the tests check.
 Everything a run needs is prepared in the zygote, so a fork copies it for free: measured here,
 each page a child writes costs a copy-on-write fault of ~6 us, more than most programs run.
+The OS layer is the boundary; the policy and the stubs only make escapes rarer and statuses
+clearer (a program that reached ``os`` anyway could still forge its own result lines, never
+another run's, and the parent parses them as data).
 
 Protocol: a request is a header line ``mode entry n size timeout_s memory_mb`` then `size` bytes
 of marshal data (code object, arguments, stdin: the parent compiled and parsed them, so children
@@ -248,6 +253,15 @@ class _Sink(io.RawIOBase):
         return len(b)
 
 
+def _stdin_opener(data: bytes):
+    """`open` for scripts: ``open(0)`` (a competitive-programming idiom) reads stdin, nothing else opens."""
+    def open_stdin(file, mode="r", *args, **kwargs):
+        if file != 0 or any(c in mode for c in "wax+"):
+            raise PermissionError("open is disabled in the sandbox; only open(0) reads stdin")
+        return io.BytesIO(data) if "b" in mode else io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
+    return open_stdin
+
+
 def _text(sink: _Sink) -> io.TextIOWrapper:
     return io.TextIOWrapper(io.BufferedWriter(sink), encoding="utf-8", errors="replace")
 
@@ -279,8 +293,9 @@ def _harness(req: dict, cfg: dict, write) -> None:
     if script:
         stdout = _Sink(cfg["stdout_cap"])
         sys.stdout = _text(stdout)
-        sys.stdin = io.TextIOWrapper(io.BytesIO(stdin.encode("utf-8", "replace")), encoding="utf-8")
-        builtins.input = _REAL_INPUT
+        data = stdin.encode("utf-8", "replace")
+        sys.stdin = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
+        builtins.input, builtins.open = _REAL_INPUT, _stdin_opener(data)
     start = clock()
     try:
         exec(code, user_globals)

@@ -35,7 +35,7 @@ import time
 import warnings
 from collections import deque
 from concurrent.futures import Executor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from types import CodeType, MappingProxyType, ModuleType
 from typing import Optional, Sequence
 
@@ -56,7 +56,7 @@ TASK_MODULES = frozenset({
 """Modules that real AZR tasks import (see tests/test_verifier.py's corpus check), nothing else."""
 BENCHMARK_MODULES = TASK_MODULES | frozenset({
     "sys", "io", "random", "datetime", "calendar", "time", "hashlib", "types", "contextlib",
-    "pprint", "reprlib", "graphlib", "weakref", "keyword", "warnings"})
+    "pprint", "reprlib", "graphlib", "weakref", "keyword", "warnings", "_strptime"})
 """Benchmark code and solutions to it (HumanEval+, MBPP+, LiveCodeBench stdin programs)."""
 FRAME_ATTRIBUTES = frozenset({
     "gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "cr_code", "cr_await", "ag_frame", "ag_code",
@@ -133,9 +133,12 @@ BENCHMARK_POLICY = SandboxPolicy(
     allowed_modules=BENCHMARK_MODULES,
     banned_modules=frozenset({"subprocess", "multiprocessing", "pebble", "socket", "ctypes", "os",
                               "shutil", "signal", "importlib", "pathlib", "tempfile", "pickle"}),
+    banned_names=BANNED_NAMES - {"open", "exit", "quit"},  # scripts end with exit(); open(0) reads stdin
     allowed_dunder_attributes=SAFE_DUNDERS, max_program_chars=100_000, max_input_chars=1_000_000,
     max_output_chars=1_000_000)
-"""Trusted-ish benchmark code: more modules (sys for stdin, random, time...), same isolation."""
+"""Trusted-ish benchmark code and model solutions to it: more modules (sys for stdin, random,
+time...), ``super().__init__`` and friends, same isolation. Threads still cannot start (no new
+processes), and in call mode ``open`` is stubbed; in script mode only ``open(0)`` works (stdin)."""
 
 
 @dataclass(frozen=True)
@@ -193,22 +196,18 @@ class Isolation:
 
     network_namespace: bool
     chroot: bool
-    uid: Optional[int]
+    uids: tuple[int, ...]
+    """The unprivileged uid of each zygote's children (empty when not running as root)."""
     hash_seeds: tuple[int, ...]
 
 
 # ---------------------------------------------------------------- static policy (parent)
-_MODULE_CACHE: dict[str, Optional[ModuleType]] = {}
-
-
 def _module(name: str) -> Optional[ModuleType]:
-    """The real module object (allow-listed stdlib only), to see which attributes are modules."""
-    if name not in _MODULE_CACHE:
-        try:
-            _MODULE_CACHE[name] = importlib.import_module(name)
-        except ImportError:
-            _MODULE_CACHE[name] = None
-    return _MODULE_CACHE[name]
+    """The real module (allow-listed, or already loaded): which of its attributes are modules?"""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
 
 
 def _dunder(name: str) -> bool:
@@ -364,7 +363,7 @@ class Verifier:
             self._zygotes = [self._spawn(i) for i in range(max(2, self.workers + self.workers % 2))]
             hellos = [z.hello for z in self._zygotes]
             self.isolation = Isolation(all(h["netns"] for h in hellos), all(h["chroot"] for h in hellos),
-                                       hellos[0]["uid"], self.hash_seeds)
+                                       tuple(h["uid"] for h in hellos if h["uid"] is not None), self.hash_seeds)
 
     def _spawn(self, index: int) -> _Zygote:
         cfg = {"preload": sorted(self.policy.allowed_modules), "allowed_modules": sorted(self.policy.allowed_modules),
@@ -374,10 +373,11 @@ class Verifier:
                # one uid per zygote and parent process: no child can signal another run's child
                "uid": self.uid_base + (os.getpid() * 64 + index) % 1_000_000_000}
         # -S: no site-packages inside; a two-variable env: nothing of the parent's environment leaks.
-        proc = subprocess.Popen([sys.executable, "-S", "-B", SANDBOX_SCRIPT, json.dumps(cfg)],
+        # A session of its own: Ctrl-C in a notebook interrupts the caller, not the zygotes.
+        env = {"PYTHONHASHSEED": str(self.hash_seeds[index % 2]), "PYTHONIOENCODING": "utf-8"}
+        proc = subprocess.Popen([sys.executable, "-S", "-B", SANDBOX_SCRIPT, json.dumps(cfg)], env=env,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                cwd=self._base_dir, env={"PYTHONHASHSEED": str(self.hash_seeds[index % 2]),
-                                                         "PYTHONIOENCODING": "utf-8"})
+                                cwd=self._base_dir, start_new_session=True)
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ)
             line = proc.stdout.readline() if sel.select(timeout=60) else b""
@@ -460,8 +460,14 @@ class Verifier:
 
     def _replace(self, zi: int, job: _Job, queues: dict) -> None:
         """Replace a dead or stuck zygote; retry its job once, then report sandbox_error."""
-        self._zygotes[zi].proc.kill()
-        self._zygotes[zi].proc.wait()
+        old = self._zygotes[zi].proc
+        old.kill()
+        old.wait()
+        for pipe in (old.stdin, old.stdout):
+            try:
+                pipe.close()
+            except OSError:  # a broken pipe may fail to flush on close
+                pass
         self._zygotes[zi] = self._spawn(zi)
         if job.retried:
             job.results = [{"status": "sandbox_error", "output": "", "detail": "zygote failed twice",
@@ -598,9 +604,9 @@ def _combine(p: Proposal, run_a: list[dict], run_b: list[dict]) -> Task | Invali
             detail = bad["detail"] or ("wall-clock or CPU limit" if bad["status"] == "timeout" else "")
             return Invalid("nondeterministic" if flaky else bad["status"], f"{which} run" + (f": {detail}" if detail else ""))
     for a, b in zip(run_a, run_b):
-        try:
-            same = a["output"] == b["output"] or values_equal(parse_literal(a["output"]), parse_literal(b["output"]))
-            parse_literal(a["output"])  # the child is untrusted: its outputs must really be literals
+        try:  # the child is untrusted: its outputs must really be literals
+            value = parse_literal(a["output"])
+            same = a["output"] == b["output"] or values_equal(value, parse_literal(b["output"]))
         except ValueError:
             return Invalid("output_not_literal", a["output"][:100])
         if not same:

@@ -192,7 +192,7 @@ def test_code_f_pairs_are_independent(verifier):
 # ---------------------------------------------------------------- containment
 HOSTILE = {  # name -> (program, acceptable statuses)
     "fork_bomb": ("import os\ndef f(a):\n    while True:\n        os.fork()", {"runtime_error"}),
-    "memory_bomb": ("def f(a):\n    x = []\n    while True:\n        x.append(' ' * 10 ** 7)", {"memory"}),
+    "memory_bomb": ("def f(a):\n    x = []\n    while True:\n        x.append(' ' * 10 ** 7)", {"memory", "timeout"}),
     "infinite_loop": ("def f(a):\n    while True:\n        pass", {"timeout"}),
     "deep_recursion": ("import sys\nsys.setrecursionlimit(10 ** 7)\ndef f(a):\n    return f(a + 1)",
                        {"timeout", "crash", "memory", "runtime_error"}),
@@ -242,7 +242,7 @@ def test_os_layer_contains(open_verifier, tmp_path, name):
     assert _snapshot(victim) == before  # nothing outside the run's own directory changed
     assert open_verifier.run(IDENTITY, ["7"])[0].output == "7"  # the pool is alive and well
     assert os.listdir(open_verifier._base_dir) == []  # the run directory is gone
-    assert _sandbox_processes(open_verifier.isolation.uid) == []  # and nothing of the run survives
+    assert not any(_sandbox_processes(uid) for uid in open_verifier.isolation.uids)  # nothing survives the run
 
 
 def test_static_layer_stops_the_same_programs(verifier):
@@ -255,11 +255,12 @@ def test_isolation_report(verifier):
     iso = verifier.isolation
     assert iso.hash_seeds == (1, 2)
     if ROOT:
-        assert iso.chroot and iso.uid is not None and iso.uid != 0
+        assert iso.chroot and len(set(iso.uids)) == 2 and 0 not in iso.uids  # one uid per zygote
     whoami = "import os\ndef f(a):\n    return [os.getuid(), os.getcwd(), os.listdir('/')]"
     if ROOT:
         with Verifier(timeout_s=1.0, policy=OPEN_POLICY) as v:
-            assert parse_literal(v.run(whoami, ["0"])[0].output) == [v.isolation.uid, "/", []]
+            uid, cwd, listing = parse_literal(v.run(whoami, ["0"])[0].output)
+            assert uid in v.isolation.uids and (cwd, listing) == ("/", [])
 
 
 def test_sockets_blocked_without_network_namespace():
@@ -302,9 +303,11 @@ def test_benchmark_policy_entry_point_and_scripts():
         assert [r.status for r in results] == ["ok", "ok", "runtime_error"]
         assert [r.output for r in results[:2]] == ["True", "False"]
         script = "import sys\nn = int(input())\nvals = list(map(int, sys.stdin.read().split()))\nprint(sum(vals[:n]))\nsys.exit(0)"
-        out = v.run_script_many([(script, "2\n5 7 9\n"), ("print(1/0)", ""), ("while True:\n    print('y' * 10000)", "")], 1.0)
-        assert (out[0].status, out[0].stdout) == ("ok", "12\n")
-        assert [o.status for o in out[1:]] == ["runtime_error", "timeout"]
+        fast_io = "data = open(0).read().split()\nprint(max(map(int, data)))\nexit()"
+        out = v.run_script_many([(script, "2\n5 7 9\n"), (fast_io, "3 8 1"), ("print(1/0)", ""),
+                                 ("while True:\n    print('y' * 10000)", ""), ("open('/etc/passwd')", "")], 1.0)
+        assert [(o.status, o.stdout) for o in out[:2]] == [("ok", "12\n"), ("ok", "8\n")]
+        assert [o.status for o in out[2:]] == ["runtime_error", "timeout", "runtime_error"]
 
 
 # ---------------------------------------------------------------- AZR's seed corpus
@@ -313,7 +316,7 @@ STRICTER_RULES = {"input_not_literal", "output_not_literal", "banned_import", "b
 
 
 @pytest.mark.slow
-def test_agreement_with_azr_seed_tasks(verifier, capsys):
+def test_agreement_with_azr_seed_tasks(capsys):
     """>= 95% of AZR's accepted seed tasks validate with AZR's outputs; the rest break a stricter rule.
 
     Left out: outputs AZR truncated (400 chars + "...") and AZR's error marker "" (an empty
@@ -322,7 +325,7 @@ def test_agreement_with_azr_seed_tasks(verifier, capsys):
     if not SEEDS.is_dir():
         pytest.skip(f"{SEEDS} is absent (AZR seed tasks beside the checkout)")
     totals = {"agree": 0, "counted": 0}
-    with capsys.disabled():
+    with Verifier() as verifier, capsys.disabled():  # default limits: some seed programs run ~1 s
         print("\nfile                               agree/counted  rate   rejections")
         for path in sorted(SEEDS.glob("*.jsonl")):
             records = [json.loads(line) for line in path.read_text().splitlines()]
