@@ -25,6 +25,9 @@ class ConfigError(ValueError):
 
 BUNDLED_MODEL = "bundled:smollm2-135m"
 TINY_MODEL = "tiny"
+# The paper's four mutations and four crossovers (names of populora_nb.operators.OPERATORS).
+PAPER_OPERATORS = ("svd_structured", "layer_selective_gaussian", "component_masking", "full_gaussian",
+                   "dare", "layer_swap", "svd_subspace", "extrapolative")
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -189,20 +192,28 @@ class EvolutionConfig:
     """E: replace the weakest members every E population steps."""
     replace_per_role: int = 1
     """m: members replaced per role per evolution event."""
-    fitness_k: float = 1.0
-    """Fitness = mu - k * sigma (conservative TrueSkill)."""
+    fitness_k: float = 3.0
+    """Fitness = mu - k * sigma (TrueSkill's conservative skill)."""
     tournament_size: int = 2
-    operators: dict[str, float] = field(
-        default_factory=lambda: {"mutation_svd_structured": 1.0, "crossover_dare": 1.0, "crossover_svd_subspace": 1.0}
-    )
-    """Operator name -> weight of the mix a child's operator is drawn from."""
-    sigma_inflation: float = 1.5
+    grace_steps: int = 0
+    """A child younger than this many steps is not culled (its inflated sigma lowers mu - k sigma)."""
+    operators: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PAPER_OPERATORS, 1.0))
+    """Operator name (populora_nb.operators.OPERATORS) -> weight in the mix a child's operator is drawn from."""
+    sigma_inflation: float = 2.0
+    """A child's sigma: its parents' largest sigma times this, capped at the prior sigma."""
     inherit_optimizer: bool = False
+    """Start a child's AdamW state from its first parent's (default: fresh)."""
 
     def __post_init__(self) -> None:
         _positive(self, "every", "tournament_size", "sigma_inflation")
-        if self.replace_per_role < 0 or any(w < 0 for w in self.operators.values()) or not self.operators:
-            raise ConfigError("replace_per_role: need >= 0 and a non-empty operator mix of weights >= 0")
+        if self.replace_per_role < 0 or self.grace_steps < 0:
+            raise ConfigError("replace_per_role and grace_steps must be >= 0")
+        from populora_nb.operators import OPERATORS  # torch-heavy: imported only when validating
+
+        unknown = sorted(set(self.operators) - set(OPERATORS))
+        if unknown or not self.operators or any(w < 0 for w in self.operators.values()) or sum(self.operators.values()) <= 0:
+            raise ConfigError(f"operators: unknown {unknown} or bad weights; use weights >= 0 (positive sum) "
+                              f"over {', '.join(sorted(OPERATORS))}")
 
 
 @dataclass

@@ -11,18 +11,21 @@ population_step: PFSP pairs each teacher with a student → teachers propose (on
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
+import torch
 from tqdm.auto import tqdm
 
 from populora_nb.buffers import TaskBuffer, load_seed_triplets, make_buffers
 from populora_nb.config import ExperimentConfig
+from populora_nb.evolution import MemberRating, OperatorMix, apply_operator, inherit_rating, plan_replacement
 from populora_nb.matchmaking import Match, Rating, initial_ratings, make_trueskill, pfsp_pairs, round_robin_pairs, update_ratings
+from populora_nb.operators import LoRAFactors
 from populora_nb.records import RunDir, read_json, write_json
 from populora_nb.stages import (
-    Policy, StepOutcome, Timer, grow_buffers, member_metrics, propose, reward_samples, rng_for, solve,
+    Policy, StepOutcome, Timer, grow_buffers, member_metrics, propose, reward_samples, rng_for, seed_for, solve,
     solve_jobs, solve_rates, task_rows, update, validate,
 )
 from populora_nb.tasks import Task
@@ -44,8 +47,8 @@ class RunState:
     """member id -> role (agent | teacher | student), in a stable order."""
     buffers: dict[str, TaskBuffer]
     ratings: dict[str, Rating] = field(default_factory=dict)
-    n_born: int = 0
-    """Children made by evolution so far (names new members)."""
+    born: dict[str, int] = field(default_factory=dict)
+    """Step at which each evolved child entered (initial members: absent, i.e. step 0)."""
 
     @property
     def teachers(self) -> list[str]:
@@ -58,7 +61,7 @@ class RunState:
     def to_json(self) -> dict:
         return {
             # A list of pairs: the roster's order is the order of rows and updates, and JSON keys get sorted.
-            "step": self.step, "roster": list(self.roster.items()), "n_born": self.n_born,
+            "step": self.step, "roster": list(self.roster.items()), "born": self.born,
             "buffers": {k: b.to_json() for k, b in self.buffers.items()},
             "ratings": {m: [r.mu, r.sigma] for m, r in self.ratings.items()},
         }
@@ -66,7 +69,7 @@ class RunState:
     @classmethod
     def from_json(cls, d: dict) -> "RunState":
         return cls(
-            step=d["step"], roster=dict(d["roster"]), n_born=d["n_born"],
+            step=d["step"], roster=dict(d["roster"]), born=d["born"],
             buffers={k: TaskBuffer.from_json(b) for k, b in d["buffers"].items()},
             ratings={m: Rating(mu, sigma) for m, (mu, sigma) in d["ratings"].items()},
         )
@@ -157,9 +160,40 @@ def population_step(policy: Policy, verifier: Verifier, state: RunState, config:
     return out
 
 
-# ---- run --------------------------------------------------------------------------------------------
+class EvolvablePolicy(TrainablePolicy, Protocol):
+    def factors(self, name: str) -> LoRAFactors: ...
 
-Evolve = Callable[[TrainablePolicy, RunState, ExperimentConfig, RunDir], None]
+    def replace(self, old: str, new: str, factors: LoRAFactors, parents: Sequence[str], operator: str, step: int,
+                inherit_optimizer_from: str | None = None) -> None: ...
+
+
+def evolve(policy: EvolvablePolicy, state: RunState, config: ExperimentConfig) -> list[dict]:
+    """Replace the weakest `replace_per_role` teachers and students by children of tournament-chosen
+    parents (evolution.plan_replacement), made in LoRA weight space; returns the lineage rows."""
+    ec, step = config.evolution, state.step
+    members = [MemberRating(m, role, state.ratings[m].mu, state.ratings[m].sigma, state.born.get(m, 0))
+               for m, role in state.roster.items()]
+    births = plan_replacement(members, step=step + 1, rng=rng_for(config.run.seed, step, "evolve"),
+                              num_replaced=ec.replace_per_role, mix=OperatorMix(ec.operators),
+                              tournament_size=ec.tournament_size, k=ec.fitness_k, grace_steps=ec.grace_steps)
+    rows = []
+    for birth in births:
+        gen = torch.Generator().manual_seed(seed_for(config.run.seed, step, f"operator:{birth.child}"))
+        child = apply_operator(birth, [policy.factors(p) for p in birth.parents], generator=gen)
+        policy.replace(birth.replaced, birth.child, child, birth.parents, birth.operator, step + 1,
+                       inherit_optimizer_from=birth.parents[0] if ec.inherit_optimizer else None)
+        mu, sigma = inherit_rating([(state.ratings[p].mu, state.ratings[p].sigma) for p in birth.parents],
+                                   sigma_inflation=ec.sigma_inflation, prior=(config.matchmaking.mu, config.matchmaking.sigma))
+        state.roster = {(birth.child if m == birth.replaced else m): r for m, r in state.roster.items()}
+        del state.ratings[birth.replaced]
+        state.ratings[birth.child] = Rating(mu, sigma)
+        state.born[birth.child] = step + 1
+        # "step" is the loop step after which the birth happened (records are truncated by it on resume).
+        rows.append({**asdict(birth), "birth_step": birth.step, "step": step, "mu": mu, "sigma": sigma})
+    return rows
+
+
+# ---- run --------------------------------------------------------------------------------------------
 
 
 def run(
@@ -167,7 +201,6 @@ def run(
     run_dir: str | Path,
     policy: TrainablePolicy | None = None,
     verifier: Verifier | None = None,
-    evolve: Evolve | None = None,
     on_step: Callable[[int, list[dict]], None] | None = None,
     progress: bool = True,
 ) -> RunDir:
@@ -184,10 +217,7 @@ def run(
 
             policy = LoRAPolicy.create(config, list(roster_for(config).items()))
         state = _resume_or_start(rd, policy, verifier, config)
-        if evolve is None and config.run.agent == "population" and config.evolution.enabled:
-            from populora_nb.population_evolution import evolve_population
-
-            evolve = evolve_population
+        evolving = config.run.agent == "population" and config.evolution.enabled
         step_fn = baseline_step if config.run.agent == "baseline" else population_step
         bar = tqdm(range(state.step, config.run.steps), desc=config.run.agent, disable=not progress,
                    initial=state.step, total=config.run.steps)
@@ -202,8 +232,8 @@ def run(
             if config.run.agent == "population":
                 rd.append("matches", [{"step": step, "teacher": p.proposer, "student": p.solver, "kind": p.kind,
                                        "valid": isinstance(p.result, Task), "rho": p.rho} for p in out.proposals])
-            if evolve is not None and (step + 1) % config.evolution.every == 0:
-                evolve(policy, state, config, rd)
+            if evolving and (step + 1) % config.evolution.every == 0:
+                rd.append("lineage", evolve(policy, state, config))  # type: ignore[arg-type]
             state.step = step + 1
             every = config.run.checkpoint_every
             if (every and state.step % every == 0) or state.step == config.run.steps:
