@@ -314,31 +314,29 @@ def hf_generate(model: Any, tokenizer: Any, max_new_tokens: int = 256, batch_siz
 
 
 # ---------------------------------------------------------------- table and figure
-def _mean(xs: Sequence[float]) -> float:
-    xs = [x for x in xs if not math.isnan(x)]
-    return sum(xs) / len(xs) if xs else math.nan
+def _stats(xs: Sequence[float]) -> tuple[float, float, float]:
+    """(mean, max, min); all nan when the list is empty or any entry is nan (a member not scored)."""
+    if not xs or any(math.isnan(x) for x in xs):
+        return math.nan, math.nan, math.nan
+    return sum(xs) / len(xs), max(xs), min(xs)
 
 
 def summary_table(results: Sequence[EvalResult], base: str = "base", baseline: str = "baseline",
                   members: Sequence[str] | None = None) -> list[TableRow]:
     """Rows (benchmark, base, baseline, population mean, best, worst member) in pass@1, then an
-    "average" row over the benchmarks scored for every model (best / worst: member averages)."""
+    "average" row over the benchmarks every present model was scored on (best / worst: the best and
+    worst member averages, the paper's aggregate). `members` defaults to every other model; an
+    empty list leaves the population columns nan (e.g. the base before training)."""
     by = {(r.model, r.benchmark): r.score for r in results}
     members = list(members) if members is not None else sorted({r.model for r in results} - {base, baseline})
-    if not members:
-        raise ValueError("no population members among the results")
+    present = [m for m in (base, baseline, *members) if any(k[0] == m for k in by)]
     benches = list(dict.fromkeys(r.benchmark for r in results))
-    rows = []
-    for b in benches:
-        ms = [by.get((m, b), math.nan) for m in members]
-        rows.append(TableRow(b, by.get((base, b), math.nan), by.get((baseline, b), math.nan), _mean(ms),
-                             max(ms) if not any(map(math.isnan, ms)) else math.nan,
-                             min(ms) if not any(map(math.isnan, ms)) else math.nan))
-    scored = [b for b in benches if all(not math.isnan(by.get((m, b), math.nan)) for m in [base, baseline, *members])]
+    rows = [TableRow(b, by.get((base, b), math.nan), by.get((baseline, b), math.nan),
+                     *_stats([by.get((m, b), math.nan) for m in members])) for b in benches]
+    scored = [b for b in benches if present and all(not math.isnan(by.get((m, b), math.nan)) for m in present)]
     if scored:
-        avg = {m: _mean([by[(m, b)] for b in scored]) for m in [base, baseline, *members]}
-        rows.append(TableRow("average", avg[base], avg[baseline], _mean([avg[m] for m in members]),
-                             max(avg[m] for m in members), min(avg[m] for m in members)))
+        avg = {m: sum(by.get((m, b), math.nan) for b in scored) / len(scored) for m in (base, baseline, *members)}
+        rows.append(TableRow("average", avg[base], avg[baseline], *_stats([avg[m] for m in members])))
     return rows
 
 

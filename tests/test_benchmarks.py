@@ -278,6 +278,9 @@ def test_evaluate_scores_every_model_and_resumes(tmp_path, verifier, checker):
     assert "| humanevalplus | 0.0 | 33.3 | 83.3 | 100.0 | 66.7 |" in format_table(rows)
     fig = plot_benchmarks(rows)
     assert len(fig.axes[0].containers) >= 3 and [t.get_text() for t in fig.axes[0].get_xticklabels()][-1] == "average"
+    alone = summary_table([r for r in results if r.model == "base"], members=[])  # before training: base only
+    assert [r.benchmark for r in alone] == ["humanevalplus", "gsm8k", "average"]
+    assert alone[2].base == 0.0 and all(math.isnan(x) for x in (alone[2].baseline, alone[2].population_mean, alone[2].best))
     paths = write_report(results, tmp_path / "report", members=["m0", "m1"])
     assert paths["markdown"].read_text() == format_table(rows) + "\n" and paths["figure"].stat().st_size > 1000
     assert json.loads(paths["json"].read_text())[2]["worst"] == pytest.approx(5 / 6)
