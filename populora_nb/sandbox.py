@@ -27,7 +27,6 @@ skip that work); a reply is ``why signal exit_code size`` then the child's raw J
 
 from __future__ import annotations
 
-import ast
 import builtins
 import gc
 import io
@@ -41,6 +40,10 @@ import sys
 import time
 import warnings
 from types import ModuleType, SimpleNamespace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import ast
 
 RUN_STATUSES = ("ok", "no_f", "runtime_error", "timeout", "memory", "output_not_literal",
                 "output_too_long", "crash", "not_run")
@@ -53,6 +56,7 @@ _CONTAINERS = (list, tuple, dict, set, frozenset)
 
 # ---------------------------------------------------------------- literals (parent and child)
 def _node_value(node: ast.AST, depth: int = 0):
+    import ast  # here, not at the top: the zygote never parses, and ast is 1.7 MB every fork copies
     if depth > MAX_LITERAL_DEPTH:
         raise ValueError("literal nested too deeply")
     if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
@@ -75,6 +79,7 @@ def _node_value(node: ast.AST, depth: int = 0):
 
 
 def _parse(text: str) -> ast.AST:
+    import ast
     with warnings.catch_warnings():  # "invalid escape sequence" in model text is not ours to print
         warnings.simplefilter("ignore")
         return ast.parse(text, mode="eval").body
@@ -97,6 +102,7 @@ def parse_arguments(text: str) -> tuple[tuple, dict]:
 
     Parsed as the arguments of a call node, so ``'zz') or (True`` cannot close the list early.
     """
+    import ast
     try:
         call = _parse(f"_({text})")
     except (SyntaxError, ValueError, MemoryError, RecursionError) as e:
@@ -197,6 +203,9 @@ _DISABLED = {"os": _OS_DISABLED, "posix": _OS_DISABLED, "io": ("open", "open_cod
              "_io": ("open", "open_code", "FileIO"), "builtins": ("open", "breakpoint", "help", "input"),
              "shutil": ("rmtree", "move", "copy", "copy2", "copyfile", "copytree", "chown",
                         "make_archive", "unpack_archive")}
+_CODECS = ("ascii", "latin_1", "utf_8_sig", "utf_16", "utf_16_le", "utf_16_be", "utf_32", "utf_32_le",
+           "utf_32_be", "utf_7", "cp1252", "cp437", "mac_roman", "iso8859_15", "charmap", "idna", "punycode",
+           "raw_unicode_escape", "unicode_escape", "hex_codec", "base64_codec", "rot_13")
 _OS = SimpleNamespace(**vars(os))  # the zygote's own references, untouched by the stubs
 _REAL_INPUT = builtins.input
 _CURRENT = SimpleNamespace(globals={}, prctl=None)  # the running program's globals ({} matches no caller)
@@ -473,13 +482,8 @@ def serve(cfg: dict) -> None:
         libc = None
     root = _OS.geteuid() == 0
     netns = bool(root and cfg["netns"] and libc is not None and libc.unshare(0x40000000) == 0)  # CLONE_NEWNET
-    import encodings
-    import pkgutil
-    for info in pkgutil.iter_modules(encodings.__path__):  # codecs load lazily; the chroot forbids that
-        try:
-            __import__(f"encodings.{info.name}")
-        except (ImportError, LookupError):
-            pass
+    for codec in _CODECS:  # codecs load lazily, which the chroot forbids; all ~120 would cost 3.5 MB
+        __import__(f"encodings.{codec}")
     missing = []
     for name in cfg["preload"]:
         try:

@@ -51,11 +51,13 @@ SYSTEM_MODULES = frozenset({"os", "sys", "shutil", "socket", "signal", "ctypes",
 TASK_MODULES = frozenset({
     "math", "cmath", "collections", "collections.abc", "itertools", "functools", "re", "string",
     "heapq", "bisect", "operator", "copy", "typing", "fractions", "decimal", "statistics",
-    "numbers", "array", "enum", "dataclasses", "abc", "base64", "binascii", "zlib",
+    "numbers", "array", "enum", "abc", "base64", "binascii", "zlib",
     "struct", "json", "textwrap", "unicodedata", "difflib"})
-"""Modules that real AZR tasks import (see tests/test_verifier.py's corpus check), nothing else."""
+"""Modules that real AZR tasks import (see tests/test_verifier.py's corpus check), nothing else.
+Not `dataclasses`: no seed task uses it and it pulls in `inspect` and `ast` (2.4 MB that every fork
+copies); not `queue`: it imports `threading`, whose after-fork hook doubles the cost of a fork."""
 BENCHMARK_MODULES = TASK_MODULES | frozenset({
-    "sys", "io", "random", "datetime", "calendar", "time", "hashlib", "types", "contextlib",
+    "sys", "io", "random", "datetime", "calendar", "time", "hashlib", "types", "contextlib", "dataclasses",
     "pprint", "reprlib", "graphlib", "weakref", "keyword", "warnings", "_strptime"})
 """Benchmark code and solutions to it (HumanEval+, MBPP+, LiveCodeBench stdin programs)."""
 FRAME_ATTRIBUTES = frozenset({
@@ -237,51 +239,65 @@ def static_check(program: str, policy: SandboxPolicy = TASK_POLICY,
 
 
 def _policy_violation(tree: ast.Module, policy: SandboxPolicy, entry_point: Optional[str]) -> Optional[Invalid]:
+    nodes = list(ast.walk(tree))  # walked once: the walk costs more than every check below
     modules: dict[str, str] = {}  # local name -> module it is bound to by an import
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            for name in names:
-                if getattr(node, "level", 0) or not policy.module_allowed(name):
-                    why = "banned" if name.split(".")[0] in policy.banned_modules else "not allow-listed"
-                    return Invalid("banned_import", f"{name or '.'} ({why})")
-            for alias in node.names:
-                if isinstance(node, ast.Import):
-                    target = alias.name if alias.asname else alias.name.split(".")[0]
-                    modules[alias.asname or target] = target
-                    continue
-                value = getattr(_module(node.module), alias.name, None)
-                if isinstance(value, ModuleType):
-                    if not policy.module_allowed(value.__name__):
-                        return Invalid("banned_import", f"{value.__name__} via {node.module}")
-                    modules[alias.asname or alias.name] = value.__name__
-        elif isinstance(node, ast.Name) and node.id in policy.banned_names:
-            return Invalid("banned_call", node.id)
-        elif isinstance(node, ast.Name) and _dunder(node.id) and node.id != "__name__":
-            return Invalid("banned_attribute", node.id)
-        elif isinstance(node, ast.Attribute) and (node.attr in FRAME_ATTRIBUTES or (
-                _dunder(node.attr) and node.attr not in policy.allowed_dunder_attributes)):
-            return Invalid("banned_attribute", node.attr)
-    call_targets = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
-    for node in ast.walk(tree):  # second pass: needs every import alias
-        if isinstance(node, ast.Call):
+    call_targets = set()
+    for node in nodes:
+        kind = type(node)
+        if kind is ast.Import or kind is ast.ImportFrom:
+            invalid = _import_violation(node, policy, modules)
+            if invalid:
+                return invalid
+        elif kind is ast.Name:
+            if node.id in policy.banned_names:
+                return Invalid("banned_call", node.id)
+            if _dunder(node.id) and node.id != "__name__":
+                return Invalid("banned_attribute", node.id)
+        elif kind is ast.Attribute:
+            if node.attr in FRAME_ATTRIBUTES or (_dunder(node.attr) and node.attr not in policy.allowed_dunder_attributes):
+                return Invalid("banned_attribute", node.attr)
+        elif kind is ast.Call:
+            call_targets.add(id(node.func))
+    for node in nodes:  # second pass: needs every import alias and call
+        kind = type(node)
+        if kind is ast.Call:
             func = node.func
-            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            name = func.id if type(func) is ast.Name else func.attr if type(func) is ast.Attribute else ""
             if name in BY_NAME_CALLS:
                 consts = node.args[1:2] if name in ("getattr", "setattr", "delattr") else node.args
                 if not consts or node.keywords or not all(
-                        isinstance(a, ast.Constant) and isinstance(a.value, str)
+                        type(a) is ast.Constant and type(a.value) is str
                         and not any(_dunder(p) for p in a.value.split(".")) for a in consts):
                     return Invalid("banned_call", f"{name} with a non-constant or dunder name")
-        elif isinstance(node, ast.Name) and node.id in BY_NAME_CALLS and id(node) not in call_targets:
+        elif kind is ast.Name and node.id in BY_NAME_CALLS and id(node) not in call_targets:
             return Invalid("banned_call", f"{node.id} used as a value")
-        elif isinstance(node, ast.Attribute) and (base := _module_of(node.value, modules)):
+        elif kind is ast.Attribute and modules and (base := _module_of(node.value, modules)):
             value = getattr(_module(base), node.attr, None)
             if isinstance(value, ModuleType) and not policy.module_allowed(value.__name__):
                 return Invalid("banned_attribute", f"{base}.{node.attr} is module {value.__name__}")
     if entry_point is not None and not any(
             isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == entry_point for n in tree.body):
         return Invalid("no_f", f"no top-level def {entry_point}")
+    return None
+
+
+def _import_violation(node: ast.Import | ast.ImportFrom, policy: SandboxPolicy, modules: dict[str, str]) -> Optional[Invalid]:
+    """Check one import against the policy and record the module names it binds in `modules`."""
+    names = [a.name for a in node.names] if type(node) is ast.Import else [node.module or ""]
+    for name in names:
+        if getattr(node, "level", 0) or not policy.module_allowed(name):
+            why = "banned" if name.split(".")[0] in policy.banned_modules else "not allow-listed"
+            return Invalid("banned_import", f"{name or '.'} ({why})")
+    for alias in node.names:
+        if type(node) is ast.Import:
+            target = alias.name if alias.asname else alias.name.split(".")[0]
+            modules[alias.asname or target] = target
+            continue
+        value = getattr(_module(node.module), alias.name, None)  # `from typing import sys`
+        if isinstance(value, ModuleType):
+            if not policy.module_allowed(value.__name__):
+                return Invalid("banned_import", f"{value.__name__} via {node.module}")
+            modules[alias.asname or alias.name] = value.__name__
     return None
 
 
