@@ -186,17 +186,19 @@ def simulate_lineage(
     num_replaced: int = 1,
     mix: OperatorMix = PAPER_MIX,
     drift: float = 1.0,
+    sigma_decay: float = 0.9,
     grace_steps: int = 0,
 ) -> list[Lineage]:
-    """A synthetic run for plots and tests: between evolution steps each μ takes a Gaussian step of
-    size `drift` and σ shrinks by 10% (standing in for training and games); children inherit
-    ratings through `inherit_rating`. No weights are involved."""
+    """A synthetic run for plots and tests: between evolution events each μ takes a Gaussian step
+    of size `drift` and σ shrinks by `sigma_decay` per update step, to a floor of 1 (standing in
+    for training and games); children inherit ratings through `inherit_rating`. No weights."""
     population = {m.member_id: m for m in members}
     records: list[Lineage] = []
     for generation in range(1, generations + 1):
         step = generation * every
         population = {
-            i: replace(m, mu=m.mu + rng.gauss(0.0, drift), sigma=max(1.0, 0.9 * m.sigma)) for i, m in population.items()
+            i: replace(m, mu=m.mu + rng.gauss(0.0, drift), sigma=max(1.0, m.sigma * sigma_decay**every))
+            for i, m in population.items()
         }
         births = plan_replacement(
             list(population.values()), step=step, rng=rng, num_replaced=num_replaced, mix=mix, grace_steps=grace_steps
