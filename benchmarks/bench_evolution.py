@@ -75,7 +75,8 @@ def main() -> None:
         del parents
     load_after = os.getloadavg()
 
-    print(f"\nseconds per child (wall / cpu), float32 CPU, {args.threads} threads, {layers} layers, best of {args.repeats}")
+    print(f"\nseconds per child (wall / cpu), float32 CPU, {args.threads} threads, {layers} layers, "
+          f"best of {args.repeats}")
     print("| operator | " + " | ".join(f"r={r} wall | r={r} cpu" for r in ranks) + " |")
     print("|---|" + "---|---|" * len(ranks))
     for name in args.operators:

@@ -78,7 +78,8 @@ print(f"{len(parent_1)} modules, rank {lora_rank(parent_1)}; spectrum of {shown}
 # %%
 children = {}
 for name in OPERATORS:
-    children[name] = OPERATORS[name](*(parent_1, parent_2)[: arity(name)], generator=torch.Generator().manual_seed(seed))
+    parents = (parent_1, parent_2)[: arity(name)]
+    children[name] = OPERATORS[name](*parents, generator=torch.Generator().manual_seed(seed))
 
 fig, axes = plt.subplots(3, 4, figsize=(14, 9))
 slots = range(1, rank + 1)
@@ -120,7 +121,8 @@ if figures:
     fig.savefig(figures / "04_lineage.png", dpi=110)
 plt.show()
 for record in records[-2:]:
-    print(f"{record.child} ← {record.operator}{record.parents}, ancestors: {sorted(ancestors(record.child, records))}")
+    lineage = sorted(ancestors(record.child, records))
+    print(f"{record.child} ← {record.operator}{record.parents}, ancestors: {lineage}")
 
 # %% [markdown]
 # ## Retention: do children recover parent-level reward?

@@ -83,7 +83,9 @@ PAPER_MIX = OperatorMix(
 )
 
 
-def tournament_select(candidates: Sequence[MemberRating], rng: random.Random, size: int = 3, k: float = 3.0) -> MemberRating:
+def tournament_select(
+    candidates: Sequence[MemberRating], rng: random.Random, size: int = 3, k: float = 3.0
+) -> MemberRating:
     """The fittest of `size` candidates drawn uniformly without replacement (all if fewer)."""
     contenders = rng.sample(list(candidates), min(size, len(candidates)))
     return max(contenders, key=lambda m: (fitness(m.mu, m.sigma, k), m.member_id))
@@ -270,7 +272,8 @@ def plot_lineage(
         ax.plot([], [], color=op_color[op], label=f"{PAPER_IDS.get(op, op)} {op}" if op not in CONTROLS else op)
     for role in roles:
         ax.plot([], [], color=role_color[role], lw=4, alpha=0.75, label=f"{role} lifetimes")
-    ax.set_yticks(range(len(founders)), [f"{role_of[f]} slot {sum(role_of[g] == role_of[f] for g in founders[:i])}" for i, f in enumerate(founders)])
+    slot = [sum(role_of[g] == role_of[f] for g in founders[:i]) for i, f in enumerate(founders)]  # index within role
+    ax.set_yticks(range(len(founders)), [f"{role_of[f]} slot {n}" for f, n in zip(founders, slot)])
     ax.set_xlabel("update step")
     ax.set_title("lineage: children replace the weakest of their role")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))

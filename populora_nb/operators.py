@@ -231,7 +231,8 @@ def mutation_svd_structured(
     for _ in range(2):
         g = _randn((M, r, r), generator, svd.S)
         # Only non-empty components rotate: an empty one's U column is 0 and would drain the others.
-        half_skew = epsilon * rotation_scale * (g - g.mT) * alive[:, :, None] * alive[:, None, :] / math.sqrt(2 * r) / 2
+        skew = (g - g.mT) * alive[:, :, None] * alive[:, None, :] / math.sqrt(2 * r)  # entries ~ N(0, 1/r)
+        half_skew = epsilon * rotation_scale * skew / 2
         # Cayley transform (I − K/2)⁻¹(I + K/2): exactly orthogonal, equal to exp(K) to second order,
         # and several times cheaper than matrix_exp for a batch of 196 matrices.
         rotations.append(torch.linalg.solve(eye - half_skew, eye + half_skew))  # (M, r, r)
@@ -286,8 +287,8 @@ def mutation_full_gaussian(parent: LoRAFactors, *, generator: torch.Generator, e
 
 def mutation_neftune(parent: LoRAFactors, *, generator: torch.Generator, alpha: float = 1.0) -> LoRAFactors:
     """M5 (optional in the paper): NEFTune-style uniform noise U(−b, b), b = α/√(r·d_in), on the down
-    factor A only (NEFTune: α/√(L·d) on embeddings; here the r rows of A play the L tokens). α = 1
-    gives noise of ~15% of a kaiming-initialised A's std; B is copied."""
+    factor A only (NEFTune: α/√(L·d) on embeddings; here the r rows of A play the L tokens). The
+    noise std is α/√r times a kaiming-initialised A's std (18% at α = 1, r = 32); B is copied."""
     child: LoRAFactors = {}
     for name, (A, B) in parent.items():
         bound = alpha / math.sqrt(A.shape[0] * A.shape[1])
@@ -319,7 +320,7 @@ def linear_0_5(
     parent_1: LoRAFactors, parent_2: LoRAFactors, *, generator: torch.Generator | None = None
 ) -> LoRAFactors:
     """Control: (ΔW_1 + ΔW_2)/2 re-factored to rank r. Averaging A and B separately would give
-    (A_1+A_2)(B_1+B_2)/4, which is not the mean of the ΔW. `generator` is unused."""
+    (B_1+B_2)(A_1+A_2)/4, which is not the mean of the ΔW. `generator` is unused."""
     return _merge_to_rank_r([parent_1, parent_2], (0.5, 0.5))
 
 
@@ -343,7 +344,8 @@ def crossover_dare(
     threshold = min(255, round(p * 256))
     scale = 256.0 / (256 - threshold)  # 1/(1 − p) for the quantised p
     dropped = [
-        {name: LoRAPair(_drop(A, threshold, generator), _drop(B, threshold, generator)) for name, (A, B) in parent.items()}
+        {name: LoRAPair(_drop(A, threshold, generator), _drop(B, threshold, generator))
+         for name, (A, B) in parent.items()}
         for parent in (parent_1, parent_2)
     ]
     # Both factors carry the 1/(1−p) rescale, so each dropped ΔW carries scale²: folded into the
@@ -357,10 +359,8 @@ def crossover_layer_swap(parent_1: LoRAFactors, parent_2: LoRAFactors, *, genera
     """X2: each module's (A, B) copied whole from a parent drawn by a fair coin."""
     _check_parents([parent_1, parent_2])
     coins = torch.rand(len(parent_1), generator=generator, device=generator.device).lt(0.5).tolist()
-    return {
-        name: LoRAPair((parent_1 if heads else parent_2)[name].A.clone(), (parent_1 if heads else parent_2)[name].B.clone())
-        for name, heads in zip(parent_1, coins)
-    }
+    chosen = {name: parent_1[name] if heads else parent_2[name] for name, heads in zip(parent_1, coins)}
+    return {name: LoRAPair(A.clone(), B.clone()) for name, (A, B) in chosen.items()}
 
 
 def crossover_svd_subspace(

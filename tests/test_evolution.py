@@ -52,7 +52,10 @@ from populora_nb.operators import (
 
 matplotlib.use("Agg")
 R = 6
-SHAPES = {"layers.0.q_proj": (24, 24), "layers.0.k_proj": (24, 8), "layers.0.down_proj": (40, 24), "layers.1.q_proj": (24, 24)}
+SHAPES = {  # (d_in, d_out)
+    "layers.0.q_proj": (24, 24), "layers.0.k_proj": (24, 8),
+    "layers.0.down_proj": (40, 24), "layers.1.q_proj": (24, 24),
+}
 
 
 def _factors(seed: int, dtype: torch.dtype = torch.float64, r: int = R):
@@ -146,7 +149,8 @@ def test_linear_0_5_is_the_best_rank_r_mean_not_the_factor_mean(parents):
         U, S, Vh = torch.linalg.svd(mean)
         best = (U[:, :R] * S[:R]) @ Vh[:R]  # Eckart–Young
         assert float((delta_weight(child[m]) - best).norm() / best.norm()) < 1e-10
-        factor_mean = delta_weight(LoRAPair((parents[0][m].A + parents[1][m].A) / 2, (parents[0][m].B + parents[1][m].B) / 2))
+        p1, p2 = parents[0][m], parents[1][m]
+        factor_mean = delta_weight(LoRAPair((p1.A + p2.A) / 2, (p1.B + p2.B) / 2))
         assert float((factor_mean - best).norm() / best.norm()) > 0.1
 
 
@@ -194,7 +198,9 @@ def test_dare_drops_about_p_of_the_entries():
 
 def test_svd_mutations_with_zero_noise_keep_delta_w_and_factor_balance(parents):
     gen = torch.Generator().manual_seed(0)
-    for child in (mutation_svd_structured(parents[0], generator=gen, epsilon=0.0), mutation_component_masking(parents[0], generator=gen, rho=0.0)):
+    quiet = (mutation_svd_structured(parents[0], generator=gen, epsilon=0.0),
+             mutation_component_masking(parents[0], generator=gen, rho=0.0))
+    for child in quiet:
         assert _max_delta_error(child, parents[0]) < 1e-10
         for m, (A, B) in child.items():  # re-factored, but with the parent's ‖B‖/‖A‖
             assert abs(float(B.norm() / A.norm()) / float(parents[0][m].B.norm() / parents[0][m].A.norm()) - 1) < 1e-8
@@ -254,7 +260,8 @@ def test_crossover_rejects_mismatched_parents(parents):
 
 
 def _members(per_role: int = 4):
-    return [MemberRating(f"{role}-{i}", role, mu=20.0 + 2 * i, sigma=2.0) for role in ("teacher", "student") for i in range(per_role)]
+    roles = ("teacher", "student")
+    return [MemberRating(f"{role}-{i}", role, mu=20.0 + 2 * i, sigma=2.0) for role in roles for i in range(per_role)]
 
 
 def test_fitness_is_conservative_skill():
@@ -276,7 +283,8 @@ def test_plan_replaces_the_weakest_of_each_role_with_children_of_survivors():
     rating = {m.member_id: m for m in members}
     for p in plan:
         assert len(p.parents) == arity(p.operator) and p.operator in PAPER_MIX.weights
-        assert all(rating[q].role == p.role and q not in ("teacher-0", "teacher-1", "student-0", "student-1") for q in p.parents)
+        replaced = ("teacher-0", "teacher-1", "student-0", "student-1")
+        assert all(rating[q].role == p.role and q not in replaced for q in p.parents)
         fits = [fitness(rating[q].mu, rating[q].sigma) for q in p.parents]
         assert fits == sorted(fits, reverse=True)  # crossover parents: fitter first
     assert len({p.child for p in plan}) == 4 and all(p.step == 10 for p in plan)
@@ -293,7 +301,8 @@ def test_plan_uses_only_mutations_when_one_parent_is_left():
 
 def test_grace_protects_young_children():
     members = _members()
-    young = [MemberRating(m.member_id, m.role, m.mu, m.sigma, born=8 if m.member_id.endswith("-0") else 0) for m in members]
+    young = [MemberRating(m.member_id, m.role, m.mu, m.sigma, born=8 if m.member_id.endswith("-0") else 0)
+             for m in members]
     replaced = {p.replaced for p in plan_replacement(young, step=10, rng=random.Random(0), grace_steps=5)}
     assert replaced == {"teacher-1", "student-1"}
 
@@ -321,7 +330,8 @@ def test_is_evolution_step():
 
 
 def test_simulated_lineage_is_a_consistent_tree():
-    records = simulate_lineage(_members(), generations=5, every=10, rng=random.Random(1), num_replaced=2, grace_steps=10)
+    records = simulate_lineage(_members(), generations=5, every=10, rng=random.Random(1), num_replaced=2,
+                               grace_steps=10)
     assert len(records) == 5 * 2 * 2
     alive = {m.member_id for m in _members()}
     for step in sorted({r.step for r in records}):
@@ -355,7 +365,8 @@ def test_retention_curves_call_training_once_per_operator(parents):
         seen.append(relative_change(parents[0], child))
         return [1.0 - seen[-1]] * (steps + 1)
 
-    curves = retention_curves(*parents, train_and_score=train_and_score, num_steps=3, operators=("copy_parent", "linear_0_5", "dare"))
+    operators = ("copy_parent", "linear_0_5", "dare")
+    curves = retention_curves(*parents, train_and_score=train_and_score, num_steps=3, operators=operators)
     assert list(curves) == ["copy_parent", "linear_0_5", "dare"] and all(len(c) == 4 for c in curves.values())
     assert curves["copy_parent"][0] == pytest.approx(1.0, abs=1e-7) and seen[1] > 0.1
     again = retention_curves(*parents, train_and_score=train_and_score, num_steps=3, operators=("dare",))
