@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 import warnings
+import weakref
 from collections import deque
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -360,6 +361,7 @@ class Verifier:
         self._lock = threading.RLock()
         self._zygotes: list[_Zygote] = []
         self._base_dir: Optional[str] = None
+        self._finalizer: Optional[weakref.finalize] = None
         self._code_cache: dict[tuple[str, Optional[str]], CodeType | Invalid] = {}
 
     def __enter__(self) -> "Verifier":
@@ -375,8 +377,13 @@ class Verifier:
                 return
             self._base_dir = tempfile.mkdtemp(prefix="populora-sandbox-")
             os.chmod(self._base_dir, 0o711)  # the unprivileged child must reach its own run dir
-            # Two hash seeds need two zygotes even for one worker; `workers` caps concurrency.
-            self._zygotes = [self._spawn(i) for i in range(max(2, self.workers + self.workers % 2))]
+            # Also on garbage collection or a failed start: no zygote or temp dir outlives us.
+            self._finalizer = weakref.finalize(self, _shutdown, self._zygotes, self._base_dir)
+            try:  # two hash seeds need two zygotes even for one worker; `workers` caps concurrency
+                self._zygotes.extend(self._spawn(i) for i in range(max(2, self.workers + self.workers % 2)))
+            except BaseException:
+                self.close()
+                raise
             hellos = [z.hello for z in self._zygotes]
             self.isolation = Isolation(all(h["netns"] for h in hellos), all(h["chroot"] for h in hellos),
                                        tuple(h["uid"] for h in hellos if h["uid"] is not None), self.hash_seeds)
@@ -411,19 +418,9 @@ class Verifier:
 
     def close(self) -> None:
         with self._lock:
-            for z in self._zygotes:
-                z.proc.stdin.close()  # EOF: the zygote leaves its loop
-            for z in self._zygotes:
-                try:
-                    z.proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    z.proc.kill()
-                    z.proc.wait()
-                z.proc.stdout.close()
-            self._zygotes = []
-            if self._base_dir:
-                shutil.rmtree(self._base_dir, ignore_errors=True)
-                self._base_dir = None
+            if self._finalizer is not None:
+                self._finalizer()  # runs _shutdown once
+                self._finalizer, self._base_dir = None, None
 
     def _job(self, code: CodeType, calls: list, seed_class: Optional[int], timeout_s: Optional[float],
              entry_point: str = "f", mode: str = "call", stdin: str = "") -> _Job:
@@ -608,6 +605,20 @@ class Verifier:
             r = job.results[0]
             out[i] = ScriptResult(r["status"], r["stdout"], r["detail"], r["seconds"])
         return out
+
+
+def _shutdown(zygotes: list[_Zygote], base_dir: str) -> None:
+    for z in zygotes:
+        z.proc.stdin.close()  # EOF: the zygote leaves its loop
+    for z in zygotes:
+        try:
+            z.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            z.proc.kill()
+            z.proc.wait()
+        z.proc.stdout.close()
+    zygotes.clear()
+    shutil.rmtree(base_dir, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- judging (pure)

@@ -294,6 +294,17 @@ def test_dead_zygote_is_replaced(verifier):
     assert isinstance(verifier.validate("code_o", IDENTITY, ["5"]), Task)
 
 
+def test_failed_start_leaves_nothing(monkeypatch):
+    import populora_nb.verifier as verifier_module
+    made = []
+    real_mkdtemp = verifier_module.tempfile.mkdtemp
+    monkeypatch.setattr(verifier_module.tempfile, "mkdtemp", lambda **kw: made.append(real_mkdtemp(**kw)) or made[-1])
+    v = Verifier(memory_mb=64)  # below the zygote's own address space: start must refuse, and clean up
+    with pytest.raises(ValueError, match="memory_mb"):
+        v.start()
+    assert made and not os.path.exists(made[0]) and v._zygotes == []
+
+
 def test_benchmark_policy_entry_point_and_scripts():
     with Verifier(timeout_s=2.0, memory_mb=512, policy=BENCHMARK_POLICY) as v:
         program = ("from typing import List\nclass Box:\n    def __init__(self, x):\n        super().__init__()\n"
