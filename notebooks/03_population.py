@@ -1,0 +1,107 @@
+# %% [markdown]
+# # 03 · The PopuLoRA population: 4 teachers + 4 students
+#
+# **Goal:** run the heart of the paper. Teachers and students are LoRA adapters on the one frozen
+# base. Each step, PFSP on TrueSkill pairs every teacher with a student; teachers propose in one
+# mixed-adapter batch; the verifier keeps valid tasks; each matched student solves its tasks k times
+# in one mixed batch. Teachers earn 1 − ρ for valid tasks their student fails (−1 invalid, 0 when
+# ρ = 0), students +1 / −0.5 / −1. Every member gets its own TRR++ update, ratings move, and every
+# E steps evolution replaces the weakest teacher and student with children made in LoRA weight space.
+
+# %% tags=["parameters"]
+import os
+
+preset = os.environ.get("POPULORA_PRESET", "smoke")
+out_dir = None  # set by `make run`: the experiment directory; figures are saved here as PNG
+steps = None  # None: the preset's run.steps
+seed = 0
+
+# %%
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+from populora_nb import plots
+from populora_nb.config import load_config
+from populora_nb.evolution import Lineage, plot_lineage
+from populora_nb.loop import run
+from populora_nb.widgets import Dashboard
+
+overrides = {"run.agent": "population", "run.seed": seed}
+if steps is not None:
+    overrides["run.steps"] = steps
+config = load_config(preset, overrides)
+experiment = Path(out_dir) if out_dir else Path("..") / "runs" / f"notebooks-{preset}"
+run_dir = experiment / "population"
+print(f"preset {config.preset}: {config.model.name}, {config.population.n_teachers}T + {config.population.n_students}S, "
+      f"rank {config.lora.rank}, {config.run.steps} steps, matchmaking {config.matchmaking.mode}, "
+      f"evolution every {config.evolution.every} steps")
+print(f"run directory: {run_dir.resolve()} (rerunning this notebook resumes it)")
+
+# %% [markdown]
+# ## Train the population, with the live dashboard
+# What to look for: solve rates per kind, teacher vs student TrueSkill μ ± σ, and the last tasks
+# with their verdicts, updated after every step.
+
+# %%
+dash = Dashboard(run_dir, config.run.steps, config.tasks.kinds)
+dash.show()
+result = run(config, run_dir, on_step=dash.update)
+
+# %% [markdown]
+# ## Baseline and population on one axis
+# The baseline comes from notebook 02 (same experiment directory), when it has run.
+
+# %%
+runs = {"population": run_dir}
+if (experiment / "baseline" / "metrics.jsonl").exists():
+    runs = {"baseline": experiment / "baseline", **runs}
+fig = plots.plot_solve_rates(runs, kinds=config.tasks.kinds)
+if out_dir:
+    fig.savefig(experiment / "03_solve_rates.png", dpi=110)
+plt.show()
+
+# %% [markdown]
+# ## Ratings, matchups and valid rates
+# What to look for: whether teacher and student ratings separate or keep crossing (an arms race),
+# which teacher–student pairs PFSP chose and how hard their tasks were (ρ), and each teacher's
+# valid-proposal rate.
+
+# %%
+fig, axes = plt.subplots(1, 3, figsize=(17, 4.2))
+plots.plot_ratings(run_dir, ax=axes[0])
+plots.plot_solve_matrix(run_dir, ax=axes[1])
+plots.plot_valid_rate_per_teacher(run_dir, ax=axes[2])
+fig.tight_layout()
+if out_dir:
+    fig.savefig(experiment / "03_population.png", dpi=110)
+plt.show()
+
+# %% [markdown]
+# ## Lineage
+# Each evolution event replaces the weakest teacher and student; the tree shows who descends from whom.
+
+# %%
+births = [Lineage(r["child"], tuple(r["parents"]), r["operator"], r["birth_step"], r["role"], r["replaced"])
+          for r in result.read("lineage")]
+if births:
+    ax = plot_lineage(births)
+    if out_dir:
+        ax.figure.savefig(experiment / "03_lineage.png", dpi=110)
+    plt.show()
+else:
+    print("no evolution event yet (runs shorter than evolution.every steps)")
+
+# %% [markdown]
+# ## Verify it is real
+
+# %%
+metrics = result.read("metrics")
+roles = {r["role"] for r in metrics}
+assert roles == {"teacher", "student"}, roles
+assert len([r for r in metrics if r["step"] == 0]) == config.n_members
+assert all("rating/mu" in r for r in metrics)
+assert len(result.read("matches")) == config.run.steps * config.population.n_teachers * config.rl.proposals_per_kind * len(config.tasks.kinds)
+if config.evolution.enabled and config.run.steps >= config.evolution.every:
+    assert births, "evolution should have replaced members"
+print(f"{len(metrics)} member-steps, {len(result.read('matches'))} matches, {len(births)} children")
