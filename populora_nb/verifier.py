@@ -526,13 +526,24 @@ class Verifier:
         return self.validate_many([Proposal(kind, program, tuple(inputs), message)])[0]
 
     def validate_many(self, proposals: Sequence[Proposal]) -> list[Task | Invalid]:
-        """validate() for a batch; both hash-seed runs of every proposal share the worker pool."""
+        """validate() for a batch; every run of every proposal shares the worker pool.
+
+        code_f runs its shown and its hidden inputs in separate processes, the hidden ones exactly
+        as `check` will run a solver's program: state a program keeps between calls (in a module,
+        a decimal context...) cannot make the gold hidden outputs unreachable.
+        """
         out: list = [self._prepare(p) for p in proposals]
-        runs = {i: (self._job(*r, 0, None), self._job(*r, 1, None)) for i, r in enumerate(out)
-                if not isinstance(r, Invalid)}
-        self._run_jobs([job for pair in runs.values() for job in pair])
-        for i, (a, b) in runs.items():
-            out[i] = _combine(proposals[i], a.results, b.results)
+        runs: dict[int, list[list[_Job]]] = {}  # proposal -> per hash seed, its jobs in input order
+        for i, prepared in enumerate(out):
+            if isinstance(prepared, Invalid):
+                continue
+            code, calls = prepared
+            cut = len(calls) // 2 if proposals[i].kind == "code_f" else len(calls)
+            parts = [part for part in (calls[:cut], calls[cut:]) if part]
+            runs[i] = [[self._job(code, part, seed, None) for part in parts] for seed in (0, 1)]
+        self._run_jobs([job for seeds in runs.values() for jobs in seeds for job in jobs])
+        for i, (jobs_a, jobs_b) in runs.items():
+            out[i] = _combine(proposals[i], *([r for job in jobs for r in job.results] for jobs in (jobs_a, jobs_b)))
         return out
 
     def check(self, task: Task, answer_text: str) -> bool:
