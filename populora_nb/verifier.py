@@ -316,6 +316,11 @@ def _module_of(node: ast.AST, modules: dict[str, str]) -> Optional[str]:
 SANDBOX_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox.py")
 
 
+PIPELINE_BYTES = 16_384
+"""A request queued behind a running one must be this small: the 64 KiB pipe then never fills, so
+parent and zygote can never both block writing to each other."""
+
+
 class SandboxError(RuntimeError):
     """The verifier's own machinery failed (a zygote would not start)."""
 
@@ -432,47 +437,68 @@ class Verifier:
         return _Job(seed_class, header.encode() + payload, timeout_s, max(1, len(calls)))
 
     def _run_jobs(self, jobs: list[_Job]) -> None:
-        """Fill every job's results, keeping up to `workers` zygotes busy (select on their pipes)."""
+        """Fill every job's results, keeping up to `workers` zygotes busy (select on their pipes).
+
+        A busy zygote also gets its next (small) request queued in its stdin, so it forks the next
+        run without waiting for this process to read the last reply and answer.
+        """
         self.start()
         with self._lock, selectors.DefaultSelector() as sel:
             queues = {c: deque(j for j in jobs if j.seed_class == c) for c in (0, 1, None)}
-            busy: dict[int, tuple[_Job, float]] = {}  # zygote index -> (job, deadline)
-            while any(queues.values()) or busy:
-                for zi, z in enumerate(self._zygotes):
-                    queue = queues[z.seed_class] or queues[None]
-                    if zi in busy or len(busy) >= self.workers or not queue:
-                        continue
-                    job = queue.popleft()
-                    try:
-                        z.proc.stdin.write(job.request)
-                        z.proc.stdin.flush()
-                    except OSError:  # a dead zygote: replace it, retry the job
-                        self._replace(zi, job, queues)
-                        continue
-                    busy[zi] = (job, time.monotonic() + 2 * job.timeout_s + 30)
-                    sel.register(z.proc.stdout, selectors.EVENT_READ, zi)
-                wait = min(d for _, d in busy.values()) - time.monotonic() if busy else 0.0
-                for key, _ in sel.select(timeout=max(0.0, wait)):
-                    job, _ = busy.pop(key.data)
-                    sel.unregister(key.fileobj)
-                    self._receive(key.data, job, queues)
-                for zi, (job, deadline) in list(busy.items()):
-                    if time.monotonic() > deadline:  # a zygote that stops answering is replaced
-                        sel.unregister(self._zygotes[zi].proc.stdout)
-                        del busy[zi]
-                        self._replace(zi, job, queues)
+            inflight: dict[int, deque[_Job]] = {zi: deque() for zi in range(len(self._zygotes))}
+            deadlines: dict[int, float] = {}  # zygote -> when its current run must have answered
 
-    def _receive(self, zi: int, job: _Job, queues: dict) -> None:
+            def lose(zi: int) -> None:  # the zygote died or hangs: replace it, retry what it held
+                if zi in deadlines:
+                    sel.unregister(self._zygotes[zi].proc.stdout)
+                    del deadlines[zi]
+                self._replace(zi, list(inflight[zi]), queues)
+                inflight[zi].clear()
+
+            while any(queues.values()) or any(inflight.values()):
+                for zi, z in enumerate(self._zygotes):
+                    queue, held = queues[z.seed_class] or queues[None], inflight[zi]
+                    working = sum(1 for q in inflight.values() if q)
+                    if not queue or len(held) >= 2 or (not held and working >= self.workers) or (
+                            held and len(queue[0].request) > PIPELINE_BYTES):
+                        continue
+                    held.append(queue.popleft())
+                    try:
+                        z.proc.stdin.write(held[-1].request)
+                        z.proc.stdin.flush()
+                    except OSError:
+                        lose(zi)
+                        continue
+                    if zi not in deadlines:
+                        sel.register(z.proc.stdout, selectors.EVENT_READ, zi)
+                        deadlines[zi] = time.monotonic() + 2 * held[0].timeout_s + 30
+                wait = min(deadlines.values()) - time.monotonic() if deadlines else 0.0
+                for key, _ in sel.select(timeout=max(0.0, wait)):
+                    zi = key.data
+                    if not self._receive(zi, inflight[zi][0]):
+                        lose(zi)
+                        continue
+                    inflight[zi].popleft()
+                    if inflight[zi]:
+                        deadlines[zi] = time.monotonic() + 2 * inflight[zi][0].timeout_s + 30
+                    else:
+                        sel.unregister(key.fileobj)
+                        del deadlines[zi]
+                for zi in [zi for zi, d in deadlines.items() if time.monotonic() > d]:
+                    lose(zi)  # a zygote that stops answering is replaced, never awaited
+
+    def _receive(self, zi: int, job: _Job) -> bool:
         stream = self._zygotes[zi].proc.stdout
         try:
             why, signal_number, exit_code, size = stream.readline().split()
             data = stream.read(int(size))
         except ValueError:  # EOF or garbage: the zygote died
-            return self._replace(zi, job, queues)
+            return False
         job.results = decode_run(data, job.n, why.decode().strip("-"), int(signal_number), int(exit_code))
+        return True
 
-    def _replace(self, zi: int, job: _Job, queues: dict) -> None:
-        """Replace a dead or stuck zygote; retry its job once, then report sandbox_error."""
+    def _replace(self, zi: int, lost: list[_Job], queues: dict) -> None:
+        """Replace a dead or stuck zygote; retry each job it held once, then report sandbox_error."""
         old = self._zygotes[zi].proc
         old.kill()
         old.wait()
@@ -482,12 +508,13 @@ class Verifier:
             except OSError:  # a broken pipe may fail to flush on close
                 pass
         self._zygotes[zi] = self._spawn(zi)
-        if job.retried:
-            job.results = [{"status": "sandbox_error", "output": "", "detail": "zygote failed twice",
-                            "stdout": "", "seconds": 0.0}] * job.n
-        else:
-            job.retried = True
-            queues[job.seed_class].appendleft(job)
+        for job in reversed(lost):
+            if job.retried:
+                job.results = [{"status": "sandbox_error", "output": "", "detail": "zygote failed twice",
+                                "stdout": "", "seconds": 0.0}] * job.n
+            else:
+                job.retried = True
+                queues[job.seed_class].appendleft(job)
 
     # ------------------------------------------------------------ preparing work (parent only)
     def _compiled(self, program: str, entry_point: Optional[str] = "f") -> CodeType | Invalid:
