@@ -1,0 +1,116 @@
+"""The Unsloth backend for the population: one peft LoRA slot whose weights are swapped per member.
+
+Why a swapped slot and not ``multilora``'s per-row routing: Unsloth's patched causal-LM forward
+sends every call that carries a KV cache to its own decode kernels (``fast_forward_inference``),
+which read the LoRA weights of the *active* peft adapter through ``fast_linear_forward`` and never
+call the ``nn.Linear`` modules, so forward hooks, and peft's ``adapter_names`` mixed batches, are
+bypassed. Its training forward likewise fuses the LoRA matmuls of the active adapter
+(``apply_lora_qkv`` / ``apply_lora_mlp``). So on Unsloth one member runs at a time: a mixed batch
+is split into one sub-batch per distinct member, each decoded with Unsloth's fast ``generate``.
+The population's factors (the masters, float32) stay in ``MultiLoRA``'s stacks and each member
+keeps its own AdamW state; the slot is only a compute buffer. For mixed-batch-heavy workloads on a
+GPU, ``model.backend=transformers`` keeps the batched multi-LoRA path.
+
+UNTESTED on a GPU in this repository's sessions (no CUDA machine was available); written from
+Unsloth's ``models/llama.py`` (get_peft_model, for_training / for_inference, CausalLM_fast_forward).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch import Tensor
+
+from populora_nb.base import Base
+from populora_nb.config import LoRAConfig
+from populora_nb.multilora import MultiLoRA, checkpointing
+
+PEFT_PREFIX = "base_model.model."
+
+
+class UnslothSlot:
+    def __init__(self, base: Base, lora: LoRAConfig) -> None:
+        from unsloth import FastLanguageModel  # CUDA only: importing it patches transformers
+
+        self.fast = FastLanguageModel
+        self.base = base
+        # Unsloth's own checkpointing acts only in train() mode, which also makes its forward drop
+        # the attention mask (it assumes right padding); our batches are left-padded, so we train
+        # in eval() mode and checkpoint with multilora.checkpointing instead.
+        self.peft_model = FastLanguageModel.get_peft_model(
+            base.model, r=lora.rank, lora_alpha=lora.alpha, target_modules=list(lora.target_modules),
+            lora_dropout=0.0, bias="none", use_gradient_checkpointing=False, random_state=0,
+        )
+        self.slot: dict[str, tuple[torch.nn.Parameter, torch.nn.Parameter]] = {}
+        for name, mod in self.peft_model.named_modules():
+            if hasattr(mod, "lora_A") and "default" in getattr(mod, "lora_A", {}):
+                key = name[len(PEFT_PREFIX):] if name.startswith(PEFT_PREFIX) else name
+                key = key.replace(".base_layer", "")
+                self.slot[key] = (mod.lora_A["default"].weight, mod.lora_B["default"].weight)
+        self.loaded: int | None = None
+
+    def _load(self, multi: MultiLoRA, slot: int) -> None:
+        missing = set(multi.modules) - set(self.slot)
+        if missing:
+            raise RuntimeError(f"Unsloth's LoRA slot lacks modules {sorted(missing)[:3]}; check lora.target_modules")
+        with torch.no_grad():
+            for name, (a, b) in self.slot.items():
+                a.copy_(multi.A[name][slot])
+                b.copy_(multi.Bt[name][slot].t())
+        self.loaded = slot
+
+    @contextlib.contextmanager
+    def member(self, multi: MultiLoRA, slot: int, gradient_checkpointing: bool) -> Iterator[None]:
+        """The slot holds ``slot``'s weights and records gradients; call ``grads_to`` after backward."""
+        self._load(multi, slot)
+        self.fast.for_training(self.peft_model)
+        self.peft_model.eval()  # keep the attention mask (see __init__); LoRA dropout is 0 anyway
+        for a, b in self.slot.values():
+            a.grad = b.grad = None
+        with checkpointing(self.base.model, gradient_checkpointing):
+            yield
+
+    def grads_to(self, multi: MultiLoRA, slot: int) -> None:
+        """Move the slot's gradients onto the member's own parameters (its optimizer's leaves)."""
+        for name, (a, b) in self.slot.items():
+            pa, pb = multi.slot_params[slot][name]
+            pa.grad = None if a.grad is None else a.grad.to(pa.dtype)
+            pb.grad = None if b.grad is None else b.grad.t().to(pb.dtype).contiguous()  # Bt layout
+            a.grad = b.grad = None
+
+    @torch.no_grad()
+    def generate(
+        self, multi: MultiLoRA, slots: Tensor, input_ids: Tensor, attention_mask: Tensor, max_new_tokens: int,
+        stop_token_ids: Sequence[int], pad_token_id: int, temperature: float = 0.0, top_p: float = 1.0,
+        generator: torch.Generator | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """One Unsloth ``generate`` per distinct member; same return as ``multilora.decode``."""
+        self.fast.for_inference(self.peft_model)
+        batch = input_ids.shape[0]
+        tokens = torch.full((batch, max_new_tokens), pad_token_id, dtype=torch.long, device=input_ids.device)
+        lengths = torch.zeros(batch, dtype=torch.long, device=input_ids.device)
+        stops = torch.tensor(list(stop_token_ids), device=input_ids.device)
+        for slot in slots.unique().tolist():
+            rows = (slots == slot).nonzero().squeeze(1)
+            ids, mask = input_ids[rows], attention_mask[rows]
+            keep = int(mask.sum(dim=1).max())  # drop columns that are padding in every row of the sub-batch
+            ids, mask = ids[:, -keep:], mask[:, -keep:]
+            self._load(multi, slot)
+            # HF generate samples from the global RNG: seed it from our generator inside fork_rng.
+            seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=generator.device)) if generator else 0
+            with torch.random.fork_rng(devices=[input_ids.device] if input_ids.is_cuda else []):
+                torch.manual_seed(seed)
+                out = self.peft_model.generate(
+                    input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                    do_sample=temperature > 0, temperature=temperature if temperature > 0 else None,
+                    top_p=top_p if temperature > 0 else None, eos_token_id=list(stop_token_ids) or None,
+                    pad_token_id=pad_token_id,
+                )[:, ids.shape[1]:]
+            n = out.shape[1]
+            is_stop = torch.isin(out, stops) if stops.numel() else torch.zeros_like(out, dtype=torch.bool)
+            first = torch.where(is_stop.any(dim=1), is_stop.float().argmax(dim=1) + 1, torch.full_like(rows, n))
+            tokens[rows, :n] = out
+            lengths[rows] = first
+        return tokens, lengths

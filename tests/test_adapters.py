@@ -1,0 +1,277 @@
+"""Tests for the LoRA population (adapters.py) and the batched multi-LoRA forward (multilora.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from populora_nb.adapters import (
+    Generation,
+    Population,
+    TrainBatch,
+    load_member_factors,
+    roles_for,
+    train_batch,
+)
+from populora_nb.base import load_base
+from populora_nb.config import load_config
+from populora_nb.multilora import sample_next
+from populora_nb.operators import LoRAPair
+from populora_nb.rl import policy_gradient_loss
+
+PROMPTS = ["Hello there", "def f(a):\n    return a", "x", "The quick brown fox jumps over"]
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return load_config("tiny", {"lora.init": "random"})
+
+
+@pytest.fixture(scope="module")
+def base(cfg):
+    return load_base(cfg)
+
+
+@pytest.fixture()
+def pop(base, cfg):
+    # Large random B so members' greedy continuations differ on the random tiny model.
+    return Population.create(base, roles_for(2, 2), cfg.lora, seed=0, random_b_std=0.5)
+
+
+def pg_loss(logprobs, batch):
+    return policy_gradient_loss(logprobs, batch.completion_mask, batch.advantages, aggregation="sequence_mean")
+
+
+def make_batch(pop: Population, member_id: int, n: int = 4) -> TrainBatch:
+    gens = pop.generate([member_id] * n, PROMPTS[:n], max_new_tokens=6, stop_token_ids=[])
+    return train_batch(gens, torch.linspace(-1.0, 1.0, n), pop.base.tokenizer.pad_token_id)
+
+
+def snapshot(pop: Population) -> dict[str, torch.Tensor]:
+    state = {f"base.{k}": v.clone() for k, v in pop.base.model.state_dict().items()}
+    for m in pop.members:
+        for name, pair in pop.factors(m.id).items():
+            state[f"{m.id}.{name}.A"], state[f"{m.id}.{name}.B"] = pair.A, pair.B
+    return state
+
+
+# ---- creation ------------------------------------------------------------------------------------
+
+
+def test_create_zero_b_members_share_function_but_not_a(base, cfg):
+    lora = dataclasses.replace(cfg.lora, init="zero_b")
+    pop = Population.create(base, roles_for(1, 2), lora, seed=3)
+    f0, f1 = pop.factors(0), pop.factors(1)
+    name = next(iter(f0))
+    assert all((p.B == 0).all() for p in f0.values())
+    assert not torch.equal(f0[name].A, f1[name].A)  # independent seeds
+    assert pop.members[0].role == "teacher" and pop.members[2].role == "student"
+    again = Population.create(base, roles_for(1, 2), lora, seed=3)
+    assert torch.equal(again.factors(1)[name].A, f1[name].A)  # seeded
+    # B = 0: every member generates exactly what the bare base does.
+    outs = pop.generate([0, 1, 2], PROMPTS[:3], max_new_tokens=5)
+    bare = Population.create(base, ["agent"], lora, seed=99).generate([0, 0, 0], PROMPTS[:3], max_new_tokens=5)
+    assert [o.completion_ids for o in outs] == [o.completion_ids for o in bare]
+
+
+def test_factor_shapes_follow_the_lora_pair_convention(pop, cfg):
+    factors = pop.factors(0)
+    lin = pop.multi.modules["model.layers.0.mlp.down_proj"]
+    pair = factors["model.layers.0.mlp.down_proj"]
+    assert pair.A.shape == (cfg.lora.rank, lin.in_features) and pair.B.shape == (lin.out_features, cfg.lora.rank)
+    assert len(factors) == 7 * pop.base.model.config.num_hidden_layers
+    pair.A.zero_()  # a detached clone: the member is untouched
+    assert pop.factors(0)["model.layers.0.mlp.down_proj"].A.abs().sum() > 0
+
+
+# ---- generation ----------------------------------------------------------------------------------
+
+
+def test_mixed_batch_greedy_equals_each_member_alone(pop):
+    ids = [3, 1, 0, 2]
+    mixed = pop.generate(ids, PROMPTS, max_new_tokens=10)
+    for m, prompt, got in zip(ids, PROMPTS, mixed):
+        alone = pop.generate([m], [prompt], max_new_tokens=10)[0]
+        assert got.completion_ids == alone.completion_ids and got.member_id == m
+    # The members really differ, so routing a row to the wrong adapter would be caught.
+    same_prompt = pop.generate([0, 1, 2, 3], [PROMPTS[1]] * 4, max_new_tokens=10)
+    assert len({tuple(g.completion_ids) for g in same_prompt}) > 1
+
+
+def test_more_rows_than_members_uses_the_dense_path_and_still_matches(pop):
+    ids = [0, 1, 0, 2, 3, 1]  # 6 rows > 4 members
+    prompts = PROMPTS + PROMPTS[:2]
+    mixed = pop.generate(ids, prompts, max_new_tokens=8)
+    for m, prompt, got in zip(ids, prompts, mixed):
+        assert got.completion_ids == pop.generate([m], [prompt], max_new_tokens=8)[0].completion_ids
+
+
+def test_generation_leaves_the_base_model_untouched(pop):
+    model, tok = pop.base.model, pop.base.tokenizer
+    ids = torch.tensor([tok("Hello there")["input_ids"]])
+    with torch.no_grad():
+        before = model(input_ids=ids).logits
+        pop.generate([0, 1], PROMPTS[:2], max_new_tokens=3)
+        after = model(input_ids=ids).logits
+    assert torch.equal(before, after)
+    assert not any(m._forward_hooks for m in pop.multi.modules.values())
+
+
+def test_sampling_is_seeded_and_leaves_global_rng_alone(pop):
+    rng = torch.random.get_rng_state()
+    run = lambda seed: pop.generate(  # noqa: E731
+        [0, 1, 2, 3], PROMPTS, max_new_tokens=8, temperature=1.0, top_p=0.9,
+        generator=torch.Generator().manual_seed(seed))
+    a, b, c = run(7), run(7), run(8)
+    assert [g.completion_ids for g in a] == [g.completion_ids for g in b]
+    assert [g.completion_ids for g in a] != [g.completion_ids for g in c]
+    assert torch.equal(rng, torch.random.get_rng_state())
+    with pytest.raises(ValueError, match="generator"):
+        pop.generate([0], PROMPTS[:1], temperature=1.0)
+
+
+def test_stop_token_ends_a_row_and_is_kept(pop):
+    free = pop.generate([0, 1], PROMPTS[:2], max_new_tokens=6)
+    stop = free[0].completion_ids[2]
+    got = pop.generate([0, 1], PROMPTS[:2], max_new_tokens=6, stop_token_ids=[stop])
+    first = free[0].completion_ids.index(stop)
+    assert got[0].completion_ids == free[0].completion_ids[: first + 1] and got[0].stopped
+    assert len(got[1].completion_ids) <= 6
+
+
+def test_top_p_keeps_only_the_nucleus():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    gen = torch.Generator().manual_seed(0)
+    draws = {int(sample_next(logits, 1.0, 0.6, gen)) for _ in range(200)}
+    assert draws == {0, 1}  # 0.5 < 0.6 so the second token is needed; the rest never appear
+    assert int(sample_next(logits, 0.0, 1.0, None)) == 0
+
+
+# ---- training ------------------------------------------------------------------------------------
+
+
+def test_train_step_touches_only_its_member(pop):
+    batch = make_batch(pop, 1)
+    before = snapshot(pop)
+    stats = pop.train_step(1, batch, pg_loss)
+    after = snapshot(pop)
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all(k.startswith("1.") for k in changed)
+    assert stats["optim/grad_norm"] > 0 and "loss/pg" in stats
+    assert set(pop.optimizers) == {1}
+    # A later step of another member must not move member 1 (no shared optimizer momentum).
+    mid = snapshot(pop)
+    pop.train_step(2, make_batch(pop, 2), pg_loss)
+    end = snapshot(pop)
+    assert {k for k in mid if not torch.equal(mid[k], end[k])} <= {k for k in mid if k.startswith("2.")}
+
+
+def test_gradient_checkpointing_and_micro_batches_give_the_same_update(base, cfg):
+    results = []
+    for gc, micro in [(False, None), (True, None), (False, 2)]:
+        lora = dataclasses.replace(cfg.lora, gradient_checkpointing=gc)
+        pop = Population.create(base, roles_for(1, 1), lora, seed=0, random_b_std=0.5)
+        stats = pop.train_step(0, make_batch(pop, 0), pg_loss, micro_batch_size=micro)
+        results.append((stats["optim/grad_norm"], pop.factors(0)))
+    for norm, factors in results[1:]:
+        assert norm == pytest.approx(results[0][0], rel=1e-4)
+        for name, pair in factors.items():
+            torch.testing.assert_close(pair.A, results[0][1][name].A, rtol=1e-4, atol=1e-6)
+
+
+def test_logprobs_of_the_base_ignore_the_adapters(pop):
+    batch = make_batch(pop, 0)
+    base_lp = pop.logprobs(None, batch)
+    member_lp = pop.logprobs(0, batch)
+    mask = batch.completion_mask.bool()
+    assert not torch.allclose(base_lp[mask], member_lp[mask])
+    assert (base_lp[~mask] == 0).all() and (base_lp[mask] < 0).all()
+
+
+# ---- evolution hooks -----------------------------------------------------------------------------
+
+
+def test_replace_gives_a_new_member_in_the_same_slot(pop):
+    pop.train_step(0, make_batch(pop, 0), pg_loss)
+    child_factors = {n: LoRAPair(p.A * 0.5, p.B * 2.0) for n, p in pop.factors(1).items()}
+    child = pop.replace(0, child_factors, parents=(1,), birth_step=5, operator="mutation_test")
+    assert child.id == 4 and child.slot == 0 and child.parents == (1,) and child.role == "teacher"
+    assert 0 not in pop.ids() and 0 not in pop.optimizers
+    name = next(iter(child_factors))
+    assert torch.equal(pop.factors(child.id)[name].B, child_factors[name].B)
+    with pytest.raises(ValueError, match="shapes"):
+        pop.set_factors(child.id, {n: LoRAPair(p.A[:1], p.B[:, :1]) for n, p in child_factors.items()})
+
+
+# ---- save / load ---------------------------------------------------------------------------------
+
+
+def test_population_save_load_round_trip_is_exact(pop, tmp_path):
+    batch = make_batch(pop, 2)
+    pop.train_step(2, batch, pg_loss)
+    pop.save(tmp_path / "ckpt")
+    loaded = Population.load(pop.base, tmp_path / "ckpt")
+    assert loaded.members == pop.members and loaded.next_id == pop.next_id
+    assert all(torch.equal(snapshot(pop)[k], v) for k, v in snapshot(loaded).items())
+    # Restored AdamW moments: the next step is identical in both.
+    pop.train_step(2, batch, pg_loss)
+    loaded.train_step(2, batch, pg_loss)
+    for name, pair in pop.factors(2).items():
+        assert torch.equal(pair.A, loaded.factors(2)[name].A) and torch.equal(pair.B, loaded.factors(2)[name].B)
+
+
+def test_member_save_load_round_trip_is_exact(pop, tmp_path):
+    pop.save_member(3, tmp_path / "m3")
+    factors, config = load_member_factors(tmp_path / "m3")
+    assert config["r"] == pop.lora.rank and config["lora_alpha"] == pop.lora.alpha
+    for name, pair in pop.factors(3).items():
+        assert torch.equal(factors[name].A, pair.A) and torch.equal(factors[name].B, pair.B)
+    pop.set_factors(0, factors)
+    assert [g.completion_ids for g in pop.generate([0], PROMPTS[:1])] == [g.completion_ids for g in pop.generate([3], PROMPTS[:1])]
+
+
+def test_peft_loads_a_saved_member_and_gives_the_same_logits(pop, cfg, tmp_path):
+    from peft import PeftModel
+
+    pop.save_member(2, tmp_path / "m2")
+    fresh = load_base(cfg)  # peft injects its layers into the model it wraps: use a separate copy
+    peft_model = PeftModel.from_pretrained(fresh.model, str(tmp_path / "m2"))
+    tok = pop.base.tokenizer
+    enc = tok(PROMPTS, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        ours_slot = pop.member(2).slot
+        with pop.multi.route_slot(ours_slot):
+            ours = pop.base.model(**enc).logits
+        theirs = peft_model(**enc).logits
+        bare = pop.base.model(**enc).logits
+    mask = enc["attention_mask"].bool()
+    torch.testing.assert_close(ours[mask], theirs[mask], rtol=1e-4, atol=1e-5)
+    assert (ours[mask] - bare[mask]).abs().max() > 1e-3  # the adapter matters
+
+
+def test_train_batch_left_pads_and_marks_completions(base):
+    gens = [Generation(0, [5, 6, 7], [8, 9], "", True), Generation(1, [5], [8, 9, 10], "", False)]
+    b = train_batch(gens, [1.0, -1.0], pad_token_id=0)
+    assert b.input_ids.tolist() == [[5, 6, 7, 8, 9], [0, 5, 8, 9, 10]]
+    assert b.attention_mask.tolist() == [[1, 1, 1, 1, 1], [0, 1, 1, 1, 1]]
+    assert b.completion_mask.tolist() == [[0, 0, 0, 1, 1], [0, 0, 1, 1, 1]]
+    assert b.logits_to_keep == 4
+
+
+# ---- the real model ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_real_smollm2_mixed_batch_equals_members_alone():
+    smoke = load_config("smoke", {"lora.init": "random"})
+    real = load_base(smoke)
+    pop = Population.create(real, roles_for(2, 2), smoke.lora, seed=0, random_b_std=0.05)
+    tok = real.tokenizer
+    qs = ["Write a Python function that reverses a string.", "What is 2+2?", "Name a prime.", "Say hi."]
+    prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False) for q in qs]
+    mixed = pop.generate([0, 1, 2, 3], prompts, max_new_tokens=12)
+    for i, got in enumerate(mixed):
+        assert got.completion_ids == pop.generate([i], [prompts[i]], max_new_tokens=12)[0].completion_ids
+    assert all(g.text.strip() for g in mixed)
