@@ -341,7 +341,7 @@ def test_agreement_with_azr_seed_tasks(capsys):
     if not SEEDS.is_dir():
         pytest.skip(f"{SEEDS} is absent (AZR seed tasks beside the checkout)")
     totals = {"agree": 0, "counted": 0}
-    with Verifier() as verifier, capsys.disabled():  # default limits: some seed programs run ~1 s
+    with Verifier(workers=4) as verifier, capsys.disabled():  # default limits: some programs run ~1 s
         print("\nfile                               agree/counted  rate   rejections")
         for path in sorted(SEEDS.glob("*.jsonl")):
             records = [json.loads(line) for line in path.read_text().splitlines()]
