@@ -47,8 +47,8 @@ MBPP_OUTPUT_SET_EQ_TASKS = ("similar_elements", "find_char_long", "common_in_nes
 _NONFINITE = "\x00nonfinite:"
 _DIGEST = "\x00sha256:"
 
-# Appended after the program. Names start with _bench_ (a program could shadow them; it gains
-# nothing: a wrong output cannot be made to equal the canonical one by renaming helpers).
+# Appended after the program, so these definitions replace any of the same name in it. It runs in
+# the sandbox child; only the literal it returns reaches the parent.
 _SHIM = '''
 
 def _bench_plain(x):
@@ -264,41 +264,39 @@ def evalplus_match(problem: Problem, args_text: str, out: Any, exp: Any, atol: f
     return bool(exact), atol
 
 
-def judge_evalplus(problem: Problem, gt: GroundTruth, results: Sequence[RunResult],
-                   limits: Sequence[float]) -> tuple[bool, bool, str]:
-    """(base passed, base+plus passed, status of the first failure or "pass")."""
-    atol, base_ok, status = problem.atol, True, "pass"
-    inputs = problem.base_inputs + problem.plus_inputs
-    for i, (r, exp_text) in enumerate(zip(results, gt.outputs)):
+def judge_evalplus(problem: Problem, inputs: Sequence[str], expected: Sequence[str | None],
+                   results: Sequence[RunResult], limits: Sequence[float]) -> str:
+    """"pass", or the first failure over one input set (base or plus; atol restarts per set, as each
+    set is its own `untrusted_check` in evalplus)."""
+    atol = problem.atol
+    for i, (r, exp_text) in enumerate(zip(results, expected)):
         if r.status != "ok":
-            why = r.status
-        elif r.seconds > limits[i]:
-            why = "timeout"
-        elif exp_text is None:
-            why = "reference_failed"
-        else:
-            try:
-                ok, atol = (True, atol) if r.output == exp_text and "nan" not in r.output else evalplus_match(
-                    problem, inputs[i], decode_output(r.output), decode_output(exp_text), atol)
-            except (ValueError, TypeError, OverflowError, ZeroDivisionError, RecursionError):
-                ok = False
-            why = "pass" if ok else "wrong"
-        if why != "pass":
-            base_ok = base_ok and i >= len(problem.base_inputs)
-            return base_ok, False, why
-    if len(results) < len(inputs):
-        return False, False, "not_run"
-    return True, True, status
+            return r.status
+        if r.seconds > limits[i]:
+            return "timeout"
+        if exp_text is None:
+            return "reference_failed"
+        try:
+            ok, atol = (True, atol) if r.output == exp_text and "nan" not in r.output else evalplus_match(
+                problem, inputs[i], decode_output(r.output), decode_output(exp_text), atol)
+        except (ValueError, TypeError, OverflowError, ZeroDivisionError, RecursionError):
+            ok = False
+        if not ok:
+            return "wrong"
+    return "pass" if len(results) >= len(inputs) else "not_run"
 
 
 # ---------------------------------------------------------------- EvalPlus through the sandbox
-def _program_items(problems: Sequence[Problem], programs: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
+def _program_items(problems: Sequence[Problem], programs: Sequence[str], plus: bool | None
+                   ) -> list[tuple[str, tuple[str, ...]]]:
+    """(program + shim, inputs): base inputs (plus=False), plus inputs (True) or both (None)."""
     items = []
     for p, program in zip(problems, programs):
         if not p.entry_point.isidentifier():
             raise ValueError(f"{p.id}: entry point {p.entry_point!r} is not an identifier")
         call_shim = shim(p.entry_point, not_none=p.benchmark == "mbppplus" and p.entry_point in MBPP_OUTPUT_NOT_NONE_TASKS)
-        items.append((program + call_shim, p.base_inputs + p.plus_inputs))
+        inputs = {False: p.base_inputs, True: p.plus_inputs, None: p.base_inputs + p.plus_inputs}[plus]
+        items.append((program + call_shim, inputs))
     return items
 
 
@@ -320,7 +318,7 @@ def _run_bucketed(verifier: Verifier, items: list[tuple[str, tuple[str, ...]]],
 def evalplus_ground_truth(problems: Sequence[Problem], verifier: Verifier,
                           timeout_s: float = GROUND_TRUTH_TIMEOUT_S) -> list[GroundTruth]:
     """Run each canonical solution on its base + plus inputs (evalplus `get_groundtruth`)."""
-    items = _program_items(problems, [p.question + p.canonical_solution for p in problems])
+    items = _program_items(problems, [p.question + p.canonical_solution for p in problems], plus=None)
     runs = verifier.run_many(items, timeout_s=timeout_s, entry_point=ENTRY)
     out = []
     for res in runs:
@@ -335,15 +333,25 @@ def score_evalplus(problems: Sequence[Problem], completions: Sequence[str], trut
                    gt_time_limit_factor: float = DEFAULT_GT_TIME_LIMIT_FACTOR,
                    task_timeout_cap_s: float = TASK_TIMEOUT_CAP_S, programs: Sequence[str] | None = None,
                    ) -> list[tuple[bool, bool, str]]:
-    """(base passed, base+plus passed, status) per completion; `programs` skips code extraction."""
+    """(base passed, base+plus passed, status) per completion; `programs` skips code extraction.
+    Plus inputs run only after the base inputs pass (evalplus: base then plus, fast check), so a
+    program that hangs costs one base-set wall limit, not both."""
     programs = list(programs) if programs is not None else [evalplus_program(p, c) for p, c in zip(problems, completions)]
     limits = [time_limits(gt, min_time_limit, gt_time_limit_factor) for gt in truths]
-    walls = []
-    for p, lim in zip(problems, limits):
-        nb = len(p.base_inputs)
-        walls.append(min(task_timeout_cap_s, sum(lim[:nb])) + min(task_timeout_cap_s, sum(lim[nb:])) + 2)
-    runs = _run_bucketed(verifier, _program_items(problems, programs), walls)
-    return [judge_evalplus(p, gt, res, lim) for p, gt, res, lim in zip(problems, truths, runs, limits)]
+    nb = [len(p.base_inputs) for p in problems]
+    walls = [min(task_timeout_cap_s, sum(lim[:n])) + 1 for lim, n in zip(limits, nb)]
+    runs = _run_bucketed(verifier, _program_items(problems, programs, plus=False), walls)
+    base = [judge_evalplus(p, p.base_inputs, gt.outputs[:n], res, lim[:n])
+            for p, gt, res, lim, n in zip(problems, truths, runs, limits, nb)]
+    todo = [i for i, status in enumerate(base) if status == "pass" and problems[i].plus_inputs]
+    walls = [min(task_timeout_cap_s, sum(limits[i][nb[i]:])) + 1 for i in todo]
+    runs = _run_bucketed(verifier, _program_items([problems[i] for i in todo], [programs[i] for i in todo], plus=True), walls)
+    out = [(status == "pass", status == "pass", status) for status in base]
+    for i, res in zip(todo, runs):
+        p, n = problems[i], nb[i]
+        status = judge_evalplus(p, p.plus_inputs, truths[i].outputs[n:], res, limits[i][n:])
+        out[i] = (True, status == "pass", status)
+    return out
 
 
 # ---------------------------------------------------------------- LiveCodeBench

@@ -218,12 +218,14 @@ def evaluate(models: Mapping[str, Generate] | Sequence[str], benchmarks: Sequenc
              tokenizer_or_format: Any = "plain", data_dir: str | Path | None = None, limit: int | None = None,
              out_dir: str | Path | None = None, n_samples: int = 1, verifier: Verifier | None = None,
              math_checker: MathChecker | None = None, generate_joint: JointGenerate | None = None,
+             extra_settings: Mapping[str, Any] | None = None,
              progress: Callable[[str], None] | None = None) -> list[EvalResult]:
     """Every model on every benchmark. `models` maps names to `Generate` callables, or is a list of
     names when `generate_joint` produces all models' completions in one call per benchmark. Each
     prompt is repeated `n_samples` times (sample in the callable for pass@k). With `out_dir`,
-    results are saved as ``<model>__<benchmark>.json`` and pairs already there (same settings)
-    are loaded instead of recomputed, so an interrupted evaluation resumes."""
+    results are saved as ``<model>__<benchmark>.json`` as soon as each is scored, and pairs already
+    there with the same settings (limit, samples, prompt format, problem ids, `extra_settings` such
+    as max_new_tokens) are loaded instead of recomputed, so an interrupted evaluation resumes."""
     names = list(models)
     if generate_joint is None and not isinstance(models, Mapping):
         raise ValueError("pass models as {name: generate} or give generate_joint")
@@ -240,42 +242,40 @@ def evaluate(models: Mapping[str, Generate] | Sequence[str], benchmarks: Sequenc
         for bench in benchmarks:
             problems = [p for p in load_benchmark(bench, data_dir, limit) if p.has_tests]
             settings = {"limit": limit, "n_samples": n_samples, "format": _format_name(tokenizer_or_format),
-                        "problems": [p.id for p in problems]}
-            todo, done = [], {}
+                        "problems": [p.id for p in problems], **dict(extra_settings or {})}
+            done: dict[str, EvalResult] = {}
             for name in names:
                 path = _result_path(out, name, bench) if out else None
-                if path is not None and path.is_file() and json.loads(path.read_text()).get("settings") == settings:
-                    done[name] = EvalResult(**json.loads(path.read_text()))
+                saved = json.loads(path.read_text()) if path is not None and path.is_file() else None
+                if saved is not None and saved.get("settings") == settings:
+                    done[name] = EvalResult(**saved)
                     say(f"[eval] {name} / {bench}: loaded {path.name}")
-                else:
-                    todo.append(name)
-            if todo and problems:
-                prompts = [q for q in build_prompts(problems, tokenizer_or_format) for _ in range(n_samples)]
+                elif not problems:  # nothing scorable (LiveCodeBench prompts without tests)
+                    done[name] = EvalResult(name, bench, {}, 0, n_samples, [], settings, {})
+            todo = [n for n in names if n not in done]
+            prompts = [q for q in build_prompts(problems, tokenizer_or_format) for _ in range(n_samples)] if todo else []
+            truths = (_ground_truth_cached(problems, verifier, out / "ground_truth" / f"{bench}.json" if out else None)
+                      if todo and problems[0].kind == "evalplus" else None)
+            t0 = time.time()
+            joint = dict(generate_joint({n: prompts for n in todo})) if todo and generate_joint is not None else {}
+            joint_s = time.time() - t0
+            for name in todo:
                 t0 = time.time()
-                if generate_joint is not None:
-                    completions = dict(generate_joint({n: prompts for n in todo}))
-                else:
-                    completions = {n: list(models[n](prompts)) for n in todo}  # type: ignore[index]
-                gen_s = time.time() - t0
-                truths = (_ground_truth_cached(problems, verifier, out / "ground_truth" / f"{bench}.json" if out else None)
-                          if problems[0].kind == "evalplus" else None)
-                for name in todo:
-                    if len(completions[name]) != len(prompts):
-                        raise ValueError(f"{name}: {len(completions[name])} completions for {len(prompts)} prompts")
-                    t1 = time.time()
-                    scores = score_many([p for p in problems for _ in range(n_samples)], completions[name],
-                                        verifier, math_checker, truths)
-                    done[name] = _finish(name, bench, problems, completions[name], scores, n_samples, settings,
-                                         {"generate_all_models": gen_s, "score": time.time() - t1})
-            for name in todo if not problems else ():
-                done[name] = EvalResult(name, bench, {}, 0, n_samples, [], settings, {})
-            for name in names:
-                r = done[name]
-                if out is not None and name in todo:
+                completions = list(joint[name] if generate_joint is not None else models[name](prompts))  # type: ignore[index]
+                gen_s = joint_s if generate_joint is not None else time.time() - t0
+                if len(completions) != len(prompts):
+                    raise ValueError(f"{name}: {len(completions)} completions for {len(prompts)} prompts")
+                t1 = time.time()
+                scores = score_many([p for p in problems for _ in range(n_samples)], completions, verifier,
+                                    math_checker, truths)
+                done[name] = _finish(name, bench, problems, completions, scores, n_samples, settings,
+                                     {"generate": gen_s, "score": time.time() - t1})
+                if out is not None:
                     out.mkdir(parents=True, exist_ok=True)
-                    _result_path(out, name, bench).write_text(json.dumps(asdict(r), indent=1))
-                say(f"[eval] {name} / {bench}: pass@1 {r.score:.3f} on {r.n_problems} problems")
-                results.append(r)
+                    _result_path(out, name, bench).write_text(json.dumps(asdict(done[name]), indent=1))
+            for name in names:
+                say(f"[eval] {name} / {bench}: pass@1 {done[name].score:.3f} on {done[name].n_problems} problems")
+                results.append(done[name])
     finally:
         if own_verifier:
             verifier.close()

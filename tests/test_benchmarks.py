@@ -286,6 +286,22 @@ def test_evaluate_scores_every_model_and_resumes(tmp_path, verifier, checker):
     assert json.loads(paths["json"].read_text())[2]["worst"] == pytest.approx(5 / 6)
 
 
+def test_joint_generation_is_one_call_per_benchmark_and_settings_key_the_cache(tmp_path, checker):
+    seen = []
+
+    def joint(prompts_by_model):
+        seen.append(sorted(prompts_by_model))
+        return {m: ["\\boxed{7}"] * len(ps) for m, ps in prompts_by_model.items()}
+
+    kw = dict(data_dir=FIXTURES, out_dir=tmp_path, math_checker=checker, generate_joint=joint)
+    first = evaluate(["m0", "m1"], ["gsm8k"], extra_settings={"max_new_tokens": 8}, **kw)
+    assert seen == [["m0", "m1"]] and [r.score for r in first] == [0.5, 0.5]
+    evaluate(["m0", "m1"], ["gsm8k"], extra_settings={"max_new_tokens": 8}, **kw)
+    assert len(seen) == 1  # resumed from the saved files
+    evaluate(["m0", "m1"], ["gsm8k"], extra_settings={"max_new_tokens": 16}, **kw)
+    assert len(seen) == 2  # other settings: recomputed
+
+
 def test_benchmarks_without_tests_are_reported_not_scored(tmp_path):
     (tmp_path / "livecodebench").mkdir()
     record = {"question_id": "abc1_a", "contest_date": "2024", "prompt": "Solve it.", "tests": {"fname": "1.json"}}
