@@ -26,7 +26,7 @@ from populora_nb.operators import LoRAFactors
 from populora_nb.records import RunDir, read_json, write_json
 from populora_nb.stages import (
     Policy, StepOutcome, Timer, grow_buffers, member_metrics, propose, reward_samples, rng_for, seed_for, solve,
-    solve_jobs, solve_rates, task_rows, update, validate,
+    solve_jobs, solve_rates, task_rows, update, validate, worked_examples,
 )
 from populora_nb.tasks import Task
 from populora_nb.verifier import Proposal, Verifier
@@ -112,7 +112,7 @@ def baseline_step(policy: Policy, verifier: Verifier, state: RunState, config: E
         validate(verifier, out.proposals, config.tasks.code_f_inputs // 2 + 1)
     with Timer(out.timings, "solve_s"):
         jobs = solve_jobs({"agent": list(range(len(out.proposals)))}, out.proposals, state.buffers, config, step)
-        out.attempts = solve(policy, verifier, jobs, config, step)
+        out.attempts = solve(policy, verifier, jobs, config, step, worked_examples(state.buffers))
         solve_rates(out.proposals, out.attempts)
     out.samples = reward_samples(out.proposals, out.attempts, proposer_reward="azr")
     with Timer(out.timings, "update_s"):
@@ -145,7 +145,7 @@ def population_step(policy: Policy, verifier: Verifier, state: RunState, config:
         assignments[partner[p.proposer]].append(i)
     with Timer(out.timings, "solve_s"):
         jobs = solve_jobs(assignments, out.proposals, state.buffers, config, step)
-        out.attempts = solve(policy, verifier, jobs, config, step)
+        out.attempts = solve(policy, verifier, jobs, config, step, worked_examples(state.buffers))
         solve_rates(out.proposals, out.attempts)
     for p in out.proposals:
         p.solver = partner[p.proposer]

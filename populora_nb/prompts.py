@@ -30,6 +30,7 @@ R1_TEMPLATE = (
 )
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z_]*)[ \t]*\n(.*?)```", re.DOTALL)
+_OPEN_FENCE = re.compile(r"```[ \t]*([A-Za-z_]*)[ \t]*\n(.*)\Z", re.DOTALL)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
@@ -52,66 +53,93 @@ class ParseFailure:
 # ---- prompt text --------------------------------------------------------------------------------
 
 
-def _show_task(task: Task, with_output: bool) -> str:
-    text = f"```python\n{task.program.strip()}\n```\n```input\n{task.inputs[0]}\n```"
-    if with_output:
-        text += f"\n```output\n{task.outputs[0]}\n```"
-    return text
+@dataclass(frozen=True)
+class Dialogue:
+    """A question after worked examples. In the chat format each example is a (user, assistant)
+    turn pair, which a small instruct model imitates far more reliably than examples inlined in one
+    message; in the r1 format the examples are inlined before the question."""
+
+    question: str
+    shots: tuple[tuple[str, str], ...] = ()
 
 
-def propose_prompt(kind: TaskKind, references: Sequence[Task], n_inputs: int = 10) -> str:
-    """The teacher's instruction. code_o / code_i: new program + input after K references;
-    code_f: ``n_inputs`` inputs and a message for the first reference's program."""
+PROPOSE_TRIPLET = (
+    "Write a new Python puzzle: a ```python block defining a function f, then an ```input block with the "
+    "arguments of one call as Python literals (e.g. [1, 2], 'a'). Use only the standard library; no randomness, "
+    "time, files or printing."
+)
+
+# A fixed worked example for code_f solvers (the buffers' seeds are single-input triplets).
+CODE_F_EXAMPLE = Task("code_f", "def f(a):\n    return a[::-1]", ("'abc'", "[1, 2]", "'xy'", "[3]"),
+                      ("'cba'", "[2, 1]", "'yx'", "[3]"), message="f reverses its argument")
+
+
+def _triplet_answer(task: Task) -> str:
+    return f"```python\n{task.program.strip()}\n```\n```input\n{task.inputs[0]}\n```"
+
+
+def propose_prompt(kind: TaskKind, references: Sequence[Task], n_inputs: int = 10) -> Dialogue:
+    """The teacher's instruction. code_o / code_i: a new program + input, after the K references
+    shown as earlier answers; code_f: ``n_inputs`` inputs and a message for the first reference's program."""
     if kind == "code_f":
         if not references:
             raise ValueError("a code_f proposal needs one existing program to write inputs for")
         program = references[0].program.strip()
-        return (
+        return Dialogue(
             "Here is a Python function f:\n"
             f"```python\n{program}\n```\n"
             f"Write {n_inputs} different inputs for f, each in its own ```input block holding the arguments "
             "as Python literals (e.g. [1, 2], 'a'). Pick inputs that reveal what f does. Then write a "
             "```message block with a short hint that helps someone rewrite f from its input/output pairs."
         )
-    goal = "predict its output" if kind == "code_o" else "find an input that gives a shown output"
-    refs = "\n\n".join(_show_task(t, with_output=True) for t in references)
-    return (
-        f"You write Python puzzles: a function f and an input, so that a solver must {goal}.\n"
-        f"Examples:\n{refs}\n\n"
-        "Write a new puzzle, different from the examples: a ```python block defining f, then an ```input "
-        "block with the arguments as Python literals. Use only the standard library; no randomness, time, files or printing."
-    )
+    goal = "predict its output" if kind == "code_o" else "find an input that gives its output"
+    shots = tuple((PROPOSE_TRIPLET, _triplet_answer(t)) for t in references)
+    return Dialogue(f"{PROPOSE_TRIPLET} A solver will have to {goal}. Make it different from your earlier puzzles.", shots)
 
 
-def solve_prompt(task: Task) -> str:
-    """The student's question for one validated task (code_f shows only the first half of the pairs)."""
+def _solve_question(task: Task) -> str:
     program = task.program.strip()
     if task.kind == "code_o":
-        return (
-            f"```python\n{program}\n```\n```input\n{task.inputs[0]}\n```\n"
-            "What does f return for this input? Answer with the output as a Python literal in an ```output block."
-        )
+        return (f"```python\n{program}\n```\n```input\n{task.inputs[0]}\n```\n"
+                "What does f return for this input? Answer with the output as a Python literal in an ```output block.")
     if task.kind == "code_i":
-        return (
-            f"```python\n{program}\n```\n```output\n{task.outputs[0]}\n```\n"
-            "Find arguments for f that give this output. Answer with them as Python literals in an ```input block."
-        )
+        return (f"```python\n{program}\n```\n```output\n{task.outputs[0]}\n```\n"
+                "Find arguments for f that give this output. Answer with them as Python literals in an ```input block.")
     shown = "\n".join(f"f({i}) == {o}" for i, o in task.shown_pairs)
-    return (
-        f"Message: {task.message.strip()}\nExamples:\n{shown}\n"
-        "Write the function f that satisfies these examples, in a ```python block."
-    )
+    return (f"Message: {task.message.strip()}\nExamples:\n{shown}\n"
+            "Write the function f that satisfies these examples, in a ```python block.")
 
 
-def render(prompt: str, tokenizer, fmt: PromptFormat) -> str:
+def _solve_answer(task: Task) -> str:
+    if task.kind == "code_o":
+        return f"```output\n{task.outputs[0]}\n```"
+    if task.kind == "code_i":
+        return f"```input\n{task.inputs[0]}\n```"
+    return f"```python\n{task.program.strip()}\n```"
+
+
+def solve_prompt(task: Task, example: Task | None = None) -> Dialogue:
+    """The student's question for one validated task (code_f shows only the first half of the
+    pairs), after one solved ``example`` of the same kind (none: zero-shot)."""
+    if example is not None and example.kind != task.kind:
+        raise ValueError(f"the worked example must be a {task.kind} task, got {example.kind}")
+    shots = ((_solve_question(example), _solve_answer(example)),) if example is not None else ()
+    return Dialogue(_solve_question(task), shots)
+
+
+def render(prompt: str | Dialogue, tokenizer, fmt: PromptFormat) -> str:
     """Wrap an instruction in the chosen format; the result is fed to the model as-is."""
+    d = prompt if isinstance(prompt, Dialogue) else Dialogue(prompt)
     if fmt == "r1":
-        return R1_TEMPLATE.format(prompt=prompt)
+        examples = "".join(f"Example:\n{u}\n<answer>{a}</answer>\n\n" for u, a in d.shots)
+        return R1_TEMPLATE.format(prompt=examples + d.question)
     if getattr(tokenizer, "chat_template", None) is None:
         raise ValueError("prompt_format=chat needs a tokenizer with a chat template; use tasks.prompt_format=r1")
-    return tokenizer.apply_chat_template(
-        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
-    )
+    messages = []
+    for user, assistant in d.shots:
+        messages += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+    messages.append({"role": "user", "content": d.question})
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
 
 # ---- parsing --------------------------------------------------------------------------------
@@ -127,8 +155,14 @@ def _answer_region(text: str, fmt: PromptFormat) -> str | ParseFailure:
 
 
 def fenced_blocks(text: str) -> list[tuple[str, str]]:
-    """(language tag, body) of every closed ``` fence, in order."""
-    return [(lang.lower(), body.rstrip("\n")) for lang, body in _FENCE.findall(text)]
+    """(language tag, body) of every ``` fence, in order. A last fence left open (the completion hit
+    max_new_tokens) still counts: its body may be complete, and the verifier judges it anyway."""
+    blocks = [(lang.lower(), body.rstrip("\n")) for lang, body in _FENCE.findall(text)]
+    tail = _FENCE.sub("", text)
+    opened = _OPEN_FENCE.search(tail)
+    if opened:
+        blocks.append((opened.group(1).lower(), opened.group(2).rstrip("\n")))
+    return blocks
 
 
 def parse_proposal(text: str, kind: TaskKind, fmt: PromptFormat, program: str = "") -> Proposal | ParseFailure:
@@ -160,9 +194,13 @@ def parse_answer(text: str, kind: TaskKind, fmt: PromptFormat) -> str | ParseFai
     if isinstance(region, ParseFailure):
         return region
     want = {"code_o": ("output",), "code_i": ("input",), "code_f": ("python", "py")}[kind]
-    found = [body.strip() for lang, body in fenced_blocks(region) if lang in want and body.strip()]
+    blocks = fenced_blocks(region)
+    found = [body.strip() for lang, body in blocks if lang in want and body.strip()]
     if found:
         return found[-1]
+    untagged = [body.strip() for lang, body in blocks if lang == "" and body.strip()]
+    if untagged and kind != "code_f":
+        return untagged[-1]  # a bare ``` fence: the model answered, only without the tag
     if fmt == "r1" and region.strip() and kind != "code_f":
         return region.strip()  # AZR accepts a bare literal inside <answer>
     return ParseFailure(f"no_{want[0]}_block" if want[0] != "py" else "no_python_block")

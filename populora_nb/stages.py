@@ -23,7 +23,7 @@ from typing import Protocol, Sequence
 
 from populora_nb.buffers import TaskBuffer, task_to_json
 from populora_nb.config import ExperimentConfig
-from populora_nb.prompts import ParseFailure, parse_answer, parse_proposal, propose_prompt, render, solve_prompt
+from populora_nb.prompts import CODE_F_EXAMPLE, ParseFailure, parse_answer, parse_proposal, propose_prompt, render, solve_prompt
 from populora_nb.rewards import azr_proposer_reward, student_reward, teacher_reward
 from populora_nb.rl import trr_plus_plus_advantages
 from populora_nb.tasks import Task
@@ -156,11 +156,20 @@ def solve_jobs(assignments: dict[str, list[int]], proposals: list[Proposed], buf
     return jobs
 
 
+def worked_examples(buffers: dict[str, TaskBuffer]) -> dict[str, Task]:
+    """One solved example per kind for the solver's prompt: the kind's first seed (fixed, so the
+    prompt does not drift), or a built-in example for code_f, whose buffer has no seeds."""
+    examples = {kind: b.tasks[0] for kind, b in buffers.items() if b.n_seeds}
+    examples.setdefault("code_f", CODE_F_EXAMPLE)
+    return examples
+
+
 def solve(policy: Policy, verifier: Verifier, jobs: list[tuple[str, Task, int | None]], config: ExperimentConfig,
-          step: int) -> list[Attempt]:
+          step: int, examples: dict[str, Task] | None = None) -> list[Attempt]:
     """k rollouts per task in one mixed-adapter batch, then the verifier judges each parsed answer."""
     k, fmt = config.rl.rollouts, config.tasks.prompt_format
-    rows = [(s, t, i, render(solve_prompt(t), policy.tokenizer, fmt)) for s, t, i in jobs for _ in range(k)]
+    examples = examples or {}
+    rows = [(s, t, i, render(solve_prompt(t, examples.get(t.kind)), policy.tokenizer, fmt)) for s, t, i in jobs for _ in range(k)]
     if not rows:
         return []
     completions = policy.generate([r[0] for r in rows], [r[3] for r in rows],
@@ -233,7 +242,7 @@ def task_rows(step: int, proposals: list[Proposed]) -> list[dict]:
     for p in proposals:
         r = p.result
         row = {"step": step, "proposer": p.proposer, "kind": p.kind, "solver": p.solver, "solve_rate": p.rho,
-               "completion_chars": len(p.completion)}
+               "completion": p.completion[:4000]}  # what the teacher wrote, for reading failures
         if isinstance(r, Task):
             row.update(task_to_json(r), valid=True, reason=None)
             row.pop("meta", None)

@@ -26,12 +26,12 @@ class ScriptedPolicy:
         out = []
         for i, (m, p) in enumerate(zip(member_ids, prompts)):
             self.calls += 1
-            if "You write Python puzzles" in p:
+            if "Write a new Python puzzle" in p:
                 out.append(GOOD_PROGRAM.format(n=i + 2) if i % 2 == 0 else BAD_PROGRAM)
             elif "Write " in p and "different inputs for f" in p:
                 out.append(CODE_F)
             elif "What does f return" in p:
-                text = p.split("```input\n")[1].split("\n")[0]
+                text = p.split("```input\n")[-1].split("\n")[0]  # the question, after the worked example
                 good = text.isdigit() and (m == "agent" or int(m[1:]) % 2 == 0)
                 out.append(f"```output\n{3 * int(text) if good else -1}\n```")
             elif "Find arguments for f" in p:

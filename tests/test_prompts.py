@@ -43,18 +43,41 @@ def test_answers_take_the_last_block_of_the_right_kind():
 
 
 def test_prompts_show_what_each_kind_needs():
-    assert "'Hello world'" in propose_prompt("code_o", [IDENTITY])
-    p = solve_prompt(IDENTITY)
+    d = propose_prompt("code_o", [IDENTITY])
+    assert d.shots[0][1] == "```python\ndef f(a):\n    return a\n```\n```input\n'Hello world'\n```"
+    assert "output" in d.question
+    p = solve_prompt(IDENTITY).question
     assert IDENTITY.inputs[0] in p and "```output" in p
-    q = solve_prompt(Task("code_i", IDENTITY.program, IDENTITY.inputs, IDENTITY.outputs))
+    q = solve_prompt(Task("code_i", IDENTITY.program, IDENTITY.inputs, IDENTITY.outputs)).question
     assert "```output\n'Hello world'" in q and "```input" in q
-    r = solve_prompt(CODE_F)
+    r = solve_prompt(CODE_F).question
     assert "f(1) == 2" in r and "f(2) == 4" in r and "f(3)" not in r  # hidden half stays hidden
     with pytest.raises(ValueError):
         propose_prompt("code_f", [])
+
+
+def test_solve_prompt_carries_one_worked_example():
+    ex = Task("code_o", "def f(a):\n    return a * 2", ("4",), ("8",))
+    d = solve_prompt(IDENTITY, example=ex)
+    assert d.shots == ((solve_prompt(ex).question, "```output\n8\n```"),)
+    with pytest.raises(ValueError):
+        solve_prompt(IDENTITY, example=CODE_F)
 
 
 def test_render_formats(tiny_base):
     chat = render("hi", tiny_base.tokenizer, "chat")
     assert "hi" in chat and chat.rstrip().endswith("assistant")
     assert render("hi", tiny_base.tokenizer, "r1").endswith("User: hi\nAssistant: <think>")
+    d = solve_prompt(IDENTITY, example=Task("code_o", "def f(a):\n    return 0", ("1",), ("0",)))
+    chat = render(d, tiny_base.tokenizer, "chat")
+    # the worked example is a real assistant turn before the question
+    assert chat.index("```output\n0\n```") < chat.index("'Hello world'")
+    assert chat.count("<|im_start|>assistant") == 2
+    r1 = render(d, tiny_base.tokenizer, "r1")
+    assert "<answer>```output\n0\n```</answer>" in r1 and r1.endswith("<think>")
+
+
+def test_unclosed_last_fence_and_bare_fence_still_parse():
+    cut = "```python\ndef f(x):\n    return x\n```\n```input\n[1, 2"
+    assert parse_proposal(cut, "code_o", "chat").inputs == ("[1, 2",)
+    assert parse_answer("```\n42\n```", "code_o", "chat") == "42"
