@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
-from populora_nb.tasks import Task, TaskKind
+from populora_nb.tasks import Proposal, Task, TaskKind
 
 PromptFormat = Literal["chat", "r1"]
 
@@ -32,16 +32,6 @@ R1_TEMPLATE = (
 _FENCE = re.compile(r"```[ \t]*([A-Za-z_]*)[ \t]*\n(.*?)```", re.DOTALL)
 _OPEN_FENCE = re.compile(r"```[ \t]*([A-Za-z_]*)[ \t]*\n(.*)\Z", re.DOTALL)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-
-
-@dataclass(frozen=True)
-class Proposal:
-    """What a teacher wrote: untrusted text, to be validated by the verifier."""
-
-    kind: TaskKind
-    program: str
-    inputs: tuple[str, ...]
-    message: str = ""
 
 
 @dataclass(frozen=True)

@@ -53,3 +53,13 @@ class Task:
     @property
     def hidden_pairs(self) -> list[tuple[str, str]]:
         return list(zip(self.inputs[self.n_shown :], self.outputs[self.n_shown :]))
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """What a teacher wrote, parsed but untrusted: the verifier turns it into a Task or an Invalid."""
+
+    kind: TaskKind
+    program: str
+    inputs: tuple[str, ...]
+    message: str = ""

@@ -43,7 +43,7 @@ from types import CodeType, MappingProxyType, ModuleType
 from typing import Optional, Sequence
 
 from populora_nb.sandbox import decode_run, parse_arguments, parse_literal, values_equal
-from populora_nb.tasks import TASK_KINDS, Task, TaskKind
+from populora_nb.tasks import TASK_KINDS, Proposal, Task, TaskKind  # noqa: F401  (Proposal re-exported)
 
 AZR_BANNED_MODULES = frozenset({
     "logging", "random", "multiprocessing", "pebble", "subprocess", "threading", "datetime", "time",
@@ -144,16 +144,6 @@ BENCHMARK_POLICY = SandboxPolicy(
 """Trusted-ish benchmark code and model solutions to it: more modules (sys for stdin, random,
 time...), ``super().__init__`` and friends, same isolation. Threads still cannot start (no new
 processes), and in call mode ``open`` is stubbed; in script mode only ``open(0)`` works (stdin)."""
-
-
-@dataclass(frozen=True)
-class Proposal:
-    """A teacher's raw proposal, before validation."""
-
-    kind: TaskKind
-    program: str
-    inputs: tuple[str, ...]
-    message: str = ""
 
 
 @dataclass(frozen=True)
