@@ -146,8 +146,14 @@ def _defines(code: str, name: str) -> bool:
 
 def extract_code(completion: str, entry_point: str = "") -> str | None:
     """The program a completion holds: the last fenced python block defining `entry_point` (else the
-    last python block), or the bare text when it defines `entry_point` itself; None when neither."""
+    last python block; a fence left open at the end of the text counts), or the bare text when it
+    defines `entry_point` itself; None when neither."""
     blocks = [body for lang, body in fenced_blocks(completion) if lang in ("python", "py", "python3", "")]
+    if completion.count("```") % 2 == 1:  # cut at max_new_tokens inside a block: keep what was written
+        tail = completion.rsplit("```", 1)[1]
+        lang, _, body = tail.partition("\n")
+        if lang.strip().lower() in ("python", "py", "python3", ""):
+            blocks.append(body)
     if entry_point:
         defining = [b for b in blocks if _defines(b, entry_point)]
         if defining:
@@ -174,13 +180,29 @@ def parseable_prefix(code: str, keep: int = 0) -> str:
 
 
 def evalplus_program(problem: Problem, completion: str) -> str:
-    """Code to test: the prompt (imports, helpers) then the model's definitions; a completion without
-    a definition of the entry point continues the prompt (base-model style)."""
+    """Code to test: the prompt (imports, helpers) then the model's code, its unfinished last
+    statement cut; a completion with no code block and no definition of the entry point continues
+    the prompt (base-model style)."""
     code = extract_code(completion, problem.entry_point)
-    if code is not None and _defines(code, problem.entry_point):
-        return problem.question + "\n\n" + sanitize(code) + "\n"
+    if code is not None:
+        return problem.question + "\n\n" + sanitize(parseable_prefix(code)) + "\n"
     program = problem.question + completion
     return sanitize(parseable_prefix(program, keep=len(problem.question) + 1)) + "\n"
+
+
+def defines_top_level(program: str, name: str) -> bool | None:
+    """Does the module bind `name` at top level (def, class or assignment)? None if it does not parse."""
+    try:
+        tree = ast.parse(program)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return True
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return True
+    return False
 
 
 # ---------------------------------------------------------------- EvalPlus semantics (pure)
@@ -339,10 +361,12 @@ def score_evalplus(problems: Sequence[Problem], completions: Sequence[str], trut
     programs = list(programs) if programs is not None else [evalplus_program(p, c) for p, c in zip(problems, completions)]
     limits = [time_limits(gt, min_time_limit, gt_time_limit_factor) for gt in truths]
     nb = [len(p.base_inputs) for p in problems]
-    walls = [min(task_timeout_cap_s, sum(lim[:n])) + 1 for lim, n in zip(limits, nb)]
-    runs = _run_bucketed(verifier, _program_items(problems, programs, plus=False), walls)
-    base = [judge_evalplus(p, p.base_inputs, gt.outputs[:n], res, lim[:n])
-            for p, gt, res, lim, n in zip(problems, truths, runs, limits, nb)]
+    base = ["no_entry_point" if defines_top_level(prog, p.entry_point) is False else "" for p, prog in zip(problems, programs)]
+    run = [i for i, status in enumerate(base) if not status]
+    walls = [min(task_timeout_cap_s, sum(limits[i][:nb[i]])) + 1 for i in run]
+    runs = _run_bucketed(verifier, _program_items([problems[i] for i in run], [programs[i] for i in run], plus=False), walls)
+    for i, res in zip(run, runs):
+        base[i] = judge_evalplus(problems[i], problems[i].base_inputs, truths[i].outputs[:nb[i]], res, limits[i][:nb[i]])
     todo = [i for i, status in enumerate(base) if status == "pass" and problems[i].plus_inputs]
     walls = [min(task_timeout_cap_s, sum(limits[i][nb[i]:])) + 1 for i in todo]
     runs = _run_bucketed(verifier, _program_items([problems[i] for i in todo], [programs[i] for i in todo], plus=True), walls)

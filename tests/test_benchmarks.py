@@ -133,6 +133,9 @@ def test_code_extraction_keeps_definitions_and_cuts_runaway_completions():
     program = bs.evalplus_program(he, runaway)
     assert "return [x + k for x in xs]" in program and "print" not in program
     assert bs.extract_code("no code here", "add") is None
+    cut = "```python\ndef helper(x):\n    return x\n\ndef add(xs, k):\n    return [x + k for x in xs]\n\ndef extra(y):\n    return ("
+    program = bs.evalplus_program(he, cut)  # cut at max_new_tokens inside the block
+    assert "def add(xs, k)" in program and "def extra" not in program and bs.defines_top_level(program, "add")
 
 
 def test_math_answer_extraction():
@@ -177,6 +180,8 @@ def test_evalplus_canonical_passes_and_wrong_code_fails(verifier):
         "    import os\n    return xs\n": (False, False, "banned_import"),
         "    return (x + k for x in xs)\n": (False, False, "output_not_literal"),
     }
+    wrong_name = score(fixture("mbppplus")["Mbpp/2"], "```python\ndef shared(a, b):\n    return a\n```", verifier)
+    assert (wrong_name.passed, wrong_name.status) == (False, "no_entry_point")
     for completion, (base_ok, ok, status) in cases.items():
         s = score(he["HumanEval/0"], completion, verifier)
         assert (s.base_passed, s.passed, s.status) == (base_ok, ok, status), completion
