@@ -74,6 +74,35 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_experiment(args: argparse.Namespace) -> int:
+    from populora_nb.experiment import STAGES, run_experiment
+
+    config = _config(args)
+    out = args.out or Path(config.run.out_dir) / f"experiment-{config.preset}-{time.strftime('%Y%m%d-%H%M%S')}"
+    t0 = time.time()
+    run_experiment(config, out, stages=args.stages or STAGES, say=lambda m: print(m, flush=True))
+    print(f"[experiment] finished in {time.time() - t0:.0f}s: {out / 'report.html'}", flush=True)
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from populora_nb.evaluation import evaluate_experiment
+
+    config = _config(args)
+    evaluate_experiment(config, args.experiment_dir, say=lambda m: print(m, flush=True))
+    print((args.experiment_dir / "eval" / "table.md").read_text() if (args.experiment_dir / "eval" / "table.md").exists() else "no table")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from populora_nb.report import make_figures, write_report
+
+    make_figures(args.experiment_dir)
+    md, html = write_report(args.experiment_dir)
+    print(f"[report] {md}\n[report] {html}")
+    return 0
+
+
 def _not_built(name: str) -> Callable[[argparse.Namespace], int]:
     def cmd(args: argparse.Namespace) -> int:
         if hasattr(args, "overrides"):
@@ -97,19 +126,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="run directory (resumes if it holds a checkpoint)")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("eval", help="evaluate members on the benchmarks")
+    p = sub.add_parser("eval", help="evaluate base, baseline and every member of an experiment on the benchmarks")
     _add_config_args(p)
-    p.add_argument("run_dir", type=Path, nargs="?")
-    p.set_defaults(func=_not_built("eval"))
+    p.add_argument("experiment_dir", type=Path, help="a directory holding baseline/ and population/ runs")
+    p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("report", help="write report.html and report.md for a run or experiment")
-    p.add_argument("run_dir", type=Path)
-    p.set_defaults(func=_not_built("report"))
+    p = sub.add_parser("report", help="write report.html and report.md for an experiment directory")
+    p.add_argument("experiment_dir", type=Path)
+    p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("experiment", help="baseline + population + evaluation + analysis + report")
+    p = sub.add_parser("experiment", help="baseline + population + evaluation + analysis + report (resumable)")
     _add_config_args(p)
-    p.add_argument("--out", type=Path, required=False)
-    p.set_defaults(func=_not_built("experiment"))
+    p.add_argument("--out", type=Path, required=False, help="experiment directory (rerun to resume)")
+    p.add_argument("--stages", nargs="*", default=None, help="a subset of: baseline population eval analysis report")
+    p.set_defaults(func=cmd_experiment)
 
     p = sub.add_parser("seed", help="grow a seed task buffer with the current model")
     _add_config_args(p)

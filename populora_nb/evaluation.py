@@ -1,0 +1,87 @@
+"""Evaluate an experiment's models on the benchmarks: the bare base, the baseline agent and every
+population member (its final checkpoint), greedy, with the members' generations batched together
+on the mixed-adapter path. Scoring and the table live in `benchmarks.py`; this module only builds
+the generators from checkpoints and calls it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from populora_nb.base import Base, load_base
+from populora_nb.benchmarks import BenchmarkDataError, available_benchmarks, evaluate, hf_generate, load_results, write_report
+from populora_nb.config import ExperimentConfig
+from populora_nb.experiment import stage_config
+from populora_nb.loop import roster_for
+from populora_nb.policy import LoRAPolicy
+from populora_nb.records import RunDir
+
+
+def trained_policy(config: ExperimentConfig, run_dir: Path, base: Base) -> LoRAPolicy:
+    """The members of a finished run, from its latest checkpoint."""
+    latest = RunDir(run_dir).latest_checkpoint()
+    if latest is None:
+        raise FileNotFoundError(f"{run_dir} has no checkpoint: train it first (python -m populora_nb run ...)")
+    policy = LoRAPolicy.create(config, list(roster_for(config).items()), base=base)
+    policy.load(latest[1] / "policy")
+    return policy
+
+
+def greedy(policy: LoRAPolicy, max_new_tokens: int, rows_per_batch: int = 16) -> Callable[[Mapping[str, list[str]]], dict[str, list[str]]]:
+    """{member: prompts} -> {member: completions}: all members' rows share mixed-adapter batches."""
+
+    def generate(jobs: Mapping[str, list[str]]) -> dict[str, list[str]]:
+        rows = [(m, p) for m, prompts in jobs.items() for p in prompts]
+        texts: list[str] = []
+        for lo in range(0, len(rows), rows_per_batch):
+            chunk = rows[lo:lo + rows_per_batch]
+            gens = policy.population.generate([policy.names[m] for m, _ in chunk], [p for _, p in chunk],
+                                              max_new_tokens=max_new_tokens, temperature=0.0)
+            texts += [g.text for g in gens]
+        out: dict[str, list[str]] = {m: [] for m in jobs}
+        for (m, _), t in zip(rows, texts):
+            out[m].append(t)
+        return out
+
+    return generate
+
+
+def benchmarks_to_run(config: ExperimentConfig) -> tuple[list[str], str]:
+    """The configured benchmarks that have data here, and a note on the ones left out."""
+    try:
+        have = set(available_benchmarks(config.eval.data_dir))
+    except BenchmarkDataError as e:
+        return [], str(e)
+    chosen = [b for b in config.eval.benchmarks if b in have]
+    missing = [b for b in config.eval.benchmarks if b not in have]
+    return chosen, (f"no data for {', '.join(missing)}" if missing else "")
+
+
+def evaluate_experiment(config: ExperimentConfig, out: Path, say: Callable[[str], None] = print,
+                        models: Sequence[str] = ("base", "baseline", "population")) -> Path:
+    """Score the base, the baseline and the population on the benchmarks into ``out/eval``."""
+    eval_dir = out / "eval"
+    eval_dir.mkdir(parents=True, exist_ok=True)
+    benches, note = benchmarks_to_run(config)
+    (eval_dir / "NOTE.txt").write_text(note + "\n" if note else "")
+    if not benches:
+        say(f"[eval] nothing to evaluate: {note}")
+        return eval_dir
+    base = load_base(config, seed=config.run.seed)
+    ec = config.eval
+    common = dict(tokenizer_or_format=base.tokenizer, data_dir=ec.data_dir, limit=ec.limit, out_dir=eval_dir,
+                  extra_settings={"max_new_tokens": ec.max_new_tokens}, progress=say)
+    members: list[str] = []
+    if "base" in models:
+        evaluate({"base": hf_generate(base.model, base.tokenizer, ec.max_new_tokens)}, benches, **common)
+    if "baseline" in models:
+        agent = greedy(trained_policy(stage_config(config, "baseline"), out / "baseline", base), ec.max_new_tokens)
+        evaluate({"baseline": lambda prompts: agent({"agent": prompts})["agent"]}, benches, **common)
+    if "population" in models:
+        pop_cfg = stage_config(config, "population")
+        policy = trained_policy(pop_cfg, out / "population", base)
+        members = list(policy.names)
+        evaluate(members, benches, generate_joint=greedy(policy, ec.max_new_tokens), **common)
+    write_report(load_results(eval_dir), eval_dir, members=members or None)
+    return eval_dir

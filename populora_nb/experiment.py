@@ -1,0 +1,111 @@
+"""The full experiment: the compute-matched AZR baseline and the PopuLoRA population from the same
+config and seed, benchmark evaluation of the bare base, the baseline and every member, the
+complexity and coverage analysis, and the report.
+
+    EXP/baseline/      a run directory (records.py)
+    EXP/population/    a run directory
+    EXP/eval/          one JSON per (model, benchmark), table.md, benchmarks.png
+    EXP/figures/       every PNG the report shows
+    EXP/report.md, EXP/report.html
+    EXP/stages.json    which stages are complete
+
+Each stage is resumable: training resumes from its latest checkpoint, evaluation skips the
+(model, benchmark) pairs already scored, and a stage marked complete is skipped, so rerunning the
+same command after a kill finishes the experiment without redoing finished work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from populora_nb.config import ExperimentConfig, load_config, save_config
+
+STAGES = ("baseline", "population", "eval", "analysis", "report")
+
+
+def stage_config(config: ExperimentConfig, agent: str) -> ExperimentConfig:
+    return dataclasses.replace(config, run=dataclasses.replace(config.run, agent=agent))  # type: ignore[arg-type]
+
+
+def _done(out: Path) -> dict:
+    p = out / "stages.json"
+    return json.loads(p.read_text()) if p.exists() else {}
+
+
+def _mark(out: Path, stage: str, seconds: float) -> None:
+    done = _done(out)
+    done[stage] = {"seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
+    tmp = out / "stages.json.tmp"
+    tmp.write_text(json.dumps(done, indent=1))
+    tmp.replace(out / "stages.json")
+
+
+def run_experiment(config: ExperimentConfig, out: str | Path, stages: Sequence[str] = STAGES,
+                   say: Callable[[str], None] = print) -> Path:
+    """Run every stage not yet complete, in order; returns the experiment directory."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg_path = out / "config.yaml"
+    if cfg_path.exists() and load_config(config.preset, _overrides(cfg_path)).to_dict() != config.to_dict():
+        raise ValueError(f"{out} holds an experiment with another config; choose a new --out or delete it")
+    save_config(config, cfg_path)
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown:
+        raise ValueError(f"unknown stages {unknown}; stages are {', '.join(STAGES)}")
+    for stage in stages:
+        if stage in _done(out):
+            say(f"[experiment] {stage}: already complete, skipped")
+            continue
+        t0 = time.time()
+        say(f"[experiment] {stage} ...")
+        STAGE_FUNCTIONS[stage](config, out, say)
+        _mark(out, stage, time.time() - t0)
+        say(f"[experiment] {stage} done in {time.time() - t0:.0f}s")
+    return out
+
+
+def _overrides(path: Path) -> dict:
+    import yaml
+
+    data = yaml.safe_load(path.read_text())
+    data.pop("preset", None)
+    return data
+
+
+def _train(agent: str) -> Callable[[ExperimentConfig, Path, Callable[[str], None]], None]:
+    def stage(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> None:
+        from populora_nb.loop import run
+        from populora_nb.widgets import step_summary
+
+        cfg = stage_config(config, agent)
+        run(cfg, out / agent, progress=False, on_step=lambda step, rows: say(f"[{agent}] " + step_summary(step, rows, cfg.tasks.kinds)))
+
+    return stage
+
+
+def _eval(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> None:
+    from populora_nb.evaluation import evaluate_experiment
+
+    evaluate_experiment(config, out, say)
+
+
+def _analysis(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> None:
+    from populora_nb.report import make_figures
+
+    paths = make_figures(out)
+    say(f"[analysis] {len(paths)} figures in {out / 'figures'}")
+
+
+def _report(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> None:
+    from populora_nb.report import write_report
+
+    md, html = write_report(out)
+    say(f"[report] {md} and {html}")
+
+
+STAGE_FUNCTIONS = {"baseline": _train("baseline"), "population": _train("population"), "eval": _eval,
+                   "analysis": _analysis, "report": _report}

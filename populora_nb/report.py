@@ -1,0 +1,171 @@
+"""The experiment report: every figure as a PNG under EXP/figures, and report.md + report.html
+that show them with the tables (benchmarks, collapse verdicts, run summary).
+
+Both documents are written from one list of sections, so they always say the same thing.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # the report renders headless; notebooks draw their own inline figures
+import matplotlib.pyplot as plt  # noqa: E402
+
+from populora_nb import complexity_plots, plots  # noqa: E402
+from populora_nb.complexity import analyse_run, coverage_curves, detect_collapse  # noqa: E402
+from populora_nb.evolution import Lineage, plot_lineage  # noqa: E402
+from populora_nb.records import RunDir  # noqa: E402
+
+
+@dataclass
+class Section:
+    title: str
+    text: str = ""
+    images: list[str] = field(default_factory=list)
+    """Paths relative to the experiment directory."""
+    table: list[list[str]] = field(default_factory=list)
+    """First row is the header."""
+
+
+def _runs(out: Path) -> dict[str, Path]:
+    return {name: out / name for name in ("baseline", "population") if (out / name / "metrics.jsonl").exists()}
+
+
+def _save(fig, out: Path, name: str) -> Path:
+    path = out / "figures" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def make_figures(out: str | Path) -> list[Path]:
+    """Render every figure the report shows into ``out/figures``."""
+    out = Path(out)
+    runs = _runs(out)
+    if not runs:
+        raise FileNotFoundError(f"{out} holds no baseline/ or population/ run to analyse")
+    kinds = RunDir(next(iter(runs.values()))).load_config().tasks.kinds
+    paths = [_save(plots.plot_solve_rates(runs, kinds=kinds), out, "solve_rates.png"),
+             _save(plots.plot_metric(runs, "teacher/valid_rate", title="Valid-proposal rate"), out, "valid_rate.png")]
+    if "baseline" in runs:
+        paths.append(_save(plots.plot_rewards(runs["baseline"]), out, "baseline_rewards.png"))
+    if "population" in runs:
+        pop = runs["population"]
+        paths += [_save(plots.plot_ratings(pop), out, "ratings.png"),
+                  _save(plots.plot_solve_matrix(pop), out, "solve_matrix.png"),
+                  _save(plots.plot_valid_rate_per_teacher(pop), out, "valid_rate_per_teacher.png"),
+                  _save(plots.plot_invalid_reasons(pop), out, "invalid_reasons.png")]
+        births = [Lineage(r["child"], tuple(r["parents"]), r["operator"], r["birth_step"], r["role"], r["replaced"])
+                  for r in RunDir(pop).read("lineage")]
+        if births:
+            paths.append(_save(plot_lineage(births).figure, out, "lineage.png"))
+    analyses = {name: analyse_run(path) for name, path in runs.items()}
+    window = max(1, min(5, max(len(a.steps) for a in analyses.values()) // 4))
+    paths.append(_save(complexity_plots.plot_metrics_grid(analyses, window=window), out, "complexity.png"))
+    curves = {name: coverage_curves(a)["all"] for name, a in analyses.items()}
+    paths.append(_save(complexity_plots.plot_coverage_grid(curves), out, "coverage.png"))
+    if "population" in analyses and analyses["population"].proposers:
+        paths.append(_save(complexity_plots.plot_per_proposer(analyses["population"], "ast_depth", window=window),
+                           out, "complexity_per_teacher.png"))
+    return paths
+
+
+def sections(out: Path) -> list[Section]:
+    runs = _runs(out)
+    fig = lambda name: [f"figures/{name}"] if (out / "figures" / name).exists() else []  # noqa: E731
+    secs = [Section("Runs", "What was trained, from `config.yaml`.", table=_run_table(out, runs))]
+    secs.append(Section("Solve rates per task kind",
+                        "Baseline (single AZR agent) and population on one axis.", fig("solve_rates.png") + fig("valid_rate.png")))
+    if "baseline" in runs:
+        secs.append(Section("Baseline rewards", "AZR proposer reward and solver reward per step.", fig("baseline_rewards.png")))
+    if "population" in runs:
+        secs.append(Section("TrueSkill trajectories", "μ per member, ±σ bands; red teachers, blue students.", fig("ratings.png")))
+        secs.append(Section("Teacher × student solve-rate matrix", "Mean ρ over the matches PFSP chose.",
+                            fig("solve_matrix.png") + fig("valid_rate_per_teacher.png") + fig("invalid_reasons.png")))
+        secs.append(Section("Lineage", "Children of evolution and their parents." if fig("lineage.png") else
+                            "No evolution event in this run (shorter than evolution.every steps).", fig("lineage.png")))
+    secs.append(Section("Complexity and coverage",
+                        "AST depth, cyclomatic complexity, lines of code, variables of valid programs; cumulative "
+                        "distinct AST shapes, node n-grams and I/O type signatures (definitions: populora_nb/complexity.py).",
+                        fig("complexity.png") + fig("coverage.png") + fig("complexity_per_teacher.png"),
+                        table=_collapse_table(runs)))
+    secs.append(_benchmark_section(out))
+    return secs
+
+
+def _run_table(out: Path, runs: dict[str, Path]) -> list[list[str]]:
+    rows = [["run", "model", "members", "steps logged", "valid proposals", "mean solve rate", "time (s)"]]
+    stages = json.loads((out / "stages.json").read_text()) if (out / "stages.json").exists() else {}
+    for name, path in runs.items():
+        rd = RunDir(path)
+        cfg = rd.load_config()
+        metrics, tasks = rd.read("metrics"), rd.read("tasks")
+        solve = [r["student/solve_rate"] for r in metrics if r.get("student/solve_rate") is not None]
+        members = "1 agent" if name == "baseline" else f"{cfg.population.n_teachers}T + {cfg.population.n_students}S"
+        rows.append([name, cfg.model.name, members, str(len({r["step"] for r in metrics})),
+                     f"{sum(t['valid'] for t in tasks)}/{len(tasks)}",
+                     f"{sum(solve) / len(solve):.3f}" if solve else "n/a", str(stages.get(name, {}).get("seconds", "n/a"))])
+    return rows
+
+
+def _collapse_table(runs: dict[str, Path]) -> list[list[str]]:
+    rows = [["run", "collapse?", "solve rate (end)", "metrics falling", "why"]]
+    for name, path in runs.items():
+        r = detect_collapse(analyse_run(path))
+        end = "n/a" if math.isnan(r.solve_rate_end) else f"{r.solve_rate_end:.2f}"
+        rows.append([name, "yes" if r.collapsed else "no", end, str(r.n_falling), r.reason])
+    return rows
+
+
+def _benchmark_section(out: Path) -> Section:
+    eval_dir = out / "eval"
+    table_json = eval_dir / "table.json"
+    note = (eval_dir / "NOTE.txt").read_text().strip() if (eval_dir / "NOTE.txt").exists() else ""
+    if not table_json.exists():
+        return Section("Benchmarks", f"Not evaluated. {note}".strip())
+    rows = json.loads(table_json.read_text())
+    pct = lambda v: "n/a" if v is None else f"{100 * v:.1f}"  # noqa: E731
+    table = [["benchmark", "base", "baseline", "population mean", "best", "worst"]]
+    table += [[r["benchmark"], pct(r["base"]), pct(r["baseline"]), pct(r["population_mean"]), pct(r["best"]), pct(r["worst"])]
+              for r in rows]
+    text = "pass@1 (%), greedy" + (f"; {note}" if note else "") + "."
+    return Section("Benchmarks", text, ["eval/benchmarks.png"] if (eval_dir / "benchmarks.png").exists() else [], table)
+
+
+def _md_table(rows: list[list[str]]) -> str:
+    esc = lambda c: c.replace("|", "\\|")  # noqa: E731
+    lines = ["| " + " | ".join(map(esc, rows[0])) + " |", "|" + "---|" * len(rows[0])]
+    return "\n".join(lines + ["| " + " | ".join(map(esc, r)) + " |" for r in rows[1:]])
+
+
+def write_report(out: str | Path) -> tuple[Path, Path]:
+    """report.md and report.html for an experiment directory (figures must exist: make_figures)."""
+    out = Path(out)
+    secs = sections(out)
+    md = [f"# PopuLoRA experiment report\n\n`{out}`\n"]
+    body = [f"<h1>PopuLoRA experiment report</h1><p><code>{html.escape(str(out))}</code></p>"]
+    for s in secs:
+        md.append(f"## {s.title}\n\n{s.text}\n")
+        body.append(f"<h2>{html.escape(s.title)}</h2><p>{html.escape(s.text)}</p>")
+        if s.table:
+            md.append(_md_table(s.table) + "\n")
+            head = "".join(f"<th>{html.escape(c)}</th>" for c in s.table[0])
+            cells = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in s.table[1:])
+            body.append(f"<table><tr>{head}</tr>{cells}</table>")
+        for img in s.images:
+            md.append(f"![{s.title}]({img})\n")
+            body.append(f'<img src="{html.escape(img)}" alt="{html.escape(s.title)}">')
+    md_path, html_path = out / "report.md", out / "report.html"
+    md_path.write_text("\n".join(md))
+    style = ("body{font-family:sans-serif;max-width:1100px;margin:auto}img{max-width:100%;display:block;margin:8px 0}"
+             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}")
+    html_path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>PopuLoRA report</title>"
+                         f"<style>{style}</style></head><body>{''.join(body)}</body></html>")
+    return md_path, html_path

@@ -1,0 +1,62 @@
+"""The whole experiment on the tiny preset: report completeness, and kill -9 + rerun resumes."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks"
+ARGS = ["experiment", "--preset", "tiny", "--set", "run.steps=2", "--set", "eval.limit=1",
+        "--set", "eval.benchmarks=[humanevalplus, gsm8k]"]
+
+
+def _experiment(out: Path, **kw) -> subprocess.Popen:
+    env = {**os.environ, "POPULORA_DATA": str(SHARED)}
+    return subprocess.Popen([sys.executable, "-m", "populora_nb", *ARGS, "--out", str(out)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/benchmarks")
+def test_killed_experiment_resumes_and_its_report_is_complete(tmp_path):
+    out = tmp_path / "exp"
+    first = _experiment(out, start_new_session=True)
+    lines = []
+    for line in first.stdout:  # kill -9 as soon as the population stage starts
+        lines.append(line)
+        if line.startswith("[experiment] population"):
+            os.killpg(first.pid, signal.SIGKILL)
+            break
+    first.wait()
+    assert (out / "baseline" / "metrics.jsonl").exists(), "".join(lines)
+    baseline_mtime = (out / "baseline" / "metrics.jsonl").stat().st_mtime
+    time.sleep(0.05)
+    second = _experiment(out)
+    log, _ = second.communicate(timeout=1500)
+    assert second.returncode == 0, log
+    assert "[experiment] baseline: already complete, skipped" in log
+    assert (out / "baseline" / "metrics.jsonl").stat().st_mtime == baseline_mtime  # not redone
+
+    md = (out / "report.md").read_text()
+    html = (out / "report.html").read_text()
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
+    assert images == re.findall(r'<img src="([^"]+)"', html)
+    for name in ("solve_rates.png", "ratings.png", "solve_matrix.png", "complexity.png", "coverage.png", "lineage.png",
+                 "benchmarks.png"):
+        assert any(i.endswith(name) for i in images), f"report lacks {name}"
+    for img in images:
+        assert (out / img).stat().st_size > 1000, img
+    tables = re.findall(r"^\| .+\|$", md, re.M)
+    assert len(tables) > 8
+    # every table row is filled (no empty cells)
+    assert all("||" not in row.replace(" ", "") for row in tables)
+    assert "| humanevalplus |" in md and "| gsm8k |" in md
+
+    third = _experiment(out)
+    log, _ = third.communicate(timeout=600)
+    assert third.returncode == 0 and log.count("already complete") == 5  # nothing redone
