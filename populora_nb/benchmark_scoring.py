@@ -24,6 +24,7 @@ import ast
 import json
 import math
 import re
+import warnings
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Sequence
@@ -125,6 +126,16 @@ def _restore(x: Any) -> Any:
 
 
 # ---------------------------------------------------------------- code extraction (pure)
+def _parse(code: str) -> ast.Module | None:
+    """The module's AST, or None if it does not parse (model code: warnings about it are noise)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return ast.parse(code)
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            return None
+
+
 def _keep(node: ast.stmt) -> bool:
     """evalplus' sanitizer keeps definitions and imports; example calls and prints go."""
     return isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
@@ -133,11 +144,8 @@ def _keep(node: ast.stmt) -> bool:
 
 def sanitize(code: str) -> str:
     """Top-level definitions, imports and assignments only (unparseable code is returned as is)."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return code
-    return ast.unparse([n for n in tree.body if _keep(n)])
+    tree = _parse(code)
+    return code if tree is None else ast.unparse([n for n in tree.body if _keep(n)])
 
 
 def _defines(code: str, name: str) -> bool:
@@ -170,13 +178,7 @@ def parseable_prefix(code: str, keep: int = 0) -> str:
     on past the function and is cut mid-statement), never shorter than `keep` characters; `code`
     itself if none does."""
     cuts = [m.start() for m in re.finditer(r"\n(?=\S)", code) if m.start() >= keep]
-    for end in [len(code)] + cuts[::-1]:
-        try:
-            ast.parse(code[:end])
-            return code[:end]
-        except (SyntaxError, ValueError, MemoryError, RecursionError):
-            continue
-    return code
+    return next((code[:end] for end in [len(code)] + cuts[::-1] if _parse(code[:end]) is not None), code)
 
 
 def evalplus_program(problem: Problem, completion: str) -> str:
@@ -192,9 +194,8 @@ def evalplus_program(problem: Problem, completion: str) -> str:
 
 def defines_top_level(program: str, name: str) -> bool | None:
     """Does the module bind `name` at top level (def, class or assignment)? None if it does not parse."""
-    try:
-        tree = ast.parse(program)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
+    tree = _parse(program)
+    if tree is None:
         return None
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:

@@ -5,7 +5,6 @@ the canonical-solution and gold-answer checks on the real data in ../shared (ski
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import math
 import os
