@@ -27,8 +27,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $(STAMP)
 
+# The experiment trains, evaluates and reports; the notebooks then attach to its run directories
+# (02/03 find their runs complete, 05/06 read them) and save their figures beside the report.
 run: setup
+	$(BIN)/python -m populora_nb experiment --preset smoke --out $(RUN_DIR)
 	$(BIN)/python -m populora_nb notebooks --preset smoke --out $(RUN_DIR)
+	@echo "report: $(RUN_DIR)/report.html"
 
 check-notebooks: setup
 	$(BIN)/nbstripout --verify notebooks/*.ipynb

@@ -13,7 +13,7 @@
 import os
 
 preset = os.environ.get("POPULORA_PRESET", "smoke")
-run_dir = None  # experiment dir with baseline/ and population/, or one run dir; None: synthetic demo
+run_dir = None  # experiment dir with baseline/ and population/, or one run dir; None: out_dir or notebooks 02/03's runs, else a synthetic demo
 out_dir = None  # when set, every figure is saved there as PNG
 window = 5  # rolling-mean window, in steps
 
@@ -44,6 +44,12 @@ def save(fig, name):
 # analysis reads, not a result; every title then says "SYNTHETIC".
 
 # %%
+if run_dir is None:
+    # The experiment that `make run` (out_dir) or notebooks 02 and 03 wrote, when there is one.
+    for candidate in ([Path(out_dir)] if out_dir else []) + [Path("..") / "runs" / f"notebooks-{preset}"]:
+        if (candidate / "population" / "tasks.jsonl").exists() or (candidate / "baseline" / "tasks.jsonl").exists():
+            run_dir = candidate
+            break
 synthetic = run_dir is None
 if synthetic:
     repo = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "tests" / "fake_runs.py").is_file())

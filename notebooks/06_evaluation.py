@@ -18,7 +18,7 @@ import os
 preset = os.environ.get("POPULORA_PRESET", "smoke")
 out_dir = None  # set by `make run`: results, table and figure are saved here
 data_dir = None  # benchmark files; default: $POPULORA_DATA, else ../shared/benchmarks
-results_dir = None  # results of baseline and members from `python -m populora_nb eval`, merged in
+results_dir = None  # results of baseline and members from `python -m populora_nb eval`, merged in (default with out_dir: out_dir/eval)
 limit = None  # problems per benchmark; default: the preset's eval.limit
 
 # %%
@@ -84,7 +84,9 @@ eval_dir = Path(out_dir) / "eval" if out_dir else Path(tempfile.mkdtemp(prefix="
 t0 = time.time()
 results = evaluate({"base": hf_generate(base.model, base.tokenizer, max_new_tokens=config.eval.max_new_tokens)},
                    benchmarks, tokenizer_or_format=base.tokenizer, data_dir=data_root, limit=limit,
-                   out_dir=eval_dir, progress=print)
+                   out_dir=eval_dir, extra_settings={"max_new_tokens": config.eval.max_new_tokens}, progress=print)
+if results_dir is None and out_dir:
+    results_dir = eval_dir  # `make run`: the experiment's baseline and member results sit beside the base's
 print(f"evaluated in {time.time() - t0:.0f} s; results in {eval_dir}")
 
 # %% [markdown]
