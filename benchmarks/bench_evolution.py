@@ -7,7 +7,10 @@ The issue's target: under 1 s per child for every operator at r = 32 on 2 cores.
 
 Prints a markdown table of seconds per child: wall time (best of --repeats after one warm-up) and
 the process's CPU time for that same call (summed over threads). On a shared machine the wall time
-includes waiting for the cores, so the load average before and after is printed too.
+includes waiting for the cores, so the load average before and after is printed too, and OpenMP's
+wait policy defaults to PASSIVE: spinning threads whose partner has been descheduled inflated
+2-thread times up to 20x here (DARE 25 s instead of ~1 s) at a load of 5 on 2 cores. Set
+OMP_WAIT_POLICY=ACTIVE to measure torch's default on a quiet machine.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ import argparse
 import os
 import time
 
-import torch
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # must precede the torch import (OpenMP reads it once)
 
-from populora_nb.operators import OPERATORS, PAPER_IDS, arity, synthetic_factors
+import torch  # noqa: E402
+
+from populora_nb.operators import OPERATORS, PAPER_IDS, arity, synthetic_factors  # noqa: E402
 
 # Qwen2.5-7B: hidden 3584, 4 KV heads × 128 = 512, MLP 18944, 28 layers. (d_in, d_out) per module.
 QWEN25_7B_MODULES = {
@@ -75,8 +80,8 @@ def main() -> None:
         del parents
     load_after = os.getloadavg()
 
-    print(f"\nseconds per child (wall / cpu), float32 CPU, {args.threads} threads, {layers} layers, "
-          f"best of {args.repeats}")
+    print(f"\nseconds per child (wall / cpu), float32 CPU, {args.threads} threads "
+          f"(OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}), {layers} layers, best of {args.repeats}")
     print("| operator | " + " | ".join(f"r={r} wall | r={r} cpu" for r in ranks) + " |")
     print("|---|" + "---|---|" * len(ranks))
     for name in args.operators:
