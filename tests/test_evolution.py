@@ -120,7 +120,7 @@ def test_bfloat16_factors_stay_bfloat16(name):
 # ------------------------------------------------------------------ operators: exact properties
 
 
-def test_qr_based_svd_matches_explicit_svd(parents):
+def test_factored_svd_matches_explicit_svd(parents):
     for pair in parents[0].values():
         U, S, V = lora_svd(pair)
         dense = delta_weight(pair)
