@@ -195,8 +195,9 @@ class EvolutionConfig:
     fitness_k: float = 3.0
     """Fitness = mu - k * sigma (TrueSkill's conservative skill)."""
     tournament_size: int = 2
-    grace_steps: int = 0
-    """A child younger than this many steps is not culled (its inflated sigma lowers mu - k sigma)."""
+    grace_steps: int | None = None
+    """A child younger than this many steps is not culled: its inflated sigma lowers mu - k sigma, so
+    without grace the newborn is the next one replaced. None: one evolution interval (``every``)."""
     operators: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PAPER_OPERATORS, 1.0))
     """Operator name (populora_nb.operators.OPERATORS) -> weight in the mix a child's operator is drawn from."""
     sigma_inflation: float = 2.0
@@ -204,9 +205,13 @@ class EvolutionConfig:
     inherit_optimizer: bool = False
     """Start a child's AdamW state from its first parent's (default: fresh)."""
 
+    @property
+    def grace(self) -> int:
+        return self.every if self.grace_steps is None else self.grace_steps
+
     def __post_init__(self) -> None:
         _positive(self, "every", "tournament_size", "sigma_inflation")
-        if self.replace_per_role < 0 or self.grace_steps < 0:
+        if self.replace_per_role < 0 or (self.grace_steps is not None and self.grace_steps < 0):
             raise ConfigError("replace_per_role and grace_steps must be >= 0")
         from populora_nb.operators import OPERATORS  # torch-heavy: imported only when validating
 

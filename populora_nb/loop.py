@@ -175,11 +175,13 @@ def evolve(policy: EvolvablePolicy, state: RunState, config: ExperimentConfig) -
                for m, role in state.roster.items()]
     births = plan_replacement(members, step=step + 1, rng=rng_for(config.run.seed, step, "evolve"),
                               num_replaced=ec.replace_per_role, mix=OperatorMix(ec.operators),
-                              tournament_size=ec.tournament_size, k=ec.fitness_k, grace_steps=ec.grace_steps)
+                              tournament_size=ec.tournament_size, k=ec.fitness_k, grace_steps=ec.grace)
     rows = []
     for birth in births:
-        gen = torch.Generator().manual_seed(seed_for(config.run.seed, step, f"operator:{birth.child}"))
-        child = apply_operator(birth, [policy.factors(p) for p in birth.parents], generator=gen)
+        parents = [policy.factors(p) for p in birth.parents]
+        device = next(iter(parents[0].values())).A.device  # operators draw on the factors' device
+        gen = torch.Generator(device=device).manual_seed(seed_for(config.run.seed, step, f"operator:{birth.child}"))
+        child = apply_operator(birth, parents, generator=gen)
         policy.replace(birth.replaced, birth.child, child, birth.parents, birth.operator, step + 1,
                        inherit_optimizer_from=birth.parents[0] if ec.inherit_optimizer else None)
         mu, sigma = inherit_rating([(state.ratings[p].mu, state.ratings[p].sigma) for p in birth.parents],
