@@ -1,0 +1,267 @@
+"""The retention experiment (PopuLoRA, issue 6): does a child made by an evolution operator recover
+its trained parent's reward when it goes back into training, and how fast? The paper reports
+recovery within 10–20 steps.
+
+For each operator, `evolution.retention_curves` makes a child of the fittest trained student (the
+next fittest is the second parent of crossovers) and hands it to a `train_and_score` made here,
+which retrains it on a fixed task set with the loop's own stages and returns its reward before
+training and after each step. Every operator sees the same task draws and the same generation
+seeds, so the curves differ only through the child's weights; copy_parent (the parent itself,
+trained on) and linear_0_5 (the mean ΔW of both parents) are the controls.
+
+    student: solve `tasks_per_step` tasks drawn from the run's valid tasks, `rollouts` each,
+             student reward (+1 / −0.5 / −1), TRR++ advantages, one update; score = mean reward.
+    teacher: propose against a fixed student (who does not learn), PopuLoRA teacher reward
+             (−1 / 0 / 1 − ρ), one update; score = mean teacher reward.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Literal, Mapping, Sequence
+
+from populora_nb.buffers import TaskBuffer
+from populora_nb.config import ExperimentConfig
+from populora_nb.evolution import CONTROLS, OPERATORS, fitness, retention_curves
+from populora_nb.loop import RunState, initial_state
+from populora_nb.matchmaking import Rating
+from populora_nb.operators import LoRAFactors
+from populora_nb.records import RunDir, read_json
+from populora_nb.stages import (
+    Attempt, propose, reward_samples, rng_for, solve, solve_jobs, solve_rates, update, validate, worked_examples,
+)
+from populora_nb.tasks import Task
+from populora_nb.verifier import Verifier
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+    from populora_nb.base import Base
+    from populora_nb.policy import LoRAPolicy
+
+TrainAndScore = Callable[[LoRAFactors, int], list[float]]
+Role = Literal["student", "teacher"]
+
+
+def retention_pool(buffers: Mapping[str, TaskBuffer], kinds: Sequence[str]) -> list[Task]:
+    """The tasks a child is retrained on: every valid task the run's members wrote (each buffer's
+    non-seed entries), or the seeds when the run wrote none (a fresh or very short run).
+    code_o and code_i hold the same triplets, each posed as its own kind."""
+    written = [t for k in kinds if k in buffers for t in buffers[k].tasks[buffers[k].n_seeds:]]
+    if written:
+        return written
+    seeds = [t for k in kinds if k in buffers for t in buffers[k].tasks[: buffers[k].n_seeds]]
+    if not seeds:
+        raise ValueError(f"the buffers of {list(kinds)} hold no tasks to retrain on")
+    return seeds
+
+
+def draw_tasks(pool: Sequence[Task], n: int, seed: int, step: int) -> list[Task]:
+    """Step `step`'s tasks: the same draw for every child, whatever it did at earlier steps."""
+    return rng_for(seed, step, "retention_tasks").sample(list(pool), min(n, len(pool)))
+
+
+def fittest(roster: Mapping[str, str], ratings: Mapping[str, Rating], role: str, k: float = 3.0) -> list[str]:
+    """Members of `role` from fittest to weakest by TrueSkill μ − kσ (roster order breaks ties and
+    orders unrated members, e.g. a fresh population's, after rated ones)."""
+    members = [m for m, r in roster.items() if r == role]
+    order = {m: i for i, m in enumerate(members)}
+    return sorted(members, key=lambda m: (-fitness(ratings[m].mu, ratings[m].sigma, k) if m in ratings else float("inf"),
+                                          order[m]))
+
+
+def _with(config: ExperimentConfig, rollouts: int, seed: int) -> ExperimentConfig:
+    # solve() reads k from config.rl.rollouts and seeds generation from config.run.seed.
+    return dataclasses.replace(config, rl=dataclasses.replace(config.rl, rollouts=rollouts),
+                               run=dataclasses.replace(config.run, seed=seed))
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def student_train_and_score(
+    policy: LoRAPolicy,
+    verifier: Verifier,
+    config: ExperimentConfig,
+    pool: Sequence[Task],
+    *,
+    member: str,
+    tasks_per_step: int = 3,
+    rollouts: int = 2,
+    seed: int = 0,
+    examples: Mapping[str, Task] | None = None,
+) -> TrainAndScore:
+    """`train_and_score(child, n)` for `retention_curves`: install the child in `member`'s slot
+    (fresh AdamW, as a newborn gets in the loop; the slot's old weights are overwritten), then n + 1
+    times solve `tasks_per_step` tasks drawn from `pool` with `rollouts` samples each and score the
+    mean student reward; the first n of these rollouts each drive one update. Value t is thus the
+    reward after t updates, and value 0 is the child as born."""
+    cfg = _with(config, rollouts, seed)
+    mid = policy.names[member]
+
+    def train_and_score(child: LoRAFactors, num_steps: int) -> list[float]:
+        policy.population.set_factors(mid, child)
+        scores = []
+        for step in range(num_steps + 1):
+            jobs = [(member, task, None) for task in draw_tasks(pool, tasks_per_step, seed, step)]
+            attempts: list[Attempt] = solve(policy, verifier, jobs, cfg, step, dict(examples or {}))
+            samples = reward_samples([], attempts, proposer_reward="populora")
+            scores.append(_mean([s.reward for s in samples]))
+            if step < num_steps:
+                update(policy, samples, [member])
+        return scores
+
+    return train_and_score
+
+
+def teacher_train_and_score(
+    policy: LoRAPolicy,
+    verifier: Verifier,
+    config: ExperimentConfig,
+    buffers: Mapping[str, TaskBuffer],
+    *,
+    member: str,
+    student: str,
+    rollouts: int = 2,
+    seed: int = 0,
+) -> TrainAndScore:
+    """`train_and_score(child, n)` for a teacher child in `member`'s slot: each step it proposes
+    `rl.proposals_per_kind` tasks of each kind (references drawn from the fixed `buffers`, which do
+    not grow), `student` solves the valid ones with `rollouts` samples and is never updated, and
+    the child gets the PopuLoRA teacher reward. Score: the mean teacher reward of the step."""
+    cfg = _with(config, rollouts, seed)
+    mid = policy.names[member]
+    fixed = dict(buffers)
+    examples = worked_examples(fixed)
+    min_inputs = config.tasks.code_f_inputs // 2 + 1  # as the loop requires of code_f proposals
+
+    def train_and_score(child: LoRAFactors, num_steps: int) -> list[float]:
+        policy.population.set_factors(mid, child)
+        scores = []
+        for step in range(num_steps + 1):
+            proposals = propose(policy, [member], fixed, cfg, step)
+            validate(verifier, proposals, min_inputs)
+            # No buffers for top-ups: only the child's own tasks are solved, and the student does not learn.
+            jobs = solve_jobs({student: list(range(len(proposals)))}, proposals, {}, cfg, step)
+            attempts = solve(policy, verifier, jobs, cfg, step, examples)
+            solve_rates(proposals, attempts)
+            samples = [s for s in reward_samples(proposals, attempts, proposer_reward="populora") if s.member == member]
+            scores.append(_mean([s.reward for s in samples]))
+            if step < num_steps:
+                update(policy, samples, [member])
+        return scores
+
+    return train_and_score
+
+
+def load_population(
+    config: ExperimentConfig, run_dir: str | Path | None, verifier: Verifier, base: Base | None = None
+) -> tuple[LoRAPolicy, RunState]:
+    """The population and state of `run_dir`'s latest checkpoint, or a fresh population on the seed
+    buffers when `run_dir` is None."""
+    from populora_nb.policy import LoRAPolicy  # model code is imported only when a model is needed
+
+    if run_dir is None:
+        state = initial_state(config, verifier)
+        return LoRAPolicy.create(config, list(state.roster.items()), base=base), state
+    latest = RunDir(Path(run_dir)).latest_checkpoint()
+    if latest is None:
+        raise FileNotFoundError(f"{run_dir} has no checkpoint; train it first (loop.run) or pass run_dir=None")
+    _, path = latest
+    state = RunState.from_json(read_json(path / "state.json"))
+    policy = LoRAPolicy.create(config, list(state.roster.items()), base=base)
+    policy.load(path / "policy")
+    return policy, state
+
+
+def run_retention(
+    config: ExperimentConfig,
+    run_dir: str | Path | None,
+    member: str | None = None,
+    *,
+    n_steps: int = 20,
+    operators: Sequence[str] = tuple(OPERATORS),
+    seed: int = 0,
+    role: Role = "student",
+    tasks_per_step: int | None = None,
+    rollouts: int | None = None,
+    base: Base | None = None,
+    verifier: Verifier | None = None,
+    progress: bool = False,
+) -> dict[str, list[float]]:
+    """Retention curves of `operators` for the trained population in `run_dir` (its latest
+    checkpoint; None: a fresh population). The parent is `member` or the fittest member of `role`
+    by μ − kσ (k = evolution.fitness_k); crossovers take the next fittest as second parent. The
+    child trains in the parent's slot. A run without members of `role` (the AZR baseline) uses its
+    single agent as parent and partner. `config` gives the model, sampling and verifier settings
+    (use the run's own: `RunDir(run_dir).load_config()`). Defaults: `tasks_per_step` = a student's
+    tasks per loop step (proposals_per_kind × kinds), `rollouts` = rl.rollouts.
+    Returns operator name → n_steps + 1 scores."""
+    own_verifier = verifier is None
+    if verifier is None:
+        vc = config.verifier
+        verifier = Verifier(timeout_s=vc.timeout_s, memory_mb=vc.memory_mb, workers=vc.workers)
+        verifier.start()
+    try:
+        policy, state = load_population(config, run_dir, verifier, base)
+        ranked = fittest(state.roster, state.ratings, role, config.evolution.fitness_k) or list(state.roster)
+        parent = member or ranked[0]
+        partner = next((m for m in ranked if m != parent), parent)
+        seed_rollouts = rollouts or config.rl.rollouts
+        if role == "student":
+            pool = retention_pool(state.buffers, config.tasks.kinds)
+            per_step = tasks_per_step or config.rl.proposals_per_kind * len(config.tasks.kinds)
+            train_and_score = student_train_and_score(
+                policy, verifier, config, pool, member=parent, tasks_per_step=per_step, rollouts=seed_rollouts,
+                seed=seed, examples=worked_examples(state.buffers))
+        else:
+            opponent = (fittest(state.roster, state.ratings, "student", config.evolution.fitness_k) or [parent])[0]
+            train_and_score = teacher_train_and_score(policy, verifier, config, state.buffers, member=parent,
+                                                      student=opponent, rollouts=seed_rollouts, seed=seed)
+        if progress:
+            train_and_score = _with_progress(train_and_score, len(operators))
+        return retention_curves(policy.factors(parent), policy.factors(partner), train_and_score=train_and_score,
+                                num_steps=n_steps, operators=operators, seed=seed)
+    finally:
+        if own_verifier:
+            verifier.close()
+
+
+def _with_progress(train_and_score: TrainAndScore, total: int) -> TrainAndScore:
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total, desc="retention")
+
+    def wrapped(child: LoRAFactors, num_steps: int) -> list[float]:
+        scores = train_and_score(child, num_steps)
+        bar.update(1)
+        if bar.n == total:
+            bar.close()
+        return scores
+
+    return wrapped
+
+
+def plot_retention(curves: Mapping[str, Sequence[float]], ax: Axes | None = None, *, ylabel: str = "mean student reward") -> Axes:
+    """Score per retraining step, one line per operator; the controls (copy_parent, linear_0_5)
+    dashed and the parent's own level (copy_parent's step 0) as a dotted line."""
+    import matplotlib.pyplot as plt  # plotting stays optional for the experiment above
+
+    from populora_nb.operators import PAPER_IDS
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 4.5))
+    for i, (name, scores) in enumerate(curves.items()):
+        control = name in CONTROLS
+        label = name if control or name not in PAPER_IDS else f"{PAPER_IDS[name]} {name}"
+        ax.plot(range(len(scores)), scores, "--" if control else "-o", ms=3, lw=2.2 if control else 1.3,
+                color="black" if name == "copy_parent" else f"C{i % 10}", label=label)
+    if "copy_parent" in curves and curves["copy_parent"]:
+        ax.axhline(curves["copy_parent"][0], color="0.6", ls=":", lw=1, label="parent (step 0)")
+    ax.set_xlabel("retraining step")
+    ax.set_ylabel(ylabel)
+    ax.set_title("retention: children retrained from birth")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return ax
