@@ -1,8 +1,9 @@
 # %% [markdown]
 # # 04 · Evolution in LoRA weight space
 #
-# **Goal:** see what each of PopuLoRA's evolution operators does to a member's LoRA weights, and
-# how replacement builds a lineage over a run. Every few update steps the weakest teachers and the
+# **Goal:** see what each of PopuLoRA's evolution operators does to a member's LoRA weights, how
+# replacement builds a lineage over a run, and whether a child recovers its trained parent's reward
+# when it goes back into training. Every few update steps the weakest teachers and the
 # weakest students (by TrueSkill μ − 3σ) are replaced by children of tournament-chosen parents:
 # mutations perturb one parent (M1 SVD-structured, M2 layer-selective Gaussian, M3 component
 # masking, M4 full Gaussian, optional M5 NEFTune-style), crossovers combine two (X1 DARE, X2 layer
@@ -20,9 +21,12 @@ out_dir = None  # set by `make run`: the experiment directory; figures are saved
 seed = 0
 rank = 8  # r of the demonstration adapter
 generations = 6  # evolution events in the synthetic lineage
+retention_steps = None  # retraining steps per child; None: 2 in tiny, 4 otherwise
+retention_tasks = None  # tasks a child solves per step; None: 1 in tiny, a loop student's share otherwise
 
 # %%
 import random
+import time
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -33,6 +37,8 @@ from populora_nb.evolution import MemberRating, OperatorMix, ancestors, plot_lin
 from populora_nb.operators import (
     CONTROLS, OPERATORS, PAPER_IDS, arity, lora_rank, relative_change, singular_values, synthetic_factors,
 )
+from populora_nb.records import RunDir
+from populora_nb.retention import plot_retention, run_retention
 
 config = load_config(preset, {"run.seed": seed})
 ec = config.evolution
@@ -126,17 +132,53 @@ for record in records[-2:]:
 
 # %% [markdown]
 # ## Retention: do children recover parent-level reward?
-# **TO BE FILLED (needs the training loop):** for each operator, a child of a trained member is
-# retrained n steps and its reward per step is plotted next to copy_parent and linear_0_5. The
-# paper reports recovery within 10–20 steps. The call will be
-# `evolution.retention_curves(parent, partner, train_and_score=..., num_steps=20,
-# operators=tuple(OPERATORS))`, where `train_and_score(child, n)` trains the child n steps against
-# a fixed opponent and returns its reward before training and after each step.
+# The paper reports that children recover their parent's reward within 10–20 training steps. Here
+# each operator makes one child of the fittest trained student (by μ − 3σ; crossovers take the next
+# fittest as second parent), and the child goes back into training as a student: each step it
+# solves tasks drawn from the run's valid tasks (the seeds if the run wrote none), gets the student
+# reward (+1 / −0.5 / −1) and one TRR++ update. Every child sees the same task draws and sampling
+# seeds, so the curves differ only through its weights. The population is the experiment's
+# (`out_dir/population`, written by `make run`), else notebook 03's run under
+# `../runs/notebooks-{preset}/population`, else a fresh one with small random B (a fresh peft-style
+# population has B = 0 and every operator would then return the same child).
+
+# %%
+candidates = ([Path(out_dir) / "population"] if out_dir else []) + [Path("..") / "runs" / f"notebooks-{preset}" / "population"]
+trained_run = next((p for p in candidates if RunDir(p).latest_checkpoint() is not None), None)
+if trained_run is not None:
+    retention_config = RunDir(trained_run).load_config()
+    print(f"retraining children of the population in {trained_run} (step {RunDir(trained_run).latest_checkpoint()[0]})")
+else:
+    retention_config = load_config(preset, {"run.seed": seed, "lora.init": "random"})
+    print(f"no trained population found in {[str(p) for p in candidates]}: a fresh {preset} population, seed tasks only")
+n_retrain = retention_steps or (2 if preset == "tiny" else 4)
+n_tasks = retention_tasks or (1 if preset == "tiny" else None)  # None: proposals_per_kind x kinds
+
+# %% [markdown]
+# What to look for: copy_parent (black, dashed) starts at the parent's own reward (dotted line) and
+# keeps training; a child that retains what its parent learnt starts near that line, one that lost
+# it starts lower and should climb back. linear_0_5 (dashed) is the naive crossover to beat. On the
+# tiny random model every answer is malformed (−1) and the curves are flat: only the plumbing runs.
+
+# %%
+t0 = time.perf_counter()
+curves = run_retention(retention_config, trained_run, n_steps=n_retrain, seed=seed, tasks_per_step=n_tasks, progress=True)
+per_operator_s = (time.perf_counter() - t0) / len(curves)
+print(f"{len(curves)} operators x {n_retrain} steps: {per_operator_s:.1f} s per operator")
+fig, ax = plt.subplots(figsize=(10, 4.5))
+plot_retention(curves, ax=ax)
+fig.tight_layout()
+if figures:
+    fig.savefig(figures / "04_retention.png", dpi=110)
+plt.show()
+for name, scores in curves.items():
+    print(f"{name:>26}: " + " ".join(f"{s:+.2f}" for s in scores))
 
 # %% [markdown]
 # ## Verify it is real
 # Every child has its parent's rank and shapes and no NaN, copy_parent is the parent exactly, the
-# operators that should move ΔW did, and the lineage only ever uses living members as parents.
+# operators that should move ΔW did, the lineage only ever uses living members as parents, and
+# every operator's retrained child has a reward before training and after each step.
 
 # %%
 for name, child in children.items():
@@ -154,6 +196,9 @@ for step in sorted({r.step for r in records}):
     assert all(set(r.parents) <= alive and r.replaced in alive for r in births)
     alive = (alive - {r.replaced for r in births}) | {r.child for r in births}
 assert len(records) <= generations * 2 * ec.replace_per_role and len(records) > 0
+assert list(curves) == list(OPERATORS) and all(len(c) == n_retrain + 1 for c in curves.values())
+assert all(-1.0 <= s <= 1.0 for c in curves.values() for s in c), curves  # student rewards lie in [-1, 1]
 if figures:
-    assert (figures / "04_operator_spectra.png").stat().st_size > 0 and (figures / "04_lineage.png").stat().st_size > 0
-print("verified:", len(children), "operators,", len(records), "births")
+    for png in ("04_operator_spectra.png", "04_lineage.png", "04_retention.png"):
+        assert (figures / png).stat().st_size > 0, png
+print("verified:", len(children), "operators,", len(records), "births,", len(curves), "retention curves")
