@@ -102,6 +102,6 @@ assert roles == {"teacher", "student"}, roles
 assert len([r for r in metrics if r["step"] == 0]) == config.n_members
 assert all("rating/mu" in r for r in metrics)
 assert len(result.read("matches")) == config.run.steps * config.population.n_teachers * config.rl.proposals_per_kind * len(config.tasks.kinds)
-if config.evolution.enabled and config.run.steps >= config.evolution.every:
+if config.evolution.enabled and config.run.steps > config.evolution.every:
     assert births, "evolution should have replaced members"
 print(f"{len(metrics)} member-steps, {len(result.read('matches'))} matches, {len(births)} children")

@@ -298,10 +298,11 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType({
         "rl.proposals_per_kind": 1,
         "tasks.kinds": ["code_o", "code_i"],      # code_f prompts are long; too slow for the CPU budget
         "tasks.n_references": 2,                  # shorter prompts for a 135M model on CPU
-        "run.steps": 4,
+        "run.steps": 5,
         "run.checkpoint_every": 2,
-        "evolution.every": 2,
-        "eval.limit": 3,
+        "evolution.every": 2,                     # two evolution events in 5 steps
+        "eval.limit": 2,                          # 10 models (base, baseline, 8 members): eval dominates on CPU
+        "eval.benchmarks": ["humanevalplus", "gsm8k"],  # one code and one math set for the CPU budget
         "eval.max_new_tokens": 96,
     },
     "gpu": {

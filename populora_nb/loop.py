@@ -234,7 +234,8 @@ def run(
             if config.run.agent == "population":
                 rd.append("matches", [{"step": step, "teacher": p.proposer, "student": p.solver, "kind": p.kind,
                                        "valid": isinstance(p.result, Task), "rho": p.rho} for p in out.proposals])
-            if evolving and (step + 1) % config.evolution.every == 0:
+            # No evolution after the last step: its children would never train or play.
+            if evolving and (step + 1) % config.evolution.every == 0 and step + 1 < config.run.steps:
                 rd.append("lineage", evolve(policy, state, config))  # type: ignore[arg-type]
             state.step = step + 1
             every = config.run.checkpoint_every

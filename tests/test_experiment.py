@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks"
-ARGS = ["experiment", "--preset", "tiny", "--set", "run.steps=2", "--set", "eval.limit=1",
+ARGS = ["experiment", "--preset", "tiny", "--set", "run.steps=3", "--set", "eval.limit=1",
         "--set", "eval.benchmarks=[humanevalplus, gsm8k]"]
 
 
