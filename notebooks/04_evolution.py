@@ -21,8 +21,8 @@ out_dir = None  # set by `make run`: the experiment directory; figures are saved
 seed = 0
 rank = 8  # r of the demonstration adapter
 generations = 6  # evolution events in the synthetic lineage
-retention_steps = None  # retraining steps per child; None: 2 in tiny, 4 otherwise
-retention_tasks = None  # tasks a child solves per step; None: 1 in tiny, a loop student's share otherwise
+retention_steps = None  # retraining steps per child; None: 2 in tiny, 3 in smoke, 20 (the paper's window) on GPU
+retention_tasks = None  # tasks a child solves per step; None: 1 on CPU presets, a loop student's share on GPU
 
 # %%
 import random
@@ -140,7 +140,8 @@ for record in records[-2:]:
 # seeds, so the curves differ only through its weights. The population is the experiment's
 # (`out_dir/population`, written by `make run`), else notebook 03's run under
 # `../runs/notebooks-{preset}/population`, else a fresh one with small random B (a fresh peft-style
-# population has B = 0 and every operator would then return the same child).
+# population has B = 0 and every operator would then return the same child; with B this small the
+# children still sample almost alike).
 
 # %%
 candidates = ([Path(out_dir) / "population"] if out_dir else []) + [Path("..") / "runs" / f"notebooks-{preset}" / "population"]
@@ -151,14 +152,17 @@ if trained_run is not None:
 else:
     retention_config = load_config(preset, {"run.seed": seed, "lora.init": "random"})
     print(f"no trained population found in {[str(p) for p in candidates]}: a fresh {preset} population, seed tasks only")
-n_retrain = retention_steps or (2 if preset == "tiny" else 4)
-n_tasks = retention_tasks or (1 if preset == "tiny" else None)  # None: proposals_per_kind x kinds
+# CPU budget: measured, one smoke step with 2 tasks x 2 rollouts (solve + update) took 60-75 s on 2 busy cores.
+n_retrain = retention_steps or {"tiny": 2, "smoke": 3}.get(preset, 20)
+n_tasks = retention_tasks or (1 if preset in ("tiny", "smoke") else None)  # None: proposals_per_kind x kinds
 
 # %% [markdown]
 # What to look for: copy_parent (black, dashed) starts at the parent's own reward (dotted line) and
 # keeps training; a child that retains what its parent learnt starts near that line, one that lost
 # it starts lower and should climb back. linear_0_5 (dashed) is the naive crossover to beat. On the
 # tiny random model every answer is malformed (−1) and the curves are flat: only the plumbing runs.
+# In smoke the population trained a few steps and each score is a mean over a couple of rollouts:
+# read it as noise around the parent's level, not as the paper's recovery curves (GPU presets).
 
 # %%
 t0 = time.perf_counter()

@@ -71,7 +71,7 @@ def fittest(roster: Mapping[str, str], ratings: Mapping[str, Rating], role: str,
                                           order[m]))
 
 
-def _with(config: ExperimentConfig, rollouts: int, seed: int) -> ExperimentConfig:
+def _solve_config(config: ExperimentConfig, rollouts: int, seed: int) -> ExperimentConfig:
     # solve() reads k from config.rl.rollouts and seeds generation from config.run.seed.
     return dataclasses.replace(config, rl=dataclasses.replace(config.rl, rollouts=rollouts),
                                run=dataclasses.replace(config.run, seed=seed))
@@ -98,7 +98,7 @@ def student_train_and_score(
     times solve `tasks_per_step` tasks drawn from `pool` with `rollouts` samples each and score the
     mean student reward; the first n of these rollouts each drive one update. Value t is thus the
     reward after t updates, and value 0 is the child as born."""
-    cfg = _with(config, rollouts, seed)
+    cfg = _solve_config(config, rollouts, seed)
     mid = policy.names[member]
 
     def train_and_score(child: LoRAFactors, num_steps: int) -> list[float]:
@@ -131,7 +131,7 @@ def teacher_train_and_score(
     `rl.proposals_per_kind` tasks of each kind (references drawn from the fixed `buffers`, which do
     not grow), `student` solves the valid ones with `rollouts` samples and is never updated, and
     the child gets the PopuLoRA teacher reward. Score: the mean teacher reward of the step."""
-    cfg = _with(config, rollouts, seed)
+    cfg = _solve_config(config, rollouts, seed)
     mid = policy.names[member]
     fixed = dict(buffers)
     examples = worked_examples(fixed)
@@ -209,17 +209,17 @@ def run_retention(
         ranked = fittest(state.roster, state.ratings, role, config.evolution.fitness_k) or list(state.roster)
         parent = member or ranked[0]
         partner = next((m for m in ranked if m != parent), parent)
-        seed_rollouts = rollouts or config.rl.rollouts
+        n_rollouts = rollouts or config.rl.rollouts
         if role == "student":
             pool = retention_pool(state.buffers, config.tasks.kinds)
             per_step = tasks_per_step or config.rl.proposals_per_kind * len(config.tasks.kinds)
             train_and_score = student_train_and_score(
-                policy, verifier, config, pool, member=parent, tasks_per_step=per_step, rollouts=seed_rollouts,
+                policy, verifier, config, pool, member=parent, tasks_per_step=per_step, rollouts=n_rollouts,
                 seed=seed, examples=worked_examples(state.buffers))
         else:
             opponent = (fittest(state.roster, state.ratings, "student", config.evolution.fitness_k) or [parent])[0]
             train_and_score = teacher_train_and_score(policy, verifier, config, state.buffers, member=parent,
-                                                      student=opponent, rollouts=seed_rollouts, seed=seed)
+                                                      student=opponent, rollouts=n_rollouts, seed=seed)
         if progress:
             train_and_score = _with_progress(train_and_score, len(operators))
         return retention_curves(policy.factors(parent), policy.factors(partner), train_and_score=train_and_score,
