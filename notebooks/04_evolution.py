@@ -23,6 +23,7 @@ rank = 8  # r of the demonstration adapter
 generations = 6  # evolution events in the synthetic lineage
 retention_steps = None  # retraining steps per child; None: 2 in tiny, 3 in smoke, 20 (the paper's window) on GPU
 retention_tasks = None  # tasks a child solves per step; None: 1 on CPU presets, a loop student's share on GPU
+retention_operators = None  # operator names to retrain children of; None: all of them (each costs a full curve)
 
 # %%
 import random
@@ -155,6 +156,7 @@ else:
 # CPU budget: measured, one smoke step with 2 tasks x 2 rollouts (solve + update) took 60-75 s on 2 busy cores.
 n_retrain = retention_steps or {"tiny": 2, "smoke": 3}.get(preset, 20)
 n_tasks = retention_tasks or (1 if preset in ("tiny", "smoke") else None)  # None: proposals_per_kind x kinds
+retained = tuple(retention_operators or OPERATORS)
 
 # %% [markdown]
 # What to look for: copy_parent (black, dashed) starts at the parent's own reward (dotted line) and
@@ -166,7 +168,8 @@ n_tasks = retention_tasks or (1 if preset in ("tiny", "smoke") else None)  # Non
 
 # %%
 t0 = time.perf_counter()
-curves = run_retention(retention_config, trained_run, n_steps=n_retrain, seed=seed, tasks_per_step=n_tasks, progress=True)
+curves = run_retention(retention_config, trained_run, n_steps=n_retrain, operators=retained, seed=seed,
+                       tasks_per_step=n_tasks, progress=True)
 per_operator_s = (time.perf_counter() - t0) / len(curves)
 print(f"{len(curves)} operators x {n_retrain} steps: {per_operator_s:.1f} s per operator")
 fig, ax = plt.subplots(figsize=(10, 4.5))
@@ -200,7 +203,7 @@ for step in sorted({r.step for r in records}):
     assert all(set(r.parents) <= alive and r.replaced in alive for r in births)
     alive = (alive - {r.replaced for r in births}) | {r.child for r in births}
 assert len(records) <= generations * 2 * ec.replace_per_role and len(records) > 0
-assert list(curves) == list(OPERATORS) and all(len(c) == n_retrain + 1 for c in curves.values())
+assert list(curves) == list(retained) and all(len(c) == n_retrain + 1 for c in curves.values())
 assert all(-1.0 <= s <= 1.0 for c in curves.values() for s in c), curves  # student rewards lie in [-1, 1]
 if figures:
     for png in ("04_operator_spectra.png", "04_lineage.png", "04_retention.png"):
