@@ -23,7 +23,7 @@ rank = 8  # r of the demonstration adapter
 generations = 6  # evolution events in the synthetic lineage
 retention_steps = None  # retraining steps per child; None: 2 in tiny, 3 in smoke, 20 (the paper's window) on GPU
 retention_tasks = None  # tasks a child solves per step; None: 1 on CPU presets, a loop student's share on GPU
-retention_operators = None  # operator names to retrain children of; None: all of them (each costs a full curve)
+retention_operators = None  # operator names to retrain children of; None: all on tiny/GPU, the two controls + M1 + X1 on smoke (CPU budget)
 
 # %%
 import random
@@ -154,9 +154,11 @@ else:
     retention_config = load_config(preset, {"run.seed": seed, "lora.init": "random"})
     print(f"no trained population found in {[str(p) for p in candidates]}: a fresh {preset} population, seed tasks only")
 # CPU budget: measured, one smoke step with 2 tasks x 2 rollouts (solve + update) took 60-75 s on 2 busy cores.
-n_retrain = retention_steps or {"tiny": 2, "smoke": 3}.get(preset, 20)
+n_retrain = retention_steps or {"tiny": 2, "smoke": 2}.get(preset, 20)
 n_tasks = retention_tasks or (1 if preset in ("tiny", "smoke") else None)  # None: proposals_per_kind x kinds
-retained = tuple(retention_operators or OPERATORS)
+# On a CPU with SmolLM2 each curve costs minutes: smoke keeps the controls and one mutation and crossover.
+smoke_default = ("copy_parent", "linear_0_5", "svd_structured", "dare")
+retained = tuple(retention_operators or (smoke_default if preset == "smoke" else OPERATORS))
 
 # %% [markdown]
 # What to look for: copy_parent (black, dashed) starts at the parent's own reward (dotted line) and
