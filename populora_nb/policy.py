@@ -46,6 +46,10 @@ class LoRAPolicy:
         generator = torch.Generator(device=self.base.device).manual_seed(seed)
         gens = self.population.generate([self.names[m] for m in member_ids], list(prompts), max_new_tokens=max_new_tokens,
                                         temperature=sc.temperature, top_p=sc.top_p, generator=generator)
+        if len(self._sampled) > 16384:
+            # Completions never rewarded (e.g. unmatched valid tasks) would pile up; a later update of
+            # a dropped entry falls back to scoring its tokenisation.
+            self._sampled.clear()
         for m, p, g in zip(member_ids, prompts, gens):
             self._sampled[(m, p, g.text)] = g
         return [g.text for g in gens]
