@@ -59,6 +59,27 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_seed(args: argparse.Namespace) -> int:
+    import json
+
+    from populora_nb.loop import grow_seeds, roster_for
+    from populora_nb.policy import LoRAPolicy
+    from populora_nb.verifier import Verifier
+
+    config = _config(args, {"run.agent": "baseline"})
+    policy = LoRAPolicy.create(config, list(roster_for(config).items()))
+    vc = config.verifier
+    with Verifier(vc.timeout_s, vc.memory_mb, vc.workers) as verifier:
+        tasks = grow_seeds(config, policy, verifier, args.target, args.max_rounds,
+                           on_round=lambda r, n: print(f"[seed] round {r}: {n} tasks", flush=True))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "w") as fh:
+        for t in tasks:
+            fh.write(json.dumps({"program": t.program, "inputs": list(t.inputs), "outputs": list(t.outputs)}) + "\n")
+    print(f"[seed] {len(tasks)} seed tasks in {args.out}; use them with --set tasks.seeds_path={args.out}")
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from populora_nb.loop import run
     from populora_nb.widgets import Dashboard
@@ -141,9 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stages", nargs="*", default=None, help="a subset of: baseline population eval analysis report")
     p.set_defaults(func=cmd_experiment)
 
-    p = sub.add_parser("seed", help="grow a seed task buffer with the current model")
+    p = sub.add_parser("seed", help="grow a seed task buffer with the current model (AZR's seeding run)")
     _add_config_args(p)
-    p.set_defaults(func=_not_built("seed"))
+    p.add_argument("--target", type=int, default=64, help="stop once the buffer holds this many tasks (AZR: 256)")
+    p.add_argument("--max-rounds", type=int, default=50)
+    p.add_argument("--out", type=Path, required=True, help="JSONL of seed tasks to write")
+    p.set_defaults(func=cmd_seed)
 
     p = sub.add_parser("notebooks", help="execute the numbered notebooks with papermill")
     p.add_argument("--preset", choices=sorted(PRESETS), default=None)

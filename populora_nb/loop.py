@@ -279,3 +279,25 @@ def _summary(rows: Sequence[dict]) -> str:
 
 def load_metrics(run_dir: str | Path) -> list[dict]:
     return RunDir(Path(run_dir)).read("metrics")
+
+
+def grow_seeds(config: ExperimentConfig, policy: Policy, verifier: Verifier, target: int, max_rounds: int = 50,
+               on_round: Callable[[int, int], None] | None = None) -> list[Task]:
+    """AZR's seeding run: the untrained model proposes code_o triplets (references from the growing
+    buffer) until `target` distinct valid ones exist; no training. Returns the buffer's tasks."""
+    state = initial_state(config, verifier)
+    buffer = state.buffers["code_o"] if "code_o" in state.buffers else state.buffers[config.tasks.kinds[0]]
+    seen = {(t.program, t.inputs) for t in buffer.tasks}
+    for round_ in range(max_rounds):
+        if len(buffer) >= target:
+            break
+        state.step = round_
+        proposals = propose(policy, ["agent"], state.buffers, config, round_)
+        validate(verifier, proposals, config.tasks.code_f_inputs // 2 + 1)
+        for p in proposals:
+            if isinstance(p.result, Task) and p.kind in ("code_o", "code_i") and (p.result.program, p.result.inputs) not in seen:
+                seen.add((p.result.program, p.result.inputs))
+                buffer.add(Task(buffer.kind, p.result.program, p.result.inputs, p.result.outputs))
+        if on_round is not None:
+            on_round(round_, len(buffer))
+    return buffer.tasks

@@ -97,3 +97,13 @@ def test_run_writes_records_and_a_crashed_run_resumes_to_the_same_records(tmp_pa
     resumed = run(cfg, tmp_path / "part", policy=ScriptedPolicy(tokenizer), progress=False)
     for stream in ("metrics", "tasks", "matches"):
         assert _comparable(resumed.read(stream)) == _comparable(full.read(stream)), stream
+
+
+def test_grow_seeds_adds_distinct_valid_proposals(verifier, tokenizer):
+    from populora_nb.loop import grow_seeds
+
+    cfg = load_config("tiny", {"run.agent": "baseline", "tasks.kinds": ["code_o"], "rl.proposals_per_kind": 2})
+    n_seeds = len(initial_state(cfg, verifier).buffers["code_o"])
+    tasks = grow_seeds(cfg, ScriptedPolicy(tokenizer), verifier, target=n_seeds + 1, max_rounds=3)
+    assert len(tasks) == n_seeds + 1  # the scripted valid program f(x) = 3x, once; the os program is rejected
+    assert tasks[-1].program.endswith("return x * 3")
