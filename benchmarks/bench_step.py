@@ -57,7 +57,7 @@ def main() -> None:
           f"{config.rl.proposals_per_kind} proposals/kind x {len(config.tasks.kinds)} kinds, {config.rl.rollouts} rollouts, "
           f"{config.sampling.propose_max_new_tokens}/{config.sampling.solve_max_new_tokens} new tokens")
     results = {}
-    with Verifier(config.verifier.timeout_s, config.verifier.memory_mb, config.verifier.workers) as verifier:
+    with Verifier.from_config(config.verifier) as verifier:
         for agent, step_fn in (("baseline", baseline_step), ("population", population_step)):
             cfg = dataclasses.replace(config, run=dataclasses.replace(config.run, agent=agent))
             policy = LoRAPolicy.create(cfg, list(roster_for(cfg).items()), base=base)

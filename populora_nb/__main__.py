@@ -68,8 +68,7 @@ def cmd_seed(args: argparse.Namespace) -> int:
 
     config = _config(args, {"run.agent": "baseline"})
     policy = LoRAPolicy.create(config, list(roster_for(config).items()))
-    vc = config.verifier
-    with Verifier(vc.timeout_s, vc.memory_mb, vc.workers) as verifier:
+    with Verifier.from_config(config.verifier) as verifier:
         tasks = grow_seeds(config, policy, verifier, args.target, args.max_rounds,
                            on_round=lambda r, n: print(f"[seed] round {r}: {n} tasks", flush=True))
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -210,8 +210,7 @@ def run(
     rd = RunDir.create(run_dir, config)
     own_verifier = verifier is None
     if verifier is None:
-        vc = config.verifier
-        verifier = Verifier(timeout_s=vc.timeout_s, memory_mb=vc.memory_mb, workers=vc.workers)
+        verifier = Verifier.from_config(config.verifier)
         verifier.start()
     try:
         if policy is None:

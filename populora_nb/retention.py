@@ -201,8 +201,7 @@ def run_retention(
     Returns operator name → n_steps + 1 scores."""
     own_verifier = verifier is None
     if verifier is None:
-        vc = config.verifier
-        verifier = Verifier(timeout_s=vc.timeout_s, memory_mb=vc.memory_mb, workers=vc.workers)
+        verifier = Verifier.from_config(config.verifier)
         verifier.start()
     try:
         policy, state = load_population(config, run_dir, verifier, base)

@@ -364,6 +364,11 @@ class Verifier:
         self._finalizer: Optional[weakref.finalize] = None
         self._code_cache: dict[tuple[str, Optional[str]], CodeType | Invalid] = {}
 
+    @classmethod
+    def from_config(cls, vc) -> "Verifier":
+        """A (not yet started) verifier with a `config.VerifierConfig`'s limits."""
+        return cls(timeout_s=vc.timeout_s, memory_mb=vc.memory_mb, workers=vc.workers)
+
     def __enter__(self) -> "Verifier":
         self.start()
         return self
