@@ -101,16 +101,11 @@ def train_batch(
     generations: Sequence[Generation], advantages: Sequence[float] | Tensor, pad_token_id: int
 ) -> TrainBatch:
     """Left-pad each generation's prompt + completion into a ``TrainBatch`` (completion scored)."""
-    seqs = [g.prompt_ids + g.completion_ids for g in generations]
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_token_id, dtype=torch.long)
-    attn = torch.zeros_like(ids)
+    ids, attn = _left_pad([g.prompt_ids + g.completion_ids for g in generations], pad_token_id, torch.device("cpu"))
     comp = torch.zeros_like(ids)
-    for i, (g, s) in enumerate(zip(generations, seqs)):
-        ids[i, width - len(s):] = torch.tensor(s)
-        attn[i, width - len(s):] = 1
+    for i, g in enumerate(generations):
         if g.completion_ids:
-            comp[i, width - len(g.completion_ids):] = 1
+            comp[i, -len(g.completion_ids):] = 1
     return TrainBatch(ids, attn, comp, torch.as_tensor(advantages, dtype=torch.float32))
 
 
@@ -201,11 +196,10 @@ class Population:
         """Evolution: a child with a new id takes ``member_id``'s slot (the old member is gone)."""
         old = self.member(member_id)
         inherited = self._optimizer_state(inherit_optimizer_from) if inherit_optimizer_from is not None else None
+        self.set_factors(member_id, factors)  # validates before any record changes; drops old's AdamW
         child = Member(self.next_id, role or old.role, old.slot, tuple(parents), birth_step, operator)
         self.next_id += 1
         self.members[self.members.index(old)] = child
-        self.optimizers.pop(member_id, None)
-        self.set_factors(child.id, factors)
         if inherited is not None:
             self._load_optimizer_state(child.id, inherited)
         return child
@@ -230,10 +224,14 @@ class Population:
         EOS (or ``stop_token_ids``)."""
         if len(member_ids) != len(prompts):
             raise ValueError(f"one member per prompt: {len(member_ids)} members, {len(prompts)} prompts")
+        if temperature < 0 or not 0 < top_p <= 1:
+            raise ValueError(f"need temperature >= 0 (0: greedy) and 0 < top_p <= 1, got {temperature}, {top_p}")
         if temperature > 0 and generator is None:
             raise ValueError("sampling (temperature > 0) needs generator=torch.Generator(device).manual_seed(seed)")
         tok = self.base.tokenizer
         prompt_ids = [tok(p, add_special_tokens=False)["input_ids"] if isinstance(p, str) else list(p) for p in prompts]
+        if not prompt_ids or not all(prompt_ids):
+            raise ValueError("every prompt needs at least one token")
         ids, mask = _left_pad(prompt_ids, tok.pad_token_id, self.base.device)
         slots = torch.tensor([self.member(m).slot for m in member_ids], device=self.base.device)
         stops = list(stop_token_ids) if stop_token_ids is not None else [tok.eos_token_id]
@@ -258,7 +256,7 @@ class Population:
         """A function batch -> completion log-probs (B, T) under this member's adapter (None: the
         bare base). The route stays open until the caller's backward is done (checkpointing)."""
         model = self.base.model
-        cache_kw, keep_kw = forward_kwarg_names(model)
+        _, keep_kw = forward_kwarg_names(model)
 
         def logprobs(b: TrainBatch) -> Tensor:
             logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask, use_cache=False,
@@ -267,7 +265,8 @@ class Population:
             return completion_logprobs(logits, b.input_ids, b.completion_mask)
 
         if member_id is None:
-            yield logprobs
+            with self._slot_engine.bare() if self._slot_engine is not None else contextlib.nullcontext():
+                yield logprobs
         elif self._slot_engine is not None:
             with self._slot_engine.member(self.multi, self.member(member_id).slot, self.lora.gradient_checkpointing):
                 yield logprobs
@@ -342,13 +341,16 @@ class Population:
 
     # ---- memory ---------------------------------------------------------------------------
 
-    def nbytes(self, with_optimizers: bool = True) -> int:
-        """Bytes of all members' factors (and AdamW moments) — what the population adds to the base."""
-        total = self.multi.nbytes()
-        if with_optimizers:
-            for opt in self.optimizers.values():
-                total += sum(t.numel() * t.element_size() for s in opt.state.values() for t in s.values() if torch.is_tensor(t))
-        return total
+    def memory(self) -> dict[str, float]:
+        """MiB held by the base's parameters, all members' factors and the AdamW moments so far,
+        and the factors as a fraction of the base: what N adapters add to one frozen model."""
+        mib = 2.0**20
+        base = sum(p.numel() * p.element_size() for p in self.base.model.parameters())
+        factors = self.multi.nbytes()
+        optim = sum(t.numel() * t.element_size() for opt in self.optimizers.values()
+                    for st in opt.state.values() for t in st.values() if torch.is_tensor(t))
+        return {"base_mib": base / mib, "factors_mib": factors / mib, "per_member_mib": factors / len(self.members) / mib,
+                "optimizer_mib": optim / mib, "factors_over_base": factors / base}
 
     # ---- save / load ----------------------------------------------------------------------
 

@@ -72,6 +72,14 @@ class UnslothSlot:
         with checkpointing(self.base.model, gradient_checkpointing):
             yield
 
+    @contextlib.contextmanager
+    def bare(self) -> Iterator[None]:
+        """The base without any adapter (peft's ``disable_adapter``), e.g. for KL reference log-probs."""
+        self.fast.for_training(self.peft_model)
+        self.peft_model.eval()
+        with self.peft_model.disable_adapter():
+            yield
+
     def grads_to(self, multi: MultiLoRA, slot: int) -> None:
         """Move the slot's gradients onto the member's own parameters (its optimizer's leaves)."""
         for name, (a, b) in self.slot.items():

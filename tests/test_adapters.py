@@ -275,3 +275,13 @@ def test_real_smollm2_mixed_batch_equals_members_alone():
     for i, got in enumerate(mixed):
         assert got.completion_ids == pop.generate([i], [prompts[i]], max_new_tokens=12)[0].completion_ids
     assert all(g.text.strip() for g in mixed)
+
+
+def test_memory_reports_factor_bytes(pop, cfg):
+    mem = pop.memory()
+    n_params = sum(cfg.lora.rank * (m.in_features + m.out_features) for m in pop.multi.modules.values())
+    assert mem["per_member_mib"] * 2**20 == pytest.approx(4 * n_params)
+    assert mem["factors_mib"] == pytest.approx(4 * mem["per_member_mib"])
+    assert mem["optimizer_mib"] == 0  # AdamW moments appear with a member's first step
+    pop.train_step(0, make_batch(pop, 0), pg_loss)
+    assert pop.memory()["optimizer_mib"] == pytest.approx(2 * mem["per_member_mib"], rel=1e-2)  # + step counters
