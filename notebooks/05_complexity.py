@@ -139,11 +139,16 @@ for name, a in analyses.items():
 
 # %% [markdown]
 # ## Verify it is real
-# Every run has measured programs, coverage never decreases, and the saved figures exist. On the
+# Every valid program of every run was measured, coverage never decreases, and the saved figures exist. On the
 # synthetic demo the detector must flag the scripted collapse and not the scripted arms race.
 
 # %%
-assert analyses and all(a.programs for a in analyses.values()), "a run has no valid programs"
+# A short run of a small (or, in `tiny`, random) model may have no valid program at all: then its
+# curves are empty, which is a result, not a failure. Every valid task must have been measured.
+assert analyses and all(a.n_tasks > 0 for a in analyses.values()), "a run has no task records"
+assert all(len(a.programs) == a.n_tasks - a.n_invalid for a in analyses.values())
+if synthetic:
+    assert all(a.programs for a in analyses.values()), "the synthetic demo writes valid programs"
 for name, curve in curves.items():
     for kind in ("shapes", "ngrams", "signatures"):
         values = getattr(curve, kind)
