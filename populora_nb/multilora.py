@@ -58,6 +58,9 @@ class MultiLoRA:
         dtype: torch.dtype = torch.float32,
     ) -> None:
         self.model = model
+        # Factors are kept in ``dtype`` (float32 masters); the LoRA term is computed in the base's
+        # dtype (e.g. bf16 on a GPU), casting on the fly, a no-op when the two agree (CPU, fp32).
+        self.compute_dtype = next(model.parameters()).dtype
         self.rank = rank
         self.alpha = alpha
         self.scale = alpha / rank
@@ -93,16 +96,16 @@ class MultiLoRA:
     def route_slot(self, slot: int) -> Iterator[None]:
         """Every row uses ``slot``; differentiable with respect to the slot's parameters."""
         params = self.slot_params[slot]
-        scale = self.scale
+        scale, cdt = self.scale, self.compute_dtype
 
         def make_hook(name: str):
             a, bt = params[name]  # (r, d_in), (r, d_out)
-            a_t, bt_d = a.detach().t(), bt.detach()  # views, no copy
+            a_t, bt_d = a.detach().to(cdt).t(), bt.detach().to(cdt)  # views when cdt is the factors' dtype
 
             def hook(module: nn.Module, args: tuple, out: Tensor) -> Tensor:
                 x = args[0]
-                if torch.is_grad_enabled():
-                    return out + scale * (F.linear(x, a) @ bt)
+                if torch.is_grad_enabled():  # cast inside the graph, so gradients reach the fp32 leaves
+                    return out + scale * (F.linear(x, a.to(cdt)) @ bt.to(cdt))
                 xa = x.reshape(-1, x.shape[-1]) @ a_t  # (B·T, r)
                 out.view(-1, out.shape[-1]).addmm_(xa, bt_d, alpha=scale)
                 return out
@@ -129,13 +132,14 @@ class MultiLoRA:
         gather_once = len(slots) <= self.n_slots
         lo, hi = int(slots.min()), int(slots.max()) + 1  # the used slots' contiguous range
         # (B, (hi-lo)·r) 0/1: row i keeps the r columns of its own slot.
-        block = torch.zeros(len(slots), hi - lo, self.rank, dtype=next(iter(self.A.values())).dtype, device=device)
+        cdt = self.compute_dtype
+        block = torch.zeros(len(slots), hi - lo, self.rank, dtype=cdt, device=device)
         block[torch.arange(len(slots), device=device), slots - lo] = 1.0
         block = block.view(len(slots), -1)
         scale = self.scale
 
         def make_hook(name: str):
-            a_all, bt_all = self.A[name], self.Bt[name]
+            a_all, bt_all = self.A[name].to(cdt), self.Bt[name].to(cdt)  # no copy when dtypes agree
             a_flat_t = a_all[lo:hi].view(-1, a_all.shape[-1]).t()  # (d_in, U·r), a view
             bt_flat = bt_all[lo:hi].view(-1, bt_all.shape[-1])  # (U·r, d_out), a view
             if gather_once:

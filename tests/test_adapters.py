@@ -285,3 +285,16 @@ def test_memory_reports_factor_bytes(pop, cfg):
     assert mem["optimizer_mib"] == 0  # AdamW moments appear with a member's first step
     pop.train_step(0, make_batch(pop, 0), pg_loss)
     assert pop.memory()["optimizer_mib"] == pytest.approx(2 * mem["per_member_mib"], rel=1e-2)  # + step counters
+
+
+def test_bf16_base_keeps_fp32_factors_and_trains_them():
+    cfg16 = load_config("tiny", {"lora.init": "random", "model.dtype": "bfloat16"})
+    base16 = load_base(cfg16)
+    pop = Population.create(base16, roles_for(1, 1), cfg16.lora, seed=0, random_b_std=0.5)
+    assert pop.factors(0)["model.layers.0.self_attn.q_proj"].A.dtype == torch.float32
+    mixed = pop.generate([1, 0], PROMPTS[:2], max_new_tokens=5)
+    assert mixed[0].completion_ids == pop.generate([1], PROMPTS[:1], max_new_tokens=5)[0].completion_ids
+    before = pop.factors(0)
+    stats = pop.train_step(0, make_batch(pop, 0, n=2), pg_loss)
+    assert stats["optim/grad_norm"] > 0
+    assert any(not torch.equal(before[n].A, p.A) for n, p in pop.factors(0).items())
