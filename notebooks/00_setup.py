@@ -16,7 +16,9 @@ preset = os.environ.get("POPULORA_PRESET", "smoke")
 out_dir = None  # set by `make run`: figures are saved here as PNG
 
 # %%
+import tempfile
 import time
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import psutil
@@ -78,9 +80,45 @@ if out_dir:
 plt.show()
 
 # %% [markdown]
+# ## The 4T + 4S population on this one base
+# Eight LoRA members (rank `lora.rank` on the attention and MLP projections) share the frozen base.
+# What to look for: how little memory eight adapters add, and one mixed batch in which every row is
+# routed to its own member's adapter in the same forward pass. With peft's default init (B = 0)
+# all members start as the base and write the same text; here they start with small random B so
+# their samples differ from step 0.
+
+# %%
+from populora_nb.adapters import Population, load_member_factors, roles_for
+
+pop_config = load_config(preset, {"lora.init": "random"})
+pop = Population.create(base, roles_for(pop_config.population.n_teachers, pop_config.population.n_students),
+                        pop_config.lora, seed=pop_config.run.seed)
+for key, value in pop.memory().items():
+    print(f"{key:>28}: {value:.3f}" if isinstance(value, float) else f"{key:>28}: {value}")
+
+# %%
+import torch
+
+rows = pop.ids()
+chat_prompt = base.tokenizer.apply_chat_template([{"role": "user", "content": "Write a Python function f that doubles a number."}],
+                                                 add_generation_prompt=True, tokenize=False)
+t0 = time.time()
+gens = pop.generate(rows, [chat_prompt] * len(rows), max_new_tokens=24, temperature=0.7,
+                    generator=torch.Generator(device=base.device).manual_seed(0))
+print(f"one mixed batch of {len(rows)} members: {time.time() - t0:.1f} s")
+for g in gens:
+    print(f"member {g.member_id} ({pop.member(g.member_id).role}): {g.text[:120]!r}")
+
+# %% [markdown]
 # ## Verify it is real
 
 # %%
+member_dir = (Path(out_dir) if out_dir else Path(tempfile.mkdtemp())) / "student0_adapter"
+pop.save_member(pop.ids("student")[0], member_dir)
+saved, adapter_config = load_member_factors(member_dir)
+assert adapter_config["r"] == pop_config.lora.rank
+assert all(p.A.abs().sum() > 0 and p.B.abs().sum() > 0 for p in saved.values()), "saved factors must be non-zero"
+assert len(gens) == len(rows) and all(isinstance(g.text, str) for g in gens)
 assert base.n_parameters > 0 and trainable == 0, "the base must be frozen"
 assert isinstance(reply, str) and len(reply) > 0, "the base produced no text"
 assert base.tokenizer.padding_side == "left"
