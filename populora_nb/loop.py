@@ -11,6 +11,7 @@ population_step: PFSP pairs each teacher with a student → teachers propose (on
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
@@ -25,7 +26,7 @@ from populora_nb.matchmaking import Match, Rating, initial_ratings, make_trueski
 from populora_nb.operators import LoRAFactors
 from populora_nb.records import RunDir, read_json, write_json
 from populora_nb.stages import (
-    Policy, StepOutcome, Timer, grow_buffers, member_metrics, propose, reward_samples, rng_for, seed_for, solve,
+    Policy, StepOutcome, Timer, grow_buffers, member_metrics, peak_memory_gb, propose, reward_samples, rng_for, seed_for, solve,
     solve_jobs, solve_rates, task_rows, update, validate, worked_examples,
 )
 from populora_nb.tasks import Task
@@ -224,8 +225,10 @@ def run(
                    initial=state.step, total=config.run.steps)
         for step in bar:
             state.step = step
+            started = time.perf_counter()
             out = step_fn(policy, verifier, state, config)
-            rows = [{"step": step, **member_metrics(m, r, out, config.tasks.kinds),
+            cost = {"time/step_s": time.perf_counter() - started, **peak_memory_gb()}
+            rows = [{"step": step, **member_metrics(m, r, out, config.tasks.kinds), **cost,
                      **({"rating/mu": state.ratings[m].mu, "rating/sigma": state.ratings[m].sigma} if m in state.ratings else {})}
                     for m, r in state.roster.items()]
             rd.append("tasks", task_rows(step, out.proposals))

@@ -101,7 +101,8 @@ def sections(out: Path) -> list[Section]:
 
 
 def _run_table(out: Path, runs: dict[str, Path]) -> list[list[str]]:
-    rows = [["run", "model", "members", "steps logged", "valid proposals", "mean solve rate", "time (s)"]]
+    rows = [["run", "model", "members", "steps logged", "valid proposals", "mean solve rate", "s/step", "peak memory (GB)",
+             "time (s)"]]
     stages = json.loads((out / "stages.json").read_text()) if (out / "stages.json").exists() else {}
     for name, path in runs.items():
         rd = RunDir(path)
@@ -111,8 +112,19 @@ def _run_table(out: Path, runs: dict[str, Path]) -> list[list[str]]:
         members = "1 agent" if name == "baseline" else f"{cfg.population.n_teachers}T + {cfg.population.n_students}S"
         rows.append([name, cfg.model.name, members, str(len({r["step"] for r in metrics})),
                      f"{sum(t['valid'] for t in tasks)}/{len(tasks)}",
-                     f"{sum(solve) / len(solve):.3f}" if solve else "n/a", str(stages.get(name, {}).get("seconds", "n/a"))])
+                     f"{sum(solve) / len(solve):.3f}" if solve else "n/a", *_cost(metrics),
+                     str(stages.get(name, {}).get("seconds", "n/a"))])
     return rows
+
+
+def _cost(metrics: list[dict]) -> tuple[str, str]:
+    """Mean seconds per step and the peak memory (GPU's when it ran on one, else the process RSS)."""
+    per_step = {r["step"]: r["time/step_s"] for r in metrics if r.get("time/step_s") is not None}
+    peaks = [r.get("memory/cuda_peak_gb", r.get("memory/peak_rss_gb")) for r in metrics]
+    peaks = [p for p in peaks if p is not None]
+    where = " (GPU)" if any("memory/cuda_peak_gb" in r for r in metrics) else " (RSS)"
+    return (f"{sum(per_step.values()) / len(per_step):.1f}" if per_step else "n/a",
+            f"{max(peaks):.2f}{where}" if peaks else "n/a")
 
 
 def _collapse_table(runs: dict[str, Path]) -> list[list[str]]:

@@ -17,6 +17,8 @@ compute matching); top-up tasks train the solver but play no match.
 from __future__ import annotations
 
 import random
+import resource
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
@@ -308,3 +310,14 @@ class Timer:
 
     def __exit__(self, *exc) -> None:
         self.timings[self.key] = self.timings.get(self.key, 0.0) + time.perf_counter() - self.t0
+
+
+def peak_memory_gb() -> dict[str, float]:
+    """Peak memory so far: the process's resident set (the whole CPU footprint: base, adapters,
+    optimizer, activations) and, when CUDA is in use, the GPU's allocated peak since the last call."""
+    usage = {"memory/peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}  # KiB on Linux
+    torch = sys.modules.get("torch")  # never import torch here: the scripted tests run without a model
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        usage["memory/cuda_peak_gb"] = torch.cuda.max_memory_allocated() / 2**30
+        torch.cuda.reset_peak_memory_stats()
+    return usage

@@ -189,11 +189,14 @@ def test_dare_without_drops_is_linear_0_5(parents):
 
 def test_dare_drops_about_p_of_the_entries():
     ones = {"m": LoRAPair(torch.ones(8, 4000, dtype=torch.float64), torch.ones(4000, 8, dtype=torch.float64))}
-    from populora_nb.operators import _drop  # the mask itself is what DARE's p means
+    from populora_nb.operators import _dropped_stack  # the mask itself is what DARE's p means
 
-    kept = _drop(ones["m"].A, round(0.3 * 256), torch.Generator().manual_seed(0))
-    assert set(kept.unique().tolist()) == {0.0, 1.0}
-    assert abs(float(kept.mean()) - (1 - round(0.3 * 256) / 256)) < 0.01
+    stacked = _dropped_stack([ones, ones], round(0.3 * 256), torch.Generator().manual_seed(0))
+    for kept in stacked["m"]:
+        assert kept.shape in {(16, 4000), (4000, 16)}
+        assert set(kept.unique().tolist()) == {0.0, 1.0}
+        assert abs(float(kept.mean()) - (1 - round(0.3 * 256) / 256)) < 0.01
+    assert not torch.equal(stacked["m"].A[:8], stacked["m"].A[8:])  # each parent gets its own drops
 
 
 def test_svd_mutations_with_zero_noise_keep_delta_w_and_factor_balance(parents):

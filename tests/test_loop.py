@@ -77,7 +77,7 @@ class CrashingPolicy(ScriptedPolicy):
 
 
 def _comparable(rows):
-    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+    return [{k: v for k, v in r.items() if not k.startswith(("time/", "memory/"))} for r in rows]
 
 
 def test_run_writes_records_and_a_crashed_run_resumes_to_the_same_records(tmp_path, tokenizer):
@@ -87,6 +87,7 @@ def test_run_writes_records_and_a_crashed_run_resumes_to_the_same_records(tmp_pa
     rows = full.read("metrics")
     assert {r["step"] for r in rows} == {0, 1, 2, 3} and len(rows) == 4 * cfg.n_members
     assert full.latest_checkpoint()[0] == 4
+    assert all(r["time/step_s"] > 0 and r["memory/peak_rss_gb"] > 0.01 for r in rows)  # the report's cost columns
     assert len(full.read("tasks")) == 4 * cfg.population.n_teachers * len(cfg.tasks.kinds)
 
     calls_per_step = ScriptedPolicy(tokenizer)

@@ -23,7 +23,7 @@ def _cli(out, **kw):
 
 def _records(path):
     run = RunDir(path)
-    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]  # noqa: E731
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith(("time/", "memory/"))} for r in rows]  # noqa: E731
     return {s: strip(run.read(s)) for s in ("metrics", "tasks", "matches", "lineage")}
 
 
