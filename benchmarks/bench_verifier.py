@@ -20,7 +20,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from populora_nb.verifier import Proposal, Task, Verifier, unsafe_azr_validate_many
+from populora_nb.unsafe_azr import unsafe_azr_validate_many
+from populora_nb.verifier import Proposal, Task, Verifier
 
 SEEDS = Path(__file__).resolve().parents[1].parent / "shared" / "azr_seeds"
 BUILTIN = [

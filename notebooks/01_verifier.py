@@ -29,8 +29,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from populora_nb.config import load_config
-from populora_nb.verifier import (INVALID_REASONS, TASK_POLICY, Invalid, Proposal, Task, Verifier,
-                                  unsafe_azr_validate_many)
+from populora_nb.unsafe_azr import unsafe_azr_validate_many
+from populora_nb.verifier import INVALID_REASONS, TASK_POLICY, Invalid, Proposal, Task, Verifier
 
 config = load_config(preset)
 n_programs = n_programs or (40 if config.preset == "tiny" else 200)

@@ -365,6 +365,10 @@ def plot_benchmarks(table: Sequence[TableRow], title: str = "pass@1 by benchmark
     hi = [max(0.0, nan0(r.best) - m) for m, r in zip(means, table)]
     ax.bar([i + w for i in x], means, w, yerr=[lo, hi], capsize=3, label="population mean (best-worst)", color="#dd8452")
     ax.set_xticks(x, [r.benchmark for r in table], rotation=30, ha="right")
+    top = max([0.0] + [nan0(getattr(r, k)) for r in table for k in ("base", "baseline", "best")])
+    ax.set_ylim(0, min(100.0, max(5.0, 1.15 * top)))  # pass@1 is never negative; 5% keeps small bars visible
+    if top == 0:
+        ax.text(0.5, 0.5, "every model scored 0 on these problems", transform=ax.transAxes, ha="center", color="0.4")
     ax.set_ylabel("pass@1 (%)")
     ax.set_title(title)
     ax.legend(fontsize=8)

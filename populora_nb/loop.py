@@ -26,8 +26,8 @@ from populora_nb.matchmaking import Match, Rating, initial_ratings, make_trueski
 from populora_nb.operators import LoRAFactors
 from populora_nb.records import RunDir, read_json, write_json
 from populora_nb.stages import (
-    Policy, StepOutcome, Timer, grow_buffers, member_metrics, peak_memory_gb, propose, reward_samples, rng_for, seed_for, solve,
-    solve_jobs, solve_rates, task_rows, update, validate, worked_examples,
+    Policy, StepOutcome, Timer, grow_buffers, member_metrics, peak_memory_gb, propose, reset_peak_memory, reward_samples,
+    rng_for, seed_for, solve, solve_jobs, solve_rates, task_rows, update, validate, worked_examples,
 )
 from populora_nb.tasks import Task
 from populora_nb.verifier import Proposal, Verifier
@@ -225,6 +225,7 @@ def run(
                    initial=state.step, total=config.run.steps)
         for step in bar:
             state.step = step
+            reset_peak_memory()
             started = time.perf_counter()
             out = step_fn(policy, verifier, state, config)
             cost = {"time/step_s": time.perf_counter() - started, **peak_memory_gb()}

@@ -74,6 +74,8 @@ def plot_ratings(run_dir: str | Path, ax=None) -> Figure:
     for r in rows:
         if r.get("rating/mu") is not None:
             members.setdefault(r["member"], []).append(r)
+    last_step = max((r["step"] for rs in members.values() for r in rs), default=0)
+    ends = []  # (mu, name, color) of the members alive at the last step, labelled at the right edge
     for m, rs in members.items():
         steps = np.array([r["step"] for r in rs])
         mu = np.array([r["rating/mu"] for r in rs])
@@ -81,14 +83,33 @@ def plot_ratings(run_dir: str | Path, ax=None) -> Figure:
         color = ROLE_COLORS.get(rs[0]["role"], "k")
         ax.plot(steps, mu, color=color, lw=1.2)
         ax.fill_between(steps, mu - sd, mu + sd, color=color, alpha=0.08)
-        ax.annotate(m, (steps[-1], mu[-1]), fontsize=7, color=color)
+        if steps[-1] == last_step:
+            ends.append((float(mu[-1]), m, color))
+        else:  # replaced by evolution: mark where its line stops
+            ax.plot(steps[-1], mu[-1], "x", color=color, ms=5)
+    _label_ends(ax, ends, last_step)
     for role, color in ROLE_COLORS.items():
         if any(rs[0]["role"] == role for rs in members.values()):
             ax.plot([], [], color=color, label=role)
+    if len(ends) < len(members):
+        ax.plot([], [], "x", color="0.3", label="replaced by evolution")
     ax.set(xlabel="step", ylabel="TrueSkill μ (band: ±σ)", title="Ratings")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def _label_ends(ax, ends: list[tuple[float, str, str]], x: float) -> None:
+    """Names at the right of their lines' ends, pushed apart so that none overlap."""
+    if not ends:
+        return
+    low, high = ax.get_ylim()
+    gap = 0.045 * (high - low)
+    placed: list[float] = []
+    for y, name, color in sorted(ends):
+        y_text = max(y, placed[-1] + gap) if placed else y
+        placed.append(y_text)
+        ax.annotate(name, (x, y), xytext=(x + 0.03 * max(x, 1), y_text), fontsize=7, color=color, va="center")
 
 
 def plot_solve_matrix(run_dir: str | Path, last_steps: int | None = None, ax=None) -> Figure:
@@ -101,7 +122,7 @@ def plot_solve_matrix(run_dir: str | Path, last_steps: int | None = None, ax=Non
     matches = [Match(r["teacher"], r["student"], r["valid"], r["rho"]) for r in rows]
     mat = solve_rate_matrix(matches, sorted({m.teacher for m in matches}), sorted({m.student for m in matches}))
     im = ax.imshow(np.ma.masked_invalid(mat.rho), vmin=0, vmax=1, cmap="viridis")
-    ax.set_xticks(range(len(mat.students)), mat.students)
+    ax.set_xticks(range(len(mat.students)), mat.students, rotation=45, ha="right")  # children's ids are long
     ax.set_yticks(range(len(mat.teachers)), mat.teachers)
     for i in range(len(mat.teachers)):
         for j in range(len(mat.students)):

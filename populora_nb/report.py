@@ -118,7 +118,8 @@ def _run_table(out: Path, runs: dict[str, Path]) -> list[list[str]]:
 
 
 def _cost(metrics: list[dict]) -> tuple[str, str]:
-    """Mean seconds per step and the peak memory (GPU's when it ran on one, else the process RSS)."""
+    """Mean seconds per step and the largest per-step peak memory (the GPU's when it ran on one, else
+    the process's resident set)."""
     per_step = {r["step"]: r["time/step_s"] for r in metrics if r.get("time/step_s") is not None}
     peaks = [r.get("memory/cuda_peak_gb", r.get("memory/peak_rss_gb")) for r in metrics]
     peaks = [p for p in peaks if p is not None]

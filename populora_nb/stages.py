@@ -312,12 +312,28 @@ class Timer:
         self.timings[self.key] = self.timings.get(self.key, 0.0) + time.perf_counter() - self.t0
 
 
-def peak_memory_gb() -> dict[str, float]:
-    """Peak memory so far: the process's resident set (the whole CPU footprint: base, adapters,
-    optimizer, activations) and, when CUDA is in use, the GPU's allocated peak since the last call."""
-    usage = {"memory/peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}  # KiB on Linux
+def reset_peak_memory() -> None:
+    """Start a new peak-memory window: Linux's VmHWM (via /proc/self/clear_refs) and CUDA's peak."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # "5" resets the peak RSS only
+    except OSError:  # not Linux, or not allowed: the peak stays the process's lifetime peak
+        pass
     torch = sys.modules.get("torch")  # never import torch here: the scripted tests run without a model
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        usage["memory/cuda_peak_gb"] = torch.cuda.max_memory_allocated() / 2**30
         torch.cuda.reset_peak_memory_stats()
+
+
+def peak_memory_gb() -> dict[str, float]:
+    """Peak memory since `reset_peak_memory`: the process's resident set (the whole CPU footprint:
+    base, adapters, optimizer, activations) and, when CUDA is in use, the GPU's allocated peak."""
+    try:
+        with open("/proc/self/status") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration, ValueError):
+        kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # lifetime peak, KiB on Linux
+    usage = {"memory/peak_rss_gb": kib / 2**20}
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        usage["memory/cuda_peak_gb"] = torch.cuda.max_memory_allocated() / 2**30
     return usage

@@ -3,8 +3,8 @@ AZR's executor, hardened).
 
 Every reward comes from here, and a population multiplies the proposers that will look for holes.
 Two layers stand between a model's program and the machine:
-  1. a static policy (`SandboxPolicy`, checked on the AST in the parent): an allow-list of modules,
-     AZR's banned modules, banned builtins, no dunder attribute access, no frame traversal;
+  1. a static policy (`sandbox_policy.py`, checked on the AST in the parent): an allow-list of
+     modules, AZR's banned modules, banned builtins, no dunder attribute access, no frame traversal;
   2. the sandbox (`sandbox.py`): a warmed zygote per hash seed forks one confined child per run
      (rlimits, chroot + unprivileged uid, empty network namespace, no new processes, stubs).
 The parent never executes model text: inputs, answers and outputs are parsed with ``ast`` only,
@@ -20,10 +20,6 @@ the same isolation with a wider allow-list.
 
 from __future__ import annotations
 
-import ast
-import contextlib
-import importlib
-import io
 import json
 import marshal
 import os
@@ -34,128 +30,17 @@ import sys
 import tempfile
 import threading
 import time
-import warnings
 import weakref
 from collections import deque
-from concurrent.futures import Executor
 from dataclasses import dataclass
-from types import CodeType, MappingProxyType, ModuleType
+from types import CodeType
 from typing import Optional, Sequence
 
 from populora_nb.sandbox import decode_run, parse_arguments, parse_literal, values_equal
+from populora_nb.sandbox_policy import (  # noqa: F401  (re-exported: the verifier's public vocabulary)
+    BENCHMARK_POLICY, INVALID_REASONS, TASK_POLICY, VERDICTS, Invalid, SandboxPolicy, compile_program, static_check,
+)
 from populora_nb.tasks import TASK_KINDS, Proposal, Task, TaskKind  # noqa: F401  (Proposal re-exported)
-
-AZR_BANNED_MODULES = frozenset({
-    "logging", "random", "multiprocessing", "pebble", "subprocess", "threading", "datetime", "time",
-    "hashlib", "hmac", "bcrypt", "calendar"})
-"""AZR's list (azr code_utils/checks.py), kept as an explicit ban even where an allow-list is wider."""
-SYSTEM_MODULES = frozenset({"os", "sys", "shutil", "socket", "signal", "ctypes", "importlib", "io",
-                            "pathlib", "tempfile", "builtins", "gc", "inspect", "pickle", "marshal"})
-TASK_MODULES = frozenset({
-    "math", "cmath", "collections", "collections.abc", "itertools", "functools", "re", "string",
-    "heapq", "bisect", "operator", "copy", "typing", "fractions", "decimal", "statistics",
-    "numbers", "array", "enum", "abc", "base64", "binascii", "zlib",
-    "struct", "json", "textwrap", "unicodedata", "difflib"})
-"""Modules that real AZR tasks import (see tests/test_verifier.py's corpus check), nothing else.
-Not `dataclasses`: no seed task uses it and it pulls in `inspect` and `ast` (2.4 MB that every fork
-copies); not `queue`: it imports `threading`, whose after-fork hook doubles the cost of a fork."""
-BENCHMARK_MODULES = TASK_MODULES | frozenset({
-    "sys", "io", "random", "datetime", "calendar", "time", "hashlib", "types", "contextlib", "dataclasses",
-    "pprint", "reprlib", "graphlib", "weakref", "keyword", "warnings", "_strptime"})
-"""Benchmark code and solutions to it (HumanEval+, MBPP+, LiveCodeBench stdin programs)."""
-FRAME_ATTRIBUTES = frozenset({
-    "gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "cr_code", "cr_await", "ag_frame", "ag_code",
-    "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "tb_frame", "tb_next"})
-"""Non-dunder routes from any generator or traceback to the harness's globals."""
-BANNED_NAMES = frozenset({"open", "eval", "exec", "compile", "globals", "locals", "vars",
-                          "breakpoint", "help", "exit", "quit", "memoryview"})
-BY_NAME_CALLS = frozenset({"getattr", "setattr", "delattr", "attrgetter", "methodcaller"})
-"""Callables that reach attributes by string: allowed only with a constant, non-dunder name."""
-SAFE_DUNDERS = frozenset({
-    "__init__", "__name__", "__doc__", "__len__", "__iter__", "__next__", "__contains__",
-    "__getitem__", "__setitem__", "__delitem__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__",
-    "__ge__", "__hash__", "__repr__", "__str__", "__add__", "__sub__", "__mul__", "__bool__"})
-
-INVALID_REASONS = MappingProxyType({
-    "syntax": "the program does not parse",
-    "no_f": "no top-level `def f` (or the entry point is not callable)",
-    "program_too_long": "the program exceeds policy.max_program_chars",
-    "banned_import": "imports a module outside policy.allowed_modules, or one AZR bans",
-    "banned_call": "uses eval/exec/open/... or reaches attributes by a non-constant or dunder name",
-    "banned_attribute": "dunder or frame attribute access, or a module reached through another",
-    "no_message": "code_f without a message for the solver",
-    "too_few_inputs": "code_f with fewer than policy.min_code_f_inputs inputs",
-    "input_too_long": "an input exceeds policy.max_input_chars",
-    "input_not_literal": "an input is not a literal argument list",
-    "runtime_error": "the program raised (while loading or on an input)",
-    "timeout": "over the wall-clock or CPU-time limit",
-    "memory": "over the address-space limit (MemoryError)",
-    "crash": "the process died without reporting (os._exit, a signal)",
-    "output_not_literal": "a result is not a finite int/float/complex/str/bytes/bool/None or container",
-    "output_too_long": "a result's repr exceeds policy.max_output_chars (rejected, never truncated)",
-    "nondeterministic": "the two runs (different PYTHONHASHSEED) disagree",
-    "sandbox_error": "the verifier itself failed (not the model's fault)",
-})
-VERDICTS = ("pass", "wrong", "answer_not_literal", "answer_too_long") + tuple(INVALID_REASONS)
-
-
-@dataclass(frozen=True)
-class SandboxPolicy:
-    """What model code may do; one policy per `Verifier` (its zygotes preload these modules)."""
-
-    allowed_modules: frozenset = TASK_MODULES
-    """Importable modules; anything else (and anything in `banned_modules`) is banned_import."""
-    banned_modules: frozenset = AZR_BANNED_MODULES | SYSTEM_MODULES
-    banned_names: frozenset = BANNED_NAMES
-    """Builtins a program may not even mention (``g = eval`` would dodge a call check)."""
-    allowed_dunder_attributes: frozenset = frozenset()
-    """Dunder attributes a program may use (``x.__init__``); tasks need none."""
-    max_program_chars: int = 20_000
-    max_input_chars: int = 2_000
-    max_output_chars: int = 1_000
-    """repr length cap: AZR truncates outputs to 400 chars; here longer outputs are rejected."""
-    max_stdout_chars: int = 1 << 20
-    """run_script's stdout cap; validation discards printed text."""
-    min_code_f_inputs: int = 2
-    """At least one shown and one hidden pair (AZR writes 10: 5 shown, 5 hidden)."""
-    disable_dangerous: bool = True
-    """Stub os/posix/shutil/io/builtins functions inside the child (defence in depth)."""
-    guard_imports: bool = True
-    """Refuse imports outside `allowed_modules` at run time too (defence in depth)."""
-
-    def __post_init__(self) -> None:
-        if min(self.max_program_chars, self.max_input_chars, self.max_output_chars) <= 0:
-            raise ValueError("SandboxPolicy caps must be positive")
-        if self.min_code_f_inputs < 2:
-            raise ValueError("min_code_f_inputs must be >= 2 so code_f has shown and hidden pairs")
-
-    def module_allowed(self, name: str) -> bool:
-        return name in self.allowed_modules and name not in self.banned_modules
-
-
-TASK_POLICY = SandboxPolicy()
-BENCHMARK_POLICY = SandboxPolicy(
-    allowed_modules=BENCHMARK_MODULES,
-    banned_modules=frozenset({"subprocess", "multiprocessing", "pebble", "socket", "ctypes", "os",
-                              "shutil", "signal", "importlib", "pathlib", "tempfile", "pickle"}),
-    banned_names=BANNED_NAMES - {"open", "exit", "quit"},  # scripts end with exit(); open(0) reads stdin
-    allowed_dunder_attributes=SAFE_DUNDERS, max_program_chars=100_000, max_input_chars=1_000_000,
-    max_output_chars=1_000_000)
-"""Trusted-ish benchmark code and model solutions to it: more modules (sys for stdin, random,
-time...), ``super().__init__`` and friends, same isolation. Threads still cannot start (no new
-processes), and in call mode ``open`` is stubbed; in script mode only ``open(0)`` works (stdin)."""
-
-
-@dataclass(frozen=True)
-class Invalid:
-    """Why a proposal was rejected: `reason` is a key of INVALID_REASONS."""
-
-    reason: str
-    detail: str = ""
-
-    @property
-    def is_model_fault(self) -> bool:
-        return self.reason != "sandbox_error"
 
 
 @dataclass(frozen=True)
@@ -194,114 +79,6 @@ class Isolation:
     uids: tuple[int, ...]
     """The unprivileged uid of each zygote's children (empty when not running as root)."""
     hash_seeds: tuple[int, ...]
-
-
-# ---------------------------------------------------------------- static policy (parent)
-def _module(name: str) -> Optional[ModuleType]:
-    """The real module (allow-listed, or already loaded): which of its attributes are modules?"""
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
-
-
-def _dunder(name: str) -> bool:
-    return name.startswith("__") and name.endswith("__") and len(name) > 4
-
-
-def compile_program(program: str, policy: SandboxPolicy = TASK_POLICY,
-                    entry_point: Optional[str] = "f") -> CodeType | Invalid:
-    """Check `program` against the policy and compile it (compiling runs nothing); or say why not."""
-    if len(program) > policy.max_program_chars:
-        return Invalid("program_too_long", f"{len(program)} > {policy.max_program_chars}")
-    try:
-        with warnings.catch_warnings():  # SyntaxWarnings about model code are not ours to print
-            warnings.simplefilter("ignore")
-            tree = ast.parse(program)
-            invalid = _policy_violation(tree, policy, entry_point)
-            return invalid if invalid else compile(tree, "<program>", "exec")
-    except (SyntaxError, ValueError, MemoryError, RecursionError) as e:
-        return Invalid("syntax", f"{type(e).__name__}: {e}"[:300])
-
-
-def static_check(program: str, policy: SandboxPolicy = TASK_POLICY,
-                 entry_point: Optional[str] = "f") -> Optional[Invalid]:
-    """The policy's verdict on `program` before anything runs: None when it may go to the sandbox."""
-    result = compile_program(program, policy, entry_point)
-    return result if isinstance(result, Invalid) else None
-
-
-def _policy_violation(tree: ast.Module, policy: SandboxPolicy, entry_point: Optional[str]) -> Optional[Invalid]:
-    nodes = list(ast.walk(tree))  # walked once: the walk costs more than every check below
-    modules: dict[str, str] = {}  # local name -> module it is bound to by an import
-    call_targets = set()
-    for node in nodes:
-        kind = type(node)
-        if kind is ast.Import or kind is ast.ImportFrom:
-            invalid = _import_violation(node, policy, modules)
-            if invalid:
-                return invalid
-        elif kind is ast.Name:
-            if node.id in policy.banned_names:
-                return Invalid("banned_call", node.id)
-            if _dunder(node.id) and node.id != "__name__":
-                return Invalid("banned_attribute", node.id)
-        elif kind is ast.Attribute:
-            if node.attr in FRAME_ATTRIBUTES or (_dunder(node.attr) and node.attr not in policy.allowed_dunder_attributes):
-                return Invalid("banned_attribute", node.attr)
-        elif kind is ast.Call:
-            call_targets.add(id(node.func))
-    for node in nodes:  # second pass: needs every import alias and call
-        kind = type(node)
-        if kind is ast.Call:
-            func = node.func
-            name = func.id if type(func) is ast.Name else func.attr if type(func) is ast.Attribute else ""
-            if name in BY_NAME_CALLS:
-                consts = node.args[1:2] if name in ("getattr", "setattr", "delattr") else node.args
-                if not consts or node.keywords or not all(
-                        type(a) is ast.Constant and type(a.value) is str
-                        and not any(_dunder(p) for p in a.value.split(".")) for a in consts):
-                    return Invalid("banned_call", f"{name} with a non-constant or dunder name")
-        elif kind is ast.Name and node.id in BY_NAME_CALLS and id(node) not in call_targets:
-            return Invalid("banned_call", f"{node.id} used as a value")
-        elif kind is ast.Attribute and modules and (base := _module_of(node.value, modules)):
-            value = getattr(_module(base), node.attr, None)
-            if isinstance(value, ModuleType) and not policy.module_allowed(value.__name__):
-                return Invalid("banned_attribute", f"{base}.{node.attr} is module {value.__name__}")
-    if entry_point is not None and not any(
-            isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == entry_point for n in tree.body):
-        return Invalid("no_f", f"no top-level def {entry_point}")
-    return None
-
-
-def _import_violation(node: ast.Import | ast.ImportFrom, policy: SandboxPolicy, modules: dict[str, str]) -> Optional[Invalid]:
-    """Check one import against the policy and record the module names it binds in `modules`."""
-    names = [a.name for a in node.names] if type(node) is ast.Import else [node.module or ""]
-    for name in names:
-        if getattr(node, "level", 0) or not policy.module_allowed(name):
-            why = "banned" if name.split(".")[0] in policy.banned_modules else "not allow-listed"
-            return Invalid("banned_import", f"{name or '.'} ({why})")
-    for alias in node.names:
-        if type(node) is ast.Import:
-            target = alias.name if alias.asname else alias.name.split(".")[0]
-            modules[alias.asname or target] = target
-            continue
-        value = getattr(_module(node.module), alias.name, None)  # `from typing import sys`
-        if isinstance(value, ModuleType):
-            if not policy.module_allowed(value.__name__):
-                return Invalid("banned_import", f"{value.__name__} via {node.module}")
-            modules[alias.asname or alias.name] = value.__name__
-    return None
-
-
-def _module_of(node: ast.AST, modules: dict[str, str]) -> Optional[str]:
-    """Module name an expression like ``collections.abc`` denotes, via import aliases; else None."""
-    if isinstance(node, ast.Name):
-        return modules.get(node.id)
-    if isinstance(node, ast.Attribute) and (base := _module_of(node.value, modules)):
-        value = getattr(_module(base), node.attr, None)
-        return value.__name__ if isinstance(value, ModuleType) else None
-    return None
 
 
 # ---------------------------------------------------------------- the zygote pool (parent)
@@ -701,27 +478,3 @@ def _judge_runs(results: list[dict], gold: Sequence[str]) -> Verdict:
         except ValueError:
             return Verdict(False, "output_not_literal")
     return Verdict(True, "pass")
-
-
-# ---------------------------------------------------------------- the anchor to beat (benchmarks only)
-def _unsafe_azr_run(job: tuple[str, str]) -> Optional[str]:
-    """AZR's check in its worker: exec the program, call f twice on the pasted input, compare reprs."""
-    program, inputs = job
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):  # as AZR's executor does
-            namespace: dict = {}
-            exec(program, namespace)  # noqa: S102 -- deliberately unsafe: this is the baseline
-            first, second = (repr(eval(f"f({inputs})", namespace)) for _ in range(2))  # noqa: S307
-        return first if first == second else None
-    except Exception:  # AZR maps every failure to an error status
-        return None
-
-
-def unsafe_azr_validate_many(proposals: Sequence[Proposal], pool: Executor) -> list[Optional[tuple[str, ...]]]:
-    """AZR's executor, for throughput comparisons on trusted seed programs only: exec in a worker of
-    `pool` (AZR: one pebble worker), inputs pasted into code, no limits, no isolation. Never give
-    it model output."""
-    jobs = [(p.program, text) for p in proposals for text in p.inputs]
-    outputs = iter(list(pool.map(_unsafe_azr_run, jobs)))
-    results = [tuple(next(outputs) for _ in p.inputs) for p in proposals]
-    return [None if None in r else r for r in results]

@@ -1,0 +1,36 @@
+"""AZR's unisolated executor, kept only as the anchor the hardened `Verifier` is measured against
+(`benchmarks/bench_verifier.py`, notebook 01). It execs programs with no limits and no isolation:
+give it trusted seed programs, never model output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from concurrent.futures import Executor
+from typing import Optional, Sequence
+
+from populora_nb.tasks import Proposal
+
+
+def _unsafe_azr_run(job: tuple[str, str]) -> Optional[str]:
+    """AZR's check in its worker: exec the program, call f twice on the pasted input, compare reprs."""
+    program, inputs = job
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # as AZR's executor does
+            namespace: dict = {}
+            exec(program, namespace)  # noqa: S102 -- deliberately unsafe: this is the baseline
+            first, second = (repr(eval(f"f({inputs})", namespace)) for _ in range(2))  # noqa: S307
+        return first if first == second else None
+    except Exception:  # AZR maps every failure to an error status
+        return None
+
+
+def unsafe_azr_validate_many(proposals: Sequence[Proposal], pool: Executor) -> list[Optional[tuple[str, ...]]]:
+    """AZR's executor, for throughput comparisons on trusted seed programs only: exec in a worker of
+    `pool` (AZR: one pebble worker), inputs pasted into code, no limits, no isolation. Never give
+    it model output."""
+    jobs = [(p.program, text) for p in proposals for text in p.inputs]
+    outputs = iter(list(pool.map(_unsafe_azr_run, jobs)))
+    results = [tuple(next(outputs) for _ in p.inputs) for p in proposals]
+    return [None if None in r else r for r in results]
