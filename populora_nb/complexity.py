@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +57,8 @@ import numpy as np
 import yaml
 from radon.complexity import ComplexityVisitor
 from radon.raw import analyze as radon_raw
+
+from populora_nb.records import RunDir
 
 COMPLEXITY_FIELDS: tuple[str, ...] = ("ast_depth", "cc_total", "sloc", "n_variables")
 """The four metrics the paper plots; the collapse detector trends these."""
@@ -88,25 +89,18 @@ class TaskRecord:
 
 
 def load_tasks(run_dir: str | Path) -> list[TaskRecord]:
-    """Read ``run_dir/tasks.jsonl``. A truncated last line (a run killed mid-write) is dropped;
-    a missing or empty file, or a malformed line before the last, raises an error naming the path."""
+    """Read ``run_dir/tasks.jsonl`` through `RunDir.read` (a torn last line from a kill is dropped);
+    a missing or empty file, or a row that is not a task record, raises an error naming the path."""
     path = Path(run_dir) / "tasks.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"no task records at {path}: is {run_dir} a run directory?")
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     records = []
-    for lineno, line in enumerate(lines, start=1):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            if lineno == len(lines):  # the writer was killed mid-line: everything before is whole
-                break
-            raise ValueError(f"{path}:{lineno}: not a JSON object ({err})") from err
+    for number, row in enumerate(RunDir(Path(run_dir)).read("tasks"), start=1):
         if not isinstance(row, dict):
-            raise ValueError(f"{path}:{lineno}: not a JSON object")
+            raise ValueError(f"{path}: row {number} is not a JSON object")
         missing = [key for key in _REQUIRED if key not in row]
         if missing:
-            raise ValueError(f"{path}:{lineno}: task record lacks {missing}")
+            raise ValueError(f"{path}: row {number}: task record lacks {missing}")
         rate = row.get("solve_rate")
         records.append(TaskRecord(
             step=int(row["step"]), proposer=str(row["proposer"]), kind=str(row["kind"]),

@@ -276,10 +276,10 @@ def test_load_tasks_errors_name_the_path(tmp_path):
     with pytest.raises(ValueError, match=f"{empty / 'tasks.jsonl'}.*empty"):
         cx.load_tasks(empty)
     broken = _write(tmp_path / "broken" / "tasks.jsonl", "{oops\n" + json.dumps(ROW) + "\n")
-    with pytest.raises(ValueError, match=r"tasks.jsonl:1: not a JSON object"):
+    with pytest.raises(ValueError, match=r"tasks.jsonl:1 is not valid JSON"):
         cx.load_tasks(broken)
     lacking = _write(tmp_path / "lacking" / "tasks.jsonl", json.dumps({"step": 0}) + "\n")
-    with pytest.raises(ValueError, match=r"tasks.jsonl:1: task record lacks \['proposer'"):
+    with pytest.raises(ValueError, match=r"tasks.jsonl: row 1: task record lacks \['proposer'"):
         cx.load_tasks(lacking)
 
 
