@@ -121,8 +121,11 @@ def main() -> None:
     ap.add_argument("--train-len", type=int, default=384)
     ap.add_argument("--train-completion", type=int, default=128)
     ap.add_argument("--skip-peft", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="a dry run: tiny preset, short sequences, 1 repeat")
     ap.add_argument("--train-only", choices=["off", "on"], help=argparse.SUPPRESS)  # child process for (d)
     args = ap.parse_args()
+    if args.quick:  # explicit values travel to the train_step child processes below
+        args.preset, args.repeats, args.new_tokens, args.train_len, args.train_completion = "tiny", 1, 16, 64, 16
     torch.set_num_threads(args.threads)
     if args.train_only:
         return train_child(args, gradient_checkpointing=args.train_only == "on")

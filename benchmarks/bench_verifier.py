@@ -57,7 +57,10 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200, help="programs per timed batch")
     parser.add_argument("--workers", type=int, default=2, help="hardened verifier workers")
     parser.add_argument("--repeats", type=int, default=3, help="timed batches; the best is reported")
+    parser.add_argument("--quick", action="store_true", help="a dry run: 40 programs, 1 batch")
     args = parser.parse_args()
+    if args.quick:
+        args.n, args.repeats = 40, 1
     with Verifier(workers=args.workers) as verifier:
         candidates = candidate_programs()
         accepted = verifier.validate_many(candidates[: 2 * args.n])
