@@ -295,7 +295,7 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType({
         "sampling.propose_max_new_tokens": 96,    # measured: 4T+4S step ~55-170 s on 2 cores
         "sampling.solve_max_new_tokens": 32,
         "rl.rollouts": 2,
-        "rl.proposals_per_kind": 1,
+        "rl.proposals_per_kind": 2,               # TRR++ whitens per (member, role, kind): 1 would leave teachers at A = 0
         "rl.micro_batch": 2,                      # measured: peak RSS 3.9 GB instead of 7.2 GB, same s/step
         "tasks.kinds": ["code_o", "code_i"],      # code_f prompts are long; too slow for the CPU budget
         "tasks.n_references": 2,                  # shorter prompts for a 135M model on CPU
