@@ -138,7 +138,8 @@ class TaskConfig:
 @dataclass
 class RLConfig:
     proposals_per_kind: int = 2
-    """Tasks each teacher (or the baseline agent) proposes per kind per step."""
+    """Tasks each teacher (or the baseline agent) proposes per kind per step. TRR++ whitens rewards
+    within (member, role, kind), so with 1 a proposer's group is a singleton: advantage 0, no update."""
     rollouts: int = 4
     """k: solver samples per valid task; the solve rate rho is their pass fraction."""
     kl_coef: float = 0.0
@@ -146,7 +147,8 @@ class RLConfig:
     ppo_epochs: int = 1
     clip_epsilon: float = 0.2
     micro_batch: int = 8
-    """Sequences per forward/backward in a member's update."""
+    """Sequences per forward/backward in a member's update (gradients accumulate, weighted by
+    completion tokens, so the update does not depend on it; peak memory does)."""
 
     def __post_init__(self) -> None:
         _positive(self, "proposals_per_kind", "rollouts", "ppo_epochs", "micro_batch")
