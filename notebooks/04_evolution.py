@@ -167,7 +167,7 @@ retained = tuple(retention_operators or (smoke_default if preset == "smoke" else
 # it starts lower and should climb back. linear_0_5 (dashed) is the naive crossover to beat. On the
 # tiny random model every answer is malformed (−1) and the curves are flat: only the plumbing runs.
 # In smoke the population trained five steps at lr 1e-4, which barely moves its adapters (after
-# `make run`, the median ‖ΔW‖/‖W‖ over modules was 3e-5): every child then samples what its parent
+# `make run`, the median ‖ΔW‖/‖W‖ over modules was 1.6e-4): every child then samples what its parent
 # samples and the curves coincide. Each score is also a mean over a couple of rollouts. Read smoke
 # as the plumbing of the experiment; the recovery curves of the paper need the GPU presets.
 
