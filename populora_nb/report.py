@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -158,6 +159,11 @@ def _md_table(rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(map(esc, r)) + " |" for r in rows[1:]])
 
 
+def _inline_code(text: str) -> str:
+    """Markdown's `code` spans as <code> in the HTML twin (the text is already escaped)."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
+
+
 def write_report(out: str | Path) -> tuple[Path, Path]:
     """report.md and report.html for an experiment directory (figures must exist: make_figures)."""
     out = Path(out)
@@ -166,7 +172,7 @@ def write_report(out: str | Path) -> tuple[Path, Path]:
     body = [f"<h1>PopuLoRA experiment report</h1><p><code>{html.escape(str(out))}</code></p>"]
     for s in secs:
         md.append(f"## {s.title}\n\n{s.text}\n")
-        body.append(f"<h2>{html.escape(s.title)}</h2><p>{html.escape(s.text)}</p>")
+        body.append(f"<h2>{html.escape(s.title)}</h2><p>{_inline_code(html.escape(s.text))}</p>")
         if s.table:
             md.append(_md_table(s.table) + "\n")
             head = "".join(f"<th>{html.escape(c)}</th>" for c in s.table[0])
