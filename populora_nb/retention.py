@@ -29,7 +29,8 @@ from populora_nb.matchmaking import Rating
 from populora_nb.operators import LoRAFactors
 from populora_nb.records import RunDir, read_json
 from populora_nb.stages import (
-    Attempt, propose, reward_samples, rng_for, solve, solve_jobs, solve_rates, update, validate, worked_examples,
+    Attempt, Sample, propose, reward_samples, rng_for, solve, solve_jobs, solve_rates, update, validate,
+    worked_examples,
 )
 from populora_nb.tasks import Task
 from populora_nb.verifier import Verifier
@@ -81,6 +82,21 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
+def _retrain(policy: LoRAPolicy, member: str, child: LoRAFactors, num_steps: int,
+             samples_at: Callable[[int], list[Sample]]) -> list[float]:
+    """Install `child` in `member`'s slot (fresh AdamW, as a newborn gets in the loop; the slot's old
+    weights are overwritten), then num_steps + 1 times score the mean reward of `samples_at(step)`,
+    updating on the first num_steps of them: value t is the reward after t updates."""
+    policy.population.set_factors(policy.names[member], child)
+    scores = []
+    for step in range(num_steps + 1):
+        samples = samples_at(step)
+        scores.append(_mean([s.reward for s in samples]))
+        if step < num_steps:
+            update(policy, samples, [member])
+    return scores
+
+
 def student_train_and_score(
     policy: LoRAPolicy,
     verifier: Verifier,
@@ -99,21 +115,13 @@ def student_train_and_score(
     mean student reward; the first n of these rollouts each drive one update. Value t is thus the
     reward after t updates, and value 0 is the child as born."""
     cfg = _solve_config(config, rollouts, seed)
-    mid = policy.names[member]
 
-    def train_and_score(child: LoRAFactors, num_steps: int) -> list[float]:
-        policy.population.set_factors(mid, child)
-        scores = []
-        for step in range(num_steps + 1):
-            jobs = [(member, task, None) for task in draw_tasks(pool, tasks_per_step, seed, step)]
-            attempts: list[Attempt] = solve(policy, verifier, jobs, cfg, step, dict(examples or {}))
-            samples = reward_samples([], attempts, proposer_reward="populora")
-            scores.append(_mean([s.reward for s in samples]))
-            if step < num_steps:
-                update(policy, samples, [member])
-        return scores
+    def samples_at(step: int) -> list[Sample]:
+        jobs = [(member, task, None) for task in draw_tasks(pool, tasks_per_step, seed, step)]
+        attempts: list[Attempt] = solve(policy, verifier, jobs, cfg, step, dict(examples or {}))
+        return reward_samples([], attempts, proposer_reward="populora")
 
-    return train_and_score
+    return lambda child, num_steps: _retrain(policy, member, child, num_steps, samples_at)
 
 
 def teacher_train_and_score(
@@ -132,28 +140,20 @@ def teacher_train_and_score(
     not grow), `student` solves the valid ones with `rollouts` samples and is never updated, and
     the child gets the PopuLoRA teacher reward. Score: the mean teacher reward of the step."""
     cfg = _solve_config(config, rollouts, seed)
-    mid = policy.names[member]
     fixed = dict(buffers)
     examples = worked_examples(fixed)
     min_inputs = config.tasks.code_f_inputs // 2 + 1  # as the loop requires of code_f proposals
 
-    def train_and_score(child: LoRAFactors, num_steps: int) -> list[float]:
-        policy.population.set_factors(mid, child)
-        scores = []
-        for step in range(num_steps + 1):
-            proposals = propose(policy, [member], fixed, cfg, step)
-            validate(verifier, proposals, min_inputs)
-            # No buffers for top-ups: only the child's own tasks are solved, and the student does not learn.
-            jobs = solve_jobs({student: list(range(len(proposals)))}, proposals, {}, cfg, step)
-            attempts = solve(policy, verifier, jobs, cfg, step, examples)
-            solve_rates(proposals, attempts)
-            samples = [s for s in reward_samples(proposals, attempts, proposer_reward="populora") if s.member == member]
-            scores.append(_mean([s.reward for s in samples]))
-            if step < num_steps:
-                update(policy, samples, [member])
-        return scores
+    def samples_at(step: int) -> list[Sample]:
+        proposals = propose(policy, [member], fixed, cfg, step)
+        validate(verifier, proposals, min_inputs)
+        # No buffers for top-ups: only the child's own tasks are solved, and the student does not learn.
+        jobs = solve_jobs({student: list(range(len(proposals)))}, proposals, {}, cfg, step)
+        attempts = solve(policy, verifier, jobs, cfg, step, examples)
+        solve_rates(proposals, attempts)
+        return [s for s in reward_samples(proposals, attempts, proposer_reward="populora") if s.member == member]
 
-    return train_and_score
+    return lambda child, num_steps: _retrain(policy, member, child, num_steps, samples_at)
 
 
 def load_population(
