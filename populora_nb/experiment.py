@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from populora_nb.config import ExperimentConfig, load_config, save_config
+from populora_nb.config import ExperimentConfig
+from populora_nb.records import RunDir
 
 STAGES = ("baseline", "population", "eval", "analysis", "report")
 
@@ -47,15 +48,10 @@ def _mark(out: Path, stage: str, seconds: float) -> None:
 def run_experiment(config: ExperimentConfig, out: str | Path, stages: Sequence[str] = STAGES,
                    say: Callable[[str], None] = print) -> Path:
     """Run every stage not yet complete, in order; returns the experiment directory."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    cfg_path = out / "config.yaml"
-    if cfg_path.exists() and load_config(config.preset, _overrides(cfg_path)).to_dict() != config.to_dict():
-        raise ValueError(f"{out} holds an experiment with another config; choose a new --out or delete it")
-    save_config(config, cfg_path)
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
         raise ValueError(f"unknown stages {unknown}; stages are {', '.join(STAGES)}")
+    out = RunDir.create(out, config).path  # saves config.yaml, or checks it is this config (with a diff)
     for stage in stages:
         if stage in _done(out):
             say(f"[experiment] {stage}: already complete, skipped")
@@ -66,14 +62,6 @@ def run_experiment(config: ExperimentConfig, out: str | Path, stages: Sequence[s
         _mark(out, stage, time.time() - t0)
         say(f"[experiment] {stage} done in {time.time() - t0:.0f}s")
     return out
-
-
-def _overrides(path: Path) -> dict:
-    import yaml
-
-    data = yaml.safe_load(path.read_text())
-    data.pop("preset", None)
-    return data
 
 
 def _train(agent: str) -> Callable[[ExperimentConfig, Path, Callable[[str], None]], None]:

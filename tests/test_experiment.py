@@ -60,3 +60,16 @@ def test_killed_experiment_resumes_and_its_report_is_complete(tmp_path):
     third = _experiment(out)
     log, _ = third.communicate(timeout=600)
     assert third.returncode == 0 and log.count("already complete") == 5  # nothing redone
+
+
+def test_an_experiment_directory_refuses_another_config_and_names_the_difference(tmp_path):
+    from populora_nb.config import load_config
+    from populora_nb.experiment import run_experiment
+
+    run_experiment(load_config("tiny"), tmp_path / "exp", stages=())
+    assert (tmp_path / "exp" / "config.yaml").exists()
+    run_experiment(load_config("tiny"), tmp_path / "exp", stages=())  # the same config reopens
+    with pytest.raises(ValueError, match=r"different config.*run\.steps"):
+        run_experiment(load_config("tiny", {"run.steps": 7}), tmp_path / "exp", stages=())
+    with pytest.raises(ValueError, match="unknown stages"):
+        run_experiment(load_config("tiny"), tmp_path / "exp", stages=("train",))
