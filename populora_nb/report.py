@@ -13,15 +13,15 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import matplotlib
+# No matplotlib.use("Agg") here: it would switch a notebook that imports this module away from
+# inline figures. Figures are only saved and closed, which every backend does; matplotlib already
+# falls back to Agg where there is no display.
+import matplotlib.pyplot as plt
 
-matplotlib.use("Agg")  # the report renders headless; notebooks draw their own inline figures
-import matplotlib.pyplot as plt  # noqa: E402
-
-from populora_nb import complexity_plots, plots  # noqa: E402
-from populora_nb.complexity import analyse_run, coverage_curves, detect_collapse  # noqa: E402
-from populora_nb.evolution import Lineage, plot_lineage  # noqa: E402
-from populora_nb.records import RunDir  # noqa: E402
+from populora_nb import complexity_plots, plots
+from populora_nb.complexity import analyse_run, coverage_curves, detect_collapse
+from populora_nb.evolution import Lineage, plot_lineage
+from populora_nb.records import RunDir
 
 
 @dataclass
