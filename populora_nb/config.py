@@ -134,6 +134,11 @@ class TaskConfig:
         if self.code_f_inputs < 2:
             raise ConfigError("code_f_inputs must be >= 2 (half shown, half hidden)")
 
+    @property
+    def min_code_f_inputs(self) -> int:
+        """Inputs a code_f proposal must have to be valid: more than half of the requested ones."""
+        return self.code_f_inputs // 2 + 1
+
 
 @dataclass
 class RLConfig:

@@ -110,7 +110,7 @@ def baseline_step(policy: Policy, verifier: Verifier, state: RunState, config: E
     with Timer(out.timings, "propose_s"):
         out.proposals = propose(policy, ["agent"], state.buffers, config, step)
     with Timer(out.timings, "validate_s"):
-        validate(verifier, out.proposals, config.tasks.code_f_inputs // 2 + 1)
+        validate(verifier, out.proposals, config.tasks.min_code_f_inputs)
     with Timer(out.timings, "solve_s"):
         jobs = solve_jobs({"agent": list(range(len(out.proposals)))}, out.proposals, state.buffers, config, step)
         out.attempts = solve(policy, verifier, jobs, config, step, worked_examples(state.buffers))
@@ -140,7 +140,7 @@ def population_step(policy: Policy, verifier: Verifier, state: RunState, config:
     with Timer(out.timings, "propose_s"):
         out.proposals = propose(policy, state.teachers, state.buffers, config, step)
     with Timer(out.timings, "validate_s"):
-        validate(verifier, out.proposals, config.tasks.code_f_inputs // 2 + 1)
+        validate(verifier, out.proposals, config.tasks.min_code_f_inputs)
     assignments: dict[str, list[int]] = {s: [] for s in state.students}
     for i, p in enumerate(out.proposals):
         assignments[partner[p.proposer]].append(i)
@@ -296,7 +296,7 @@ def grow_seeds(config: ExperimentConfig, policy: Policy, verifier: Verifier, tar
             break
         state.step = round_
         proposals = propose(policy, ["agent"], state.buffers, config, round_)
-        validate(verifier, proposals, config.tasks.code_f_inputs // 2 + 1)
+        validate(verifier, proposals, config.tasks.min_code_f_inputs)
         for p in proposals:
             if isinstance(p.result, Task) and p.kind in ("code_o", "code_i") and (p.result.program, p.result.inputs) not in seen:
                 seen.add((p.result.program, p.result.inputs))

@@ -142,7 +142,7 @@ def teacher_train_and_score(
     cfg = _solve_config(config, rollouts, seed)
     fixed = dict(buffers)
     examples = worked_examples(fixed)
-    min_inputs = config.tasks.code_f_inputs // 2 + 1  # as the loop requires of code_f proposals
+    min_inputs = config.tasks.min_code_f_inputs
 
     def samples_at(step: int) -> list[Sample]:
         proposals = propose(policy, [member], fixed, cfg, step)
