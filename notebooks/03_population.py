@@ -2,11 +2,12 @@
 # # 03 · The PopuLoRA population: 4 teachers + 4 students
 #
 # **Goal:** run the heart of the paper. Teachers and students are LoRA adapters on the one frozen
-# base. Each step, PFSP on TrueSkill pairs every teacher with a student; teachers propose in one
-# mixed-adapter batch; the verifier keeps valid tasks; each matched student solves its tasks k times
-# in one mixed batch. Teachers earn 1 − ρ for valid tasks their student fails (−1 invalid, 0 when
-# ρ = 0), students +1 / −0.5 / −1. Every member gets its own TRR++ update, ratings move, and every
-# E steps evolution replaces the weakest teacher and student with children made in LoRA weight space.
+# base. Each step, PFSP on TrueSkill draws a matching of teachers to students (every student gets
+# its share of teachers); teachers propose in one mixed-adapter batch; the verifier keeps valid
+# tasks; each matched student solves its tasks k times in one mixed batch. Teachers earn 1 − ρ for
+# valid tasks their student fails (−1 invalid, 0 when ρ = 0), students +1 / −0.5 / −1. Every member
+# gets its own TRR++ update, ratings move, and every E steps evolution replaces the weakest teacher
+# and student with children made in LoRA weight space.
 
 # %% tags=["parameters"]
 import os
@@ -63,9 +64,14 @@ plt.show()
 
 # %% [markdown]
 # ## Ratings, matchups and valid rates
+# Each task is one TrueSkill match, scored as the teacher reward scores it: the teacher wins only a
+# learnable, mostly failed task (0 < ρ < `win_threshold`); ρ = 0 (nobody solves it) and
+# ρ ≥ threshold are student wins; an invalid task is a teacher loss to a fixed prior-rated
+# reference and leaves the student's rating untouched, since the student never saw it.
+#
 # What to look for: whether teacher and student ratings separate or keep crossing (an arms race),
-# which teacher–student pairs PFSP chose and how hard their tasks were (ρ), and each teacher's
-# valid-proposal rate.
+# which teacher–student pairs PFSP chose and how hard their tasks were (ρ; blank where a pair
+# played no valid task), and each teacher's valid-proposal rate.
 
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(17, 4.2))

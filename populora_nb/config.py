@@ -119,7 +119,8 @@ class TaskConfig:
     n_references: int = 6
     """K reference tasks from the buffer shown to a code_o / code_i proposer (AZR: 6)."""
     code_f_inputs: int = 10
-    """Inputs a code_f proposer writes; the first half is shown to the solver, the rest hidden."""
+    """Inputs a code_f proposer writes (AZR: 10); the first half is shown to the solver, the rest
+    hidden. A proposal with another count, or with two equal inputs, is invalid."""
     buffer_cap: int = 4096
     """Per-kind buffer size; when full the oldest non-seed entry is dropped (AZR instead stops storing)."""
     reference_sampling: Literal["uniform", "recency"] = "uniform"
@@ -133,11 +134,6 @@ class TaskConfig:
             raise ConfigError(f"kinds: {bad or 'empty'}; use a non-empty subset of code_o, code_i, code_f")
         if self.code_f_inputs < 2:
             raise ConfigError("code_f_inputs must be >= 2 (half shown, half hidden)")
-
-    @property
-    def min_code_f_inputs(self) -> int:
-        """Inputs a code_f proposal must have to be valid: more than half of the requested ones."""
-        return self.code_f_inputs // 2 + 1
 
 
 @dataclass
@@ -173,13 +169,18 @@ class PopulationConfig:
 @dataclass
 class MatchmakingConfig:
     mode: Literal["pfsp_var", "pfsp_hard", "round_robin"] = "pfsp_var"
-    """pfsp_var: weight p(1-p) (near-balanced matchups); pfsp_hard: (1-p)^gamma; round_robin: ablation."""
+    """pfsp_var: weight p(1-p) (near-balanced matchups); pfsp_hard: (1-p)^gamma; round_robin: ablation.
+    PFSP draws a matching each step: every student gets n_teachers / n_students teachers (within one),
+    or, with more students than teachers, each teacher a distinct student (matchmaking.pfsp_pairs)."""
     gamma: float = 2.0
     floor: float = 0.1
     """Fraction of probability mass spread uniformly so no pairing starves."""
     win_threshold: float = 0.5
-    """The student wins a match when its solve rate rho >= this."""
-    invalid_policy: Literal["teacher_loss", "skip"] = "teacher_loss"
+    """The teacher wins a valid match only when 0 < rho < this (learnable and mostly failed, the
+    tasks its reward 1 - rho pays for); rho = 0 or rho >= this is a student win. An invalid task is
+    a teacher loss to a fixed prior-rated reference and never moves the student's rating
+    (matchmaking.match_winner). The former `invalid_policy` knob is gone: scoring an invalid task
+    as a student win rated students for tasks they never saw."""
     mu: float = 25.0
     sigma: float = 25.0 / 3
     beta: float = 25.0 / 6
@@ -231,6 +232,11 @@ class EvolutionConfig:
 @dataclass
 class RunConfig:
     agent: Literal["baseline", "population"] = "population"
+    baseline_solver: Literal["azr", "own_rollouts"] = "azr"
+    """How the baseline agent's solver learns. azr (AZR's recipe): k rollouts per valid proposal only
+    estimate rho for the proposer reward; the solver trains on a batch of buffer tasks (mostly the
+    last steps'), one response each. own_rollouts: it trains on the k rollouts of its own fresh
+    proposals, as a PopuLoRA student does (a variant to study, not AZR)."""
     steps: int = 20
     seed: int = 0
     out_dir: str = "runs"

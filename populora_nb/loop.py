@@ -1,8 +1,10 @@
 """AZR's single-agent self-play step, PopuLoRA's population step, and `run`, which drives either
 one into a run directory with checkpoints and resume.
 
-baseline_step:   agent proposes every kind → validate → agent solves (k rollouts) → AZR proposer
-                 reward + student reward → one TRR++ update of the agent.
+baseline_step:   agent proposes every kind → validate → k learnability rollouts per valid task set
+                 rho (not trained on) → the agent solves a batch of buffer tasks, one response
+                 each → AZR proposer reward + student reward → one TRR++ update of the agent
+                 (AZR's recipe; ``run.baseline_solver="own_rollouts"`` trains on the k rollouts).
 population_step: PFSP pairs each teacher with a student → teachers propose (one mixed batch) →
                  validate → matched students solve (one mixed batch) → PopuLoRA teacher reward
                  (-1 / 0 / 1-rho) + student reward → one update per member → TrueSkill updates →
@@ -27,7 +29,8 @@ from populora_nb.operators import LoRAFactors
 from populora_nb.records import RunDir, read_json, write_json
 from populora_nb.stages import (
     Policy, StepOutcome, Timer, grow_buffers, member_metrics, peak_memory_gb, propose, reset_peak_memory, reward_samples,
-    rng_for, seed_for, solve, solve_jobs, solve_rates, task_rows, update, validate, worked_examples,
+    buffer_jobs, learnability_jobs, rng_for, seed_for, solve, solve_jobs, solve_rates, task_rows, token_counts, update,
+    validate, worked_examples,
 )
 from populora_nb.tasks import Task
 from populora_nb.verifier import Proposal, Verifier
@@ -110,9 +113,15 @@ def baseline_step(policy: Policy, verifier: Verifier, state: RunState, config: E
     with Timer(out.timings, "propose_s"):
         out.proposals = propose(policy, ["agent"], state.buffers, config, step)
     with Timer(out.timings, "validate_s"):
-        validate(verifier, out.proposals, config.tasks.min_code_f_inputs)
+        validate(verifier, out.proposals, config.tasks.code_f_inputs)
     with Timer(out.timings, "solve_s"):
-        jobs = solve_jobs({"agent": list(range(len(out.proposals)))}, out.proposals, state.buffers, config, step)
+        if config.run.baseline_solver == "azr":
+            # AZR: k learnability rollouts per valid proposal set rho (not trained on); the solver
+            # learns from its own batch of buffer tasks, one response each.
+            jobs = (learnability_jobs("agent", out.proposals, config.rl.rollouts)
+                    + buffer_jobs("agent", state.buffers, config, step))
+        else:  # "own_rollouts": the solver trains on the rollouts that measured its own proposals
+            jobs = solve_jobs({"agent": list(range(len(out.proposals)))}, out.proposals, state.buffers, config, step)
         out.attempts = solve(policy, verifier, jobs, config, step, worked_examples(state.buffers))
         solve_rates(out.proposals, out.attempts)
     out.samples = reward_samples(out.proposals, out.attempts, proposer_reward="azr")
@@ -123,7 +132,8 @@ def baseline_step(policy: Policy, verifier: Verifier, state: RunState, config: E
 
 
 def pair(state: RunState, config: ExperimentConfig) -> dict[str, str]:
-    """teacher -> student for this step (PFSP on TrueSkill, or round robin)."""
+    """teacher -> student for this step: a PFSP-weighted matching on TrueSkill ratings, in which every
+    student gets as many teachers as any other (within one), or the round-robin ablation."""
     mc = config.matchmaking
     if mc.mode == "round_robin":
         pairs = round_robin_pairs(state.teachers, state.students, state.step)
@@ -140,7 +150,7 @@ def population_step(policy: Policy, verifier: Verifier, state: RunState, config:
     with Timer(out.timings, "propose_s"):
         out.proposals = propose(policy, state.teachers, state.buffers, config, step)
     with Timer(out.timings, "validate_s"):
-        validate(verifier, out.proposals, config.tasks.min_code_f_inputs)
+        validate(verifier, out.proposals, config.tasks.code_f_inputs)
     assignments: dict[str, list[int]] = {s: [] for s in state.students}
     for i, p in enumerate(out.proposals):
         assignments[partner[p.proposer]].append(i)
@@ -155,8 +165,9 @@ def population_step(policy: Policy, verifier: Verifier, state: RunState, config:
         out.update_stats = update(policy, out.samples, list(state.roster))
     mc = config.matchmaking
     env = make_trueskill(mc.mu, mc.sigma, mc.beta, mc.tau, mc.draw_probability)
+    # rho is None unless the partner attempted the task (always so for an invalid one): Match.played.
     matches = [Match(p.proposer, partner[p.proposer], isinstance(p.result, Task), p.rho) for p in out.proposals]
-    state.ratings = update_ratings(state.ratings, matches, env, mc.win_threshold, mc.invalid_policy == "teacher_loss")
+    state.ratings = update_ratings(state.ratings, matches, env, mc.win_threshold)
     grow_buffers(state.buffers, out.proposals)
     return out
 
@@ -229,7 +240,8 @@ def run(
             started = time.perf_counter()
             out = step_fn(policy, verifier, state, config)
             cost = {"time/step_s": time.perf_counter() - started, **peak_memory_gb()}
-            rows = [{"step": step, **member_metrics(m, r, out, config.tasks.kinds), **cost,
+            tokens = token_counts(out, policy.tokenizer)
+            rows = [{"step": step, **member_metrics(m, r, out, config.tasks.kinds), **cost, **tokens.get(m, {}),
                      **({"rating/mu": state.ratings[m].mu, "rating/sigma": state.ratings[m].sigma} if m in state.ratings else {})}
                     for m, r in state.roster.items()]
             rd.append("tasks", task_rows(step, out.proposals))
@@ -296,7 +308,7 @@ def grow_seeds(config: ExperimentConfig, policy: Policy, verifier: Verifier, tar
             break
         state.step = round_
         proposals = propose(policy, ["agent"], state.buffers, config, round_)
-        validate(verifier, proposals, config.tasks.min_code_f_inputs)
+        validate(verifier, proposals, config.tasks.code_f_inputs)
         for p in proposals:
             if isinstance(p.result, Task) and p.kind in ("code_o", "code_i") and (p.result.program, p.result.inputs) not in seen:
                 seen.add((p.result.program, p.result.inputs))

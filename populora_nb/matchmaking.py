@@ -1,10 +1,23 @@
 """Matchmaking: TrueSkill ratings and prioritized fictitious self-play (PopuLoRA §3, issue 5).
 
 Every member, teacher or student, holds one TrueSkill rating on a shared scale. A *match* is one
-valid task: the student wins when its solve rate ρ reaches ``threshold``, otherwise the teacher
-wins. PFSP (AlphaStar, Vinyals et al. 2019) then draws each teacher's next student with weight
-f(p), p the rated probability that the teacher beats that student: f_var(p) = p(1 − p) favours
-near-balanced matchups, f_hard(p) = (1 − p)^γ favours students the teacher tends to lose to.
+proposed task. Its outcome follows the teacher reward (``rewards.teacher_reward``: −1 invalid,
+0 when ρ = 0, else 1 − ρ), so that a rating ranks members the way training rewards them:
+
+* valid, 0 < ρ < ``threshold``: the teacher wins. The task is learnable (some rollout solved it)
+  and mostly failed: the only case the teacher reward pays more than 1 − threshold for.
+* valid, ρ = 0 or ρ ≥ ``threshold``: the student wins. ρ = 0 earns the teacher 0 (an unsolvable
+  task teaches nothing), ρ ≥ threshold earns it at most 1 − threshold.
+* invalid: the teacher loses (its −1 reward) to a fixed *reference opponent* at the prior rating,
+  never updated. The student never saw the task, so its rating does not move.
+* valid but never attempted (ρ is None): no outcome at all. ``reward_samples`` gives such a task
+  no reward, and a rating outcome would invent one; the student did not play either.
+
+PFSP (AlphaStar, Vinyals et al. 2019) then samples each step's pairing with weight f(p), p the
+rated probability that the teacher beats that student: f_var(p) = p(1 − p) favours near-balanced
+matchups, f_hard(p) = (1 − p)^γ favours students the teacher tends to lose to. The draw is a
+*matching*: every student gets as many teachers as any other (±1), so no student sits out a step
+while another plays two teachers.
 
 The ``trueskill`` package does the Bayesian update; every function takes an explicit
 ``trueskill.TrueSkill`` environment (``make_trueskill``) and never touches the package's global
@@ -47,15 +60,21 @@ class Match:
     teacher: MemberId
     student: MemberId
     valid: bool
-    """The verifier accepted the task; invalid tasks were never shown to the student."""
+    """The verifier accepted the task; invalid tasks are never shown to the student."""
     rho: float | None = None
-    """The student's solve rate on the task (None for an invalid task)."""
+    """The student's solve rate on the task; None when the student never attempted it (always so
+    for an invalid task)."""
 
     def __post_init__(self) -> None:
-        if self.valid and self.rho is None:
-            raise ValueError("a valid Match needs rho, the student's solve rate")
+        if not self.valid and self.rho is not None:
+            raise ValueError("an invalid task is never shown to the student: its rho must be None")
         if self.rho is not None and not 0.0 <= self.rho <= 1.0:
             raise ValueError(f"rho must lie in [0, 1], got {self.rho!r}")
+
+    @property
+    def played(self) -> bool:
+        """The student attempted the task: only then may the match move the student's rating."""
+        return self.valid and self.rho is not None
 
 
 def make_trueskill(
@@ -67,7 +86,7 @@ def make_trueskill(
 ) -> trueskill.TrueSkill:
     """A TrueSkill environment with the package's defaults, except no draws.
 
-    A match outcome is binary (ρ ≥ threshold or not), so ``draw_probability`` is 0.
+    A match outcome is a win or a loss (``match_winner``), so ``draw_probability`` is 0.
     """
     return trueskill.TrueSkill(
         mu=mu, sigma=sigma, beta=beta, tau=tau, draw_probability=draw_probability
@@ -93,12 +112,23 @@ def win_probability(a: Rating, b: Rating, env: trueskill.TrueSkill) -> float:
     return 0.5 * math.erfc(-z / math.sqrt(2.0))
 
 
-def match_winner(match: Match, threshold: float = 0.5) -> Literal["teacher", "student"]:
-    """Student wins a valid match when ρ ≥ threshold; an invalid task is a teacher loss."""
+Winner = Literal["teacher", "student", "reference"]
+
+
+def reference_rating(env: trueskill.TrueSkill) -> Rating:
+    """The fixed opponent an invalid task is lost to: the prior (mu, sigma), never updated."""
+    return Rating(float(env.mu), float(env.sigma))
+
+
+def match_winner(match: Match, threshold: float = 0.5) -> Winner | None:
+    """Who wins ``match`` (see the module docstring): "teacher" when 0 < ρ < threshold, "student"
+    when ρ = 0 or ρ ≥ threshold, "reference" for an invalid task, None for a valid task the
+    student never attempted (it earns no reward, so it has no outcome)."""
     if not match.valid:
-        return "student"
-    assert match.rho is not None  # guaranteed by Match.__post_init__
-    return "student" if match.rho >= threshold else "teacher"
+        return "reference"
+    if match.rho is None:
+        return None
+    return "teacher" if 0.0 < match.rho < threshold else "student"
 
 
 def update_ratings(
@@ -106,35 +136,47 @@ def update_ratings(
     matches: Sequence[Match],
     env: trueskill.TrueSkill,
     threshold: float = 0.5,
-    count_invalid: bool = True,
 ) -> dict[MemberId, Rating]:
     """New ratings after ``matches``; the input mapping is not modified.
 
     Matches are applied one at a time in the order given (TrueSkill updates are sequential, so
     order matters slightly; the loop passes them in proposal order: teacher by teacher, task by
-    task). ``count_invalid=True`` scores an invalid task as a teacher loss, matching the −1
-    teacher reward; ``False`` skips it, so only tasks the student really played move ratings.
+    task). A match the student did not play leaves the student's rating exactly as it was.
     """
     if not 0.0 <= threshold <= 1.0:
         raise ValueError(f"threshold is a solve rate and must lie in [0, 1], got {threshold}")
     current = {m: env.create_rating(mu=r.mu, sigma=r.sigma) for m, r in ratings.items()}
+    reference = env.create_rating(mu=env.mu, sigma=env.sigma)  # reference_rating(env), never updated
+    moved: set[MemberId] = set()
     for match in matches:
-        for member in (match.teacher, match.student):
+        t, s = match.teacher, match.student
+        for member in (t, s):
             if member not in current:
                 raise KeyError(f"member {member!r} has no rating; start it with initial_ratings")
-        if match.teacher == match.student:
-            raise ValueError(f"member {match.teacher!r} cannot play itself")
-        if not match.valid and not count_invalid:
-            continue
-        teacher, student = current[match.teacher], current[match.student]
-        if match_winner(match, threshold) == "student":
-            # Winner first. The module-level function with env= is the supported form;
-            # the TrueSkill.rate_1vs1 method is deprecated since trueskill 0.4.
-            student, teacher = trueskill.rate_1vs1(student, teacher, env=env)
-        else:
-            teacher, student = trueskill.rate_1vs1(teacher, student, env=env)
-        current[match.teacher], current[match.student] = teacher, student
-    return {m: Rating(float(r.mu), float(r.sigma)) for m, r in current.items()}
+        if t == s:
+            raise ValueError(f"member {t!r} cannot play itself")
+        winner = match_winner(match, threshold)
+        # Winner first. The module-level function with env= is the supported form;
+        # the TrueSkill.rate_1vs1 method is deprecated since trueskill 0.4.
+        if winner == "reference":
+            # A reference opponent rather than trueskill's partial-play weights (rate(...,
+            # weights=[(1,), (0,)])): trueskill clamps a weight of 0 to 1e-4, which scales the
+            # student's performance to ~0 (a teacher at the prior then drops from 25 to ~2.7 after
+            # one loss), and its tau still inflates the student's sigma. The prior is the
+            # reference, not the partner's rating, so an invalid task costs the same whoever the
+            # partner was.
+            _, current[t] = trueskill.rate_1vs1(reference, current[t], env=env)
+            moved.add(t)
+        elif winner == "student":
+            current[s], current[t] = trueskill.rate_1vs1(current[s], current[t], env=env)
+            moved.update((t, s))
+        elif winner == "teacher":
+            current[t], current[s] = trueskill.rate_1vs1(current[t], current[s], env=env)
+            moved.update((t, s))
+    # A rating that no match moved is returned as given: trueskill stores a Gaussian as
+    # (pi, tau) = (1/sigma², mu/sigma²), and that round trip alone can change mu in the last bit.
+    return {m: Rating(float(current[m].mu), float(current[m].sigma)) if m in moved else r
+            for m, r in ratings.items()}
 
 
 def pfsp_weights(
@@ -180,16 +222,40 @@ def pfsp_pairs(
     gamma: float = 2.0,
     floor: float = 0.1,
 ) -> list[tuple[MemberId, MemberId]]:
-    """One (teacher, student) pair per teacher, in ``teachers`` order, students drawn by PFSP.
+    """One (teacher, student) pair per teacher, in ``teachers`` order: a PFSP-weighted matching.
 
-    Draws are independent: two teachers may get the same student. Tasks per teacher are the
-    caller's business (one pair, several tasks).
+    Independent draws per teacher collide: at equal ratings with 4 teachers and 4 students, 91%
+    of steps leave some student without a teacher (1 − 4!/4⁴), so it neither trains on fresh
+    tasks nor gets rated. Instead each student has a capacity: with n_T ≥ n_S teachers, ⌊n_T/n_S⌋
+    each and n_T mod n_S one more (which ones is part of the draw); with fewer teachers than
+    students, one each, so every teacher gets a distinct student. Teachers draw in a random order
+    (so no teacher always picks first) from the students with capacity left, with their
+    ``pfsp_weights`` renormalised over those students. Over many steps, pairs that PFSP weights
+    more are still drawn more; where teachers all prefer the same student ("hard", one strong
+    student), it takes only its share and the rest go to their next choices. Tasks per teacher
+    are the caller's business (one pair, several tasks).
     """
-    pairs = []
-    for t in teachers:
+    if not students:
+        raise ValueError("pfsp_pairs needs at least one student")
+    base, extra = divmod(len(teachers), len(students))
+    load = dict.fromkeys(students, 0)
+    order = list(teachers)
+    rng.shuffle(order)
+    partner: dict[MemberId, MemberId] = {}
+    for t in order:
+        # A student may take one more teacher while below base, or reach base + 1 while spare
+        # slots remain; capacity then sums to exactly n_T, so no teacher is ever left out.
+        is_open = [load[s] < base or (load[s] == base and extra > 0) for s in students]
         w = pfsp_weights(ratings[t], [ratings[s] for s in students], env, weighting, gamma, floor)
-        pairs.append((t, rng.choices(students, weights=w, k=1)[0]))
-    return pairs
+        open_w = [wi if o else 0.0 for wi, o in zip(w, is_open)]
+        if sum(open_w) <= 0.0:  # floor = 0 and every open student has f(p) = 0: none is preferred
+            open_w = [float(o) for o in is_open]
+        s = rng.choices(students, weights=open_w, k=1)[0]
+        if load[s] == base:
+            extra -= 1
+        load[s] += 1
+        partner[t] = s
+    return [(t, partner[t]) for t in teachers]
 
 
 def round_robin_pairs(
@@ -209,7 +275,7 @@ class SolveRateMatrix(NamedTuple):
     teachers: list[MemberId]
     students: list[MemberId]
     rho: np.ndarray
-    """(n_teachers, n_students) float64, NaN where the pair played no valid task."""
+    """(n_teachers, n_students) float64, NaN where the pair played no match."""
 
 
 def solve_rate_matrix(
@@ -217,7 +283,7 @@ def solve_rate_matrix(
     teachers: Sequence[MemberId] | None = None,
     students: Sequence[MemberId] | None = None,
 ) -> SolveRateMatrix:
-    """Teacher × student mean ρ over valid matches, for the pairing heatmap.
+    """Teacher × student mean ρ over played matches (valid and attempted), for the pairing heatmap.
 
     Row and column orders are ``teachers`` / ``students`` when given (members that never played
     keep a NaN row or column), else the order of first appearance in ``matches``.
@@ -228,8 +294,8 @@ def solve_rate_matrix(
     for m in matches:
         seen_t.setdefault(m.teacher)
         seen_s.setdefault(m.student)
-        if m.valid:
-            assert m.rho is not None
+        if m.played:
+            assert m.rho is not None  # played implies it
             by_pair[(m.teacher, m.student)].append(m.rho)
     rows = list(teachers) if teachers is not None else list(seen_t)
     cols = list(students) if students is not None else list(seen_s)

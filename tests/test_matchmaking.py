@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import trueskill
 
+from populora_nb.config import ConfigError, load_config
 from populora_nb.matchmaking import (
     Match,
     Rating,
@@ -16,6 +17,7 @@ from populora_nb.matchmaking import (
     match_winner,
     pfsp_pairs,
     pfsp_weights,
+    reference_rating,
     round_robin_pairs,
     solve_rate_matrix,
     update_ratings,
@@ -68,34 +70,90 @@ def test_student_win_and_teacher_win_move_mu_in_the_right_directions(env):
     assert r0 == initial_ratings(["T", "S"], env)  # input not modified
 
 
-def test_threshold_is_inclusive_for_the_student(env):
-    assert match_winner(Match("T", "S", True, 0.5), threshold=0.5) == "student"
+def test_outcomes_follow_the_teacher_reward():
+    # Teacher reward: -1 invalid, 0 at rho = 0, else 1 - rho. The teacher wins only the learnable,
+    # mostly failed tasks (0 < rho < threshold); the threshold is inclusive for the student.
+    assert match_winner(Match("T", "S", True, 0.0), threshold=0.5) == "student"  # nobody solves it
+    assert match_winner(Match("T", "S", True, 0.125), threshold=0.5) == "teacher"
     assert match_winner(Match("T", "S", True, 0.49), threshold=0.5) == "teacher"
+    assert match_winner(Match("T", "S", True, 0.5), threshold=0.5) == "student"
     assert match_winner(Match("T", "S", True, 0.25), threshold=0.25) == "student"
+    assert match_winner(Match("T", "S", False), threshold=0.5) == "reference"
+    assert match_winner(Match("T", "S", True, None), threshold=0.5) is None  # never attempted
 
 
-def test_invalid_tasks_counted_or_skipped(env):
-    r0 = initial_ratings(["T", "S", "U"], env)
-    invalid = [Match("T", "S", valid=False)]
-    counted = update_ratings(r0, invalid, env, count_invalid=True)
-    assert counted["T"].mu < r0["T"].mu and counted["S"].mu > r0["S"].mu
-    skipped = update_ratings(r0, invalid, env, count_invalid=False)
-    assert skipped == r0
-    assert counted["U"] == r0["U"]  # bystanders untouched
+def test_match_played_only_when_valid_and_attempted():
+    assert Match("T", "S", True, 0.0).played
+    assert not Match("T", "S", True).played
+    assert not Match("T", "S", False).played
+    with pytest.raises(ValueError, match="never shown"):
+        Match("T", "S", valid=False, rho=0.5)
+
+
+def test_unsolvable_tasks_are_teacher_losses(env):
+    r0 = initial_ratings(["T", "S"], env)
+    got = update_ratings(r0, [Match("T", "S", True, 0.0)], env)
+    assert got["T"].mu < r0["T"].mu and got["S"].mu > r0["S"].mu
+
+
+def test_invalid_task_moves_only_the_teacher_against_a_fixed_reference(env):
+    r0 = {"T": Rating(27.0, 6.0), "S": Rating(31.0, 2.5), "U": Rating(12.0, 4.0), "V": Rating(20.0, 3.0)}
+    got = update_ratings(r0, [Match("T", "S", valid=False)] * 5, env)
+    assert got["S"] == r0["S"]  # exactly: mu and sigma, no tau inflation either
+    assert got["U"] == r0["U"] and got["V"] == r0["V"]  # bystanders untouched
+    # The teacher lost five times to the prior-rated reference, whoever its partner was.
+    t = env.create_rating(27.0, 6.0)
+    for _ in range(5):
+        _, t = trueskill.rate_1vs1(env.create_rating(env.mu, env.sigma), t, env=env)
+    assert got["T"] == Rating(t.mu, t.sigma)
+    assert update_ratings(r0, [Match("T", "U", valid=False)] * 5, env)["T"] == got["T"]
+    assert reference_rating(env) == Rating(env.mu, env.sigma)
+
+
+def test_unattempted_task_moves_nobody(env):
+    r0 = {"T": Rating(27.0, 6.0), "S": Rating(31.0, 2.5)}
+    assert update_ratings(r0, [Match("T", "S", valid=True, rho=None)] * 3, env) == r0
+
+
+def test_student_whose_partner_only_wrote_invalid_tasks_keeps_its_rating(env):
+    teachers, students = ["A", "B", "C"], ["s0", "s1", "s2"]
+    r = initial_ratings(teachers + students, env)
+    r0 = dict(r)
+    for _ in range(20):  # s2 only ever meets C, whose tasks are all invalid
+        r = update_ratings(r, [Match("A", "s0", True, 0.0), Match("B", "s1", True, 0.25), Match("C", "s2", False)], env)
+    assert r["s2"] == r0["s2"]
+    assert r["s0"].mu > r0["s0"].mu and r["s1"].mu < r0["s1"].mu  # the students who played moved
+    assert r["s0"].sigma < r0["s0"].sigma and r["s1"].sigma < r0["s1"].sigma
+
+
+def test_ratings_rank_teachers_as_their_rewards_do(env):
+    """A writes valid tasks nobody solves (reward 0), B tasks solved a quarter of the time
+    (reward 0.75), C only invalid ones (reward -1); all meet a common pool of students by PFSP.
+    B must rate clearly above A and C, in mu and in mu - 3 sigma."""
+    teachers, students = ["A", "B", "C"], ["s0", "s1", "s2", "s3"]
+    behaviour = {"A": (True, 0.0), "B": (True, 0.25), "C": (False, None)}
+    ratings, rng = initial_ratings(teachers + students, env), random.Random(0)
+    for _ in range(60):
+        pairs = pfsp_pairs(teachers, students, ratings, env, rng)
+        matches = [Match(t, s, *behaviour[t]) for t, s in pairs for _ in range(4)]
+        ratings = update_ratings(ratings, matches, env)
+    a, b, c = ratings["A"], ratings["B"], ratings["C"]
+    assert b.mu > a.mu + env.beta and b.mu > c.mu + env.beta
+    assert b.conservative > a.conservative + env.beta and b.conservative > c.conservative + env.beta
 
 
 def test_matches_apply_sequentially_in_the_given_order(env):
     r0 = initial_ratings(["T1", "T2", "S"], env)
     matches = [
         Match("T1", "S", True, 1.0),
-        Match("T2", "S", True, 0.0),
         Match("T1", "S", True, 0.0),
+        Match("T2", "S", True, 0.25),
     ]
     got = update_ratings(r0, matches, env)
     t1, t2, s = (env.create_rating(r0[m].mu, r0[m].sigma) for m in ("T1", "T2", "S"))
     s, t1 = trueskill.rate_1vs1(s, t1, env=env)
+    s, t1 = trueskill.rate_1vs1(s, t1, env=env)
     t2, s = trueskill.rate_1vs1(t2, s, env=env)
-    t1, s = trueskill.rate_1vs1(t1, s, env=env)
     assert got["T1"] == Rating(t1.mu, t1.sigma)
     assert got["T2"] == Rating(t2.mu, t2.sigma)
     assert got["S"] == Rating(s.mu, s.sigma)
@@ -106,10 +164,17 @@ def test_update_rejects_unknown_members_and_bad_matches(env):
     r0 = initial_ratings(["T", "S"], env)
     with pytest.raises(KeyError, match="no rating"):
         update_ratings(r0, [Match("T", "X", True, 0.5)], env)
-    with pytest.raises(ValueError, match="needs rho"):
-        Match("T", "S", valid=True)
     with pytest.raises(ValueError, match="itself"):
         update_ratings(r0, [Match("T", "T", True, 0.5)], env)
+    with pytest.raises(ValueError, match="threshold"):
+        update_ratings(r0, [], env, threshold=1.5)
+
+
+def test_the_old_invalid_policy_knob_is_a_clear_config_error(tmp_path):
+    old = tmp_path / "config.yaml"
+    old.write_text("matchmaking:\n  invalid_policy: teacher_loss\n")
+    with pytest.raises(ConfigError, match="unknown config key 'matchmaking.invalid_policy'"):
+        load_config("tiny", yaml_path=old)
 
 
 # ---------------------------------------------------------------- PFSP
@@ -178,7 +243,41 @@ def test_pfsp_pairs_are_seeded_and_one_per_teacher(env):
     assert draw(8) != a
     for step in a:
         assert [t for t, _ in step] == teachers
-        assert all(s in students for _, s in step)
+        # Fewer teachers than students: every teacher gets a distinct student.
+        assert len({s for _, s in step}) == 3 and all(s in students for _, s in step)
+
+
+@pytest.mark.parametrize("n_teachers, n_students, allowed", [(4, 4, {1}), (6, 4, {1, 2}), (9, 4, {2, 3})])
+def test_pfsp_pairs_give_every_student_its_share_of_teachers(env, n_teachers, n_students, allowed):
+    """Independent draws left a student without a teacher in 91% of 4+4 steps; a matching never does."""
+    teachers = [f"t{i}" for i in range(n_teachers)]
+    students = [f"s{j}" for j in range(n_students)]
+    ratings = initial_ratings(teachers + students, env)
+    rng = random.Random(3)
+    doubled = Counter()
+    for _ in range(1000):
+        pairs = pfsp_pairs(teachers, students, ratings, env, rng)
+        assert [t for t, _ in pairs] == teachers
+        load = Counter(s for _, s in pairs)
+        assert set(students) == set(load) and set(load.values()) <= allowed
+        doubled.update(s for s, n in load.items() if n == max(allowed))
+    # Which students take the extra teachers is part of the draw, not always the same ones.
+    assert set(doubled) == set(students)
+
+
+def test_pfsp_matching_still_prefers_near_balanced_pairs(env):
+    skills = [15.0, 22.0, 30.0, 40.0]
+    teachers, students = [f"t{i}" for i in range(4)], [f"s{i}" for i in range(4)]
+    ratings = {**{t: Rating(m, 2.0) for t, m in zip(teachers, skills)},
+               **{s: Rating(m, 2.0) for s, m in zip(students, skills)}}
+    rng = random.Random(11)
+    counts = Counter(pair for _ in range(2000) for pair in pfsp_pairs(teachers, students, ratings, env, rng))
+    for i, t in enumerate(teachers):
+        # Each teacher meets its equal-rated student most often.
+        assert max(students, key=lambda s: counts[(t, s)]) == students[i]
+    balanced = sum(counts[(t, s)] for t, s in zip(teachers, students))
+    lopsided = sum(n for (t, s), n in counts.items() if abs(ratings[t].mu - ratings[s].mu) >= 15.0)
+    assert balanced > 3 * lopsided  # 4,716 against 647 with this seed
 
 
 def test_round_robin_covers_every_pair_over_n_steps():
