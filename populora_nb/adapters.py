@@ -34,12 +34,12 @@ from populora_nb.base import Base
 from populora_nb.config import LoRAConfig
 from populora_nb.multilora import MultiLoRA, checkpointing, decode, forward_kwarg_names, position_ids_from_mask
 from populora_nb.operators import LoRAFactors, LoRAPair
-from populora_nb.rl import completion_logprobs
+from populora_nb.rl import completion_logprobs, logprob_temperature
 
 Role = Literal["teacher", "student", "agent"]
 LossFn = Callable[[Tensor, "TrainBatch"], tuple[Tensor, dict[str, float]]]
-"""(completion log-probs (B, T) with gradient, batch) -> (scalar loss, stats), e.g. built on
-``rl.policy_gradient_loss``."""
+"""(completion log-probs (B, T) with gradient, at the batch's sampling temperature, batch) ->
+(scalar loss, stats), e.g. built on ``rl.policy_gradient_loss``."""
 
 PEFT_PREFIX = "base_model.model."  # how peft names a causal LM's modules in adapter_model.safetensors
 
@@ -78,8 +78,13 @@ class TrainBatch:
     advantages: Tensor  # (B,), one per sequence
     old_logprobs: Tensor | None = None  # (B, T), for PPO-style ratios over several epochs
     ref_logprobs: Tensor | None = None  # (B, T), for a KL penalty
+    temperature: float = 1.0
+    """The temperature the completions were sampled at. Every log-prob of this batch (old, new,
+    reference) is taken from logits / temperature, so the gradient and the PPO ratio are those of
+    the policy that sampled; 0 (greedy) scores at 1 (see ``rl.logprob_temperature``)."""
 
     def __post_init__(self) -> None:
+        logprob_temperature(self.temperature)  # raises on a negative temperature
         shape = tuple(self.input_ids.shape)
         if len(shape) != 2 or self.attention_mask.shape != self.input_ids.shape or self.completion_mask.shape != self.input_ids.shape:
             raise ValueError(f"input_ids, attention_mask and completion_mask must share one (B, T) shape, got {shape}")
@@ -93,20 +98,21 @@ class TrainBatch:
         return self.input_ids.shape[1] - int(cols.min()) + 1 if cols.numel() else 1
 
     def rows(self, index: slice) -> TrainBatch:
-        pick = lambda t: None if t is None else t[index]  # noqa: E731
-        return TrainBatch(*(pick(getattr(self, f.name)) for f in dataclasses.fields(self)))
+        return _map_tensors(self, lambda t: t[index])
 
 
 def train_batch(
-    generations: Sequence[Generation], advantages: Sequence[float] | Tensor, pad_token_id: int
+    generations: Sequence[Generation], advantages: Sequence[float] | Tensor, pad_token_id: int,
+    temperature: float = 1.0,
 ) -> TrainBatch:
-    """Left-pad each generation's prompt + completion into a ``TrainBatch`` (completion scored)."""
+    """Left-pad each generation's prompt + completion into a ``TrainBatch`` (completion scored).
+    ``temperature``: the one the generations were sampled at (log-probs are taken at it)."""
     ids, attn = _left_pad([g.prompt_ids + g.completion_ids for g in generations], pad_token_id, torch.device("cpu"))
     comp = torch.zeros_like(ids)
     for i, g in enumerate(generations):
         if g.completion_ids:
             comp[i, -len(g.completion_ids):] = 1
-    return TrainBatch(ids, attn, comp, torch.as_tensor(advantages, dtype=torch.float32))
+    return TrainBatch(ids, attn, comp, torch.as_tensor(advantages, dtype=torch.float32), temperature=temperature)
 
 
 def roles_for(n_teachers: int, n_students: int) -> list[Role]:
@@ -254,7 +260,8 @@ class Population:
     @contextlib.contextmanager
     def _member_forward(self, member_id: int | None) -> Iterator[Callable[[TrainBatch], Tensor]]:
         """A function batch -> completion log-probs (B, T) under this member's adapter (None: the
-        bare base). The route stays open until the caller's backward is done (checkpointing)."""
+        bare base), at the batch's sampling temperature. The route stays open until the caller's
+        backward is done (checkpointing)."""
         model = self.base.model
         _, keep_kw = forward_kwarg_names(model)
 
@@ -262,7 +269,7 @@ class Population:
             logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask, use_cache=False,
                            position_ids=position_ids_from_mask(b.attention_mask),
                            **{keep_kw: b.logits_to_keep}).logits  # (B, L, V): only completion rows
-            return completion_logprobs(logits, b.input_ids, b.completion_mask)
+            return completion_logprobs(logits, b.input_ids, b.completion_mask, b.temperature)
 
         if member_id is None:
             with self._slot_engine.bare() if self._slot_engine is not None else contextlib.nullcontext():
@@ -276,7 +283,8 @@ class Population:
 
     @torch.no_grad()
     def logprobs(self, member_id: int | None, batch: TrainBatch) -> Tensor:
-        """Completion log-probs (B, T) without gradient: old log-probs for PPO epochs, or the base's
+        """Completion log-probs (B, T) without gradient, at ``batch.temperature`` (the sampling
+        temperature, as ``train_step`` takes them): old log-probs for PPO epochs, or the base's
         (``member_id=None``) as a KL reference."""
         with self._member_forward(member_id) as forward:
             return forward(_to(batch, self.base.device))
@@ -439,8 +447,13 @@ def _left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device) 
 
 
 def _to(batch: TrainBatch, device: torch.device) -> TrainBatch:
-    move = lambda t: None if t is None else t.to(device)  # noqa: E731
-    return TrainBatch(*(move(getattr(batch, f.name)) for f in dataclasses.fields(batch)))
+    return _map_tensors(batch, lambda t: t.to(device))
+
+
+def _map_tensors(batch: TrainBatch, fn: Callable[[Tensor], Tensor]) -> TrainBatch:
+    """A copy of ``batch`` with ``fn`` applied to every tensor field (None and scalars kept)."""
+    fields = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
+    return dataclasses.replace(batch, **{k: fn(v) for k, v in fields.items() if isinstance(v, Tensor)})
 
 
 def _plain(d: dict) -> dict:

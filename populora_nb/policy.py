@@ -4,7 +4,7 @@ The loop names members ("agent", "T0", "S3", ...); the population numbers them. 
 that mapping, remembers the token ids each completion was sampled as (so the policy gradient scores
 exactly the sampled tokens, not a re-tokenisation of the text), and turns a member's samples into
 policy-gradient updates (`rl.policy_gradient_loss`, PPO-clip over `rl.ppo_epochs`, optional KL to
-the frozen base).
+the frozen base), with every log-prob taken at the sampling temperature it was drawn at.
 """
 
 from __future__ import annotations
@@ -65,7 +65,10 @@ class LoRAPolicy:
             # along their momentum: skip the step entirely.
             return {"optim/skipped": 1.0}
         rl = self.config.rl
-        batch = train_batch(gens, advantages, self.tokenizer.pad_token_id)
+        # Score at the temperature the samples were drawn at: old, new and reference log-probs are
+        # then those of the policy that sampled (rl.logprob_temperature says why, and what 0 does).
+        # With top_p < 1 they stay those of the untruncated distribution (rl.completion_logprobs).
+        batch = train_batch(gens, advantages, self.tokenizer.pad_token_id, temperature=self.config.sampling.temperature)
         mid = self.names[member_id]
         if rl.kl_coef > 0:
             batch.ref_logprobs = self.population.logprobs(None, batch)

@@ -8,7 +8,8 @@ PPO's ratio clipping (several epochs over one batch) and a k3 KL penalty to a re
 (off by default, as in AZR).
 
 Nothing here touches a model: inputs are tensors of log-probabilities, outputs a loss and a dict of
-floats for logging.
+floats for logging. ``completion_logprobs`` turns logits into those log-probabilities at the
+temperature the completions were sampled at, so every log-prob is of the policy that sampled.
 """
 
 from __future__ import annotations
@@ -211,21 +212,55 @@ def _completion_positions(
     return b, t, t - 1 - offset
 
 
+def logprob_temperature(temperature: float) -> float:
+    """The temperature log-probs are taken at for completions sampled at ``temperature``.
+
+    The policy being optimised is the one that sampled: softmax(logits / T). Scoring at T = 1
+    while sampling at T = 0.7 would make "old" and "new" log-probs, the PPO ratio and the KL
+    describe a different, flatter policy than the one whose samples earned the advantages. TRL's
+    GRPOTrainer (``_get_per_token_logps``) and veRL's actor likewise divide the logits by the
+    rollout temperature before the log-softmax.
+
+    Temperature 0 (greedy) returns 1.0: greedy decoding is not a stochastic policy (its
+    distribution is a point mass on the argmax, log-prob 0 and no gradient for every sampled
+    token), so there is no sampling distribution to match and we score under the model's own,
+    untempered distribution rather than divide by zero. TRL and veRL likewise never score at
+    T = 0: training log-probs use the temperature of sampled rollouts, greedy decoding serves
+    evaluation.
+    """
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature}")
+    return float(temperature) if temperature > 0 else 1.0
+
+
+def _completion_logits(
+    logits: torch.Tensor, input_ids: torch.Tensor, completion_mask: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(batch, position) of every completion token and its predicting logits / T, (N, V) float32."""
+    b, t, row = _completion_positions(logits, input_ids, completion_mask)
+    return b, t, logits[b, row].float() / logprob_temperature(temperature)  # upcast first (bf16)
+
+
 def completion_logprobs(
-    logits: torch.Tensor, input_ids: torch.Tensor, completion_mask: torch.Tensor
+    logits: torch.Tensor, input_ids: torch.Tensor, completion_mask: torch.Tensor, temperature: float = 1.0
 ) -> torch.Tensor:
     """Log-prob of each taken token on completion positions; (B, T) float32, 0 elsewhere.
 
-    ``out[b, t] = log softmax(logits at t − 1)[input_ids[b, t]]`` where ``completion_mask[b, t]``,
-    aligned with ``input_ids`` so the same mask feeds ``policy_gradient_loss``.
+    ``out[b, t] = log softmax(logits at t − 1, divided by T)[input_ids[b, t]]`` where ``completion_mask[b, t]``,
+    aligned with ``input_ids`` so the same mask feeds ``policy_gradient_loss``. ``temperature`` is
+    the one the completions were *sampled* at, so old, new and reference log-probs are those of the
+    policy that sampled (``logprob_temperature``: 0, greedy, scores at 1).
+
+    With top_p < 1 the sampler draws from a truncated, renormalised distribution; these are still
+    log-probs of the temperature-scaled *untruncated* distribution, as in TRL and veRL. The two
+    agree at top_p = 1, the default, which no preset changes.
 
     Only the N completion rows of ``logits`` are gathered and normalised: the log-softmax costs
     (N, V) instead of (B, T, V), which matters when prompts are long and the vocabulary is 49k+
     (DESIGN: "log-probs only on completion tokens"). The rows are upcast to float32 so bf16
     logits do not lose the small differences the ratio depends on. Gradients flow to ``logits``.
     """
-    b, t, row = _completion_positions(logits, input_ids, completion_mask)
-    selected = logits[b, row].float()  # (N, V)
+    b, t, selected = _completion_logits(logits, input_ids, completion_mask, temperature)  # (N, V)
     taken = input_ids[b, t]  # (N,)
     token_logp = selected.gather(1, taken[:, None]).squeeze(1) - torch.logsumexp(selected, dim=-1)
     out = torch.zeros(input_ids.shape, dtype=torch.float32, device=logits.device)
@@ -233,14 +268,14 @@ def completion_logprobs(
 
 
 def completion_entropy(
-    logits: torch.Tensor, input_ids: torch.Tensor, completion_mask: torch.Tensor
+    logits: torch.Tensor, input_ids: torch.Tensor, completion_mask: torch.Tensor, temperature: float = 1.0
 ) -> torch.Tensor:
-    """Entropy of the next-token distribution that produced each completion token; (B, T), 0
-    elsewhere. For logging only: computed without gradient, same positions as
-    ``completion_logprobs``."""
+    """Entropy of the next-token distribution that produced each completion token, at the sampling
+    ``temperature`` (as ``completion_logprobs``); (B, T), 0 elsewhere. For logging only: computed
+    without gradient, same positions as ``completion_logprobs``."""
     with torch.no_grad():
-        b, t, row = _completion_positions(logits, input_ids, completion_mask)
-        logp = torch.log_softmax(logits[b, row].float(), dim=-1)  # (N, V)
+        b, t, selected = _completion_logits(logits, input_ids, completion_mask, temperature)
+        logp = torch.log_softmax(selected, dim=-1)  # (N, V)
         ent = -(logp.exp() * logp).sum(dim=-1)
         out = torch.zeros(input_ids.shape, dtype=torch.float32, device=logits.device)
         out[b, t] = ent

@@ -114,7 +114,9 @@ class UnslothSlot:
                     input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
                     do_sample=temperature > 0, temperature=temperature if temperature > 0 else None,
                     top_p=top_p if temperature > 0 else None, eos_token_id=list(stop_token_ids) or None,
-                    pad_token_id=pad_token_id,
+                    # top_k=0: the model's generation_config may carry top_k=50, which would truncate
+                    # the distribution the trainer's log-probs (logits / T, untruncated) describe.
+                    top_k=0, pad_token_id=pad_token_id,
                 )[:, ids.shape[1]:]
             n = out.shape[1]
             is_stop = torch.isin(out, stops) if stops.numel() else torch.zeros_like(out, dtype=torch.bool)

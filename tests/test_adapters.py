@@ -17,6 +17,7 @@ from populora_nb.adapters import (
 )
 from populora_nb.base import load_base
 from populora_nb.config import load_config
+from populora_nb import multilora
 from populora_nb.multilora import sample_next
 from populora_nb.operators import LoRAPair
 from populora_nb.rl import policy_gradient_loss
@@ -205,6 +206,58 @@ def test_logprobs_of_the_base_ignore_the_adapters(pop):
     mask = batch.completion_mask.bool()
     assert not torch.allclose(base_lp[mask], member_lp[mask])
     assert (base_lp[~mask] == 0).all() and (base_lp[mask] < 0).all()
+
+
+def _sample_recording_logprobs(pop, member_id, temperature, monkeypatch, n=3):
+    """Sample with the package's own decoder and record, at every step, the log-prob the sampler
+    drew each token with: log_softmax(logits / T)[token] of the very logits ``sample_next`` saw."""
+    steps = []
+
+    def recording_sample_next(logits, temperature, top_p, generator):
+        token = sample_next(logits, temperature, top_p, generator)
+        if temperature > 0:
+            steps.append(torch.log_softmax(logits.float() / temperature, -1).gather(1, token[:, None]).squeeze(1))
+        return token
+
+    monkeypatch.setattr(multilora, "sample_next", recording_sample_next)
+    gens = pop.generate([member_id] * n, PROMPTS[:n], max_new_tokens=6, temperature=temperature,
+                        generator=torch.Generator().manual_seed(3), stop_token_ids=[])
+    monkeypatch.undo()
+    return gens, (torch.stack(steps, dim=1) if steps else None)  # (n, 6): no row stops early
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.0])
+def test_trainer_logprobs_are_the_samplers_at_the_sampling_temperature(pop, monkeypatch, temperature):
+    gens, sampler_logp = _sample_recording_logprobs(pop, 1, temperature, monkeypatch)
+    batch = train_batch(gens, torch.tensor([1.0, -1.0, 0.5]), pop.base.tokenizer.pad_token_id, temperature=temperature)
+    mask = batch.completion_mask.bool()
+    old = pop.logprobs(1, batch)  # the old log-probs of a PPO epoch
+    torch.testing.assert_close(old[mask].view_as(sampler_logp), sampler_logp, atol=1e-4, rtol=0)
+    torch.testing.assert_close(old.sum(1), sampler_logp.sum(1), atol=1e-4, rtol=0)
+    # The new log-probs of train_step's first epoch are the same numbers: the PPO ratio is exactly 1.
+    batch.old_logprobs = old
+    seen = {}
+
+    def loss_fn(logprobs, b):
+        seen["new"] = logprobs.detach()
+        return policy_gradient_loss(logprobs, b.completion_mask, b.advantages, old_logprobs=b.old_logprobs)
+
+    stats = pop.train_step(1, batch, loss_fn)
+    assert torch.equal(seen["new"], old)
+    assert stats["policy/ratio_max"] == 1.0 and stats["policy/clip_frac"] == 0.0
+
+
+def test_greedy_batches_score_at_temperature_one(pop):
+    gens = pop.generate([0, 0], PROMPTS[:2], max_new_tokens=6, stop_token_ids=[])  # temperature 0
+    pad = pop.base.tokenizer.pad_token_id
+    greedy = train_batch(gens, [1.0, -1.0], pad, temperature=0.0)
+    lp = pop.logprobs(0, greedy)
+    assert torch.isfinite(lp).all() and torch.equal(lp, pop.logprobs(0, train_batch(gens, [1.0, -1.0], pad)))
+    stats = pop.train_step(0, greedy, pg_loss, micro_batch_size=1)  # rows() keeps the temperature
+    assert stats["optim/grad_norm"] > 0 and all(v == v for v in stats.values())  # no NaN
+    assert greedy.rows(slice(0, 1)).temperature == 0.0
+    with pytest.raises(ValueError, match="temperature"):
+        train_batch(gens, [1.0, -1.0], pad, temperature=-1.0)
 
 
 # ---- evolution hooks -----------------------------------------------------------------------------

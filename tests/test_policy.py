@@ -45,3 +45,22 @@ def test_checkpoint_round_trip_keeps_names_and_weights(tiny_config, tiny_base, t
     assert other.names == policy.names
     for k, pair in policy.factors("S0").items():
         assert torch.equal(pair.B, other.factors("S0")[k].B)
+
+
+def test_update_scores_at_the_sampling_temperature(tiny_base, monkeypatch):
+    """The policy gradient must score the policy that sampled: LoRAPolicy.update hands the config's
+    sampling temperature to every batch it trains on (log-probs of logits / T)."""
+    from populora_nb.config import load_config
+    from populora_nb.policy import LoRAPolicy
+    from populora_nb.stages import Sample
+
+    cfg = load_config("tiny", {"sampling.temperature": 0.7})
+    policy = LoRAPolicy.create(cfg, [("T0", "teacher")], base=tiny_base)
+    seen = []
+    real = policy.population.train_step
+    monkeypatch.setattr(policy.population, "train_step", lambda mid, batch, *a, **k: seen.append(batch.temperature) or real(mid, batch, *a, **k))
+    prompts = ["hello", "world"]
+    texts = policy.generate(["T0", "T0"], prompts, max_new_tokens=4, seed=0)
+    policy.update("T0", [Sample("T0", p, t, r, ("T0", "propose", "code_o"), a)
+                         for p, t, r, a in zip(prompts, texts, (1.0, -1.0), (1.0, -1.0))])
+    assert seen == [0.7]

@@ -6,6 +6,7 @@ import torch
 from populora_nb.rl import (
     completion_entropy,
     completion_logprobs,
+    logprob_temperature,
     policy_gradient_loss,
     trr_plus_plus_advantages,
 )
@@ -252,3 +253,46 @@ def test_completion_entropy_matches_naive():
     naive = -(logp.exp() * logp).sum(-1)  # (B, T) entropy at each logit row
     assert torch.allclose(ent[:, 1:][mask[:, 1:]], naive[:, :-1][mask[:, 1:]], atol=1e-5)
     assert torch.equal(ent[~mask], torch.zeros(int((~mask).sum())))
+
+
+# ---------------------------------------------------------------- sampling temperature
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.3])
+def test_logprobs_and_entropy_are_of_the_tempered_distribution(temperature):
+    logits, input_ids, mask = _lm_batch(seed=4)
+    got = completion_logprobs(logits, input_ids, mask, temperature)
+    assert torch.allclose(got, _naive_logprobs(logits / temperature, input_ids, mask), atol=1e-5)
+    assert not torch.allclose(got, _naive_logprobs(logits, input_ids, mask), atol=1e-2)  # T matters
+    ent = completion_entropy(logits, input_ids, mask, temperature)
+    logp = torch.log_softmax(logits / temperature, -1)
+    naive = -(logp.exp() * logp).sum(-1)
+    assert torch.allclose(ent[:, 1:][mask[:, 1:]], naive[:, :-1][mask[:, 1:]], atol=1e-5)
+
+
+def test_temperature_one_changes_nothing():
+    logits, input_ids, mask = _lm_batch(seed=5)
+    assert torch.equal(completion_logprobs(logits, input_ids, mask, 1.0), completion_logprobs(logits, input_ids, mask))
+    assert torch.allclose(completion_logprobs(logits, input_ids, mask, 1.0), _naive_logprobs(logits, input_ids, mask),
+                          atol=1e-5)
+
+
+def test_greedy_temperature_scores_at_one_and_negative_is_rejected():
+    # Greedy decoding has no stochastic policy: log-probs fall back to T = 1 instead of logits / 0.
+    assert logprob_temperature(0.0) == 1.0 and logprob_temperature(0.7) == 0.7
+    logits, input_ids, mask = _lm_batch(seed=6)
+    greedy = completion_logprobs(logits, input_ids, mask, 0.0)
+    assert torch.isfinite(greedy).all()
+    assert torch.equal(greedy, completion_logprobs(logits, input_ids, mask, 1.0))
+    assert torch.equal(completion_entropy(logits, input_ids, mask, 0.0), completion_entropy(logits, input_ids, mask))
+    with pytest.raises(ValueError, match="temperature"):
+        completion_logprobs(logits, input_ids, mask, -0.5)
+
+
+def test_tempered_logprobs_keep_gradients_and_bf16_precision():
+    logits, input_ids, mask = _lm_batch(seed=7)
+    expected = _naive_logprobs(logits / 0.7, input_ids, mask)
+    assert torch.allclose(completion_logprobs(logits.bfloat16(), input_ids, mask, 0.7), expected, atol=0.05)
+    logits.requires_grad_(True)
+    completion_logprobs(logits, input_ids, mask, 0.7).sum().backward()
+    assert logits.grad is not None and logits.grad.abs().sum() > 0
