@@ -29,7 +29,7 @@ from populora_nb.matchmaking import Rating
 from populora_nb.operators import LoRAFactors
 from populora_nb.records import RunDir, read_json
 from populora_nb.stages import (
-    Attempt, Sample, propose, reward_samples, rng_for, solve, solve_jobs, solve_rates, update, validate,
+    Attempt, Sample, SolveJob, propose, reward_samples, rng_for, solve, solve_jobs, solve_rates, update, validate,
     worked_examples,
 )
 from populora_nb.tasks import Task
@@ -73,7 +73,7 @@ def fittest(roster: Mapping[str, str], ratings: Mapping[str, Rating], role: str,
 
 
 def _solve_config(config: ExperimentConfig, rollouts: int, seed: int) -> ExperimentConfig:
-    # solve() reads k from config.rl.rollouts and seeds generation from config.run.seed.
+    # solve_jobs() reads k from config.rl.rollouts; solve() seeds generation from config.run.seed.
     return dataclasses.replace(config, rl=dataclasses.replace(config.rl, rollouts=rollouts),
                                run=dataclasses.replace(config.run, seed=seed))
 
@@ -117,7 +117,7 @@ def student_train_and_score(
     cfg = _solve_config(config, rollouts, seed)
 
     def samples_at(step: int) -> list[Sample]:
-        jobs = [(member, task, None) for task in draw_tasks(pool, tasks_per_step, seed, step)]
+        jobs = [SolveJob(member, task, None, rollouts) for task in draw_tasks(pool, tasks_per_step, seed, step)]
         attempts: list[Attempt] = solve(policy, verifier, jobs, cfg, step, dict(examples or {}))
         return reward_samples([], attempts, proposer_reward="populora")
 
@@ -142,11 +142,11 @@ def teacher_train_and_score(
     cfg = _solve_config(config, rollouts, seed)
     fixed = dict(buffers)
     examples = worked_examples(fixed)
-    min_inputs = config.tasks.min_code_f_inputs
+    n_inputs = config.tasks.code_f_inputs
 
     def samples_at(step: int) -> list[Sample]:
         proposals = propose(policy, [member], fixed, cfg, step)
-        validate(verifier, proposals, min_inputs)
+        validate(verifier, proposals, n_inputs)
         # No buffers for top-ups: only the child's own tasks are solved, and the student does not learn.
         jobs = solve_jobs({student: list(range(len(proposals)))}, proposals, {}, cfg, step)
         attempts = solve(policy, verifier, jobs, cfg, step, examples)

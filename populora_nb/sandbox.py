@@ -20,7 +20,8 @@ The OS layer is the boundary; the policy and the stubs only make escapes rarer a
 clearer (a program that reached ``os`` anyway could still forge its own result lines, never
 another run's, and the parent parses them as data).
 
-Protocol: a request is a header line ``mode entry n size timeout_s memory_mb`` then `size` bytes
+Protocol: a request is a header line ``mode entry n size timeout_s memory_mb`` (mode: ``call``,
+``validate`` — call f twice per input — or ``script``) then `size` bytes
 of marshal data (code object, arguments, stdin: the parent compiled and parsed them, so children
 skip that work); a reply is ``why signal exit_code size`` then the child's raw JSON lines.
 """
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     import ast
 
 RUN_STATUSES = ("ok", "no_f", "runtime_error", "timeout", "memory", "output_not_literal",
-                "output_too_long", "crash", "not_run")
+                "output_too_long", "crash", "not_run", "nondeterministic")
 """Per-input statuses of a run; "ok" is the only success."""
 MAX_LITERAL_DEPTH = 50
 """Deeper nesting is not a literal here (catches cycles; the parser itself stops near 200)."""
@@ -327,6 +328,10 @@ def _harness(req: dict, cfg: dict, write) -> None:
         status, detail = "no_f", f"{req['entry']} is not defined"
     if status != "ok":
         return write({"status": status, "detail": "while loading: " + detail, "load": True})
+    # "validate" calls f twice on each input in this one process, as AZR's executor does: a function
+    # that keeps state between calls (a default list, a global counter) gives its solver an answer
+    # that depends on how often f ran. The second call gets fresh arguments (f may mutate its own).
+    again = marshal.loads(req["payload"])[1] if req["mode"] == "validate" else None
     for k, (args, kwargs) in enumerate(calls):
         start = clock()
         try:
@@ -336,6 +341,11 @@ def _harness(req: dict, cfg: dict, write) -> None:
                 exec(code, user_globals)
                 entry = user_globals[req["entry"]]
             status, text = literal_repr(entry(*args, **kwargs), cfg["max_output_chars"])
+            if again is not None and status == "ok":
+                args2, kwargs2 = again[k]
+                status2, text2 = literal_repr(entry(*args2, **kwargs2), cfg["max_output_chars"])
+                if (status2, text2) != (status, text):
+                    status, text = "nondeterministic", f"second call in one process: {text2[:80]} != {text[:80]}"
         except BaseException as e:
             status, text = "memory" if isinstance(e, MemoryError) else "runtime_error", _describe(e)
         write({"status": status, "output": text if status == "ok" else "",

@@ -56,6 +56,8 @@ INVALID_REASONS = MappingProxyType({
     "banned_attribute": "dunder or frame attribute access, or a module reached through another",
     "no_message": "code_f without a message for the solver",
     "too_few_inputs": "code_f with fewer than policy.min_code_f_inputs inputs",
+    "wrong_input_count": "code_f with another number of inputs than the prompt asked for (tasks.code_f_inputs)",
+    "duplicate_inputs": "code_f with two equal inputs (a hidden pair that repeats a shown one lets a lookup table pass)",
     "input_too_long": "an input exceeds policy.max_input_chars",
     "input_not_literal": "an input is not a literal argument list",
     "runtime_error": "the program raised (while loading or on an input)",
@@ -64,7 +66,7 @@ INVALID_REASONS = MappingProxyType({
     "crash": "the process died without reporting (os._exit, a signal)",
     "output_not_literal": "a result is not a finite int/float/complex/str/bytes/bool/None or container",
     "output_too_long": "a result's repr exceeds policy.max_output_chars (rejected, never truncated)",
-    "nondeterministic": "the two runs (different PYTHONHASHSEED) disagree",
+    "nondeterministic": "the two runs (different PYTHONHASHSEED) disagree, or f answered two calls in one run differently",
     "sandbox_error": "the verifier itself failed (not the model's fault)",
 })
 VERDICTS = ("pass", "wrong", "answer_not_literal", "answer_too_long") + tuple(INVALID_REASONS)

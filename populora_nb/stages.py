@@ -69,6 +69,19 @@ class Proposed:
     rho: float | None = None
 
 
+@dataclass(frozen=True)
+class SolveJob:
+    """One task for one solver: `rollouts` samples, learned from when `train`."""
+
+    solver: str
+    task: Task
+    proposed_index: int | None
+    """Index into the step's proposals (a fresh task), or None for a task drawn from the buffer."""
+    rollouts: int
+    train: bool = True
+    """False for AZR's learnability rollouts: they estimate rho for the proposer reward only."""
+
+
 @dataclass
 class Attempt:
     solver: str
@@ -76,7 +89,13 @@ class Attempt:
     prompt: str
     completion: str
     status: str  # correct | wrong | malformed
-    proposed_index: int | None  # index into the step's proposals; None for a buffer top-up
+    proposed_index: int | None  # index into the step's proposals; None for a buffer task
+    train: bool = True
+
+    @property
+    def fresh(self) -> bool:
+        """An attempt at a task proposed this step (not a buffer top-up or a buffer batch task)."""
+        return self.proposed_index is not None
 
 
 @dataclass
@@ -126,16 +145,19 @@ def propose(policy: Policy, proposers: Sequence[str], buffers: dict[str, TaskBuf
     ]
 
 
-def validate(verifier: Verifier, proposals: list[Proposed], min_code_f_inputs: int) -> None:
-    """Replace each parsed proposal by the verifier's verdict: a Task or an Invalid(reason)."""
+def validate(verifier: Verifier, proposals: list[Proposed], code_f_inputs: int) -> None:
+    """Replace each parsed proposal by the verifier's verdict: a Task or an Invalid(reason).
+
+    A code_f task must have exactly the ``code_f_inputs`` inputs its prompt asked for (AZR: 10, half
+    shown, half hidden); the verifier has already rejected repeated inputs."""
     todo = [i for i, p in enumerate(proposals) if not isinstance(p.result, ParseFailure)]
     verdicts = verifier.validate_many([
         Proposal(p.result.kind, p.result.program, p.result.inputs, p.result.message)  # type: ignore[union-attr]
         for p in (proposals[i] for i in todo)
     ])
     for i, verdict in zip(todo, verdicts):
-        if isinstance(verdict, Task) and verdict.kind == "code_f" and len(verdict.inputs) < min_code_f_inputs:
-            verdict = Invalid("too_few_inputs", f"{len(verdict.inputs)} < {min_code_f_inputs}")
+        if isinstance(verdict, Task) and verdict.kind == "code_f" and len(verdict.inputs) != code_f_inputs:
+            verdict = Invalid("wrong_input_count", f"{len(verdict.inputs)} inputs, asked for {code_f_inputs}")
         if isinstance(verdict, Task):
             verdict = Task(verdict.kind, verdict.program, verdict.inputs, verdict.outputs, verdict.message,
                            meta={"proposer": proposals[i].proposer})
@@ -143,19 +165,38 @@ def validate(verifier: Verifier, proposals: list[Proposed], min_code_f_inputs: i
 
 
 def solve_jobs(assignments: dict[str, list[int]], proposals: list[Proposed], buffers: dict[str, TaskBuffer],
-               config: ExperimentConfig, step: int) -> list[tuple[str, Task, int | None]]:
-    """(solver, task, proposal index) per task, topped up from the buffers to `proposals_per_kind`
-    tasks of each kind per solver (compute matching)."""
+               config: ExperimentConfig, step: int) -> list[SolveJob]:
+    """PopuLoRA's student batch: k rollouts of every valid task proposed to each solver, topped up
+    from the buffers to `proposals_per_kind` tasks of each kind per solver (compute matching), all
+    trained on."""
     rng = rng_for(config.run.seed, step, "topup")
-    jobs: list[tuple[str, Task, int | None]] = []
+    k = config.rl.rollouts
+    jobs: list[SolveJob] = []
     for solver, indices in assignments.items():
         for kind in config.tasks.kinds:
             mine = [i for i in indices if isinstance(proposals[i].result, Task) and proposals[i].kind == kind]
-            jobs += [(solver, proposals[i].result, i) for i in mine]  # type: ignore[misc]
+            jobs += [SolveJob(solver, proposals[i].result, i, k) for i in mine]  # type: ignore[arg-type]
             missing = config.rl.proposals_per_kind - len(mine)
             if missing > 0 and kind in buffers:
-                jobs += [(solver, t, None) for t in buffers[kind].sample(missing, rng)]
+                jobs += [SolveJob(solver, t, None, k) for t in buffers[kind].sample(missing, rng)]
     return jobs
+
+
+def learnability_jobs(solver: str, proposals: list[Proposed], rollouts: int) -> list[SolveJob]:
+    """AZR's difficulty estimate: `rollouts` samples of every valid proposal, to compute rho for the
+    proposer reward. Not trained on (AZR's solver learns from its own batch, `buffer_jobs`)."""
+    return [SolveJob(solver, p.result, i, rollouts, train=False)  # type: ignore[arg-type]
+            for i, p in enumerate(proposals) if isinstance(p.result, Task)]
+
+
+def buffer_jobs(solver: str, buffers: dict[str, TaskBuffer], config: ExperimentConfig, step: int) -> list[SolveJob]:
+    """AZR's solver batch: `proposals_per_kind` tasks of each kind drawn from the buffer as it
+    stood before this step's proposals, recency-weighted (so mostly the last steps' tasks), one
+    response each, trained on (AZR: n = 1 response per solver prompt, REINFORCE++ across the batch)."""
+    rng = rng_for(config.run.seed, step, "solver_batch")
+    return [SolveJob(solver, t, None, 1)
+            for kind in config.tasks.kinds if kind in buffers and len(buffers[kind])
+            for t in buffers[kind].sample(config.rl.proposals_per_kind, rng, "recency")]
 
 
 def worked_examples(buffers: dict[str, TaskBuffer]) -> dict[str, Task]:
@@ -166,23 +207,24 @@ def worked_examples(buffers: dict[str, TaskBuffer]) -> dict[str, Task]:
     return examples
 
 
-def solve(policy: Policy, verifier: Verifier, jobs: list[tuple[str, Task, int | None]], config: ExperimentConfig,
+def solve(policy: Policy, verifier: Verifier, jobs: list[SolveJob], config: ExperimentConfig,
           step: int, examples: dict[str, Task] | None = None) -> list[Attempt]:
-    """k rollouts per task in one mixed-adapter batch, then the verifier judges each parsed answer."""
-    k, fmt = config.rl.rollouts, config.tasks.prompt_format
+    """Every job's rollouts in one mixed-adapter batch, then the verifier judges each parsed answer."""
+    fmt = config.tasks.prompt_format
     examples = examples or {}
-    rows = [(s, t, i, render(solve_prompt(t, examples.get(t.kind)), policy.tokenizer, fmt)) for s, t, i in jobs for _ in range(k)]
+    rows = [(j, render(solve_prompt(j.task, examples.get(j.task.kind)), policy.tokenizer, fmt))
+            for j in jobs for _ in range(j.rollouts)]
     if not rows:
         return []
-    completions = policy.generate([r[0] for r in rows], [r[3] for r in rows],
+    completions = policy.generate([j.solver for j, _ in rows], [prompt for _, prompt in rows],
                                   config.sampling.solve_max_new_tokens, seed_for(config.run.seed, step, "solve"))
-    answers = [parse_answer(c, r[1].kind, fmt) for r, c in zip(rows, completions)]
-    to_judge = [(r[1], a) for r, a in zip(rows, answers) if isinstance(a, str)]
+    answers = [parse_answer(c, j.task.kind, fmt) for (j, _), c in zip(rows, completions)]
+    to_judge = [(j.task, a) for (j, _), a in zip(rows, answers) if isinstance(a, str)]
     verdicts = iter(verifier.judge_many(to_judge))
     attempts = []
-    for (solver, task, index, prompt), completion, answer in zip(rows, completions, answers):
+    for (job, prompt), completion, answer in zip(rows, completions, answers):
         status = "malformed" if isinstance(answer, ParseFailure) else ("correct" if next(verdicts).passed else "wrong")
-        attempts.append(Attempt(solver, task, prompt, completion, status, index))
+        attempts.append(Attempt(job.solver, job.task, prompt, completion, status, job.proposed_index, job.train))
     return attempts
 
 
@@ -209,7 +251,8 @@ def reward_samples(proposals: list[Proposed], attempts: list[Attempt], proposer_
         r = teacher_reward(valid, p.rho) if proposer_reward == "populora" else azr_proposer_reward(valid, p.rho)
         samples.append(Sample(p.proposer, p.prompt, p.completion, r, (p.proposer, "propose", p.kind)))
     for a in attempts:
-        samples.append(Sample(a.solver, a.prompt, a.completion, student_reward(a.status), (a.solver, "solve", a.task.kind)))  # type: ignore[arg-type]
+        if a.train:  # AZR's learnability rollouts set rho only
+            samples.append(Sample(a.solver, a.prompt, a.completion, student_reward(a.status), (a.solver, "solve", a.task.kind)))  # type: ignore[arg-type]
     adv = trr_plus_plus_advantages([s.reward for s in samples], [s.group for s in samples]) if samples else []
     return [Sample(s.member, s.prompt, s.completion, s.reward, s.group, float(a)) for s, a in zip(samples, adv)]
 
@@ -284,13 +327,20 @@ def member_metrics(member: str, role: str, outcome: StepOutcome, kinds: Sequence
         row["lengths/propose_chars"] = sum(len(p.completion) for p in mine) / len(mine)
     attempts = [a for a in outcome.attempts if a.solver == member]
     if attempts:
+        # The headline solve rates are over fresh tasks (proposed this step, matched to this solver):
+        # the rho the teacher reward and the curriculum story are about. Buffer tasks (PopuLoRA's
+        # top-ups, AZR's solver batch, seeds such as the identity) are easier and older; they are
+        # recorded apart under buffer_* so they can never masquerade as the fresh curve.
         row["student/n_attempts"] = len(attempts)
-        row["student/solve_rate"] = sum(a.status == "correct" for a in attempts) / len(attempts)
-        row["student/malformed_rate"] = sum(a.status == "malformed" for a in attempts) / len(attempts)
-        for kind in kinds:
-            of_kind = [a for a in attempts if a.task.kind == kind]
-            if of_kind:
-                row[f"solve_rate/{kind}"] = sum(a.status == "correct" for a in of_kind) / len(of_kind)
+        row["student/malformed_rate"] = _rate(attempts, "malformed")
+        for prefix, subset in (("", [a for a in attempts if a.fresh]), ("buffer_", [a for a in attempts if not a.fresh])):
+            if subset:
+                row[f"student/{prefix}solve_rate"] = _rate(subset, "correct")
+                row[f"student/n_{prefix or 'fresh_'}attempts"] = len(subset)
+            for kind in kinds:
+                of_kind = [a for a in subset if a.task.kind == kind]
+                if of_kind:
+                    row[f"{prefix}solve_rate/{kind}"] = _rate(of_kind, "correct")
         row["lengths/solve_chars"] = sum(len(a.completion) for a in attempts) / len(attempts)
     for s_role in ("propose", "solve"):
         rewards = [s.reward for s in outcome.samples if s.member == member and s.group[1] == s_role]
@@ -299,6 +349,36 @@ def member_metrics(member: str, role: str, outcome: StepOutcome, kinds: Sequence
     row.update({k: v for k, v in outcome.update_stats.get(member, {}).items()})
     row.update({f"time/{k}": v for k, v in outcome.timings.items()})
     return row
+
+
+def _rate(attempts: Sequence[Attempt], status: str) -> float:
+    return sum(a.status == status for a in attempts) / len(attempts)
+
+
+def token_counts(outcome: StepOutcome, tokenizer) -> dict[str, dict[str, float]]:
+    """Per member, the step's compute in completion tokens: ``compute/generated_tokens`` (its
+    proposals and every rollout it sampled, trained on or not) and ``compute/trained_tokens`` (the
+    completions of its samples, when its update ran). The paper matches compute per adapter: each
+    population member spends about what the single agent does, so the population's total is about
+    n_T times the baseline's; these counts let the report measure that instead of assuming it."""
+    def n_tokens(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    counts: dict[str, dict[str, float]] = {}
+
+    def add(member: str, key: str, text: str) -> None:
+        slot = counts.setdefault(member, {"compute/generated_tokens": 0.0, "compute/trained_tokens": 0.0})
+        slot[key] += n_tokens(text)
+
+    for p in outcome.proposals:
+        add(p.proposer, "compute/generated_tokens", p.completion)
+    for a in outcome.attempts:
+        add(a.solver, "compute/generated_tokens", a.completion)
+    for s in outcome.samples:
+        stats = outcome.update_stats.get(s.member)
+        if stats is not None and stats.get("optim/skipped") != 1.0:  # an all-zero-advantage update is skipped
+            add(s.member, "compute/trained_tokens", s.completion)
+    return counts
 
 
 class Timer:

@@ -10,7 +10,9 @@ Two layers stand between a model's program and the machine:
 The parent never executes model text: inputs, answers and outputs are parsed with ``ast`` only,
 and compared as values (`values_equal`), so ``'zz') or (True`` and objects with an always-true
 ``__eq__`` cannot pass. Determinism: each validation runs in two processes with different
-``PYTHONHASHSEED`` and the outputs must agree as values. Outputs are capped, never truncated.
+``PYTHONHASHSEED`` and the outputs must agree as values, and inside each process f is called twice
+per input and must give the same answer (AZR's check: it catches state kept between calls; the
+two processes catch hash and set order). Outputs are capped, never truncated.
 
 Statuses are strings from `INVALID_REASONS` (for `validate`) and `VERDICTS` (for `judge`); the
 single reason that is not the model's fault is "sandbox_error". `BENCHMARK_POLICY` runs benchmark
@@ -322,7 +324,8 @@ class Verifier:
             return Invalid("too_few_inputs", f"{len(p.inputs)} < {self.policy.min_code_f_inputs}")
         code = self._compiled(p.program)
         calls = [] if isinstance(code, Invalid) else [self._arguments(t) for t in p.inputs]
-        return next((x for x in [code, *calls] if isinstance(x, Invalid)), None) or (code, calls)
+        bad = next((x for x in [code, *calls] if isinstance(x, Invalid)), None)
+        return bad or _duplicate(calls) or (code, calls)
 
     # ------------------------------------------------------------ public API
     def validate(self, kind: TaskKind, program: str, inputs: Sequence[str], message: str = "") -> Task | Invalid:
@@ -344,7 +347,7 @@ class Verifier:
             code, calls = prepared
             cut = len(calls) // 2 if proposals[i].kind == "code_f" else len(calls)
             parts = [part for part in (calls[:cut], calls[cut:]) if part]
-            runs[i] = [[self._job(code, part, seed, None) for part in parts] for seed in (0, 1)]
+            runs[i] = [[self._job(code, part, seed, None, mode="validate") for part in parts] for seed in (0, 1)]
         self._run_jobs([job for seeds in runs.values() for jobs in seeds for job in jobs])
         for i, (jobs_a, jobs_b) in runs.items():
             out[i] = _combine(proposals[i], *([r for job in jobs for r in job.results] for jobs in (jobs_a, jobs_b)))
@@ -437,6 +440,16 @@ def _shutdown(zygotes: list[_Zygote], base_dir: str) -> None:
 
 
 # ---------------------------------------------------------------- judging (pure)
+def _duplicate(calls: list) -> Invalid | None:
+    """code_f inputs must differ as values: a hidden input equal to a shown one (``1`` and ``1``,
+    or ``[1,2]`` and ``[1, 2]``) lets a solver pass with a lookup table of the shown pairs."""
+    for j in range(1, len(calls)):
+        for i in range(j):
+            if values_equal(calls[i], calls[j]):
+                return Invalid("duplicate_inputs", f"input {j + 1} repeats input {i + 1}")
+    return None
+
+
 def _combine(p: Proposal, run_a: list[dict], run_b: list[dict]) -> Task | Invalid:
     """Both hash-seed runs must succeed on every input and agree as values."""
     for run, other, which in ((run_a, run_b, "first"), (run_b, run_a, "second")):

@@ -10,7 +10,12 @@ from populora_nb.stages import Sample
 
 GOOD_PROGRAM = "```python\ndef f(x):\n    return x * 3\n```\n```input\n{n}\n```"
 BAD_PROGRAM = "```python\nimport os\ndef f(x):\n    return os.getcwd()\n```\n```input\n1\n```"
-CODE_F = "```input\n1\n```\n```input\n2\n```\n```input\n3\n```\n```input\n4\n```\n```input\n5\n```\n```input\n6\n```\n```message\ncopy\n```"
+
+
+def code_f(n: int) -> str:
+    """A code_f proposal with the n distinct inputs the prompt asked for."""
+    return "".join(f"```input\n{i}\n```\n" for i in range(1, n + 1)) + "```message\ncopy\n```"
+
 
 
 class ScriptedPolicy:
@@ -29,7 +34,7 @@ class ScriptedPolicy:
             if "Write a new Python puzzle" in p:
                 out.append(GOOD_PROGRAM.format(n=i + 2) if i % 2 == 0 else BAD_PROGRAM)
             elif "Write " in p and "different inputs for f" in p:
-                out.append(CODE_F)
+                out.append(code_f(int(p.split("Write ")[1].split()[0])))
             elif "What does f return" in p:
                 text = p.split("```input\n")[-1].split("\n")[0]  # the question, after the worked example
                 good = text.isdigit() and (m == "agent" or int(m[1:]) % 2 == 0)
