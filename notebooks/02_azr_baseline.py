@@ -6,10 +6,17 @@
 # the rewards that drive it. This is the system PopuLoRA compares against; over long runs it
 # collapses to easy tasks (notebook 05 measures that).
 #
-# One step: the agent proposes `rl.proposals_per_kind` tasks of each kind → the sandboxed verifier
-# keeps the valid ones → the agent solves each with `rl.rollouts` samples → AZR's proposer reward
-# (1 − s for 0 < s < 1, −0.5 at s ∈ {0, 1}, −1 invalid) and the student reward (+1 / −0.5 / −1)
-# → TRR++ advantages per (role × kind) → one policy-gradient step on the agent's LoRA.
+# One step, as AZR does it (`run.baseline_solver = "azr"`, the default): the agent proposes
+# `rl.proposals_per_kind` tasks of each kind → the sandboxed verifier keeps the valid ones → the
+# agent samples `rl.rollouts` answers to each, only to measure its solve rate s (these learnability
+# rollouts are not trained on) → AZR's proposer reward (1 − s for 0 < s < 1, −0.5 at s ∈ {0, 1},
+# −1 invalid) → the agent's solver answers its own batch of `rl.proposals_per_kind` buffer tasks
+# per kind (recency-weighted: mostly the last steps' tasks), one response each, with the student
+# reward (+1 / −0.5 / −1) → TRR++ advantages per (role × kind) → one policy-gradient step on the
+# agent's LoRA. `run.baseline_solver = "own_rollouts"` is the variant that trains the solver on the
+# learnability rollouts instead, as a PopuLoRA student trains on its matched tasks.
+#
+# The headline solve rate is ρ of the fresh proposals; the solver's buffer batch is plotted apart.
 
 # %% tags=["parameters"]
 import os
@@ -43,7 +50,8 @@ print(f"run directory: {run_dir.resolve()} (rerunning this notebook resumes it)"
 # %% [markdown]
 # ## Train, with a live dashboard
 # What to look for: the valid-proposal rate and the solve rate per kind, step by step. A small
-# model starts with few valid proposals; the top-up from the seed buffer keeps the solver busy.
+# model starts with few valid proposals; its solver batch comes from the buffer (seeds at first),
+# so the solver learns even in a step whose proposals are all invalid.
 
 # %%
 dash = Dashboard(run_dir, config.run.steps, config.tasks.kinds)
@@ -59,11 +67,26 @@ fig, axes = plt.subplots(2, 2, figsize=(12, 7))
 plots.plot_metric({"baseline": run_dir}, "teacher/valid_rate", title="Valid-proposal rate", ax=axes[0, 0])
 plots.plot_solve_rates({"baseline": run_dir}, kinds=config.tasks.kinds, ax=axes[0, 1])
 plots.plot_rewards(run_dir, ax=axes[1, 0])
-plots.plot_invalid_reasons(run_dir, ax=axes[1, 1])
+plots.plot_solve_rates({"baseline": run_dir}, kinds=config.tasks.kinds, source="buffer", ax=axes[1, 1])
 fig.tight_layout()
 if out_dir:
     fig.savefig(experiment / "02_baseline.png", dpi=110)
 plt.show()
+
+# %% [markdown]
+# ## What "compute-matched" means here
+# The paper matches compute **per adapter**: each population member gets about the generation and
+# training budget of this single agent, so the population as a whole spends about n_T times as
+# much. The loop measures it in completion tokens (generated: proposals and every rollout,
+# learnability rollouts included; trained: what the updates learned from). When the population
+# run of this experiment exists (notebook 03, `make run`), its row and the ratios appear too.
+
+# %%
+from populora_nb.compute import compute_table
+
+compute_runs = {name: experiment / name for name in ("baseline", "population") if (experiment / name / "metrics.jsonl").exists()}
+for row in compute_table(compute_runs):
+    print(" | ".join(row))
 
 # %% [markdown]
 # ## What the agent proposed

@@ -322,24 +322,28 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType({
     "gpu": {
         "model.name": "Qwen/Qwen2.5-Coder-1.5B-Instruct",  # fits 4T+4S with room for rollouts on one GPU
         "lora.rank": 16,
-        "sampling.propose_max_new_tokens": 512,
-        "sampling.solve_max_new_tokens": 384,
+        "tasks.prompt_format": "r1",               # AZR's <think> block: reasoning length can grow (a paper claim)
+        "sampling.propose_max_new_tokens": 2048,   # room for that growth (AZR allows 8096, the paper preset)
+        "sampling.solve_max_new_tokens": 2048,
         "rl.proposals_per_kind": 8,
         "rl.rollouts": 4,
         "run.steps": 200,
         "run.checkpoint_every": 10,
-        "model.max_seq_len": 2048,
+        "model.max_seq_len": 6144,                 # a code_o/code_i prompt with K = 6 references + 2048 new
     },
     "paper": {
         "model.name": "Qwen/Qwen2.5-Coder-7B",     # the paper's and AZR's base model
         "lora.rank": 32,
-        "sampling.propose_max_new_tokens": 1024,
-        "sampling.solve_max_new_tokens": 1024,
+        "tasks.prompt_format": "r1",               # AZR's `User: ... Assistant: <think>` wrapper
+        "sampling.propose_max_new_tokens": 8096,   # AZR's data.max_response_length (its 7B self-play script)
+        "sampling.solve_max_new_tokens": 8096,
+        "sampling.temperature": 1.0,               # AZR samples at 1.0 (the default, stated for the record)
+        "lora.gradient_checkpointing": True,       # 8k-token completions on a 7B base
         "rl.proposals_per_kind": 16,
         "rl.rollouts": 8,                          # AZR estimates solve rates over 8 samples
         "run.steps": 500,
         "run.checkpoint_every": 25,
-        "model.max_seq_len": 4096,
+        "model.max_seq_len": 14240,                # AZR: max_prompt_length 6144 + max_response_length 8096
     },
 })
 

@@ -25,7 +25,7 @@ from populora_nb.buffers import TaskBuffer, load_seed_triplets, make_buffers
 from populora_nb.config import ExperimentConfig
 from populora_nb.evolution import MemberRating, OperatorMix, apply_operator, inherit_rating, plan_replacement
 from populora_nb.matchmaking import Match, Rating, initial_ratings, make_trueskill, pfsp_pairs, round_robin_pairs, update_ratings
-from populora_nb.operators import LoRAFactors
+from populora_nb.operators import LoRAFactors, relative_change
 from populora_nb.records import RunDir, read_json, write_json
 from populora_nb.stages import (
     Policy, StepOutcome, Timer, grow_buffers, member_metrics, peak_memory_gb, propose, reset_peak_memory, reward_samples,
@@ -194,6 +194,9 @@ def evolve(policy: EvolvablePolicy, state: RunState, config: ExperimentConfig) -
         device = next(iter(parents[0].values())).A.device  # operators draw on the factors' device
         gen = torch.Generator(device=device).manual_seed(seed_for(config.run.seed, step, f"operator:{birth.child}"))
         child = apply_operator(birth, parents, generator=gen)
+        # How far the operator moved the child from its first parent, ‖ΔW_c − ΔW_p‖ / ‖ΔW_p‖: a
+        # mutation that barely moves is a copy, one that moves by more than 100% is a restart.
+        moved = relative_change(parents[0], child)
         policy.replace(birth.replaced, birth.child, child, birth.parents, birth.operator, step + 1,
                        inherit_optimizer_from=birth.parents[0] if ec.inherit_optimizer else None)
         mu, sigma = inherit_rating([(state.ratings[p].mu, state.ratings[p].sigma) for p in birth.parents],
@@ -203,7 +206,8 @@ def evolve(policy: EvolvablePolicy, state: RunState, config: ExperimentConfig) -
         state.ratings[birth.child] = Rating(mu, sigma)
         state.born[birth.child] = step + 1
         # "step" is the loop step after which the birth happened (records are truncated by it on resume).
-        rows.append({**asdict(birth), "birth_step": birth.step, "step": step, "mu": mu, "sigma": sigma})
+        rows.append({**asdict(birth), "birth_step": birth.step, "step": step, "mu": mu, "sigma": sigma,
+                     "relative_change": moved})
     return rows
 
 

@@ -7,7 +7,7 @@ notebook shows it inline and the report saves it as PNG.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Literal, Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -38,18 +38,33 @@ def step_mean(rows: Sequence[dict], key: str, role: str | None = None) -> tuple[
     return steps, np.array([np.mean(by_step[s]) for s in steps])
 
 
-def plot_solve_rates(runs: Mapping[str, str | Path], kinds: Sequence[str] = ("code_o", "code_i", "code_f"), ax=None) -> Figure:
-    """Solve rate per task kind over steps; one line style per run (e.g. baseline vs population)."""
+def plot_solve_rates(runs: Mapping[str, str | Path], kinds: Sequence[str] = ("code_o", "code_i", "code_f"),
+                     source: Literal["fresh", "buffer"] = "fresh", ax=None) -> Figure:
+    """Solve rate per task kind over steps; one line style per run (e.g. baseline vs population).
+
+    ``fresh`` (the headline): rho of the tasks proposed that step and solved by their matched
+    student, the quantity the teacher reward and the collapse story are about. ``buffer``: the
+    solvers' attempts at buffer tasks (PopuLoRA's top-ups, AZR's solver batch), older and easier
+    tasks kept apart so they cannot lift the fresh curve.
+    """
     fig, ax = _ax(ax, (7, 3.8))
     styles = ["-", "--", ":", "-."]
+    prefix = "" if source == "fresh" else "buffer_"
+    drawn = False
     for (label, path), style in zip(runs.items(), styles):
         rows = RunDir(Path(path)).read("metrics")
         for kind in kinds:
-            steps, vals = step_mean(rows, f"solve_rate/{kind}")
+            steps, vals = step_mean(rows, f"{prefix}solve_rate/{kind}")
             if len(steps):
+                drawn = True
                 ax.plot(steps, vals, style, color=KIND_COLORS.get(kind), marker="o", ms=3, label=f"{label} · {kind}")
-    ax.set(xlabel="step", ylabel="solve rate", ylim=(-0.03, 1.03), title="Solve rate per task kind")
-    ax.legend(fontsize=7, ncol=2)
+    title = "Solve rate ρ of fresh proposals" if source == "fresh" else "Solve rate on buffer tasks (top-ups, AZR solver batch)"
+    ax.set(xlabel="step", ylabel="solve rate", ylim=(-0.03, 1.03), title=title)
+    if drawn:
+        ax.legend(fontsize=7, ncol=2)
+    else:
+        why = "no valid proposal was solved in any step" if source == "fresh" else "no buffer task was attempted"
+        ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center", color="0.4")
     fig.tight_layout()
     return fig
 

@@ -3,6 +3,7 @@ lineage). Small float64 adapters, so exactness claims are checked to ~1e-10."""
 
 from __future__ import annotations
 
+import inspect
 import random
 import subprocess
 import sys
@@ -86,8 +87,25 @@ def test_child_has_parent_shapes_and_rank(name, parents):
     for module, (A, B) in child.items():
         assert A.shape == parents[0][module].A.shape and B.shape == parents[0][module].B.shape
         assert A.dtype == torch.float64 and B.dtype == torch.float64
-        expected = R - round(0.25 * R) if name == "component_masking" else R  # M3 empties round(ρr) components
+        rho = inspect.signature(mutation_component_masking).parameters["rho"].default
+        expected = R - round(rho * R) if name == "component_masking" else R  # M3 empties round(ρr) components
         assert torch.linalg.matrix_rank(delta_weight(child[module])).item() == expected
+
+
+def test_default_mutation_strengths_are_comparable():
+    """At their default strengths the mutations move ΔW by comparable amounts (M3 removes whole
+    components, so its step is coarser), and DARE's drop noise adds about one mutation's worth to
+    the plain average of its parents. At the old defaults M4 moved 0.06, M3 0.51, DARE 1.33."""
+    shapes = {f"l{i}.{m}": (128, 128) for i in range(6) for m in ("q", "v")}
+    p1, p2 = (synthetic_factors(shapes, 8, generator=torch.Generator().manual_seed(s)) for s in (0, 1))
+    gen = lambda: torch.Generator().manual_seed(3)  # noqa: E731
+    moved = {name: relative_change(p1, OPERATORS[name](p1, generator=gen()))
+             for name in ("svd_structured", "layer_selective_gaussian", "full_gaussian", "neftune")}
+    assert all(0.1 <= m <= 0.3 for m in moved.values()), moved
+    assert max(moved.values()) / min(moved.values()) < 2.0, moved
+    assert 0.1 <= relative_change(p1, mutation_component_masking(p1, generator=gen())) <= 0.6
+    dare_noise = relative_change(p1, crossover_dare(p1, p2, generator=gen())) - relative_change(p1, linear_0_5(p1, p2))
+    assert 0.0 < dare_noise < 0.3, dare_noise
 
 
 @pytest.mark.parametrize("name", list(OPERATORS))

@@ -1,5 +1,6 @@
 """The whole experiment on the tiny preset: report completeness, and kill -9 + rerun resumes."""
 
+import json
 import os
 import re
 import signal
@@ -56,6 +57,12 @@ def test_killed_experiment_resumes_and_its_report_is_complete(tmp_path):
     # every table row is filled (no empty cells)
     assert all("||" not in row.replace(" ", "") for row in tables)
     assert "| humanevalplus |" in md and "| gsm8k |" in md
+    # Compute is measured for both runs, and the population's ratio to the baseline is stated.
+    compute = md.split("## Compute")[1].split("## ")[0]
+    assert re.search(r"^\| baseline \| 1 \|", compute, re.M) and "| reference |" in compute
+    assert re.search(r"^\| population \| 8 \| 3 \| \d+ \| \d+ \| \d+ \| \d+ \| [\d.]+ / [\d.]+ \|", compute, re.M), compute
+    lineage = [json.loads(line) for line in (out / "population" / "lineage.jsonl").read_text().splitlines()]
+    assert lineage and all(row["relative_change"] >= 0 for row in lineage)
 
     third = _experiment(out)
     log, _ = third.communicate(timeout=600)

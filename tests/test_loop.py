@@ -5,6 +5,8 @@ import pytest
 from populora_nb.base import bundled_tokenizer
 from populora_nb.config import load_config
 from populora_nb.loop import RunState, baseline_step, initial_state, population_step, run
+from populora_nb.stages import Attempt, StepOutcome, member_metrics, token_counts
+from populora_nb.tasks import Task
 from populora_nb.verifier import Verifier
 from scripted import ScriptedPolicy
 
@@ -111,3 +113,53 @@ def test_grow_seeds_adds_distinct_valid_proposals(verifier, tokenizer):
     tasks = grow_seeds(cfg, ScriptedPolicy(tokenizer), verifier, target=n_seeds + 1, max_rounds=3)
     assert len(tasks) == n_seeds + 1  # the scripted valid program f(x) = 3x, once; the os program is rejected
     assert tasks[-1].program.endswith("return x * 3")
+
+
+def test_azr_baseline_trains_its_solver_on_a_buffer_batch_not_on_its_learnability_rollouts(verifier, tokenizer):
+    """AZR: k rollouts per valid proposal estimate rho for the proposer reward and are not trained
+    on; the solver learns from proposals_per_kind buffer tasks per kind, one response each."""
+    cfg = load_config("tiny", {"run.agent": "baseline", "tasks.kinds": ["code_o"], "rl.proposals_per_kind": 2,
+                               "rl.rollouts": 3})
+    assert cfg.run.baseline_solver == "azr"  # the default for the baseline
+    state = initial_state(cfg, verifier)
+    policy = ScriptedPolicy(tokenizer)
+    out = baseline_step(policy, verifier, state, cfg)
+    fresh = [a for a in out.attempts if a.fresh]
+    batch = [a for a in out.attempts if not a.fresh]
+    assert len(fresh) == 3 and not any(a.train for a in fresh)  # one valid proposal x k = 3, rho only
+    assert out.proposals[0].rho == 1.0
+    assert len(batch) == 2 and all(a.train for a in batch)        # 2 buffer tasks x 1 response
+    solve_samples = [s for s in out.samples if s.group[1] == "solve"]
+    assert sorted(s.prompt for s in solve_samples) == sorted(a.prompt for a in batch)
+    # Compute is measured, not assumed: the learnability rollouts are generated but not trained on.
+    tokens = token_counts(out, tokenizer)["agent"]
+    n = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+    generated = sum(n(p.completion) for p in out.proposals) + sum(n(a.completion) for a in out.attempts)
+    trained = sum(n(s.completion) for s in out.samples)
+    assert tokens == {"compute/generated_tokens": generated, "compute/trained_tokens": trained}
+    assert trained < generated
+
+
+def test_own_rollouts_baseline_trains_on_the_rollouts_of_its_proposals(verifier, tokenizer):
+    cfg = load_config("tiny", {"run.agent": "baseline", "tasks.kinds": ["code_o"], "rl.proposals_per_kind": 2,
+                               "rl.rollouts": 3, "run.baseline_solver": "own_rollouts"})
+    state = initial_state(cfg, verifier)
+    out = baseline_step(ScriptedPolicy(tokenizer), verifier, state, cfg)
+    fresh = [a for a in out.attempts if a.fresh]
+    assert len(fresh) == 3 and all(a.train for a in out.attempts)
+    # the one valid proposal's 3 rollouts + 1 top-up task (proposals_per_kind - 1) x 3
+    assert len([s for s in out.samples if s.group[1] == "solve"]) == 6
+
+
+def test_headline_solve_rate_counts_fresh_tasks_only():
+    """A student who fails every fresh task but solves every buffer top-up (say, the identity seed)
+    must not show a 50% solve rate: buffer attempts are recorded apart."""
+    task = Task("code_o", "def f(a):\n    return a", ("1",), ("1",))
+    attempts = [Attempt("S0", task, "p", "c", "wrong", 0), Attempt("S0", task, "p", "c", "wrong", 0),
+                Attempt("S0", task, "p", "c", "correct", None), Attempt("S0", task, "p", "c", "correct", None)]
+    row = member_metrics("S0", "student", StepOutcome(attempts=attempts), ["code_o"])
+    assert row["student/solve_rate"] == 0.0 and row["solve_rate/code_o"] == 0.0
+    assert row["student/buffer_solve_rate"] == 1.0 and row["buffer_solve_rate/code_o"] == 1.0
+    assert row["student/n_fresh_attempts"] == 2 and row["student/n_buffer_attempts"] == 2
+    only_buffer = member_metrics("S0", "student", StepOutcome(attempts=attempts[2:]), ["code_o"])
+    assert "student/solve_rate" not in only_buffer  # no fresh task: no headline value, not a 1.0
