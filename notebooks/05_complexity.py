@@ -1,12 +1,15 @@
 # %% [markdown]
 # # 05 · Task complexity and coverage: collapse or arms race?
 #
-# **Goal:** measure every valid program a run's teachers proposed (AST depth, cyclomatic
-# complexity, lines of code, variable count, I/O types) and how much of the problem space they
-# covered, then compare the single-agent baseline with the population. The paper's picture
+# **Goal:** measure the programs a run's proposers wrote (AST depth, cyclomatic complexity, lines
+# of code, variable count, I/O types) and how much of the problem space they covered at equal
+# sample sizes, then compare the single-agent baseline with the population. The paper's picture
 # (PopuLoRA Fig. 4): the baseline's programs shrink together while its solve rate nears 100%
-# (collapse); the population's grow, its solve rates oscillate and its coverage keeps growing.
+# (collapse); the population's grow, its solve rates oscillate and it covers more of the space.
 #
+# Only what a proposer **wrote** is measured: code_o and code_i programs. A code_f proposer is
+# handed a buffer program (a seed or an older task) and writes only its inputs, so a code_f task
+# adds its I/O type signatures and its solve rate, never its program; seed rows are skipped.
 # Programs are only parsed (`ast`, radon), never executed.
 
 # %% tags=["parameters"]
@@ -16,6 +19,8 @@ preset = os.environ.get("POPULORA_PRESET", "smoke")
 run_dir = None  # experiment dir with baseline/ and population/, or one run dir; None: out_dir or notebooks 02/03's runs, else a synthetic demo
 out_dir = None  # when set, every figure is saved there as PNG
 window = 5  # rolling-mean window, in steps
+seed = 0  # seeds the random orders of the coverage rarefaction
+n_resamples = 200  # random orders averaged per rarefaction curve
 
 # %%
 import sys
@@ -23,10 +28,12 @@ import tempfile
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 
-from populora_nb import complexity, complexity_plots
+from populora_nb import complexity, complexity_plots, coverage
 
-print(f"preset={preset!r} run_dir={run_dir!r} out_dir={out_dir!r} window={window}")
+print(f"preset={preset!r} run_dir={run_dir!r} out_dir={out_dir!r} window={window} seed={seed} "
+      f"n_resamples={n_resamples}")
 
 
 def save(fig, name):
@@ -64,7 +71,8 @@ runs = complexity.find_runs(run_dir)
 analyses = {name: complexity.analyse_run(path) for name, path in runs.items()}
 for name, a in analyses.items():
     print(f"{name:>12}: {a.n_tasks} proposed tasks over {len(a.steps)} steps, {a.n_invalid} invalid, "
-          f"{len(a.programs)} valid programs ({a.n_unparseable} did not parse), proposers {a.proposers}")
+          f"{len(a.programs)} written programs ({a.n_unparseable} did not parse), {len(a.inputs)} code_f "
+          f"input sets, {a.n_seed} seed rows skipped; proposers {a.proposers}")
 
 # %% [markdown]
 # ## Complexity over steps
@@ -88,19 +96,30 @@ save(fig, "length")
 plt.show()
 
 # %% [markdown]
-# ## Coverage of the problem space
-# Our definition (the paper gives none): cumulative counts, over all programs proposed so far, of
-# distinct **AST shapes** (the tree with the program's own names renamed in order of appearance
-# and constants replaced by their type), distinct **node-type n-grams** (chains of up to 3 node
-# types along parent-child paths) and distinct **I/O type signatures** like `(list[int]) -> int`.
-# What to look for: the population's curves still climbing at the end; a collapsed baseline's
-# flattening once it repeats itself.
+# ## Coverage of the problem space, at equal sample sizes
+# Our definition (the paper gives none): distinct **AST shapes** (the tree with the program's own
+# names renamed in order of appearance and constants replaced by their type), distinct
+# **node-type n-grams** (chains of up to 3 node types along parent-child paths) and distinct
+# **I/O type signatures** like `(list[int]) -> int`.
+#
+# A raw cumulative count grows with volume alone, and 4 teachers propose 4x what one agent does.
+# So each curve is a **rarefaction** curve: the distinct count among n proposals drawn at random
+# from the run, averaged over `n_resamples` random orders; the band holds 90% of those orders
+# (5th-95th percentile). What to look for: at the dotted line, the largest n both runs reach,
+# is the population's value above the baseline's band, or inside it (no difference at equal n)?
 
 # %%
-curves = {name: complexity.coverage_curves(a)["all"] for name, a in analyses.items()}
-fig = complexity_plots.plot_coverage_grid(curves, title=f"problem-space coverage{tag}")
+rng = np.random.default_rng(seed)
+curves = {kind: coverage.rarefaction_curves(analyses, kind, rng, n_resamples=n_resamples)
+          for kind in coverage.COVERAGE_KINDS}
+fig = complexity_plots.plot_rarefaction_grid(curves, title=f"problem-space coverage at equal n{tag}")
 save(fig, "coverage")
 plt.show()
+for kind, per_run in curves.items():
+    if all(c.size > 0 for c in per_run.values()):
+        print(f"{kind:>10} {coverage.compare_at_equal_n(per_run).summary()}")
+    else:
+        print(f"{kind:>10}: a run has no {coverage.SAMPLE_UNITS[kind]}: nothing to compare")
 
 # %% [markdown]
 # ## Collapse detector
@@ -117,8 +136,8 @@ for name, report in reports.items():
 
 # %% [markdown]
 # ## Per teacher
-# What to look for: whether one teacher carries the complexity, or all of them climb; and which
-# teachers still add new shapes late in the run.
+# What to look for: whether one teacher carries the complexity, or all of them climb; and whether
+# each teacher alone covers as much as the single agent (dashed) at the same number of proposals.
 
 # %%
 for name, a in analyses.items():
@@ -132,27 +151,36 @@ for name, a in analyses.items():
     fig.tight_layout()
     save(fig, f"{name}_per_teacher")
     plt.show()
-    fig = complexity_plots.plot_coverage_grid(complexity.coverage_curves(a, by_proposer=True),
-                                              title=f"{name}: coverage per teacher{tag}")
+    per_teacher = {kind: coverage.per_proposer_curves(a, kind, rng, n_resamples=n_resamples)
+                   for kind in coverage.COVERAGE_KINDS}
+    others = {other: b for other, b in analyses.items() if other != name and len(b.proposers) == 1}
+    for kind in per_teacher:  # the single agent, dashed, for reference at equal n
+        per_teacher[kind] |= coverage.rarefaction_curves(others, kind, rng, n_resamples=n_resamples)
+    fig = complexity_plots.plot_rarefaction_grid(per_teacher, styles={other: "--" for other in others},
+                                                 title=f"{name}: coverage per teacher at equal n{tag}")
     save(fig, f"{name}_coverage_per_teacher")
     plt.show()
 
 # %% [markdown]
 # ## Verify it is real
-# Every valid program of every run was measured, coverage never decreases, and the saved figures exist. On the
-# synthetic demo the detector must flag the scripted collapse and not the scripted arms race.
+# Every valid task of every run was sorted into a written program, a code_f input set or a seed
+# row; rarefaction curves never decrease and end at the run's raw distinct count; the saved figures
+# exist. On the synthetic demo the detector must flag the scripted collapse and not the scripted
+# arms race.
 
 # %%
 # A short run of a small (or, in `tiny`, random) model may have no valid program at all: then its
 # curves are empty, which is a result, not a failure. Every valid task must have been measured.
 assert analyses and all(a.n_tasks > 0 for a in analyses.values()), "a run has no task records"
-assert all(len(a.programs) == a.n_tasks - a.n_invalid for a in analyses.values())
+assert all(len(a.programs) + len(a.inputs) + a.n_seed == a.n_tasks - a.n_invalid for a in analyses.values())
+assert all(p.kind in ("code_o", "code_i") for a in analyses.values() for p in a.programs)
 if synthetic:
     assert all(a.programs for a in analyses.values()), "the synthetic demo writes valid programs"
-for name, curve in curves.items():
-    for kind in ("shapes", "ngrams", "signatures"):
-        values = getattr(curve, kind)
-        assert all(b >= a for a, b in zip(values, values[1:])), f"{name} {kind} coverage decreased"
+for kind, per_run in curves.items():
+    for name, curve in per_run.items():
+        assert all(np.diff(curve.mean) >= 0) and all(np.diff(curve.lo) >= 0), f"{name} {kind} coverage decreased"
+        raw = len(set().union(*coverage.coverage_units(analyses[name], kind)))
+        assert curve.mean[-1] == raw, f"{name} {kind}: all N drawn must give the raw distinct count"
 if synthetic:
     assert reports["baseline"].collapsed and not reports["population"].collapsed
 if out_dir is not None:

@@ -1,13 +1,24 @@
-"""Task complexity and problem-space coverage over a run's proposed programs (PopuLoRA §5, Fig. 4).
+"""Task complexity over what each proposer wrote, and the collapse detector (PopuLoRA §5, Fig. 4).
 
 The paper's central picture: the single AZR agent's programs get shallower, simpler, shorter and
 use fewer variables while its solve rate nears 100% (collapse); a population's keep growing while
-its solve rates oscillate (arms race), and the set of distinct problems it has posed keeps growing.
+its solve rates oscillate (arms race). Coverage of the problem space is in `populora_nb.coverage`.
+
+What is measured: only what a proposer WROTE. Fig. 4 tracks the programs the proposer writes, so
+  code_o, code_i   the program (and its I/O pair) is the proposer's: every metric below.
+  code_f           the program is a buffer program handed to the proposer (``stages.propose`` gives
+                   it ``refs[0].program``: a seed or an older task); the proposer wrote only the
+                   inputs and the message. Its program is NOT measured; its I/O type signatures
+                   (the proposer's inputs and the buffer program's answers to them) feed signature
+                   coverage, and its solve rate feeds the per-step solve rate.
+  proposer "seed"  the seed triplets, should they appear in a log, are nobody's work: skipped.
+Counting code_f programs would pull every run's complexity toward the buffer's mean: early on the
+buffer is the seed and resampled old programs, so both runs would look alike for the wrong reason.
 
 Programs are untrusted text. They are only ever parsed (``ast.parse``, radon, ``ast.literal_eval``
 for I/O literals), never executed. A program that does not parse gets NaN metrics and is counted.
 
-Per-program metrics (``ProgramMetrics``), each over one valid task's program:
+Per-program metrics (``ProgramMetrics``), each over one valid code_o/code_i task's program:
   ast_depth    edges on the longest path from the ``Module`` root to a leaf, not counting the tag
                nodes that only label their parent (``Load``/``Store``, ``Add``, ``And``, ``Eq`` ...).
                ``def f(a): return a`` has depth 3 (Module > FunctionDef > Return > Name).
@@ -21,33 +32,22 @@ Per-program metrics (``ProgramMetrics``), each over one valid task's program:
   n_chars      program length in characters.
   io_profile   the type signature of each I/O pair, e.g. ``(list[int], str) -> int``; unique
                signatures joined with ``"; "``. A text that is not a literal types as ``?``.
+Coverage features (``shape``, ``ngrams``, ``signatures``) and their counting at equal sample
+sizes are defined in `populora_nb.coverage`.
 
-Coverage (our definition; the paper gives none). For a set of programs, three distinct-counts:
-  shapes       normalised AST shapes: the tree serialised with every name the program binds
-               renamed by first occurrence (``v0``, ``v1`` ...) and every constant replaced by its type;
-               free names (builtins, imported modules), attribute and keyword names, and operators
-               are kept. Two programs share a shape iff they differ only in their own names and
-               constant values.
-  ngrams       node-type n-grams: every chain of 1..``NGRAM_N`` node types along a parent-child
-               path (e.g. ``('For', 'If', 'Return')``), tag nodes except ``Load``/``Store`` included.
-  signatures   distinct per-pair I/O type signatures.
-A coverage curve is the cumulative count over steps: programs proposed at steps ``<= s``. It can
-only grow. ``coverage_curves`` computes one per run or one per proposer (teacher).
-
-A step's solve rate is the mean ``solve_rate`` of its valid tasks in ``tasks.jsonl``.
+A step's solve rate is the mean ``solve_rate`` of its valid proposer tasks (all kinds, seeds aside).
 Collapse detector (``detect_collapse``): a run collapses when its solve rate over the last
 ``tail_fraction`` of steps averages at least ``solve_rate_threshold`` (0.9: "approaches 1") *and*
 at least ``min_falling`` of the four complexity metrics (ast_depth, cc_total, sloc, n_variables)
-fall by ``drop_threshold`` (10%) or more over the run. "Fall" is measured on the per-step means:
-the least-squares line's level at the last step against its level at the first, relative to the
-larger of the two (``_relative_change``, in [-1, 1]). 3 of 4 tolerates one metric already at its
-floor (cc_total stays 1 once every program is a one-liner).
+of its written programs fall by ``drop_threshold`` (10%) or more over the run. "Fall" is measured
+on the per-step means: the least-squares line's level at the last step against its level at the
+first, relative to the larger of the two (``_relative_change``, in [-1, 1]). 3 of 4 tolerates one
+metric already at its floor (cc_total stays 1 once every program is a one-liner).
 """
 
 from __future__ import annotations
 
 import ast
-import hashlib
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,12 +58,11 @@ import yaml
 from radon.complexity import ComplexityVisitor
 from radon.raw import analyze as radon_raw
 
+from populora_nb.coverage import ast_shape, identifier, io_signature, ngram_features
 from populora_nb.records import RunDir
 
 COMPLEXITY_FIELDS: tuple[str, ...] = ("ast_depth", "cc_total", "sloc", "n_variables")
 """The four metrics the paper plots; the collapse detector trends these."""
-NGRAM_N = 3
-"""Longest node-type chain counted as a coverage feature."""
 _TAGS = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
 _REQUIRED = ("step", "proposer", "kind", "program", "valid")
 
@@ -163,99 +162,20 @@ def cyclomatic_complexity(tree: ast.Module) -> tuple[int, int]:
     return max(functions), sum(functions)
 
 
-def _identifier(node: ast.AST) -> str | None:
-    """The program-chosen identifier a node carries (variable, parameter, def/class/except name)."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.arg):
-        return node.arg
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler)):
-        return node.name  # None for a bare ``except:``
-    if isinstance(node, (ast.MatchAs, ast.MatchStar)):
-        return node.name  # ``case [x, *rest]`` captures; None for the wildcard ``_``
-    return node.rest if isinstance(node, ast.MatchMapping) else None
-
-
 _BINDERS = (ast.arg, ast.ExceptHandler, ast.MatchAs, ast.MatchStar, ast.MatchMapping)
 
 
 def variable_count(tree: ast.AST) -> int:
     """Distinct names bound as variables: stored ``Name``s, parameters, ``except ... as`` names
     and ``match`` captures."""
-    return len({_identifier(n) for n in ast.walk(tree) if isinstance(n, _BINDERS)
+    return len({identifier(n) for n in ast.walk(tree) if isinstance(n, _BINDERS)
                 or (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))} - {None})
-
-
-def literal_type(value: object, max_depth: int = 3) -> str:
-    """Type of a literal value as a short string: ``list[int | str]``, ``dict[str, list[int]]``.
-    Containers nested deeper than ``max_depth`` are named bare, so signatures stay bounded."""
-    if value is None:
-        return "None"
-    if isinstance(value, (list, tuple, set, dict)) and value and max_depth > 0:
-        if isinstance(value, dict):
-            keys = " | ".join(sorted({literal_type(k, max_depth - 1) for k in value}))
-            vals = " | ".join(sorted({literal_type(v, max_depth - 1) for v in value.values()}))
-            return f"dict[{keys}, {vals}]"
-        elems = " | ".join(sorted({literal_type(v, max_depth - 1) for v in value}))
-        return f"tuple[{elems}, ...]" if isinstance(value, tuple) else f"{type(value).__name__}[{elems}]"
-    return type(value).__name__
-
-
-def io_signature(input_text: str, output_text: str) -> str:
-    """``(list[int], str) -> int`` for one pair; ``?`` for a side that is not a Python literal.
-    ``literal_eval`` only builds data: it never calls, imports or looks anything up."""
-    try:
-        args = ast.literal_eval("(" + input_text + ",)") if input_text.strip() else ()
-        left = "(" + ", ".join(literal_type(a) for a in args) + ")" if isinstance(args, tuple) else "?"
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        left = "?"
-    try:
-        right = literal_type(ast.literal_eval(output_text))
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        right = "?"
-    return f"{left} -> {right}"
-
-
-def ast_shape(tree: ast.AST) -> str:
-    """A digest of the normalised tree (module docstring): equal iff same shape up to renaming."""
-    bound = {_identifier(n) for n in ast.walk(tree)
-             if not (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))} - {None}
-    canon: dict[str, str] = {}
-    out: list[str] = []
-    stack: list[ast.AST | str] = [tree]
-    while stack:  # iterative pre-order serialisation: deep programs must not hit the recursion limit
-        item = stack.pop()
-        if isinstance(item, str):
-            out.append(item)
-            continue
-        name = _identifier(item)
-        if name in bound:
-            name = canon.setdefault(name, f"v{len(canon)}")
-        elif isinstance(item, ast.Constant):
-            name = type(item.value).__name__
-        elif isinstance(item, (ast.Attribute, ast.keyword, ast.alias)):
-            name = getattr(item, "attr", None) or getattr(item, "arg", None) or getattr(item, "name", None)
-        out.append(f"({type(item).__name__}:{name}")
-        stack.append(")")
-        stack.extend(reversed([c for c in ast.iter_child_nodes(item) if not isinstance(c, ast.expr_context)]))
-    return hashlib.sha1(" ".join(out).encode()).hexdigest()[:16]
-
-
-def ngram_features(tree: ast.AST, n: int = NGRAM_N) -> frozenset[tuple[str, ...]]:
-    """Every chain of 1..n node types along a parent-child path (``Load``/``Store`` skipped)."""
-    features: set[tuple[str, ...]] = set()
-    stack: list[tuple[ast.AST, tuple[str, ...]]] = [(tree, ())]
-    while stack:
-        node, ancestors = stack.pop()
-        path = (ancestors + (type(node).__name__,))[-n:]
-        features.update(path[i:] for i in range(len(path)))
-        stack.extend((c, path) for c in ast.iter_child_nodes(node) if not isinstance(c, ast.expr_context))
-    return frozenset(features)
 
 
 @dataclass(frozen=True)
 class ProgramMetrics:
-    """Metrics of one valid task's program (NaN and ``shape=None`` when it did not parse)."""
+    """Metrics of one written program: a valid code_o/code_i task's (NaN and ``shape=None`` when it
+    did not parse)."""
 
     step: int
     proposer: str
@@ -293,27 +213,71 @@ def program_metrics(task: TaskRecord) -> ProgramMetrics:
         shape=shape, ngrams=ngrams, signatures=frozenset(signatures))
 
 
+WRITTEN_PROGRAM_KINDS: tuple[str, ...] = ("code_o", "code_i")
+"""Kinds whose program the proposer wrote. A code_f proposer is handed a buffer program."""
+SEED_PROPOSER = "seed"
+"""The proposer name seed triplets carry (``loop`` puts them in the buffers with it)."""
+
+
+@dataclass(frozen=True)
+class InputMetrics:
+    """What a valid code_f proposal adds: the type signatures of the I/O pairs its inputs make with
+    the buffer program it was given, and its solve rate. Its program is not the proposer's."""
+
+    step: int
+    proposer: str
+    solve_rate: float
+    signatures: frozenset[str] = field(repr=False)
+
+
+def input_metrics(task: TaskRecord) -> InputMetrics:
+    return InputMetrics(step=task.step, proposer=task.proposer,
+                        solve_rate=math.nan if task.solve_rate is None else task.solve_rate,
+                        signatures=frozenset(io_signature(i, o) for i, o in zip(task.inputs, task.outputs)))
+
+
 @dataclass(frozen=True)
 class RunAnalysis:
-    """Metrics of every valid program in a run, plus the counts of what was left out."""
+    """What a run's proposers wrote (module docstring), plus the counts of what was left out."""
 
     programs: tuple[ProgramMetrics, ...]
+    """Valid code_o/code_i tasks not by the seed: the programs the proposers wrote."""
+    inputs: tuple[InputMetrics, ...]
+    """Valid code_f tasks not by the seed: inputs written for a buffer program."""
     steps: tuple[int, ...]
-    """Every step with a task record, valid or not, sorted: the x axis of coverage curves."""
+    """Every step with a task record, valid or not, sorted."""
     n_tasks: int
     n_invalid: int
+    n_seed: int
+    """Valid tasks whose proposer is the seed: skipped."""
     n_unparseable: int
-    """Valid tasks whose program the host Python could not parse (metrics NaN)."""
+    """Written programs the host Python could not parse (metrics NaN)."""
 
     @property
     def proposers(self) -> tuple[str, ...]:
-        return tuple(sorted({p.proposer for p in self.programs}))
+        return tuple(sorted({p.proposer for p in (*self.programs, *self.inputs)}))
+
+    def series(self, metric: str, window: int = 1, proposer: str | None = None,
+               band: tuple[float, float] = (25.0, 75.0)) -> StepSeries:
+        """``step_series`` of ``metric`` over the right tasks: ``solve_rate`` over every valid
+        proposer task (code_f included: its inputs and difficulty are the proposer's), any other
+        metric over the written programs only. ``proposer`` narrows it to one teacher."""
+        items: Iterable[ProgramMetrics | InputMetrics] = (
+            (*self.programs, *self.inputs) if metric == "solve_rate" else self.programs)
+        if proposer is not None:
+            items = [t for t in items if t.proposer == proposer]
+        return step_series(items, metric, window=window, band=band)
 
 
 def analyse_tasks(tasks: Sequence[TaskRecord]) -> RunAnalysis:
-    programs = tuple(program_metrics(t) for t in tasks if t.valid)
-    return RunAnalysis(programs=programs, steps=tuple(sorted({t.step for t in tasks})),
-                       n_tasks=len(tasks), n_invalid=sum(not t.valid for t in tasks),
+    """Split the valid tasks into written programs and code_f inputs; seeds are counted, not kept."""
+    mine = [t for t in tasks if t.valid and t.proposer != SEED_PROPOSER]
+    programs = tuple(program_metrics(t) for t in mine if t.kind in WRITTEN_PROGRAM_KINDS)
+    return RunAnalysis(programs=programs,
+                       inputs=tuple(input_metrics(t) for t in mine if t.kind not in WRITTEN_PROGRAM_KINDS),
+                       steps=tuple(sorted({t.step for t in tasks})), n_tasks=len(tasks),
+                       n_invalid=sum(not t.valid for t in tasks),
+                       n_seed=sum(t.valid and t.proposer == SEED_PROPOSER for t in tasks),
                        n_unparseable=sum(not p.parsed for p in programs))
 
 
@@ -333,11 +297,12 @@ class StepSeries:
     count: np.ndarray  # (S,) programs pooled at each step
 
 
-def step_series(programs: Iterable[ProgramMetrics], metric: str, window: int = 1,
+def step_series(programs: Iterable[ProgramMetrics | InputMetrics], metric: str, window: int = 1,
                 band: tuple[float, float] = (25.0, 75.0)) -> StepSeries:
-    """Rolling summary of ``metric`` (a ``ProgramMetrics`` field, e.g. ``"sloc"``, ``"solve_rate"``):
-    at each step with data, pool the programs of the last ``window`` steps (by step number) and
-    give their mean and the ``band`` percentiles. NaNs (unparsed, unsolved) are left out."""
+    """Rolling summary of ``metric`` (a field, e.g. ``"sloc"``, ``"solve_rate"``) of the items
+    given (``RunAnalysis.series`` picks them): at each step with data, pool the items of the last
+    ``window`` steps (by step number) and give their mean and the ``band`` percentiles. NaNs
+    (unparsed, unsolved) are left out."""
     if window < 1:
         raise ValueError(f"window must be >= 1 step, got {window}")
     by_step: dict[int, list[float]] = {}
@@ -352,43 +317,6 @@ def step_series(programs: Iterable[ProgramMetrics], metric: str, window: int = 1
         rows.append((pooled.mean(), *np.percentile(pooled, band), len(pooled)))
     table = np.array(rows, dtype=np.float64).reshape(-1, 4)
     return StepSeries(steps=steps, mean=table[:, 0], lo=table[:, 1], hi=table[:, 2], count=table[:, 3])
-
-
-@dataclass(frozen=True)
-class CoverageCurve:
-    """Cumulative distinct counts: element i covers every program proposed at steps <= steps[i]."""
-
-    steps: tuple[int, ...]
-    shapes: tuple[int, ...]
-    ngrams: tuple[int, ...]
-    signatures: tuple[int, ...]
-
-
-def coverage_curve(programs: Iterable[ProgramMetrics], steps: Sequence[int]) -> CoverageCurve:
-    by_step: dict[int, list[ProgramMetrics]] = {}
-    for p in programs:
-        by_step.setdefault(p.step, []).append(p)
-    shapes: set[str] = set()
-    ngrams: set[tuple[str, ...]] = set()
-    signatures: set[str] = set()
-    counts = []
-    for s in sorted(set(steps) | set(by_step)):
-        for p in by_step.get(s, ()):
-            if p.shape is not None:
-                shapes.add(p.shape)
-            ngrams |= p.ngrams
-            signatures |= p.signatures
-        counts.append((s, len(shapes), len(ngrams), len(signatures)))
-    columns = tuple(zip(*counts)) if counts else ((), (), (), ())
-    return CoverageCurve(*columns)
-
-
-def coverage_curves(analysis: RunAnalysis, by_proposer: bool = False) -> dict[str, CoverageCurve]:
-    """``{"all": curve}`` for the whole run, or one curve per proposer, all on the run's steps."""
-    if not by_proposer:
-        return {"all": coverage_curve(analysis.programs, analysis.steps)}
-    return {name: coverage_curve([p for p in analysis.programs if p.proposer == name], analysis.steps)
-            for name in analysis.proposers}
 
 
 # ----------------------------------------------------------------------------- collapse detector
@@ -419,9 +347,11 @@ def detect_collapse(analysis: RunAnalysis, solve_rate_threshold: float = 0.9,
                     drop_threshold: float = 0.10, min_falling: int = 3, tail_fraction: float = 0.2,
                     min_steps: int = 5,
                     metrics: tuple[str, ...] = COMPLEXITY_FIELDS) -> CollapseReport:
-    """Flag a run whose solve rate approaches 1 while its complexity falls (module docstring)."""
-    solve = step_series(analysis.programs, "solve_rate")
-    changes = {m: _relative_change(step_series(analysis.programs, m)) for m in metrics}
+    """Flag a run whose solve rate approaches 1 while the complexity of the programs its proposers
+    wrote falls (module docstring)."""
+    # Complexity of the written programs only; solve rate over every valid proposer task.
+    solve = analysis.series("solve_rate")
+    changes = {m: _relative_change(analysis.series(m)) for m in metrics}
     n_falling = sum(change <= -drop_threshold for change in changes.values())
     if len(solve.steps) < min_steps:
         return CollapseReport(False, math.nan, changes, n_falling,

@@ -1,6 +1,7 @@
 """Figures for task complexity and coverage (PopuLoRA Fig. 4): matplotlib only, data from
-``populora_nb.complexity``. Each function draws on ``ax`` (a new figure when None) and returns
-the Figure; nothing is shown or saved here."""
+``populora_nb.complexity`` and ``populora_nb.coverage``. Each function draws on ``ax`` (a new
+figure when None) and returns the Figure; nothing is shown or saved here. An axes with nothing to
+draw says why inside it, so an empty panel is never mistaken for a flat line."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from populora_nb.complexity import COMPLEXITY_FIELDS, CoverageCurve, RunAnalysis, step_series
+from populora_nb.complexity import COMPLEXITY_FIELDS, RunAnalysis
+from populora_nb.coverage import COVERAGE_KINDS, SAMPLE_UNITS, Rarefaction, compare_at_equal_n
 
 LABELS: Mapping[str, str] = {
     "ast_depth": "AST depth", "cc_max": "cyclomatic complexity (max)",
@@ -30,18 +32,31 @@ def _axes(ax: Axes | None) -> tuple[Figure, Axes]:
     return ax.figure, ax  # type: ignore[return-value]
 
 
+def _say_empty(ax: Axes, why: str) -> None:
+    ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center", wrap=True,
+            fontsize="small", color="0.35")
+
+
 def plot_metric(runs: Mapping[str, RunAnalysis], metric: str, window: int = 5,
                 ax: Axes | None = None, title: str | None = None) -> Figure:
-    """One line per run: rolling mean of ``metric`` over the last ``window`` steps; the band is
-    the interquartile range of the programs pooled in that window."""
+    """One line per run: rolling mean of ``metric`` over the last ``window`` steps, of the programs
+    the proposers wrote (``RunAnalysis.series``); the band is the interquartile range of the
+    programs pooled in that window."""
     fig, ax = _axes(ax)
+    drawn = 0
     for name, analysis in runs.items():
-        series = step_series(analysis.programs, metric, window=window)
-        (line,) = ax.plot(series.steps, series.mean, label=name)
-        ax.fill_between(series.steps, series.lo, series.hi, color=line.get_color(), alpha=0.2, lw=0)
+        series = analysis.series(metric, window=window)
+        if len(series.steps):
+            (line,) = ax.plot(series.steps, series.mean, label=name)
+            ax.fill_between(series.steps, series.lo, series.hi, color=line.get_color(), alpha=0.2, lw=0)
+            drawn += 1
     ax.set(xlabel="step", ylabel=LABELS.get(metric, metric),
            title=title or f"{LABELS.get(metric, metric)} (rolling {window}-step mean, IQR band)")
-    ax.legend(fontsize="small")
+    if drawn:
+        ax.legend(fontsize="small")
+    else:
+        _say_empty(ax, "no valid proposer-written program" + (" solved" if metric == "solve_rate" else "")
+                   + f"\nin {', '.join(runs) or 'any run'}: nothing to plot")
     return fig
 
 
@@ -52,42 +67,72 @@ def plot_metrics_grid(runs: Mapping[str, RunAnalysis],
     fig, axes = plt.subplots(1, len(metrics), figsize=(3.6 * len(metrics), 3.4), sharex=True)
     for ax, metric in zip(axes if len(metrics) > 1 else [axes], metrics):
         plot_metric(runs, metric, window=window, ax=ax, title=LABELS.get(metric, metric))
-    fig.suptitle(title or f"complexity over steps (rolling {window}-step mean, IQR band)")
+    fig.suptitle(title or f"complexity of written programs over steps (rolling {window}-step mean, IQR band)")
     fig.tight_layout()
     return fig
 
 
-def plot_coverage(curves: Mapping[str, CoverageCurve], kind: str = "shapes",
-                  ax: Axes | None = None, title: str | None = None) -> Figure:
-    """Cumulative distinct count (``kind``: shapes, ngrams or signatures), one line per curve."""
+def plot_rarefaction(curves: Mapping[str, Rarefaction], kind: str = "shapes", ax: Axes | None = None,
+                     title: str | None = None, styles: Mapping[str, str] | None = None) -> Figure:
+    """Rarefaction curves of one coverage ``kind`` on one axes: mean distinct count against the
+    number of units drawn, with the percentile band. A dotted line marks the largest n every curve
+    reaches, and each legend entry gives its value and band there (``compare_at_equal_n``): the
+    fair comparison, whatever each run's volume. ``styles`` maps a name to a line style."""
     if kind not in COVERAGE_LABELS:
         raise ValueError(f"kind must be one of {tuple(COVERAGE_LABELS)}, got {kind!r}")
     fig, ax = _axes(ax)
+    present = {name: c for name, c in curves.items() if c.size > 0}
+    common = compare_at_equal_n(present) if present else None
     for name, curve in curves.items():
-        ax.step(curve.steps, getattr(curve, kind), where="post", label=name)
-    ax.set(xlabel="step", ylabel=COVERAGE_LABELS[kind], title=title or f"coverage: {COVERAGE_LABELS[kind]}")
-    ax.legend(fontsize="small")
+        if curve.size == 0:
+            ax.plot([], [], label=f"{name}: no {SAMPLE_UNITS[kind]}")  # in the legend, so it is not silently missing
+            continue
+        at = common.at[name]  # type: ignore[union-attr]
+        label = f"{name} (N={curve.size}): {at.mean:.1f} [{at.lo:.0f}, {at.hi:.0f}] at n={at.n}"
+        (line,) = ax.plot(curve.n, curve.mean, (styles or {}).get(name, "-"), label=label)
+        ax.fill_between(curve.n, curve.lo, curve.hi, color=line.get_color(), alpha=0.2, lw=0)
+    if common is not None and len(present) > 1:
+        ax.axvline(common.n, color="0.5", ls=":", lw=1)
+    band = next(iter(present.values())).band if present else (5.0, 95.0)
+    ax.set(xlabel=f"{SAMPLE_UNITS[kind]} drawn (n)", ylabel=COVERAGE_LABELS[kind],
+           title=title or f"coverage: {COVERAGE_LABELS[kind]} (rarefied, {band[0]:g}-{band[1]:g}% band)")
+    if not present:
+        _say_empty(ax, f"no {SAMPLE_UNITS[kind]} in {', '.join(curves) or 'any run'}:\nnothing to count")
+    if curves:
+        ax.legend(fontsize="x-small")
     return fig
 
 
-def plot_coverage_grid(curves: Mapping[str, CoverageCurve], title: str = "") -> Figure:
-    """The three coverage measures side by side."""
-    fig, axes = plt.subplots(1, len(COVERAGE_LABELS), figsize=(12, 3.4))
-    for ax, kind in zip(axes, COVERAGE_LABELS):
-        plot_coverage(curves, kind, ax=ax, title=COVERAGE_LABELS[kind])
-    fig.suptitle(title or "problem-space coverage (cumulative)")
+def plot_rarefaction_grid(curves: Mapping[str, Mapping[str, Rarefaction]], title: str = "",
+                          styles: Mapping[str, str] | None = None) -> Figure:
+    """``plot_rarefaction`` for each kind in ``curves`` (kind -> name -> curve), side by side."""
+    kinds = [k for k in COVERAGE_KINDS if k in curves]
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5.2 * len(kinds), 3.8), squeeze=False)
+    for ax, kind in zip(axes[0], kinds):
+        plot_rarefaction(curves[kind], kind, ax=ax, title=COVERAGE_LABELS[kind], styles=styles)
+    some = next((c for per_kind in curves.values() for c in per_kind.values()), None)
+    how = f"mean of {some.n_resamples} random orders, {some.band[0]:g}-{some.band[1]:g}% band" if some else ""
+    fig.suptitle(title or f"problem-space coverage at equal sample sizes (rarefaction: {how})")
     fig.tight_layout()
     return fig
 
 
 def plot_per_proposer(analysis: RunAnalysis, metric: str, window: int = 5,
                       ax: Axes | None = None, title: str | None = None) -> Figure:
-    """``metric`` per proposer (teacher) within one run: rolling mean lines, no band."""
+    """``metric`` per proposer (teacher) within one run, over what each wrote: rolling mean lines,
+    no band."""
     fig, ax = _axes(ax)
+    drawn = 0
     for name in analysis.proposers:
-        series = step_series([p for p in analysis.programs if p.proposer == name], metric, window=window)
-        ax.plot(series.steps, series.mean, label=name)
+        series = analysis.series(metric, window=window, proposer=name)
+        if len(series.steps):
+            ax.plot(series.steps, series.mean, label=name)
+            drawn += 1
     ax.set(xlabel="step", ylabel=LABELS.get(metric, metric),
            title=title or f"{LABELS.get(metric, metric)} per teacher (rolling {window}-step mean)")
-    ax.legend(fontsize="small", ncol=2)
+    if drawn:
+        ax.legend(fontsize="small", ncol=2)
+    else:
+        _say_empty(ax, "no teacher has a valid written program" + (" solved" if metric == "solve_rate" else "")
+                   + ":\nnothing to plot")
     return fig

@@ -69,9 +69,14 @@ def compute_table(runs: Mapping[str, str | Path]) -> list[list[str]]:
             rows.append([name] + ["not recorded"] * 8)
             continue
         per = total = "reference" if name == "baseline" else "n/a (no baseline run)"
-        if base is not None and name != "baseline" and base.generated and base.trained:
-            per = f"{c.generated_per_adapter / base.generated_per_adapter:.2f} / {c.trained_per_adapter / base.trained_per_adapter:.2f}"
-            total = f"{c.generated / base.generated:.2f} / {c.trained / base.trained:.2f}"
+        if base is not None and name != "baseline":
+            per = f"{_ratio(c.generated_per_adapter, base.generated_per_adapter)} / {_ratio(c.trained_per_adapter, base.trained_per_adapter)}"
+            total = f"{_ratio(c.generated, base.generated)} / {_ratio(c.trained, base.trained)}"
         rows.append([name, str(c.adapters), str(c.steps), f"{c.generated:.0f}", f"{c.trained:.0f}",
                      f"{c.generated_per_adapter:.0f}", f"{c.trained_per_adapter:.0f}", per, total])
     return rows
+
+
+def _ratio(a: float, b: float) -> str:
+    # A baseline that trained on nothing (every update skipped: all advantages 0) has no ratio.
+    return f"{a / b:.2f}" if b else "n/a"

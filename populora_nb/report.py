@@ -17,9 +17,12 @@ from pathlib import Path
 # inline figures. Figures are only saved and closed, which every backend does; matplotlib already
 # falls back to Agg where there is no display.
 import matplotlib.pyplot as plt
+import numpy as np
 
 from populora_nb import complexity_plots, plots
-from populora_nb.complexity import analyse_run, coverage_curves, detect_collapse
+from populora_nb.complexity import analyse_run, detect_collapse
+from populora_nb.compute import compute_table
+from populora_nb.coverage import COVERAGE_KINDS, rarefaction_curves
 from populora_nb.evolution import Lineage, plot_lineage
 from populora_nb.records import RunDir
 
@@ -54,6 +57,7 @@ def make_figures(out: str | Path) -> list[Path]:
         raise FileNotFoundError(f"{out} holds no baseline/ or population/ run to analyse")
     kinds = RunDir(next(iter(runs.values()))).load_config().tasks.kinds
     paths = [_save(plots.plot_solve_rates(runs, kinds=kinds), out, "solve_rates.png"),
+             _save(plots.plot_solve_rates(runs, kinds=kinds, source="buffer"), out, "buffer_solve_rates.png"),
              _save(plots.plot_metric(runs, "teacher/valid_rate", title="Valid-proposal rate"), out, "valid_rate.png")]
     if "baseline" in runs:
         paths.append(_save(plots.plot_rewards(runs["baseline"]), out, "baseline_rewards.png"))
@@ -70,8 +74,11 @@ def make_figures(out: str | Path) -> list[Path]:
     analyses = {name: analyse_run(path) for name, path in runs.items()}
     window = max(1, min(5, max(len(a.steps) for a in analyses.values()) // 4))
     paths.append(_save(complexity_plots.plot_metrics_grid(analyses, window=window), out, "complexity.png"))
-    curves = {name: coverage_curves(a)["all"] for name, a in analyses.items()}
-    paths.append(_save(complexity_plots.plot_coverage_grid(curves), out, "coverage.png"))
+    # Coverage at equal sample sizes (rarefaction), never raw cumulative counts: the population
+    # proposes several times the baseline's volume. A fixed seed keeps the report reproducible.
+    rng = np.random.default_rng(0)
+    curves = {kind: rarefaction_curves(analyses, kind, rng) for kind in COVERAGE_KINDS}
+    paths.append(_save(complexity_plots.plot_rarefaction_grid(curves), out, "coverage.png"))
     if "population" in analyses and analyses["population"].proposers:
         paths.append(_save(complexity_plots.plot_per_proposer(analyses["population"], "ast_depth", window=window),
                            out, "complexity_per_teacher.png"))
@@ -81,9 +88,19 @@ def make_figures(out: str | Path) -> list[Path]:
 def sections(out: Path) -> list[Section]:
     runs = _runs(out)
     fig = lambda name: [f"figures/{name}"] if (out / "figures" / name).exists() else []  # noqa: E731
-    secs = [Section("Runs", "What was trained, from `config.yaml`.", table=_run_table(out, runs))]
+    secs = [Section("Runs", "What was trained, from `config.yaml`. Mean solve rate: ρ of fresh proposals "
+                            "(tasks proposed that step, solved by their matched student), not buffer tasks.",
+                    table=_run_table(out, runs))]
+    secs.append(Section("Compute", "Measured, in completion tokens summed over steps and members "
+                        "(`compute/generated_tokens`: proposals and every rollout, including AZR's learnability "
+                        "rollouts that are not trained on; `compute/trained_tokens`). The paper matches compute per "
+                        "adapter: each population member spends about what the single agent does, so a per-adapter "
+                        "ratio near 1 is the paper's setting and the population's total is then about n_T times the "
+                        "baseline's.", table=compute_table(runs)))
     secs.append(Section("Solve rates per task kind",
-                        "Baseline (single AZR agent) and population on one axis.", fig("solve_rates.png") + fig("valid_rate.png")))
+                        "Baseline (single AZR agent) and population on one axis. Top: ρ of fresh proposals (the headline). "
+                        "Then: attempts at buffer tasks (PopuLoRA's top-ups, AZR's solver batch), kept apart.",
+                        fig("solve_rates.png") + fig("buffer_solve_rates.png") + fig("valid_rate.png")))
     if "baseline" in runs:
         secs.append(Section("Baseline rewards", "AZR proposer reward and solver reward per step.", fig("baseline_rewards.png")))
     if "population" in runs:
@@ -93,8 +110,10 @@ def sections(out: Path) -> list[Section]:
         secs.append(Section("Lineage", "Children of evolution and their parents." if fig("lineage.png") else
                             "No evolution event in this run (shorter than evolution.every steps).", fig("lineage.png")))
     secs.append(Section("Complexity and coverage",
-                        "AST depth, cyclomatic complexity, lines of code, variables of valid programs; cumulative "
-                        "distinct AST shapes, node n-grams and I/O type signatures (definitions: populora_nb/complexity.py).",
+                        "AST depth, cyclomatic complexity, lines of code, variables of the programs the proposers "
+                        "wrote (code_o/code_i; a code_f program is a buffer program, only its inputs count); "
+                        "distinct AST shapes, node n-grams and I/O type signatures against the number of proposals "
+                        "drawn (rarefaction, compared at equal n; definitions: populora_nb/complexity.py, coverage.py).",
                         fig("complexity.png") + fig("coverage.png") + fig("complexity_per_teacher.png"),
                         table=_collapse_table(runs)))
     secs.append(_benchmark_section(out))

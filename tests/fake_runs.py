@@ -8,6 +8,7 @@ executed). Two scripted trajectories mimic the paper's picture:
               about 1 and its inputs converge on one type: a collapse.
   population  ``n_teachers`` teachers ``T0..``; program levels climb, solve rates oscillate around
               one half, and every teacher keeps drawing new input types: an arms race.
+As in a real run, a code_f task's program is not its proposer's: it is drawn from the run's buffer.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from pathlib import Path
 
 import yaml
 
+SEED_PROGRAM = "def f(a):\n    return a"
+"""AZR's identity seed, the first program in every buffer."""
 _TYPES = ("int", "str", "list[int]", "list[str]", "dict", "float", "bool", "tuple")
 
 
@@ -67,20 +70,26 @@ def _block(rng: random.Random, level: int, indent: int, names: list[str]) -> lis
 def random_program(rng: random.Random, level: int) -> str:
     """``def f(a): return a`` at level 0; deeper, longer and with more variables as level grows."""
     if level <= 0:
-        return "def f(a):\n    return a"
+        return SEED_PROGRAM
     names = ["a"]
     body = _block(rng, level, 1, names)
     return "def f(a):\n" + "\n".join(body) + f"\n    return {rng.choice(names)}"
 
 
 def _task(rng: random.Random, step: int, proposer: str, level: int, types: list[str],
-          solve_rate: float, valid: bool) -> dict:
+          solve_rate: float, valid: bool, buffer: list[str]) -> dict:
+    """One task row. A code_f task's program is drawn from ``buffer`` (the seed and earlier valid
+    code_o/code_i programs), as ``stages.propose`` hands one to the proposer; a valid code_o/code_i
+    program joins the buffer."""
     kind = rng.choice(["code_o", "code_i", "code_f"])
     n_pairs = 10 if kind == "code_f" else 1
     arg_type = rng.choice(types)
     out_type = arg_type if level <= 0 else rng.choice(types)
     inputs = [_literal(rng, arg_type) for _ in range(n_pairs)]
-    return {"step": step, "proposer": proposer, "kind": kind, "program": random_program(rng, level),
+    program = rng.choice(buffer) if kind == "code_f" else random_program(rng, level)
+    if valid and kind != "code_f":
+        buffer.append(program)
+    return {"step": step, "proposer": proposer, "kind": kind, "program": program,
             "inputs": inputs, "outputs": [_literal(rng, out_type) for _ in inputs] if valid else [],
             "message": "synthetic" if kind == "code_f" else "", "valid": valid,
             "reason": None if valid else "error", "solver": "S0" if valid else None,
@@ -97,6 +106,7 @@ def write_fake_run(run_dir: str | Path, agent: str, n_steps: int = 30, seed: int
     run_dir.mkdir(parents=True, exist_ok=True)
     proposers = ["agent"] if agent == "baseline" else [f"T{i}" for i in range(n_teachers)]
     tasks, metrics = [], []
+    buffer = [SEED_PROGRAM]
     for step in range(n_steps):
         progress = step / max(1, n_steps - 1)
         for i, proposer in enumerate(proposers):
@@ -108,7 +118,7 @@ def write_fake_run(run_dir: str | Path, agent: str, n_steps: int = 30, seed: int
                 level = round(1 + 3 * progress + rng.uniform(-0.5, 0.5))
                 rho = 0.5 + 0.3 * math.sin(step / 3 + i) + rng.uniform(-0.1, 0.1)
                 types = list(_TYPES[: 2 + round(6 * progress)])
-            rows = [_task(rng, step, proposer, level, types, max(0.0, rho), rng.random() > 0.2)
+            rows = [_task(rng, step, proposer, level, types, max(0.0, rho), rng.random() > 0.2, buffer)
                     for _ in range(tasks_per_step)]
             tasks += rows
             valid = [r for r in rows if r["valid"]]

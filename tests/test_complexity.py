@@ -1,20 +1,24 @@
-"""Tests for populora_nb.complexity: metrics on hand-written programs, coverage, collapse detector,
-the run-directory loader, and notebook 05 on a synthetic experiment."""
+"""Tests for populora_nb.complexity and populora_nb.coverage: metrics on hand-written programs,
+what counts as a proposer's work, coverage at equal sample sizes (rarefaction), the collapse
+detector, the run-directory loader, and notebook 05 on a synthetic experiment."""
 
 from __future__ import annotations
 
 import ast
 import json
 import math
+import random
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from populora_nb import complexity as cx
+from populora_nb import coverage as cov
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fake_runs import write_fake_experiment, write_fake_run  # noqa: E402
+from fake_runs import SEED_PROGRAM, write_fake_experiment, write_fake_run  # noqa: E402
 
 IDENTITY = "def f(a):\n    return a"
 LOOP = """\
@@ -47,8 +51,8 @@ def f(a):
 
 
 def record(program: str, step: int = 0, proposer: str = "T0", inputs=("1",), outputs=("2",),
-           valid: bool = True, solve_rate: float | None = 0.5) -> cx.TaskRecord:
-    return cx.TaskRecord(step=step, proposer=proposer, kind="code_o", program=program, valid=valid,
+           valid: bool = True, solve_rate: float | None = 0.5, kind: str = "code_o") -> cx.TaskRecord:
+    return cx.TaskRecord(step=step, proposer=proposer, kind=kind, program=program, valid=valid,
                          inputs=tuple(inputs), outputs=tuple(outputs) if valid else (),
                          solve_rate=solve_rate if valid else None)
 
@@ -148,7 +152,7 @@ def test_programs_are_never_executed(tmp_path):
     ("1), (2", "b'x'", "(int, tuple[int, ...]) -> bytes"),  # odd text still only builds data
 ])
 def test_io_signature(inputs, output, expected):
-    assert cx.io_signature(inputs, output) == expected
+    assert cov.io_signature(inputs, output) == expected
 
 
 def test_io_profile_joins_distinct_pair_signatures():
@@ -157,9 +161,9 @@ def test_io_profile_joins_distinct_pair_signatures():
     assert m.signatures == {"(int) -> int", "(str) -> str"}
 
 
-# ----------------------------------------------------------------------------- coverage
+# ----------------------------------------------------------------------------- coverage features
 def test_shape_abstracts_own_names_and_constants_only():
-    shape = lambda src: cx.ast_shape(ast.parse(src))  # noqa: E731
+    shape = lambda src: cov.ast_shape(ast.parse(src))  # noqa: E731
     base = shape("def f(a):\n    b = a + 1\n    return len(b)")
     assert shape("def g(x):\n    y = x + 7\n    return len(y)") == base  # renamed, new constant
     assert shape("def f(a):\n    b = a + 1.0\n    return len(b)") != base  # constant type differs
@@ -169,21 +173,135 @@ def test_shape_abstracts_own_names_and_constants_only():
 
 
 def test_ngram_features_of_identity():
-    features = cx.ngram_features(ast.parse(IDENTITY))
+    features = cov.ngram_features(ast.parse(IDENTITY))
     assert ("FunctionDef", "Return", "Name") in features and ("Module",) in features
     assert ("Module", "FunctionDef", "Return", "Name") not in features  # n = 3 at most
     assert all(1 <= len(f) <= 3 for f in features)
 
 
-def test_coverage_curve_on_hand_built_steps():
-    renamed = "def f(x):\n    return x"
-    tasks = [record(IDENTITY, step=0), record(renamed, step=1, inputs=("'s'",), outputs=("'s'",)),
-             record(LOOP, step=2, valid=False), record(LOOP, step=3)]
-    curve = cx.coverage_curves(cx.analyse_tasks(tasks))["all"]
-    assert curve.steps == (0, 1, 2, 3)  # step 2 has only an invalid task: the curve holds flat
-    assert curve.shapes == (1, 1, 1, 2)
-    assert curve.signatures == (1, 2, 2, 2)
-    assert curve.ngrams[0] == len(cx.ngram_features(ast.parse(IDENTITY)))
+# ----------------------------------------------------------------------------- what a proposer wrote
+def _assert_same_series(a: cx.StepSeries, b: cx.StepSeries) -> None:
+    for name in ("steps", "mean", "lo", "hi", "count"):
+        assert getattr(a, name).tolist() == getattr(b, name).tolist(), name
+
+
+def test_complexity_counts_only_programs_the_proposer_wrote():
+    # code_f tasks are handed a buffer program (here the identity seed, resampled every step) and a
+    # seed row slips into the log: none of that is the teacher's program.
+    written = [record(LOOP, step=0), record(THREE_FUNCTIONS, step=1, kind="code_i"),
+               record("def f(a):\n    return a + 1", step=2)]
+    handed = [record(IDENTITY, step=s, kind="code_f", inputs=("'x'",) * 10, outputs=("'x'",) * 10,
+                     solve_rate=1.0) for s in range(3)]
+    mixed = cx.analyse_tasks(written + handed + [record(IDENTITY, step=0, proposer="seed")])
+    alone = cx.analyse_tasks(written)
+    assert [p.kind for p in mixed.programs] == ["code_o", "code_i", "code_o"]
+    assert (len(mixed.inputs), mixed.n_seed, mixed.proposers) == (3, 1, ("T0",))
+    for metric in (*cx.COMPLEXITY_FIELDS, "cc_max", "n_chars"):
+        _assert_same_series(cx.step_series(mixed.programs, metric), cx.step_series(alone.programs, metric))
+        _assert_same_series(mixed.series(metric), alone.series(metric))
+    # the detector trends the same complexity; its solve rate does count the code_f tasks
+    trend = lambda analysis: cx.detect_collapse(analysis, min_steps=2).relative_change  # noqa: E731
+    assert trend(mixed) == trend(alone)
+    assert mixed.series("solve_rate").mean.tolist() == [0.75] * 3
+    # coverage: shapes from the written programs only; code_f adds its inputs' signatures
+    assert len(cov.coverage_units(mixed, "shapes")) == 3
+    assert set().union(*cov.coverage_units(mixed, "signatures")) == {"(int) -> int", "(str) -> str"}
+
+
+def test_complexity_of_a_fake_run_whose_code_f_reuses_buffer_programs(tmp_path):
+    run = write_fake_run(tmp_path / "run", "population", n_steps=12, seed=5)
+    tasks = cx.load_tasks(run)
+    code_f = [t for t in tasks if t.kind == "code_f" and t.valid]
+    earlier = {SEED_PROGRAM} | {t.program for t in tasks if t.kind != "code_f" and t.valid}
+    assert code_f and all(t.program in earlier for t in code_f)  # the fixture reuses the buffer
+    assert any(t.program == SEED_PROGRAM for t in code_f)
+    analysis = cx.analyse_run(run)
+    alone = cx.analyse_tasks([t for t in tasks if t.kind in ("code_o", "code_i")])
+    for metric in cx.COMPLEXITY_FIELDS:
+        _assert_same_series(cx.step_series(analysis.programs, metric), cx.step_series(alone.programs, metric))
+        _assert_same_series(analysis.series(metric), alone.series(metric))
+
+
+# ----------------------------------------------------------------------------- coverage (rarefaction)
+OPS = "+-*%"
+
+
+def shape_program(k: int) -> str:
+    """256 distinct AST shapes: four ``a = a <op> 1`` lines, the operators spelling k in base 4."""
+    return "def f(a):\n" + "".join(f"    a = a {OPS[k >> 2 * i & 3]} 1\n" for i in range(4)) + "    return a"
+
+
+def shape_run(seed: int, pool: int, n: int) -> cx.RunAnalysis:
+    """``n`` valid code_o programs drawn uniformly, with replacement, from the first ``pool`` shapes."""
+    draw = random.Random(seed)
+    return cx.analyse_tasks([record(shape_program(draw.randrange(pool)), step=i) for i in range(n)])
+
+
+def raw_count(analysis: cx.RunAnalysis, kind: str) -> int:
+    return len(set().union(*cov.coverage_units(analysis, kind)))
+
+
+def test_shape_program_pool_is_256_shapes():
+    assert len({cov.ast_shape(ast.parse(shape_program(k))) for k in range(256)}) == 256
+
+
+def test_rarefaction_sees_through_volume():
+    # Same diversity, 4x the volume (a population against one agent drawing from one distribution).
+    # The pool is 256 shapes rather than 20 so that the raw count keeps growing with volume.
+    small, large = shape_run(0, 256, 100), shape_run(100, 256, 400)
+    assert raw_count(large, "shapes") > 2 * raw_count(small, "shapes")  # the raw count says "covers more"
+    rng = np.random.default_rng(0)
+    curves = cov.rarefaction_curves({"small": small, "large": large}, "shapes", rng)
+    compared = cov.compare_at_equal_n(curves)
+    at_small, at_large = compared.at["small"], compared.at["large"]
+    assert compared.n == 100 and at_small.lo == at_small.hi == raw_count(small, "shapes")  # all of it: exact
+    assert at_large.lo <= at_small.mean <= at_large.hi  # equal coverage within the band
+    assert compared.leader is None and "no difference" in compared.summary()
+
+
+def test_rarefaction_ranks_the_more_diverse_run_higher_at_equal_n():
+    # The diverse run has fewer programs, so raw counts rank it lower: rarefaction must not.
+    diverse, narrow = shape_run(1, 256, 60), shape_run(2, 64, 400)
+    assert raw_count(diverse, "shapes") < raw_count(narrow, "shapes")
+    curves = cov.rarefaction_curves({"diverse": diverse, "narrow": narrow}, "shapes", np.random.default_rng(0))
+    compared = cov.compare_at_equal_n(curves)
+    assert compared.n == 60 and compared.at["diverse"].lo > compared.at["narrow"].hi
+    assert compared.leader == "diverse" and "diverse covers more" in compared.summary()
+
+
+def test_rarefaction_is_seeded_monotone_and_exact_at_the_ends():
+    units = cov.coverage_units(shape_run(3, 64, 150), "shapes")
+    one, two = (cov.rarefy(units, np.random.default_rng(7), n_resamples=50) for _ in range(2))
+    for name in ("n", "mean", "lo", "hi"):
+        assert np.array_equal(getattr(one, name), getattr(two, name)), name  # same seed, same curve
+    assert not np.array_equal(one.mean, cov.rarefy(units, np.random.default_rng(8), n_resamples=50).mean)
+    for values in (one.mean, one.lo, one.hi):
+        assert (np.diff(values) >= 0).all()  # never decreases in n
+    assert one.size == 150 and one.at(0) == cov.CoverageAt(0, 0.0, 0.0, 0.0)
+    assert one.at(150) == cov.CoverageAt(150, *(float(len(set().union(*units))),) * 3)
+    assert (one.lo <= one.hi).all()  # (a skewed count can put its 5th percentile above its mean)
+    with pytest.raises(ValueError, match=r"n must be in \[0, 150\]"):
+        one.at(151)
+
+
+def test_rarefaction_mean_matches_the_exact_expectation():
+    # Hurlbert (1971): E[distinct among n of N] = sum over features of 1 - C(N - N_f, n) / C(N, n),
+    # N_f the units holding feature f. Overlapping feature sets, like n-grams.
+    units = [frozenset({i % 5, i % 7 + 10, 99}) if i % 3 else frozenset() for i in range(40)]
+    curve = cov.rarefy(units, np.random.default_rng(0), n_resamples=4000)
+    holders = {f: sum(f in u for u in units) for u in units for f in u}
+    for n in (1, 5, 13, 30):
+        exact = sum(1 - math.comb(40 - k, n) / math.comb(40, n) for k in holders.values())
+        assert curve.mean[n] == pytest.approx(exact, abs=0.1), n
+
+
+def test_rarefaction_of_nothing_is_a_flat_zero():
+    empty = cov.rarefy([], np.random.default_rng(0))
+    assert empty.size == 0 and empty.mean.tolist() == [0.0]
+    no_features = cov.rarefy([frozenset()] * 3, np.random.default_rng(0))
+    assert no_features.mean.tolist() == [0.0] * 4
+    with pytest.raises(ValueError, match="kind must be one of"):
+        cov.coverage_units(cx.analyse_tasks([]), "tokens")
 
 
 @pytest.fixture(scope="module")
@@ -192,17 +310,32 @@ def experiment(tmp_path_factory):
     return {name: cx.analyse_run(path) for name, path in cx.find_runs(exp).items()}
 
 
-def test_coverage_never_decreases(experiment):
-    for analysis in experiment.values():
-        curves = {**cx.coverage_curves(analysis), **cx.coverage_curves(analysis, by_proposer=True)}
-        for curve in curves.values():
-            assert curve.steps == analysis.steps
-            for kind in ("shapes", "ngrams", "signatures"):
-                values = getattr(curve, kind)
-                assert all(b >= a for a, b in zip(values, values[1:])), kind
+def test_coverage_per_teacher_and_at_equal_n_on_a_fake_experiment(experiment):
     population = experiment["population"]
-    assert set(cx.coverage_curves(population, by_proposer=True)) == {"T0", "T1", "T2", "T3"}
-    assert cx.coverage_curves(population)["all"].shapes[-1] == len({p.shape for p in population.programs})
+    for kind in cov.COVERAGE_KINDS:
+        per_teacher = cov.per_proposer_curves(population, kind, np.random.default_rng(0), n_resamples=20)
+        assert set(per_teacher) == {"T0", "T1", "T2", "T3"}
+        assert sum(c.size for c in per_teacher.values()) == len(cov.coverage_units(population, kind))
+    curves = cov.rarefaction_curves(experiment, "signatures", np.random.default_rng(0), n_resamples=50)
+    assert curves["population"].size == len(population.programs) + len(population.inputs)
+    compared = cov.compare_at_equal_n(curves)
+    assert compared.n == curves["baseline"].size < curves["population"].size
+    assert compared.leader == "population"  # the scripted arms race keeps drawing new input types
+
+
+def test_rarefaction_figure_says_why_a_panel_is_empty(experiment):
+    from populora_nb import complexity_plots
+
+    curves = {kind: cov.rarefaction_curves(experiment, kind, np.random.default_rng(0), n_resamples=20)
+              for kind in cov.COVERAGE_KINDS}
+    fig = complexity_plots.plot_rarefaction_grid(curves)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert any(label.startswith("population (N=") and "at n=" in label for label in labels)
+    nothing = {"baseline": cx.analyse_tasks([record(IDENTITY, valid=False)])}
+    empty = complexity_plots.plot_rarefaction(cov.rarefaction_curves(nothing, "shapes", np.random.default_rng(0)))
+    assert any("nothing to count" in t.get_text() for t in empty.axes[0].texts)
+    flat = complexity_plots.plot_metric(nothing, "ast_depth")
+    assert any("nothing to plot" in t.get_text() for t in flat.axes[0].texts)
 
 
 # ----------------------------------------------------------------------------- collapse detector
@@ -306,7 +439,8 @@ def test_notebook_runs_on_an_experiment_directory(tmp_path):
                                language="python", cwd=str(notebook.parent), progress_bar=False,
                                parameters={"run_dir": str(exp), "out_dir": str(out), "preset": "tiny"})
     saved = {p.name for p in out.glob("*.png")}
-    assert {"05_complexity.png", "05_coverage.png", "05_population_per_teacher.png"} <= saved
+    assert {"05_complexity.png", "05_coverage.png", "05_population_per_teacher.png",
+            "05_population_coverage_per_teacher.png"} <= saved
     cells = json.loads((tmp_path / "out.ipynb").read_text())["cells"]
     printed = "".join("".join(o.get("text", "")) for c in cells for o in c.get("outputs", ()))
     assert "population: 192 proposed tasks over 12 steps" in printed  # it read our run_dir

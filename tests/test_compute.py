@@ -35,3 +35,10 @@ def test_runs_recorded_before_token_counts_say_so(tmp_path):
     _write(tmp_path / "baseline", [{"step": 0, "member": "agent"}])
     assert run_compute("baseline", [{"step": 0, "member": "agent"}]) is None
     assert compute_table({"baseline": tmp_path / "baseline"})[1][3] == "not recorded"
+
+
+def test_a_baseline_that_trained_on_nothing_has_no_training_ratio(tmp_path):
+    _write(tmp_path / "baseline", _rows(["agent"], 2, 50.0, 0.0))
+    _write(tmp_path / "population", _rows(["T0", "S0"], 2, 50.0, 10.0))
+    row = compute_table({"baseline": tmp_path / "baseline", "population": tmp_path / "population"})[2]
+    assert row[-2:] == ["1.00 / n/a", "2.00 / n/a"]

@@ -60,7 +60,8 @@ def test_killed_experiment_resumes_and_its_report_is_complete(tmp_path):
     # Compute is measured for both runs, and the population's ratio to the baseline is stated.
     compute = md.split("## Compute")[1].split("## ")[0]
     assert re.search(r"^\| baseline \| 1 \|", compute, re.M) and "| reference |" in compute
-    assert re.search(r"^\| population \| 8 \| 3 \| \d+ \| \d+ \| \d+ \| \d+ \| [\d.]+ / [\d.]+ \|", compute, re.M), compute
+    # (tiny's random model writes no valid answer: every update is skipped and nothing is trained on)
+    assert re.search(r"^\| population \| 8 \| 3 \| \d+ \| \d+ \| \d+ \| \d+ \| [\d.]+ / ([\d.]+|n/a) \|", compute, re.M), compute
     lineage = [json.loads(line) for line in (out / "population" / "lineage.jsonl").read_text().splitlines()]
     assert lineage and all(row["relative_change"] >= 0 for row in lineage)
 
