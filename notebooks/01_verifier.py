@@ -80,6 +80,7 @@ examples = {  # reason -> (kind, program, inputs, message)
     "banned_attribute": ("code_o", "def f(a):\n    return a.__class__.__subclasses__()", ("1",), ""),
     "no_message": ("code_f", identity, ("1", "2"), ""),
     "too_few_inputs": ("code_f", identity, ("1",), "identity"),
+    "duplicate_inputs": ("code_f", identity, ("1", "[2]", "1"), "identity"),
     "input_too_long": ("code_o", identity, ("'" + "x" * 3000 + "'",), ""),
     "input_not_literal": ("code_o", identity, ("list(range(3))",), ""),
     "runtime_error": ("code_o", "def f(a):\n    return a[10]", ("[1]",), ""),
@@ -201,7 +202,8 @@ verifier.close()
 assert all(isinstance(t, Task) for t in seed.values()) and seed["code_o"].outputs == ("'Hello world'",)
 for (reason, _), verdict in zip(examples.items(), verdicts):
     assert isinstance(verdict, Invalid) and verdict.reason == reason, (reason, verdict)
-assert set(examples) | {"crash", "sandbox_error"} == set(INVALID_REASONS)
+# crash: the containment cell below; wrong_input_count: the loop's check against tasks.code_f_inputs
+assert set(examples) | {"crash", "sandbox_error", "wrong_input_count"} == set(INVALID_REASONS)
 assert not any(v.passed for v in cheat_verdicts) and not os.path.exists("/tmp/populora_pwned")
 assert contained[5][0].status == "crash" and all(r[0].status != "ok" for r in contained)
 assert (victim / "keep.txt").read_text() == "keep"
