@@ -11,12 +11,16 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NoReturn
 
-from populora_nb.config import PRESETS, ConfigError, load_config, parse_override
+from populora_nb.config import PRESETS, load_config, parse_override
+from populora_nb.errors import UserInputError
+from populora_nb.records import CorruptRunError
 
 REPO_NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
@@ -40,8 +44,7 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
     src = Path(args.notebooks)
     books = sorted(src.glob("[0-9][0-9]_*.ipynb"))
     if not books:
-        print(f"no numbered notebooks in {src}", file=sys.stderr)
-        return 2
+        raise UserInputError(f"--notebooks {src} holds no numbered notebooks (NN_name.ipynb)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     preset = args.preset or "smoke"
@@ -62,11 +65,13 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
 def cmd_seed(args: argparse.Namespace) -> int:
     import json
 
+    from populora_nb.experiment import check_inputs
     from populora_nb.loop import grow_seeds, roster_for
     from populora_nb.policy import LoRAPolicy
     from populora_nb.verifier import Verifier
 
     config = _config(args, {"run.agent": "baseline"})
+    check_inputs(config, ("baseline",))
     policy = LoRAPolicy.create(config, list(roster_for(config).items()))
     with Verifier.from_config(config.verifier) as verifier:
         tasks = grow_seeds(config, policy, verifier, args.target, args.max_rounds,
@@ -79,14 +84,24 @@ def cmd_seed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _isolation(config) -> str:
+    """What the verifier's sandbox gets here, once per command; raises where it would refuse to run."""
+    from populora_nb.verifier import Verifier
+
+    return str(Verifier.probe(config.verifier))
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    from populora_nb.experiment import check_inputs
     from populora_nb.loop import run
     from populora_nb.widgets import Dashboard
 
     extra = {k: v for k, v in (("run.agent", args.agent), ("run.steps", args.steps), ("run.seed", args.seed)) if v is not None}
     config = _config(args, extra)
+    check_inputs(config, (config.run.agent,))
     out = args.out or Path(config.run.out_dir) / f"{config.run.agent}-{time.strftime('%Y%m%d-%H%M%S')}"
     print(f"[run] {config.run.agent} · preset {config.preset} · {config.run.steps} steps → {out}", flush=True)
+    print(f"[run] sandbox isolation: {_isolation(config)}", flush=True)
     dash = Dashboard(out, config.run.steps, config.tasks.kinds)
     t0 = time.time()
     run(config, out, on_step=dash.update, progress=False)
@@ -99,6 +114,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
     config = _config(args)
     out = args.out or Path(config.run.out_dir) / f"experiment-{config.preset}-{time.strftime('%Y%m%d-%H%M%S')}"
+    print(f"[experiment] sandbox isolation: {_isolation(config)}", flush=True)
     t0 = time.time()
     run_experiment(config, out, stages=args.stages or STAGES, say=lambda m: print(m, flush=True))
     print(f"[experiment] finished in {time.time() - t0:.0f}s: {out / 'report.html'}", flush=True)
@@ -109,7 +125,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from populora_nb.evaluation import evaluate_experiment
 
     config = _config(args)
-    evaluate_experiment(config, args.experiment_dir, say=lambda m: print(m, flush=True))
+    evaluate_experiment(config, args.experiment_dir, say=lambda m: print(m, flush=True), require_data=True)
     print((args.experiment_dir / "eval" / "table.md").read_text() if (args.experiment_dir / "eval" / "table.md").exists() else "no table")
     return 0
 
@@ -133,9 +149,15 @@ def _not_built(name: str) -> Callable[[argparse.Namespace], int]:
     return cmd
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, like every other bad input (not the usage block)
+        print(f"populora_nb: error: {message} (see: {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m populora_nb", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="python -m populora_nb", description=__doc__,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("run", help="train the baseline or the population")
@@ -177,12 +199,59 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# ---- errors at the edge -------------------------------------------------------------------------
+# A bad input ends in one line and exit 2: these types blame the user's config, paths or files.
+# Anything else is a bug and keeps its traceback; KeyboardInterrupt is never caught.
+USER_ERRORS: tuple[type[BaseException], ...] = (UserInputError, CorruptRunError, FileNotFoundError, PermissionError)
+
+
+def _check_out(out: Path, is_file: bool) -> None:
+    """--out must be a directory this user can create or write into (seed: a file inside one)."""
+    if is_file and out.is_dir():
+        raise UserInputError(f"--out {out} is a directory; give the JSONL file to write")
+    existing = (out.parent if is_file else out).absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserInputError(f"--out {out}: {existing} is a file, not a directory; pick another --out")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserInputError(f"--out {out}: {existing} is not writable; pick another --out")
+
+
+def _configs_in(out: Path) -> set[Path]:
+    return {*out.glob("config.yaml"), *out.glob("*/config.yaml")} if out.is_dir() else set()
+
+
+def _forget_failed_start(out: Path, existed: bool, configs_before: set[Path]) -> None:
+    """After a run or experiment failed before finishing a step, take back the config.yaml files it
+    wrote (the whole --out if it made it), so the rerun with a corrected config is not refused."""
+    progress = [out / "stages.json", *out.glob("metrics.jsonl"), *out.glob("*/metrics.jsonl"),
+                *out.glob("checkpoints/latest"), *out.glob("*/checkpoints/latest")]
+    if not out.is_dir() or any(p.is_file() and p.stat().st_size > 0 for p in progress):
+        return
+    if not existed:
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for cfg in _configs_in(out) - configs_before:
+        cfg.unlink(missing_ok=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    out = getattr(args, "out", None)
     try:
-        return args.func(args)
-    except ConfigError as e:
-        print(f"config error: {e}", file=sys.stderr)
+        if out is not None:
+            _check_out(out, is_file=args.command == "seed")
+        if out is None or args.command not in ("run", "experiment"):
+            return args.func(args)
+        existed, configs_before = out.exists(), _configs_in(out)
+        try:
+            return args.func(args)
+        except Exception:
+            _forget_failed_start(out, existed, configs_before)
+            raise
+    except USER_ERRORS as e:
+        print(f"populora_nb: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
 
 

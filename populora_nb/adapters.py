@@ -24,9 +24,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
@@ -34,6 +35,7 @@ from populora_nb.base import Base
 from populora_nb.config import LoRAConfig
 from populora_nb.multilora import MultiLoRA, checkpointing, decode, forward_kwarg_names, position_ids_from_mask
 from populora_nb.operators import LoRAFactors, LoRAPair
+from populora_nb.records import CorruptRunError
 from populora_nb.rl import completion_logprobs, logprob_temperature
 
 Role = Literal["teacher", "student", "agent"]
@@ -403,10 +405,10 @@ class Population:
     @classmethod
     def load(cls, base: Base, directory: str | Path) -> Population:
         directory = Path(directory)
-        meta = json.loads((directory / "population.json").read_text())
+        meta = _read(directory / "population.json")
         lora = LoRAConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in meta["lora"].items()})
         pop = cls(base, lora, len(meta["members"]))
-        stacks = load_file(directory / "factors.safetensors")
+        stacks = _read(directory / "factors.safetensors")
         if {k.rsplit(".", 1)[0] for k in stacks} != set(pop.multi.modules):
             raise ValueError(f"{directory} adapts other modules than this base model has; was it saved for {meta['base']}?")
         with torch.no_grad():
@@ -415,7 +417,7 @@ class Population:
                 pop.multi.Bt[n].copy_(stacks[f"{n}.Bt"])
         pop.members = [Member(**{**m, "parents": tuple(m["parents"])}) for m in meta["members"]]
         pop.next_id = meta["next_id"]
-        optim = load_file(directory / "optimizers.safetensors", device=str(base.device))
+        optim = _read(directory / "optimizers.safetensors", device=str(base.device))
         for m in pop.members:
             prefix = f"{m.id}."
             pop._load_optimizer_state(m.id, {k[len(prefix):]: v for k, v in optim.items() if k.startswith(prefix)})
@@ -427,12 +429,22 @@ def load_member_factors(directory: str | Path) -> tuple[LoRAFactors, dict]:
     same modules), ready for ``Population.set_factors``. The config's alpha/r is returned, not
     applied: rescale B when it differs from the population's."""
     directory = Path(directory)
-    config = json.loads((directory / "adapter_config.json").read_text())
-    tensors = load_file(directory / "adapter_model.safetensors")
+    config = _read(directory / "adapter_config.json")
+    tensors = _read(directory / "adapter_model.safetensors")
     names = sorted({k[len(PEFT_PREFIX):].rsplit(".lora_", 1)[0] for k in tensors})
     factors = {n: LoRAPair(tensors[f"{PEFT_PREFIX}{n}.lora_A.weight"], tensors[f"{PEFT_PREFIX}{n}.lora_B.weight"])
                for n in names}
     return factors, config
+
+
+def _read(path: Path, device: str = "cpu") -> Any:
+    """A saved file (.safetensors tensors, else JSON); a missing, truncated or damaged one raises one line
+    naming it (safetensors' own error names no file)."""
+    try:
+        return load_file(path, device=device) if path.suffix == ".safetensors" else json.loads(path.read_text())
+    except (OSError, ValueError, SafetensorError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise CorruptRunError(f"{path} does not load ({type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]})",
+                              "restore it, or load another checkpoint") from None
 
 
 def _left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:

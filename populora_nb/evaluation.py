@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from populora_nb.base import Base, load_base
+from populora_nb.benchmark_loaders import data_dir_is_set, load_benchmark, resolve_data_dir
 from populora_nb.benchmarks import BenchmarkDataError, available_benchmarks, evaluate, hf_generate, load_results, write_report
 from populora_nb.config import ExperimentConfig
+from populora_nb.errors import PathNotFoundError
 from populora_nb.experiment import stage_config
 from populora_nb.loop import roster_for
 from populora_nb.policy import LoRAPolicy
@@ -20,7 +22,7 @@ from populora_nb.records import RunDir
 
 def trained_policy(config: ExperimentConfig, run_dir: Path, base: Base) -> LoRAPolicy:
     """The members of a finished run, from its latest checkpoint."""
-    latest = RunDir(run_dir).latest_checkpoint()
+    latest = RunDir(run_dir).verified_checkpoint()  # a damaged one raises CorruptRunError naming the file
     if latest is None:
         raise FileNotFoundError(f"{run_dir} has no checkpoint: train it first (python -m populora_nb run ...)")
     policy = LoRAPolicy.create(config, list(roster_for(config).items()), base=base)
@@ -48,22 +50,38 @@ def greedy(policy: LoRAPolicy, max_new_tokens: int, rows_per_batch: int = 16) ->
 
 
 def benchmarks_to_run(config: ExperimentConfig) -> tuple[list[str], str]:
-    """The configured benchmarks that have data here, and a note on the ones left out."""
+    """The configured benchmarks that have data here, and a note on the ones left out. A data root
+    the user named (eval.data_dir, $POPULORA_DATA) must exist; only the default one may be absent."""
     try:
         have = set(available_benchmarks(config.eval.data_dir))
     except BenchmarkDataError as e:
+        if data_dir_is_set(config.eval.data_dir):
+            raise
         return [], str(e)
     chosen = [b for b in config.eval.benchmarks if b in have]
     missing = [b for b in config.eval.benchmarks if b not in have]
-    return chosen, (f"no data for {', '.join(missing)}" if missing else "")
+    return chosen, (f"no data for {', '.join(missing)} under {resolve_data_dir(config.eval.data_dir)}" if missing else "")
 
 
 def evaluate_experiment(config: ExperimentConfig, out: Path, say: Callable[[str], None] = print,
-                        models: Sequence[str] = ("base", "baseline", "population")) -> Path:
-    """Score the base, the baseline and the population on the benchmarks into ``out/eval``."""
+                        models: Sequence[str] = ("base", "baseline", "population"), require_data: bool = False) -> Path:
+    """Score the base, the baseline and the population on the benchmarks into ``out/eval``.
+    Bad inputs fail before a model loads or anything is written: a missing ``out``, benchmark data
+    that is missing (when ``require_data`` or a data root was named) or malformed, an untrained run."""
+    out = Path(out)
+    if not out.is_dir():
+        raise PathNotFoundError(f"experiment directory {out} not found; pass the --out of an `experiment` run")
+    benches, note = benchmarks_to_run(config)
+    if not benches and require_data:
+        raise BenchmarkDataError(f"nothing to evaluate: {note}")
+    for bench in benches:  # a malformed file fails here, not after minutes of generation
+        load_benchmark(bench, config.eval.data_dir, config.eval.limit)
+    for agent in ("baseline", "population"):
+        if agent in models and RunDir(out / agent).latest_checkpoint() is None:
+            raise PathNotFoundError(f"{out / agent} has no checkpoint: train it first "
+                                    f"(python -m populora_nb experiment --out {out} --stages {agent})")
     eval_dir = out / "eval"
     eval_dir.mkdir(parents=True, exist_ok=True)
-    benches, note = benchmarks_to_run(config)
     (eval_dir / "NOTE.txt").write_text(note + "\n" if note else "")
     if not benches:
         say(f"[eval] nothing to evaluate: {note}")

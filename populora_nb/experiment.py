@@ -22,7 +22,10 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from populora_nb.benchmark_loaders import data_dir_is_set, resolve_data_dir
+from populora_nb.buffers import load_seed_triplets
 from populora_nb.config import ExperimentConfig
+from populora_nb.errors import UserInputError
 from populora_nb.records import RunDir
 
 STAGES = ("baseline", "population", "eval", "analysis", "report")
@@ -30,6 +33,16 @@ STAGES = ("baseline", "population", "eval", "analysis", "report")
 
 def stage_config(config: ExperimentConfig, agent: str) -> ExperimentConfig:
     return dataclasses.replace(config, run=dataclasses.replace(config.run, agent=agent))  # type: ignore[arg-type]
+
+
+def check_inputs(config: ExperimentConfig, stages: Sequence[str] = STAGES) -> None:
+    """Fail before anything is written on the files a config names that its field checks do not
+    read: the seed tasks (parsed) when a stage trains, and a benchmark data root the user named
+    when a stage evaluates (the default root may be absent: evaluation then notes it and skips)."""
+    if {"baseline", "population"} & set(stages):
+        load_seed_triplets(config.tasks.seeds_path)
+    if "eval" in stages and data_dir_is_set(config.eval.data_dir):
+        resolve_data_dir(config.eval.data_dir)
 
 
 def _done(out: Path) -> dict:
@@ -50,7 +63,8 @@ def run_experiment(config: ExperimentConfig, out: str | Path, stages: Sequence[s
     """Run every stage not yet complete, in order; returns the experiment directory."""
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
-        raise ValueError(f"unknown stages {unknown}; stages are {', '.join(STAGES)}")
+        raise UserInputError(f"unknown stages {unknown}; stages are {', '.join(STAGES)}")
+    check_inputs(config, stages)
     out = RunDir.create(out, config).path  # saves config.yaml, or checks it is this config (with a diff)
     for stage in stages:
         if stage in _done(out):

@@ -13,20 +13,22 @@ population_step: PFSP pairs each teacher with a student → teachers propose (on
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
 import torch
-from tqdm.auto import tqdm
+from tqdm import tqdm  # a text bar, not tqdm.auto's widget: see run()
 
 from populora_nb.buffers import TaskBuffer, load_seed_triplets, make_buffers
 from populora_nb.config import ExperimentConfig
+from populora_nb.errors import DataFileError
 from populora_nb.evolution import MemberRating, OperatorMix, apply_operator, inherit_rating, plan_replacement
 from populora_nb.matchmaking import Match, Rating, initial_ratings, make_trueskill, pfsp_pairs, round_robin_pairs, update_ratings
 from populora_nb.operators import LoRAFactors, relative_change
-from populora_nb.records import RunDir, read_json, write_json
+from populora_nb.records import MANIFEST, CorruptRunError, RunDir, read_json, write_json
 from populora_nb.stages import (
     Policy, StepOutcome, Timer, grow_buffers, member_metrics, peak_memory_gb, propose, reset_peak_memory, reward_samples,
     buffer_jobs, learnability_jobs, rng_for, seed_for, solve, solve_jobs, solve_rates, task_rows, token_counts, update,
@@ -93,7 +95,8 @@ def initial_state(config: ExperimentConfig, verifier: Verifier) -> RunState:
     verdicts = verifier.validate_many([Proposal("code_o", s["program"], tuple(s["inputs"][:1])) for s in seeds])
     good = [v for v in verdicts if isinstance(v, Task)]
     if not good:
-        raise ValueError(f"none of the {len(seeds)} seed tasks passed the verifier: {verdicts[:3]}")
+        raise DataFileError(f"none of the {len(seeds)} seed tasks in {config.tasks.seeds_path or 'the packaged seeds'} "
+                            f"passed the verifier; the first verdicts: {verdicts[:3]}")
     for kind in ("code_o", "code_i"):
         if kind in buffers:
             for t in good:
@@ -228,17 +231,23 @@ def run(
     if verifier is None:
         verifier = Verifier.from_config(config.verifier)
         verifier.start()
+    # One progress line from the first second: loading, then the running step (0-based, as in the
+    # records) and the count of steps done. A text bar, not a widget: in a notebook its last line
+    # is still there after the kernel stops, and in an exported or reopened one.
+    agent = config.run.agent
+    bar = tqdm(total=config.run.steps, desc=f"{agent}: loading the model", unit="step", disable=not progress)
     try:
         if policy is None:
             from populora_nb.policy import LoRAPolicy  # model code stays out of this module's imports
 
             policy = LoRAPolicy.create(config, list(roster_for(config).items()))
+        bar.set_description_str(f"{agent}: resuming or seeding the buffers")
         state = _resume_or_start(rd, policy, verifier, config)
+        bar.update(state.step)
         evolving = config.run.agent == "population" and config.evolution.enabled
         step_fn = baseline_step if config.run.agent == "baseline" else population_step
-        bar = tqdm(range(state.step, config.run.steps), desc=config.run.agent, disable=not progress,
-                   initial=state.step, total=config.run.steps)
-        for step in bar:
+        for step in range(state.step, config.run.steps):
+            bar.set_description_str(f"{agent} · step {step} running")
             state.step = step
             reset_peak_memory()
             started = time.perf_counter()
@@ -262,23 +271,61 @@ def run(
                 _checkpoint(rd, policy, state)
             if on_step is not None:
                 on_step(step, rows)
-            bar.set_postfix_str(_summary(rows))
+            bar.set_postfix_str(_summary(rows), refresh=False)
+            bar.update(1)
+        bar.set_description_str(f"{agent}: run complete" if bar.n == bar.total else f"{agent}: stopped")
         return rd
     finally:
+        bar.close()
         if own_verifier:
             verifier.close()
 
 
 def _resume_or_start(rd: RunDir, policy: TrainablePolicy, verifier: Verifier, config: ExperimentConfig) -> RunState:
-    latest = rd.latest_checkpoint()
-    if latest is None:
-        rd.truncate_after(-1)  # a run killed before its first checkpoint starts clean
-        return initial_state(config, verifier)
-    step, path = latest
-    state = RunState.from_json(read_json(path / "state.json"))
-    policy.load(path / "policy")
-    rd.truncate_after(state.step - 1)
-    return state
+    """Resume from the newest checkpoint that verifies against its manifest (its files, and the record
+    rows of the steps it committed), then cut the records back to it. A damaged newer checkpoint (or a
+    `latest` naming a missing one) is reported in a one-line warning on stderr; damage with no good
+    checkpoint to fall back on raises `CorruptRunError`, never a silent restart from step 0."""
+    bad: list[str] = []  # what was wrong with each newer checkpoint, for the warning or the refusal
+    checkpoints = rd.committed_checkpoints()
+    if checkpoints and not any((path / MANIFEST).is_file() for _, path in checkpoints):
+        # Every checkpoint predates manifests (an older populora_nb wrote this run; a checkpoint of
+        # this version commits its manifest atomically with it): resume unverified, as then.
+        step, path = checkpoints[0]
+        print(f"warning: {rd.path} was written before checkpoint manifests; resuming from {path.name} "
+              f"(step {step}) without verifying it", file=sys.stderr)
+        state = RunState.from_json(read_json(path / "state.json"))
+        policy.load(path / "policy")
+        rd.truncate_after(state.step - 1)
+        return state
+    try:
+        rd.latest_checkpoint()  # only to report a `latest` naming a missing directory; the newest dir wins
+    except CorruptRunError as e:
+        bad.append(e.what)
+    for step, path in checkpoints:
+        try:
+            manifest = rd.verify_checkpoint(path)
+            state = RunState.from_json(read_json(path / "state.json"))
+            policy.load(path / "policy")
+        except CorruptRunError as e:
+            bad.append(e.what)
+            continue
+        if bad:
+            print(f"warning: {'; '.join(bad)}; resuming from {path.name} (step {step})", file=sys.stderr)
+        rd.truncate_to(manifest)
+        return state
+    if bad:
+        raise CorruptRunError(f"cannot resume {rd.path}: {'; '.join(bad)}",
+                              "no checkpoint verifies: restore the file, or start the run again in a new --out")
+    rc = config.run
+    first = min(rc.checkpoint_every or rc.steps, rc.steps)  # the step of the first checkpoint a run writes
+    logged = rd.last_logged_step()
+    if logged >= first:
+        raise CorruptRunError(f"{rd.path} holds records up to step {logged} but {rd.checkpoints} has no checkpoint "
+                              f"(the first is written at step {first})",
+                              "restore the checkpoints, or start the run again in a new --out")
+    rd.truncate_after(-1)  # a run killed before its first checkpoint starts clean
+    return initial_state(config, verifier)
 
 
 def _checkpoint(rd: RunDir, policy: TrainablePolicy, state: RunState) -> None:

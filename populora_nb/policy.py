@@ -19,6 +19,7 @@ from populora_nb.adapters import Generation, Population, train_batch
 from populora_nb.base import Base, load_base
 from populora_nb.config import ExperimentConfig
 from populora_nb.operators import LoRAFactors
+from populora_nb.records import read_json
 from populora_nb.rl import policy_gradient_loss
 from populora_nb.stages import Sample
 
@@ -33,7 +34,18 @@ class LoRAPolicy:
     @classmethod
     def create(cls, config: ExperimentConfig, roster: Sequence[tuple[str, str]], base: Base | None = None) -> "LoRAPolicy":
         """A fresh population with one member per (name, role) of the roster."""
-        base = base or load_base(config, seed=config.run.seed)
+        if base is None:
+            # transformers' own "Loading weights" bar would be a second bar in the run's cell: the
+            # run's progress line already says "loading the model".
+            from transformers.utils import logging as hf_logging
+
+            was_enabled = hf_logging.is_progress_bar_enabled()
+            hf_logging.disable_progress_bar()
+            try:
+                base = load_base(config, seed=config.run.seed)
+            finally:
+                if was_enabled:
+                    hf_logging.enable_progress_bar()
         pop = Population.create(base, [role for _, role in roster], config.lora, seed=config.run.seed)  # type: ignore[misc]
         return cls(config, base, pop, {name: m.id for (name, _), m in zip(roster, pop.members)})
 
@@ -119,6 +131,7 @@ class LoRAPolicy:
         (Path(path) / "names.json").write_text(json.dumps(list(self.names.items())))
 
     def load(self, path: Path) -> None:
+        names = dict(read_json(Path(path) / "names.json"))
         self.population = Population.load(self.base, path)
-        self.names = dict(json.loads((Path(path) / "names.json").read_text()))
+        self.names = names
         self._sampled.clear()

@@ -6,16 +6,21 @@
     RUN/matches.jsonl      population runs: one row per (teacher, student, task) match
     RUN/lineage.jsonl      population runs: one row per child made by evolution
     RUN/checkpoints/step_N/  adapters, optimizer states, ratings, buffers (written atomically)
+    RUN/checkpoints/step_N/manifest.json  sha256 and size of every file in it, and of each record stream
     RUN/checkpoints/latest   the name of the newest complete checkpoint
 
 Rows are appended as a step finishes. A run killed mid-step leaves rows for steps after its last
-checkpoint (and maybe a torn last line); `RunDir.truncate_after(step)` drops them so the resumed run
-rewrites them exactly. Every random choice in a step is seeded from (run seed, step, purpose), so a
-resumed run needs no saved RNG state to repeat an uninterrupted one.
+checkpoint (and maybe a torn last line); resuming cuts each stream back to the bytes the checkpoint's
+manifest recorded, so the resumed run rewrites them exactly. The manifest is written last, before
+the atomic rename, so resume can tell a damaged checkpoint or a record stream that lost committed
+rows (`verify_checkpoint`) from a plain kill, and refuses them with a `CorruptRunError` naming the
+file. Every random choice in a step is seeded from (run seed, step, purpose), so a resumed run needs
+no saved RNG state to repeat an uninterrupted one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -25,8 +30,21 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from populora_nb.config import ExperimentConfig, load_config, save_config
+from populora_nb.errors import UserInputError
 
 STREAMS = ("metrics", "tasks", "matches", "lineage")
+MANIFEST = "manifest.json"
+RESUME_FIX = "rerun the same command to resume from the newest checkpoint that verifies, or restore the file"
+
+
+class CorruptRunError(UserInputError):
+    """A run directory holds damaged or missing state. The message is one line: ``what`` names the
+    file and its fault, ``fix`` how to recover. A UserInputError (a ValueError): the CLI prints it as
+    one line."""
+
+    def __init__(self, what: str, fix: str = "restore the file, or start the run in a new --out") -> None:
+        self.what, self.fix = what, fix
+        super().__init__(f"{what}; {fix}")
 
 
 @dataclass
@@ -37,12 +55,15 @@ class RunDir:
     def create(cls, path: str | Path, config: ExperimentConfig) -> "RunDir":
         """Open a run directory for ``config``; an existing one must hold the same config."""
         run = cls(Path(path))
-        run.path.mkdir(parents=True, exist_ok=True)
+        try:
+            run.path.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError, PermissionError) as e:
+            raise UserInputError(f"cannot create the run directory {run.path}: {e.strerror}") from None
         cfg_path = run.path / "config.yaml"
         if cfg_path.exists():
             old = run.load_config()
             if old.to_dict() != config.to_dict():
-                raise ValueError(
+                raise UserInputError(
                     f"{run.path} already holds a run with a different config; pick another --out "
                     f"or delete it (diff: {_diff(old.to_dict(), config.to_dict())})"
                 )
@@ -53,8 +74,12 @@ class RunDir:
     def load_config(self) -> ExperimentConfig:
         import yaml
 
-        data = yaml.safe_load((self.path / "config.yaml").read_text())
-        return load_config(data.pop("preset"), data)
+        path = self.path / "config.yaml"
+        try:
+            data = yaml.safe_load(path.read_text())
+            return load_config(data.pop("preset"), data)
+        except (OSError, yaml.YAMLError, AttributeError, KeyError, TypeError, ValueError) as e:
+            raise CorruptRunError(f"{path} does not load ({_one_line(e)})") from None
 
     # ---- row streams ------------------------------------------------------------------------
 
@@ -84,7 +109,7 @@ class RunDir:
             except json.JSONDecodeError:
                 if i >= len(lines) - 2:  # only the last line may be torn
                     break
-                raise ValueError(f"{p}:{i + 1} is not valid JSON") from None
+                raise CorruptRunError(f"{p}:{i + 1} is not valid JSON (only a last line torn by a kill is expected)") from None
         return rows
 
     def truncate_after(self, step: int) -> None:
@@ -97,6 +122,18 @@ class RunDir:
             tmp = p.with_suffix(".tmp")
             tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in keep))
             os.replace(tmp, p)
+
+    def truncate_to(self, manifest: dict) -> None:
+        """Cut every stream back to the bytes a checkpoint's manifest recorded (call after
+        `verify_checkpoint`): later rows, a torn last line, and rows after the checkpoint's step go."""
+        for stream in STREAMS:
+            p = self.path / f"{stream}.jsonl"
+            size = manifest["records"].get(stream, {"size": 0})["size"]
+            if p.exists() and p.stat().st_size != size:
+                tmp = p.with_suffix(".tmp")
+                with open(p, "rb") as fh:
+                    tmp.write_bytes(fh.read(size))
+                os.replace(tmp, p)
 
     def last_logged_step(self) -> int:
         rows = self.read("metrics")
@@ -119,26 +156,105 @@ class RunDir:
         return tmp
 
     def commit_checkpoint(self, tmp: Path, step: int, keep: int = 2) -> Path:
+        # The manifest goes last: a checkpoint directory without a matching one is not committed state.
+        write_json(tmp / MANIFEST, {"step": step, "files": _file_hashes(tmp), "records": self._stream_hashes()})
         final = self.checkpoint_dir(step)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         latest = self.checkpoints / "latest"
         (self.checkpoints / "latest.tmp").write_text(final.name)
         os.replace(self.checkpoints / "latest.tmp", latest)
-        # Old checkpoints only cost disk; keep a couple for inspection.
+        # Old checkpoints only cost disk; keep a couple to fall back on when the newest is damaged.
         done = sorted(p for p in self.checkpoints.glob("step_*") if p.is_dir())
         for old in done[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
         return final
 
+    def committed_checkpoints(self) -> list[tuple[int, Path]]:
+        """Every renamed-into-place checkpoint directory, newest first (scratch `.tmp_*` ones excluded)."""
+        found = []
+        for p in self.checkpoints.glob("step_*"):
+            name = p.name.split("_")[1]
+            if p.is_dir() and name.isdigit():
+                found.append((int(name), p))
+        return sorted(found, reverse=True)
+
     def latest_checkpoint(self) -> tuple[int, Path] | None:
+        """The checkpoint `latest` names; None before the first commit. A `latest` naming a missing
+        directory is corruption (raised), never "no checkpoint": that would restart the run from 0."""
         latest = self.checkpoints / "latest"
         if not latest.exists():
             return None
-        path = self.checkpoints / latest.read_text().strip()
-        if not path.is_dir():
-            return None
-        return int(path.name.split("_")[1]), path
+        name = latest.read_text().strip()
+        path = self.checkpoints / name
+        if not name.startswith("step_") or not name[5:].isdigit() or not path.is_dir():
+            others = ", ".join(f"step {s}" for s, _ in self.committed_checkpoints()) or "none"
+            raise CorruptRunError(f"{latest} names {name!r}, which is not a checkpoint directory (checkpoints "
+                                  f"present: {others})", RESUME_FIX)
+        return int(name[5:]), path
+
+    def verified_checkpoint(self) -> tuple[int, Path] | None:
+        """`latest_checkpoint` with its files checked against its manifest (for readers of a finished run:
+        the record streams are not checked)."""
+        latest = self.latest_checkpoint()
+        if latest is not None:
+            self.verify_checkpoint(latest[1], records=False)
+        return latest
+
+    def verify_checkpoint(self, path: Path, records: bool = True) -> dict:
+        """The manifest of checkpoint ``path`` once every file it lists, and (``records``) every
+        record stream's committed prefix, matches it; else a one-line `CorruptRunError` naming the file."""
+        if not (path / MANIFEST).is_file():
+            raise CorruptRunError(f"{path / MANIFEST} is missing: the checkpoint is damaged or was not written "
+                                  "by this version", RESUME_FIX)
+        manifest = read_json(path / MANIFEST)
+        if not isinstance(manifest, dict) or not {"files", "records"} <= set(manifest):
+            raise CorruptRunError(f"{path / MANIFEST} lacks its files/records lists", RESUME_FIX)
+        for rel, want in manifest["files"].items():
+            f = path / rel
+            if not f.is_file():
+                raise CorruptRunError(f"{f} is missing (listed in {path.name}/{MANIFEST})", RESUME_FIX)
+            got = _hash_file(f)
+            if got != want:
+                raise CorruptRunError(f"{f} is corrupt: {got['size']} bytes, sha256 {got['sha256'][:12]}; its "
+                                      f"manifest says {want['size']} bytes, sha256 {want['sha256'][:12]}", RESUME_FIX)
+        if records:
+            for stream, want in manifest["records"].items():
+                p = self.path / f"{stream}.jsonl"
+                got = _hash_file(p, want["size"]) if p.exists() else _hash_bytes(b"")
+                if got != want:
+                    # Rows of committed steps cannot be regenerated without re-running those steps.
+                    raise CorruptRunError(
+                        f"{p} lost rows of steps committed by checkpoint {path.name}: it recorded {want['rows']} "
+                        f"rows in {want['size']} bytes, the file's first {got['size']} bytes hold {got['rows']} "
+                        f"rows{' with other content' if got['size'] == want['size'] else ''}")
+        return manifest
+
+    def _stream_hashes(self) -> dict[str, dict]:
+        return {s: _hash_file(self.path / f"{s}.jsonl") if (self.path / f"{s}.jsonl").exists() else _hash_bytes(b"")
+                for s in STREAMS}
+
+
+def _file_hashes(root: Path) -> dict[str, dict]:
+    return {p.relative_to(root).as_posix(): _hash_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _hash_file(path: Path, limit: int | None = None) -> dict:
+    """sha256, size and line count of a file's first ``limit`` bytes (all of it by default)."""
+    h, size, rows = hashlib.sha256(), 0, 0
+    with open(path, "rb") as fh:
+        while limit is None or size < limit:
+            chunk = fh.read(1 << 20 if limit is None else min(1 << 20, limit - size))
+            if not chunk:
+                break
+            h.update(chunk)
+            size += len(chunk)
+            rows += chunk.count(b"\n")
+    return {"sha256": h.hexdigest(), "size": size, "rows": rows}
+
+
+def _hash_bytes(data: bytes) -> dict:
+    return {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "rows": data.count(b"\n")}
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -148,7 +264,16 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def read_json(path: Path) -> Any:
-    return json.loads(path.read_text())
+    """A JSON file; a missing, truncated or damaged one raises a one-line `CorruptRunError` naming it."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CorruptRunError(f"{path} does not load ({_one_line(e)})", RESUME_FIX) from None
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:200]
 
 
 def _jsonable(value: Any) -> Any:

@@ -166,7 +166,7 @@ def load_population(
     if run_dir is None:
         state = initial_state(config, verifier)
         return LoRAPolicy.create(config, list(state.roster.items()), base=base), state
-    latest = RunDir(Path(run_dir)).latest_checkpoint()
+    latest = RunDir(Path(run_dir)).verified_checkpoint()  # a damaged one raises CorruptRunError naming the file
     if latest is None:
         raise FileNotFoundError(f"{run_dir} has no checkpoint; train it first (loop.run) or pass run_dir=None")
     _, path = latest

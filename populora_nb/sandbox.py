@@ -5,20 +5,22 @@ Run as a script (``python -S sandbox.py CONFIG_JSON``) it imports only the stand
 nothing from the project or site-packages is reachable from inside. The parent (`verifier.py`)
 imports it for the literal helpers and the reply decoder, so both sides agree on values.
 
-Layers, outermost first; the zygote reports which ones this machine allows (hello line):
-  zygote (once): empty network namespace (root), modules preloaded, dangerous os/posix/shutil/io/
-      builtins functions replaced by stubs and socket modules removed (it keeps private
+Layers, outermost first; the zygote reports which ones this machine allows (hello line, `level`):
+  zygote (once): user (unless root), mount, PID, network, IPC and UTS namespaces, its root an
+      empty read-only tmpfs (`isolation.py`; level "namespaces"), or without them, as root, an
+      empty network namespace (level "root-chroot"); modules preloaded, dangerous os/posix/shutil/
+      io/builtins functions replaced by stubs and socket modules removed (it keeps private
       references for itself), imports by model code outside the policy refused, ``gc.freeze``;
   child (per run): own session, killed as a group; stdin/stdout/stderr on /dev/null, every other
-      fd closed; rlimits (CPU, address space, file size 0, no new processes, no core); chroot
-      into a fresh empty directory and a drop to an unprivileged uid (root); death with the zygote.
-Without root there is no namespace, chroot or uid drop: the static policy, the stubs and the
-rlimits remain (RLIMIT_NPROC=0 still stops fork for an ordinary user), which the tests check.
-Everything a run needs is prepared in the zygote, so a fork copies it for free: measured here,
-each page a child writes costs a copy-on-write fault of ~6 us, more than most programs run.
-The OS layer is the boundary; the policy and the stubs only make escapes rarer and statuses
-clearer (a program that reached ``os`` anyway could still forge its own result lines, never
-another run's, and the parent parses them as data).
+      fd closed; rlimits (CPU, address space, file size 0, no new processes, no core); no_new_privs
+      and no capabilities (namespaces) or chroot into a fresh empty directory and an unprivileged
+      uid (root-chroot); the parent-death signal set again after that credential change.
+Without root and without user namespaces there is no OS layer ("none"): the Verifier refuses to
+run unless opted in. Everything a run needs is prepared in the zygote, so a fork copies it for
+free: measured here, each page a child writes costs a copy-on-write fault of ~6 us, more than most
+programs run. The OS layer is the boundary; the policy and the stubs only make escapes rarer and
+statuses clearer (a program that reached ``os`` anyway can write its own result lines, never
+another run's, and the parent parses and caps them as data).
 
 Protocol: a request is a header line ``mode entry n size timeout_s memory_mb`` (mode: ``call``,
 ``validate`` — call f twice per input — or ``script``) then `size` bytes
@@ -122,6 +124,8 @@ def values_equal(a, b) -> bool:
     """Equality of parsed literals that also requires equal types, recursively (1 != 1.0 != True).
 
     Set members and dict keys compare with ``==`` (hashing has already merged 1 and True there).
+    Floats compare with ``==`` too, as evalplus and AZR do: ``0.0`` and ``-0.0`` are equal (an
+    answer ``-0.0`` passes gold ``0.0``); nan never reaches here (it is not a literal).
     """
     if type(a) is not type(b):
         return False
@@ -165,8 +169,20 @@ def literal_repr(value, max_chars: int) -> tuple[str, str]:
     return "ok", text
 
 
-def decode_run(data: bytes, n: int, why: str, signal_number: int, exit_code: int) -> list[dict]:
-    """Per-input results from a child's raw lines (untrusted) and how the process ended."""
+def reply_cap(mode: str, n: int, max_output_chars: int, stdout_cap: int) -> int:
+    """Most bytes a run's reply may hold: what `_harness` can write for `n` inputs (a JSON-escaped
+    char is at most 12 bytes), plus stdout in script mode only. The zygote reads no more."""
+    return max(1, n) * (12 * max_output_chars + 2048) + (12 * stdout_cap if mode == "script" else 0) + 4096
+
+
+def decode_run(data: bytes, n: int, why: str, signal_number: int, exit_code: int,
+               max_output_chars: int = 1 << 62, stdout_cap: int = 1 << 62) -> list[dict]:
+    """Per-input results from a child's raw lines (untrusted) and how the process ended.
+
+    The lines are data the program could have written itself (it runs in the same process as
+    the harness): each is checked as such, and a longer output or stdout than the policy allows
+    is "output_too_long" here whatever status the line claims.
+    """
     results = []
     for line in data.split(b"\n")[: n + 1]:
         try:
@@ -176,9 +192,11 @@ def decode_run(data: bytes, n: int, why: str, signal_number: int, exit_code: int
         if not isinstance(obj, dict) or obj.get("status") not in RUN_STATUSES:
             continue
         seconds = obj.get("seconds")
-        results.append({k: obj[k] if isinstance(obj.get(k), str) else "" for k in ("status", "output", "detail", "stdout")}
-                       | {"seconds": float(seconds) if type(seconds) in (int, float) else 0.0,
-                          "load": obj.get("load") is True})
+        r = ({k: obj[k] if isinstance(obj.get(k), str) else "" for k in ("status", "output", "detail", "stdout")}
+             | {"seconds": float(seconds) if type(seconds) in (int, float) else 0.0, "load": obj.get("load") is True})
+        if len(r["output"]) > max_output_chars or len(r["stdout"]) > stdout_cap:
+            r.update(status="output_too_long", output="", stdout="", detail="reported output over the cap")
+        results.append(r)
     if results and results[0]["load"]:  # the program failed before any input ran
         results = results[:1] * n
     results = results[:n]
@@ -209,7 +227,7 @@ _CODECS = ("ascii", "latin_1", "utf_8_sig", "utf_16", "utf_16_le", "utf_16_be", 
            "raw_unicode_escape", "unicode_escape", "hex_codec", "base64_codec", "rot_13")
 _OS = SimpleNamespace(**vars(os))  # the zygote's own references, untouched by the stubs
 _REAL_INPUT = builtins.input
-_CURRENT = SimpleNamespace(globals={}, prctl=None)  # the running program's globals ({} matches no caller)
+_CURRENT = SimpleNamespace(globals={}, libc=None, isolation=None)  # the running program's globals ({} matches no caller)
 
 
 def _refuse(name: str):
@@ -355,8 +373,6 @@ def _harness(req: dict, cfg: dict, write) -> None:
 def _run_child(req: dict, cfg: dict, run_dir: str, w: int, devnull: int) -> None:
     try:
         _OS.setsid()
-        if _CURRENT.prctl is not None:
-            _CURRENT.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the zygote
         for fd in (0, 1, 2):
             _OS.dup2(devnull, fd)
         _OS.dup2(w, 3)
@@ -366,13 +382,18 @@ def _run_child(req: dict, cfg: dict, run_dir: str, w: int, devnull: int) -> None
                            (resource.RLIMIT_FSIZE, (0, 0)), (resource.RLIMIT_NPROC, (0, 0)),
                            (resource.RLIMIT_CORE, (0, 0))):
             resource.setrlimit(res, value)
-        _OS.chdir(run_dir)
-        if cfg["uid"] is not None:  # root: jail the filesystem to run_dir, then drop every privilege
+        if cfg["level"] == "namespaces":  # the root is already empty and read-only; drop what is left
+            _CURRENT.isolation.drop_privileges(_CURRENT.libc, cfg["uid"])
+        elif cfg["uid"] is not None:  # root without namespaces: jail the filesystem to run_dir
+            _OS.chdir(run_dir)
             _OS.chroot(run_dir)
             _OS.chdir("/")
-            _OS.setgroups([])
-            _OS.setgid(cfg["uid"])
-            _OS.setuid(cfg["uid"])
+            _CURRENT.isolation.drop_privileges(_CURRENT.libc, cfg["uid"])
+        else:
+            _OS.chdir(run_dir)
+        if _CURRENT.libc is not None:  # the credential change cleared it: set it again, then check
+            zygote = cfg["zygote_pid"]
+            _CURRENT.isolation.set_parent_death(_CURRENT.libc, lambda: _OS.getppid() != zygote)
 
         def write(obj: dict) -> None:
             data = _json_line(obj)
@@ -384,32 +405,18 @@ def _run_child(req: dict, cfg: dict, run_dir: str, w: int, devnull: int) -> None
 
 
 # ---------------------------------------------------------------- the zygote
-def _remove_tree(path: str) -> None:
-    """Delete a run directory without following anything the program may have linked."""
-    try:
-        _OS.rmdir(path)  # the common case: the program created nothing
-        return
-    except OSError:
-        pass
-    with _OS.scandir(path) as entries:
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                _remove_tree(entry.path)
-            else:
-                _OS.unlink(entry.path)
-    _OS.rmdir(path)
-
-
 def _execute(req: dict, cfg: dict, run_dir: str, devnull: int) -> tuple[str, int, int, bytes]:
-    _OS.mkdir(run_dir, 0o700)
-    if cfg["uid"] is not None:
+    jailed = cfg["level"] != "namespaces"  # with namespaces there is nothing to create or remove
+    if jailed:
+        _OS.mkdir(run_dir, 0o700)
+    if jailed and cfg["uid"] is not None:
         _OS.chown(run_dir, cfg["uid"], cfg["uid"])
     r, w = _OS.pipe()
     pid = _OS.fork()
     if pid == 0:
         _run_child(req, cfg, run_dir, w, devnull)
     _OS.close(w)
-    cap = max(1, req["n"]) * (12 * cfg["max_output_chars"] + 2048) + 12 * cfg["stdout_cap"] + 4096
+    cap = reply_cap(req["mode"], req["n"], cfg["max_output_chars"], cfg["stdout_cap"])
     poller, buf, why = select.poll(), bytearray(), ""  # (re-used objects save no page faults here)
     poller.register(r, select.POLLIN)
     deadline = time.monotonic() + float(req["timeout_s"])
@@ -419,12 +426,12 @@ def _execute(req: dict, cfg: dict, run_dir: str, devnull: int) -> tuple[str, int
             why = "timeout"
             break
         if poller.poll(left * 1000):
-            chunk = _OS.read(r, 1 << 16)
+            chunk = _OS.read(r, min(1 << 16, cap + 1 - len(buf)))  # never more than the cap
             if not chunk:
                 break
             buf += chunk
             if len(buf) > cap:
-                why = "output_too_long"
+                why, buf = "output_too_long", buf[:cap]
                 break
     _OS.close(r)
     # Kill the group before reaping: a zombie leader still holds the group id, so the id cannot
@@ -435,7 +442,11 @@ def _execute(req: dict, cfg: dict, run_dir: str, devnull: int) -> tuple[str, int
         except (ProcessLookupError, PermissionError):
             pass
     status = _OS.waitpid(pid, 0)[1]
-    _remove_tree(run_dir)
+    if jailed:
+        try:
+            _CURRENT.isolation.remove_tree(run_dir)  # iterative: a program may nest thousands deep
+        except OSError:  # the Verifier removes the whole base directory at close
+            pass
     signal_number = _OS.WTERMSIG(status) if _OS.WIFSIGNALED(status) else 0
     exit_code = _OS.WEXITSTATUS(status) if _OS.WIFEXITED(status) else 0
     return why, signal_number, exit_code, bytes(buf)
@@ -482,17 +493,23 @@ def _warm(cfg: dict) -> None:
 
 
 def serve(cfg: dict) -> None:
-    """Zygote main loop: lock down and warm up once, then fork one confined child per request."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None)  # without use_errno: a third of the page faults per call
-        _CURRENT.prctl = libc.prctl
-        _CURRENT.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the parent Verifier
-    except (ImportError, OSError, AttributeError):
-        libc = None
-    root = _OS.geteuid() == 0
-    netns = bool(root and cfg["netns"] and libc is not None and libc.unshare(0x40000000) == 0)  # CLONE_NEWNET
-    for codec in _CODECS:  # codecs load lazily, which the chroot forbids; all ~120 would cost 3.5 MB
+    """Zygote main loop: isolate, lock down and warm up once, then fork one confined child per request."""
+    import ctypes
+
+    import isolation  # this script's folder is sys.path[0]; standard library only
+    libc = ctypes.CDLL(None)  # per-run calls without use_errno: a third of the page faults per call
+    setup_libc = ctypes.CDLL(None, use_errno=True)
+    owner = cfg["owner_pid"]
+    isolation.set_parent_death(libc, lambda: _OS.getppid() != owner)  # die with the parent Verifier
+    _CURRENT.libc, _CURRENT.isolation = libc, isolation
+    root, facts = _OS.geteuid() == 0, {}
+    if cfg["namespaces"]:
+        facts = isolation.enter_namespaces(setup_libc, _OS.getuid(), _OS.getgid(), cfg["netns"])
+    namespaces = "error" not in facts and bool(facts)
+    netns = facts.get("network_namespace", False)
+    if not namespaces and root and cfg["netns"]:
+        netns = setup_libc.unshare(isolation.CLONE_NEWNET) == 0
+    for codec in _CODECS:  # codecs load lazily, which the empty root forbids; all ~120 would cost 3.5 MB
         __import__(f"encodings.{codec}")
     missing = []
     for name in cfg["preload"]:
@@ -501,10 +518,20 @@ def serve(cfg: dict) -> None:
         except ImportError:
             missing.append(name)
     uid = next((u for u in (cfg["uid"], 65534) if _probe_uid(u)), None) if root else None
-    cfg = dict(cfg, uid=uid)
+    level = "namespaces" if namespaces else "root-chroot" if uid is not None else "none"
+    cfg = dict(cfg, uid=uid, level=level, zygote_pid=_OS.getpid())
     devnull = _OS.open(os.devnull, os.O_RDWR)
     vm_kb = next((int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmSize:")), 0)
     requests, replies = sys.stdin.buffer, sys.stdout.buffer
+    hello = {"level": level, "netns": netns, "uid": uid, "chroot": level != "none", "missing": missing,
+             "vm_mb": vm_kb // 1024, "namespaces_error": facts.get("error", "")} | (facts if namespaces else {})
+    if namespaces:
+        try:
+            isolation.pivot_to_empty_root(setup_libc, next(d for d in ("/tmp", cfg["base_dir"]) if d and _OS.path.isdir(d)))
+        except (OSError, StopIteration) as e:  # half-isolated: say why and serve nothing
+            replies.write((json.dumps({"error": f"namespace setup failed: {e}"}) + "\n").encode())
+            replies.flush()
+            return
     sys.stdin = io.TextIOWrapper(io.BytesIO(b""), encoding="utf-8")  # what model code sees
     sys.stdout = sys.stderr = _text(_Sink(0))
     builtins.exit = builtins.quit = sys.exit  # `site` is not loaded (-S); scripts still call exit()
@@ -515,8 +542,7 @@ def serve(cfg: dict) -> None:
     _skip_reseed_after_fork()
     _warm(cfg)
     gc.freeze()  # the warmed heap stays out of the children's collections: fewer copied pages
-    replies.write((json.dumps({"netns": netns, "uid": uid, "chroot": uid is not None, "missing": missing,
-                               "vm_mb": vm_kb // 1024}) + "\n").encode())
+    replies.write((json.dumps(hello) + "\n").encode())
     replies.flush()
     for n, line in enumerate(requests):  # plain text headers: json costs page faults here too
         mode, entry, count, size, timeout_s, memory_mb = line.split()

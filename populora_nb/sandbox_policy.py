@@ -5,6 +5,10 @@ An allow-list of modules, AZR's banned modules, banned builtins, no dunder attri
 frame traversal, by-name attribute calls only with constant non-dunder names. `TASK_POLICY` is for
 proposed tasks, `BENCHMARK_POLICY` for benchmark code and solutions to it. The sandbox
 (`sandbox.py`) enforces the same module list again at run time; the `Verifier` runs both.
+
+This is a fast first filter that gives a clear reason, never the boundary: Python has too many
+routes from an allowed object to a dangerous one to close them all by syntax. The boundary is the
+OS layer (`isolation.py`), which holds with this filter switched off (tests/test_isolation.py).
 """
 
 from __future__ import annotations
@@ -38,6 +42,10 @@ FRAME_ATTRIBUTES = frozenset({
     "gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "cr_code", "cr_await", "ag_frame", "ag_code",
     "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "tb_frame", "tb_next"})
 """Non-dunder routes from any generator or traceback to the harness's globals."""
+REFLECTIVE_ATTRIBUTES = frozenset({
+    "modules", "_getframe", "get_type_hints", "Formatter", "get_field", "f_builtins", "_OS"})
+"""Routes found by an adversarial round (issue 18): sys.modules through a module's `sys`,
+string annotations that get_type_hints evaluates, Formatter field lookups returning objects."""
 BANNED_NAMES = frozenset({"open", "eval", "exec", "compile", "globals", "locals", "vars",
                           "breakpoint", "help", "exit", "quit", "memoryview"})
 BY_NAME_CALLS = frozenset({"getattr", "setattr", "delattr", "attrgetter", "methodcaller"})
@@ -83,6 +91,8 @@ class SandboxPolicy:
     """Builtins a program may not even mention (``g = eval`` would dodge a call check)."""
     allowed_dunder_attributes: frozenset = frozenset()
     """Dunder attributes a program may use (``x.__init__``); tasks need none."""
+    banned_attributes: frozenset = FRAME_ATTRIBUTES | REFLECTIVE_ATTRIBUTES
+    """Non-dunder attribute names a program may not use, directly or through getattr & co."""
     max_program_chars: int = 20_000
     max_input_chars: int = 2_000
     max_output_chars: int = 1_000
@@ -182,7 +192,8 @@ def _policy_violation(tree: ast.Module, policy: SandboxPolicy, entry_point: Opti
             if _dunder(node.id) and node.id != "__name__":
                 return Invalid("banned_attribute", node.id)
         elif kind is ast.Attribute:
-            if node.attr in FRAME_ATTRIBUTES or (_dunder(node.attr) and node.attr not in policy.allowed_dunder_attributes):
+            if node.attr in policy.banned_attributes or (
+                    _dunder(node.attr) and node.attr not in policy.allowed_dunder_attributes):
                 return Invalid("banned_attribute", node.attr)
         elif kind is ast.Call:
             call_targets.add(id(node.func))
@@ -195,8 +206,13 @@ def _policy_violation(tree: ast.Module, policy: SandboxPolicy, entry_point: Opti
                 consts = node.args[1:2] if name in ("getattr", "setattr", "delattr") else node.args
                 if not consts or node.keywords or not all(
                         type(a) is ast.Constant and type(a.value) is str
-                        and not any(_dunder(p) for p in a.value.split(".")) for a in consts):
-                    return Invalid("banned_call", f"{name} with a non-constant or dunder name")
+                        and not any(_dunder(p) or p in policy.banned_attributes for p in a.value.split("."))
+                        for a in consts):
+                    return Invalid("banned_call", f"{name} with a non-constant, dunder or frame name")
+                base = _module_of(node.args[0], modules) if node.args and name != "attrgetter" else None
+                value = getattr(_module(base), node.args[1].value, None) if base and len(node.args) > 1 else None
+                if isinstance(value, ModuleType) and not policy.module_allowed(value.__name__):
+                    return Invalid("banned_attribute", f"getattr({base}, ...) is module {value.__name__}")
         elif kind is ast.Name and node.id in BY_NAME_CALLS and id(node) not in call_targets:
             return Invalid("banned_call", f"{node.id} used as a value")
         elif kind is ast.Attribute and modules and (base := _module_of(node.value, modules)):
@@ -217,6 +233,8 @@ def _import_violation(node: ast.Import | ast.ImportFrom, policy: SandboxPolicy, 
             why = "banned" if name.split(".")[0] in policy.banned_modules else "not allow-listed"
             return Invalid("banned_import", f"{name or '.'} ({why})")
     for alias in node.names:
+        if alias.name in policy.banned_attributes:  # from typing import get_type_hints
+            return Invalid("banned_import", f"{alias.name} from {node.module}")
         if type(node) is ast.Import:
             target = alias.name if alias.asname else alias.name.split(".")[0]
             modules[alias.asname or target] = target

@@ -4,15 +4,29 @@ AZR's executor, hardened).
 Every reward comes from here, and a population multiplies the proposers that will look for holes.
 Two layers stand between a model's program and the machine:
   1. a static policy (`sandbox_policy.py`, checked on the AST in the parent): an allow-list of
-     modules, AZR's banned modules, banned builtins, no dunder attribute access, no frame traversal;
-  2. the sandbox (`sandbox.py`): a warmed zygote per hash seed forks one confined child per run
-     (rlimits, chroot + unprivileged uid, empty network namespace, no new processes, stubs).
+     modules, AZR's banned modules, banned builtins, no dunder or reflective attribute access. A
+     fast first filter with a clear reason, never the boundary (Python has too many routes);
+  2. the sandbox (`sandbox.py`, `isolation.py`): a warmed zygote per hash seed, inside its own
+     user, mount, PID, network and IPC namespaces with an empty read-only root, forks one child per
+     run (no capabilities, rlimits, no new processes). No root needed; as root the same namespaces
+     and an unprivileged uid per zygote. `Verifier.isolation` says what the zygotes achieved; with
+     no OS-level isolation ("none": not root, no user namespaces) `start` refuses unless
+     ``allow_unsafe_no_isolation=True``.
 The parent never executes model text: inputs, answers and outputs are parsed with ``ast`` only,
 and compared as values (`values_equal`), so ``'zz') or (True`` and objects with an always-true
-``__eq__`` cannot pass. Determinism: each validation runs in two processes with different
-``PYTHONHASHSEED`` and the outputs must agree as values, and inside each process f is called twice
-per input and must give the same answer (AZR's check: it catches state kept between calls; the
-two processes catch hash and set order). Outputs are capped, never truncated.
+``__eq__`` cannot pass. The result lines come from the child, where the program also runs: a
+program that escapes the in-process layer can write its own lines, which is choosing its own
+output, as ``return`` does; so every line is treated as data: capped by the zygote (it reads at
+most the cap for the run's inputs) and again here, parsed as literals, one per input, for that
+run only. Outputs are capped, never truncated.
+
+Determinism: each validation runs in two processes with different ``PYTHONHASHSEED`` and the
+outputs must agree as values, and inside each process f is called twice per input and must give
+the same answer (AZR's check: it catches state kept between calls; the two processes catch hash
+and set order). The two seeds are drawn at random per Verifier (``secrets``, never equal, never
+0) and drawn again every `reseed_every` validated proposals (the zygotes restart), so a program
+cannot be tuned to known seeds; a program whose output depends on hash() still passes when both
+seeds happen to agree on it (for ``hash(a) % 2``, half the time), but not reliably.
 
 Statuses are strings from `INVALID_REASONS` (for `validate`) and `VERDICTS` (for `judge`); the
 single reason that is not the model's fault is "sandbox_error". `BENCHMARK_POLICY` runs benchmark
@@ -26,7 +40,7 @@ import json
 import marshal
 import os
 import selectors
-import shutil
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -34,11 +48,13 @@ import threading
 import time
 import weakref
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import CodeType
 from typing import Optional, Sequence
 
-from populora_nb.sandbox import decode_run, parse_arguments, parse_literal, values_equal
+from populora_nb.errors import UserInputError
+from populora_nb.isolation import LEVELS, remove_tree, sweep_stale
+from populora_nb.sandbox import decode_run, parse_arguments, parse_literal, reply_cap, values_equal
 from populora_nb.sandbox_policy import (  # noqa: F401  (re-exported: the verifier's public vocabulary)
     BENCHMARK_POLICY, INVALID_REASONS, TASK_POLICY, VERDICTS, Invalid, SandboxPolicy, compile_program, static_check,
 )
@@ -74,13 +90,35 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Isolation:
-    """What the sandbox enforces on this machine (reported by the zygotes, not assumed)."""
+    """What the sandbox enforces on this machine, as the zygotes reported it (not assumed).
+
+    `level` is the weakest of the zygotes' levels (`isolation.LEVELS`): "namespaces" (user or root:
+    mount/PID/network/IPC namespaces, an empty read-only root, children without capabilities),
+    "root-chroot" (root without namespaces: chroot into an empty directory, unprivileged uid) or
+    "none" (the static policy, the stubs and the rlimits only: refused unless opted in).
+    """
 
     network_namespace: bool
     chroot: bool
+    """Children see an empty root: pivot_root into a read-only tmpfs, or chroot (root-chroot)."""
     uids: tuple[int, ...]
     """The unprivileged uid of each zygote's children (empty when not running as root)."""
     hash_seeds: tuple[int, ...]
+    level: str = "none"
+    user_namespace: bool = False
+    pid_namespace: bool = False
+    why_not: str = ""
+    """Why namespaces were not used (the kernel's answer), when they were not."""
+
+    def __str__(self) -> str:
+        if self.level == "namespaces":
+            kinds = ", ".join(k for k, on in (("user", self.user_namespace), ("mount", True), ("pid", self.pid_namespace),
+                                              ("network", self.network_namespace)) if on)
+            who = "unprivileged uid" if self.uids else "no capabilities"
+            return f"namespaces ({kinds}; empty read-only root; children: {who}, no new processes)"
+        if self.level == "root-chroot":
+            return f"root-chroot (chroot, unprivileged uid, network namespace: {self.network_namespace}; {self.why_not})"
+        return f"none (static policy and rlimits only; {self.why_not or 'disabled'})"
 
 
 # ---------------------------------------------------------------- the zygote pool (parent)
@@ -93,7 +131,26 @@ parent and zygote can never both block writing to each other."""
 
 
 class SandboxError(RuntimeError):
-    """The verifier's own machinery failed (a zygote would not start)."""
+    """The verifier's own machinery failed (a zygote would not start), or it refuses to run model
+    code without OS-level isolation."""
+
+
+class IsolationUnavailable(SandboxError, UserInputError):
+    """No OS-level isolation here and no explicit opt-in: a fact about the machine the user can act
+    on (run where user namespaces work, or opt in), so the CLI prints it as one line."""
+
+
+STALE_PREFIX = "populora-sandbox-"
+"""Run directories (root-chroot and none levels) live in ``{tmp}/{STALE_PREFIX}{owner pid}-*``."""
+
+
+def _random_hash_seeds() -> tuple[int, int]:
+    """Two different PYTHONHASHSEEDs in 1..2**32-1 (0 would turn hash randomisation off)."""
+    first = secrets.randbelow(2 ** 32 - 1) + 1
+    second = first
+    while second == first:
+        second = secrets.randbelow(2 ** 32 - 1) + 1
+    return first, second
 
 
 @dataclass
@@ -111,6 +168,7 @@ class _Job:
     request: bytes
     timeout_s: float
     n: int
+    mode: str = "call"
     results: Optional[list[dict]] = None
     retried: bool = False
 
@@ -121,21 +179,34 @@ class Verifier:
     Use as a context manager (or call `close`). Thread-safe: concurrent batches are serialised and
     each batch uses every worker. `workers` is how many runs go at once; one per core is enough on
     an idle machine, twice that hides scheduling latency on a busy one (measured: 2 -> 4 workers
-    doubled throughput on 2 cores shared with other jobs). `uid_base`: children run as
+    doubled throughput on 2 cores shared with other jobs). `uid_base`: as root, children run as
     uid_base + f(parent pid, zygote), a uid of their own, so no run can signal another's process.
+    `hash_seeds`: None draws two random different seeds, and new ones every `reseed_every`
+    validated proposals (the zygotes restart); fixed seeds are never changed. `namespaces=False`
+    skips the namespace layer (as on a kernel without user namespaces); without root that leaves
+    no OS-level isolation, and `start` refuses unless `allow_unsafe_no_isolation` is True.
     """
 
     def __init__(self, timeout_s: float = 5.0, memory_mb: int = 512, workers: int = 2,
-                 policy: SandboxPolicy = TASK_POLICY, hash_seeds: tuple[int, int] = (1, 2),
-                 network_namespace: bool = True, uid_base: int = 100_000):
+                 policy: SandboxPolicy = TASK_POLICY, hash_seeds: Optional[tuple[int, int]] = None,
+                 network_namespace: bool = True, uid_base: int = 100_000, namespaces: bool = True,
+                 allow_unsafe_no_isolation: bool = False, reseed_every: int = 2000):
         if timeout_s <= 0 or memory_mb < 64:
             raise ValueError("Verifier needs timeout_s > 0 and memory_mb >= 64")
         if not 1 <= workers <= 64:
             raise ValueError("Verifier workers must be in 1..64 (one confined child per worker)")
-        if len(hash_seeds) != 2 or hash_seeds[0] == hash_seeds[1] or min(hash_seeds) < 1:
-            raise ValueError("hash_seeds must be two different positive ints (0 turns hash randomisation off)")
+        if reseed_every < 1:
+            raise ValueError("reseed_every must be >= 1 (validated proposals between new hash seeds)")
+        if hash_seeds is not None and (len(hash_seeds) != 2 or hash_seeds[0] == hash_seeds[1] or min(hash_seeds) < 1
+                                       or max(hash_seeds) >= 2 ** 32):
+            raise ValueError("hash_seeds must be two different ints in 1..2**32-1 (0 turns hash randomisation off), "
+                             "or None for random ones")
         self.timeout_s, self.memory_mb, self.workers, self.policy = timeout_s, memory_mb, workers, policy
-        self.hash_seeds, self.network_namespace, self.uid_base = tuple(hash_seeds), network_namespace, uid_base
+        self.network_namespace, self.uid_base, self.namespaces = network_namespace, uid_base, namespaces
+        self.allow_unsafe_no_isolation, self.reseed_every = allow_unsafe_no_isolation, reseed_every
+        self._fixed_seeds = hash_seeds is not None
+        self.hash_seeds: tuple[int, int] = tuple(hash_seeds) if hash_seeds else _random_hash_seeds()
+        self._validated_since_seeding = 0
         self.isolation: Optional[Isolation] = None
         self._lock = threading.RLock()
         self._zygotes: list[_Zygote] = []
@@ -146,7 +217,16 @@ class Verifier:
     @classmethod
     def from_config(cls, vc) -> "Verifier":
         """A (not yet started) verifier with a `config.VerifierConfig`'s limits."""
-        return cls(timeout_s=vc.timeout_s, memory_mb=vc.memory_mb, workers=vc.workers)
+        return cls(timeout_s=vc.timeout_s, memory_mb=vc.memory_mb, workers=vc.workers,
+                   allow_unsafe_no_isolation=vc.allow_unsafe_no_isolation)
+
+    @classmethod
+    def probe(cls, vc) -> Isolation:
+        """The isolation a verifier with these settings gets here (starts and stops one); raises
+        SandboxError where it would refuse to run model code."""
+        with cls(timeout_s=vc.timeout_s, memory_mb=vc.memory_mb, workers=1,
+                 allow_unsafe_no_isolation=vc.allow_unsafe_no_isolation) as v:
+            return v.isolation
 
     def __enter__(self) -> "Verifier":
         self.start()
@@ -159,7 +239,8 @@ class Verifier:
         with self._lock:
             if self._zygotes:
                 return
-            self._base_dir = tempfile.mkdtemp(prefix="populora-sandbox-")
+            sweep_stale(tempfile.gettempdir(), STALE_PREFIX)  # left by owners killed with -9
+            self._base_dir = tempfile.mkdtemp(prefix=f"{STALE_PREFIX}{os.getpid()}-")
             os.chmod(self._base_dir, 0o711)  # the unprivileged child must reach its own run dir
             # Also on garbage collection or a failed start: no zygote or temp dir outlives us.
             self._finalizer = weakref.finalize(self, _shutdown, self._zygotes, self._base_dir)
@@ -168,15 +249,33 @@ class Verifier:
             except BaseException:
                 self.close()
                 raise
-            hellos = [z.hello for z in self._zygotes]
-            self.isolation = Isolation(all(h["netns"] for h in hellos), all(h["chroot"] for h in hellos),
-                                       tuple(h["uid"] for h in hellos if h["uid"] is not None), self.hash_seeds)
+            self.isolation = self._isolation()
+            if self.isolation.level == "none" and not self.allow_unsafe_no_isolation:
+                self.close()
+                raise IsolationUnavailable(
+                    f"no OS-level isolation for model-written code here (not root, and namespaces: "
+                    f"{self.isolation.why_not or 'disabled'}); refusing to run it. To run it anyway, with the static "
+                    f"policy as the only barrier, set verifier.allow_unsafe_no_isolation=true "
+                    f"(Verifier(allow_unsafe_no_isolation=True)).")
+            if self.isolation.level == "namespaces":  # runs create nothing on the host: no directory to leak
+                remove_tree(self._base_dir)
+                self._base_dir = None
+
+    def _isolation(self) -> Isolation:
+        hellos = [z.hello for z in self._zygotes]
+        level = max((h["level"] for h in hellos), key=LEVELS.index)  # the weakest zygote
+        return Isolation(all(h["netns"] for h in hellos), all(h["chroot"] for h in hellos),
+                         tuple(h["uid"] for h in hellos if h["uid"] is not None), self.hash_seeds, level,
+                         all(h.get("user_namespace", False) for h in hellos),
+                         all(h.get("pid_namespace", False) for h in hellos),
+                         next((h["namespaces_error"] for h in hellos if h["namespaces_error"]), ""))
 
     def _spawn(self, index: int) -> _Zygote:
         cfg = {"preload": sorted(self.policy.allowed_modules), "allowed_modules": sorted(self.policy.allowed_modules),
                "disable_dangerous": self.policy.disable_dangerous, "guard_imports": self.policy.guard_imports,
                "max_output_chars": self.policy.max_output_chars, "stdout_cap": self.policy.max_stdout_chars,
-               "netns": self.network_namespace, "base_dir": self._base_dir,
+               "netns": self.network_namespace, "base_dir": self._base_dir, "namespaces": self.namespaces,
+               "owner_pid": os.getpid(),
                # one uid per zygote and parent process: no child can signal another run's child
                "uid": self.uid_base + (os.getpid() * 64 + index) % 1_000_000_000}
         # -S: no site-packages inside; a two-variable env: nothing of the parent's environment leaks.
@@ -184,14 +283,16 @@ class Verifier:
         env = {"PYTHONHASHSEED": str(self.hash_seeds[index % 2]), "PYTHONIOENCODING": "utf-8"}
         proc = subprocess.Popen([sys.executable, "-S", "-B", SANDBOX_SCRIPT, json.dumps(cfg)], env=env,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                cwd=self._base_dir, start_new_session=True)
+                                cwd="/", start_new_session=True)
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ)
             line = proc.stdout.readline() if sel.select(timeout=60) else b""
         hello = json.loads(line) if line else None
-        if not hello or hello["missing"] or self.memory_mb < hello["vm_mb"] + 64:
+        if not hello or "error" in hello or hello["missing"] or self.memory_mb < hello["vm_mb"] + 64:
             proc.kill()
             proc.wait()
+            if hello and "error" in hello:
+                raise SandboxError(f"sandbox zygote: {hello['error']}; Verifier(namespaces=False) skips that layer")
             if hello and hello["missing"]:
                 raise SandboxError(f"policy modules missing in the sandbox: {hello['missing']}")
             if hello:
@@ -213,7 +314,7 @@ class Verifier:
         payload = marshal.dumps((code, calls, stdin))
         timeout_s = float(timeout_s or self.timeout_s)
         header = f"{mode} {entry_point} {len(calls)} {len(payload)} {timeout_s!r} {self.memory_mb}\n"
-        return _Job(seed_class, header.encode() + payload, timeout_s, max(1, len(calls)))
+        return _Job(seed_class, header.encode() + payload, timeout_s, max(1, len(calls)), mode)
 
     def _run_jobs(self, jobs: list[_Job]) -> None:
         """Fill every job's results, keeping up to `workers` zygotes busy (select on their pipes).
@@ -269,11 +370,15 @@ class Verifier:
     def _receive(self, zi: int, job: _Job) -> bool:
         stream = self._zygotes[zi].proc.stdout
         try:
-            why, signal_number, exit_code, size = stream.readline().split()
+            why, signal_number, exit_code, size = stream.readline(256).split()
+            cap = reply_cap(job.mode, job.n, self.policy.max_output_chars, self.policy.max_stdout_chars)
+            if not 0 <= int(size) <= cap:  # the zygote enforces the cap: anything else is not a zygote reply
+                return False
             data = stream.read(int(size))
         except ValueError:  # EOF or garbage: the zygote died
             return False
-        job.results = decode_run(data, job.n, why.decode().strip("-"), int(signal_number), int(exit_code))
+        job.results = decode_run(data, job.n, why.decode().strip("-"), int(signal_number), int(exit_code),
+                                 self.policy.max_output_chars, self.policy.max_stdout_chars)
         return True
 
     def _replace(self, zi: int, lost: list[_Job], queues: dict) -> None:
@@ -351,7 +456,19 @@ class Verifier:
         self._run_jobs([job for seeds in runs.values() for jobs in seeds for job in jobs])
         for i, (jobs_a, jobs_b) in runs.items():
             out[i] = _combine(proposals[i], *([r for job in jobs for r in job.results] for jobs in (jobs_a, jobs_b)))
+        self._validated_since_seeding += len(runs)
+        if not self._fixed_seeds and self._validated_since_seeding >= self.reseed_every:
+            self._reseed()
         return out
+
+    def _reseed(self) -> None:
+        """New random hash seeds: a program tuned to one pair of seeds meets another soon."""
+        with self._lock:
+            old = list(self._zygotes)
+            self.hash_seeds, self._validated_since_seeding = _random_hash_seeds(), 0
+            self._zygotes[:] = [self._spawn(i) for i in range(len(old))]
+            _shutdown(old, None)
+            self.isolation = replace(self.isolation, hash_seeds=self.hash_seeds)
 
     def check(self, task: Task, answer_text: str) -> bool:
         """Did the solver's extracted answer solve `task`? An output literal (code_o), an
@@ -425,7 +542,7 @@ class Verifier:
         return out
 
 
-def _shutdown(zygotes: list[_Zygote], base_dir: str) -> None:
+def _shutdown(zygotes: list[_Zygote], base_dir: Optional[str]) -> None:
     for z in zygotes:
         z.proc.stdin.close()  # EOF: the zygote leaves its loop
     for z in zygotes:
@@ -436,7 +553,11 @@ def _shutdown(zygotes: list[_Zygote], base_dir: str) -> None:
             z.proc.wait()
         z.proc.stdout.close()
     zygotes.clear()
-    shutil.rmtree(base_dir, ignore_errors=True)
+    try:
+        if base_dir is not None:
+            remove_tree(base_dir)  # iterative: what a program built may be thousands of levels deep
+    except OSError:
+        pass
 
 
 # ---------------------------------------------------------------- judging (pure)

@@ -38,6 +38,11 @@ def test_int_is_accepted_for_float():
         ({"matchmaking.mode": "elo"}, "matchmaking.mode must be one of"),
         ({"tasks.kinds": ["code_x"]}, "tasks.kinds"),
         ({"lora": 5}, "lora is a section"),
+        # values the config used to accept and the Verifier then refused, after config.yaml was written
+        ({"verifier.memory_mb": 70}, "verifier.memory_mb must be >= 128"),
+        ({"verifier.workers": 65}, "verifier.workers must be in 1..64"),
+        ({"verifier.workers": 0}, "verifier.workers must be > 0"),
+        ({"eval.benchmarks": ["humaneval++"]}, "eval.benchmarks: unknown ['humaneval++']"),
     ],
 )
 def test_bad_values_give_one_line_errors(overrides, fragment):
@@ -76,3 +81,28 @@ def test_parse_override():
     assert parse_override("tasks.kinds=[code_o]") == ("tasks.kinds", ["code_o"])
     with pytest.raises(ConfigError):
         parse_override("rl.rollouts")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        parse_override("rl.rollouts=[1")
+
+
+def test_a_directory_without_a_model_is_named_as_such(tmp_path):
+    (tmp_path / "README.md").write_text("no weights\n")
+    with pytest.raises(ConfigError, match=r"model.name: .* is a directory but not a model \(no config.json"):
+        load_config("tiny", {"model.name": str(tmp_path)})
+
+
+def test_binary_or_unparsable_config_file_is_a_one_line_config_error(tmp_path):
+    binary, broken, folder = tmp_path / "b.yaml", tmp_path / "s.yaml", tmp_path / "dir"
+    binary.write_bytes(bytes(range(256)))
+    broken.write_text("rl: {rollouts: 2\n")
+    folder.mkdir()
+    for path, fragment in ((binary, "is not text"), (broken, "is not valid YAML"), (folder, "is not a file")):
+        with pytest.raises(ConfigError, match=fragment) as e:
+            load_config("tiny", yaml_path=path)
+        assert "\n" not in str(e.value)
+
+
+def test_config_errors_are_user_input_errors():
+    from populora_nb.errors import UserInputError
+
+    assert issubclass(ConfigError, UserInputError) and issubclass(ConfigError, ValueError)

@@ -248,7 +248,7 @@ HOSTILE = {  # name -> (program, acceptable statuses)
     "os_exit": ("import os\ndef f(a):\n    os._exit(0)", {"crash"}),
     "sys_exit": ("import sys\ndef f(a):\n    sys.exit(1)", {"runtime_error"}),
     "kill_parent": ("import os\ndef f(a):\n    os.kill(os.getppid(), 9)\n    return 1", {"runtime_error"}),
-    "kill_everyone": ("import os\ndef f(a):\n    os.kill(-1, 9)\n    return 1", {"ok"}),
+    "kill_everyone": ("import os\ndef f(a):\n    os.kill(-1, 9)\n    return 1", {"ok", "runtime_error"}),  # ESRCH: nobody to kill in its PID namespace
     "stdout_flood": ("def f(a):\n    while True:\n        print('x' * 100000)", {"timeout"}),
     "subprocess": ("import subprocess\ndef f(a):\n    return subprocess.run(['touch', a + '/sp']).returncode",
                    {"runtime_error"}),
@@ -282,7 +282,7 @@ def test_os_layer_contains(open_verifier, tmp_path, name):
     assert result.status in statuses, result
     assert _snapshot(victim) == before  # nothing outside the run's own directory changed
     assert open_verifier.run(IDENTITY, ["7"])[0].output == "7"  # the pool is alive and well
-    assert os.listdir(open_verifier._base_dir) == []  # the run directory is gone
+    assert open_verifier._base_dir is None or os.listdir(open_verifier._base_dir) == []  # no run directory left
     assert not any(_sandbox_processes(uid) for uid in open_verifier.isolation.uids)  # nothing survives the run
 
 
@@ -294,7 +294,8 @@ def test_static_layer_stops_the_same_programs(verifier):
 
 def test_isolation_report(verifier):
     iso = verifier.isolation
-    assert iso.hash_seeds == (1, 2)
+    assert len(iso.hash_seeds) == 2 and iso.hash_seeds[0] != iso.hash_seeds[1]  # random: test_hash_seeds_are_random
+    assert iso.level in ("namespaces", "root-chroot")  # "none" is refused: test_isolation.py
     if ROOT:
         assert iso.chroot and len(set(iso.uids)) == 2 and 0 not in iso.uids  # one uid per zygote
     whoami = "import os\ndef f(a):\n    return [os.getuid(), os.getcwd(), os.listdir('/')]"
@@ -379,7 +380,9 @@ def test_agreement_with_azr_seed_tasks(capsys):
     if not SEEDS.is_dir():
         pytest.skip(f"{SEEDS} is absent (AZR seed tasks beside the checkout)")
     totals = {"agree": 0, "counted": 0}
-    with Verifier(workers=4) as verifier, capsys.disabled():  # default limits: some programs run ~1 s
+    # Pinned seeds keep the corpus numbers reproducible: a few seed programs depend on hash order
+    # (max over a set with ties) and agree with AZR's record only for some seed pairs.
+    with Verifier(workers=4, hash_seeds=(1, 2)) as verifier, capsys.disabled():  # default limits: some programs run ~1 s
         print("\nfile                               agree/counted  rate   rejections")
         for path in sorted(SEEDS.glob("*.jsonl")):
             records = [json.loads(line) for line in path.read_text().splitlines()]

@@ -1,0 +1,20 @@
+"""Errors that blame the user's input, not the code: a config value, a path, a data file.
+
+The CLI (`__main__`) prints any of these as one line and exits 2; every other exception is a bug
+and keeps its traceback. Each is a ValueError, so library callers that catch ValueError still do.
+"""
+
+from __future__ import annotations
+
+
+class UserInputError(ValueError):
+    """A value, path or file the user supplied is wrong; the message names it and says the fix."""
+
+
+class DataFileError(UserInputError):
+    """A data file the user pointed at (seed tasks, benchmark JSONL) is empty or malformed; the
+    message names the file, and the line when one line is at fault."""
+
+
+class PathNotFoundError(UserInputError, FileNotFoundError):
+    """A file or folder the user named does not exist (still a FileNotFoundError for callers)."""

@@ -1,0 +1,211 @@
+"""OS-level isolation of the verifier's sandbox without root: Linux namespaces set up by the zygote
+itself (PopuLoRA §3 verifier; the layer bubblewrap and nsjail build, here in ~150 lines of ctypes).
+
+Standard library only: `sandbox.py` imports it while running as a ``python -S`` script (the
+script's folder is sys.path[0]), and the parent imports it for `remove_tree` and `sweep_stale`.
+
+What `enter_namespaces` builds, once per zygote, before any model code exists in the process:
+  * a user namespace (not as root: root keeps its real uid and drops to an unprivileged one per
+    run), mapping only the caller's uid/gid to 1000, so nothing else is writable by "owner";
+  * a mount namespace whose root is an empty tmpfs, remounted read-only, reached by pivot_root
+    with the old root detached: no file of the machine is visible, nothing is writable (the
+    zygote imports everything it needs before, as the chroot of the root-only layer already did);
+  * a PID namespace: the zygote is its init (pid 1), so ``kill(-1, 9)`` from a run reaches only
+    that run, and when the zygote dies the kernel kills every process in it;
+  * empty network, IPC and UTS namespaces: no interface but a down loopback, no shared memory.
+Each run's child then drops every capability (or, as root, switches to an unprivileged uid) with
+no_new_privs set, so it cannot remount the root read-write; a user namespace it creates itself
+inherits locked, read-only mounts. The parent-death signal is set again after every credential
+change (the kernel clears it there), and the parent checked afterwards (a race with its death).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import select
+import signal
+from types import SimpleNamespace
+
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MNT_DETACH, PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 2, 1, 38
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
+"""pivot_root has no glibc wrapper; its syscall number per architecture (asm/unistd.h)."""
+INNER_UID = 1000
+"""The uid (and gid) the sandbox sees itself as inside its user namespace: not 0, so an exec'd
+program gets no capabilities back."""
+_os = SimpleNamespace(**vars(os))
+"""Our own references: the zygote later replaces os.setuid, os._exit... with stubs for model code."""
+LEVELS = ("namespaces", "root-chroot", "none")
+"""Isolation levels, strongest first (what `Verifier.isolation.level` reports)."""
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _check(libc, result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {_os.strerror(err)}")
+
+
+def _mount(libc, source, target: bytes, fstype, flags: int, data) -> None:
+    _check(libc, libc.mount(source, target, fstype, ctypes.c_ulong(flags), data), f"mount {target!r}")
+
+
+def set_parent_death(libc, parent_gone) -> None:
+    """Die with SIGKILL when the parent dies; exit now if it already has (`parent_gone()`)."""
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if parent_gone():
+        _os._exit(1)
+
+
+def enter_namespaces(libc, owner_uid: int, owner_gid: int, network: bool) -> dict:
+    """Move this (single-threaded) process into new namespaces and continue as their pid 1.
+
+    Returns the facts as a dict (``{"error": why}`` when the kernel refuses the first step, with
+    nothing changed). Forks: the original process stays outside the PID namespace, waits for pid 1
+    and exits with it, so only the returned-to process (pid 1) continues. Raises OSError when a
+    later step fails (the caller's process is then half-isolated and must not serve).
+    """
+    root = _os.geteuid() == 0
+    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | (CLONE_NEWNET if network else 0)
+    if libc.unshare(flags | (0 if root else CLONE_NEWUSER)) != 0:
+        return {"error": f"unshare: {_os.strerror(ctypes.get_errno())} (user namespaces disabled?)"}
+    if not root:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{INNER_UID} {owner_uid} 1"),
+                           ("gid_map", f"{INNER_UID} {owner_gid} 1")):
+            with open(f"/proc/self/{name}", "w") as fh:
+                fh.write(text)
+    parent = _os.getppid()
+    set_parent_death(libc, lambda: _os.getppid() != parent)  # cleared by the credential change
+    alive_r, alive_w = _os.pipe()  # EOF on alive_r: the outer process is gone
+    pid = _os.fork()
+    if pid:  # outside the PID namespace: wait for pid 1, then leave with its status
+        _os.close(alive_r)
+        devnull = _os.open(_os.devnull, _os.O_RDWR)
+        for fd in (0, 1, 2):  # our copies of the pipes must not keep the parent's reads open
+            _os.dup2(devnull, fd)
+        status = _os.waitpid(pid, 0)[1]
+        _os._exit(_os.waitstatus_to_exitcode(status) & 0xFF)
+    _os.close(alive_w)
+    set_parent_death(libc, lambda: bool(select.select([alive_r], [], [], 0)[0]))
+    _os.close(alive_r)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # pid 1 ignores default-action signals from inside
+    return {"user_namespace": not root, "mount_namespace": True, "pid_namespace": _os.getpid() == 1,
+            "network_namespace": network, "ipc_namespace": True}
+
+
+def pivot_to_empty_root(libc, mountpoint: str) -> None:
+    """Make an empty read-only tmpfs this mount namespace's root; the old root is detached."""
+    number = _PIVOT_ROOT.get(platform.machine())
+    if number is None:
+        raise OSError(0, f"pivot_root: unknown syscall number on {platform.machine()}")
+    _mount(libc, None, b"/", None, MS_REC | MS_PRIVATE, None)  # nothing we do propagates out
+    _mount(libc, b"tmpfs", mountpoint.encode(), b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+           b"size=16k,nr_inodes=8,mode=0555")
+    _os.chdir(mountpoint)
+    _check(libc, libc.syscall(number, b".", b"."), "pivot_root")  # old root stacked under the new
+    _check(libc, libc.umount2(b".", MNT_DETACH), "umount old root")
+    _os.chdir("/")
+    _mount(libc, None, b"/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+
+
+def drop_privileges(libc, uid) -> None:
+    """In a run's child: no new privileges, then no capabilities (user namespace) or an
+    unprivileged uid (root, which drops every capability with it)."""
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    if uid is None:
+        if libc.capset(ctypes.byref(_CapHeader(0x20080522, 0)), (_CapData * 2)()) != 0:  # v3, all zero
+            _os._exit(2)
+        return
+    _os.setgroups([])
+    _os.setgid(uid)
+    _os.setuid(uid)
+
+
+# ---------------------------------------------------------------- host-side cleanup (parent and zygote)
+def remove_tree(path: str) -> None:
+    """Delete a directory tree of any depth without recursion and without following links.
+
+    One directory descriptor open at a time (a program can nest deeper than the fd limit or the
+    recursion limit); the names on the way down are kept to remove each emptied directory from
+    its parent. Only for trees no process is still changing (the run's processes are dead).
+    """
+    try:
+        _os.rmdir(path)  # the common case: nothing in it
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass
+    flags = _os.O_RDONLY | _os.O_DIRECTORY | _os.O_NOFOLLOW
+    fd, names = _os.open(path, flags), []
+    try:
+        while True:
+            child = None
+            for name in _os.listdir(fd):
+                try:
+                    _os.unlink(name, dir_fd=fd)
+                except IsADirectoryError:
+                    child = name
+                    break
+                except PermissionError:  # EISDIR is EPERM on some kernels
+                    child = name
+                    break
+            if child is not None:
+                try:  # a program may have left a directory unreadable (mode 000); not a link here
+                    _os.chmod(child, 0o700, dir_fd=fd)
+                except OSError:
+                    pass
+                down = _os.open(child, flags, dir_fd=fd)
+                _os.close(fd)
+                fd = down
+                names.append(child)
+                continue
+            if not names:
+                break
+            up = _os.open("..", flags, dir_fd=fd)
+            _os.close(fd)
+            fd = up
+            _os.rmdir(names.pop(), dir_fd=fd)
+    finally:
+        _os.close(fd)
+    _os.rmdir(path)
+
+
+def sweep_stale(parent_dir: str, prefix: str) -> list[str]:
+    """Remove ``{parent_dir}/{prefix}{pid}-*`` directories of ours whose owning pid is dead."""
+    removed = []
+    try:
+        entries = list(_os.scandir(parent_dir))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(prefix):
+            continue
+        pid = entry.name[len(prefix):].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or entry.stat(follow_symlinks=False).st_uid != _os.geteuid():
+                continue
+            _os.kill(int(pid), 0)
+            continue  # the owner still runs
+        except ProcessLookupError:
+            pass
+        except OSError:  # another user's pid, or the entry vanished
+            continue
+        try:
+            remove_tree(entry.path)
+            removed.append(entry.path)
+        except OSError:
+            pass
+    return removed
