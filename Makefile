@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # on two cores a spinning thread whose partner was descheduled slowed steps by up to 20x here.
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: setup run test test-unit test-notebooks check-notebooks bench lab clean
+.PHONY: setup run test test-unit test-notebooks check-notebooks browser bench lab clean
 
 setup: $(STAMP)
 
@@ -50,7 +50,15 @@ test-notebooks: setup
 	POPULORA_PRESET=tiny $(BIN)/python -m pytest --nbmake --nbmake-timeout=600 -q notebooks/; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no notebooks collected"; exit 1; fi; exit $$rc
 
-test: check-notebooks test-unit test-notebooks
+# The browser test (tests/test_browser.py) drives JupyterLab in Debian's headless Chromium; as root
+# we install it when missing, otherwise the test skips and says why.
+browser: setup
+	@if command -v chromium >/dev/null 2>&1; then echo "chromium: $$(command -v chromium)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) || echo "chromium install failed: the browser test will skip"; \
+	else echo "chromium missing and not root: tests/test_browser.py will skip (apt-get install chromium)"; fi
+
+test: check-notebooks browser test-unit test-notebooks
 
 bench: setup
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b --quick || exit 1; done

@@ -1,4 +1,4 @@
-"""Fail when a notebook has outputs, lacks its py:percent pair, or differs from it.
+"""Fail when a notebook has outputs, lacks its py:percent pair, differs from it, or has no kernelspec.
 
 The .py file is what reviewers read; the .ipynb is what users open. Both must say the same thing.
 """
@@ -8,6 +8,10 @@ from pathlib import Path
 
 import jupytext
 import nbformat
+
+# Without a kernelspec JupyterLab opens the notebook with a "Select Kernel" dialog. The .py pair
+# carries no metadata (jupytext.toml), so the .ipynb is where it lives.
+KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 
 
 def cells(nb: nbformat.NotebookNode) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -24,6 +28,8 @@ def main() -> int:
         nb = nbformat.read(ipynb, as_version=4)
         if any(c.get("outputs") or c.get("execution_count") for c in nb.cells if c.cell_type == "code"):
             problems.append(f"{ipynb}: has outputs; run nbstripout {ipynb}")
+        if nb.metadata.get("kernelspec") != KERNELSPEC:
+            problems.append(f"{ipynb}: kernelspec must be {KERNELSPEC} (JupyterLab asks for a kernel otherwise)")
         if not py.exists():
             problems.append(f"{ipynb}: no paired {py}; run jupytext --set-formats ipynb,py:percent {ipynb}")
             continue

@@ -35,7 +35,7 @@ from populora_nb import plots
 from populora_nb.config import load_config
 from populora_nb.loop import run
 from populora_nb.records import RunDir
-from populora_nb.widgets import Dashboard
+from populora_nb.widgets import Dashboard, verdict
 
 overrides = {"run.agent": "baseline", "run.seed": seed}
 if steps is not None:
@@ -51,12 +51,15 @@ print(f"run directory: {run_dir.resolve()} (rerunning this notebook resumes it)"
 # ## Train, with a live dashboard
 # What to look for: the valid-proposal rate and the solve rate per kind, step by step. A small
 # model starts with few valid proposals; its solver batch comes from the buffer (seeds at first),
-# so the solver learns even in a step whose proposals are all invalid.
+# so the solver learns even in a step whose proposals are all invalid. Steps count from 0 ("k/N"
+# is the steps done); the dashboard's last state stays in the notebook as a figure and a table,
+# and rerunning the cell on a finished run shows its saved records.
 
 # %%
 dash = Dashboard(run_dir, config.run.steps, config.tasks.kinds)
 dash.show()
 result = run(config, run_dir, on_step=dash.update)
+dash.finish()
 
 # %% [markdown]
 # ## Curves
@@ -64,7 +67,7 @@ result = run(config, run_dir, on_step=dash.update)
 
 # %%
 fig, axes = plt.subplots(2, 2, figsize=(12, 7))
-plots.plot_metric({"baseline": run_dir}, "teacher/valid_rate", title="Valid-proposal rate", ax=axes[0, 0])
+plots.plot_metric({"baseline": run_dir}, "teacher/valid_rate", ax=axes[0, 0])
 plots.plot_solve_rates({"baseline": run_dir}, kinds=config.tasks.kinds, ax=axes[0, 1])
 plots.plot_rewards(run_dir, ax=axes[1, 0])
 plots.plot_solve_rates({"baseline": run_dir}, kinds=config.tasks.kinds, source="buffer", ax=axes[1, 1])
@@ -94,8 +97,7 @@ for row in compute_table(compute_runs):
 
 # %%
 for row in result.read("tasks")[-6:]:
-    verdict = f"valid, solve rate {row['solve_rate']}" if row["valid"] else f"rejected: {row['reason']}"
-    print(f"--- step {row['step']} {row['kind']} ({verdict})\n{row['program'][:400] or '(nothing parsable)'}")
+    print(f"--- step {row['step']} {row['kind']} ({verdict(row)})\n{row['program'][:400] or '(nothing parsable)'}")
     if row["valid"]:
         print(f"input: {row['inputs'][0]}  ->  output: {row['outputs'][0]}")
 

@@ -42,12 +42,15 @@ print(f"run directory: {run_dir.resolve()} (rerunning this notebook resumes it)"
 # %% [markdown]
 # ## Train the population, with the live dashboard
 # What to look for: solve rates per kind, teacher vs student TrueSkill μ ± σ, and the last tasks
-# with their verdicts, updated after every step.
+# with their verdicts, updated after every step (steps count from 0; "k/N" is the steps done).
+# The progress line says what is running meanwhile. The dashboard's last state stays in the
+# notebook as a figure and a table; rerunning the cell on a finished run shows its saved records.
 
 # %%
 dash = Dashboard(run_dir, config.run.steps, config.tasks.kinds)
 dash.show()
 result = run(config, run_dir, on_step=dash.update)
+dash.finish()
 
 # %% [markdown]
 # ## Baseline and population on one axis
@@ -74,10 +77,11 @@ plt.show()
 # played no valid task), and each teacher's valid-proposal rate.
 
 # %%
-fig, axes = plt.subplots(1, 3, figsize=(17, 4.2))
-plots.plot_ratings(run_dir, ax=axes[0])
-plots.plot_solve_matrix(run_dir, ax=axes[1])
-plots.plot_valid_rate_per_teacher(run_dir, ax=axes[2])
+fig = plt.figure(figsize=(11, 8))
+grid = fig.add_gridspec(2, 2)
+plots.plot_ratings(run_dir, ax=fig.add_subplot(grid[0, :]))
+plots.plot_solve_matrix(run_dir, ax=fig.add_subplot(grid[1, 0]))
+plots.plot_valid_rate_per_teacher(run_dir, ax=fig.add_subplot(grid[1, 1]))
 fig.tight_layout()
 if out_dir:
     fig.savefig(experiment / "03_population.png", dpi=110)
@@ -91,7 +95,7 @@ plt.show()
 births = [Lineage(r["child"], tuple(r["parents"]), r["operator"], r["birth_step"], r["role"], r["replaced"])
           for r in result.read("lineage")]
 if births:
-    ax = plot_lineage(births)
+    ax = plot_lineage(births, end_step=config.run.steps)
     if out_dir:
         ax.figure.savefig(experiment / "03_lineage.png", dpi=110)
     plt.show()

@@ -232,13 +232,17 @@ def ancestors(member_id: str, records: Sequence[Lineage]) -> set[str]:
 
 
 def plot_lineage(
-    lineage_records: Sequence[Lineage], ax: Axes | None = None, *, founders: Mapping[str, str] | None = None
+    lineage_records: Sequence[Lineage], ax: Axes | None = None, *, founders: Mapping[str, str] | None = None,
+    end_step: int | None = None,
 ) -> Axes:
     """Lineage tree over time: one lane per population slot (a child takes the slot of the member
     it replaces), a line per member's lifetime, an arrow from each parent to each child coloured
     by operator (dashed for a crossover's second parent). Successive occupants of a slot alternate
-    between dark and light. `founders` (id → role) adds initial members the records never mention."""
+    between dark and light. `founders` (id → role) adds initial members the records never mention.
+    `end_step`: the run's number of steps, where the lifetimes of the last members end (a lifetime
+    [b, d) covers steps b … d − 1); without it they end one evolution interval after the last birth."""
     import matplotlib.pyplot as plt  # plotting stays optional for the math above
+    from matplotlib.ticker import MaxNLocator
 
     if ax is None:
         _, ax = plt.subplots(figsize=(10, 4))
@@ -253,7 +257,7 @@ def plot_lineage(
         lane[r.child], born[r.child], died[r.replaced] = lane[r.replaced], r.step, r.step
     steps = sorted({r.step for r in records}) or [1]
     gap = min((b - a for a, b in zip(steps, steps[1:])), default=steps[0])
-    end = steps[-1] + gap
+    end = end_step if end_step is not None else steps[-1] + gap
     roles = sorted(set(role_of.values()))
     role_color = {role: plt.get_cmap("Set2")(i) for i, role in enumerate(roles)}
     occupant = {}  # successive occupants of a lane alternate in shade, so each lifetime is visible
@@ -274,7 +278,9 @@ def plot_lineage(
         ax.plot([], [], color=role_color[role], lw=4, alpha=0.75, label=f"{role} lifetimes")
     slot = [sum(role_of[g] == role_of[f] for g in founders[:i]) for i, f in enumerate(founders)]  # index within role
     ax.set_yticks(range(len(founders)), [f"{role_of[f]} slot {n}" for f, n in zip(founders, slot)])
-    ax.set_xlabel("update step")
+    ax.set_xlim(0, end)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+    ax.set_xlabel("step")
     ax.set_title("lineage: children replace the weakest of their role")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return ax

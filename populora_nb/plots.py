@@ -19,6 +19,22 @@ from populora_nb.records import RunDir
 
 KIND_COLORS = {"code_o": "tab:blue", "code_i": "tab:orange", "code_f": "tab:green"}
 ROLE_COLORS = {"teacher": "tab:red", "student": "tab:blue", "agent": "tab:gray"}
+METRIC_LABELS = {
+    "teacher/valid_rate": "valid-proposal rate",
+    "teacher/rho_mean": "mean ρ of valid proposals",
+    "student/solve_rate": "solve rate ρ (fresh tasks)",
+    "student/buffer_solve_rate": "solve rate on buffer tasks",
+    "student/malformed_rate": "malformed-answer rate",
+    "reward/propose_mean": "mean proposer reward",
+    "reward/solve_mean": "mean solver reward",
+    "rating/mu": "TrueSkill μ",
+    "time/step_s": "seconds per step",
+}
+"""Human names for the metric keys a reader meets on an axis (the keys stay in the records)."""
+
+
+def label(key: str) -> str:
+    return METRIC_LABELS.get(key, key)
 
 
 def _ax(ax, figsize=(6, 3.5)):
@@ -26,6 +42,11 @@ def _ax(ax, figsize=(6, 3.5)):
         fig, ax = plt.subplots(figsize=figsize)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     return ax.figure, ax
+
+
+def _say_empty(ax, why: str) -> None:
+    """An empty panel says why inside its axes, rather than looking broken."""
+    ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center", color="0.4", fontsize=9, wrap=True)
 
 
 def step_mean(rows: Sequence[dict], key: str, role: str | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -39,44 +60,61 @@ def step_mean(rows: Sequence[dict], key: str, role: str | None = None) -> tuple[
 
 
 def plot_solve_rates(runs: Mapping[str, str | Path], kinds: Sequence[str] = ("code_o", "code_i", "code_f"),
-                     source: Literal["fresh", "buffer"] = "fresh", ax=None) -> Figure:
+                     source: Literal["fresh", "buffer"] = "fresh", valid_rate: bool = False, ax=None) -> Figure:
     """Solve rate per task kind over steps; one line style per run (e.g. baseline vs population).
 
     ``fresh`` (the headline): rho of the tasks proposed that step and solved by their matched
     student, the quantity the teacher reward and the collapse story are about. ``buffer``: the
     solvers' attempts at buffer tasks (PopuLoRA's top-ups, AZR's solver batch), older and easier
-    tasks kept apart so they cannot lift the fresh curve.
+    tasks kept apart so they cannot lift the fresh curve. ``valid_rate`` adds each run's
+    valid-proposal rate (black). Every kind gets a legend entry, "no valid task" when it has no
+    point, so a kind listed in a task table is never missing from the legend.
     """
     fig, ax = _ax(ax, (7, 3.8))
     styles = ["-", "--", ":", "-."]
     prefix = "" if source == "fresh" else "buffer_"
-    drawn = False
-    for (label, path), style in zip(runs.items(), styles):
+    drawn = False  # any solve-rate point
+    for (name, path), style in zip(runs.items(), styles):
         rows = RunDir(Path(path)).read("metrics")
+        run_label = "" if len(runs) == 1 else f"{name} · "
         for kind in kinds:
             steps, vals = step_mean(rows, f"{prefix}solve_rate/{kind}")
             if len(steps):
                 drawn = True
-                ax.plot(steps, vals, style, color=KIND_COLORS.get(kind), marker="o", ms=3, label=f"{label} · {kind}")
+                ax.plot(steps, vals, style, color=KIND_COLORS.get(kind), marker="o", ms=3, label=f"{run_label}{kind}")
+            else:
+                ax.plot([], [], style, color=KIND_COLORS.get(kind), alpha=0.4, label=f"{run_label}{kind}: no valid task")
+        if valid_rate:
+            steps, vals = step_mean(rows, "teacher/valid_rate")
+            if len(steps):
+                ax.plot(steps, vals, style, color="k", lw=1, marker="s", ms=3, label=f"{run_label}valid-proposal rate")
     title = "Solve rate ρ of fresh proposals" if source == "fresh" else "Solve rate on buffer tasks (top-ups, AZR solver batch)"
-    ax.set(xlabel="step", ylabel="solve rate", ylim=(-0.03, 1.03), title=title)
-    if drawn:
-        ax.legend(fontsize=7, ncol=2)
-    else:
-        why = "no valid proposal was solved in any step" if source == "fresh" else "no buffer task was attempted"
-        ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center", color="0.4")
+    if valid_rate:
+        title = "Solve rate ρ per kind, and valid-proposal rate"
+    ylabel = "rate" if valid_rate else "solve rate"
+    ax.set(xlabel="step", ylabel=ylabel, ylim=(-0.03, 1.03), title=title)
+    ax.legend(fontsize=8, ncol=2 if len(runs) > 1 else 1, loc="upper left")
+    if not drawn:
+        _say_empty(ax, "no valid proposal to solve yet" if source == "fresh" else "no buffer task was attempted")
     fig.tight_layout()
     return fig
 
 
 def plot_metric(runs: Mapping[str, str | Path], key: str, role: str | None = None, title: str | None = None, ax=None) -> Figure:
     fig, ax = _ax(ax)
-    for label, path in runs.items():
+    drawn = False
+    for name, path in runs.items():
         steps, vals = step_mean(RunDir(Path(path)).read("metrics"), key, role)
         if len(steps):
-            ax.plot(steps, vals, marker="o", ms=3, label=label)
-    ax.set(xlabel="step", ylabel=key, title=title or key)
-    ax.legend(fontsize=8)
+            drawn = True
+            ax.plot(steps, vals, marker="o", ms=3, label=name)
+    ax.set(xlabel="step", ylabel=label(key), title=title or label(key))
+    if key.endswith("_rate"):
+        ax.set_ylim(-0.03, 1.03)
+    if drawn:
+        ax.legend(fontsize=8)
+    else:
+        _say_empty(ax, f"no step logged {label(key)} yet")
     fig.tight_layout()
     return fig
 
@@ -89,6 +127,10 @@ def plot_ratings(run_dir: str | Path, ax=None) -> Figure:
     for r in rows:
         if r.get("rating/mu") is not None:
             members.setdefault(r["member"], []).append(r)
+    ax.set(xlabel="step", ylabel="TrueSkill μ (band: ±σ)", title="Ratings")
+    if not members:
+        _say_empty(ax, "no ratings: a single agent (the baseline) plays no matches")
+        return fig
     last_step = max((r["step"] for rs in members.values() for r in rs), default=0)
     ends = []  # (mu, name, color) of the members alive at the last step, labelled at the right edge
     for m, rs in members.items():
@@ -96,35 +138,42 @@ def plot_ratings(run_dir: str | Path, ax=None) -> Figure:
         mu = np.array([r["rating/mu"] for r in rs])
         sd = np.array([r["rating/sigma"] for r in rs])
         color = ROLE_COLORS.get(rs[0]["role"], "k")
-        ax.plot(steps, mu, color=color, lw=1.2)
+        ax.plot(steps, mu, color=color, lw=1.2, marker="o" if len(steps) == 1 else None, ms=3)
         ax.fill_between(steps, mu - sd, mu + sd, color=color, alpha=0.08)
         if steps[-1] == last_step:
             ends.append((float(mu[-1]), m, color))
         else:  # replaced by evolution: mark where its line stops
             ax.plot(steps[-1], mu[-1], "x", color=color, ms=5)
-    _label_ends(ax, ends, last_step)
     for role, color in ROLE_COLORS.items():
         if any(rs[0]["role"] == role for rs in members.values()):
             ax.plot([], [], color=color, label=role)
     if len(ends) < len(members):
         ax.plot([], [], "x", color="0.3", label="replaced by evolution")
-    ax.set(xlabel="step", ylabel="TrueSkill μ (band: ±σ)", title="Ratings")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left")
+    _label_ends(ax, ends, last_step)
     fig.tight_layout()
     return fig
 
 
-def _label_ends(ax, ends: list[tuple[float, str, str]], x: float) -> None:
-    """Names at the right of their lines' ends, pushed apart so that none overlap."""
+def _label_ends(ax, ends: list[tuple[float, str, str]], x: float, fontsize: float = 8) -> None:
+    """Names right of their lines' ends, at least one text line apart (computed in points from the
+    axes' height, so they never overlap), the group kept inside the axes."""
     if not ends:
         return
     low, high = ax.get_ylim()
-    gap = 0.045 * (high - low)
-    placed: list[float] = []
-    for y, name, color in sorted(ends):
-        y_text = max(y, placed[-1] + gap) if placed else y
-        placed.append(y_text)
-        ax.annotate(name, (x, y), xytext=(x + 0.03 * max(x, 1), y_text), fontsize=7, color=color, va="center")
+    height_pt = ax.get_position().height * ax.figure.get_figheight() * 72
+    gap = 1.25 * fontsize / height_pt * (high - low)
+    ys = []
+    for y, _, _ in sorted(ends):
+        ys.append(max(y, ys[-1] + gap) if ys else y)
+    overflow = ys[-1] - (high - gap / 2)
+    if overflow > 0:  # pushed above the top: slide the group down, then keep it above the bottom
+        ys = [max(y - overflow, low + gap / 2 + i * gap) for i, y in enumerate(ys)]
+    left, right = ax.get_xlim()
+    ax.set_xlim(left, max(right, x + 0.18 * max(x - left, 1)))  # room for the names
+    for (y, name, color), y_text in zip(sorted(ends), ys):
+        ax.annotate(name, (x, y), xytext=(x + 0.03 * max(x - left, 1), y_text), fontsize=fontsize, color=color,
+                    va="center", annotation_clip=False)
 
 
 def plot_solve_matrix(run_dir: str | Path, last_steps: int | None = None, ax=None) -> Figure:
@@ -136,15 +185,28 @@ def plot_solve_matrix(run_dir: str | Path, last_steps: int | None = None, ax=Non
         rows = [r for r in rows if r["step"] > cutoff]
     matches = [Match(r["teacher"], r["student"], r["valid"], r["rho"]) for r in rows]
     mat = solve_rate_matrix(matches, sorted({m.teacher for m in matches}), sorted({m.student for m in matches}))
-    im = ax.imshow(np.ma.masked_invalid(mat.rho), vmin=0, vmax=1, cmap="viridis")
+    ax.set(xlabel="student", ylabel="teacher", title="Solve rate ρ of valid tasks, per pair")
+    if not rows:
+        ax.set(xticks=[], yticks=[])
+        _say_empty(ax, "no matches: a single agent (the baseline) has no teacher–student pairs")
+        return fig
+    counts: dict[tuple[str, str], int] = {}
+    for m in matches:
+        if m.played:
+            counts[(m.teacher, m.student)] = counts.get((m.teacher, m.student), 0) + 1
+    im = ax.imshow(np.ma.masked_invalid(mat.rho), vmin=0, vmax=1, cmap="viridis", aspect="auto")
     ax.set_xticks(range(len(mat.students)), mat.students, rotation=45, ha="right")  # children's ids are long
     ax.set_yticks(range(len(mat.teachers)), mat.teachers)
-    for i in range(len(mat.teachers)):
-        for j in range(len(mat.students)):
-            if np.isfinite(mat.rho[i, j]):
-                ax.text(j, i, f"{mat.rho[i, j]:.2f}", ha="center", va="center", fontsize=7, color="w")
-    ax.set(xlabel="student", ylabel="teacher", title="Solve rate ρ (valid tasks)")
-    fig.colorbar(im, ax=ax, fraction=0.046)
+    for i, t in enumerate(mat.teachers):
+        for j, s in enumerate(mat.students):
+            if np.isfinite(mat.rho[i, j]):  # ρ and how many tasks it averages
+                ax.text(j, i, f"{mat.rho[i, j]:.2f}\nn={counts[(t, s)]}", ha="center", va="center", fontsize=7,
+                        color="w" if mat.rho[i, j] < 0.6 else "k")
+    if not counts:
+        valid = sum(m.valid for m in matches)
+        _say_empty(ax, f"no valid task was played in {len(matches)} matches ({valid} valid)"
+                       if valid else f"none of {len(matches)} proposals was valid:\nno task to solve, so no ρ")
+    fig.colorbar(im, ax=ax, fraction=0.046, label="ρ")
     fig.tight_layout()
     return fig
 
@@ -155,8 +217,11 @@ def plot_valid_rate_per_teacher(run_dir: str | Path, ax=None) -> Figure:
     for m in dict.fromkeys(r["member"] for r in rows):
         rs = [r for r in rows if r["member"] == m]
         ax.plot([r["step"] for r in rs], [r["teacher/valid_rate"] for r in rs], marker="o", ms=3, label=m)
-    ax.set(xlabel="step", ylabel="valid proposals", ylim=(-0.03, 1.03), title="Valid-proposal rate per proposer")
-    ax.legend(fontsize=7, ncol=2)
+    ax.set(xlabel="step", ylabel=label("teacher/valid_rate"), ylim=(-0.03, 1.03), title="Valid-proposal rate per proposer")
+    if rows:
+        ax.legend(fontsize=8, ncol=2)
+    else:
+        _say_empty(ax, "no proposals logged yet")
     fig.tight_layout()
     return fig
 
@@ -164,13 +229,16 @@ def plot_valid_rate_per_teacher(run_dir: str | Path, ax=None) -> Figure:
 def plot_invalid_reasons(run_dir: str | Path, ax=None) -> Figure:
     """Why proposals were rejected, summed over the run."""
     fig, ax = _ax(ax)
+    tasks = RunDir(Path(run_dir)).read("tasks")
     counts: dict[str, int] = {}
-    for r in RunDir(Path(run_dir)).read("tasks"):
+    for r in tasks:
         if not r["valid"]:
             counts[r["reason"]] = counts.get(r["reason"], 0) + 1
     items = sorted(counts.items(), key=lambda kv: kv[1])
     ax.barh([k for k, _ in items], [v for _, v in items], color="tab:red")
-    ax.set(xlabel="proposals", title="Rejected proposals by reason")
+    ax.set(xlabel="proposals", title=f"Rejected proposals by reason ({sum(counts.values())} of {len(tasks)})")
+    if not items:
+        _say_empty(ax, f"every one of {len(tasks)} proposals was valid" if tasks else "no proposals logged yet")
     fig.tight_layout()
     return fig
 
@@ -178,12 +246,17 @@ def plot_invalid_reasons(run_dir: str | Path, ax=None) -> Figure:
 def plot_rewards(run_dir: str | Path, ax=None) -> Figure:
     fig, ax = _ax(ax)
     rows = RunDir(Path(run_dir)).read("metrics")
-    for key, label in (("reward/propose_mean", "proposer"), ("reward/solve_mean", "solver")):
+    drawn = False
+    for key, name in (("reward/propose_mean", "proposer"), ("reward/solve_mean", "solver")):
         steps, vals = step_mean(rows, key)
         if len(steps):
-            ax.plot(steps, vals, marker="o", ms=3, label=label)
+            drawn = True
+            ax.plot(steps, vals, marker="o", ms=3, label=name)
     ax.axhline(0, color="k", lw=0.5)
     ax.set(xlabel="step", ylabel="mean reward", title="Rewards")
-    ax.legend(fontsize=8)
+    if drawn:
+        ax.legend(fontsize=8)
+    else:
+        _say_empty(ax, "no reward logged yet")
     fig.tight_layout()
     return fig

@@ -1,21 +1,35 @@
-"""A live dashboard for a run in a notebook (ipywidgets), with a plain-text fallback elsewhere.
+"""A live dashboard for a run in a notebook, that leaves a static record behind; plain text elsewhere.
 
-    dash = Dashboard(run_dir, total_steps=config.run.steps)
+    dash = Dashboard(run_dir, total_steps=config.run.steps, kinds=config.tasks.kinds)
     dash.show()
-    run(config, run_dir, on_step=dash.update)
+    result = run(config, run_dir, on_step=dash.update)
+    dash.finish()
 
-It shows step progress, solve rate per kind, TrueSkill μ ± σ of teachers and students, valid rate,
-and the last few proposed tasks with their verdicts.
+It shows a one-line summary of the last step, the solve rate per kind with the valid-proposal rate,
+TrueSkill μ ± σ of teachers and students (a population run; the baseline gets its rewards
+instead), and the last few proposed tasks with their verdicts.
+
+Why plain outputs and not ipywidgets: a widget's state lives in the kernel, so a saved, exported
+or reopened notebook shows "Error displaying widget: model not found" (or a `VBox(...)` repr in
+nbconvert) where the results were. Here each part is an ordinary output (HTML summary, PNG figure,
+HTML table) shown with a ``display_id`` and replaced in place after every step: live in JupyterLab,
+and whatever the notebook holds when the kernel stops (finished, interrupted, crashed) is the last
+state, readable anywhere. `finish()` writes the final record; `show()` on a finished run shows its
+saved records at once ("run complete (N/N), showing saved records").
+
+Steps are counted from 0 everywhere (records, figures, this summary, the run's progress bar);
+"k/N" counts the steps done.
 """
 
 from __future__ import annotations
 
 import html
+import io
 import sys
 from pathlib import Path
 from typing import Sequence, TextIO
 
-import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 from populora_nb.records import RunDir
 
@@ -34,21 +48,57 @@ def _mean(rows: Sequence[dict], key: str, role: str | None = None) -> float | No
     return sum(vals) / len(vals) if vals else None
 
 
-def step_summary(step: int, rows: Sequence[dict], kinds: Sequence[str]) -> str:
-    """The one-line text a step leaves behind, in a notebook or a terminal."""
-    parts = [f"step {step:4d}"]
-    for key, name in (("teacher/valid_rate", "valid"), ("student/solve_rate", "solve")):
-        v = _mean(rows, key)
-        parts.append(f"{name} {v:.2f}" if v is not None else f"{name} -")
+def _count(rows: Sequence[dict], rate: str, n: str) -> tuple[int, int]:
+    """(successes, trials) pooled over members from a per-member rate and its trial count."""
+    hits = trials = 0
+    for r in rows:
+        if r.get(rate) is not None and r.get(n):
+            hits += round(r[rate] * r[n])
+            trials += int(r[n])
+    return hits, trials
+
+
+def step_summary(step: int, rows: Sequence[dict], kinds: Sequence[str], total: int | None = None) -> str:
+    """The one-line text a step leaves behind, in a notebook or a terminal. Counts come with every
+    rate (1 valid proposal of 4 reads differently from 25 of 100)."""
+    parts = [f"step {step}" + (f" ({step + 1}/{total} done)" if total else "")]
+    valid, proposed = _count(rows, "teacher/valid_rate", "teacher/n_proposed")
+    parts.append(f"valid {valid}/{proposed} proposals" if proposed else "valid -")
+    solved, attempts = _count(rows, "student/solve_rate", "student/n_fresh_attempts")
+    if attempts:
+        parts.append(f"solve rate {solved / attempts:.2f} ({solved}/{attempts} fresh attempts)")
+    else:
+        parts.append("solve rate - (no valid task to solve)")
     for kind in kinds:
         v = _mean(rows, f"solve_rate/{kind}")
-        if v is not None:
-            parts.append(f"{kind} {v:.2f}")
+        parts.append(f"{kind} {v:.2f}" if v is not None else f"{kind} -")
     for role in ("teacher", "student"):
         mu = _mean(rows, "rating/mu", role)
         if mu is not None:
-            parts.append(f"{role[0].upper()}μ {mu:.1f}")
-    return "  ".join(parts)
+            parts.append(f"{role}s μ {mu:.1f}")
+    return " · ".join(parts)
+
+
+def verdict(row: dict) -> str:
+    """A task record's verdict, worded the same in the dashboard and the notebooks."""
+    if not row["valid"]:
+        return f"rejected: {row['reason']}"
+    if row.get("solve_rate") is None:
+        return "valid, not attempted"
+    return f"valid, solve rate {row['solve_rate']:.2f}"
+
+
+def tasks_html(rows: Sequence[dict]) -> str:
+    cells = []
+    for r in rows:
+        program = html.escape((r["program"] or "(nothing parsable)")[:300])
+        cells.append(f"<tr><td>{r['step']}</td><td>{html.escape(str(r['proposer']))}</td><td>{r['kind']}</td>"
+                     f"<td style='text-align:left'><pre style='margin:0'>{program}</pre></td>"
+                     f"<td>{html.escape(verdict(r))}</td></tr>")
+    if not cells:
+        return "<p><i>no task proposed yet</i></p>"
+    return ("<table><tr><th>step</th><th>by</th><th>kind</th><th>program</th><th>verdict</th></tr>"
+            + "".join(cells) + "</table>")
 
 
 class Dashboard:
@@ -56,74 +106,96 @@ class Dashboard:
                  n_tasks: int = 5, stream: TextIO | None = None):
         self.run = RunDir(Path(run_dir))
         self.total, self.kinds, self.n_tasks = total_steps, tuple(kinds), n_tasks
-        self.history: list[dict] = []
         self.stream = stream or sys.stdout
-        self.widget = None
-        if in_notebook():
-            import ipywidgets as w
+        self.notebook = in_notebook()
+        self._handles: dict = {}
+        self._updated = False  # did a step finish while we watched (else: saved records only)
 
-            self.bar = w.IntProgress(value=0, min=0, max=total_steps, description="step")
-            self.text = w.HTML()
-            self.plot = w.Output()
-            self.tasks = w.HTML()
-            self.widget = w.VBox([self.bar, self.text, self.plot, self.tasks])
+    # ---- what the records say -------------------------------------------------------------------
 
-    def show(self) -> None:
-        if self.widget is not None:
-            from IPython.display import display
+    @property
+    def history(self) -> list[dict]:
+        """The metrics rows of the run so far (the records are the truth: a resume cuts them back)."""
+        return self.run.read("metrics")
 
-            display(self.widget)
+    def steps_done(self) -> int:
+        return len({r["step"] for r in self.history})
 
-    def update(self, step: int, rows: list[dict]) -> None:
-        """`run(..., on_step=dash.update)` calls this after every step."""
-        self.history.extend(rows)
-        line = step_summary(step, rows, self.kinds)
-        if self.widget is None:
-            print(line, file=self.stream, flush=True)
-            return
-        self.bar.value = step + 1
-        self.text.value = f"<pre>{html.escape(line)}</pre>"
-        self.tasks.value = self._tasks_html()
-        self.plot.clear_output(wait=True)
-        with self.plot:
-            fig = self.figure()
-            plt.show()
-            plt.close(fig)
+    def complete(self) -> bool:
+        return self.steps_done() >= self.total
 
-    def figure(self):
-        from populora_nb.plots import step_mean
+    def status(self) -> str:
+        done = self.steps_done()
+        if done >= self.total:
+            if not self._updated:
+                return f"run complete ({done}/{self.total}), showing saved records"
+            return f"run complete ({done}/{self.total})"
+        if done:
+            return f"{done}/{self.total} steps done; step {done} running (the figure updates after each step)"
+        return (f"0/{self.total} steps done: loading the model, then step 0 proposes, validates, solves and "
+                f"trains; the figure appears when it ends")
 
-        fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3))
-        for kind in self.kinds:
-            s, v = step_mean(self.history, f"solve_rate/{kind}")
-            if len(s):
-                a.plot(s, v, marker="o", ms=3, label=kind)
-        s, v = step_mean(self.history, "teacher/valid_rate")
-        if len(s):
-            a.plot(s, v, "k--", label="valid rate")
-        a.set(ylim=(-0.03, 1.03), xlabel="step", title="solve rate per kind")
-        a.legend(fontsize=7)
-        for role, color in (("teacher", "tab:red"), ("student", "tab:blue")):
-            members = dict.fromkeys(r["member"] for r in self.history if r.get("role") == role and "rating/mu" in r)
-            for m in members:
-                rs = [r for r in self.history if r["member"] == m]
-                steps = [r["step"] for r in rs]
-                mu = [r["rating/mu"] for r in rs]
-                sd = [r["rating/sigma"] for r in rs]
-                b.plot(steps, mu, color=color, lw=1)
-                b.fill_between(steps, [x - y for x, y in zip(mu, sd)], [x + y for x, y in zip(mu, sd)], color=color, alpha=0.08)
-        b.set(xlabel="step", title="TrueSkill μ ± σ (red: teachers, blue: students)")
+    def figure(self) -> Figure:
+        """Solve rate per kind with the valid rate, and TrueSkill μ ± σ (population) or the rewards
+        (baseline: it has no ratings). The step axis spans the whole run."""
+        from populora_nb import plots
+
+        fig = Figure(figsize=(10, 3.4), dpi=96)
+        a, b = fig.subplots(1, 2)
+        plots.plot_solve_rates({"run": self.run.path}, kinds=self.kinds, valid_rate=True, ax=a)
+        if any(r.get("rating/mu") is not None for r in self.history):
+            plots.plot_ratings(self.run.path, ax=b)
+        else:
+            plots.plot_rewards(self.run.path, ax=b)
+        for ax in (a, b):
+            ax.set_xlim(-0.4, max(self.total - 1, 1) + 0.6)
         fig.tight_layout()
         return fig
 
-    def _tasks_html(self) -> str:
-        rows = self.run.read("tasks")[-self.n_tasks:]
-        cells = []
-        for r in rows:
-            verdict = f"valid, ρ={r['solve_rate']:.2f}" if r["valid"] and r["solve_rate"] is not None else (
-                "valid" if r["valid"] else f"invalid: {r['reason']}")
-            program = html.escape((r["program"] or "")[:300])
-            cells.append(f"<tr><td>{r['step']}</td><td>{r['proposer']}</td><td>{r['kind']}</td>"
-                         f"<td><pre style='margin:0'>{program}</pre></td><td>{html.escape(verdict)}</td></tr>")
-        return ("<table><tr><th>step</th><th>by</th><th>kind</th><th>program</th><th>verdict</th></tr>"
-                + "".join(cells) + "</table>")
+    # ---- showing it -----------------------------------------------------------------------------
+
+    def show(self) -> None:
+        """Display the dashboard; a finished run's saved records appear at once."""
+        if not self.notebook:
+            print(self.status(), file=self.stream, flush=True)
+            return
+        from IPython.display import HTML, display
+
+        self._handles = {"head": display(HTML(""), display_id=True), "figure": display(HTML(""), display_id=True),
+                         "tasks": display(HTML(""), display_id=True)}
+        self._render()
+
+    def update(self, step: int, rows: list[dict]) -> None:
+        """`run(..., on_step=dash.update)` calls this after every step."""
+        self._updated = True
+        if not self.notebook:
+            print(step_summary(step, rows, self.kinds, self.total), file=self.stream, flush=True)
+            return
+        self._render()
+
+    def finish(self) -> None:
+        """After `run(...)`: the final figure, table and summary stay as ordinary outputs."""
+        if not self.notebook:
+            print(self.status(), file=self.stream, flush=True)
+            return
+        if not self._handles:
+            self.show()
+        else:
+            self._render()
+
+    def _render(self) -> None:
+        from IPython.display import HTML, Image
+
+        history = self.history
+        head = f"<b>{html.escape(self.status())}</b>"
+        if history:
+            last = max(r["step"] for r in history)
+            line = step_summary(last, [r for r in history if r["step"] == last], self.kinds, self.total)
+            head += f"<br><code>{html.escape(line)}</code>"
+        self._handles["head"].update(HTML(head))
+        if history:
+            fig = self.figure()
+            buf = io.BytesIO()
+            fig.savefig(buf, format="png")
+            self._handles["figure"].update(Image(data=buf.getvalue(), format="png"))
+        self._handles["tasks"].update(HTML(tasks_html(self.run.read("tasks")[-self.n_tasks:])))

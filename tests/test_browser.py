@@ -1,0 +1,163 @@
+"""Notebook 03 as a user meets it: JupyterLab 4 in headless Chromium, the tiny preset.
+
+It opens without a "Select Kernel" dialog, Run All shows the dashboard as a figure and a table
+(not a widget repr, no "Error displaying widget", no error output), and after save, kernel
+shutdown and reopening, the dashboard cell still shows its figure and "run complete".
+
+Needs Debian's `chromium` (`make test` installs it when root) and the `playwright` package (the
+`dev` extra); `playwright install` is never run: the system Chromium is launched by path.
+Screenshots go to $BROWSER_SHOTS (default test-artifacts/browser/), kept when the test fails.
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHOTS = Path(os.environ.get("BROWSER_SHOTS", REPO / "test-artifacts" / "browser"))
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+TOKEN = "populora-browser-test"
+NOTEBOOK = "03_population.ipynb"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH: `apt-get install chromium` (make test does it as root)"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _api(base: str, path: str, method: str = "GET"):
+    req = urllib.request.Request(f"{base}{path}", method=method, headers={"Authorization": f"token {TOKEN}"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        body = r.read()
+    return json.loads(body) if body else None
+
+
+@pytest.fixture
+def lab(tmp_path):
+    """JupyterLab on a free localhost port, serving a copy of notebooks/ (runs go to tmp_path/runs)."""
+    root = tmp_path / "notebooks"
+    shutil.copytree(REPO / "notebooks", root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    settings = tmp_path / "settings" / "@jupyterlab" / "notebook-extension"
+    settings.mkdir(parents=True)
+    # Render every cell (JupyterLab 4 defers off-screen cells), so the page holds every output.
+    (settings / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
+    news = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
+    news.mkdir(parents=True)
+    (news / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))  # no news toast
+    port = _free_port()
+    env = {**os.environ, "POPULORA_PRESET": "tiny", "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+           "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "ws")}
+    log = open(tmp_path / "lab.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+         f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
+         "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+         *(["--allow-root"] if os.geteuid() == 0 else [])],
+        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                _api(base, "/api/status")
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    pytest.fail(f"jupyter lab exited: {(tmp_path / 'lab.log').read_text()[-2000:]}")
+                time.sleep(0.5)
+        yield base, root
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def _open(page, base: str) -> None:
+    page.goto(f"{base}/lab/tree/{NOTEBOOK}?token={TOKEN}&reset")
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
+    # The kernel starts from the notebook's kernelspec: the toolbar names it; no dialog asks for one.
+    page.wait_for_function("() => document.querySelector('.jp-NotebookPanel .jp-KernelName')?.textContent"
+                           ".includes('Python 3')", timeout=60_000)
+    page.wait_for_timeout(1500)
+    dialogs = page.locator(".jp-Dialog")
+    assert dialogs.count() == 0, f"a dialog opened with the notebook: {dialogs.first.inner_text()}"
+
+
+def _dashboard_cell(page):
+    return page.locator(".jp-CodeCell", has_text="dash = Dashboard(").first
+
+
+def test_notebook_03_in_jupyterlab_runs_and_keeps_its_dashboard(lab):
+    from playwright.sync_api import sync_playwright
+
+    base, root = lab
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        try:
+            _open(page, base)
+            page.screenshot(path=SHOTS / "01_opened.png")
+
+            # not awaited: the command's promise resolves only when every cell has run
+            page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+            cell = _dashboard_cell(page)
+            # from the first second, the dashboard says what is happening
+            cell.get_by_text("0/3 steps done").wait_for(timeout=60_000)
+            # while it runs: the dashboard is a figure and a table, not a widget or its text repr
+            cell.get_by_text("1/3 steps done").wait_for(timeout=180_000)
+            cell.locator(".jp-OutputArea-output img").first.wait_for(timeout=30_000)  # the head updates first
+            cell.locator(".jp-OutputArea-output table").first.wait_for(timeout=30_000)
+            page.wait_for_timeout(500)
+            cell.scroll_into_view_if_needed()
+            cell.screenshot(path=SHOTS / "02_running.png")
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.jp-OutputArea-output')].some(e => e.textContent.includes('member-steps'))",
+                timeout=180_000)  # the last cell's line: every cell ran
+            outputs = cell.locator(".jp-OutputArea").inner_text()
+            assert "run complete (3/3)" in outputs
+            text = page.locator(".jp-NotebookPanel").inner_text()
+            for bad in ("Error displaying widget", "Traceback", "VBox(children", "IntProgress"):
+                assert bad not in text, bad
+            assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']").count() == 0
+            cell.scroll_into_view_if_needed()
+            cell.screenshot(path=SHOTS / "03_finished_dashboard.png")
+
+            # save, stop the kernel, reopen: the record is still there
+            page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
+            page.wait_for_timeout(2000)
+            for kernel in _api(base, "/api/kernels"):
+                _api(base, f"/api/kernels/{kernel['id']}", method="DELETE")
+            page.evaluate("window.jupyterapp.commands.execute('application:close-all')")
+            page.wait_for_timeout(1000)
+            saved = json.loads((root / NOTEBOOK).read_text())
+            assert saved["metadata"]["kernelspec"]["name"] == "python3"
+            _open(page, base)
+            cell = _dashboard_cell(page)
+            cell.locator(".jp-OutputArea-output img").first.wait_for(timeout=30_000)
+            outputs = cell.locator(".jp-OutputArea").inner_text()
+            assert "run complete (3/3)" in outputs and "Error displaying widget" not in outputs
+            cell.scroll_into_view_if_needed()
+            cell.screenshot(path=SHOTS / "04_reopened_dashboard.png")
+            page.screenshot(path=SHOTS / "05_reopened_page.png")
+        except Exception:
+            page.screenshot(path=SHOTS / "failure.png", full_page=True)
+            raise
+        finally:
+            browser.close()
