@@ -1,8 +1,9 @@
 """The loop's `Policy` on a real model: the LoRA population generates, and learns with TRR++.
 
 The loop names members ("agent", "T0", "S3", ...); the population numbers them. This module keeps
-that mapping, remembers the token ids each completion was sampled as (so the policy gradient scores
-exactly the sampled tokens, not a re-tokenisation of the text), and turns a member's samples into
+that mapping, returns every completion with the token ids it was sampled as (they travel with the
+proposal or attempt into its `Sample`, so the policy gradient scores exactly the sampled tokens, not
+a re-tokenisation of the text), and turns a member's samples into
 policy-gradient updates (`rl.policy_gradient_loss`, PPO-clip over `rl.ppo_epochs`, optional KL to
 the frozen base), with every log-prob taken at the sampling temperature it was drawn at.
 """
@@ -21,7 +22,7 @@ from populora_nb.config import ExperimentConfig
 from populora_nb.operators import LoRAFactors
 from populora_nb.records import read_json
 from populora_nb.rl import policy_gradient_loss
-from populora_nb.stages import Sample
+from populora_nb.stages import Completion, Sample
 
 
 class LoRAPolicy:
@@ -29,7 +30,6 @@ class LoRAPolicy:
         self.config, self.base, self.population = config, base, population
         self.names = dict(names)
         """loop name -> population member id"""
-        self._sampled: dict[tuple[str, str, str], Generation] = {}
 
     @classmethod
     def create(cls, config: ExperimentConfig, roster: Sequence[tuple[str, str]], base: Base | None = None) -> "LoRAPolicy":
@@ -53,24 +53,19 @@ class LoRAPolicy:
     def tokenizer(self):
         return self.base.tokenizer
 
-    def generate(self, member_ids: Sequence[str], prompts: Sequence[str], max_new_tokens: int, seed: int) -> list[str]:
+    def generate(self, member_ids: Sequence[str], prompts: Sequence[str], max_new_tokens: int,
+                 seed: int) -> list[Completion]:
+        """One completion per (member, prompt), sampled in one mixed-adapter batch; each carries the
+        token ids it was sampled as, which `update` scores."""
         sc = self.config.sampling
         generator = torch.Generator(device=self.base.device).manual_seed(seed)
         gens = self.population.generate([self.names[m] for m in member_ids], list(prompts), max_new_tokens=max_new_tokens,
                                         temperature=sc.temperature, top_p=sc.top_p, generator=generator)
-        if len(self._sampled) > 16384:
-            # Completions never rewarded (e.g. unmatched valid tasks) would pile up; a later update of
-            # a dropped entry falls back to scoring its tokenisation.
-            self._sampled.clear()
-        for m, p, g in zip(member_ids, prompts, gens):
-            self._sampled[(m, p, g.text)] = g
-        return [g.text for g in gens]
+        return [Completion(g.text, (tuple(g.prompt_ids), tuple(g.completion_ids))) for g in gens]
 
     def update(self, member_id: str, samples: Sequence[Sample]) -> dict[str, float]:
         """PPO-clip / REINFORCE update of one member on its own samples."""
         gens = [self._generation(member_id, s) for s in samples]
-        for s in samples:
-            self._sampled.pop((member_id, s.prompt, s.completion), None)
         advantages = [s.advantage for s in samples]
         if all(a == 0 for a in advantages):
             # Zero advantages carry no gradient, but an AdamW step would still move the factors
@@ -100,10 +95,10 @@ class LoRAPolicy:
         return stats
 
     def _generation(self, member_id: str, s: Sample) -> Generation:
-        g = self._sampled.get((member_id, s.prompt, s.completion))
-        if g is not None:
-            return g
-        # Not sampled by this policy (e.g. a scripted completion): score its tokenisation.
+        if s.token_ids is not None:  # sampled by a model: score exactly those tokens
+            prompt_ids, completion_ids = s.token_ids
+            return Generation(self.names[member_id], list(prompt_ids), list(completion_ids), s.completion, True)
+        # Not sampled by a model (e.g. a scripted completion): score its tokenisation.
         tok = self.tokenizer
         prompt_ids = tok(s.prompt, add_special_tokens=False)["input_ids"]
         completion_ids = tok(s.completion, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
@@ -134,4 +129,3 @@ class LoRAPolicy:
         names = dict(read_json(Path(path) / "names.json"))
         self.population = Population.load(self.base, path)
         self.names = names
-        self._sampled.clear()

@@ -20,6 +20,7 @@ import random
 import resource
 import sys
 import time
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
@@ -35,6 +36,25 @@ from populora_nb.verifier import Invalid, Proposal, Verifier
 # ---- what the loop needs from a model -----------------------------------------------------------
 
 
+TokenIds = tuple[tuple[int, ...], tuple[int, ...]]
+"""(prompt ids, completion ids) exactly as sampled, the stop token included when it stopped."""
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What a policy generated for one prompt. A model's completion carries the token ids it was
+    sampled as, so the policy gradient scores exactly those tokens (decoding and re-tokenising a
+    text need not give them back). A plain string, e.g. a scripted completion, has none: the
+    trainer then scores its tokenisation."""
+
+    text: str
+    token_ids: TokenIds | None = None
+
+
+def as_completion(generated: str | Completion) -> Completion:
+    return generated if isinstance(generated, Completion) else Completion(generated)
+
+
 @dataclass(frozen=True)
 class Sample:
     """One completion to learn from: the rendered prompt, what the member wrote, its advantage."""
@@ -45,12 +65,17 @@ class Sample:
     reward: float
     group: tuple
     advantage: float = 0.0
+    token_ids: TokenIds | None = None
+    """As sampled (see `Completion`); None: score the tokenisation of prompt + completion."""
 
 
 class Policy(Protocol):
+    """What the loop needs from a model: mixed-member generation and one member's update."""
+
     tokenizer: object
 
-    def generate(self, member_ids: Sequence[str], prompts: Sequence[str], max_new_tokens: int, seed: int) -> list[str]: ...
+    def generate(self, member_ids: Sequence[str], prompts: Sequence[str], max_new_tokens: int,
+                 seed: int) -> Sequence[str | Completion]: ...
 
     def update(self, member_id: str, samples: Sequence[Sample]) -> dict[str, float]: ...
 
@@ -67,6 +92,7 @@ class Proposed:
     result: Task | Invalid | ParseFailure
     solver: str | None = None
     rho: float | None = None
+    token_ids: TokenIds | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +117,7 @@ class Attempt:
     status: str  # correct | wrong | malformed
     proposed_index: int | None  # index into the step's proposals; None for a buffer task
     train: bool = True
+    token_ids: TokenIds | None = None
 
     @property
     def fresh(self) -> bool:
@@ -137,10 +164,12 @@ def propose(policy: Policy, proposers: Sequence[str], buffers: dict[str, TaskBuf
                     refs = buffers[kind].sample(tc.n_references, rng, tc.reference_sampling)
                     text, program = propose_prompt(kind, refs), ""
                 jobs.append((member, kind, render(text, policy.tokenizer, tc.prompt_format), program))
-    completions = policy.generate([j[0] for j in jobs], [j[2] for j in jobs],
-                                  config.sampling.propose_max_new_tokens, seed_for(config.run.seed, step, "propose"))
+    completions = map(as_completion, policy.generate([j[0] for j in jobs], [j[2] for j in jobs],
+                                                     config.sampling.propose_max_new_tokens,
+                                                     seed_for(config.run.seed, step, "propose")))
     return [
-        Proposed(m, k, p, c, parse_proposal(c, k, tc.prompt_format, program=prog))  # type: ignore[arg-type]
+        Proposed(m, k, p, c.text, parse_proposal(c.text, k, tc.prompt_format, program=prog),  # type: ignore[arg-type]
+                 token_ids=c.token_ids)
         for (m, k, p, prog), c in zip(jobs, completions)
     ]
 
@@ -216,15 +245,17 @@ def solve(policy: Policy, verifier: Verifier, jobs: list[SolveJob], config: Expe
             for j in jobs for _ in range(j.rollouts)]
     if not rows:
         return []
-    completions = policy.generate([j.solver for j, _ in rows], [prompt for _, prompt in rows],
-                                  config.sampling.solve_max_new_tokens, seed_for(config.run.seed, step, "solve"))
-    answers = [parse_answer(c, j.task.kind, fmt) for (j, _), c in zip(rows, completions)]
+    completions = [as_completion(c) for c in policy.generate(
+        [j.solver for j, _ in rows], [prompt for _, prompt in rows], config.sampling.solve_max_new_tokens,
+        seed_for(config.run.seed, step, "solve"))]
+    answers = [parse_answer(c.text, j.task.kind, fmt) for (j, _), c in zip(rows, completions)]
     to_judge = [(j.task, a) for (j, _), a in zip(rows, answers) if isinstance(a, str)]
     verdicts = iter(verifier.judge_many(to_judge))
     attempts = []
     for (job, prompt), completion, answer in zip(rows, completions, answers):
         status = "malformed" if isinstance(answer, ParseFailure) else ("correct" if next(verdicts).passed else "wrong")
-        attempts.append(Attempt(job.solver, job.task, prompt, completion, status, job.proposed_index, job.train))
+        attempts.append(Attempt(job.solver, job.task, prompt, completion.text, status, job.proposed_index, job.train,
+                                completion.token_ids))
     return attempts
 
 
@@ -249,12 +280,14 @@ def reward_samples(proposals: list[Proposed], attempts: list[Attempt], proposer_
         if valid and p.rho is None:
             continue
         r = teacher_reward(valid, p.rho) if proposer_reward == "populora" else azr_proposer_reward(valid, p.rho)
-        samples.append(Sample(p.proposer, p.prompt, p.completion, r, (p.proposer, "propose", p.kind)))
+        samples.append(Sample(p.proposer, p.prompt, p.completion, r, (p.proposer, "propose", p.kind),
+                              token_ids=p.token_ids))
     for a in attempts:
         if a.train:  # AZR's learnability rollouts set rho only
-            samples.append(Sample(a.solver, a.prompt, a.completion, student_reward(a.status), (a.solver, "solve", a.task.kind)))  # type: ignore[arg-type]
+            samples.append(Sample(a.solver, a.prompt, a.completion, student_reward(a.status),  # type: ignore[arg-type]
+                                  (a.solver, "solve", a.task.kind), token_ids=a.token_ids))
     adv = trr_plus_plus_advantages([s.reward for s in samples], [s.group for s in samples]) if samples else []
-    return [Sample(s.member, s.prompt, s.completion, s.reward, s.group, float(a)) for s, a in zip(samples, adv)]
+    return [dataclasses.replace(s, advantage=float(a)) for s, a in zip(samples, adv)]
 
 
 def update(policy: Policy, samples: list[Sample], members: Sequence[str]) -> dict[str, dict[str, float]]:
@@ -361,23 +394,23 @@ def token_counts(outcome: StepOutcome, tokenizer) -> dict[str, dict[str, float]]
     completions of its samples, when its update ran). The paper matches compute per adapter: each
     population member spends about what the single agent does, so the population's total is about
     n_T times the baseline's; these counts let the report measure that instead of assuming it."""
-    def n_tokens(text: str) -> int:
-        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
-
     counts: dict[str, dict[str, float]] = {}
 
-    def add(member: str, key: str, text: str) -> None:
+    def add(member: str, key: str, text: str, token_ids: TokenIds | None) -> None:
+        # The sampled ids when the policy gave them (the stop token counts: it was generated and is
+        # trained on), else the text's tokenisation.
+        n = len(token_ids[1]) if token_ids is not None else len(tokenizer(text, add_special_tokens=False)["input_ids"])
         slot = counts.setdefault(member, {"compute/generated_tokens": 0.0, "compute/trained_tokens": 0.0})
-        slot[key] += n_tokens(text)
+        slot[key] += n
 
     for p in outcome.proposals:
-        add(p.proposer, "compute/generated_tokens", p.completion)
+        add(p.proposer, "compute/generated_tokens", p.completion, p.token_ids)
     for a in outcome.attempts:
-        add(a.solver, "compute/generated_tokens", a.completion)
+        add(a.solver, "compute/generated_tokens", a.completion, a.token_ids)
     for s in outcome.samples:
         stats = outcome.update_stats.get(s.member)
         if stats is not None and stats.get("optim/skipped") != 1.0:  # an all-zero-advantage update is skipped
-            add(s.member, "compute/trained_tokens", s.completion)
+            add(s.member, "compute/trained_tokens", s.completion, s.token_ids)
     return counts
 
 

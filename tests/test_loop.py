@@ -5,7 +5,7 @@ import pytest
 from populora_nb.base import bundled_tokenizer
 from populora_nb.config import load_config
 from populora_nb.loop import RunState, baseline_step, initial_state, population_step, run
-from populora_nb.stages import Attempt, StepOutcome, member_metrics, token_counts
+from populora_nb.stages import Attempt, Completion, StepOutcome, member_metrics, token_counts
 from populora_nb.tasks import Task
 from populora_nb.verifier import Verifier
 from scripted import ScriptedPolicy
@@ -163,3 +163,24 @@ def test_headline_solve_rate_counts_fresh_tasks_only():
     assert row["student/n_fresh_attempts"] == 2 and row["student/n_buffer_attempts"] == 2
     only_buffer = member_metrics("S0", "student", StepOutcome(attempts=attempts[2:]), ["code_o"])
     assert "student/solve_rate" not in only_buffer  # no fresh task: no headline value, not a 1.0
+
+
+class IdPolicy(ScriptedPolicy):
+    """Scripted texts, returned as a model would: with (made-up) sampled token ids."""
+
+    def generate(self, member_ids, prompts, max_new_tokens, seed):
+        texts = super().generate(member_ids, prompts, max_new_tokens, seed)
+        return [Completion(t, ((1, 2), (len(t), 7))) for t in texts]
+
+
+def test_sampled_token_ids_travel_from_generation_to_the_update(verifier, tokenizer):
+    """No cache, no re-tokenisation: every sample the update receives carries the ids its
+    completion was sampled as, and the compute count reads them."""
+    cfg = load_config("tiny", {"run.agent": "population", "tasks.kinds": ["code_o"], "rl.proposals_per_kind": 2})
+    state = initial_state(cfg, verifier)
+    policy = IdPolicy(tokenizer)
+    out = population_step(policy, verifier, state, cfg)
+    updated = [s for _, samples in policy.updates for s in samples]
+    assert updated and all(s.token_ids == ((1, 2), (len(s.completion), 7)) for s in updated)
+    generated = token_counts(out, tokenizer)
+    assert sum(c["compute/generated_tokens"] for c in generated.values()) == 2 * (len(out.proposals) + len(out.attempts))

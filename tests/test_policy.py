@@ -13,12 +13,15 @@ def _snapshot(policy, name):
 def test_update_changes_only_its_member_and_scores_sampled_tokens(tiny_config, tiny_base):
     policy = LoRAPolicy.create(tiny_config, [("T0", "teacher"), ("S0", "student")], base=tiny_base)
     prompts = ["def f(a):", "Write a function"]
-    texts = policy.generate(["T0", "T0"], prompts, max_new_tokens=6, seed=1)
-    assert texts == policy.generate(["T0", "T0"], prompts, max_new_tokens=6, seed=1)  # seeded
+    outs = policy.generate(["T0", "T0"], prompts, max_new_tokens=6, seed=1)
+    assert outs == policy.generate(["T0", "T0"], prompts, max_new_tokens=6, seed=1)  # seeded
     before_t, before_s = _snapshot(policy, "T0"), _snapshot(policy, "S0")
-    samples = [Sample("T0", p, t, r, ("T0", "propose", "code_o"), a) for p, t, r, a in zip(prompts, texts, [1.0, -1.0], [1.0, -1.0])]
-    # the policy remembers the sampled token ids for exactly these completions
-    assert all(("T0", p, t) in policy._sampled for p, t in zip(prompts, texts))
+    samples = [Sample("T0", p, c.text, r, ("T0", "propose", "code_o"), a, token_ids=c.token_ids)
+               for p, c, r, a in zip(prompts, outs, [1.0, -1.0], [1.0, -1.0])]
+    # every completion carries the ids it was sampled as, and the update scores exactly those
+    assert all(c.token_ids is not None and len(c.token_ids[1]) > 0 for c in outs)
+    scored = [policy._generation("T0", s) for s in samples]
+    assert [(tuple(g.prompt_ids), tuple(g.completion_ids)) for g in scored] == [c.token_ids for c in outs]
     stats = policy.update("T0", samples)
     assert stats["optim/skipped"] == 0.0 and stats["optim/grad_norm"] > 0
     after_t, after_s = _snapshot(policy, "T0"), _snapshot(policy, "S0")
@@ -36,9 +39,9 @@ def test_zero_advantages_skip_the_optimizer_step(tiny_config, tiny_base):
 
 def test_checkpoint_round_trip_keeps_names_and_weights(tiny_config, tiny_base, tmp_path):
     policy = LoRAPolicy.create(tiny_config, [("T0", "teacher"), ("S0", "student")], base=tiny_base)
-    texts = policy.generate(["S0"], ["hello"], 4, seed=0)
-    policy.update("S0", [Sample("S0", "hello", texts[0], 1.0, ("S0", "solve", "code_o"), 1.0),
-                         Sample("S0", "hello", texts[0] + "x", -1.0, ("S0", "solve", "code_o"), -1.0)])
+    out = policy.generate(["S0"], ["hello"], 4, seed=0)[0]
+    policy.update("S0", [Sample("S0", "hello", out.text, 1.0, ("S0", "solve", "code_o"), 1.0, token_ids=out.token_ids),
+                         Sample("S0", "hello", out.text + "x", -1.0, ("S0", "solve", "code_o"), -1.0)])
     policy.save(tmp_path / "p")
     other = LoRAPolicy.create(tiny_config, [("T0", "teacher"), ("S0", "student")], base=tiny_base)
     other.load(tmp_path / "p")
@@ -60,7 +63,7 @@ def test_update_scores_at_the_sampling_temperature(tiny_base, monkeypatch):
     real = policy.population.train_step
     monkeypatch.setattr(policy.population, "train_step", lambda mid, batch, *a, **k: seen.append(batch.temperature) or real(mid, batch, *a, **k))
     prompts = ["hello", "world"]
-    texts = policy.generate(["T0", "T0"], prompts, max_new_tokens=4, seed=0)
-    policy.update("T0", [Sample("T0", p, t, r, ("T0", "propose", "code_o"), a)
-                         for p, t, r, a in zip(prompts, texts, (1.0, -1.0), (1.0, -1.0))])
+    outs = policy.generate(["T0", "T0"], prompts, max_new_tokens=4, seed=0)
+    policy.update("T0", [Sample("T0", p, c.text, r, ("T0", "propose", "code_o"), a, token_ids=c.token_ids)
+                         for p, c, r, a in zip(prompts, outs, (1.0, -1.0), (1.0, -1.0))])
     assert seen == [0.7]

@@ -36,14 +36,14 @@ class GradedPolicy(LoRAPolicy):
     answers: dict[str, tuple[str, str]]  # set by the fixture: rendered solve prompt -> (right answer, wrong answer)
 
     def generate(self, member_ids, prompts, max_new_tokens, seed):
-        texts = super().generate(member_ids, prompts, max_new_tokens, seed)
+        sampled = super().generate(member_ids, prompts, max_new_tokens, seed)
         out = []
-        for prompt, text in zip(prompts, texts):
+        for prompt, c in zip(prompts, sampled):
             if prompt not in self.answers:
-                out.append(text)
+                out.append(c)
                 continue
-            grade = zlib.crc32(text.encode()) % 3
-            out.append(text if grade == 2 else self.answers[prompt][grade])
+            grade = zlib.crc32(c.text.encode()) % 3
+            out.append(c if grade == 2 else self.answers[prompt][grade])  # a written answer: no sampled ids
         return out
 
 
