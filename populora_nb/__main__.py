@@ -16,7 +16,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Callable, NoReturn
+from typing import NoReturn
 
 from populora_nb.config import PRESETS, load_config, parse_override
 from populora_nb.errors import UserInputError
@@ -137,16 +137,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     md, html = write_report(args.experiment_dir)
     print(f"[report] {md}\n[report] {html}")
     return 0
-
-
-def _not_built(name: str) -> Callable[[argparse.Namespace], int]:
-    def cmd(args: argparse.Namespace) -> int:
-        if hasattr(args, "overrides"):
-            _config(args)  # still report a bad config first
-        print(f"`{name}` is not built yet in this version of populora_nb (see the open issues).", file=sys.stderr)
-        return 2
-
-    return cmd
 
 
 class _Parser(argparse.ArgumentParser):

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
 import torch
+import trueskill
 from tqdm import tqdm  # a text bar, not tqdm.auto's widget: see run()
 
 from populora_nb.buffers import TaskBuffer, load_seed_triplets, make_buffers
@@ -29,6 +30,7 @@ from populora_nb.evolution import MemberRating, OperatorMix, apply_operator, inh
 from populora_nb.matchmaking import Match, Rating, initial_ratings, make_trueskill, pfsp_pairs, round_robin_pairs, update_ratings
 from populora_nb.operators import LoRAFactors, relative_change
 from populora_nb.records import MANIFEST, CorruptRunError, RunDir, read_json, write_json
+from populora_nb.rewards import azr_proposer_reward, teacher_reward
 from populora_nb.stages import (
     Policy, StepOutcome, Timer, grow_buffers, member_metrics, peak_memory_gb, propose, reset_peak_memory, reward_samples,
     buffer_jobs, learnability_jobs, rng_for, seed_for, solve, solve_jobs, solve_rates, task_rows, token_counts, update,
@@ -81,6 +83,12 @@ class RunState:
         )
 
 
+def trueskill_env(config: ExperimentConfig) -> trueskill.TrueSkill:
+    """The run's TrueSkill environment, from its matchmaking config (the one place it is built)."""
+    mc = config.matchmaking
+    return make_trueskill(mc.mu, mc.sigma, mc.beta, mc.tau, mc.draw_probability)
+
+
 def roster_for(config: ExperimentConfig) -> dict[str, str]:
     if config.run.agent == "baseline":
         return {"agent": "agent"}
@@ -102,9 +110,7 @@ def initial_state(config: ExperimentConfig, verifier: Verifier) -> RunState:
             for t in good:
                 buffers[kind].add(Task(kind, t.program, t.inputs, t.outputs, meta={"proposer": "seed"}), seed=True)
     roster = roster_for(config)
-    mc = config.matchmaking
-    env = make_trueskill(mc.mu, mc.sigma, mc.beta, mc.tau, mc.draw_probability)
-    ratings = initial_ratings(list(roster), env) if config.run.agent == "population" else {}
+    ratings = initial_ratings(list(roster), trueskill_env(config)) if config.run.agent == "population" else {}
     return RunState(step=0, roster=roster, buffers=buffers, ratings=ratings)
 
 
@@ -115,6 +121,8 @@ def baseline_step(policy: Policy, verifier: Verifier, state: RunState, config: E
     out, step = StepOutcome(), state.step
     with Timer(out.timings, "propose_s"):
         out.proposals = propose(policy, ["agent"], state.buffers, config, step)
+    for p in out.proposals:  # AZR: the agent solves its own proposals
+        p.solver = "agent"
     with Timer(out.timings, "validate_s"):
         validate(verifier, out.proposals, config.tasks.code_f_inputs)
     with Timer(out.timings, "solve_s"):
@@ -127,7 +135,7 @@ def baseline_step(policy: Policy, verifier: Verifier, state: RunState, config: E
             jobs = solve_jobs({"agent": list(range(len(out.proposals)))}, out.proposals, state.buffers, config, step)
         out.attempts = solve(policy, verifier, jobs, config, step, worked_examples(state.buffers))
         solve_rates(out.proposals, out.attempts)
-    out.samples = reward_samples(out.proposals, out.attempts, proposer_reward="azr")
+    out.samples = reward_samples(out.proposals, out.attempts, proposer_reward=azr_proposer_reward)
     with Timer(out.timings, "update_s"):
         out.update_stats = update(policy, out.samples, ["agent"])
     grow_buffers(state.buffers, out.proposals)
@@ -141,7 +149,7 @@ def pair(state: RunState, config: ExperimentConfig) -> dict[str, str]:
     if mc.mode == "round_robin":
         pairs = round_robin_pairs(state.teachers, state.students, state.step)
     else:
-        env = make_trueskill(mc.mu, mc.sigma, mc.beta, mc.tau, mc.draw_probability)
+        env = trueskill_env(config)
         pairs = pfsp_pairs(state.teachers, state.students, state.ratings, env, rng_for(config.run.seed, state.step, "pfsp"),
                            weighting="var" if mc.mode == "pfsp_var" else "hard", gamma=mc.gamma, floor=mc.floor)
     return dict(pairs)
@@ -152,6 +160,8 @@ def population_step(policy: Policy, verifier: Verifier, state: RunState, config:
     partner = pair(state, config)
     with Timer(out.timings, "propose_s"):
         out.proposals = propose(policy, state.teachers, state.buffers, config, step)
+    for p in out.proposals:  # the matched student, set once: it is known before anything is solved
+        p.solver = partner[p.proposer]
     with Timer(out.timings, "validate_s"):
         validate(verifier, out.proposals, config.tasks.code_f_inputs)
     assignments: dict[str, list[int]] = {s: [] for s in state.students}
@@ -161,16 +171,12 @@ def population_step(policy: Policy, verifier: Verifier, state: RunState, config:
         jobs = solve_jobs(assignments, out.proposals, state.buffers, config, step)
         out.attempts = solve(policy, verifier, jobs, config, step, worked_examples(state.buffers))
         solve_rates(out.proposals, out.attempts)
-    for p in out.proposals:
-        p.solver = partner[p.proposer]
-    out.samples = reward_samples(out.proposals, out.attempts, proposer_reward="populora")
+    out.samples = reward_samples(out.proposals, out.attempts, proposer_reward=teacher_reward)
     with Timer(out.timings, "update_s"):
         out.update_stats = update(policy, out.samples, list(state.roster))
-    mc = config.matchmaking
-    env = make_trueskill(mc.mu, mc.sigma, mc.beta, mc.tau, mc.draw_probability)
     # rho is None unless the partner attempted the task (always so for an invalid one): Match.played.
     matches = [Match(p.proposer, partner[p.proposer], isinstance(p.result, Task), p.rho) for p in out.proposals]
-    state.ratings = update_ratings(state.ratings, matches, env, mc.win_threshold)
+    state.ratings = update_ratings(state.ratings, matches, trueskill_env(config), config.matchmaking.win_threshold)
     grow_buffers(state.buffers, out.proposals)
     return out
 
@@ -341,10 +347,6 @@ def _summary(rows: Sequence[dict]) -> str:
         return f"{sum(vals) / len(vals):.2f}" if vals else "-"
 
     return f"valid {mean('teacher/valid_rate')} solve {mean('student/solve_rate')}"
-
-
-def load_metrics(run_dir: str | Path) -> list[dict]:
-    return RunDir(Path(run_dir)).read("metrics")
 
 
 def grow_seeds(config: ExperimentConfig, policy: Policy, verifier: Verifier, target: int, max_rounds: int = 50,

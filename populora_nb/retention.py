@@ -28,6 +28,7 @@ from populora_nb.loop import RunState, initial_state
 from populora_nb.matchmaking import Rating
 from populora_nb.operators import LoRAFactors
 from populora_nb.records import RunDir, read_json
+from populora_nb.rewards import teacher_reward
 from populora_nb.stages import (
     Attempt, Sample, SolveJob, propose, reward_samples, rng_for, solve, solve_jobs, solve_rates, update, validate,
     worked_examples,
@@ -119,7 +120,7 @@ def student_train_and_score(
     def samples_at(step: int) -> list[Sample]:
         jobs = [SolveJob(member, task, None, rollouts) for task in draw_tasks(pool, tasks_per_step, seed, step)]
         attempts: list[Attempt] = solve(policy, verifier, jobs, cfg, step, dict(examples or {}))
-        return reward_samples([], attempts, proposer_reward="populora")
+        return reward_samples([], attempts, proposer_reward=teacher_reward)
 
     return lambda child, num_steps: _retrain(policy, member, child, num_steps, samples_at)
 
@@ -151,7 +152,7 @@ def teacher_train_and_score(
         jobs = solve_jobs({student: list(range(len(proposals)))}, proposals, {}, cfg, step)
         attempts = solve(policy, verifier, jobs, cfg, step, examples)
         solve_rates(proposals, attempts)
-        return [s for s in reward_samples(proposals, attempts, proposer_reward="populora") if s.member == member]
+        return [s for s in reward_samples(proposals, attempts, proposer_reward=teacher_reward) if s.member == member]
 
     return lambda child, num_steps: _retrain(policy, member, child, num_steps, samples_at)
 

@@ -22,12 +22,12 @@ import sys
 import time
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from populora_nb.buffers import TaskBuffer, task_to_json
 from populora_nb.config import ExperimentConfig
 from populora_nb.prompts import CODE_F_EXAMPLE, ParseFailure, parse_answer, parse_proposal, propose_prompt, render, solve_prompt
-from populora_nb.rewards import azr_proposer_reward, student_reward, teacher_reward
+from populora_nb.rewards import student_reward
 from populora_nb.rl import trr_plus_plus_advantages
 from populora_nb.tasks import Task
 from populora_nb.verifier import Invalid, Proposal, Verifier
@@ -267,19 +267,20 @@ def solve_rates(proposals: list[Proposed], attempts: list[Attempt]) -> None:
             by_index.setdefault(a.proposed_index, []).append(a.status)
     for i, statuses in by_index.items():
         proposals[i].rho = sum(s == "correct" for s in statuses) / len(statuses)
-        proposals[i].solver = next(a.solver for a in attempts if a.proposed_index == i)
 
 
-def reward_samples(proposals: list[Proposed], attempts: list[Attempt], proposer_reward: str) -> list[Sample]:
+def reward_samples(proposals: list[Proposed], attempts: list[Attempt],
+                   proposer_reward: Callable[[bool, float | None], float]) -> list[Sample]:
     """Teacher/proposer and student samples with their rewards and TRR++ advantages, grouped by
-    (member, role, kind). ``proposer_reward`` is "populora" (-1 / 0 / 1-rho) or "azr"."""
+    (member, role, kind). ``proposer_reward(valid, rho)``: ``rewards.teacher_reward`` (PopuLoRA's
+    -1 / 0 / 1-rho) or ``rewards.azr_proposer_reward``."""
     samples = []
     for p in proposals:
         valid = isinstance(p.result, Task)
         # A valid task no solver attempted (no match this step) has no rho: it is not rewarded.
         if valid and p.rho is None:
             continue
-        r = teacher_reward(valid, p.rho) if proposer_reward == "populora" else azr_proposer_reward(valid, p.rho)
+        r = proposer_reward(valid, p.rho)
         samples.append(Sample(p.proposer, p.prompt, p.completion, r, (p.proposer, "propose", p.kind),
                               token_ids=p.token_ids))
     for a in attempts:
