@@ -50,6 +50,9 @@ class TrainablePolicy(Policy, Protocol):
 
 @dataclass
 class RunState:
+    """Everything a run carries from one step to the next besides the adapters: the step, who plays
+    which role, the task buffers, TrueSkill ratings and evolution births. Checkpointed as JSON."""
+
     step: int
     roster: dict[str, str]
     """member id -> role (agent | teacher | student), in a stable order."""
@@ -118,6 +121,7 @@ def initial_state(config: ExperimentConfig, verifier: Verifier) -> RunState:
 
 
 def baseline_step(policy: Policy, verifier: Verifier, state: RunState, config: ExperimentConfig) -> StepOutcome:
+    """One step of AZR's single agent (module docstring); updates the agent and grows the buffers."""
     out, step = StepOutcome(), state.step
     with Timer(out.timings, "propose_s"):
         out.proposals = propose(policy, ["agent"], state.buffers, config, step)
@@ -156,6 +160,7 @@ def pair(state: RunState, config: ExperimentConfig) -> dict[str, str]:
 
 
 def population_step(policy: Policy, verifier: Verifier, state: RunState, config: ExperimentConfig) -> StepOutcome:
+    """One PopuLoRA step (module docstring); updates every member, the ratings and the buffers."""
     out, step = StepOutcome(), state.step
     partner = pair(state, config)
     with Timer(out.timings, "propose_s"):

@@ -85,6 +85,10 @@ class Policy(Protocol):
 
 @dataclass
 class Proposed:
+    """One proposal of a step: who wrote it, the rendered prompt and the completion, the parsed
+    task's verdict (`result`: a Task, an Invalid with its reason, or a ParseFailure), the matched
+    solver and its solve rate rho (None until solved, and for an invalid task)."""
+
     proposer: str
     kind: str
     prompt: str
@@ -110,6 +114,8 @@ class SolveJob:
 
 @dataclass
 class Attempt:
+    """One rollout of a solver at a task, with the verifier's status."""
+
     solver: str
     task: Task
     prompt: str
@@ -127,6 +133,9 @@ class Attempt:
 
 @dataclass
 class StepOutcome:
+    """What one step made: its proposals, attempts, learning samples, per-member update statistics
+    and stage timings. The loop turns it into records (`member_metrics`, `task_rows`)."""
+
     proposals: list[Proposed] = field(default_factory=list)
     attempts: list[Attempt] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
