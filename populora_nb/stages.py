@@ -93,7 +93,10 @@ class Proposed:
     kind: str
     prompt: str
     completion: str
-    result: Task | Invalid | ParseFailure
+    parsed: Proposal | ParseFailure
+    """What the completion parses to (kept beside the verdict: an invalid task's program stays readable)."""
+    result: Task | Invalid | ParseFailure | None = None
+    """The verdict once validated (`validate`): a Task, an Invalid with its reason, or the ParseFailure."""
     solver: str | None = None
     rho: float | None = None
     token_ids: TokenIds | None = None
@@ -184,22 +187,23 @@ def propose(policy: Policy, proposers: Sequence[str], buffers: dict[str, TaskBuf
 
 
 def validate(verifier: Verifier, proposals: list[Proposed], code_f_inputs: int) -> None:
-    """Replace each parsed proposal by the verifier's verdict: a Task or an Invalid(reason).
+    """Set each proposal's verdict (``result``, in place) from its parse: a Task, an Invalid(reason),
+    or the ParseFailure itself. ``parsed`` is kept as it was.
 
     A code_f task must have exactly the ``code_f_inputs`` inputs its prompt asked for (AZR: 10, half
     shown, half hidden); the verifier has already rejected repeated inputs."""
-    todo = [i for i, p in enumerate(proposals) if not isinstance(p.result, ParseFailure)]
-    verdicts = verifier.validate_many([
-        Proposal(p.result.kind, p.result.program, p.result.inputs, p.result.message)  # type: ignore[union-attr]
-        for p in (proposals[i] for i in todo)
-    ])
-    for i, verdict in zip(todo, verdicts):
+    todo = [p for p in proposals if not isinstance(p.parsed, ParseFailure)]
+    verdicts = verifier.validate_many([p.parsed for p in todo])  # type: ignore[misc]
+    for p in proposals:
+        if isinstance(p.parsed, ParseFailure):
+            p.result = p.parsed
+    for p, verdict in zip(todo, verdicts):
         if isinstance(verdict, Task) and verdict.kind == "code_f" and len(verdict.inputs) != code_f_inputs:
             verdict = Invalid("wrong_input_count", f"{len(verdict.inputs)} inputs, asked for {code_f_inputs}")
         if isinstance(verdict, Task):
             verdict = Task(verdict.kind, verdict.program, verdict.inputs, verdict.outputs, verdict.message,
-                           meta={"proposer": proposals[i].proposer})
-        proposals[i].result = verdict
+                           meta={"proposer": p.proposer})
+        p.result = verdict
 
 
 def solve_jobs(assignments: dict[str, list[int]], proposals: list[Proposed], buffers: dict[str, TaskBuffer],
@@ -338,15 +342,10 @@ def task_rows(step: int, proposals: list[Proposed]) -> list[dict]:
             row.update(program="", inputs=[], outputs=[], message="", valid=False, reason=r.reason)
         else:
             row.update(program="", inputs=[], outputs=[], message="", valid=False, reason=f"parse:{r.reason}")
-        if not isinstance(r, Task) and not isinstance(r, ParseFailure):
-            row["program"] = _proposed_program(p)
+        if isinstance(r, Invalid) and isinstance(p.parsed, Proposal):
+            row["program"] = p.parsed.program  # what the teacher wrote, for reading why it was rejected
         rows.append(row)
     return rows
-
-
-def _proposed_program(p: Proposed) -> str:
-    parsed = parse_proposal(p.completion, p.kind, "chat")  # type: ignore[arg-type]
-    return "" if isinstance(parsed, ParseFailure) else parsed.program
 
 
 def member_metrics(member: str, role: str, outcome: StepOutcome, kinds: Sequence[str]) -> dict:

@@ -184,3 +184,18 @@ def test_sampled_token_ids_travel_from_generation_to_the_update(verifier, tokeni
     assert updated and all(s.token_ids == ((1, 2), (len(s.completion), 7)) for s in updated)
     generated = token_counts(out, tokenizer)
     assert sum(c["compute/generated_tokens"] for c in generated.values()) == 2 * (len(out.proposals) + len(out.attempts))
+
+
+def test_task_rows_record_the_parsed_program_of_a_rejected_proposal_in_r1():
+    """The parse travels beside the verdict: under AZR's r1 format a draft in <think> is not the
+    proposal; the one inside <answer> is (today's rows re-parsed the text as chat and took the draft)."""
+    from populora_nb.prompts import parse_proposal
+    from populora_nb.stages import Proposed, task_rows
+    from populora_nb.verifier import Invalid
+
+    text = ("draft:\n```python\ndef f(a):\n    return a  # draft\n```\n</think>\n<answer>\n```python\nimport os\n"
+            "def f(a):\n    return os.getcwd()\n```\n```input\n1\n```\n</answer>")
+    p = Proposed("T0", "code_o", "prompt", text, parse_proposal(text, "code_o", "r1"))
+    p.result = Invalid("banned_import")
+    (row,) = task_rows(0, [p])
+    assert row["program"].startswith("import os") and row["reason"] == "banned_import"
