@@ -3,19 +3,25 @@ sandbox, math answers with math-verify in a worker process.
 
 The executor (`verifier.py`) knows nothing about benchmarks; their semantics live here:
   * EvalPlus (evalplus/eval/__init__.py `untrusted_check`, `unsafe_execute`): expected outputs
-    come from the canonical solution run in the same sandbox; each input may take
-    ``max(min_time_limit, gt_time_limit_factor * t_gt)`` seconds (defaults 1.0 s and 4, evalplus
-    config.py); equal if ``out == exp``, else within ``atol`` (``1e-6`` once an expected output is
-    floats, as evalplus' stateful loop does) via an ``allclose`` of the same rtol; plus the special
-    oracles (HumanEval/32 `find_zero` by root residual, MBPP set-equal / not-None / 164 / 295 / 558 / 581).
+    come from the canonical solution run in the same sandbox; each input set (base, then plus if
+    base passed) runs in one process that executes the module once (`Verifier.run_suites`), each
+    input under ``max(min_time_limit, gt_time_limit_factor * t_gt)`` seconds (defaults 1.0 s and
+    4, evalplus config.py) and the process under ``min(60, sum of limits) + 1`` s; equal if
+    ``out == exp``, else within ``atol`` (``1e-6`` once an expected output is floats, sticky for
+    the rest of the set, as evalplus' loop does) via an ``allclose`` of the same rtol; plus the
+    special oracles (HumanEval/32 `find_zero` by root residual, MBPP set-equal / not-None / 164 /
+    295 / 558 / 581).
   * Outputs cross the sandbox boundary as literals (DESIGN.md). A shim appended to each program
-    turns results into plain literals first: builtin subclasses (Counter, namedtuple) into their
-    base types, non-finite floats into tagged strings, and any output whose repr is over
-    `DIGEST_OVER` characters (or an int too long to print) into a SHA-256 digest, so huge outputs
-    are compared exactly. The parent compares parsed values; no model object's ``__eq__`` runs.
+    turns results into plain literals first: builtin subclasses (Counter, namedtuple) and numpy
+    scalars into their base types, non-finite floats into tagged strings, and an output whose
+    text is over `DIGEST_OVER` characters (or an int too long to print) into a SHA-256 digest of
+    a canonical text under which values equal by ``==`` agree (3 and 3.0, dict and set order), so
+    huge outputs are compared as ``==`` would (without the float tolerance). The parent compares
+    parsed values; no model object's ``__eq__`` runs.
   * LiveCodeBench (lcb_runner/evaluation/testing_util.py): stdin programs compared line by line
-    after stripping, with a Decimal fallback; functional tests call ``Solution().<func>``, a tuple
-    result counts as a list; 6 s per test.
+    after stripping, with a Decimal fallback; functional tests call ``Solution().<func>`` (the
+    module once, each test in turn), a tuple result counts as a list; 6 s per test.
+README's "Differences from official evalplus" lists what is intentionally not the same.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ TASK_TIMEOUT_CAP_S = 60.0
 GROUND_TRUTH_TIMEOUT_S = 300.0
 LCB_TIMEOUT_S = 6.0
 DIGEST_OVER = 100_000
+SCORER_VERSION = 2
+"""Bumped when the shim's output text changes (2: canonical digests), so cached ground truths are redone."""
 ENTRY = "_bench_entry"
 MBPP_OUTPUT_NOT_NONE_TASKS = ("check_str", "text_match_three", "text_starta_endb")
 MBPP_OUTPUT_SET_EQ_TASKS = ("similar_elements", "find_char_long", "common_in_nested_lists", "extract_singly",
@@ -51,6 +59,9 @@ _DIGEST = "\x00sha256:"
 # Appended after the program, so these definitions replace any of the same name in it. It runs in
 # the sandbox child; only the literal it returns reaches the parent.
 _SHIM = '''
+
+import numbers as _bench_numbers
+
 
 def _bench_plain(x):
     if x is None or type(x) is bool:
@@ -72,16 +83,33 @@ def _bench_plain(x):
     for base in (list, tuple, set, frozenset):
         if isinstance(x, base):
             return base(_bench_plain(v) for v in x)
+    if isinstance(x, _bench_numbers.Integral):  # numpy scalars: equal to their Python value in evalplus
+        return int(x)
+    if isinstance(x, _bench_numbers.Real):
+        return _bench_plain(float(x))
+    if isinstance(x, _bench_numbers.Complex):
+        return complex(x)
+    if type(x).__name__ in ("bool", "bool_"):
+        return bool(x)
     return x
 
 
-def _bench_hex(x):
-    if type(x) is int:
-        return hex(x)
-    if type(x) is dict:
-        return "{{" + ", ".join(_bench_hex(k) + ": " + _bench_hex(v) for k, v in x.items()) + "}}"
-    if type(x) in (list, tuple, set, frozenset):
-        return type(x).__name__ + "(" + ", ".join(_bench_hex(v) for v in x) + ")"
+def _bench_canon(x):
+    t = type(x)
+    if t is bool or t is int:
+        return str(int(x)) if -(1 << 4096) < x < (1 << 4096) else hex(x)
+    if t is float:
+        return _bench_canon(int(x)) if x == int(x) else repr(x)
+    if t is complex:
+        return _bench_canon(x.real) if x.imag == 0 else "c(" + _bench_canon(x.real) + "," + _bench_canon(x.imag) + ")"
+    if t is list:
+        return "[" + ",".join(_bench_canon(v) for v in x) + "]"
+    if t is tuple:
+        return "(" + ",".join(_bench_canon(v) for v in x) + ")"
+    if t is set or t is frozenset:
+        return "{{" + ",".join(sorted(_bench_canon(v) for v in x)) + "}}"
+    if t is dict:
+        return "d{{" + ",".join(sorted(_bench_canon(k) + ":" + _bench_canon(v) for k, v in x.items())) + "}}"
     return repr(x)
 
 
@@ -89,10 +117,16 @@ def _bench_fit(x):
     import hashlib
     x = _bench_plain(x)
     try:
-        text, huge = repr(x), False
-    except ValueError:  # an int over 4300 digits: hex is linear time, decimal is quadratic
-        text, huge = _bench_hex(x), True
-    if huge or len(text) > {digest_over}:
+        unprintable = False
+        if len(repr(x)) <= {digest_over} // 2:  # the canonical text is at most ~2x the repr
+            return x
+    except ValueError:  # an int over 4300 digits: no float equals it; its canonical text is hex
+        unprintable = True
+    try:
+        text = _bench_canon(x)
+    except (ValueError, OverflowError, RecursionError):
+        return x
+    if unprintable or len(text) > {digest_over}:
         return "{digest}" + hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()
     return x
 
@@ -287,6 +321,11 @@ def evalplus_match(problem: Problem, args_text: str, out: Any, exp: Any, atol: f
     return bool(exact), atol
 
 
+def _maybe_floats(text: str) -> bool:
+    """Could this output text be a float or a list/tuple of floats? (cheap: skips most parses)"""
+    return text[:1] in "-0123456789.[('" and ("." in text or "e" in text or "inf" in text or "nonfinite" in text)
+
+
 def judge_evalplus(problem: Problem, inputs: Sequence[str], expected: Sequence[str | None],
                    results: Sequence[RunResult], limits: Sequence[float]) -> str:
     """"pass", or the first failure over one input set (base or plus; atol restarts per set, as each
@@ -300,8 +339,12 @@ def judge_evalplus(problem: Problem, inputs: Sequence[str], expected: Sequence[s
         if exp_text is None:
             return "reference_failed"
         try:
-            ok, atol = (True, atol) if r.output == exp_text and "nan" not in r.output else evalplus_match(
-                problem, inputs[i], decode_output(r.output), decode_output(exp_text), atol)
+            if r.output == exp_text and "nan" not in r.output:  # same text: equal values, no parse needed
+                ok = True
+                if atol == 0 and _maybe_floats(exp_text) and is_floats(decode_output(exp_text)):
+                    atol = 1e-6  # evalplus switches the tolerance on here too, for the inputs after
+            else:
+                ok, atol = evalplus_match(problem, inputs[i], decode_output(r.output), decode_output(exp_text), atol)
         except (ValueError, TypeError, OverflowError, ZeroDivisionError, RecursionError):
             ok = False
         if not ok:
@@ -323,26 +366,18 @@ def _program_items(problems: Sequence[Problem], programs: Sequence[str], plus: b
     return items
 
 
-def _run_bucketed(verifier: Verifier, items: list[tuple[str, tuple[str, ...]]],
-                  timeouts: Sequence[float]) -> list[list[RunResult]]:
-    """run_many with one wall limit per call: group items by their limit rounded up to a bucket.
-    A looser wall limit only lets a slow run finish; per-input limits are checked afterwards."""
-    buckets = (2.0, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0)
-    groups: dict[float, list[int]] = {}
-    for i, t in enumerate(timeouts):
-        groups.setdefault(next((b for b in buckets if b >= t), t), []).append(i)
-    out: list[list[RunResult]] = [[] for _ in items]
-    for limit, idx in sorted(groups.items()):
-        for i, res in zip(idx, verifier.run_many([items[i] for i in idx], timeout_s=limit, entry_point=ENTRY)):
-            out[i] = res
-    return out
+def task_wall_s(limits: Sequence[float], task_timeout_cap_s: float = TASK_TIMEOUT_CAP_S) -> float:
+    """evalplus `untrusted_check`: the process may take ``min(60, sum of per-input limits) + 1`` s."""
+    return min(task_timeout_cap_s, sum(limits)) + 1.0
 
 
 def evalplus_ground_truth(problems: Sequence[Problem], verifier: Verifier,
                           timeout_s: float = GROUND_TRUTH_TIMEOUT_S) -> list[GroundTruth]:
-    """Run each canonical solution on its base + plus inputs (evalplus `get_groundtruth`)."""
+    """Run each canonical solution on its base + plus inputs (evalplus `get_groundtruth`: the
+    module once, each input timed)."""
     items = _program_items(problems, [p.question + p.canonical_solution for p in problems], plus=None)
-    runs = verifier.run_many(items, timeout_s=timeout_s, entry_point=ENTRY)
+    runs = verifier.run_suites([(prog, inputs, [timeout_s] * len(inputs), timeout_s) for prog, inputs in items],
+                               entry_point=ENTRY)
     out = []
     for res in runs:
         failures = tuple(f"input {i}: {r.status} {r.detail[:120]}".strip() for i, r in enumerate(res) if r.status != "ok")
@@ -357,22 +392,27 @@ def score_evalplus(problems: Sequence[Problem], completions: Sequence[str], trut
                    task_timeout_cap_s: float = TASK_TIMEOUT_CAP_S, programs: Sequence[str] | None = None,
                    ) -> list[tuple[bool, bool, str]]:
     """(base passed, base+plus passed, status) per completion; `programs` skips code extraction.
-    Plus inputs run only after the base inputs pass (evalplus: base then plus, fast check), so a
-    program that hangs costs one base-set wall limit, not both."""
+    Each input set runs as evalplus' `untrusted_check` does: one process, the module once, each
+    input under its own limit, the process under `task_wall_s`. Plus inputs run only after the
+    base inputs pass (evalplus: base then plus, fast check), so a hung program costs about its own
+    limit on one input."""
     programs = list(programs) if programs is not None else [evalplus_program(p, c) for p, c in zip(problems, completions)]
     limits = [time_limits(gt, min_time_limit, gt_time_limit_factor) for gt in truths]
     nb = [len(p.base_inputs) for p in problems]
     base = ["no_entry_point" if defines_top_level(prog, p.entry_point) is False else "" for p, prog in zip(problems, programs)]
-    run = [i for i, status in enumerate(base) if not status]
-    walls = [min(task_timeout_cap_s, sum(limits[i][:nb[i]])) + 1 for i in run]
-    runs = _run_bucketed(verifier, _program_items([problems[i] for i in run], [programs[i] for i in run], plus=False), walls)
-    for i, res in zip(run, runs):
+
+    def run(idx: list[int], plus: bool) -> list[list[RunResult]]:
+        cut = [slice(nb[i], None) if plus else slice(None, nb[i]) for i in idx]
+        items = _program_items([problems[i] for i in idx], [programs[i] for i in idx], plus=plus)
+        return verifier.run_suites([(prog, inputs, limits[i][c], task_wall_s(limits[i][c], task_timeout_cap_s))
+                                    for i, c, (prog, inputs) in zip(idx, cut, items)], entry_point=ENTRY)
+
+    todo = [i for i, status in enumerate(base) if not status]
+    for i, res in zip(todo, run(todo, plus=False)):
         base[i] = judge_evalplus(problems[i], problems[i].base_inputs, truths[i].outputs[:nb[i]], res, limits[i][:nb[i]])
-    todo = [i for i, status in enumerate(base) if status == "pass" and problems[i].plus_inputs]
-    walls = [min(task_timeout_cap_s, sum(limits[i][nb[i]:])) + 1 for i in todo]
-    runs = _run_bucketed(verifier, _program_items([problems[i] for i in todo], [programs[i] for i in todo], plus=True), walls)
     out = [(status == "pass", status == "pass", status) for status in base]
-    for i, res in zip(todo, runs):
+    todo = [i for i, status in enumerate(base) if status == "pass" and problems[i].plus_inputs]
+    for i, res in zip(todo, run(todo, plus=True)):
         p, n = problems[i], nb[i]
         status = judge_evalplus(p, p.plus_inputs, truths[i].outputs[n:], res, limits[i][n:])
         out[i] = (True, status == "pass", status)
@@ -438,8 +478,8 @@ def score_lcb(problems: Sequence[Problem], completions: Sequence[str], verifier:
     for (i, expected), r in zip(script_owner, verifier.run_script_many(scripts, timeout_s=timeout_s)):
         ok = r.status == "ok" and r.seconds <= timeout_s and lcb_lines_match(r.stdout, expected)
         verdicts.setdefault(i, []).append("pass" if ok else (r.status if r.status != "ok" else "wrong"))
-    walls = [min(TASK_TIMEOUT_CAP_S, timeout_s * len(args)) + 1 for _, args in calls]
-    for i, res in zip(call_owner, _run_bucketed(verifier, calls, walls)):
+    suites = [(prog, args, [timeout_s] * len(args), task_wall_s([timeout_s] * len(args))) for prog, args in calls]
+    for i, res in zip(call_owner, verifier.run_suites(suites, entry_point=ENTRY)):
         verdicts[i] = [_lcb_functional_verdict(r, t.output, timeout_s) for r, t in zip(res, problems[i].tests)]
     for i, v in verdicts.items():
         bad = next((s for s in v if s != "pass"), None)

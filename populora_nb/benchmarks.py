@@ -25,7 +25,7 @@ from populora_nb.benchmark_loaders import (  # re-exported: the public API is th
     BENCHMARK_FILES, CODE_BENCHMARKS, DATA_ENV, MATH_BENCHMARKS, BenchmarkDataError, LcbTest, Problem,
     available_benchmarks, last_boxed, load_benchmark, resolve_data_dir)
 from populora_nb.benchmark_math import MathChecker, extract_math_answer
-from populora_nb.benchmark_scoring import GroundTruth, evalplus_ground_truth, score_evalplus, score_lcb
+from populora_nb.benchmark_scoring import SCORER_VERSION, GroundTruth, evalplus_ground_truth, score_evalplus, score_lcb
 from populora_nb.prompts import render
 from populora_nb.verifier import BENCHMARK_POLICY, Verifier
 
@@ -178,7 +178,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 def _ground_truth_cached(problems: Sequence[Problem], verifier: Verifier, cache: Path | None) -> dict[str, GroundTruth]:
     """Canonical outputs per problem id; cached under `cache` keyed by a hash of program + inputs."""
     def key(p: Problem) -> str:
-        text = json.dumps([p.question, p.canonical_solution, p.entry_point, p.base_inputs, p.plus_inputs])
+        text = json.dumps([p.question, p.canonical_solution, p.entry_point, p.base_inputs, p.plus_inputs, SCORER_VERSION])
         return hashlib.sha256(text.encode()).hexdigest()[:16]
     stored = json.loads(cache.read_text()) if cache is not None and cache.is_file() else {}
     truths = {p.id: GroundTruth.from_json(stored[p.id]) for p in problems

@@ -22,10 +22,12 @@ programs run. The OS layer is the boundary; the policy and the stubs only make e
 statuses clearer (a program that reached ``os`` anyway can write its own result lines, never
 another run's, and the parent parses and caps them as data).
 
-Protocol: a request is a header line ``mode entry n size timeout_s memory_mb`` (mode: ``call``,
-``validate`` — call f twice per input — or ``script``) then `size` bytes
-of marshal data (code object, arguments, stdin: the parent compiled and parsed them, so children
-skip that work); a reply is ``why signal exit_code size`` then the child's raw JSON lines.
+Protocol: a request is a header line ``mode entry n size timeout_s memory_mb`` (mode: ``call``
+— the module runs afresh before each input —, ``validate`` — call f twice per input —, ``suite`` —
+the module runs once, then each input in turn under its own SIGALRM limit, stopping at the first
+over it: evalplus' `unsafe_execute` — or ``script``) then `size` bytes of marshal data (code object,
+arguments, stdin, and for ``suite`` the per-input limits: the parent compiled and parsed them, so
+children skip that work); a reply is ``why signal exit_code size`` then the child's raw JSON lines.
 """
 
 from __future__ import annotations
@@ -312,10 +314,19 @@ def _describe(exc: BaseException) -> str:
         return type(exc).__name__
 
 
+class _OverLimit(BaseException):
+    """Raised by SIGALRM when one call of a "suite" run passes its own limit (evalplus `time_limit`)."""
+
+
+def _alarm(signum, frame):
+    raise _OverLimit()
+
+
 def _harness(req: dict, cfg: dict, write) -> None:
     """Run the program; report each input (or the load failure) through `write`."""
-    script = req["mode"] == "script"
-    code, calls, stdin = marshal.loads(req["payload"])
+    script, suite = req["mode"] == "script", req["mode"] == "suite"
+    code, calls, stdin, *rest = marshal.loads(req["payload"])
+    limits = rest[0] if suite else None
     user_globals = {"__name__": "__main__" if script else "__sandbox__", "__builtins__": builtins}
     _CURRENT.globals, clock = user_globals, time.perf_counter
     if script:
@@ -350,10 +361,14 @@ def _harness(req: dict, cfg: dict, write) -> None:
     # that keeps state between calls (a default list, a global counter) gives its solver an answer
     # that depends on how often f ran. The second call gets fresh arguments (f may mutate its own).
     again = marshal.loads(req["payload"])[1] if req["mode"] == "validate" else None
+    if suite:  # the module ran once; each call gets its own limit, as in evalplus' unsafe_execute
+        signal.signal(signal.SIGALRM, _alarm)
     for k, (args, kwargs) in enumerate(calls):
         start = clock()
         try:
-            if k > 0:  # each pair is independent: state left on f or in globals must not leak
+            if suite:
+                signal.setitimer(signal.ITIMER_REAL, limits[k])
+            elif k > 0:  # each pair is independent: state left on f or in globals must not leak
                 user_globals = {"__name__": "__sandbox__", "__builtins__": builtins}
                 _CURRENT.globals = user_globals
                 exec(code, user_globals)
@@ -364,10 +379,19 @@ def _harness(req: dict, cfg: dict, write) -> None:
                 status2, text2 = literal_repr(entry(*args2, **kwargs2), cfg["max_output_chars"])
                 if (status2, text2) != (status, text):
                     status, text = "nondeterministic", f"second call in one process: {text2[:80]} != {text[:80]}"
+        except _OverLimit:
+            status, text = "timeout", ""
         except BaseException as e:
             status, text = "memory" if isinstance(e, MemoryError) else "runtime_error", _describe(e)
+        seconds = clock() - start
+        if suite:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            if seconds > limits[k]:  # also when the program caught the alarm and went on
+                status, text = "timeout", f"{seconds:.2f} s > {limits[k]:.2f} s"
         write({"status": status, "output": text if status == "ok" else "",
-               "detail": "" if status == "ok" else text, "seconds": clock() - start})
+               "detail": "" if status == "ok" else text, "seconds": seconds})
+        if suite and status == "timeout":  # evalplus stops there; the rest count as not run
+            return
 
 
 def _run_child(req: dict, cfg: dict, run_dir: str, w: int, devnull: int) -> None:
@@ -511,12 +535,14 @@ def serve(cfg: dict) -> None:
         netns = setup_libc.unshare(isolation.CLONE_NEWNET) == 0
     for codec in _CODECS:  # codecs load lazily, which the empty root forbids; all ~120 would cost 3.5 MB
         __import__(f"encodings.{codec}")
-    missing = []
+    missing, path = [], list(sys.path)
+    sys.path[:0] = cfg.get("paths", [])  # site-packages of allowed non-stdlib modules, for this import only
     for name in cfg["preload"]:
         try:
             __import__(name)
         except ImportError:
             missing.append(name)
+    sys.path[:] = path
     uid = next((u for u in (cfg["uid"], 65534) if _probe_uid(u)), None) if root else None
     level = "namespaces" if namespaces else "root-chroot" if uid is not None else "none"
     cfg = dict(cfg, uid=uid, level=level, zygote_pid=_OS.getpid())

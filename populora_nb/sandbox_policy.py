@@ -34,10 +34,20 @@ TASK_MODULES = frozenset({
 """Modules that real AZR tasks import (see tests/test_verifier.py's corpus check), nothing else.
 Not `dataclasses`: no seed task uses it and it pulls in `inspect` and `ast` (2.4 MB that every fork
 copies); not `queue`: it imports `threading`, whose after-fork hook doubles the cost of a fork."""
-BENCHMARK_MODULES = TASK_MODULES | frozenset({
+NUMPY_MODULES = frozenset({
+    "numpy", "numpy.linalg", "numpy.random", "numpy.fft", "numpy.polynomial", "numpy.ma", "numpy.lib",
+    "numpy.lib.scimath", "numpy.dtypes", "numpy.exceptions", "numpy.matrixlib", "numpy.version"})
+"""numpy and the public submodules ``import numpy`` binds (np.linalg, np.random...): preloaded by
+the zygote from site-packages, as the empty root has no files to import later. Not numpy.ctypeslib,
+numpy.testing, numpy.f2py (ctypes, subprocess) nor the private numpy._core."""
+BENCHMARK_MODULES = TASK_MODULES | NUMPY_MODULES | frozenset({
     "sys", "io", "random", "datetime", "calendar", "time", "hashlib", "types", "contextlib", "dataclasses",
-    "pprint", "reprlib", "graphlib", "weakref", "keyword", "warnings", "_strptime"})
-"""Benchmark code and solutions to it (HumanEval+, MBPP+, LiveCodeBench stdin programs)."""
+    "pprint", "reprlib", "graphlib", "weakref", "keyword", "warnings", "_strptime",
+    "queue", "ast", "html", "secrets", "locale", "sre_constants"})
+"""Benchmark code and solutions to it (HumanEval+, MBPP+, LiveCodeBench stdin programs): what
+correct model solutions import in practice (issue 21: numpy, queue, ast...). evalplus itself has no
+allow-list (its `reliability_guard` stubs os/shutil/subprocess functions instead); README lists
+the modules a solution may import here and what stays banned (os, subprocess, pickle...)."""
 FRAME_ATTRIBUTES = frozenset({
     "gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "cr_code", "cr_await", "ag_frame", "ag_code",
     "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "tb_frame", "tb_next"})

@@ -30,8 +30,10 @@ seeds happen to agree on it (for ``hash(a) % 2``, half the time), but not reliab
 
 Statuses are strings from `INVALID_REASONS` (for `validate`) and `VERDICTS` (for `judge`); the
 single reason that is not the model's fault is "sandbox_error". `BENCHMARK_POLICY` runs benchmark
-code and solutions to it (``run_many`` with any entry point, ``run_script_many`` with stdin) under
-the same isolation with a wider allow-list.
+code and solutions to it (``run_many`` with any entry point, ``run_suites`` — the module once, then
+every input under its own limit, evalplus' semantics —, ``run_script_many`` with stdin) under the
+same isolation with a wider allow-list (numpy included: the zygote imports it from site-packages
+before its root is emptied).
 """
 
 from __future__ import annotations
@@ -274,13 +276,17 @@ class Verifier:
         cfg = {"preload": sorted(self.policy.allowed_modules), "allowed_modules": sorted(self.policy.allowed_modules),
                "disable_dangerous": self.policy.disable_dangerous, "guard_imports": self.policy.guard_imports,
                "max_output_chars": self.policy.max_output_chars, "stdout_cap": self.policy.max_stdout_chars,
+               "paths": _module_paths(self.policy.allowed_modules),
                "netns": self.network_namespace, "base_dir": self._base_dir, "namespaces": self.namespaces,
                "owner_pid": os.getpid(),
                # one uid per zygote and parent process: no child can signal another run's child
                "uid": self.uid_base + (os.getpid() * 64 + index) % 1_000_000_000}
         # -S: no site-packages inside; a two-variable env: nothing of the parent's environment leaks.
         # A session of its own: Ctrl-C in a notebook interrupts the caller, not the zygotes.
-        env = {"PYTHONHASHSEED": str(self.hash_seeds[index % 2]), "PYTHONIOENCODING": "utf-8"}
+        # One BLAS/OpenMP thread: children may not start threads (RLIMIT_NPROC 0), and numpy (an
+        # allowed benchmark module) would otherwise start a pool in the zygote that forks cannot keep.
+        env = {"PYTHONHASHSEED": str(self.hash_seeds[index % 2]), "PYTHONIOENCODING": "utf-8",
+               "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         proc = subprocess.Popen([sys.executable, "-S", "-B", SANDBOX_SCRIPT, json.dumps(cfg)], env=env,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 cwd="/", start_new_session=True)
@@ -308,10 +314,10 @@ class Verifier:
                 self._finalizer, self._base_dir = None, None
 
     def _job(self, code: CodeType, calls: list, seed_class: Optional[int], timeout_s: Optional[float],
-             entry_point: str = "f", mode: str = "call", stdin: str = "") -> _Job:
+             entry_point: str = "f", mode: str = "call", stdin: str = "", limits: Optional[list] = None) -> _Job:
         if not entry_point.isidentifier():
             raise ValueError(f"entry_point must be an identifier, got {entry_point!r}")
-        payload = marshal.dumps((code, calls, stdin))
+        payload = marshal.dumps((code, calls, stdin) if limits is None else (code, calls, stdin, limits))
         timeout_s = float(timeout_s or self.timeout_s)
         header = f"{mode} {entry_point} {len(calls)} {len(payload)} {timeout_s!r} {self.memory_mb}\n"
         return _Job(seed_class, header.encode() + payload, timeout_s, max(1, len(calls)), mode)
@@ -523,6 +529,28 @@ class Verifier:
                 out[row][k] = RunResult(r["status"], r["output"], r["detail"], r["seconds"])
         return out
 
+    def run_suites(self, items: Sequence[tuple[str, Sequence[str], Sequence[float], float]],
+                   entry_point: str = "f") -> list[list[RunResult]]:
+        """Per item (program, inputs, per-input limits, wall limit): the module runs once, then
+        `entry_point` on each input in turn, each call under its own limit (a call over it is
+        "timeout" and ends the run: later inputs are "not_run"/"crash"), the process under the wall
+        limit. State kept between calls carries over, as in evalplus' `unsafe_execute`."""
+        out, jobs = [], []
+        for program, inputs, limits, wall_s in items:
+            if len(limits) != len(inputs) or min(limits, default=1.0) <= 0 or wall_s <= 0:
+                raise ValueError("run_suites needs one positive limit per input and a positive wall limit")
+            code = self._compiled(program, entry_point)
+            parsed = [code if isinstance(code, Invalid) else self._arguments(t) for t in inputs]
+            bad = next((x for x in parsed if isinstance(x, Invalid)), None)
+            out.append([RunResult(bad.reason, detail=bad.detail)] * len(inputs) if bad else None)
+            if bad is None:
+                jobs.append((len(out) - 1, self._job(code, parsed, None, wall_s, entry_point, mode="suite",
+                                                      limits=[float(t) for t in limits])))
+        self._run_jobs([job for _, job in jobs])
+        for row, job in jobs:
+            out[row] = [RunResult(r["status"], r["output"], r["detail"], r["seconds"]) for r in job.results][:len(items[row][1])]
+        return out
+
     def run_script(self, source: str, stdin: str = "", timeout_s: Optional[float] = None) -> ScriptResult:
         """Run a whole program as __main__ reading `stdin`; its stdout comes back (LiveCodeBench)."""
         return self.run_script_many([(source, stdin)], timeout_s)[0]
@@ -540,6 +568,24 @@ class Verifier:
             r = job.results[0]
             out[i] = ScriptResult(r["status"], r["stdout"], r["detail"], r["seconds"])
         return out
+
+
+def _module_paths(modules: frozenset) -> list[str]:
+    """sys.path entries of allowed modules outside the standard library (numpy for benchmarks): the
+    zygote runs with -S and imports them once from there, before its root is emptied."""
+    import importlib.util
+    import sysconfig
+    stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
+    paths = []
+    for top in sorted({m.split(".")[0] for m in modules}):
+        spec = importlib.util.find_spec(top) if top not in sys.builtin_module_names else None
+        origin = os.path.realpath(spec.origin) if spec is not None and spec.origin not in (None, "built-in", "frozen") else ""
+        if not origin or origin.startswith(stdlib + os.sep) and "site-packages" not in origin:
+            continue
+        entry = os.path.dirname(os.path.dirname(origin)) if spec.submodule_search_locations else os.path.dirname(origin)
+        if entry not in paths:
+            paths.append(entry)
+    return paths
 
 
 def _shutdown(zygotes: list[_Zygote], base_dir: Optional[str]) -> None:

@@ -207,6 +207,77 @@ def test_huge_outputs_are_compared_by_digest(verifier):
     assert not score(p, "    return 7 ** n + (n > 10)\n", verifier, truth=truth).passed
 
 
+# ---------------------------------------------------------------- agreement with evalplus (issue 21)
+def _problem(canonical: str, base: tuple[str, ...], plus: tuple[str, ...] = ()) -> bl.Problem:
+    return bl.Problem("humanevalplus", "t", "evalplus", "def f(n):\n", entry_point="f", canonical_solution=canonical,
+                      base_inputs=base, plus_inputs=plus)
+
+
+def test_solutions_may_import_numpy_and_common_stdlib_modules(verifier):
+    he = fixture("humanevalplus")["HumanEval/0"]
+    numpy_add = ("```python\nimport numpy as np\nimport queue, ast, heapq\nfrom numpy import linalg\n"
+                 "def add(xs, k):\n    q = queue.Queue()\n    q.put(k)\n    assert ast.literal_eval('1') == 1\n"
+                 "    assert linalg.norm(np.array([3.0, 4.0])) == 5.0\n"
+                 "    return [np.int64(x) + q.get() if i == 0 else np.int64(x + k) for i, x in enumerate(xs)]\n```")
+    s = score(he, numpy_add, verifier)  # numpy scalars equal their Python ints, as in evalplus
+    assert (s.base_passed, s.passed, s.status) == (True, True, "pass"), s
+    for banned in ("os", "subprocess", "pickle", "numpy.ctypeslib"):
+        s = score(he, f"```python\nimport {banned}\ndef add(xs, k):\n    return [x + k for x in xs]\n```", verifier)
+        assert s.status == "banned_import", banned
+
+
+def test_module_runs_once_per_input_set_like_evalplus(verifier):
+    he = fixture("humanevalplus")["HumanEval/0"]  # 2 base inputs, 2 plus inputs
+    counter = "calls = [0]\n\ndef add(xs, k):\n    calls[0] += 1\n    return [x + k for x in xs] if calls[0] < 4 else []\n"
+    s = score(he, f"```python\n{counter}```", verifier)
+    assert (s.base_passed, s.passed) == (True, True)  # base and plus are two processes: 2 calls each
+    wrong_second = counter.replace("< 4", "< 2")  # wrong from the second call in one process
+    s = score(he, f"```python\n{wrong_second}```", verifier)  # (base's second answer, [], is right anyway)
+    assert (s.base_passed, s.passed, s.status) == (True, False, "wrong")
+    slow_module = "import time\ntime.sleep(1.2)\n\ndef add(xs, k):\n    return [x + k for x in xs]\n"
+    assert score(he, f"```python\n{slow_module}```", verifier).passed  # module work is not per input
+
+
+def test_a_hung_program_costs_about_its_own_limit(verifier):
+    p = _problem("    return n\n", tuple(str(i) for i in range(8)))
+    truth = bs.GroundTruth(("0", "1", "2", "3", "4", "5", "6", "7"), (0.01,) * 8)
+    assert bs.task_wall_s(bs.time_limits(truth)) == 9.0  # evalplus: min(60, 8 x 1 s) + 1
+    import time
+    start = time.monotonic()
+    s = score(p, "    while n > 0:\n        pass\n    return n\n", verifier, truth=truth)
+    assert s.status == "timeout" and time.monotonic() - start < 4.0  # the 1 s limit of input 1
+
+
+def test_huge_outputs_compare_as_values(verifier):
+    p = _problem("    return list(range(n)) if n < 100 else {i: i for i in range(n)}\n", ("3", "30000"))
+    truth = bs.evalplus_ground_truth([p], verifier)[0]
+    assert truth.outputs[0] == "[0, 1, 2]" and truth.outputs[1].startswith("'\\x00sha256:")
+    floats = "    return [float(i) for i in range(n)] if n < 100 else {i: float(i) for i in reversed(range(n))}\n"
+    assert score(p, floats, verifier, truth=truth).passed  # == holds: 1.0 == 1, dict order ignored
+    assert not score(p, floats.replace("float(i) for i in rev", "float(i) + (i == 7) for i in rev"), verifier,
+                     truth=truth).passed
+
+
+def test_float_tolerance_sticks_after_an_exactly_equal_float(verifier):
+    p = _problem("    return 0.5 if n == 1 else 10 ** 20\n", ("1", "2"))
+    truth = bs.evalplus_ground_truth([p], verifier)[0]
+    assert score(p, "    return 0.5 if n == 1 else 10 ** 20 + 1\n", verifier, truth=truth).passed  # atol 1e-6 since input 1
+    assert not score(p, "    return 0.5 if n == 1 else 10 ** 20 + 10 ** 14\n", verifier, truth=truth).passed
+
+
+def test_complex_inputs_keep_the_sign_of_zero(verifier):
+    for z in (complex(-0.0, -1.0), complex(-0.0, 0.0), complex(-0.0, -0.0), complex(2.5, -3), complex(math.inf, 1)):
+        (back,), _ = parse_arguments(bl.argument_text([z]))
+        assert (math.copysign(1, back.real), math.copysign(1, back.imag), back) == (
+            math.copysign(1, z.real), math.copysign(1, z.imag), z), z
+    assert bl.argument_text([complex(-0.0, -1.0)]) != repr(complex(-0.0, -1.0))  # (-0-1j) reads back as (0-1j)
+    with pytest.raises(ValueError, match="no Python literal"):
+        bl.complex_text(complex(1.0, -0.0))
+    (out,) = verifier.run("import math\ndef f(z):\n    return math.copysign(1.0, z.real)\n",
+                          [bl.argument_text([complex(-0.0, -1.0)])])
+    assert out.output == "-1.0"
+
+
 def test_livecodebench_stdin_and_functional(verifier):
     lcb = fixture("livecodebench")
     stdin, func = lcb["fix_stdin_1"], lcb["fix_func_1"]
