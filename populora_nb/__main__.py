@@ -4,6 +4,7 @@
   eval        evaluate members on the benchmarks
   report      write report.html / report.md for a run or experiment directory
   experiment  baseline + population + evaluation + analysis + report, resumable
+  sweep       seeds x a grid of overrides, each an experiment, as Ray Tune trials (resumable)
   seed        grow a seed task buffer with the current model
   notebooks   execute the numbered notebooks with papermill into a run directory
 """
@@ -130,6 +131,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from populora_nb.experiment import STAGES
+    from populora_nb.sweep import make_spec, parse_grid, run_sweep
+
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        raise UserInputError("sweep needs Ray: pip install -e '.[sweep]' (ray[tune]==2.60.0)")
+    spec = make_spec(args.out, args.preset, parse_grid(args.grid), seeds=args.seeds,
+                     overrides=dict(parse_override(o) for o in args.overrides), stages=args.stages or STAGES,
+                     config_path=args.config, cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial)
+    run_sweep(spec, address=args.address, num_cpus=args.num_cpus, num_gpus=args.num_gpus,
+              max_failures=args.max_failures, say=lambda m: print(m, flush=True))
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from populora_nb.report import make_figures, write_report
 
@@ -172,6 +189,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=False, help="experiment directory (rerun to resume)")
     p.add_argument("--stages", nargs="*", default=None, help="a subset of: baseline population eval analysis report")
     p.set_defaults(func=cmd_experiment)
+
+    p = sub.add_parser("sweep", help="seeds x a grid of overrides as Ray Tune trials, each an experiment (resumable)")
+    _add_config_args(p)
+    p.add_argument("--out", type=Path, required=True, help="sweep directory (rerun the same command to resume)")
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=[V1,V2]",
+                   help="one axis of the grid, e.g. --grid population.n_teachers=[1,4] (repeatable)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--stages", nargs="*", default=None, help="a subset of: baseline population eval analysis report")
+    p.add_argument("--address", default=None, help="an existing Ray cluster (auto, or ray://HEAD:10001); default: a local Ray")
+    p.add_argument("--num-cpus", type=int, default=None, help="local Ray only: CPUs it may use (default: all)")
+    p.add_argument("--num-gpus", type=int, default=None, help="local Ray only: GPUs it may use (default: all)")
+    p.add_argument("--cpus-per-trial", type=float, default=None, help="default from the preset (tiny 1, smoke 2, gpu/paper 2)")
+    p.add_argument("--gpus-per-trial", type=float, default=None, help="default from the preset (gpu/paper 1)")
+    p.add_argument("--max-failures", type=int, default=2, help="Tune retries of a failed trial (each resumes its experiment)")
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("seed", help="grow a seed task buffer with the current model (AZR's seeding run)")
     _add_config_args(p)

@@ -304,6 +304,16 @@ class ExperimentConfig:
     run: RunConfig = field(default_factory=RunConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
+    def __post_init__(self) -> None:
+        ec, pc = self.evolution, self.population
+        smallest = min(pc.n_teachers, pc.n_students)
+        if self.run.agent == "population" and ec.enabled and ec.replace_per_role >= smallest:
+            # Replacement keeps at least one member of each role to be a parent (evolution.plan_replacement).
+            raise ConfigError(
+                f"evolution.replace_per_role={ec.replace_per_role} must be smaller than the smallest role "
+                f"({pc.n_teachers} teachers, {pc.n_students} students); lower it, or set evolution.enabled=false "
+                f"for a population this small (e.g. the paper's 1+1 setting)")
+
     @property
     def n_members(self) -> int:
         return self.population.n_teachers + self.population.n_students

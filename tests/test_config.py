@@ -106,3 +106,11 @@ def test_config_errors_are_user_input_errors():
     from populora_nb.errors import UserInputError
 
     assert issubclass(ConfigError, UserInputError) and issubclass(ConfigError, ValueError)
+
+
+def test_evolution_needs_a_parent_left_in_each_role():
+    """1+1 with evolution used to pass the config and fail at the first evolution event."""
+    with pytest.raises(ConfigError, match="replace_per_role=1 must be smaller than the smallest role"):
+        load_config("tiny", {"population.n_teachers": 1})
+    assert load_config("tiny", {"population.n_teachers": 1, "evolution.enabled": False}).population.n_teachers == 1
+    assert load_config("tiny", {"population.n_teachers": 1, "run.agent": "baseline"}).run.agent == "baseline"
