@@ -2,24 +2,11 @@
 
 import pytest
 
-from populora_nb.base import bundled_tokenizer
 from populora_nb.config import load_config
-from populora_nb.loop import RunState, baseline_step, initial_state, population_step, run
+from populora_nb.loop import baseline_step, initial_state, population_step, run
 from populora_nb.stages import Attempt, Completion, StepOutcome, member_metrics, token_counts
 from populora_nb.tasks import Task
-from populora_nb.verifier import Verifier
 from scripted import ScriptedPolicy
-
-
-@pytest.fixture(scope="module")
-def verifier():
-    with Verifier(timeout_s=2.0, workers=2) as v:
-        yield v
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return bundled_tokenizer(load_config("tiny").model)
 
 
 def test_baseline_step_rewards_advantages_and_buffers(verifier, tokenizer):

@@ -13,11 +13,9 @@ import time
 
 import pytest
 
-from populora_nb.base import bundled_tokenizer
 from populora_nb.config import load_config
 from populora_nb.loop import roster_for, run
 from populora_nb.records import CorruptRunError, RunDir
-from populora_nb.verifier import Verifier
 from scripted import ScriptedPolicy
 
 ARGS = ["run", "--preset", "tiny", "--agent", "population", "--steps", "3",
@@ -78,17 +76,6 @@ class ScriptedLoRA(ScriptedPolicy):
     def load(self, path):
         super().load(path)
         self.lora.load(path / "lora")
-
-
-@pytest.fixture(scope="module")
-def verifier():
-    with Verifier(timeout_s=2.0, workers=2) as v:
-        yield v
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return bundled_tokenizer(CFG.model)
 
 
 @pytest.fixture(scope="module")
