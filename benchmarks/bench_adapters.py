@@ -40,16 +40,20 @@ from pathlib import Path
 
 import torch
 
-from populora_nb.adapters import Population, TrainBatch, _left_pad, roles_for
-from populora_nb.base import load_base
 from populora_nb.config import load_config
-from populora_nb.multilora import decode
+from populora_nb.model.adapters import Population, TrainBatch, _left_pad, roles_for
+from populora_nb.model.base import load_base
+from populora_nb.model.multilora import decode
 from populora_nb.rl import policy_gradient_loss
 
 QUESTIONS = [
-    "Write a Python function that reverses a string.", "What is 2 + 2? Explain.", "Explain recursion briefly.",
-    "Name three prime numbers and say why they are prime.", "Write a haiku about the sea.",
-    "What does f('abc') return for def f(a): return a[::-1]?", "List the planets of the solar system.",
+    "Write a Python function that reverses a string.",
+    "What is 2 + 2? Explain.",
+    "Explain recursion briefly.",
+    "Name three prime numbers and say why they are prime.",
+    "Write a haiku about the sea.",
+    "What does f('abc') return for def f(a): return a[::-1]?",
+    "List the planets of the solar system.",
     "Why is the sky blue?",
 ]
 PAPER_LORA_PARAMS, PAPER_BASE_PARAMS = 80.7e6, 7.62e9  # Qwen2.5-7B, r=32, 7 modules x 28 layers (DESIGN.md)
@@ -63,7 +67,7 @@ def rss_bytes() -> int:
 class PeakRSS:
     """Sample the resident set every 20 ms in a thread; ``peak - start`` is what a block added."""
 
-    def __enter__(self) -> "PeakRSS":
+    def __enter__(self) -> PeakRSS:
         self.start = self.peak = rss_bytes()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -98,7 +102,7 @@ def train_child(args: argparse.Namespace, gradient_checkpointing: bool) -> None:
     gen = torch.Generator().manual_seed(0)
     seq = torch.randint(100, len(base.tokenizer) - 100, (args.batch, args.train_len), generator=gen)
     comp = torch.zeros_like(seq)
-    comp[:, -args.train_completion:] = 1
+    comp[:, -args.train_completion :] = 1
     batch = TrainBatch(seq, torch.ones_like(seq), comp, torch.randn(args.batch, generator=gen))
     loss_fn = lambda lp, b: policy_gradient_loss(lp, b.completion_mask, b.advantages)  # noqa: E731
     before = rss_bytes()
@@ -107,8 +111,10 @@ def train_child(args: argparse.Namespace, gradient_checkpointing: bool) -> None:
         for _ in range(2):
             wall, cpu, _ = timed(lambda: pop.train_step(0, batch, loss_fn))
             times.append((wall, cpu))
-    print(f"{statistics.median(t[0] for t in times):6.1f} s wall, {statistics.median(t[1] for t in times):6.1f} s cpu, "
-          f"peak RSS {peak.peak / 2**30:.2f} GiB (+{(peak.peak - before) / 2**30:.2f} GiB over the loaded model)")
+    print(
+        f"{statistics.median(t[0] for t in times):6.1f} s wall, {statistics.median(t[1] for t in times):6.1f} s cpu, "
+        f"peak RSS {peak.peak / 2**30:.2f} GiB (+{(peak.peak - before) / 2**30:.2f} GiB over the loaded model)"
+    )
 
 
 def main() -> None:
@@ -141,21 +147,35 @@ def main() -> None:
     pop = Population.create(base, roles, cfg.lora, seed=0)
     rss_pop = rss_bytes()
     tok = base.tokenizer
-    prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
-               for q in (QUESTIONS * args.batch)[: args.batch]]
-    ids, mask = _left_pad([tok(p, add_special_tokens=False)["input_ids"] for p in prompts], tok.pad_token_id, base.device)
+    prompts = [
+        tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
+        for q in (QUESTIONS * args.batch)[: args.batch]
+    ]
+    ids, mask = _left_pad(
+        [tok(p, add_special_tokens=False)["input_ids"] for p in prompts], tok.pad_token_id, base.device
+    )
     n_new, members = args.new_tokens, pop.ids()
-    print(f"model {base.name}: {base.n_parameters / 1e6:.1f}M params, fp32; population {len(members)} members, "
-          f"r={cfg.lora.rank}, alpha={cfg.lora.alpha}, {len(pop.multi.modules)} adapted modules; "
-          f"batch {args.batch}, prompt lengths {int(mask.sum(1).min())}-{int(mask.sum(1).max())}, {n_new} new tokens")
+    print(
+        f"model {base.name}: {base.n_parameters / 1e6:.1f}M params, fp32; population {len(members)} members, "
+        f"r={cfg.lora.rank}, alpha={cfg.lora.alpha}, {len(pop.multi.modules)} adapted modules; "
+        f"batch {args.batch}, prompt lengths {int(mask.sum(1).min())}-{int(mask.sum(1).max())}, {n_new} new tokens"
+    )
 
     runs = {
         "ours: base only (same decode loop)": lambda: decode(base.model, ids, mask, n_new, [], tok.pad_token_id)[0],
-        "ours: one member on all rows": lambda: pop.generate([members[0]] * args.batch, prompts, n_new, stop_token_ids=[]),
+        "ours: one member on all rows": lambda: pop.generate(
+            [members[0]] * args.batch, prompts, n_new, stop_token_ids=[]
+        ),
         "ours: mixed, one member per row": lambda: pop.generate(members, prompts, n_new, stop_token_ids=[]),
     }
-    hf_kw = dict(input_ids=ids, attention_mask=mask, max_new_tokens=n_new, min_new_tokens=n_new, do_sample=False,
-                 pad_token_id=tok.pad_token_id)
+    hf_kw = dict(
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=n_new,
+        min_new_tokens=n_new,
+        do_sample=False,
+        pad_token_id=tok.pad_token_id,
+    )
     runs["HF generate: base only"] = lambda: base.model.generate(**hf_kw)
     if not args.skip_peft:
         from peft import PeftModel
@@ -180,7 +200,7 @@ def main() -> None:
             outputs[k] = fn()
     order = list(runs)
     for rep in range(args.repeats):
-        for k in order[rep % len(order):] + order[: rep % len(order)]:  # rotate so no run always goes first
+        for k in order[rep % len(order) :] + order[: rep % len(order)]:  # rotate so no run always goes first
             with torch.no_grad():
                 wall, cpu, _ = timed(runs[k])
             results[k].append((wall, cpu))
@@ -194,12 +214,16 @@ def main() -> None:
     ours_mixed = outputs["ours: mixed, one member per row"]
     if "peft: mixed, adapter_names" in outputs:
         # HF's min_new_tokens bans EOS where our loop merely ignores it: compare the tokens before our first EOS.
-        theirs = outputs["peft: mixed, adapter_names"][:, ids.shape[1]:].tolist()
-        cut = [g.completion_ids.index(tok.eos_token_id) if tok.eos_token_id in g.completion_ids else n_new
-               for g in ours_mixed]
+        theirs = outputs["peft: mixed, adapter_names"][:, ids.shape[1] :].tolist()
+        cut = [
+            g.completion_ids.index(tok.eos_token_id) if tok.eos_token_id in g.completion_ids else n_new
+            for g in ours_mixed
+        ]
         same = sum(g.completion_ids[:c] == t[:c] for g, t, c in zip(ours_mixed, theirs, cut))
-        print(f"greedy check: {same}/{args.batch} mixed-batch rows token-identical to peft's adapter_names output "
-              f"(before EOS; {sum(cut)} tokens compared)")
+        print(
+            f"greedy check: {same}/{args.batch} mixed-batch rows token-identical to peft's adapter_names output "
+            f"(before EOS; {sum(cut)} tokens compared)"
+        )
 
     def ratio(num: str, den: str) -> tuple[float, float]:
         return med[num][1] / med[den][1], med[num][0] / med[den][0]
@@ -207,8 +231,12 @@ def main() -> None:
     print("\nratios (cpu time; wall time in brackets)")
     a = ratio("ours: mixed, one member per row", "ours: one member on all rows")
     b = ratio("ours: one member on all rows", "ours: base only (same decode loop)")
-    print(f"(a) mixed 8-member batch / single-member batch: {a[0]:.3f}x [{a[1]:.3f}x]  target <= 1.20x  {verdict(a[0], 1.2)}")
-    print(f"(b) LoRA on / base only:                        {b[0]:.3f}x [{b[1]:.3f}x]  target <= 1.15x  {verdict(b[0], 1.15)}")
+    print(
+        f"(a) mixed 8-member batch / single-member batch: {a[0]:.3f}x [{a[1]:.3f}x]  target <= 1.20x  {verdict(a[0], 1.2)}"
+    )
+    print(
+        f"(b) LoRA on / base only:                        {b[0]:.3f}x [{b[1]:.3f}x]  target <= 1.15x  {verdict(b[0], 1.15)}"
+    )
     if not args.skip_peft:
         pa = ratio("peft: mixed, adapter_names", "peft: one adapter, unmerged")
         pb = ratio("peft: one adapter, unmerged", "HF generate: base only")
@@ -222,26 +250,57 @@ def main() -> None:
     factor_bytes = pop.multi.nbytes()
     member_bytes = factor_bytes // len(members)
     c = factor_bytes / base_bytes
-    print(f"\n(c) memory: base parameters {base_bytes / 2**20:.0f} MiB (process RSS +{(rss_base - rss0) / 2**20:.0f} MiB)")
-    print(f"    {len(members)} members' factors {factor_bytes / 2**20:.1f} MiB = +{100 * c:.1f}% of the base "
-          f"(RSS +{(rss_pop - rss_base) / 2**20:.0f} MiB)  target <= +10%  {verdict(c, 0.10)}")
-    print(f"    one member {member_bytes / 2**20:.2f} MiB = {100 * member_bytes / base_bytes:.2f}%; the floor is "
-          f"n_members x r x sum(d_in + d_out) x 4 bytes, so <= +10% needs r <= {int(0.10 * base_bytes / factor_bytes * cfg.lora.rank)} here")
-    print(f"    transient while a mixed batch decodes (B <= N: rows' factors gathered once): "
-          f"{args.batch * member_bytes / 2**20:.1f} MiB")
+    print(
+        f"\n(c) memory: base parameters {base_bytes / 2**20:.0f} MiB (process RSS +{(rss_base - rss0) / 2**20:.0f} MiB)"
+    )
+    print(
+        f"    {len(members)} members' factors {factor_bytes / 2**20:.1f} MiB = +{100 * c:.1f}% of the base "
+        f"(RSS +{(rss_pop - rss_base) / 2**20:.0f} MiB)  target <= +10%  {verdict(c, 0.10)}"
+    )
+    print(
+        f"    one member {member_bytes / 2**20:.2f} MiB = {100 * member_bytes / base_bytes:.2f}%; the floor is "
+        f"n_members x r x sum(d_in + d_out) x 4 bytes, so <= +10% needs r <= {int(0.10 * base_bytes / factor_bytes * cfg.lora.rank)} here"
+    )
+    print(
+        f"    transient while a mixed batch decodes (B <= N: rows' factors gathered once): "
+        f"{args.batch * member_bytes / 2**20:.1f} MiB"
+    )
     print(f"    AdamW moments when every member has trained: +{2 * factor_bytes / 2**20:.1f} MiB")
-    print(f"    at the paper's shape (Qwen2.5-7B, r=32, 8 members): +{100 * 8 * PAPER_LORA_PARAMS / PAPER_BASE_PARAMS:.1f}%")
+    print(
+        f"    at the paper's shape (Qwen2.5-7B, r=32, 8 members): +{100 * 8 * PAPER_LORA_PARAMS / PAPER_BASE_PARAMS:.1f}%"
+    )
 
     # (d) in fresh processes, so each peak RSS is that step's own and not what earlier runs left.
-    print(f"\n(d) train_step, {args.batch} x {args.train_len} tokens ({args.train_completion} scored), fp32, "
-          f"one member, {args.threads} thread(s), median of 2 steps in a fresh process")
+    print(
+        f"\n(d) train_step, {args.batch} x {args.train_len} tokens ({args.train_completion} scored), fp32, "
+        f"one member, {args.threads} thread(s), median of 2 steps in a fresh process"
+    )
     for gc in ("off", "on"):
-        child = subprocess.run([sys.executable, __file__, "--train-only", gc, "--preset", args.preset,
-                                "--batch", str(args.batch), "--threads", str(args.threads), "--train-len",
-                                str(args.train_len), "--train-completion", str(args.train_completion)],
-                               capture_output=True, text=True, check=True)
+        child = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--train-only",
+                gc,
+                "--preset",
+                args.preset,
+                "--batch",
+                str(args.batch),
+                "--threads",
+                str(args.threads),
+                "--train-len",
+                str(args.train_len),
+                "--train-completion",
+                str(args.train_completion),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         print(f"    gradient checkpointing {gc:<3}: " + child.stdout.strip().splitlines()[-1])
-    print(f"\nload at end: {uptime()}; peak process RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
+    print(
+        f"\nload at end: {uptime()}; peak process RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB"
+    )
 
 
 if __name__ == "__main__":

@@ -80,16 +80,20 @@ def main() -> None:
         del parents
     load_after = os.getloadavg()
 
-    print(f"\nseconds per child (wall / cpu), float32 CPU, {args.threads} threads "
-          f"(OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}), {layers} layers, best of {args.repeats}")
+    print(
+        f"\nseconds per child (wall / cpu), float32 CPU, {args.threads} threads "
+        f"(OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}), {layers} layers, best of {args.repeats}"
+    )
     print("| operator | " + " | ".join(f"r={r} wall | r={r} cpu" for r in ranks) + " |")
     print("|---|" + "---|---|" * len(ranks))
     for name in args.operators:
         cells = " | ".join(f"{results[r][name][0]:.3f} | {results[r][name][1]:.3f}" for r in ranks)
         label = name if PAPER_IDS[name] == name else f"{PAPER_IDS[name]} {name}"  # controls have no paper id
         print(f"| {label} | {cells} |")
-    print(f"load average (1, 5, 15 min) before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}; "
-          f"after: {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}; cpus: {os.cpu_count()}")
+    print(
+        f"load average (1, 5, 15 min) before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}; "
+        f"after: {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}; cpus: {os.cpu_count()}"
+    )
 
 
 if __name__ == "__main__":

@@ -45,13 +45,17 @@ def main() -> None:
     check = cc.score_both(args.tasks, workers=args.workers)
     n, s = len(check.rows), check.seconds
     agree = sum(m[:2] == tuple(t) for m, t in zip(check.mine, check.theirs)) / n
-    print(f"{n} candidates on {2 * args.tasks} tasks, {args.workers} workers; verdicts agree on {agree:.1%} (documented exceptions included)")
+    print(
+        f"{n} candidates on {2 * args.tasks} tasks, {args.workers} workers; verdicts agree on {agree:.1%} (documented exceptions included)"
+    )
     print("| scorer | ground truth s | scoring s | candidates/s |")
     print("|---|---:|---:|---:|")
     for who in ("project", "evalplus"):
         print(f"| {who} | {s[f'{who}/ground_truth']:.1f} | {s[f'{who}/score']:.1f} | {n / s[f'{who}/score']:.1f} |")
-    print(f"project / evalplus candidates per second: {s['evalplus/score'] / s['project/score']:.2f}x "
-          f"(with ground truth: {(s['evalplus/ground_truth'] + s['evalplus/score']) / (s['project/ground_truth'] + s['project/score']):.2f}x)")
+    print(
+        f"project / evalplus candidates per second: {s['evalplus/score'] / s['project/score']:.2f}x "
+        f"(with ground truth: {(s['evalplus/ground_truth'] + s['evalplus/score']) / (s['project/ground_truth'] + s['project/score']):.2f}x)"
+    )
 
 
 if __name__ == "__main__":

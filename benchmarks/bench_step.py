@@ -21,11 +21,11 @@ import time
 
 import torch
 
-from populora_nb.base import load_base
 from populora_nb.config import load_config
 from populora_nb.loop import baseline_step, initial_state, population_step, roster_for
-from populora_nb.policy import LoRAPolicy
-from populora_nb.verifier import Verifier
+from populora_nb.model.base import load_base
+from populora_nb.model.policy import LoRAPolicy
+from populora_nb.verify.verifier import Verifier
 
 
 def time_steps(step_fn, policy, verifier, config, repeats: int) -> tuple[list[float], dict[str, float]]:
@@ -53,9 +53,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     config = load_config(preset, {"evolution.enabled": False})
     base = load_base(config)
-    print(f"preset {preset}: {config.model.name} on {base.device}, {args.threads} threads, "
-          f"{config.rl.proposals_per_kind} proposals/kind x {len(config.tasks.kinds)} kinds, {config.rl.rollouts} rollouts, "
-          f"{config.sampling.propose_max_new_tokens}/{config.sampling.solve_max_new_tokens} new tokens")
+    print(
+        f"preset {preset}: {config.model.name} on {base.device}, {args.threads} threads, "
+        f"{config.rl.proposals_per_kind} proposals/kind x {len(config.tasks.kinds)} kinds, {config.rl.rollouts} rollouts, "
+        f"{config.sampling.propose_max_new_tokens}/{config.sampling.solve_max_new_tokens} new tokens"
+    )
     results = {}
     with Verifier.from_config(config.verifier) as verifier:
         for agent, step_fn in (("baseline", baseline_step), ("population", population_step)):
@@ -66,11 +68,15 @@ def main() -> None:
             policy.config = cfg
             times, parts = time_steps(step_fn, policy, verifier, cfg, repeats)
             results[agent] = (statistics.median(times), parts, len(policy.names))
-            print(f"{agent:>10}: {len(policy.names)} adapter(s), step {statistics.median(times):6.1f} s (median of {len(times)}); "
-                  + ", ".join(f"{k} {v:.1f}" for k, v in parts.items()))
+            print(
+                f"{agent:>10}: {len(policy.names)} adapter(s), step {statistics.median(times):6.1f} s (median of {len(times)}); "
+                + ", ".join(f"{k} {v:.1f}" for k, v in parts.items())
+            )
     (tb, _, nb), (tp, _, npop) = results["baseline"], results["population"]
-    print(f"population step / baseline step = {tp / tb:.2f}x for {npop}x the adapter work "
-          f"(paper, GPU: 1.31x); per adapter: {tp / npop / tb:.2f}x the baseline's time")
+    print(
+        f"population step / baseline step = {tp / tb:.2f}x for {npop}x the adapter work "
+        f"(paper, GPU: 1.31x); per adapter: {tp / npop / tb:.2f}x the baseline's time"
+    )
 
 
 if __name__ == "__main__":

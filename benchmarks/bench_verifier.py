@@ -21,8 +21,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from populora_nb.unsafe_azr import unsafe_azr_validate_many
-from populora_nb.verifier import Proposal, Task, Verifier
+from populora_nb.verify.unsafe_azr import unsafe_azr_validate_many
+from populora_nb.verify.verifier import Proposal, Task, Verifier
 
 SEEDS = Path(__file__).resolve().parents[1].parent / "shared" / "azr_seeds"
 BUILTIN = [
@@ -37,10 +37,15 @@ BUILTIN_INPUTS = ["[3, 1, 2, 9]", "'mississippi'", "30", "'hello world'", "'abcd
 
 def candidate_programs() -> list[Proposal]:
     if not SEEDS.is_dir():
-        return [Proposal("code_o", p + f"\n# variant {i}", (x,))
-                for i, (p, x) in enumerate(itertools.islice(itertools.cycle(zip(BUILTIN, BUILTIN_INPUTS)), 1000))]
-    files = [[json.loads(line) for line in path.read_text().splitlines()] for path in sorted(SEEDS.glob("*_seed_io.jsonl"))
-             if "code_f" not in path.name]
+        return [
+            Proposal("code_o", p + f"\n# variant {i}", (x,))
+            for i, (p, x) in enumerate(itertools.islice(itertools.cycle(zip(BUILTIN, BUILTIN_INPUTS)), 1000))
+        ]
+    files = [
+        [json.loads(line) for line in path.read_text().splitlines()]
+        for path in sorted(SEEDS.glob("*_seed_io.jsonl"))
+        if "code_f" not in path.name
+    ]
     records = [r for group in itertools.zip_longest(*files) for r in group if r is not None]
     return [Proposal("code_o", r["snippet"], (r["input"],)) for r in records]
 
@@ -94,10 +99,16 @@ def main() -> None:
             unsafe_results = unsafe_azr_validate_many(programs, pool)
             unsafe.append(args.n / (time.perf_counter() - start))
     agree = sum(u is not None and u == r.outputs for u, r in zip(unsafe_results, results))
-    print(f"programs: {args.n} ({'AZR seeds' if SEEDS.is_dir() else 'built-in'}), load average {os.getloadavg()[0]:.1f}, "
-          f"uid {os.geteuid()}, isolation: {verifier.isolation}")
-    print(f"hardened, {args.workers} workers: {max(hardened):7.0f} validations/s  (runs: {', '.join(f'{h:.0f}' for h in hardened)})")
-    print(f"AZR-style, 1 worker, exec:  {max(unsafe):7.0f} validations/s  (runs: {', '.join(f'{u:.0f}' for u in unsafe)})")
+    print(
+        f"programs: {args.n} ({'AZR seeds' if SEEDS.is_dir() else 'built-in'}), load average {os.getloadavg()[0]:.1f}, "
+        f"uid {os.geteuid()}, isolation: {verifier.isolation}"
+    )
+    print(
+        f"hardened, {args.workers} workers: {max(hardened):7.0f} validations/s  (runs: {', '.join(f'{h:.0f}' for h in hardened)})"
+    )
+    print(
+        f"AZR-style, 1 worker, exec:  {max(unsafe):7.0f} validations/s  (runs: {', '.join(f'{u:.0f}' for u in unsafe)})"
+    )
     print(f"ratio hardened/unsafe:      {max(hardened) / max(unsafe):7.2f}")
     print(f"hardened CPU per validation: {min(cpu) * 1000:.2f} ms -> {2 / min(cpu):.0f} validations/s on 2 idle cores")
     print(f"outputs identical to the AZR-style run: {agree}/{args.n}")

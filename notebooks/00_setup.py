@@ -24,13 +24,15 @@ import matplotlib.pyplot as plt
 import psutil
 import torch
 
-from populora_nb.base import chat, load_base
 from populora_nb.config import load_config
+from populora_nb.model.base import chat, load_base
 
 config = load_config(preset)
 print(f"preset: {config.preset}")
 print(f"model: {config.model.name}  backend: {config.model.backend}  dtype: {config.model.dtype}")
-print(f"population: {config.population.n_teachers} teachers + {config.population.n_students} students, LoRA rank {config.lora.rank}")
+print(
+    f"population: {config.population.n_teachers} teachers + {config.population.n_students} students, LoRA rank {config.lora.rank}"
+)
 
 # %% [markdown]
 # ## Load the base
@@ -68,7 +70,15 @@ print(f"prompt: {prompt}\nreply ({gen_s:.1f} s):\n{reply}")
 # %%
 groups: dict[str, int] = {}
 for name, p in base.model.named_parameters():
-    key = "embeddings" if "embed" in name else ("lm_head" if "lm_head" in name else ("attention" if "self_attn" in name else ("mlp" if "mlp" in name else "norms")))
+    key = (
+        "embeddings"
+        if "embed" in name
+        else (
+            "lm_head"
+            if "lm_head" in name
+            else ("attention" if "self_attn" in name else ("mlp" if "mlp" in name else "norms"))
+        )
+    )
     groups[key] = groups.get(key, 0) + p.numel()
 fig, ax = plt.subplots(figsize=(6, 3))
 ax.barh(list(groups), [v / 1e6 for v in groups.values()], color="tab:blue")
@@ -88,23 +98,34 @@ plt.show()
 # their samples differ from step 0.
 
 # %%
-from populora_nb.adapters import Population, load_member_factors, roles_for
+from populora_nb.model.adapters import Population, load_member_factors, roles_for
 
 pop_config = load_config(preset, {"lora.init": "random"})
-pop = Population.create(base, roles_for(pop_config.population.n_teachers, pop_config.population.n_students),
-                        pop_config.lora, seed=pop_config.run.seed)
+pop = Population.create(
+    base,
+    roles_for(pop_config.population.n_teachers, pop_config.population.n_students),
+    pop_config.lora,
+    seed=pop_config.run.seed,
+)
 for key, value in pop.memory().items():
     print(f"{key:>28}: {value:.3f}" if isinstance(value, float) else f"{key:>28}: {value}")
 
 # %%
-import torch
 
 rows = pop.ids()
-chat_prompt = base.tokenizer.apply_chat_template([{"role": "user", "content": "Write a Python function f that doubles a number."}],
-                                                 add_generation_prompt=True, tokenize=False)
+chat_prompt = base.tokenizer.apply_chat_template(
+    [{"role": "user", "content": "Write a Python function f that doubles a number."}],
+    add_generation_prompt=True,
+    tokenize=False,
+)
 t0 = time.time()
-gens = pop.generate(rows, [chat_prompt] * len(rows), max_new_tokens=24, temperature=0.7,
-                    generator=torch.Generator(device=base.device).manual_seed(0))
+gens = pop.generate(
+    rows,
+    [chat_prompt] * len(rows),
+    max_new_tokens=24,
+    temperature=0.7,
+    generator=torch.Generator(device=base.device).manual_seed(0),
+)
 print(f"one mixed batch of {len(rows)} members: {time.time() - t0:.1f} s")
 for g in gens:
     print(f"member {g.member_id} ({pop.member(g.member_id).role}): {g.text[:120]!r}")

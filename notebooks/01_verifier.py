@@ -31,8 +31,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from populora_nb.config import load_config
-from populora_nb.unsafe_azr import unsafe_azr_validate_many
-from populora_nb.verifier import INVALID_REASONS, TASK_POLICY, Invalid, Proposal, Task, Verifier
+from populora_nb.verify.unsafe_azr import unsafe_azr_validate_many
+from populora_nb.verify.verifier import INVALID_REASONS, TASK_POLICY, Invalid, Proposal, Task, Verifier
 
 config = load_config(preset)
 n_programs = n_programs or (40 if config.preset == "tiny" else 200)
@@ -52,8 +52,12 @@ identity = "def f(a):\n    return a"
 seed = {
     "code_o": verifier.validate("code_o", identity, ['"Hello world"']),
     "code_i": verifier.validate("code_i", identity, ['"Hello world"']),
-    "code_f": verifier.validate("code_f", identity, ['"Hello world"', "1", "[1, 2]", "(1.5, None)", "{'a': 1}", "b'x'"],
-                                "Return the argument unchanged."),
+    "code_f": verifier.validate(
+        "code_f",
+        identity,
+        ['"Hello world"', "1", "[1, 2]", "(1.5, None)", "{'a': 1}", "b'x'"],
+        "Return the argument unchanged.",
+    ),
 }
 answers = {
     "code_o": ("'Hello world'", "'hello world'"),
@@ -120,9 +124,14 @@ for (task, answer), verdict in zip(cheats, cheat_verdicts):
 # every attack ends as a status, the files and the parent survive.
 
 # %%
-open_policy = replace(TASK_POLICY, allowed_modules=TASK_POLICY.allowed_modules | {"os", "socket", "subprocess"},
-                      banned_modules=frozenset(), banned_names=frozenset(), disable_dangerous=False,
-                      guard_imports=False)
+open_policy = replace(
+    TASK_POLICY,
+    allowed_modules=TASK_POLICY.allowed_modules | {"os", "socket", "subprocess"},
+    banned_modules=frozenset(),
+    banned_names=frozenset(),
+    disable_dangerous=False,
+    guard_imports=False,
+)
 victim = Path(f"/tmp/populora-victim-{os.getpid()}")
 victim.mkdir(exist_ok=True)
 (victim / "keep.txt").write_text("keep")
@@ -154,10 +163,15 @@ programs = [
     ("from collections import Counter\ndef f(s):\n    return Counter(s).most_common(2)", "'mississippi'"),
     ("def f(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a", "30"),
     ("import re\ndef f(s):\n    return re.sub('[aeiou]', '*', s).upper()", "'hello world'"),
-    ("from itertools import permutations\ndef f(s):\n    return sorted(set(''.join(p) for p in permutations(s)))[:5]", "'abcd'"),
+    (
+        "from itertools import permutations\ndef f(s):\n    return sorted(set(''.join(p) for p in permutations(s)))[:5]",
+        "'abcd'",
+    ),
 ]
-batch = [Proposal("code_o", f"{p}\n# variant {i}", (x,)) for i, (p, x) in
-         ((i, programs[i % len(programs)]) for i in range(n_programs))]
+batch = [
+    Proposal("code_o", f"{p}\n# variant {i}", (x,))
+    for i, (p, x) in ((i, programs[i % len(programs)]) for i in range(n_programs))
+]
 verifier.validate_many(batch[:4])  # warm the pool
 start = time.perf_counter()
 hardened_results = verifier.validate_many(batch)
@@ -167,12 +181,17 @@ with ProcessPoolExecutor(max_workers=1) as pool:
     start = time.perf_counter()
     unsafe_results = unsafe_azr_validate_many(batch, pool)
     unsafe_rate = n_programs / (time.perf_counter() - start)
-print(f"hardened ({workers} workers): {hardened_rate:.0f}/s   AZR-style (1 worker, exec): {unsafe_rate:.0f}/s   "
-      f"ratio {hardened_rate / unsafe_rate:.2f}")
+print(
+    f"hardened ({workers} workers): {hardened_rate:.0f}/s   AZR-style (1 worker, exec): {unsafe_rate:.0f}/s   "
+    f"ratio {hardened_rate / unsafe_rate:.2f}"
+)
 
 fig, ax = plt.subplots(figsize=(5, 3))
-ax.bar([f"hardened\n({workers} workers, 2 runs)", "AZR-style\n(1 worker, exec)"], [hardened_rate, unsafe_rate],
-       color=["tab:blue", "tab:gray"])
+ax.bar(
+    [f"hardened\n({workers} workers, 2 runs)", "AZR-style\n(1 worker, exec)"],
+    [hardened_rate, unsafe_rate],
+    color=["tab:blue", "tab:gray"],
+)
 ax.set_ylabel("validations / s")
 ax.set_title("Throughput on the same programs")
 fig.tight_layout()

@@ -31,11 +31,10 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from populora_nb import plots
+from populora_nb.analysis import plots
+from populora_nb.analysis.dashboard import Dashboard, verdict
 from populora_nb.config import load_config
 from populora_nb.loop import run
-from populora_nb.records import RunDir
-from populora_nb.widgets import Dashboard, verdict
 
 overrides = {"run.agent": "baseline", "run.seed": seed}
 if steps is not None:
@@ -43,8 +42,10 @@ if steps is not None:
 config = load_config(preset, overrides)
 experiment = Path(out_dir) if out_dir else Path("..") / "runs" / f"notebooks-{preset}"
 run_dir = experiment / "baseline"
-print(f"preset {config.preset}: {config.model.name}, {config.run.steps} steps, kinds {config.tasks.kinds}, "
-      f"{config.rl.proposals_per_kind} proposals/kind, {config.rl.rollouts} rollouts, lr {config.lora.lr}")
+print(
+    f"preset {config.preset}: {config.model.name}, {config.run.steps} steps, kinds {config.tasks.kinds}, "
+    f"{config.rl.proposals_per_kind} proposals/kind, {config.rl.rollouts} rollouts, lr {config.lora.lr}"
+)
 print(f"run directory: {run_dir.resolve()} (rerunning this notebook resumes it)")
 
 # %% [markdown]
@@ -85,9 +86,11 @@ plt.show()
 # run of this experiment exists (notebook 03, `make run`), its row and the ratios appear too.
 
 # %%
-from populora_nb.compute import compute_table
+from populora_nb.analysis.compute import compute_table
 
-compute_runs = {name: experiment / name for name in ("baseline", "population") if (experiment / name / "metrics.jsonl").exists()}
+compute_runs = {
+    name: experiment / name for name in ("baseline", "population") if (experiment / name / "metrics.jsonl").exists()
+}
 for row in compute_table(compute_runs):
     print(" | ".join(row))
 

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from populora_nb import plots
+from populora_nb.analysis import plots
+from populora_nb.analysis.dashboard import Dashboard
 from populora_nb.config import load_config
 from populora_nb.evolution import Lineage, plot_lineage
 from populora_nb.loop import run
-from populora_nb.widgets import Dashboard
 
 overrides = {"run.agent": "population", "run.seed": seed}
 if steps is not None:
@@ -34,9 +34,11 @@ if steps is not None:
 config = load_config(preset, overrides)
 experiment = Path(out_dir) if out_dir else Path("..") / "runs" / f"notebooks-{preset}"
 run_dir = experiment / "population"
-print(f"preset {config.preset}: {config.model.name}, {config.population.n_teachers}T + {config.population.n_students}S, "
-      f"rank {config.lora.rank}, {config.run.steps} steps, matchmaking {config.matchmaking.mode}, "
-      f"evolution every {config.evolution.every} steps")
+print(
+    f"preset {config.preset}: {config.model.name}, {config.population.n_teachers}T + {config.population.n_students}S, "
+    f"rank {config.lora.rank}, {config.run.steps} steps, matchmaking {config.matchmaking.mode}, "
+    f"evolution every {config.evolution.every} steps"
+)
 print(f"run directory: {run_dir.resolve()} (rerunning this notebook resumes it)")
 
 # %% [markdown]
@@ -92,8 +94,10 @@ plt.show()
 # Each evolution event replaces the weakest teacher and student; the tree shows who descends from whom.
 
 # %%
-births = [Lineage(r["child"], tuple(r["parents"]), r["operator"], r["birth_step"], r["role"], r["replaced"])
-          for r in result.read("lineage")]
+births = [
+    Lineage(r["child"], tuple(r["parents"]), r["operator"], r["birth_step"], r["role"], r["replaced"])
+    for r in result.read("lineage")
+]
 if births:
     ax = plot_lineage(births, end_step=config.run.steps)
     if out_dir:
@@ -111,7 +115,9 @@ roles = {r["role"] for r in metrics}
 assert roles == {"teacher", "student"}, roles
 assert len([r for r in metrics if r["step"] == 0]) == config.n_members
 assert all("rating/mu" in r for r in metrics)
-assert len(result.read("matches")) == config.run.steps * config.population.n_teachers * config.rl.proposals_per_kind * len(config.tasks.kinds)
+assert len(
+    result.read("matches")
+) == config.run.steps * config.population.n_teachers * config.rl.proposals_per_kind * len(config.tasks.kinds)
 if config.evolution.enabled and config.run.steps > config.evolution.every:
     assert births, "evolution should have replaced members"
 print(f"{len(metrics)} member-steps, {len(result.read('matches'))} matches, {len(births)} children")

@@ -37,16 +37,25 @@ import torch
 from populora_nb.config import load_config
 from populora_nb.evolution import MemberRating, OperatorMix, ancestors, plot_lineage, simulate_lineage
 from populora_nb.operators import (
-    CONTROLS, OPERATORS, PAPER_IDS, arity, lora_rank, relative_change, singular_values, synthetic_factors,
+    CONTROLS,
+    OPERATORS,
+    PAPER_IDS,
+    arity,
+    lora_rank,
+    relative_change,
+    singular_values,
+    synthetic_factors,
 )
 from populora_nb.records import RunDir
 from populora_nb.retention import plot_retention, run_retention
 
 config = load_config(preset, {"run.seed": seed})
 ec = config.evolution
-print(f"preset {config.preset}: evolution every {ec.every} steps, {ec.replace_per_role} replaced per role, "
-      f"fitness mu - {ec.fitness_k} sigma, tournament of {ec.tournament_size}, "
-      f"grace {ec.every if ec.grace_steps is None else ec.grace_steps} steps")
+print(
+    f"preset {config.preset}: evolution every {ec.every} steps, {ec.replace_per_role} replaced per role, "
+    f"fitness mu - {ec.fitness_k} sigma, tournament of {ec.tournament_size}, "
+    f"grace {ec.every if ec.grace_steps is None else ec.grace_steps} steps"
+)
 print("operator mix:", {PAPER_IDS[name]: weight for name, weight in ec.operators.items()})
 figures = Path(out_dir) if out_dir else None
 
@@ -62,8 +71,12 @@ module_shapes = {  # (d_in, d_out)
     f"model.layers.{i}.{name}": shape
     for i in range(2)
     for name, shape in {
-        "self_attn.q_proj": (576, 576), "self_attn.k_proj": (576, 192), "self_attn.v_proj": (576, 192),
-        "self_attn.o_proj": (576, 576), "mlp.gate_proj": (576, 1536), "mlp.up_proj": (576, 1536),
+        "self_attn.q_proj": (576, 576),
+        "self_attn.k_proj": (576, 192),
+        "self_attn.v_proj": (576, 192),
+        "self_attn.o_proj": (576, 576),
+        "mlp.gate_proj": (576, 1536),
+        "mlp.up_proj": (576, 1536),
         "mlp.down_proj": (1536, 576),
     }.items()
 }
@@ -71,8 +84,10 @@ generator = torch.Generator().manual_seed(seed)
 parent_1 = synthetic_factors(module_shapes, rank, generator=generator)
 parent_2 = synthetic_factors(module_shapes, rank, generator=generator)
 shown = "model.layers.0.mlp.down_proj"
-print(f"{len(parent_1)} modules, rank {lora_rank(parent_1)}; spectrum of {shown}:",
-      [round(s, 4) for s in singular_values(parent_1)[shown].tolist()])
+print(
+    f"{len(parent_1)} modules, rank {lora_rank(parent_1)}; spectrum of {shown}:",
+    [round(s, 4) for s in singular_values(parent_1)[shown].tolist()],
+)
 
 # %% [markdown]
 # ## Every operator, one child each
@@ -119,10 +134,18 @@ plt.show()
 # grace lasts two evolution intervals, so children live long enough to become parents.
 
 # %%
-founders = [MemberRating(f"{role}-{i}", role, mu=25.0, sigma=25.0 / 3.0)
-            for role in ("teacher", "student") for i in range(4)]
-records = simulate_lineage(founders, generations=generations, every=ec.every, rng=random.Random(seed),
-                           num_replaced=ec.replace_per_role, mix=OperatorMix(ec.operators), grace_steps=2 * ec.every)
+founders = [
+    MemberRating(f"{role}-{i}", role, mu=25.0, sigma=25.0 / 3.0) for role in ("teacher", "student") for i in range(4)
+]
+records = simulate_lineage(
+    founders,
+    generations=generations,
+    every=ec.every,
+    rng=random.Random(seed),
+    num_replaced=ec.replace_per_role,
+    mix=OperatorMix(ec.operators),
+    grace_steps=2 * ec.every,
+)
 fig, ax = plt.subplots(figsize=(12, 4.5))
 plot_lineage(records, ax=ax, founders={m.member_id: m.role for m in founders})
 fig.tight_layout()
@@ -147,14 +170,18 @@ for record in records[-2:]:
 # children still sample almost alike).
 
 # %%
-candidates = ([Path(out_dir) / "population"] if out_dir else []) + [Path("..") / "runs" / f"notebooks-{preset}" / "population"]
+candidates = ([Path(out_dir) / "population"] if out_dir else []) + [
+    Path("..") / "runs" / f"notebooks-{preset}" / "population"
+]
 trained_run = next((p for p in candidates if RunDir(p).latest_checkpoint() is not None), None)
 if trained_run is not None:
     retention_config = RunDir(trained_run).load_config()
     print(f"retraining children of the population in {trained_run} (step {RunDir(trained_run).latest_checkpoint()[0]})")
 else:
     retention_config = load_config(preset, {"run.seed": seed, "lora.init": "random"})
-    print(f"no trained population found in {[str(p) for p in candidates]}: a fresh {preset} population, seed tasks only")
+    print(
+        f"no trained population found in {[str(p) for p in candidates]}: a fresh {preset} population, seed tasks only"
+    )
 # CPU budget: measured, one smoke step with 2 tasks x 2 rollouts (solve + update) took 60-75 s on 2 busy cores.
 n_retrain = retention_steps or {"tiny": 2, "smoke": 2}.get(preset, 20)
 n_tasks = retention_tasks or (1 if preset in ("tiny", "smoke") else None)  # None: proposals_per_kind x kinds
@@ -175,8 +202,10 @@ births = RunDir(trained_run).read("lineage") if trained_run is not None else []
 for row in births:
     moved = row.get("relative_change")
     label = row["operator"] if row["operator"] in CONTROLS else f"{PAPER_IDS[row['operator']]} {row['operator']}"
-    print(f"step {row['birth_step']:>3}  {row['child']:>8} ← {label:<28} parents {row['parents']}  "
-          f"moved {'n/a (recorded before this was logged)' if moved is None else f'{moved:.3f}'}")
+    print(
+        f"step {row['birth_step']:>3}  {row['child']:>8} ← {label:<28} parents {row['parents']}  "
+        f"moved {'n/a (recorded before this was logged)' if moved is None else f'{moved:.3f}'}"
+    )
 if not births:
     print("no evolution event in the trained run (or no trained run): nothing to show")
 
@@ -192,8 +221,15 @@ if not births:
 
 # %%
 t0 = time.perf_counter()
-curves = run_retention(retention_config, trained_run, n_steps=n_retrain, operators=retained, seed=seed,
-                       tasks_per_step=n_tasks, progress=True)
+curves = run_retention(
+    retention_config,
+    trained_run,
+    n_steps=n_retrain,
+    operators=retained,
+    seed=seed,
+    tasks_per_step=n_tasks,
+    progress=True,
+)
 per_operator_s = (time.perf_counter() - t0) / len(curves)
 print(f"{len(curves)} operators x {n_retrain} steps: {per_operator_s:.1f} s per operator")
 fig, ax = plt.subplots(figsize=(10, 4.5))

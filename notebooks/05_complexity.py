@@ -30,10 +30,11 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from populora_nb import complexity, complexity_plots, coverage
+from populora_nb.analysis import complexity, complexity_plots, coverage
 
-print(f"preset={preset!r} run_dir={run_dir!r} out_dir={out_dir!r} window={window} seed={seed} "
-      f"n_resamples={n_resamples}")
+print(
+    f"preset={preset!r} run_dir={run_dir!r} out_dir={out_dir!r} window={window} seed={seed} n_resamples={n_resamples}"
+)
 
 
 def save(fig, name):
@@ -63,16 +64,19 @@ if synthetic:
     sys.path.insert(0, str(repo / "tests"))
     from fake_runs import write_fake_experiment
 
-    run_dir = write_fake_experiment(Path(tempfile.mkdtemp(prefix="populora_demo_")),
-                                    n_steps=20 if preset == "tiny" else 40, seed=0)
+    run_dir = write_fake_experiment(
+        Path(tempfile.mkdtemp(prefix="populora_demo_")), n_steps=20 if preset == "tiny" else 40, seed=0
+    )
     print(f"SYNTHETIC demo experiment written to {run_dir} (no model was run)")
 tag = " (SYNTHETIC demo data)" if synthetic else ""
 runs = complexity.find_runs(run_dir)
 analyses = {name: complexity.analyse_run(path) for name, path in runs.items()}
 for name, a in analyses.items():
-    print(f"{name:>12}: {a.n_tasks} proposed tasks over {len(a.steps)} steps, {a.n_invalid} invalid, "
-          f"{len(a.programs)} written programs ({a.n_unparseable} did not parse), {len(a.inputs)} code_f "
-          f"input sets, {a.n_seed} seed rows skipped; proposers {a.proposers}")
+    print(
+        f"{name:>12}: {a.n_tasks} proposed tasks over {len(a.steps)} steps, {a.n_invalid} invalid, "
+        f"{len(a.programs)} written programs ({a.n_unparseable} did not parse), {len(a.inputs)} code_f "
+        f"input sets, {a.n_seed} seed rows skipped; proposers {a.proposers}"
+    )
 
 # %% [markdown]
 # ## Complexity over steps
@@ -81,8 +85,9 @@ for name, a in analyses.items():
 # the interquartile range of the programs in the window.
 
 # %%
-fig = complexity_plots.plot_metrics_grid(analyses, window=window,
-                                         title=f"baseline vs population: complexity over steps{tag}")
+fig = complexity_plots.plot_metrics_grid(
+    analyses, window=window, title=f"baseline vs population: complexity over steps{tag}"
+)
 save(fig, "complexity")
 plt.show()
 
@@ -90,8 +95,9 @@ plt.show()
 # Program length in characters and the largest single-function complexity, for completeness.
 
 # %%
-fig = complexity_plots.plot_metrics_grid(analyses, metrics=("n_chars", "cc_max"), window=window,
-                                         title=f"length and max cyclomatic complexity{tag}")
+fig = complexity_plots.plot_metrics_grid(
+    analyses, metrics=("n_chars", "cc_max"), window=window, title=f"length and max cyclomatic complexity{tag}"
+)
 save(fig, "length")
 plt.show()
 
@@ -110,8 +116,9 @@ plt.show()
 
 # %%
 rng = np.random.default_rng(seed)
-curves = {kind: coverage.rarefaction_curves(analyses, kind, rng, n_resamples=n_resamples)
-          for kind in coverage.COVERAGE_KINDS}
+curves = {
+    kind: coverage.rarefaction_curves(analyses, kind, rng, n_resamples=n_resamples) for kind in coverage.COVERAGE_KINDS
+}
 fig = complexity_plots.plot_rarefaction_grid(curves, title=f"problem-space coverage at equal n{tag}")
 save(fig, "coverage")
 plt.show()
@@ -145,19 +152,20 @@ for name, a in analyses.items():
         continue
     fig, axes = plt.subplots(1, 5, figsize=(19, 3.4))
     for ax, metric in zip(axes, (*complexity.COMPLEXITY_FIELDS, "solve_rate")):
-        complexity_plots.plot_per_proposer(a, metric, window=window, ax=ax,
-                                           title=complexity_plots.LABELS[metric])
+        complexity_plots.plot_per_proposer(a, metric, window=window, ax=ax, title=complexity_plots.LABELS[metric])
     fig.suptitle(f"{name}: per teacher (rolling {window}-step mean){tag}")
     fig.tight_layout()
     save(fig, f"{name}_per_teacher")
     plt.show()
-    per_teacher = {kind: coverage.per_proposer_curves(a, kind, rng, n_resamples=n_resamples)
-                   for kind in coverage.COVERAGE_KINDS}
+    per_teacher = {
+        kind: coverage.per_proposer_curves(a, kind, rng, n_resamples=n_resamples) for kind in coverage.COVERAGE_KINDS
+    }
     others = {other: b for other, b in analyses.items() if other != name and len(b.proposers) == 1}
     for kind in per_teacher:  # the single agent, dashed, for reference at equal n
         per_teacher[kind] |= coverage.rarefaction_curves(others, kind, rng, n_resamples=n_resamples)
-    fig = complexity_plots.plot_rarefaction_grid(per_teacher, styles={other: "--" for other in others},
-                                                 title=f"{name}: coverage per teacher at equal n{tag}")
+    fig = complexity_plots.plot_rarefaction_grid(
+        per_teacher, styles={other: "--" for other in others}, title=f"{name}: coverage per teacher at equal n{tag}"
+    )
     save(fig, f"{name}_coverage_per_teacher")
     plt.show()
 

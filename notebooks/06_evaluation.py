@@ -28,11 +28,22 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from populora_nb.base import load_base
-from populora_nb.benchmarks import (
-    BenchmarkDataError, available_benchmarks, benchmark_verifier, evaluate, format_table, hf_generate,
-    load_benchmark, load_results, plot_benchmarks, resolve_data_dir, score_many, summary_table)
 from populora_nb.config import load_config
+from populora_nb.evaluation.benchmarks import (
+    BenchmarkDataError,
+    available_benchmarks,
+    benchmark_verifier,
+    evaluate,
+    format_table,
+    hf_generate,
+    load_benchmark,
+    load_results,
+    plot_benchmarks,
+    resolve_data_dir,
+    score_many,
+    summary_table,
+)
+from populora_nb.model.base import load_base
 
 config = load_config(preset)
 limit = limit or config.eval.limit
@@ -62,8 +73,12 @@ print(f"data: {data_root}\navailable: {available}\nevaluating: {benchmarks}")
 
 # %%
 code = [p for b in benchmarks if b in ("humanevalplus", "mbppplus") for p in load_benchmark(b, data_root, limit=3)]
-maths = [p for b in benchmarks if b not in ("humanevalplus", "mbppplus", "livecodebench")
-         for p in load_benchmark(b, data_root, limit=3)]
+maths = [
+    p
+    for b in benchmarks
+    if b not in ("humanevalplus", "mbppplus", "livecodebench")
+    for p in load_benchmark(b, data_root, limit=3)
+]
 with benchmark_verifier(memory_mb=2048) as verifier:
     canonical = score_many(code, [f"```python\n{p.question}{p.canonical_solution}\n```" for p in code], verifier)
     broken = score_many(code, ["```python\nx = (\n```"] * len(code), verifier)
@@ -71,7 +86,9 @@ gold = score_many(maths, [f"The answer is \\boxed{{{p.answer}}}." for p in maths
 wrong = score_many(maths, ["<answer>-31415926</answer>"] * len(maths))
 for p, c, b in zip(code, canonical, broken):
     print(f"{p.id:14s} canonical: {c.status:8s} broken: {b.status}")
-print(f"math gold: {sum(s.passed for s in gold)}/{len(gold)} pass, wrong: {sum(s.passed for s in wrong)}/{len(wrong)} pass")
+print(
+    f"math gold: {sum(s.passed for s in gold)}/{len(gold)} pass, wrong: {sum(s.passed for s in wrong)}/{len(wrong)} pass"
+)
 
 # %% [markdown]
 # ## Score the bare base
@@ -82,9 +99,16 @@ print(f"math gold: {sum(s.passed for s in gold)}/{len(gold)} pass, wrong: {sum(s
 base = load_base(config)
 eval_dir = Path(out_dir) / "eval" if out_dir else Path(tempfile.mkdtemp(prefix="populora-eval-"))
 t0 = time.time()
-results = evaluate({"base": hf_generate(base.model, base.tokenizer, max_new_tokens=config.eval.max_new_tokens)},
-                   benchmarks, tokenizer_or_format=base.tokenizer, data_dir=data_root, limit=limit,
-                   out_dir=eval_dir, extra_settings={"max_new_tokens": config.eval.max_new_tokens}, progress=print)
+results = evaluate(
+    {"base": hf_generate(base.model, base.tokenizer, max_new_tokens=config.eval.max_new_tokens)},
+    benchmarks,
+    tokenizer_or_format=base.tokenizer,
+    data_dir=data_root,
+    limit=limit,
+    out_dir=eval_dir,
+    extra_settings={"max_new_tokens": config.eval.max_new_tokens},
+    progress=print,
+)
 if results_dir is None and out_dir:
     results_dir = eval_dir  # `make run`: the experiment's baseline and member results sit beside the base's
 print(f"evaluated in {time.time() - t0:.0f} s; results in {eval_dir}")
@@ -113,7 +137,7 @@ plt.show()
 assert code and all(s.passed for s in canonical) and not any(s.passed for s in broken)
 assert maths and all(s.passed for s in gold) and not any(s.passed for s in wrong)
 for r in results:
-    saved = (eval_dir / f"base__{r.benchmark}.json")
+    saved = eval_dir / f"base__{r.benchmark}.json"
     assert saved.is_file() and 0 < r.n_problems <= limit and 0.0 <= r.score <= 1.0, r.benchmark
     assert all(len(p["passed"]) == len(p["completion"]) == 1 for p in r.problems)
 assert [row.benchmark for row in table][: len(benchmarks)] == benchmarks

@@ -1,12 +1,12 @@
 """Headless entry point: ``python -m populora_nb <command> ...``.
 
-  run         train the single-agent AZR baseline or the PopuLoRA population
-  eval        evaluate members on the benchmarks
-  report      write report.html / report.md for a run or experiment directory
-  experiment  baseline + population + evaluation + analysis + report, resumable
-  sweep       seeds x a grid of overrides, each an experiment, as Ray Tune trials (resumable)
-  seed        grow a seed task buffer with the current model
-  notebooks   execute the numbered notebooks with papermill into a run directory
+run         train the single-agent AZR baseline or the PopuLoRA population
+eval        evaluate members on the benchmarks
+report      write report.html / report.md for a run or experiment directory
+experiment  baseline + population + evaluation + analysis + report, resumable
+sweep       seeds x a grid of overrides, each an experiment, as Ray Tune trials (resumable)
+seed        grow a seed task buffer with the current model
+notebooks   execute the numbered notebooks with papermill into a run directory
 """
 
 from __future__ import annotations
@@ -29,8 +29,14 @@ REPO_NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: $POPULORA_PRESET or smoke")
     p.add_argument("--config", type=Path, default=None, help="YAML file of overrides")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one field, e.g. --set rl.rollouts=8 (repeatable)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one field, e.g. --set rl.rollouts=8 (repeatable)",
+    )
 
 
 def _config(args: argparse.Namespace, extra: dict | None = None):
@@ -55,7 +61,12 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
         t0 = time.time()
         print(f"[notebooks] {nb.name} (preset {preset}) ...", flush=True)
         pm.execute_notebook(
-            str(nb), str(out / nb.name), kernel_name="python3", language="python", cwd=str(src), progress_bar=False,
+            str(nb),
+            str(out / nb.name),
+            kernel_name="python3",
+            language="python",
+            cwd=str(src),
+            progress_bar=False,
             parameters={"preset": preset, "out_dir": str(out.resolve())},
         )
         print(f"[notebooks] {nb.name} done in {time.time() - t0:.0f}s", flush=True)
@@ -68,15 +79,21 @@ def cmd_seed(args: argparse.Namespace) -> int:
 
     from populora_nb.experiment import check_inputs
     from populora_nb.loop import grow_seeds, roster_for
-    from populora_nb.policy import LoRAPolicy
-    from populora_nb.verifier import Verifier
+    from populora_nb.model.policy import LoRAPolicy
+    from populora_nb.verify.verifier import Verifier
 
     config = _config(args, {"run.agent": "baseline"})
     check_inputs(config, ("baseline",))
     policy = LoRAPolicy.create(config, list(roster_for(config).items()))
     with Verifier.from_config(config.verifier) as verifier:
-        tasks = grow_seeds(config, policy, verifier, args.target, args.max_rounds,
-                           on_round=lambda r, n: print(f"[seed] round {r}: {n} tasks", flush=True))
+        tasks = grow_seeds(
+            config,
+            policy,
+            verifier,
+            args.target,
+            args.max_rounds,
+            on_round=lambda r, n: print(f"[seed] round {r}: {n} tasks", flush=True),
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w") as fh:
         for t in tasks:
@@ -87,17 +104,21 @@ def cmd_seed(args: argparse.Namespace) -> int:
 
 def _isolation(config) -> str:
     """What the verifier's sandbox gets here, once per command; raises where it would refuse to run."""
-    from populora_nb.verifier import Verifier
+    from populora_nb.verify.verifier import Verifier
 
     return str(Verifier.probe(config.verifier))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from populora_nb.analysis.dashboard import Dashboard
     from populora_nb.experiment import check_inputs
     from populora_nb.loop import run
-    from populora_nb.widgets import Dashboard
 
-    extra = {k: v for k, v in (("run.agent", args.agent), ("run.steps", args.steps), ("run.seed", args.seed)) if v is not None}
+    extra = {
+        k: v
+        for k, v in (("run.agent", args.agent), ("run.steps", args.steps), ("run.seed", args.seed))
+        if v is not None
+    }
     config = _config(args, extra)
     check_inputs(config, (config.run.agent,))
     out = args.out or Path(config.run.out_dir) / f"{config.run.agent}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -123,32 +144,50 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from populora_nb.evaluation import evaluate_experiment
+    from populora_nb.evaluation.runs import evaluate_experiment
 
     config = _config(args)
     evaluate_experiment(config, args.experiment_dir, say=lambda m: print(m, flush=True), require_data=True)
-    print((args.experiment_dir / "eval" / "table.md").read_text() if (args.experiment_dir / "eval" / "table.md").exists() else "no table")
+    print(
+        (args.experiment_dir / "eval" / "table.md").read_text()
+        if (args.experiment_dir / "eval" / "table.md").exists()
+        else "no table"
+    )
     return 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    import importlib.util
+
     from populora_nb.experiment import STAGES
     from populora_nb.sweep import make_spec, parse_grid, run_sweep
 
-    import importlib.util
-
     if importlib.util.find_spec("ray") is None:
         raise UserInputError("sweep needs Ray: pip install -e '.[sweep]' (ray[tune]==2.60.0)")
-    spec = make_spec(args.out, args.preset, parse_grid(args.grid), seeds=args.seeds,
-                     overrides=dict(parse_override(o) for o in args.overrides), stages=args.stages or STAGES,
-                     config_path=args.config, cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial)
-    run_sweep(spec, address=args.address, num_cpus=args.num_cpus, num_gpus=args.num_gpus,
-              max_failures=args.max_failures, say=lambda m: print(m, flush=True))
+    spec = make_spec(
+        args.out,
+        args.preset,
+        parse_grid(args.grid),
+        seeds=args.seeds,
+        overrides=dict(parse_override(o) for o in args.overrides),
+        stages=args.stages or STAGES,
+        config_path=args.config,
+        cpus_per_trial=args.cpus_per_trial,
+        gpus_per_trial=args.gpus_per_trial,
+    )
+    run_sweep(
+        spec,
+        address=args.address,
+        num_cpus=args.num_cpus,
+        num_gpus=args.num_gpus,
+        max_failures=args.max_failures,
+        say=lambda m: print(m, flush=True),
+    )
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from populora_nb.report import make_figures, write_report
+    from populora_nb.analysis.report import make_figures, write_report
 
     make_figures(args.experiment_dir)
     md, html = write_report(args.experiment_dir)
@@ -163,8 +202,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m populora_nb", description=__doc__,
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(
+        prog="python -m populora_nb", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("run", help="train the baseline or the population")
@@ -193,16 +233,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sweep", help="seeds x a grid of overrides as Ray Tune trials, each an experiment (resumable)")
     _add_config_args(p)
     p.add_argument("--out", type=Path, required=True, help="sweep directory (rerun the same command to resume)")
-    p.add_argument("--grid", action="append", default=[], metavar="KEY=[V1,V2]",
-                   help="one axis of the grid, e.g. --grid population.n_teachers=[1,4] (repeatable)")
+    p.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="KEY=[V1,V2]",
+        help="one axis of the grid, e.g. --grid population.n_teachers=[1,4] (repeatable)",
+    )
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--stages", nargs="*", default=None, help="a subset of: baseline population eval analysis report")
-    p.add_argument("--address", default=None, help="an existing Ray cluster (auto, or ray://HEAD:10001); default: a local Ray")
+    p.add_argument(
+        "--address", default=None, help="an existing Ray cluster (auto, or ray://HEAD:10001); default: a local Ray"
+    )
     p.add_argument("--num-cpus", type=int, default=None, help="local Ray only: CPUs it may use (default: all)")
     p.add_argument("--num-gpus", type=int, default=None, help="local Ray only: GPUs it may use (default: all)")
-    p.add_argument("--cpus-per-trial", type=float, default=None, help="default from the preset (tiny 1, smoke 2, gpu/paper 2)")
+    p.add_argument(
+        "--cpus-per-trial", type=float, default=None, help="default from the preset (tiny 1, smoke 2, gpu/paper 2)"
+    )
     p.add_argument("--gpus-per-trial", type=float, default=None, help="default from the preset (gpu/paper 1)")
-    p.add_argument("--max-failures", type=int, default=2, help="Tune retries of a failed trial (each resumes its experiment)")
+    p.add_argument(
+        "--max-failures", type=int, default=2, help="Tune retries of a failed trial (each resumes its experiment)"
+    )
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("seed", help="grow a seed task buffer with the current model (AZR's seeding run)")
@@ -247,8 +298,13 @@ def _configs_in(out: Path) -> set[Path]:
 def _forget_failed_start(out: Path, existed: bool, configs_before: set[Path]) -> None:
     """After a run or experiment failed before finishing a step, take back the config.yaml files it
     wrote (the whole --out if it made it), so the rerun with a corrected config is not refused."""
-    progress = [out / "stages.json", *out.glob("metrics.jsonl"), *out.glob("*/metrics.jsonl"),
-                *out.glob("checkpoints/latest"), *out.glob("*/checkpoints/latest")]
+    progress = [
+        out / "stages.json",
+        *out.glob("metrics.jsonl"),
+        *out.glob("*/metrics.jsonl"),
+        *out.glob("checkpoints/latest"),
+        *out.glob("*/checkpoints/latest"),
+    ]
     if not out.is_dir() or any(p.is_file() and p.stat().st_size > 0 for p in progress):
         return
     if not existed:

@@ -18,7 +18,7 @@ from typing import Literal
 from populora_nb.errors import DataFileError, PathNotFoundError
 from populora_nb.tasks import Task, TaskKind
 
-DEFAULT_SEEDS = Path(__file__).resolve().parents[1] / "data" / "seeds" / "seed_tasks.jsonl"
+DEFAULT_SEEDS = Path(__file__).resolve().parent / "data" / "seed_tasks.jsonl"  # package data
 
 
 @dataclass
@@ -64,29 +64,43 @@ class TaskBuffer:
 
     def to_json(self) -> dict:
         return {
-            "kind": self.kind, "cap": self.cap, "n_seeds": self.n_seeds, "n_added": self.n_added,
+            "kind": self.kind,
+            "cap": self.cap,
+            "n_seeds": self.n_seeds,
+            "n_added": self.n_added,
             "tasks": [task_to_json(t) for t in self.tasks],
         }
 
     @classmethod
-    def from_json(cls, data: dict) -> "TaskBuffer":
+    def from_json(cls, data: dict) -> TaskBuffer:
         return cls(
-            kind=data["kind"], cap=data["cap"], n_seeds=data["n_seeds"], n_added=data["n_added"],
+            kind=data["kind"],
+            cap=data["cap"],
+            n_seeds=data["n_seeds"],
+            n_added=data["n_added"],
             tasks=[task_from_json(t) for t in data["tasks"]],
         )
 
 
 def task_to_json(task: Task) -> dict:
     return {
-        "kind": task.kind, "program": task.program, "inputs": list(task.inputs),
-        "outputs": list(task.outputs), "message": task.message, "meta": task.meta,
+        "kind": task.kind,
+        "program": task.program,
+        "inputs": list(task.inputs),
+        "outputs": list(task.outputs),
+        "message": task.message,
+        "meta": task.meta,
     }
 
 
 def task_from_json(data: dict) -> Task:
     return Task(
-        kind=data["kind"], program=data["program"], inputs=tuple(data["inputs"]),
-        outputs=tuple(data["outputs"]), message=data.get("message", ""), meta=data.get("meta", {}),
+        kind=data["kind"],
+        program=data["program"],
+        inputs=tuple(data["inputs"]),
+        outputs=tuple(data["outputs"]),
+        message=data.get("message", ""),
+        meta=data.get("meta", {}),
     )
 
 
@@ -94,8 +108,10 @@ def load_seed_triplets(path: str | Path | None = None) -> list[dict]:
     """Seed (program, inputs, outputs) records; untrusted until the verifier has re-run them."""
     p = Path(path) if path else DEFAULT_SEEDS
     if not p.is_file():
-        raise PathNotFoundError(f"seed tasks {p} {'is not a file' if p.exists() else 'not found'}; "
-                                f"set tasks.seeds_path to a JSONL of seed tasks")
+        raise PathNotFoundError(
+            f"seed tasks {p} {'is not a file' if p.exists() else 'not found'}; "
+            f"set tasks.seeds_path to a JSONL of seed tasks"
+        )
     try:
         lines = p.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError:
@@ -110,8 +126,10 @@ def load_seed_triplets(path: str | Path | None = None) -> list[dict]:
         except (json.JSONDecodeError, KeyError, TypeError):
             ok = False
         if not ok or not all(isinstance(i, str) for i in rec["inputs"]):
-            raise DataFileError(f"{p}:{n}: a seed must be a JSON object with a 'program' string and a non-empty "
-                                f"'inputs' list of literal strings, e.g. {{\"program\": \"def f(a): ...\", \"inputs\": [\"1\"]}}")
+            raise DataFileError(
+                f"{p}:{n}: a seed must be a JSON object with a 'program' string and a non-empty "
+                f'\'inputs\' list of literal strings, e.g. {{"program": "def f(a): ...", "inputs": ["1"]}}'
+            )
         records.append(rec)
     if not records:
         raise DataFileError(f"seed tasks {p} holds no seed tasks (one JSON object per line)")

@@ -12,14 +12,15 @@ import difflib
 import os
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 import yaml
 
-from populora_nb.benchmark_loaders import BENCHMARK_FILES
 from populora_nb.errors import UserInputError
+from populora_nb.evaluation.loaders import BENCHMARK_FILES
 
 
 class ConfigError(UserInputError):
@@ -29,8 +30,16 @@ class ConfigError(UserInputError):
 BUNDLED_MODEL = "bundled:smollm2-135m"
 TINY_MODEL = "tiny"
 # The paper's four mutations and four crossovers (names of populora_nb.operators.OPERATORS).
-PAPER_OPERATORS = ("svd_structured", "layer_selective_gaussian", "component_masking", "full_gaussian",
-                   "dare", "layer_swap", "svd_subspace", "extrapolative")
+PAPER_OPERATORS = (
+    "svd_structured",
+    "layer_selective_gaussian",
+    "component_masking",
+    "full_gaussian",
+    "dare",
+    "layer_swap",
+    "svd_subspace",
+    "extrapolative",
+)
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -127,8 +136,10 @@ class VerifierConfig:
         # Verifier.start refuses a limit under the zygote's own address space + 64 MB (the zygote
         # maps ~20 MB here), after the run directory exists; refuse it at load time instead.
         if self.memory_mb < 128:
-            raise ConfigError(f"memory_mb must be >= 128 (the sandbox itself needs ~84 MB of address space), "
-                              f"got {self.memory_mb}; the default is 512")
+            raise ConfigError(
+                f"memory_mb must be >= 128 (the sandbox itself needs ~84 MB of address space), "
+                f"got {self.memory_mb}; the default is 512"
+            )
         if self.workers > 64:
             raise ConfigError(f"workers must be in 1..64 (one sandboxed child per worker), got {self.workers}")
 
@@ -147,7 +158,7 @@ class TaskConfig:
     """Per-kind buffer size; when full the oldest non-seed entry is dropped (AZR instead stops storing)."""
     reference_sampling: Literal["uniform", "recency"] = "uniform"
     seeds_path: str | None = None
-    """A JSONL of seed tasks; default: the package's data/seeds/seed_tasks.jsonl."""
+    """A JSONL of seed tasks; default: the package's populora_nb/data/seed_tasks.jsonl."""
 
     def __post_init__(self) -> None:
         _positive(self, "n_references", "buffer_cap")
@@ -246,9 +257,16 @@ class EvolutionConfig:
         from populora_nb.operators import OPERATORS  # torch-heavy: imported only when validating
 
         unknown = sorted(set(self.operators) - set(OPERATORS))
-        if unknown or not self.operators or any(w < 0 for w in self.operators.values()) or sum(self.operators.values()) <= 0:
-            raise ConfigError(f"operators: unknown {unknown} or bad weights; use weights >= 0 (positive sum) "
-                              f"over {', '.join(sorted(OPERATORS))}")
+        if (
+            unknown
+            or not self.operators
+            or any(w < 0 for w in self.operators.values())
+            or sum(self.operators.values()) <= 0
+        ):
+            raise ConfigError(
+                f"operators: unknown {unknown} or bad weights; use weights >= 0 (positive sum) "
+                f"over {', '.join(sorted(OPERATORS))}"
+            )
 
 
 @dataclass
@@ -312,7 +330,8 @@ class ExperimentConfig:
             raise ConfigError(
                 f"evolution.replace_per_role={ec.replace_per_role} must be smaller than the smallest role "
                 f"({pc.n_teachers} teachers, {pc.n_students} students); lower it, or set evolution.enabled=false "
-                f"for a population this small (e.g. the paper's 1+1 setting)")
+                f"for a population this small (e.g. the paper's 1+1 setting)"
+            )
 
     @property
     def n_members(self) -> int:
@@ -323,64 +342,66 @@ class ExperimentConfig:
 
 
 # Presets are short named overrides; each line says why it differs from the defaults.
-PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType({
-    "tiny": {
-        "model.name": TINY_MODEL,                 # random 2-layer Llama: a population step in seconds
-        "lora.rank": 4,                           # tiny hidden size (64)
-        "sampling.propose_max_new_tokens": 32,    # random weights never write a valid task anyway
-        "sampling.solve_max_new_tokens": 16,
-        "rl.rollouts": 2,
-        "rl.proposals_per_kind": 1,
-        "run.steps": 3,
-        "run.checkpoint_every": 1,
-        "evolution.every": 2,                     # so a 3-step run exercises one evolution event
-        "verifier.timeout_s": 2.0,
-        "eval.limit": 2,
-        "eval.max_new_tokens": 16,
-    },
-    "smoke": {
-        "sampling.temperature": 0.7,              # 135M writes runnable code ~6/20 at 0.7, ~never at 1.0
-        "sampling.propose_max_new_tokens": 96,    # measured: 4T+4S step ~55-170 s on 2 cores
-        "sampling.solve_max_new_tokens": 32,
-        "rl.rollouts": 2,
-        "rl.proposals_per_kind": 2,               # TRR++ whitens per (member, role, kind): 1 would leave teachers at A = 0
-        "rl.micro_batch": 2,                      # measured: peak RSS 3.9 GB instead of 7.2 GB, same s/step
-        "tasks.kinds": ["code_o", "code_i"],      # code_f prompts are long; too slow for the CPU budget
-        "tasks.n_references": 2,                  # shorter prompts for a 135M model on CPU
-        "run.steps": 5,
-        "run.checkpoint_every": 2,
-        "evolution.every": 2,                     # two evolution events in 5 steps
-        "eval.limit": 2,                          # 10 models (base, baseline, 8 members): eval dominates on CPU
-        "eval.benchmarks": ["humanevalplus", "gsm8k"],  # one code and one math set for the CPU budget
-        "eval.max_new_tokens": 96,
-    },
-    "gpu": {
-        "model.name": "Qwen/Qwen2.5-Coder-1.5B-Instruct",  # fits 4T+4S with room for rollouts on one GPU
-        "lora.rank": 16,
-        "tasks.prompt_format": "r1",               # AZR's <think> block: reasoning length can grow (a paper claim)
-        "sampling.propose_max_new_tokens": 2048,   # room for that growth (AZR allows 8096, the paper preset)
-        "sampling.solve_max_new_tokens": 2048,
-        "rl.proposals_per_kind": 8,
-        "rl.rollouts": 4,
-        "run.steps": 200,
-        "run.checkpoint_every": 10,
-        "model.max_seq_len": 6144,                 # a code_o/code_i prompt with K = 6 references + 2048 new
-    },
-    "paper": {
-        "model.name": "Qwen/Qwen2.5-Coder-7B",     # the paper's and AZR's base model
-        "lora.rank": 32,
-        "tasks.prompt_format": "r1",               # AZR's `User: ... Assistant: <think>` wrapper
-        "sampling.propose_max_new_tokens": 8096,   # AZR's data.max_response_length (its 7B self-play script)
-        "sampling.solve_max_new_tokens": 8096,
-        "sampling.temperature": 1.0,               # AZR samples at 1.0 (the default, stated for the record)
-        "lora.gradient_checkpointing": True,       # 8k-token completions on a 7B base
-        "rl.proposals_per_kind": 16,
-        "rl.rollouts": 8,                          # AZR estimates solve rates over 8 samples
-        "run.steps": 500,
-        "run.checkpoint_every": 25,
-        "model.max_seq_len": 14240,                # AZR: max_prompt_length 6144 + max_response_length 8096
-    },
-})
+PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
+    {
+        "tiny": {
+            "model.name": TINY_MODEL,  # random 2-layer Llama: a population step in seconds
+            "lora.rank": 4,  # tiny hidden size (64)
+            "sampling.propose_max_new_tokens": 32,  # random weights never write a valid task anyway
+            "sampling.solve_max_new_tokens": 16,
+            "rl.rollouts": 2,
+            "rl.proposals_per_kind": 1,
+            "run.steps": 3,
+            "run.checkpoint_every": 1,
+            "evolution.every": 2,  # so a 3-step run exercises one evolution event
+            "verifier.timeout_s": 2.0,
+            "eval.limit": 2,
+            "eval.max_new_tokens": 16,
+        },
+        "smoke": {
+            "sampling.temperature": 0.7,  # 135M writes runnable code ~6/20 at 0.7, ~never at 1.0
+            "sampling.propose_max_new_tokens": 96,  # measured: 4T+4S step ~55-170 s on 2 cores
+            "sampling.solve_max_new_tokens": 32,
+            "rl.rollouts": 2,
+            "rl.proposals_per_kind": 2,  # TRR++ whitens per (member, role, kind): 1 would leave teachers at A = 0
+            "rl.micro_batch": 2,  # measured: peak RSS 3.9 GB instead of 7.2 GB, same s/step
+            "tasks.kinds": ["code_o", "code_i"],  # code_f prompts are long; too slow for the CPU budget
+            "tasks.n_references": 2,  # shorter prompts for a 135M model on CPU
+            "run.steps": 5,
+            "run.checkpoint_every": 2,
+            "evolution.every": 2,  # two evolution events in 5 steps
+            "eval.limit": 2,  # 10 models (base, baseline, 8 members): eval dominates on CPU
+            "eval.benchmarks": ["humanevalplus", "gsm8k"],  # one code and one math set for the CPU budget
+            "eval.max_new_tokens": 96,
+        },
+        "gpu": {
+            "model.name": "Qwen/Qwen2.5-Coder-1.5B-Instruct",  # fits 4T+4S with room for rollouts on one GPU
+            "lora.rank": 16,
+            "tasks.prompt_format": "r1",  # AZR's <think> block: reasoning length can grow (a paper claim)
+            "sampling.propose_max_new_tokens": 2048,  # room for that growth (AZR allows 8096, the paper preset)
+            "sampling.solve_max_new_tokens": 2048,
+            "rl.proposals_per_kind": 8,
+            "rl.rollouts": 4,
+            "run.steps": 200,
+            "run.checkpoint_every": 10,
+            "model.max_seq_len": 6144,  # a code_o/code_i prompt with K = 6 references + 2048 new
+        },
+        "paper": {
+            "model.name": "Qwen/Qwen2.5-Coder-7B",  # the paper's and AZR's base model
+            "lora.rank": 32,
+            "tasks.prompt_format": "r1",  # AZR's `User: ... Assistant: <think>` wrapper
+            "sampling.propose_max_new_tokens": 8096,  # AZR's data.max_response_length (its 7B self-play script)
+            "sampling.solve_max_new_tokens": 8096,
+            "sampling.temperature": 1.0,  # AZR samples at 1.0 (the default, stated for the record)
+            "lora.gradient_checkpointing": True,  # 8k-token completions on a 7B base
+            "rl.proposals_per_kind": 16,
+            "rl.rollouts": 8,  # AZR estimates solve rates over 8 samples
+            "run.steps": 500,
+            "run.checkpoint_every": 25,
+            "model.max_seq_len": 14240,  # AZR: max_prompt_length 6144 + max_response_length 8096
+        },
+    }
+)
 
 
 def load_config(
@@ -397,7 +418,9 @@ def load_config(
     if yaml_path is not None:
         path = Path(yaml_path)
         if not path.is_file():
-            raise ConfigError(f"config file {path} is not a file" if path.exists() else f"config file not found: {path}")
+            raise ConfigError(
+                f"config file {path} is not a file" if path.exists() else f"config file not found: {path}"
+            )
         try:
             data = yaml.safe_load(path.read_text()) or {}
         except UnicodeDecodeError:
@@ -405,7 +428,9 @@ def load_config(
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            raise ConfigError(f"config file {path} is not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
+            raise ConfigError(
+                f"config file {path} is not valid YAML{where}: {getattr(e, 'problem', None) or e}"
+            ) from None
         if not isinstance(data, dict):
             raise ConfigError(f"config file {path} must hold a mapping of sections, got {type(data).__name__}")
         flat.update(_flatten(data))
@@ -425,7 +450,9 @@ def parse_override(text: str) -> tuple[str, Any]:
     try:
         return key.strip(), yaml.safe_load(value)
     except yaml.YAMLError:
-        raise ConfigError(f"override {text!r}: the value is not valid YAML; quote it, e.g. {key.strip()}='...'") from None
+        raise ConfigError(
+            f"override {text!r}: the value is not valid YAML; quote it, e.g. {key.strip()}='...'"
+        ) from None
 
 
 # ---- validation machinery -------------------------------------------------------------------
@@ -522,3 +549,8 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
+
+
+def stage_config(config: ExperimentConfig, agent: str) -> ExperimentConfig:
+    """The experiment's config for one stage: the same run with `run.agent` set to that stage's agent."""
+    return dataclasses.replace(config, run=dataclasses.replace(config.run, agent=agent))  # type: ignore[arg-type]

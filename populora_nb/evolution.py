@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import random
 import zlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -76,8 +77,16 @@ class OperatorMix:
 # controls are baselines, not evolution: both stay out of the default and a custom mix can add them.
 PAPER_MIX = OperatorMix(
     dict.fromkeys(
-        ["svd_structured", "layer_selective_gaussian", "component_masking", "full_gaussian",
-         "dare", "layer_swap", "svd_subspace", "extrapolative"],
+        [
+            "svd_structured",
+            "layer_selective_gaussian",
+            "component_masking",
+            "full_gaussian",
+            "dare",
+            "layer_swap",
+            "svd_subspace",
+            "extrapolative",
+        ],
         1.0,
     )
 )
@@ -232,7 +241,10 @@ def ancestors(member_id: str, records: Sequence[Lineage]) -> set[str]:
 
 
 def plot_lineage(
-    lineage_records: Sequence[Lineage], ax: Axes | None = None, *, founders: Mapping[str, str] | None = None,
+    lineage_records: Sequence[Lineage],
+    ax: Axes | None = None,
+    *,
+    founders: Mapping[str, str] | None = None,
     end_step: int | None = None,
 ) -> Axes:
     """Lineage tree over time: one lane per population slot (a child takes the slot of the member
@@ -263,14 +275,24 @@ def plot_lineage(
     occupant = {}  # successive occupants of a lane alternate in shade, so each lifetime is visible
     for member in sorted(lane, key=lambda m: born[m]):
         occupant[member] = sum(1 for other in occupant if lane[other] == lane[member])
-        ax.plot([born[member], died.get(member, end)], [lane[member]] * 2, color=role_color[role_of[member]],
-                lw=4, alpha=0.35 if occupant[member] % 2 else 0.75, solid_capstyle="butt")
+        ax.plot(
+            [born[member], died.get(member, end)],
+            [lane[member]] * 2,
+            color=role_color[role_of[member]],
+            lw=4,
+            alpha=0.35 if occupant[member] % 2 else 0.75,
+            solid_capstyle="butt",
+        )
     operators = sorted({r.operator for r in records}, key=list(OPERATORS).index)
     op_color = {op: plt.get_cmap("tab10")(i % 10) for i, op in enumerate(operators)}
     for r in records:
         for n, parent in enumerate(r.parents):
-            ax.annotate("", xy=(r.step, lane[r.child]), xytext=(r.step - 0.45 * gap, lane[parent]),
-                        arrowprops=dict(arrowstyle="->", color=op_color[r.operator], ls="--" if n else "-", lw=1.2))
+            ax.annotate(
+                "",
+                xy=(r.step, lane[r.child]),
+                xytext=(r.step - 0.45 * gap, lane[parent]),
+                arrowprops=dict(arrowstyle="->", color=op_color[r.operator], ls="--" if n else "-", lw=1.2),
+            )
         ax.plot(r.step, lane[r.child], "o", color=op_color[r.operator], ms=5)
     for op in operators:
         ax.plot([], [], color=op_color[op], label=f"{PAPER_IDS.get(op, op)} {op}" if op not in CONTROLS else op)

@@ -16,23 +16,18 @@ same command after a kill finishes the experiment without redoing finished work.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
-from populora_nb.benchmark_loaders import data_dir_is_set, resolve_data_dir
 from populora_nb.buffers import load_seed_triplets
-from populora_nb.config import ExperimentConfig
+from populora_nb.config import ExperimentConfig, stage_config
 from populora_nb.errors import UserInputError
+from populora_nb.evaluation.loaders import data_dir_is_set, resolve_data_dir
 from populora_nb.records import RunDir
 
 STAGES = ("baseline", "population", "eval", "analysis", "report")
-
-
-def stage_config(config: ExperimentConfig, agent: str) -> ExperimentConfig:
-    return dataclasses.replace(config, run=dataclasses.replace(config.run, agent=agent))  # type: ignore[arg-type]
 
 
 def check_inputs(config: ExperimentConfig, stages: Sequence[str] = STAGES) -> None:
@@ -58,8 +53,9 @@ def _mark(out: Path, stage: str, seconds: float) -> None:
     tmp.replace(out / "stages.json")
 
 
-def run_experiment(config: ExperimentConfig, out: str | Path, stages: Sequence[str] = STAGES,
-                   say: Callable[[str], None] = print) -> Path:
+def run_experiment(
+    config: ExperimentConfig, out: str | Path, stages: Sequence[str] = STAGES, say: Callable[[str], None] = print
+) -> Path:
     """Run every stage not yet complete, in order; returns the experiment directory."""
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
@@ -80,34 +76,44 @@ def run_experiment(config: ExperimentConfig, out: str | Path, stages: Sequence[s
 
 def _train(agent: str) -> Callable[[ExperimentConfig, Path, Callable[[str], None]], None]:
     def stage(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> None:
+        from populora_nb.analysis.dashboard import step_summary
         from populora_nb.loop import run
-        from populora_nb.widgets import step_summary
 
         cfg = stage_config(config, agent)
-        run(cfg, out / agent, progress=False, on_step=lambda step, rows: say(f"[{agent}] " + step_summary(step, rows, cfg.tasks.kinds)))
+        run(
+            cfg,
+            out / agent,
+            progress=False,
+            on_step=lambda step, rows: say(f"[{agent}] " + step_summary(step, rows, cfg.tasks.kinds)),
+        )
 
     return stage
 
 
 def _eval(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> None:
-    from populora_nb.evaluation import evaluate_experiment
+    from populora_nb.evaluation.runs import evaluate_experiment
 
     evaluate_experiment(config, out, say)
 
 
 def _analysis(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> None:
-    from populora_nb.report import make_figures
+    from populora_nb.analysis.report import make_figures
 
     paths = make_figures(out)
     say(f"[analysis] {len(paths)} figures in {out / 'figures'}")
 
 
 def _report(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> None:
-    from populora_nb.report import write_report
+    from populora_nb.analysis.report import write_report
 
     md, html = write_report(out)
     say(f"[report] {md} and {html}")
 
 
-STAGE_FUNCTIONS = {"baseline": _train("baseline"), "population": _train("population"), "eval": _eval,
-                   "analysis": _analysis, "report": _report}
+STAGE_FUNCTIONS = {
+    "baseline": _train("baseline"),
+    "population": _train("population"),
+    "eval": _eval,
+    "analysis": _analysis,
+    "report": _report,
+}

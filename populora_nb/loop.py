@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 import torch
 import trueskill
@@ -27,17 +28,43 @@ from populora_nb.buffers import TaskBuffer, load_seed_triplets, make_buffers
 from populora_nb.config import ExperimentConfig
 from populora_nb.errors import DataFileError
 from populora_nb.evolution import MemberRating, OperatorMix, apply_operator, inherit_rating, plan_replacement
-from populora_nb.matchmaking import Match, Rating, initial_ratings, make_trueskill, pfsp_pairs, round_robin_pairs, update_ratings
+from populora_nb.matchmaking import (
+    Match,
+    Rating,
+    initial_ratings,
+    make_trueskill,
+    pfsp_pairs,
+    round_robin_pairs,
+    update_ratings,
+)
 from populora_nb.operators import LoRAFactors, relative_change
 from populora_nb.records import MANIFEST, CorruptRunError, RunDir, read_json, write_json
 from populora_nb.rewards import azr_proposer_reward, teacher_reward
 from populora_nb.stages import (
-    Policy, StepOutcome, Timer, grow_buffers, member_metrics, peak_memory_gb, propose, reset_peak_memory, reward_samples,
-    buffer_jobs, learnability_jobs, rng_for, seed_for, solve, solve_jobs, solve_rates, task_rows, token_counts, update,
-    validate, worked_examples,
+    Policy,
+    StepOutcome,
+    Timer,
+    buffer_jobs,
+    grow_buffers,
+    learnability_jobs,
+    member_metrics,
+    peak_memory_gb,
+    propose,
+    reset_peak_memory,
+    reward_samples,
+    rng_for,
+    seed_for,
+    solve,
+    solve_jobs,
+    solve_rates,
+    task_rows,
+    token_counts,
+    update,
+    validate,
+    worked_examples,
 )
 from populora_nb.tasks import Task
-from populora_nb.verifier import Proposal, Verifier
+from populora_nb.verify.verifier import Proposal, Verifier
 
 
 class TrainablePolicy(Policy, Protocol):
@@ -72,15 +99,19 @@ class RunState:
     def to_json(self) -> dict:
         return {
             # A list of pairs: the roster's order is the order of rows and updates, and JSON keys get sorted.
-            "step": self.step, "roster": list(self.roster.items()), "born": self.born,
+            "step": self.step,
+            "roster": list(self.roster.items()),
+            "born": self.born,
             "buffers": {k: b.to_json() for k, b in self.buffers.items()},
             "ratings": {m: [r.mu, r.sigma] for m, r in self.ratings.items()},
         }
 
     @classmethod
-    def from_json(cls, d: dict) -> "RunState":
+    def from_json(cls, d: dict) -> RunState:
         return cls(
-            step=d["step"], roster=dict(d["roster"]), born=d["born"],
+            step=d["step"],
+            roster=dict(d["roster"]),
+            born=d["born"],
             buffers={k: TaskBuffer.from_json(b) for k, b in d["buffers"].items()},
             ratings={m: Rating(mu, sigma) for m, (mu, sigma) in d["ratings"].items()},
         )
@@ -106,8 +137,10 @@ def initial_state(config: ExperimentConfig, verifier: Verifier) -> RunState:
     verdicts = verifier.validate_many([Proposal("code_o", s["program"], tuple(s["inputs"][:1])) for s in seeds])
     good = [v for v in verdicts if isinstance(v, Task)]
     if not good:
-        raise DataFileError(f"none of the {len(seeds)} seed tasks in {config.tasks.seeds_path or 'the packaged seeds'} "
-                            f"passed the verifier; the first verdicts: {verdicts[:3]}")
+        raise DataFileError(
+            f"none of the {len(seeds)} seed tasks in {config.tasks.seeds_path or 'the packaged seeds'} "
+            f"passed the verifier; the first verdicts: {verdicts[:3]}"
+        )
     for kind in ("code_o", "code_i"):
         if kind in buffers:
             for t in good:
@@ -133,8 +166,9 @@ def baseline_step(policy: Policy, verifier: Verifier, state: RunState, config: E
         if config.run.baseline_solver == "azr":
             # AZR: k learnability rollouts per valid proposal set rho (not trained on); the solver
             # learns from its own batch of buffer tasks, one response each.
-            jobs = (learnability_jobs("agent", out.proposals, config.rl.rollouts)
-                    + buffer_jobs("agent", state.buffers, config, step))
+            jobs = learnability_jobs("agent", out.proposals, config.rl.rollouts) + buffer_jobs(
+                "agent", state.buffers, config, step
+            )
         else:  # "own_rollouts": the solver trains on the rollouts that measured its own proposals
             jobs = solve_jobs({"agent": list(range(len(out.proposals)))}, out.proposals, state.buffers, config, step)
         out.attempts = solve(policy, verifier, jobs, config, step, worked_examples(state.buffers))
@@ -154,8 +188,16 @@ def pair(state: RunState, config: ExperimentConfig) -> dict[str, str]:
         pairs = round_robin_pairs(state.teachers, state.students, state.step)
     else:
         env = trueskill_env(config)
-        pairs = pfsp_pairs(state.teachers, state.students, state.ratings, env, rng_for(config.run.seed, state.step, "pfsp"),
-                           weighting="var" if mc.mode == "pfsp_var" else "hard", gamma=mc.gamma, floor=mc.floor)
+        pairs = pfsp_pairs(
+            state.teachers,
+            state.students,
+            state.ratings,
+            env,
+            rng_for(config.run.seed, state.step, "pfsp"),
+            weighting="var" if mc.mode == "pfsp_var" else "hard",
+            gamma=mc.gamma,
+            floor=mc.floor,
+        )
     return dict(pairs)
 
 
@@ -189,19 +231,36 @@ def population_step(policy: Policy, verifier: Verifier, state: RunState, config:
 class EvolvablePolicy(TrainablePolicy, Protocol):
     def factors(self, name: str) -> LoRAFactors: ...
 
-    def replace(self, old: str, new: str, factors: LoRAFactors, parents: Sequence[str], operator: str, step: int,
-                inherit_optimizer_from: str | None = None) -> None: ...
+    def replace(
+        self,
+        old: str,
+        new: str,
+        factors: LoRAFactors,
+        parents: Sequence[str],
+        operator: str,
+        step: int,
+        inherit_optimizer_from: str | None = None,
+    ) -> None: ...
 
 
 def evolve(policy: EvolvablePolicy, state: RunState, config: ExperimentConfig) -> list[dict]:
     """Replace the weakest `replace_per_role` teachers and students by children of tournament-chosen
     parents (evolution.plan_replacement), made in LoRA weight space; returns the lineage rows."""
     ec, step = config.evolution, state.step
-    members = [MemberRating(m, role, state.ratings[m].mu, state.ratings[m].sigma, state.born.get(m, 0))
-               for m, role in state.roster.items()]
-    births = plan_replacement(members, step=step + 1, rng=rng_for(config.run.seed, step, "evolve"),
-                              num_replaced=ec.replace_per_role, mix=OperatorMix(ec.operators),
-                              tournament_size=ec.tournament_size, k=ec.fitness_k, grace_steps=ec.grace)
+    members = [
+        MemberRating(m, role, state.ratings[m].mu, state.ratings[m].sigma, state.born.get(m, 0))
+        for m, role in state.roster.items()
+    ]
+    births = plan_replacement(
+        members,
+        step=step + 1,
+        rng=rng_for(config.run.seed, step, "evolve"),
+        num_replaced=ec.replace_per_role,
+        mix=OperatorMix(ec.operators),
+        tournament_size=ec.tournament_size,
+        k=ec.fitness_k,
+        grace_steps=ec.grace,
+    )
     rows = []
     for birth in births:
         parents = [policy.factors(p) for p in birth.parents]
@@ -211,17 +270,35 @@ def evolve(policy: EvolvablePolicy, state: RunState, config: ExperimentConfig) -
         # How far the operator moved the child from its first parent, ‖ΔW_c − ΔW_p‖ / ‖ΔW_p‖: a
         # mutation that barely moves is a copy, one that moves by more than 100% is a restart.
         moved = relative_change(parents[0], child)
-        policy.replace(birth.replaced, birth.child, child, birth.parents, birth.operator, step + 1,
-                       inherit_optimizer_from=birth.parents[0] if ec.inherit_optimizer else None)
-        mu, sigma = inherit_rating([(state.ratings[p].mu, state.ratings[p].sigma) for p in birth.parents],
-                                   sigma_inflation=ec.sigma_inflation, prior=(config.matchmaking.mu, config.matchmaking.sigma))
+        policy.replace(
+            birth.replaced,
+            birth.child,
+            child,
+            birth.parents,
+            birth.operator,
+            step + 1,
+            inherit_optimizer_from=birth.parents[0] if ec.inherit_optimizer else None,
+        )
+        mu, sigma = inherit_rating(
+            [(state.ratings[p].mu, state.ratings[p].sigma) for p in birth.parents],
+            sigma_inflation=ec.sigma_inflation,
+            prior=(config.matchmaking.mu, config.matchmaking.sigma),
+        )
         state.roster = {(birth.child if m == birth.replaced else m): r for m, r in state.roster.items()}
         del state.ratings[birth.replaced]
         state.ratings[birth.child] = Rating(mu, sigma)
         state.born[birth.child] = step + 1
         # "step" is the loop step after which the birth happened (records are truncated by it on resume).
-        rows.append({**asdict(birth), "birth_step": birth.step, "step": step, "mu": mu, "sigma": sigma,
-                     "relative_change": moved})
+        rows.append(
+            {
+                **asdict(birth),
+                "birth_step": birth.step,
+                "step": step,
+                "mu": mu,
+                "sigma": sigma,
+                "relative_change": moved,
+            }
+        )
     return rows
 
 
@@ -249,7 +326,7 @@ def run(
     bar = tqdm(total=config.run.steps, desc=f"{agent}: loading the model", unit="step", disable=not progress)
     try:
         if policy is None:
-            from populora_nb.policy import LoRAPolicy  # model code stays out of this module's imports
+            from populora_nb.model.policy import LoRAPolicy  # model code stays out of this module's imports
 
             policy = LoRAPolicy.create(config, list(roster_for(config).items()))
         bar.set_description_str(f"{agent}: resuming or seeding the buffers")
@@ -265,14 +342,37 @@ def run(
             out = step_fn(policy, verifier, state, config)
             cost = {"time/step_s": time.perf_counter() - started, **peak_memory_gb()}
             tokens = token_counts(out, policy.tokenizer)
-            rows = [{"step": step, **member_metrics(m, r, out, config.tasks.kinds), **cost, **tokens.get(m, {}),
-                     **({"rating/mu": state.ratings[m].mu, "rating/sigma": state.ratings[m].sigma} if m in state.ratings else {})}
-                    for m, r in state.roster.items()]
+            rows = [
+                {
+                    "step": step,
+                    **member_metrics(m, r, out, config.tasks.kinds),
+                    **cost,
+                    **tokens.get(m, {}),
+                    **(
+                        {"rating/mu": state.ratings[m].mu, "rating/sigma": state.ratings[m].sigma}
+                        if m in state.ratings
+                        else {}
+                    ),
+                }
+                for m, r in state.roster.items()
+            ]
             rd.append("tasks", task_rows(step, out.proposals))
             rd.append("metrics", rows)
             if config.run.agent == "population":
-                rd.append("matches", [{"step": step, "teacher": p.proposer, "student": p.solver, "kind": p.kind,
-                                       "valid": isinstance(p.result, Task), "rho": p.rho} for p in out.proposals])
+                rd.append(
+                    "matches",
+                    [
+                        {
+                            "step": step,
+                            "teacher": p.proposer,
+                            "student": p.solver,
+                            "kind": p.kind,
+                            "valid": isinstance(p.result, Task),
+                            "rho": p.rho,
+                        }
+                        for p in out.proposals
+                    ],
+                )
             # No evolution after the last step: its children would never train or play.
             if evolving and (step + 1) % config.evolution.every == 0 and step + 1 < config.run.steps:
                 rd.append("lineage", evolve(policy, state, config))  # type: ignore[arg-type]
@@ -303,8 +403,11 @@ def _resume_or_start(rd: RunDir, policy: TrainablePolicy, verifier: Verifier, co
         # Every checkpoint predates manifests (an older populora_nb wrote this run; a checkpoint of
         # this version commits its manifest atomically with it): resume unverified, as then.
         step, path = checkpoints[0]
-        print(f"warning: {rd.path} was written before checkpoint manifests; resuming from {path.name} "
-              f"(step {step}) without verifying it", file=sys.stderr)
+        print(
+            f"warning: {rd.path} was written before checkpoint manifests; resuming from {path.name} "
+            f"(step {step}) without verifying it",
+            file=sys.stderr,
+        )
         state = RunState.from_json(read_json(path / "state.json"))
         policy.load(path / "policy")
         rd.truncate_after(state.step - 1)
@@ -326,15 +429,19 @@ def _resume_or_start(rd: RunDir, policy: TrainablePolicy, verifier: Verifier, co
         rd.truncate_to(manifest)
         return state
     if bad:
-        raise CorruptRunError(f"cannot resume {rd.path}: {'; '.join(bad)}",
-                              "no checkpoint verifies: restore the file, or start the run again in a new --out")
+        raise CorruptRunError(
+            f"cannot resume {rd.path}: {'; '.join(bad)}",
+            "no checkpoint verifies: restore the file, or start the run again in a new --out",
+        )
     rc = config.run
     first = min(rc.checkpoint_every or rc.steps, rc.steps)  # the step of the first checkpoint a run writes
     logged = rd.last_logged_step()
     if logged >= first:
-        raise CorruptRunError(f"{rd.path} holds records up to step {logged} but {rd.checkpoints} has no checkpoint "
-                              f"(the first is written at step {first})",
-                              "restore the checkpoints, or start the run again in a new --out")
+        raise CorruptRunError(
+            f"{rd.path} holds records up to step {logged} but {rd.checkpoints} has no checkpoint "
+            f"(the first is written at step {first})",
+            "restore the checkpoints, or start the run again in a new --out",
+        )
     rd.truncate_after(-1)  # a run killed before its first checkpoint starts clean
     return initial_state(config, verifier)
 
@@ -354,8 +461,14 @@ def _summary(rows: Sequence[dict]) -> str:
     return f"valid {mean('teacher/valid_rate')} solve {mean('student/solve_rate')}"
 
 
-def grow_seeds(config: ExperimentConfig, policy: Policy, verifier: Verifier, target: int, max_rounds: int = 50,
-               on_round: Callable[[int, int], None] | None = None) -> list[Task]:
+def grow_seeds(
+    config: ExperimentConfig,
+    policy: Policy,
+    verifier: Verifier,
+    target: int,
+    max_rounds: int = 50,
+    on_round: Callable[[int, int], None] | None = None,
+) -> list[Task]:
     """AZR's seeding run: the untrained model proposes code_o triplets (references from the growing
     buffer) until `target` distinct valid ones exist; no training. Returns the buffer's tasks."""
     state = initial_state(config, verifier)
@@ -368,7 +481,11 @@ def grow_seeds(config: ExperimentConfig, policy: Policy, verifier: Verifier, tar
         proposals = propose(policy, ["agent"], state.buffers, config, round_)
         validate(verifier, proposals, config.tasks.code_f_inputs)
         for p in proposals:
-            if isinstance(p.result, Task) and p.kind in ("code_o", "code_i") and (p.result.program, p.result.inputs) not in seen:
+            if (
+                isinstance(p.result, Task)
+                and p.kind in ("code_o", "code_i")
+                and (p.result.program, p.result.inputs) not in seen
+            ):
                 seen.add((p.result.program, p.result.inputs))
                 buffer.add(Task(buffer.kind, p.result.program, p.result.inputs, p.result.outputs))
         if on_round is not None:

@@ -14,8 +14,9 @@ components below √eps·S_max (3.5e-4 in float32) are treated as empty.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -30,7 +31,6 @@ class LoRAPair(NamedTuple):
 
 
 LoRAFactors = dict[str, LoRAPair]  # module name (e.g. "model.layers.0.self_attn.q_proj") → factors
-
 
 
 def delta_weight(pair: LoRAPair) -> Tensor:

@@ -88,14 +88,10 @@ def make_trueskill(
 
     A match outcome is a win or a loss (``match_winner``), so ``draw_probability`` is 0.
     """
-    return trueskill.TrueSkill(
-        mu=mu, sigma=sigma, beta=beta, tau=tau, draw_probability=draw_probability
-    )
+    return trueskill.TrueSkill(mu=mu, sigma=sigma, beta=beta, tau=tau, draw_probability=draw_probability)
 
 
-def initial_ratings(
-    members: Sequence[MemberId], env: trueskill.TrueSkill
-) -> dict[MemberId, Rating]:
+def initial_ratings(members: Sequence[MemberId], env: trueskill.TrueSkill) -> dict[MemberId, Rating]:
     """Every member at the environment's prior (mu, sigma)."""
     return {m: Rating(float(env.mu), float(env.sigma)) for m in members}
 
@@ -175,8 +171,7 @@ def update_ratings(
             moved.update((t, s))
     # A rating that no match moved is returned as given: trueskill stores a Gaussian as
     # (pi, tau) = (1/sigma², mu/sigma²), and that round trip alone can change mu in the last bit.
-    return {m: Rating(float(current[m].mu), float(current[m].sigma)) if m in moved else r
-            for m, r in ratings.items()}
+    return {m: Rating(float(current[m].mu), float(current[m].sigma)) if m in moved else r for m, r in ratings.items()}
 
 
 def pfsp_weights(

@@ -11,17 +11,28 @@ and never form ΔW.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor
 
 from populora_nb.lowrank import (  # noqa: F401  (re-exported: callers take the factor types from here)
-    FactoredSVD, LoRAFactors, LoRAPair, a_row_norms, check_parents, delta_weight, factored_svd, lora_rank, lora_svd,
-    refactor, relative_change, singular_values, stack_parents, stacked_svd,
+    FactoredSVD,
+    LoRAFactors,
+    LoRAPair,
+    a_row_norms,
+    check_parents,
+    delta_weight,
+    factored_svd,
+    lora_rank,
+    lora_svd,
+    refactor,
+    relative_change,
+    singular_values,
+    stack_parents,
+    stacked_svd,
 )
-
 
 # ---------------------------------------------------------------------------------------------
 # Mutations: one parent → child of rank r

@@ -15,8 +15,9 @@ model text is never evaluated here.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 from populora_nb.tasks import Proposal, Task, TaskKind
 
@@ -60,8 +61,13 @@ PROPOSE_TRIPLET = (
 )
 
 # A fixed worked example for code_f solvers (the buffers' seeds are single-input triplets).
-CODE_F_EXAMPLE = Task("code_f", "def f(a):\n    return a[::-1]", ("'abc'", "[1, 2]", "'xy'", "[3]"),
-                      ("'cba'", "[2, 1]", "'yx'", "[3]"), message="f reverses its argument")
+CODE_F_EXAMPLE = Task(
+    "code_f",
+    "def f(a):\n    return a[::-1]",
+    ("'abc'", "[1, 2]", "'xy'", "[3]"),
+    ("'cba'", "[2, 1]", "'yx'", "[3]"),
+    message="f reverses its argument",
+)
 
 
 def _triplet_answer(task: Task) -> str:
@@ -84,20 +90,28 @@ def propose_prompt(kind: TaskKind, references: Sequence[Task], n_inputs: int = 1
         )
     goal = "predict its output" if kind == "code_o" else "find an input that gives its output"
     shots = tuple((PROPOSE_TRIPLET, _triplet_answer(t)) for t in references)
-    return Dialogue(f"{PROPOSE_TRIPLET} A solver will have to {goal}. Make it different from your earlier puzzles.", shots)
+    return Dialogue(
+        f"{PROPOSE_TRIPLET} A solver will have to {goal}. Make it different from your earlier puzzles.", shots
+    )
 
 
 def _solve_question(task: Task) -> str:
     program = task.program.strip()
     if task.kind == "code_o":
-        return (f"```python\n{program}\n```\n```input\n{task.inputs[0]}\n```\n"
-                "What does f return for this input? Answer with the output as a Python literal in an ```output block.")
+        return (
+            f"```python\n{program}\n```\n```input\n{task.inputs[0]}\n```\n"
+            "What does f return for this input? Answer with the output as a Python literal in an ```output block."
+        )
     if task.kind == "code_i":
-        return (f"```python\n{program}\n```\n```output\n{task.outputs[0]}\n```\n"
-                "Find arguments for f that give this output. Answer with them as Python literals in an ```input block.")
+        return (
+            f"```python\n{program}\n```\n```output\n{task.outputs[0]}\n```\n"
+            "Find arguments for f that give this output. Answer with them as Python literals in an ```input block."
+        )
     shown = "\n".join(f"f({i}) == {o}" for i, o in task.shown_pairs)
-    return (f"Message: {task.message.strip()}\nExamples:\n{shown}\n"
-            "Write the function f that satisfies these examples, in a ```python block.")
+    return (
+        f"Message: {task.message.strip()}\nExamples:\n{shown}\n"
+        "Write the function f that satisfies these examples, in a ```python block."
+    )
 
 
 def _solve_answer(task: Task) -> str:

@@ -25,9 +25,10 @@ import json
 import math
 import os
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from populora_nb.config import ExperimentConfig, load_config, save_config
 from populora_nb.errors import UserInputError
@@ -52,7 +53,7 @@ class RunDir:
     path: Path
 
     @classmethod
-    def create(cls, path: str | Path, config: ExperimentConfig) -> "RunDir":
+    def create(cls, path: str | Path, config: ExperimentConfig) -> RunDir:
         """Open a run directory for ``config``; an existing one must hold the same config."""
         run = cls(Path(path))
         try:
@@ -109,7 +110,9 @@ class RunDir:
             except json.JSONDecodeError:
                 if i >= len(lines) - 2:  # only the last line may be torn
                     break
-                raise CorruptRunError(f"{p}:{i + 1} is not valid JSON (only a last line torn by a kill is expected)") from None
+                raise CorruptRunError(
+                    f"{p}:{i + 1} is not valid JSON (only a last line torn by a kill is expected)"
+                ) from None
         return rows
 
     def truncate_after(self, step: int) -> None:
@@ -189,8 +192,10 @@ class RunDir:
         path = self.checkpoints / name
         if not name.startswith("step_") or not name[5:].isdigit() or not path.is_dir():
             others = ", ".join(f"step {s}" for s, _ in self.committed_checkpoints()) or "none"
-            raise CorruptRunError(f"{latest} names {name!r}, which is not a checkpoint directory (checkpoints "
-                                  f"present: {others})", RESUME_FIX)
+            raise CorruptRunError(
+                f"{latest} names {name!r}, which is not a checkpoint directory (checkpoints present: {others})",
+                RESUME_FIX,
+            )
         return int(name[5:]), path
 
     def verified_checkpoint(self) -> tuple[int, Path] | None:
@@ -205,8 +210,10 @@ class RunDir:
         """The manifest of checkpoint ``path`` once every file it lists, and (``records``) every
         record stream's committed prefix, matches it; else a one-line `CorruptRunError` naming the file."""
         if not (path / MANIFEST).is_file():
-            raise CorruptRunError(f"{path / MANIFEST} is missing: the checkpoint is damaged or was not written "
-                                  "by this version", RESUME_FIX)
+            raise CorruptRunError(
+                f"{path / MANIFEST} is missing: the checkpoint is damaged or was not written by this version",
+                RESUME_FIX,
+            )
         manifest = read_json(path / MANIFEST)
         if not isinstance(manifest, dict) or not {"files", "records"} <= set(manifest):
             raise CorruptRunError(f"{path / MANIFEST} lacks its files/records lists", RESUME_FIX)
@@ -216,8 +223,11 @@ class RunDir:
                 raise CorruptRunError(f"{f} is missing (listed in {path.name}/{MANIFEST})", RESUME_FIX)
             got = _hash_file(f)
             if got != want:
-                raise CorruptRunError(f"{f} is corrupt: {got['size']} bytes, sha256 {got['sha256'][:12]}; its "
-                                      f"manifest says {want['size']} bytes, sha256 {want['sha256'][:12]}", RESUME_FIX)
+                raise CorruptRunError(
+                    f"{f} is corrupt: {got['size']} bytes, sha256 {got['sha256'][:12]}; its "
+                    f"manifest says {want['size']} bytes, sha256 {want['sha256'][:12]}",
+                    RESUME_FIX,
+                )
         if records:
             for stream, want in manifest["records"].items():
                 p = self.path / f"{stream}.jsonl"
@@ -227,12 +237,15 @@ class RunDir:
                     raise CorruptRunError(
                         f"{p} lost rows of steps committed by checkpoint {path.name}: it recorded {want['rows']} "
                         f"rows in {want['size']} bytes, the file's first {got['size']} bytes hold {got['rows']} "
-                        f"rows{' with other content' if got['size'] == want['size'] else ''}")
+                        f"rows{' with other content' if got['size'] == want['size'] else ''}"
+                    )
         return manifest
 
     def _stream_hashes(self) -> dict[str, dict]:
-        return {s: _hash_file(self.path / f"{s}.jsonl") if (self.path / f"{s}.jsonl").exists() else _hash_bytes(b"")
-                for s in STREAMS}
+        return {
+            s: _hash_file(self.path / f"{s}.jsonl") if (self.path / f"{s}.jsonl").exists() else _hash_bytes(b"")
+            for s in STREAMS
+        }
 
 
 def _file_hashes(root: Path) -> dict[str, dict]:

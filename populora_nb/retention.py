@@ -18,8 +18,9 @@ trained on) and linear_0_5 (the mean ΔW of both parents) are the controls.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal
 
 from populora_nb.buffers import TaskBuffer
 from populora_nb.config import ExperimentConfig
@@ -30,17 +31,27 @@ from populora_nb.operators import LoRAFactors
 from populora_nb.records import RunDir, read_json
 from populora_nb.rewards import teacher_reward
 from populora_nb.stages import (
-    Attempt, Sample, SolveJob, propose, reward_samples, rng_for, solve, solve_jobs, solve_rates, update, validate,
+    Attempt,
+    Sample,
+    SolveJob,
+    propose,
+    reward_samples,
+    rng_for,
+    solve,
+    solve_jobs,
+    solve_rates,
+    update,
+    validate,
     worked_examples,
 )
 from populora_nb.tasks import Task
-from populora_nb.verifier import Verifier
+from populora_nb.verify.verifier import Verifier
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-    from populora_nb.base import Base
-    from populora_nb.policy import LoRAPolicy
+    from populora_nb.model.base import Base
+    from populora_nb.model.policy import LoRAPolicy
 
 TrainAndScore = Callable[[LoRAFactors, int], list[float]]
 Role = Literal["student", "teacher"]
@@ -50,7 +61,7 @@ def retention_pool(buffers: Mapping[str, TaskBuffer], kinds: Sequence[str]) -> l
     """The tasks a child is retrained on: every valid task the run's members wrote (each buffer's
     non-seed entries), or the seeds when the run wrote none (a fresh or very short run).
     code_o and code_i hold the same triplets, each posed as its own kind."""
-    written = [t for k in kinds if k in buffers for t in buffers[k].tasks[buffers[k].n_seeds:]]
+    written = [t for k in kinds if k in buffers for t in buffers[k].tasks[buffers[k].n_seeds :]]
     if written:
         return written
     seeds = [t for k in kinds if k in buffers for t in buffers[k].tasks[: buffers[k].n_seeds]]
@@ -69,22 +80,26 @@ def fittest(roster: Mapping[str, str], ratings: Mapping[str, Rating], role: str,
     orders unrated members, e.g. a fresh population's, after rated ones)."""
     members = [m for m, r in roster.items() if r == role]
     order = {m: i for i, m in enumerate(members)}
-    return sorted(members, key=lambda m: (-fitness(ratings[m].mu, ratings[m].sigma, k) if m in ratings else float("inf"),
-                                          order[m]))
+    return sorted(
+        members,
+        key=lambda m: (-fitness(ratings[m].mu, ratings[m].sigma, k) if m in ratings else float("inf"), order[m]),
+    )
 
 
 def _solve_config(config: ExperimentConfig, rollouts: int, seed: int) -> ExperimentConfig:
     # solve_jobs() reads k from config.rl.rollouts; solve() seeds generation from config.run.seed.
-    return dataclasses.replace(config, rl=dataclasses.replace(config.rl, rollouts=rollouts),
-                               run=dataclasses.replace(config.run, seed=seed))
+    return dataclasses.replace(
+        config, rl=dataclasses.replace(config.rl, rollouts=rollouts), run=dataclasses.replace(config.run, seed=seed)
+    )
 
 
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
-def _retrain(policy: LoRAPolicy, member: str, child: LoRAFactors, num_steps: int,
-             samples_at: Callable[[int], list[Sample]]) -> list[float]:
+def _retrain(
+    policy: LoRAPolicy, member: str, child: LoRAFactors, num_steps: int, samples_at: Callable[[int], list[Sample]]
+) -> list[float]:
     """Install `child` in `member`'s slot (fresh AdamW, as a newborn gets in the loop; the slot's old
     weights are overwritten), then num_steps + 1 times score the mean reward of `samples_at(step)`,
     updating on the first num_steps of them: value t is the reward after t updates."""
@@ -162,7 +177,7 @@ def load_population(
 ) -> tuple[LoRAPolicy, RunState]:
     """The population and state of `run_dir`'s latest checkpoint, or a fresh population on the seed
     buffers when `run_dir` is None."""
-    from populora_nb.policy import LoRAPolicy  # model code is imported only when a model is needed
+    from populora_nb.model.policy import LoRAPolicy  # model code is imported only when a model is needed
 
     if run_dir is None:
         state = initial_state(config, verifier)
@@ -214,16 +229,31 @@ def run_retention(
             pool = retention_pool(state.buffers, config.tasks.kinds)
             per_step = tasks_per_step or config.rl.proposals_per_kind * len(config.tasks.kinds)
             train_and_score = student_train_and_score(
-                policy, verifier, config, pool, member=parent, tasks_per_step=per_step, rollouts=n_rollouts,
-                seed=seed, examples=worked_examples(state.buffers))
+                policy,
+                verifier,
+                config,
+                pool,
+                member=parent,
+                tasks_per_step=per_step,
+                rollouts=n_rollouts,
+                seed=seed,
+                examples=worked_examples(state.buffers),
+            )
         else:
             opponent = (fittest(state.roster, state.ratings, "student", config.evolution.fitness_k) or [parent])[0]
-            train_and_score = teacher_train_and_score(policy, verifier, config, state.buffers, member=parent,
-                                                      student=opponent, rollouts=n_rollouts, seed=seed)
+            train_and_score = teacher_train_and_score(
+                policy, verifier, config, state.buffers, member=parent, student=opponent, rollouts=n_rollouts, seed=seed
+            )
         if progress:
             train_and_score = _with_progress(train_and_score, len(operators))
-        return retention_curves(policy.factors(parent), policy.factors(partner), train_and_score=train_and_score,
-                                num_steps=n_steps, operators=operators, seed=seed)
+        return retention_curves(
+            policy.factors(parent),
+            policy.factors(partner),
+            train_and_score=train_and_score,
+            num_steps=n_steps,
+            operators=operators,
+            seed=seed,
+        )
     finally:
         if own_verifier:
             verifier.close()
@@ -244,7 +274,9 @@ def _with_progress(train_and_score: TrainAndScore, total: int) -> TrainAndScore:
     return wrapped
 
 
-def plot_retention(curves: Mapping[str, Sequence[float]], ax: Axes | None = None, *, ylabel: str = "mean student reward") -> Axes:
+def plot_retention(
+    curves: Mapping[str, Sequence[float]], ax: Axes | None = None, *, ylabel: str = "mean student reward"
+) -> Axes:
     """Score per retraining step, one line per operator; the controls (copy_parent, linear_0_5)
     dashed and the parent's own level (copy_parent's step 0) as a dotted line."""
     import matplotlib.pyplot as plt  # plotting stays optional for the experiment above
@@ -256,8 +288,15 @@ def plot_retention(curves: Mapping[str, Sequence[float]], ax: Axes | None = None
     for i, (name, scores) in enumerate(curves.items()):
         control = name in CONTROLS
         label = name if control or name not in PAPER_IDS else f"{PAPER_IDS[name]} {name}"
-        ax.plot(range(len(scores)), scores, "--" if control else "-o", ms=3, lw=2.2 if control else 1.3,
-                color="black" if name == "copy_parent" else f"C{i % 10}", label=label)
+        ax.plot(
+            range(len(scores)),
+            scores,
+            "--" if control else "-o",
+            ms=3,
+            lw=2.2 if control else 1.3,
+            color="black" if name == "copy_parent" else f"C{i % 10}",
+            label=label,
+        )
     if "copy_parent" in curves and curves["copy_parent"]:
         ax.axhline(curves["copy_parent"][0], color="0.6", ls=":", lw=1, label="parent (step 0)")
     ax.set_xlabel("retraining step")

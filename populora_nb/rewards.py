@@ -24,9 +24,7 @@ from typing import Literal
 AnswerStatus = Literal["correct", "wrong", "malformed"]
 """Outcome of one student answer: verifier passed / parsed but failed / could not be parsed."""
 
-STUDENT_REWARDS: Mapping[AnswerStatus, float] = MappingProxyType(
-    {"correct": 1.0, "wrong": -0.5, "malformed": -1.0}
-)
+STUDENT_REWARDS: Mapping[AnswerStatus, float] = MappingProxyType({"correct": 1.0, "wrong": -0.5, "malformed": -1.0})
 """Student reward table (AZR eq. 6). Read-only so no caller can retune it globally."""
 
 INVALID_TASK_REWARD = -1.0
@@ -50,9 +48,7 @@ def student_reward(status: AnswerStatus) -> float:
     try:
         return STUDENT_REWARDS[status]
     except KeyError:
-        raise ValueError(
-            f"status must be one of {tuple(STUDENT_REWARDS)}, got {status!r}"
-        ) from None
+        raise ValueError(f"status must be one of {tuple(STUDENT_REWARDS)}, got {status!r}") from None
 
 
 def student_rewards(statuses: Sequence[AnswerStatus]) -> list[float]:

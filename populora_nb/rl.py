@@ -46,9 +46,7 @@ def trr_plus_plus_advantages(
     """
     r = torch.as_tensor(rewards, dtype=torch.float64).flatten()
     if r.numel() != len(group_keys):
-        raise ValueError(
-            f"need one group key per reward: {r.numel()} rewards vs {len(group_keys)} keys"
-        )
+        raise ValueError(f"need one group key per reward: {r.numel()} rewards vs {len(group_keys)} keys")
     if not torch.isfinite(r).all():
         raise ValueError("rewards must be finite")
     groups: dict[Hashable, list[int]] = defaultdict(list)
@@ -92,8 +90,12 @@ def _check_loss_inputs(
         raise ValueError(f"logprobs must be (B, T), got shape {shape}")
     if advantages.shape != logprobs.shape[:1]:
         raise ValueError(f"advantages must be (B,) = {shape[:1]}, got {tuple(advantages.shape)}")
-    named = (("completion_mask", completion_mask), ("old_logprobs", old_logprobs),
-             ("ref_logprobs", ref_logprobs), ("entropy", entropy))
+    named = (
+        ("completion_mask", completion_mask),
+        ("old_logprobs", old_logprobs),
+        ("ref_logprobs", ref_logprobs),
+        ("entropy", entropy),
+    )
     for name, other in named:
         if other is not None and other.shape != logprobs.shape:
             raise ValueError(f"{name} {tuple(other.shape)} must match logprobs {shape}")
@@ -198,9 +200,7 @@ def _completion_positions(
         )
     batch, length = input_ids.shape
     if logits.dim() != 3 or logits.shape[0] != batch or not 0 < logits.shape[1] <= length:
-        raise ValueError(
-            f"logits must be (B={batch}, L<= T={length}, V), got {tuple(logits.shape)}"
-        )
+        raise ValueError(f"logits must be (B={batch}, L<= T={length}, V), got {tuple(logits.shape)}")
     offset = length - logits.shape[1]  # position of logit row 0
     b, t = completion_mask.bool().nonzero(as_tuple=True)
     if t.numel() and int(t.min()) < offset + 1:

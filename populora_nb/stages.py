@@ -4,7 +4,7 @@ single-agent step (`baseline_step`) and PopuLoRA's population step (`population_
     propose → parse → validate → solve → judge → reward → advantages → update → rate → evolve
 
 No model code lives here: generation and the policy-gradient update go through a `Policy`
-(`populora_nb.policy.LoRAPolicy` on a real model, a scripted policy in tests). The baseline is the
+(`populora_nb.model.policy.LoRAPolicy` on a real model, a scripted policy in tests). The baseline is the
 same loop with one member, ``agent``, playing both roles, and AZR's proposer reward.
 
 Solve batches: the solver(s) solve this step's valid proposals with k rollouts each, which gives the
@@ -16,22 +16,30 @@ compute matching); top-up tasks train the solver but play no match.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import resource
 import sys
 import time
-import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 from populora_nb.buffers import TaskBuffer, task_to_json
 from populora_nb.config import ExperimentConfig
-from populora_nb.prompts import CODE_F_EXAMPLE, ParseFailure, parse_answer, parse_proposal, propose_prompt, render, solve_prompt
+from populora_nb.prompts import (
+    CODE_F_EXAMPLE,
+    ParseFailure,
+    parse_answer,
+    parse_proposal,
+    propose_prompt,
+    render,
+    solve_prompt,
+)
 from populora_nb.rewards import student_reward
 from populora_nb.rl import trr_plus_plus_advantages
 from populora_nb.tasks import Task
-from populora_nb.verifier import Invalid, Proposal, Verifier
-
+from populora_nb.verify.verifier import Invalid, Proposal, Verifier
 
 # ---- what the loop needs from a model -----------------------------------------------------------
 
@@ -74,8 +82,9 @@ class Policy(Protocol):
 
     tokenizer: object
 
-    def generate(self, member_ids: Sequence[str], prompts: Sequence[str], max_new_tokens: int,
-                 seed: int) -> Sequence[str | Completion]: ...
+    def generate(
+        self, member_ids: Sequence[str], prompts: Sequence[str], max_new_tokens: int, seed: int
+    ) -> Sequence[str | Completion]: ...
 
     def update(self, member_id: str, samples: Sequence[Sample]) -> dict[str, float]: ...
 
@@ -158,8 +167,9 @@ def seed_for(seed: int, step: int, purpose: str) -> int:
 # ---- stages ---------------------------------------------------------------------------------------
 
 
-def propose(policy: Policy, proposers: Sequence[str], buffers: dict[str, TaskBuffer], config: ExperimentConfig,
-            step: int) -> list[Proposed]:
+def propose(
+    policy: Policy, proposers: Sequence[str], buffers: dict[str, TaskBuffer], config: ExperimentConfig, step: int
+) -> list[Proposed]:
     """Every proposer writes `proposals_per_kind` tasks of each kind, all in one mixed-adapter batch."""
     rng = rng_for(config.run.seed, step, "references")
     tc = config.tasks
@@ -176,12 +186,24 @@ def propose(policy: Policy, proposers: Sequence[str], buffers: dict[str, TaskBuf
                     refs = buffers[kind].sample(tc.n_references, rng, tc.reference_sampling)
                     text, program = propose_prompt(kind, refs), ""
                 jobs.append((member, kind, render(text, policy.tokenizer, tc.prompt_format), program))
-    completions = map(as_completion, policy.generate([j[0] for j in jobs], [j[2] for j in jobs],
-                                                     config.sampling.propose_max_new_tokens,
-                                                     seed_for(config.run.seed, step, "propose")))
+    completions = map(
+        as_completion,
+        policy.generate(
+            [j[0] for j in jobs],
+            [j[2] for j in jobs],
+            config.sampling.propose_max_new_tokens,
+            seed_for(config.run.seed, step, "propose"),
+        ),
+    )
     return [
-        Proposed(m, k, p, c.text, parse_proposal(c.text, k, tc.prompt_format, program=prog),  # type: ignore[arg-type]
-                 token_ids=c.token_ids)
+        Proposed(
+            m,
+            k,
+            p,
+            c.text,
+            parse_proposal(c.text, k, tc.prompt_format, program=prog),  # type: ignore[arg-type]
+            token_ids=c.token_ids,
+        )
         for (m, k, p, prog), c in zip(jobs, completions)
     ]
 
@@ -201,13 +223,24 @@ def validate(verifier: Verifier, proposals: list[Proposed], code_f_inputs: int) 
         if isinstance(verdict, Task) and verdict.kind == "code_f" and len(verdict.inputs) != code_f_inputs:
             verdict = Invalid("wrong_input_count", f"{len(verdict.inputs)} inputs, asked for {code_f_inputs}")
         if isinstance(verdict, Task):
-            verdict = Task(verdict.kind, verdict.program, verdict.inputs, verdict.outputs, verdict.message,
-                           meta={"proposer": p.proposer})
+            verdict = Task(
+                verdict.kind,
+                verdict.program,
+                verdict.inputs,
+                verdict.outputs,
+                verdict.message,
+                meta={"proposer": p.proposer},
+            )
         p.result = verdict
 
 
-def solve_jobs(assignments: dict[str, list[int]], proposals: list[Proposed], buffers: dict[str, TaskBuffer],
-               config: ExperimentConfig, step: int) -> list[SolveJob]:
+def solve_jobs(
+    assignments: dict[str, list[int]],
+    proposals: list[Proposed],
+    buffers: dict[str, TaskBuffer],
+    config: ExperimentConfig,
+    step: int,
+) -> list[SolveJob]:
     """PopuLoRA's student batch: k rollouts of every valid task proposed to each solver, topped up
     from the buffers to `proposals_per_kind` tasks of each kind per solver (compute matching), all
     trained on."""
@@ -227,8 +260,11 @@ def solve_jobs(assignments: dict[str, list[int]], proposals: list[Proposed], buf
 def learnability_jobs(solver: str, proposals: list[Proposed], rollouts: int) -> list[SolveJob]:
     """AZR's difficulty estimate: `rollouts` samples of every valid proposal, to compute rho for the
     proposer reward. Not trained on (AZR's solver learns from its own batch, `buffer_jobs`)."""
-    return [SolveJob(solver, p.result, i, rollouts, train=False)  # type: ignore[arg-type]
-            for i, p in enumerate(proposals) if isinstance(p.result, Task)]
+    return [
+        SolveJob(solver, p.result, i, rollouts, train=False)  # type: ignore[arg-type]
+        for i, p in enumerate(proposals)
+        if isinstance(p.result, Task)
+    ]
 
 
 def buffer_jobs(solver: str, buffers: dict[str, TaskBuffer], config: ExperimentConfig, step: int) -> list[SolveJob]:
@@ -236,9 +272,12 @@ def buffer_jobs(solver: str, buffers: dict[str, TaskBuffer], config: ExperimentC
     stood before this step's proposals, recency-weighted (so mostly the last steps' tasks), one
     response each, trained on (AZR: n = 1 response per solver prompt, REINFORCE++ across the batch)."""
     rng = rng_for(config.run.seed, step, "solver_batch")
-    return [SolveJob(solver, t, None, 1)
-            for kind in config.tasks.kinds if kind in buffers and len(buffers[kind])
-            for t in buffers[kind].sample(config.rl.proposals_per_kind, rng, "recency")]
+    return [
+        SolveJob(solver, t, None, 1)
+        for kind in config.tasks.kinds
+        if kind in buffers and len(buffers[kind])
+        for t in buffers[kind].sample(config.rl.proposals_per_kind, rng, "recency")
+    ]
 
 
 def worked_examples(buffers: dict[str, TaskBuffer]) -> dict[str, Task]:
@@ -249,26 +288,51 @@ def worked_examples(buffers: dict[str, TaskBuffer]) -> dict[str, Task]:
     return examples
 
 
-def solve(policy: Policy, verifier: Verifier, jobs: list[SolveJob], config: ExperimentConfig,
-          step: int, examples: dict[str, Task] | None = None) -> list[Attempt]:
+def solve(
+    policy: Policy,
+    verifier: Verifier,
+    jobs: list[SolveJob],
+    config: ExperimentConfig,
+    step: int,
+    examples: dict[str, Task] | None = None,
+) -> list[Attempt]:
     """Every job's rollouts in one mixed-adapter batch, then the verifier judges each parsed answer."""
     fmt = config.tasks.prompt_format
     examples = examples or {}
-    rows = [(j, render(solve_prompt(j.task, examples.get(j.task.kind)), policy.tokenizer, fmt))
-            for j in jobs for _ in range(j.rollouts)]
+    rows = [
+        (j, render(solve_prompt(j.task, examples.get(j.task.kind)), policy.tokenizer, fmt))
+        for j in jobs
+        for _ in range(j.rollouts)
+    ]
     if not rows:
         return []
-    completions = [as_completion(c) for c in policy.generate(
-        [j.solver for j, _ in rows], [prompt for _, prompt in rows], config.sampling.solve_max_new_tokens,
-        seed_for(config.run.seed, step, "solve"))]
+    completions = [
+        as_completion(c)
+        for c in policy.generate(
+            [j.solver for j, _ in rows],
+            [prompt for _, prompt in rows],
+            config.sampling.solve_max_new_tokens,
+            seed_for(config.run.seed, step, "solve"),
+        )
+    ]
     answers = [parse_answer(c.text, j.task.kind, fmt) for (j, _), c in zip(rows, completions)]
     to_judge = [(j.task, a) for (j, _), a in zip(rows, answers) if isinstance(a, str)]
     verdicts = iter(verifier.judge_many(to_judge))
     attempts = []
     for (job, prompt), completion, answer in zip(rows, completions, answers):
         status = "malformed" if isinstance(answer, ParseFailure) else ("correct" if next(verdicts).passed else "wrong")
-        attempts.append(Attempt(job.solver, job.task, prompt, completion.text, status, job.proposed_index, job.train,
-                                completion.token_ids))
+        attempts.append(
+            Attempt(
+                job.solver,
+                job.task,
+                prompt,
+                completion.text,
+                status,
+                job.proposed_index,
+                job.train,
+                completion.token_ids,
+            )
+        )
     return attempts
 
 
@@ -282,8 +346,9 @@ def solve_rates(proposals: list[Proposed], attempts: list[Attempt]) -> None:
         proposals[i].rho = sum(s == "correct" for s in statuses) / len(statuses)
 
 
-def reward_samples(proposals: list[Proposed], attempts: list[Attempt],
-                   proposer_reward: Callable[[bool, float | None], float]) -> list[Sample]:
+def reward_samples(
+    proposals: list[Proposed], attempts: list[Attempt], proposer_reward: Callable[[bool, float | None], float]
+) -> list[Sample]:
     """Teacher/proposer and student samples with their rewards and TRR++ advantages, grouped by
     (member, role, kind). ``proposer_reward(valid, rho)``: ``rewards.teacher_reward`` (PopuLoRA's
     -1 / 0 / 1-rho) or ``rewards.azr_proposer_reward``."""
@@ -294,12 +359,21 @@ def reward_samples(proposals: list[Proposed], attempts: list[Attempt],
         if valid and p.rho is None:
             continue
         r = proposer_reward(valid, p.rho)
-        samples.append(Sample(p.proposer, p.prompt, p.completion, r, (p.proposer, "propose", p.kind),
-                              token_ids=p.token_ids))
+        samples.append(
+            Sample(p.proposer, p.prompt, p.completion, r, (p.proposer, "propose", p.kind), token_ids=p.token_ids)
+        )
     for a in attempts:
         if a.train:  # AZR's learnability rollouts set rho only
-            samples.append(Sample(a.solver, a.prompt, a.completion, student_reward(a.status),  # type: ignore[arg-type]
-                                  (a.solver, "solve", a.task.kind), token_ids=a.token_ids))
+            samples.append(
+                Sample(
+                    a.solver,
+                    a.prompt,
+                    a.completion,
+                    student_reward(a.status),  # type: ignore[arg-type]
+                    (a.solver, "solve", a.task.kind),
+                    token_ids=a.token_ids,
+                )
+            )
     adv = trr_plus_plus_advantages([s.reward for s in samples], [s.group for s in samples]) if samples else []
     return [dataclasses.replace(s, advantage=float(a)) for s, a in zip(samples, adv)]
 
@@ -333,8 +407,14 @@ def task_rows(step: int, proposals: list[Proposed]) -> list[dict]:
     rows = []
     for p in proposals:
         r = p.result
-        row = {"step": step, "proposer": p.proposer, "kind": p.kind, "solver": p.solver, "solve_rate": p.rho,
-               "completion": p.completion[:4000]}  # what the teacher wrote, for reading failures
+        row = {
+            "step": step,
+            "proposer": p.proposer,
+            "kind": p.kind,
+            "solver": p.solver,
+            "solve_rate": p.rho,
+            "completion": p.completion[:4000],
+        }  # what the teacher wrote, for reading failures
         if isinstance(r, Task):
             row.update(task_to_json(r), valid=True, reason=None)
             row.pop("meta", None)
@@ -375,7 +455,10 @@ def member_metrics(member: str, role: str, outcome: StepOutcome, kinds: Sequence
         # recorded apart under buffer_* so they can never masquerade as the fresh curve.
         row["student/n_attempts"] = len(attempts)
         row["student/malformed_rate"] = _rate(attempts, "malformed")
-        for prefix, subset in (("", [a for a in attempts if a.fresh]), ("buffer_", [a for a in attempts if not a.fresh])):
+        for prefix, subset in (
+            ("", [a for a in attempts if a.fresh]),
+            ("buffer_", [a for a in attempts if not a.fresh]),
+        ):
             if subset:
                 row[f"student/{prefix}solve_rate"] = _rate(subset, "correct")
                 row[f"student/n_{prefix or 'fresh_'}attempts"] = len(subset)

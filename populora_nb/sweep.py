@@ -28,10 +28,10 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from populora_nb.config import PRESETS, load_config
 from populora_nb.errors import UserInputError
@@ -89,6 +89,7 @@ class SweepSpec:
 
 # ---- the grid ---------------------------------------------------------------------------------------
 
+
 def _slug(value: Any) -> str:
     text = json.dumps(value, separators=(",", ":")) if not isinstance(value, str) else value
     return re.sub(r"[^A-Za-z0-9._+-]+", "-", text).strip("-") or "empty"
@@ -127,11 +128,18 @@ def parse_grid(texts: Sequence[str]) -> dict[str, list[Any]]:
     return grid
 
 
-def make_spec(out: str | Path, preset: str | None = None, grid: Mapping[str, Sequence[Any]] | None = None,
-              seeds: Sequence[int] = (0, 1, 2), overrides: Mapping[str, Any] | None = None,
-              stages: Sequence[str] = STAGES, config_path: str | Path | None = None,
-              cpus_per_trial: float | None = None, gpus_per_trial: float | None = None,
-              crash_once: CrashOnce | None = None) -> SweepSpec:
+def make_spec(
+    out: str | Path,
+    preset: str | None = None,
+    grid: Mapping[str, Sequence[Any]] | None = None,
+    seeds: Sequence[int] = (0, 1, 2),
+    overrides: Mapping[str, Any] | None = None,
+    stages: Sequence[str] = STAGES,
+    config_path: str | Path | None = None,
+    cpus_per_trial: float | None = None,
+    gpus_per_trial: float | None = None,
+    crash_once: CrashOnce | None = None,
+) -> SweepSpec:
     """Check every trial's config before anything runs (a typo fails here, in one line, not in
     Ray's worker logs) and fix the trials' resources from the preset unless given."""
     preset = preset or os.environ.get("POPULORA_PRESET") or "smoke"
@@ -147,10 +155,17 @@ def make_spec(out: str | Path, preset: str | None = None, grid: Mapping[str, Seq
         resources["cpu"] = cpus_per_trial
     if gpus_per_trial is not None:
         resources["gpu"] = gpus_per_trial
-    spec = SweepSpec(out=str(Path(out).absolute()), preset=preset, overrides=dict(overrides or {}),
-                     points=grid_points(grid or {}), seeds=tuple(seeds), stages=tuple(stages),
-                     resources={k: v for k, v in resources.items() if v},
-                     config_path=str(Path(config_path).absolute()) if config_path else None, crash_once=crash_once)
+    spec = SweepSpec(
+        out=str(Path(out).absolute()),
+        preset=preset,
+        overrides=dict(overrides or {}),
+        points=grid_points(grid or {}),
+        seeds=tuple(seeds),
+        stages=tuple(stages),
+        resources={k: v for k, v in resources.items() if v},
+        config_path=str(Path(config_path).absolute()) if config_path else None,
+        crash_once=crash_once,
+    )
     for point in spec.points:
         spec.config(point, spec.seeds[0])  # raises ConfigError naming the field
     return spec
@@ -158,9 +173,10 @@ def make_spec(out: str | Path, preset: str | None = None, grid: Mapping[str, Seq
 
 # ---- one trial --------------------------------------------------------------------------------------
 
+
 def _progress(experiment: Path, stage: str) -> dict[str, float]:
     """The training stage's last logged step and the progress metrics' means over members then."""
-    from populora_nb.protocol import run_series
+    from populora_nb.analysis.protocol import run_series
 
     run_dir = experiment / stage
     if stage not in ("baseline", "population") or not (run_dir / "metrics.jsonl").exists():
@@ -194,6 +210,7 @@ def trial(params: Mapping[str, Any], spec: SweepSpec) -> None:
     stage = "start"
 
     with open(out / "sweep.log", "a") as log:
+
         def say(message: str) -> None:
             nonlocal stage, stages_done
             log.write(message + "\n")
@@ -215,6 +232,7 @@ def trial(params: Mapping[str, Any], spec: SweepSpec) -> None:
 
 # ---- the sweep --------------------------------------------------------------------------------------
 
+
 def _reporter(spec: SweepSpec):
     """A compact table: trial state, grid point, seed, stage, step and the headline metric; in a
     notebook it redraws in place (Tune's JupyterNotebookReporter)."""
@@ -224,14 +242,27 @@ def _reporter(spec: SweepSpec):
     metrics = {"stage": "stage", "step": "step", "valid": "valid", "solve_rate": "solve ρ"}
     params = {"point": "point", "seed": "seed"}
     if in_notebook():
-        return tune.JupyterNotebookReporter(overwrite=True, metric_columns=metrics, parameter_columns=params,
-                                            max_column_length=60, max_report_frequency=5)
-    return tune.CLIReporter(metric_columns=metrics, parameter_columns=params, max_column_length=60,
-                            max_report_frequency=30)
+        return tune.JupyterNotebookReporter(
+            overwrite=True,
+            metric_columns=metrics,
+            parameter_columns=params,
+            max_column_length=60,
+            max_report_frequency=5,
+        )
+    return tune.CLIReporter(
+        metric_columns=metrics, parameter_columns=params, max_column_length=60, max_report_frequency=30
+    )
 
 
-def run_sweep(spec: SweepSpec, address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None,
-              max_failures: int = 2, ray_temp_dir: str | None = None, say: Callable[[str], None] = print) -> Path:
+def run_sweep(
+    spec: SweepSpec,
+    address: str | None = None,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    max_failures: int = 2,
+    ray_temp_dir: str | None = None,
+    say: Callable[[str], None] = print,
+) -> Path:
     """Run every trial of ``spec`` not yet complete as a Ray Tune trial, then write the sweep
     report; returns its path. ``address``: an existing Ray cluster (``auto`` or ``ray://host:10001``);
     without it a local Ray is started (``num_cpus``/``num_gpus`` cap it) and shut down after. A Ray
@@ -248,8 +279,13 @@ def run_sweep(spec: SweepSpec, address: str | None = None, num_cpus: int | None 
     if started:
         # Trials' stdout stays in their sweep.log files and Ray's worker logs: the terminal shows the table.
         if address is None:
-            ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False, log_to_driver=False,
-                     _temp_dir=ray_temp_dir)
+            ray.init(
+                num_cpus=num_cpus,
+                num_gpus=num_gpus,
+                include_dashboard=False,
+                log_to_driver=False,
+                _temp_dir=ray_temp_dir,
+            )
         else:
             ray.init(address=address, log_to_driver=False)
     t0 = time.time()
@@ -263,20 +299,28 @@ def run_sweep(spec: SweepSpec, address: str | None = None, num_cpus: int | None 
             tuner = tune.Tuner.restore(str(storage / "trials"), trainable, resume_errored=True)
         else:
             if (storage / "trials").exists():
-                say("[sweep] the grid or seeds changed, or Tune saved no state: new Tune trials; "
-                    "complete experiments are skipped")
+                say(
+                    "[sweep] the grid or seeds changed, or Tune saved no state: new Tune trials; "
+                    "complete experiments are skipped"
+                )
                 shutil.rmtree(storage / "trials", ignore_errors=True)
             storage.mkdir(parents=True, exist_ok=True)
             (storage / "spec.json").write_text(_spec_key(spec))
             tuner = tune.Tuner(
                 trainable,
                 param_space={"point": tune.grid_search(points), "seed": tune.grid_search(seeds)},
-                run_config=tune.RunConfig(name="trials", storage_path=str(storage), verbose=1,
-                                          failure_config=tune.FailureConfig(max_failures=max_failures),
-                                          progress_reporter=_reporter(spec)),
+                run_config=tune.RunConfig(
+                    name="trials",
+                    storage_path=str(storage),
+                    verbose=1,
+                    failure_config=tune.FailureConfig(max_failures=max_failures),
+                    progress_reporter=_reporter(spec),
+                ),
             )
-        say(f"[sweep] {len(points)} grid points × {len(seeds)} seeds = {len(points) * len(seeds)} trials, "
-            f"each {spec.resources} · {out}")
+        say(
+            f"[sweep] {len(points)} grid points × {len(seeds)} seeds = {len(points) * len(seeds)} trials, "
+            f"each {spec.resources} · {out}"
+        )
         results = tuner.fit()
         failed = [r for r in results if r.error is not None]
     finally:
@@ -285,11 +329,15 @@ def run_sweep(spec: SweepSpec, address: str | None = None, num_cpus: int | None 
     report = write_sweep_report(spec)
     # Counted from the experiment directories, not Tune's results: an interrupted fit returns too.
     incomplete = [spec.experiment_dir(p, s) for p in points for s in seeds if not _complete(spec, p, s)]
-    say(f"[sweep] {len(points) * len(seeds) - len(incomplete)} of {len(points) * len(seeds)} trials complete "
-        f"({len(failed)} failed after {max_failures} retries) in {time.time() - t0:.0f}s: {report}")
+    say(
+        f"[sweep] {len(points) * len(seeds) - len(incomplete)} of {len(points) * len(seeds)} trials complete "
+        f"({len(failed)} failed after {max_failures} retries) in {time.time() - t0:.0f}s: {report}"
+    )
     if incomplete:
-        raise UserInputError(f"{len(incomplete)} trials did not finish (e.g. {incomplete[0]}; its sweep.log and Tune's "
-                             f"error.txt under {out / 'tune'} say why); rerun the same command to resume")
+        raise UserInputError(
+            f"{len(incomplete)} trials did not finish (e.g. {incomplete[0]}; its sweep.log and Tune's "
+            f"error.txt under {out / 'tune'} say why); rerun the same command to resume"
+        )
     return report
 
 
@@ -301,6 +349,7 @@ def _spec_key(spec: SweepSpec) -> str:
 
 
 # ---- the report -------------------------------------------------------------------------------------
+
 
 def _done_stages(spec: SweepSpec, point: str, seed: int) -> dict:
     path = spec.experiment_dir(point, seed) / "stages.json"
@@ -314,18 +363,21 @@ def _complete(spec: SweepSpec, point: str, seed: int) -> bool:
 def complete_experiments(spec: SweepSpec, point: str) -> list[Path]:
     """The seeds' experiment directories of ``point`` whose training stages (of those asked) finished."""
     trained = [s for s in ("baseline", "population") if s in spec.stages]
-    return [spec.experiment_dir(point, seed) for seed in spec.seeds
-            if set(trained) <= set(_done_stages(spec, point, seed))]
+    return [
+        spec.experiment_dir(point, seed) for seed in spec.seeds if set(trained) <= set(_done_stages(spec, point, seed))
+    ]
 
 
 def _md_table(rows: Sequence[Sequence[str]]) -> list[str]:
-    return ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])] + ["| " + " | ".join(r) + " |" for r in rows[1:]]
+    return ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])] + [
+        "| " + " | ".join(r) + " |" for r in rows[1:]
+    ]
 
 
 def cross_table(spec: SweepSpec, window: int = 5) -> list[list[str]]:
     """One row per grid point: seeds, and for each headline series population − baseline with its
     Welch 95% interval over seeds (``*`` where the interval excludes 0)."""
-    from populora_nb.protocol import HEADLINE, compare
+    from populora_nb.analysis.protocol import HEADLINE, compare
 
     rows = [["grid point", "seeds", *(f"Δ {label}" for label in HEADLINE.values())]]
     for point in spec.points:
@@ -344,18 +396,27 @@ def cross_table(spec: SweepSpec, window: int = 5) -> list[list[str]]:
 def write_sweep_report(spec: SweepSpec, window: int = 5) -> Path:
     """``SWEEP/sweep_report.md``: the cross-point table, then per point the seed protocol's table and
     band figures (written by `protocol.write_seed_report` into the point's directory)."""
-    from populora_nb.protocol import HEADLINE, comparison_table, compare, write_seed_report
+    from populora_nb.analysis.protocol import HEADLINE, compare, comparison_table, write_seed_report
 
     out = Path(spec.out)
-    lines = [f"# Sweep: {len(spec.points)} grid points × {len(spec.seeds)} seeds (preset {spec.preset})", "",
-             f"Stages {', '.join(spec.stages)}; shared overrides {spec.overrides or 'none'}. Each entry is "
-             f"population − baseline of a run's mean over its last {window} logged steps, averaged over seeds, with "
-             "a Welch 95% interval (none from one seed); * marks an interval that excludes 0.", "",
-             *_md_table(cross_table(spec, window))]
+    lines = [
+        f"# Sweep: {len(spec.points)} grid points × {len(spec.seeds)} seeds (preset {spec.preset})",
+        "",
+        f"Stages {', '.join(spec.stages)}; shared overrides {spec.overrides or 'none'}. Each entry is "
+        f"population − baseline of a run's mean over its last {window} logged steps, averaged over seeds, with "
+        "a Welch 95% interval (none from one seed); * marks an interval that excludes 0.",
+        "",
+        *_md_table(cross_table(spec, window)),
+    ]
     for point, overrides in spec.points.items():
         experiments = complete_experiments(spec, point)
-        lines += ["", f"## {point}", "", f"Overrides: {overrides or 'none'}; {len(experiments)} of "
-                  f"{len(spec.seeds)} seeds complete.", ""]
+        lines += [
+            "",
+            f"## {point}",
+            "",
+            f"Overrides: {overrides or 'none'}; {len(experiments)} of {len(spec.seeds)} seeds complete.",
+            "",
+        ]
         if not experiments:
             continue
         write_seed_report(experiments, out / point, window=window)

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from populora_nb.base import Base, bundled_tokenizer, load_base
 from populora_nb.config import ExperimentConfig, load_config
+from populora_nb.model.base import Base, bundled_tokenizer, load_base
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
@@ -29,7 +29,7 @@ def smol_base() -> Base:
 @pytest.fixture(scope="module")
 def verifier():
     """A verifier for loop-level tests (test files that probe the verifier itself define their own)."""
-    from populora_nb.verifier import Verifier
+    from populora_nb.verify.verifier import Verifier
 
     with Verifier(timeout_s=2.0, workers=2) as v:
         yield v

@@ -76,8 +76,16 @@ def random_program(rng: random.Random, level: int) -> str:
     return "def f(a):\n" + "\n".join(body) + f"\n    return {rng.choice(names)}"
 
 
-def _task(rng: random.Random, step: int, proposer: str, level: int, types: list[str],
-          solve_rate: float, valid: bool, buffer: list[str]) -> dict:
+def _task(
+    rng: random.Random,
+    step: int,
+    proposer: str,
+    level: int,
+    types: list[str],
+    solve_rate: float,
+    valid: bool,
+    buffer: list[str],
+) -> dict:
     """One task row. A code_f task's program is drawn from ``buffer`` (the seed and earlier valid
     code_o/code_i programs), as ``stages.propose`` hands one to the proposer; a valid code_o/code_i
     program joins the buffer."""
@@ -89,15 +97,24 @@ def _task(rng: random.Random, step: int, proposer: str, level: int, types: list[
     program = rng.choice(buffer) if kind == "code_f" else random_program(rng, level)
     if valid and kind != "code_f":
         buffer.append(program)
-    return {"step": step, "proposer": proposer, "kind": kind, "program": program,
-            "inputs": inputs, "outputs": [_literal(rng, out_type) for _ in inputs] if valid else [],
-            "message": "synthetic" if kind == "code_f" else "", "valid": valid,
-            "reason": None if valid else "error", "solver": "S0" if valid else None,
-            "solve_rate": round(solve_rate * 8) / 8 if valid else None}  # k = 8 rollouts
+    return {
+        "step": step,
+        "proposer": proposer,
+        "kind": kind,
+        "program": program,
+        "inputs": inputs,
+        "outputs": [_literal(rng, out_type) for _ in inputs] if valid else [],
+        "message": "synthetic" if kind == "code_f" else "",
+        "valid": valid,
+        "reason": None if valid else "error",
+        "solver": "S0" if valid else None,
+        "solve_rate": round(solve_rate * 8) / 8 if valid else None,
+    }  # k = 8 rollouts
 
 
-def write_fake_run(run_dir: str | Path, agent: str, n_steps: int = 30, seed: int = 0,
-                   n_teachers: int = 4, tasks_per_step: int = 4) -> Path:
+def write_fake_run(
+    run_dir: str | Path, agent: str, n_steps: int = 30, seed: int = 0, n_teachers: int = 4, tasks_per_step: int = 4
+) -> Path:
     """Write ``config.yaml``, ``metrics.jsonl`` and ``tasks.jsonl`` for a synthetic run."""
     if agent not in ("baseline", "population"):
         raise ValueError(f"agent must be 'baseline' or 'population', got {agent!r}")
@@ -118,16 +135,25 @@ def write_fake_run(run_dir: str | Path, agent: str, n_steps: int = 30, seed: int
                 level = round(1 + 3 * progress + rng.uniform(-0.5, 0.5))
                 rho = 0.5 + 0.3 * math.sin(step / 3 + i) + rng.uniform(-0.1, 0.1)
                 types = list(_TYPES[: 2 + round(6 * progress)])
-            rows = [_task(rng, step, proposer, level, types, max(0.0, rho), rng.random() > 0.2, buffer)
-                    for _ in range(tasks_per_step)]
+            rows = [
+                _task(rng, step, proposer, level, types, max(0.0, rho), rng.random() > 0.2, buffer)
+                for _ in range(tasks_per_step)
+            ]
             tasks += rows
             valid = [r for r in rows if r["valid"]]
             role = "agent" if agent == "baseline" else "teacher"
-            metrics.append({"step": step, "member": proposer, "role": role,
-                            "teacher/valid_rate": len(valid) / len(rows),
-                            "student/solve_rate": sum(r["solve_rate"] for r in valid) / max(1, len(valid))})
-    (run_dir / "config.yaml").write_text(yaml.safe_dump({"agent": agent, "preset": "synthetic",
-                                                         "seed": seed, "steps": n_steps}))
+            metrics.append(
+                {
+                    "step": step,
+                    "member": proposer,
+                    "role": role,
+                    "teacher/valid_rate": len(valid) / len(rows),
+                    "student/solve_rate": sum(r["solve_rate"] for r in valid) / max(1, len(valid)),
+                }
+            )
+    (run_dir / "config.yaml").write_text(
+        yaml.safe_dump({"agent": agent, "preset": "synthetic", "seed": seed, "steps": n_steps})
+    )
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
     (run_dir / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
     return run_dir

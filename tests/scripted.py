@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from populora_nb.stages import Sample
 
@@ -15,7 +15,6 @@ BAD_PROGRAM = "```python\nimport os\ndef f(x):\n    return os.getcwd()\n```\n```
 def code_f(n: int) -> str:
     """A code_f proposal with the n distinct inputs the prompt asked for."""
     return "".join(f"```input\n{i}\n```\n" for i in range(1, n + 1)) + "```message\ncopy\n```"
-
 
 
 class ScriptedPolicy:

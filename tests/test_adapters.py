@@ -7,7 +7,9 @@ import dataclasses
 import pytest
 import torch
 
-from populora_nb.adapters import (
+from populora_nb.config import load_config
+from populora_nb.model import multilora
+from populora_nb.model.adapters import (
     Generation,
     Population,
     TrainBatch,
@@ -15,10 +17,8 @@ from populora_nb.adapters import (
     roles_for,
     train_batch,
 )
-from populora_nb.base import load_base
-from populora_nb.config import load_config
-from populora_nb import multilora
-from populora_nb.multilora import sample_next
+from populora_nb.model.base import load_base
+from populora_nb.model.multilora import sample_next
 from populora_nb.operators import LoRAPair
 from populora_nb.rl import policy_gradient_loss
 
@@ -123,8 +123,13 @@ def test_generation_leaves_the_base_model_untouched(pop):
 def test_sampling_is_seeded_and_leaves_global_rng_alone(pop):
     rng = torch.random.get_rng_state()
     run = lambda seed: pop.generate(  # noqa: E731
-        [0, 1, 2, 3], PROMPTS, max_new_tokens=8, temperature=1.0, top_p=0.9,
-        generator=torch.Generator().manual_seed(seed))
+        [0, 1, 2, 3],
+        PROMPTS,
+        max_new_tokens=8,
+        temperature=1.0,
+        top_p=0.9,
+        generator=torch.Generator().manual_seed(seed),
+    )
     a, b, c = run(7), run(7), run(8)
     assert [g.completion_ids for g in a] == [g.completion_ids for g in b]
     assert [g.completion_ids for g in a] != [g.completion_ids for g in c]
@@ -220,8 +225,14 @@ def _sample_recording_logprobs(pop, member_id, temperature, monkeypatch, n=3):
         return token
 
     monkeypatch.setattr(multilora, "sample_next", recording_sample_next)
-    gens = pop.generate([member_id] * n, PROMPTS[:n], max_new_tokens=6, temperature=temperature,
-                        generator=torch.Generator().manual_seed(3), stop_token_ids=[])
+    gens = pop.generate(
+        [member_id] * n,
+        PROMPTS[:n],
+        max_new_tokens=6,
+        temperature=temperature,
+        generator=torch.Generator().manual_seed(3),
+        stop_token_ids=[],
+    )
     monkeypatch.undo()
     return gens, (torch.stack(steps, dim=1) if steps else None)  # (n, 6): no row stops early
 
@@ -299,7 +310,9 @@ def test_member_save_load_round_trip_is_exact(pop, tmp_path):
     for name, pair in pop.factors(3).items():
         assert torch.equal(factors[name].A, pair.A) and torch.equal(factors[name].B, pair.B)
     pop.set_factors(0, factors)
-    assert [g.completion_ids for g in pop.generate([0], PROMPTS[:1])] == [g.completion_ids for g in pop.generate([3], PROMPTS[:1])]
+    assert [g.completion_ids for g in pop.generate([0], PROMPTS[:1])] == [
+        g.completion_ids for g in pop.generate([3], PROMPTS[:1])
+    ]
 
 
 def test_peft_loads_a_saved_member_and_gives_the_same_logits(pop, cfg, tmp_path):
@@ -340,7 +353,10 @@ def test_real_smollm2_mixed_batch_equals_members_alone():
     pop = Population.create(real, roles_for(2, 2), smoke.lora, seed=0, random_b_std=0.05)
     tok = real.tokenizer
     qs = ["Write a Python function that reverses a string.", "What is 2+2?", "Name a prime.", "Say hi."]
-    prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False) for q in qs]
+    prompts = [
+        tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
+        for q in qs
+    ]
     mixed = pop.generate([0, 1, 2, 3], prompts, max_new_tokens=12)
     for i, got in enumerate(mixed):
         assert got.completion_ids == pop.generate([i], [prompts[i]], max_new_tokens=12)[0].completion_ids

@@ -24,7 +24,8 @@ def test_every_benchmark_script_is_checked():
 @pytest.mark.slow
 @pytest.mark.parametrize("script", BENCHMARKS, ids=lambda p: p.stem)
 def test_benchmark_script_runs_quick(script):
-    done = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=600,
-                          cwd=script.parents[1])
+    done = subprocess.run(
+        [sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=600, cwd=script.parents[1]
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert PRINTS[script.name] in done.stdout, done.stdout[-2000:]

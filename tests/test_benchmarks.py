@@ -13,13 +13,28 @@ from pathlib import Path
 
 import pytest
 
-from populora_nb import benchmark_loaders as bl
-from populora_nb import benchmark_scoring as bs
-from populora_nb.benchmarks import (
-    BenchmarkDataError, EvalResult, MathChecker, benchmark_verifier, build_prompts, evaluate, extract_math_answer,
-    format_table, load_benchmark, load_results, pass_at_k, plot_benchmarks, resolve_data_dir, score, score_many,
-    summary_table, write_report)
-from populora_nb.sandbox import parse_arguments
+from populora_nb.evaluation import loaders as bl
+from populora_nb.evaluation import scoring as bs
+from populora_nb.evaluation.benchmarks import (
+    BenchmarkDataError,
+    EvalResult,
+    MathChecker,
+    benchmark_verifier,
+    build_prompts,
+    evaluate,
+    extract_math_answer,
+    format_table,
+    load_benchmark,
+    load_results,
+    pass_at_k,
+    plot_benchmarks,
+    resolve_data_dir,
+    score,
+    score_many,
+    summary_table,
+    write_report,
+)
+from populora_nb.verify.sandbox import parse_arguments
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "benchmarks"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks"
@@ -61,9 +76,15 @@ def test_data_dir_argument_then_env_then_error(monkeypatch, tmp_path):
 # ---------------------------------------------------------------- loaders
 def test_math_gold_answers_follow_each_dataset_convention():
     gold = {name: [p.answer for p in load_benchmark(name, FIXTURES)] for name in bl.MATH_BENCHMARKS}
-    assert gold == {"gsm8k": ["7", "1234"], "aime24": ["023"], "aime25": ["70"], "amc23": ["27"],
-                    "math500": ["\\left( 3, \\frac{\\pi}{2} \\right)", "\\frac{3}{4}"], "minerva": ["1.6"],
-                    "olympiadbench": ["2"]}
+    assert gold == {
+        "gsm8k": ["7", "1234"],
+        "aime24": ["023"],
+        "aime25": ["70"],
+        "amc23": ["27"],
+        "math500": ["\\left( 3, \\frac{\\pi}{2} \\right)", "\\frac{3}{4}"],
+        "minerva": ["1.6"],
+        "olympiadbench": ["2"],
+    }
     assert load_benchmark("gsm8k", FIXTURES, limit=1)[0].question.startswith("Ann has 3 apples")
 
 
@@ -77,8 +98,10 @@ def test_evalplus_inputs_become_argument_text_with_mbpp_deserialisation():
     assert bl.mbpp_deserialize_inputs("Mbpp/259", [[[[1, 2]], [[3, 4]]]]) == [[((1, 2),), ((3, 4),)]]
 
 
-@pytest.mark.parametrize("value", [[(1,), set(), {2, 3}, frozenset({4})], {"k": (1.5, -0.0)}, [1 + 2j, b"x", None, True],
-                                   [math.inf, -math.inf]])
+@pytest.mark.parametrize(
+    "value",
+    [[(1,), set(), {2, 3}, frozenset({4})], {"k": (1.5, -0.0)}, [1 + 2j, b"x", None, True], [math.inf, -math.inf]],
+)
 def test_literal_text_round_trips_through_the_verifier_parser(value):
     assert parse_arguments(bl.argument_text([value, 7]))[0] == (value, 7)
 
@@ -97,6 +120,7 @@ def test_private_tests_never_unpickle_a_global():
     class Evil:
         def __reduce__(self):
             return (print, ("pickle ran code",))
+
     blob = __import__("base64").b64encode(__import__("zlib").compress(pickle.dumps(Evil()))).decode()
     with pytest.raises(pickle.UnpicklingError, match="refusing pickled global builtins.print"):
         bl.decode_lcb_tests(blob)
@@ -104,8 +128,14 @@ def test_private_tests_never_unpickle_a_global():
 
 def test_prompt_only_livecodebench_records_load_without_tests(tmp_path):
     (tmp_path / "livecodebench").mkdir()
-    record = {"global_id": "1", "question_id": "abc1_a", "contest_id": "abc1", "contest_date": "2024-08-03T00:00:00",
-              "prompt": "Solve it.", "tests": {"fname": "1.json", "md5": "0"}}
+    record = {
+        "global_id": "1",
+        "question_id": "abc1_a",
+        "contest_id": "abc1",
+        "contest_date": "2024-08-03T00:00:00",
+        "prompt": "Solve it.",
+        "tests": {"fname": "1.json", "md5": "0"},
+    }
     (tmp_path / "livecodebench" / "livecodebench_v5.jsonl").write_text(json.dumps(record) + "\n")
     (p,) = load_benchmark("livecodebench", tmp_path)
     assert p.id == "abc1_a" and not p.has_tests and p.question == "Solve it."
@@ -167,10 +197,13 @@ def test_evalplus_special_oracles():
 # ---------------------------------------------------------------- scoring in the sandbox
 def test_evalplus_canonical_passes_and_wrong_code_fails(verifier):
     problems = list(fixture("humanevalplus").values()) + list(fixture("mbppplus").values())
-    canonical = [f"```python\n{p.question}{p.canonical_solution}\n```" if p.benchmark == "mbppplus"
-                 else p.canonical_solution for p in problems]  # chat style for MBPP+, completion style for HE+
-    assert all(s.passed and s.base_passed for s in score_many(problems, canonical, verifier)), \
-        [(p.id, s) for p, s in zip(problems, score_many(problems, canonical, verifier)) if not s.passed]
+    canonical = [
+        f"```python\n{p.question}{p.canonical_solution}\n```" if p.benchmark == "mbppplus" else p.canonical_solution
+        for p in problems
+    ]  # chat style for MBPP+, completion style for HE+
+    assert all(s.passed and s.base_passed for s in score_many(problems, canonical, verifier)), [
+        (p.id, s) for p, s in zip(problems, score_many(problems, canonical, verifier)) if not s.passed
+    ]
     he = fixture("humanevalplus")
     cases = {
         "    return [x + k for x in xs] if len(xs) < 5 else []\n": (True, False, "wrong"),  # base only
@@ -199,8 +232,16 @@ def test_evalplus_float_and_nonfinite_outputs(verifier):
 
 
 def test_huge_outputs_are_compared_by_digest(verifier):
-    p = bl.Problem("humanevalplus", "big", "evalplus", "def f(n):\n", entry_point="f",
-                   canonical_solution="    return 7 ** n\n", base_inputs=("3",), plus_inputs=("20000",))
+    p = bl.Problem(
+        "humanevalplus",
+        "big",
+        "evalplus",
+        "def f(n):\n",
+        entry_point="f",
+        canonical_solution="    return 7 ** n\n",
+        base_inputs=("3",),
+        plus_inputs=("20000",),
+    )
     truth = bs.evalplus_ground_truth([p], verifier)[0]
     assert truth.outputs[0] == "343" and truth.outputs[1].startswith("'\\x00sha256:")
     assert score(p, "    return 7 ** n\n", verifier, truth=truth).passed
@@ -209,16 +250,26 @@ def test_huge_outputs_are_compared_by_digest(verifier):
 
 # ---------------------------------------------------------------- agreement with evalplus (issue 21)
 def _problem(canonical: str, base: tuple[str, ...], plus: tuple[str, ...] = ()) -> bl.Problem:
-    return bl.Problem("humanevalplus", "t", "evalplus", "def f(n):\n", entry_point="f", canonical_solution=canonical,
-                      base_inputs=base, plus_inputs=plus)
+    return bl.Problem(
+        "humanevalplus",
+        "t",
+        "evalplus",
+        "def f(n):\n",
+        entry_point="f",
+        canonical_solution=canonical,
+        base_inputs=base,
+        plus_inputs=plus,
+    )
 
 
 def test_solutions_may_import_numpy_and_common_stdlib_modules(verifier):
     he = fixture("humanevalplus")["HumanEval/0"]
-    numpy_add = ("```python\nimport numpy as np\nimport queue, ast, heapq\nfrom numpy import linalg\n"
-                 "def add(xs, k):\n    q = queue.Queue()\n    q.put(k)\n    assert ast.literal_eval('1') == 1\n"
-                 "    assert linalg.norm(np.array([3.0, 4.0])) == 5.0\n"
-                 "    return [np.int64(x) + q.get() if i == 0 else np.int64(x + k) for i, x in enumerate(xs)]\n```")
+    numpy_add = (
+        "```python\nimport numpy as np\nimport queue, ast, heapq\nfrom numpy import linalg\n"
+        "def add(xs, k):\n    q = queue.Queue()\n    q.put(k)\n    assert ast.literal_eval('1') == 1\n"
+        "    assert linalg.norm(np.array([3.0, 4.0])) == 5.0\n"
+        "    return [np.int64(x) + q.get() if i == 0 else np.int64(x + k) for i, x in enumerate(xs)]\n```"
+    )
     s = score(he, numpy_add, verifier)  # numpy scalars equal their Python ints, as in evalplus
     assert (s.base_passed, s.passed, s.status) == (True, True, "pass"), s
     for banned in ("os", "subprocess", "pickle", "numpy.ctypeslib"):
@@ -228,7 +279,9 @@ def test_solutions_may_import_numpy_and_common_stdlib_modules(verifier):
 
 def test_module_runs_once_per_input_set_like_evalplus(verifier):
     he = fixture("humanevalplus")["HumanEval/0"]  # 2 base inputs, 2 plus inputs
-    counter = "calls = [0]\n\ndef add(xs, k):\n    calls[0] += 1\n    return [x + k for x in xs] if calls[0] < 4 else []\n"
+    counter = (
+        "calls = [0]\n\ndef add(xs, k):\n    calls[0] += 1\n    return [x + k for x in xs] if calls[0] < 4 else []\n"
+    )
     s = score(he, f"```python\n{counter}```", verifier)
     assert (s.base_passed, s.passed) == (True, True)  # base and plus are two processes: 2 calls each
     wrong_second = counter.replace("< 4", "< 2")  # wrong from the second call in one process
@@ -243,6 +296,7 @@ def test_a_hung_program_costs_about_its_own_limit(verifier):
     truth = bs.GroundTruth(("0", "1", "2", "3", "4", "5", "6", "7"), (0.01,) * 8)
     assert bs.task_wall_s(bs.time_limits(truth)) == 9.0  # evalplus: min(60, 8 x 1 s) + 1
     import time
+
     start = time.monotonic()
     s = score(p, "    while n > 0:\n        pass\n    return n\n", verifier, truth=truth)
     assert s.status == "timeout" and time.monotonic() - start < 4.0  # the 1 s limit of input 1
@@ -254,14 +308,17 @@ def test_huge_outputs_compare_as_values(verifier):
     assert truth.outputs[0] == "[0, 1, 2]" and truth.outputs[1].startswith("'\\x00sha256:")
     floats = "    return [float(i) for i in range(n)] if n < 100 else {i: float(i) for i in reversed(range(n))}\n"
     assert score(p, floats, verifier, truth=truth).passed  # == holds: 1.0 == 1, dict order ignored
-    assert not score(p, floats.replace("float(i) for i in rev", "float(i) + (i == 7) for i in rev"), verifier,
-                     truth=truth).passed
+    assert not score(
+        p, floats.replace("float(i) for i in rev", "float(i) + (i == 7) for i in rev"), verifier, truth=truth
+    ).passed
 
 
 def test_float_tolerance_sticks_after_an_exactly_equal_float(verifier):
     p = _problem("    return 0.5 if n == 1 else 10 ** 20\n", ("1", "2"))
     truth = bs.evalplus_ground_truth([p], verifier)[0]
-    assert score(p, "    return 0.5 if n == 1 else 10 ** 20 + 1\n", verifier, truth=truth).passed  # atol 1e-6 since input 1
+    assert score(
+        p, "    return 0.5 if n == 1 else 10 ** 20 + 1\n", verifier, truth=truth
+    ).passed  # atol 1e-6 since input 1
     assert not score(p, "    return 0.5 if n == 1 else 10 ** 20 + 10 ** 14\n", verifier, truth=truth).passed
 
 
@@ -269,12 +326,16 @@ def test_complex_inputs_keep_the_sign_of_zero(verifier):
     for z in (complex(-0.0, -1.0), complex(-0.0, 0.0), complex(-0.0, -0.0), complex(2.5, -3), complex(math.inf, 1)):
         (back,), _ = parse_arguments(bl.argument_text([z]))
         assert (math.copysign(1, back.real), math.copysign(1, back.imag), back) == (
-            math.copysign(1, z.real), math.copysign(1, z.imag), z), z
+            math.copysign(1, z.real),
+            math.copysign(1, z.imag),
+            z,
+        ), z
     assert bl.argument_text([complex(-0.0, -1.0)]) != repr(complex(-0.0, -1.0))  # (-0-1j) reads back as (0-1j)
     with pytest.raises(ValueError, match="no Python literal"):
         bl.complex_text(complex(1.0, -0.0))
-    (out,) = verifier.run("import math\ndef f(z):\n    return math.copysign(1.0, z.real)\n",
-                          [bl.argument_text([complex(-0.0, -1.0)])])
+    (out,) = verifier.run(
+        "import math\ndef f(z):\n    return math.copysign(1.0, z.real)\n", [bl.argument_text([complex(-0.0, -1.0)])]
+    )
     assert out.output == "-1.0"
 
 
@@ -283,21 +344,34 @@ def test_livecodebench_stdin_and_functional(verifier):
     stdin, func = lcb["fix_stdin_1"], lcb["fix_func_1"]
     good_stdin = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
     wrong_stdin = "```python\na, b = map(int, input().split())\nprint(a + b if a < 100 else 0)\n```"
-    good_func = ("```python\nclass Solution:\n    def pairs(self, nums: List[int], target: int) -> List[int]:\n"
-                 "        return tuple(v for i in range(len(nums)) for j in range(i + 1, len(nums))"
-                 " if nums[i] + nums[j] == target for v in (i, j))\n```")
+    good_func = (
+        "```python\nclass Solution:\n    def pairs(self, nums: List[int], target: int) -> List[int]:\n"
+        "        return tuple(v for i in range(len(nums)) for j in range(i + 1, len(nums))"
+        " if nums[i] + nums[j] == target for v in (i, j))\n```"
+    )
     wrong_func = good_func.replace("i + 1", "i")
     verdicts = score_many([stdin, stdin, func, func], [good_stdin, wrong_stdin, good_func, wrong_func], verifier)
-    assert [(s.passed, s.status) for s in verdicts] == [(True, "pass"), (False, "wrong"), (True, "pass"), (False, "wrong")]
+    assert [(s.passed, s.status) for s in verdicts] == [
+        (True, "pass"),
+        (False, "wrong"),
+        (True, "pass"),
+        (False, "wrong"),
+    ]
     assert bs.lcb_lines_match("1.50 2\n", "1.5 2") and not bs.lcb_lines_match("1\n2", "1")
 
 
 def test_math_scoring(checker):
     math500 = load_benchmark("math500", FIXTURES)
     polar = "so the point is <answer>(3, \\pi/2)</answer>"
-    verdicts = score_many(math500 * 2, [polar, "\\boxed{0.75}", "\\boxed{(3, \\pi)}", "no answer"], math_checker=checker)
-    assert [(s.passed, s.status) for s in verdicts] == [(True, "pass"), (True, "pass"), (False, "not_equivalent"),
-                                                        (False, "no_answer")]
+    verdicts = score_many(
+        math500 * 2, [polar, "\\boxed{0.75}", "\\boxed{(3, \\pi)}", "no answer"], math_checker=checker
+    )
+    assert [(s.passed, s.status) for s in verdicts] == [
+        (True, "pass"),
+        (True, "pass"),
+        (False, "not_equivalent"),
+        (False, "no_answer"),
+    ]
     assert score(load_benchmark("aime24", FIXTURES)[0], "\\boxed{23}", math_checker=checker).passed  # "023"
 
 
@@ -330,15 +404,23 @@ def test_evaluate_scores_every_model_and_resumes(tmp_path, verifier, checker):
                 else:
                     out.append(f"\\boxed{{{gold[q.rsplit(chr(10), 1)[0]]}}}" if right else "\\boxed{-1}")
             return out
+
         return generate
 
     models = {"base": model(0), "baseline": model(1), "m0": model(2), "m1": model(3)}
     kw = dict(data_dir=FIXTURES, out_dir=tmp_path, verifier=verifier, math_checker=checker)
     results = evaluate(models, ["humanevalplus", "gsm8k"], **kw)
     scores = {(r.model, r.benchmark): r.score for r in results}
-    assert scores == {("base", "humanevalplus"): 0.0, ("baseline", "humanevalplus"): 1 / 3, ("m0", "humanevalplus"): 2 / 3,
-                      ("m1", "humanevalplus"): 1.0, ("base", "gsm8k"): 0.0, ("baseline", "gsm8k"): 0.5,
-                      ("m0", "gsm8k"): 1.0, ("m1", "gsm8k"): 1.0}
+    assert scores == {
+        ("base", "humanevalplus"): 0.0,
+        ("baseline", "humanevalplus"): 1 / 3,
+        ("m0", "humanevalplus"): 2 / 3,
+        ("m1", "humanevalplus"): 1.0,
+        ("base", "gsm8k"): 0.0,
+        ("baseline", "gsm8k"): 0.5,
+        ("m0", "gsm8k"): 1.0,
+        ("m1", "gsm8k"): 1.0,
+    }
     assert (tmp_path / "m1__gsm8k.json").is_file() and (tmp_path / "ground_truth" / "humanevalplus.json").is_file()
     n_calls = len(calls)
     again = evaluate(models, ["humanevalplus", "gsm8k"], **kw)
@@ -355,7 +437,9 @@ def test_evaluate_scores_every_model_and_resumes(tmp_path, verifier, checker):
     assert len(fig.axes[0].containers) >= 3 and [t.get_text() for t in fig.axes[0].get_xticklabels()][-1] == "average"
     alone = summary_table([r for r in results if r.model == "base"], members=[])  # before training: base only
     assert [r.benchmark for r in alone] == ["humanevalplus", "gsm8k", "average"]
-    assert alone[2].base == 0.0 and all(math.isnan(x) for x in (alone[2].baseline, alone[2].population_mean, alone[2].best))
+    assert alone[2].base == 0.0 and all(
+        math.isnan(x) for x in (alone[2].baseline, alone[2].population_mean, alone[2].best)
+    )
     paths = write_report(results, tmp_path / "report", members=["m0", "m1"])
     assert paths["markdown"].read_text() == format_table(rows) + "\n" and paths["figure"].stat().st_size > 1000
     assert json.loads(paths["json"].read_text())[2]["worst"] == pytest.approx(5 / 6)
@@ -395,8 +479,9 @@ def _canonical_pass(name: str, plus_limit: int | None, verifier) -> dict[str, st
     if plus_limit is not None:
         problems = [dataclasses.replace(p, plus_inputs=p.plus_inputs[:plus_limit]) for p in problems]
     truths = bs.evalplus_ground_truth(problems, verifier)
-    verdicts = bs.score_evalplus(problems, [""] * len(problems), truths, verifier,
-                                 programs=[p.question + p.canonical_solution for p in problems])
+    verdicts = bs.score_evalplus(
+        problems, [""] * len(problems), truths, verifier, programs=[p.question + p.canonical_solution for p in problems]
+    )
     return {p.id: status for p, (_, ok, status) in zip(problems, verdicts) if not ok}
 
 
@@ -413,7 +498,9 @@ def test_canonical_solutions_pass_base_and_a_plus_subset(verifier):
 
 @needs_shared
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("POPULORA_FULL_CANONICAL") != "1", reason="full plus sets: set POPULORA_FULL_CANONICAL=1")
+@pytest.mark.skipif(
+    os.environ.get("POPULORA_FULL_CANONICAL") != "1", reason="full plus sets: set POPULORA_FULL_CANONICAL=1"
+)
 def test_canonical_solutions_pass_every_plus_input(verifier):
     he = _canonical_pass("humanevalplus", None, verifier)
     mb = _canonical_pass("mbppplus", None, verifier)
@@ -436,7 +523,17 @@ def test_gold_answers_score_full_marks_and_wrong_answers_zero(checker):
 @needs_shared
 def test_every_shared_benchmark_loads():
     counts = {name: len(load_benchmark(name, SHARED)) for name in bl.BENCHMARK_FILES}
-    assert counts == {"humanevalplus": 164, "humanevalplus_mini": 164, "mbppplus": 378, "livecodebench": 279,
-                      "gsm8k": 1319, "aime24": 30, "aime25": 30, "amc23": 40, "math500": 500, "minerva": 272,
-                      "olympiadbench": 675}
+    assert counts == {
+        "humanevalplus": 164,
+        "humanevalplus_mini": 164,
+        "mbppplus": 378,
+        "livecodebench": 279,
+        "gsm8k": 1319,
+        "aime24": 30,
+        "aime25": 30,
+        "amc23": 40,
+        "math500": 500,
+        "minerva": 272,
+        "olympiadbench": 675,
+    }
     assert not any(p.has_tests for p in load_benchmark("livecodebench", SHARED))  # QwQ's prompt-only file

@@ -29,7 +29,9 @@ NOTEBOOK = "03_population.ipynb"
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH: `apt-get install chromium` (make test does it as root)"),
+    pytest.mark.skipif(
+        CHROMIUM is None, reason="no chromium on PATH: `apt-get install chromium` (make test does it as root)"
+    ),
 ]
 
 
@@ -59,15 +61,34 @@ def lab(tmp_path):
     news.mkdir(parents=True)
     (news / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))  # no news toast
     port = _free_port()
-    env = {**os.environ, "POPULORA_PRESET": "tiny", "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
-           "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "ws")}
+    env = {
+        **os.environ,
+        "POPULORA_PRESET": "tiny",
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "ws"),
+    }
     log = open(tmp_path / "lab.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-         f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
-         "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-         *(["--allow-root"] if os.geteuid() == 0 else [])],
-        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--IdentityProvider.token={TOKEN}",
+            f"--ServerApp.root_dir={root}",
+            "--LabApp.expose_app_in_browser=True",
+            "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            *(["--allow-root"] if os.geteuid() == 0 else []),
+        ],
+        cwd=root,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(120):
@@ -92,8 +113,10 @@ def _open(page, base: str) -> None:
     page.goto(f"{base}/lab/tree/{NOTEBOOK}?token={TOKEN}&reset")
     page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
     # The kernel starts from the notebook's kernelspec: the toolbar names it; no dialog asks for one.
-    page.wait_for_function("() => document.querySelector('.jp-NotebookPanel .jp-KernelName')?.textContent"
-                           ".includes('Python 3')", timeout=60_000)
+    page.wait_for_function(
+        "() => document.querySelector('.jp-NotebookPanel .jp-KernelName')?.textContent.includes('Python 3')",
+        timeout=60_000,
+    )
     page.wait_for_timeout(1500)
     dialogs = page.locator(".jp-Dialog")
     assert dialogs.count() == 0, f"a dialog opened with the notebook: {dialogs.first.inner_text()}"
@@ -129,7 +152,8 @@ def test_notebook_03_in_jupyterlab_runs_and_keeps_its_dashboard(lab):
             cell.screenshot(path=SHOTS / "02_running.png")
             page.wait_for_function(
                 "() => [...document.querySelectorAll('.jp-OutputArea-output')].some(e => e.textContent.includes('member-steps'))",
-                timeout=180_000)  # the last cell's line: every cell ran
+                timeout=180_000,
+            )  # the last cell's line: every cell ran
             outputs = cell.locator(".jp-OutputArea").inner_text()
             assert "run complete (3/3)" in outputs
             text = page.locator(".jp-NotebookPanel").inner_text()

@@ -18,8 +18,14 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "benchmarks"
 def run_cli(*args, cwd=None, env=None, timeout=180):
     full_env = {k: v for k, v in os.environ.items() if k not in ("POPULORA_PRESET", "POPULORA_DATA")}
     full_env.update({"HF_HUB_OFFLINE": "1", **(env or {})})
-    return subprocess.run([sys.executable, "-m", "populora_nb", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd, env=full_env)
+    return subprocess.run(
+        [sys.executable, "-m", "populora_nb", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=full_env,
+    )
 
 
 def test_help_lists_the_commands():
@@ -47,7 +53,7 @@ def w(tmp_path_factory) -> Path:
     (w / "not_a_model" / "README.md").write_text("no weights here\n")
     shutil.copytree(FIXTURES, w / "data_badline")
     gsm = w / "data_badline" / "gsm8k" / "test.jsonl"
-    gsm.write_text(gsm.read_text().splitlines()[0] + "\n{\"question\": \"torn\n")
+    gsm.write_text(gsm.read_text().splitlines()[0] + '\n{"question": "torn\n')
     (w / "data_empty").mkdir()
     (w / "exp_untrained").mkdir()
     return w
@@ -94,18 +100,30 @@ CASES = [
     ("seeds-missing", run("--set", "tasks.seeds_path={w}/nope.jsonl"), {}, ["nope.jsonl", "tasks.seeds_path"]),
     ("seeds-empty", run("--set", "tasks.seeds_path={w}/seeds_empty.jsonl"), {}, ["seeds_empty.jsonl"]),
     ("seeds-bad-json", run("--set", "tasks.seeds_path={w}/seeds_badjson.jsonl"), {}, ["seeds_badjson.jsonl:2"]),
-    ("seeds-wrong-schema", run("--set", "tasks.seeds_path={w}/seeds_schema.jsonl"), {},
-     ["seeds_schema.jsonl:1", "program"]),
-    ("seeds-inputs-not-list", run("--set", "tasks.seeds_path={w}/seeds_inputs.jsonl"), {},
-     ["seeds_inputs.jsonl:1", "inputs"]),
+    (
+        "seeds-wrong-schema",
+        run("--set", "tasks.seeds_path={w}/seeds_schema.jsonl"),
+        {},
+        ["seeds_schema.jsonl:1", "program"],
+    ),
+    (
+        "seeds-inputs-not-list",
+        run("--set", "tasks.seeds_path={w}/seeds_inputs.jsonl"),
+        {},
+        ["seeds_inputs.jsonl:1", "inputs"],
+    ),
     ("seeds-is-dir", run("--set", "tasks.seeds_path={w}/seeds_dir"), {}, ["seeds_dir"]),
     ("out-under-file", ["run", *TINY, "--out", "{w}/a_file/run"], {}, ["--out", "a_file"]),
     ("out-is-file", ["run", *TINY, "--out", "{w}/a_file"], {}, ["--out", "a_file"]),
     ("experiment-out-under-file", [*EXP, "--out", "{w}/a_file/exp"], {}, ["--out", "a_file"]),
     ("seed-out-under-file", ["seed", "--preset", "tiny", "--out", "{w}/a_file/seeds.jsonl"], {}, ["--out", "a_file"]),
     ("notebooks-out-under-file", ["notebooks", "--out", "{w}/a_file/nb"], {}, ["--out", "a_file"]),
-    ("model-dir-not-a-model", run("--set", "model.name={w}/not_a_model"), {},
-     ["model.name", "not_a_model", "config.json"]),
+    (
+        "model-dir-not-a-model",
+        run("--set", "model.name={w}/not_a_model"),
+        {},
+        ["model.name", "not_a_model", "config.json"],
+    ),
     ("model-path-missing", run("--set", "model.name={w}/no_model_here"), {}, ["model.name", "no_model_here"]),
     ("experiment-unknown-stage", [*EXP, "--out", "out", "--stages", "baseline", "training"], {}, ["training"]),
     ("experiment-data-missing", [*EXP, "--out", "out"], {"POPULORA_DATA": "{w}/no_data"}, ["POPULORA_DATA", "no_data"]),
@@ -114,10 +132,18 @@ CASES = [
     ("eval-data-missing", [*EVAL, "{w}/exp_untrained"], {"POPULORA_DATA": "{w}/no_data"}, ["POPULORA_DATA", "no_data"]),
     ("eval-data-dir-missing", [*EVAL, "--set", "eval.data_dir={w}/no_data", "{w}/exp_untrained"], {}, ["no_data"]),
     ("eval-data-empty", [*EVAL, "{w}/exp_untrained"], {"POPULORA_DATA": "{w}/data_empty"}, ["data_empty"]),
-    ("eval-benchmark-bad-line", [*EVAL, "--set", "eval.benchmarks=[gsm8k]", "{w}/exp_untrained"],
-     {"POPULORA_DATA": "{w}/data_badline"}, ["test.jsonl", ":2"]),
-    ("eval-unknown-benchmark", [*EVAL, "--set", "eval.benchmarks=[humaneval++]", "{w}/exp_untrained"],
-     DATA, ["eval.benchmarks", "humaneval++"]),
+    (
+        "eval-benchmark-bad-line",
+        [*EVAL, "--set", "eval.benchmarks=[gsm8k]", "{w}/exp_untrained"],
+        {"POPULORA_DATA": "{w}/data_badline"},
+        ["test.jsonl", ":2"],
+    ),
+    (
+        "eval-unknown-benchmark",
+        [*EVAL, "--set", "eval.benchmarks=[humaneval++]", "{w}/exp_untrained"],
+        DATA,
+        ["eval.benchmarks", "humaneval++"],
+    ),
     ("report-missing-dir", ["report", "no_such_experiment"], {}, ["no_such_experiment"]),
     ("notebooks-none", ["notebooks", "--out", "nb", "--notebooks", "{w}/exp_untrained"], {}, ["exp_untrained"]),
 ]
@@ -142,17 +168,43 @@ def test_bad_input_is_one_line_and_leaves_nothing_in_the_way(w, tmp_path, argv, 
 def test_failed_model_load_leaves_an_out_the_corrected_rerun_can_use(tmp_path):
     # A hub id only fails when it is loaded, after the run directory was opened: the config.yaml of
     # a run that never finished a step must not block the rerun with the corrected config.
-    bad = run_cli("run", "--preset", "tiny", "--agent", "baseline", "--steps", "1", "--out", "out",
-                  "--set", "model.name=nobody-here/no-such-model-xyz", cwd=tmp_path)
+    bad = run_cli(
+        "run",
+        "--preset",
+        "tiny",
+        "--agent",
+        "baseline",
+        "--steps",
+        "1",
+        "--out",
+        "out",
+        "--set",
+        "model.name=nobody-here/no-such-model-xyz",
+        cwd=tmp_path,
+    )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
     assert "nobody-here/no-such-model-xyz" in bad.stderr.splitlines()[-1]
-    good = run_cli("run", "--preset", "tiny", "--agent", "baseline", "--steps", "1", "--out", "out",
-                   "--set", "run.checkpoint_every=0", cwd=tmp_path)
+    good = run_cli(
+        "run",
+        "--preset",
+        "tiny",
+        "--agent",
+        "baseline",
+        "--steps",
+        "1",
+        "--out",
+        "out",
+        "--set",
+        "run.checkpoint_every=0",
+        cwd=tmp_path,
+    )
     assert good.returncode == 0, good.stderr
     assert RunDir(tmp_path / "out").load_config().model.name == "tiny"
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories; the under-a-file cases cover --out")
+@pytest.mark.skipif(
+    os.geteuid() == 0, reason="root writes into read-only directories; the under-a-file cases cover --out"
+)
 def test_out_in_a_read_only_directory(tmp_path):
     ro = tmp_path / "ro"
     ro.mkdir(mode=0o555)

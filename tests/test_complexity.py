@@ -1,4 +1,4 @@
-"""Tests for populora_nb.complexity and populora_nb.coverage: metrics on hand-written programs,
+"""Tests for populora_nb.analysis.complexity and populora_nb.analysis.coverage: metrics on hand-written programs,
 what counts as a proposer's work, coverage at equal sample sizes (rarefaction), the collapse
 detector, the run-directory loader, and notebook 05 on a synthetic experiment."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from populora_nb import complexity as cx
-from populora_nb import coverage as cov
+from populora_nb.analysis import complexity as cx
+from populora_nb.analysis import coverage as cov
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_runs import SEED_PROGRAM, write_fake_experiment, write_fake_run  # noqa: E402
@@ -50,28 +50,46 @@ def f(a):
 '''
 
 
-def record(program: str, step: int = 0, proposer: str = "T0", inputs=("1",), outputs=("2",),
-           valid: bool = True, solve_rate: float | None = 0.5, kind: str = "code_o") -> cx.TaskRecord:
-    return cx.TaskRecord(step=step, proposer=proposer, kind=kind, program=program, valid=valid,
-                         inputs=tuple(inputs), outputs=tuple(outputs) if valid else (),
-                         solve_rate=solve_rate if valid else None)
+def record(
+    program: str,
+    step: int = 0,
+    proposer: str = "T0",
+    inputs=("1",),
+    outputs=("2",),
+    valid: bool = True,
+    solve_rate: float | None = 0.5,
+    kind: str = "code_o",
+) -> cx.TaskRecord:
+    return cx.TaskRecord(
+        step=step,
+        proposer=proposer,
+        kind=kind,
+        program=program,
+        valid=valid,
+        inputs=tuple(inputs),
+        outputs=tuple(outputs) if valid else (),
+        solve_rate=solve_rate if valid else None,
+    )
 
 
 # ----------------------------------------------------------------------------- per-program metrics
-@pytest.mark.parametrize("program, depth, cc, sloc, n_vars", [
-    # Module > FunctionDef > Return > Name (and > arguments > arg)
-    (IDENTITY, 3, (1, 1), 2, 1),
-    # Module > FunctionDef > For > If > AugAssign > Name; cc 1 + for + if; vars a b total i
-    (LOOP, 5, (3, 3), 6, 4),
-    # g: 1 + if = 2; h: 1 + ternary = 2 (radon keeps it out of f); f: 1 + comprehension for + if = 3
-    # depth: Module > FunctionDef f > Return > ListComp > comprehension > Call h(v) > Name;
-    # 8 code lines (blank lines dropped); vars x a y v
-    (THREE_FUNCTIONS, 6, (3, 7), 8, 4),
-    # no def: module-level complexity; Module > Assign > Lambda > IfExp > Name; vars f x
-    ("f = lambda x: x if x else 0", 4, (2, 2), 1, 2),
-    # docstring, comment and blank lines are not source lines
-    (COMMENTED, 3, (1, 1), 2, 1),
-])
+@pytest.mark.parametrize(
+    "program, depth, cc, sloc, n_vars",
+    [
+        # Module > FunctionDef > Return > Name (and > arguments > arg)
+        (IDENTITY, 3, (1, 1), 2, 1),
+        # Module > FunctionDef > For > If > AugAssign > Name; cc 1 + for + if; vars a b total i
+        (LOOP, 5, (3, 3), 6, 4),
+        # g: 1 + if = 2; h: 1 + ternary = 2 (radon keeps it out of f); f: 1 + comprehension for + if = 3
+        # depth: Module > FunctionDef f > Return > ListComp > comprehension > Call h(v) > Name;
+        # 8 code lines (blank lines dropped); vars x a y v
+        (THREE_FUNCTIONS, 6, (3, 7), 8, 4),
+        # no def: module-level complexity; Module > Assign > Lambda > IfExp > Name; vars f x
+        ("f = lambda x: x if x else 0", 4, (2, 2), 1, 2),
+        # docstring, comment and blank lines are not source lines
+        (COMMENTED, 3, (1, 1), 2, 1),
+    ],
+)
 def test_metrics_of_hand_written_programs(program, depth, cc, sloc, n_vars):
     m = cx.program_metrics(record(program))
     assert m.parsed
@@ -141,16 +159,19 @@ def test_programs_are_never_executed(tmp_path):
     assert m.io_profile == "? -> ?"
 
 
-@pytest.mark.parametrize("inputs, output, expected", [
-    ("[1, 2], 'a'", "3", "(list[int], str) -> int"),
-    ("'Hello world'", "'Hello world'", "(str) -> str"),
-    ("{'a': [1, 2.5]}", "None", "(dict[str, list[float | int]]) -> None"),
-    ("(1, 'x'), True", "[]", "(tuple[int | str, ...], bool) -> list"),
-    ("", "{1, 2}", "() -> set[int]"),
-    ("[[[[1]]]]", "-1.5", "(list[list[list[list]]]) -> float"),
-    ("x + 1", "<object at 0x7f>", "? -> ?"),
-    ("1), (2", "b'x'", "(int, tuple[int, ...]) -> bytes"),  # odd text still only builds data
-])
+@pytest.mark.parametrize(
+    "inputs, output, expected",
+    [
+        ("[1, 2], 'a'", "3", "(list[int], str) -> int"),
+        ("'Hello world'", "'Hello world'", "(str) -> str"),
+        ("{'a': [1, 2.5]}", "None", "(dict[str, list[float | int]]) -> None"),
+        ("(1, 'x'), True", "[]", "(tuple[int | str, ...], bool) -> list"),
+        ("", "{1, 2}", "() -> set[int]"),
+        ("[[[[1]]]]", "-1.5", "(list[list[list[list]]]) -> float"),
+        ("x + 1", "<object at 0x7f>", "? -> ?"),
+        ("1), (2", "b'x'", "(int, tuple[int, ...]) -> bytes"),  # odd text still only builds data
+    ],
+)
 def test_io_signature(inputs, output, expected):
     assert cov.io_signature(inputs, output) == expected
 
@@ -188,10 +209,15 @@ def _assert_same_series(a: cx.StepSeries, b: cx.StepSeries) -> None:
 def test_complexity_counts_only_programs_the_proposer_wrote():
     # code_f tasks are handed a buffer program (here the identity seed, resampled every step) and a
     # seed row slips into the log: none of that is the teacher's program.
-    written = [record(LOOP, step=0), record(THREE_FUNCTIONS, step=1, kind="code_i"),
-               record("def f(a):\n    return a + 1", step=2)]
-    handed = [record(IDENTITY, step=s, kind="code_f", inputs=("'x'",) * 10, outputs=("'x'",) * 10,
-                     solve_rate=1.0) for s in range(3)]
+    written = [
+        record(LOOP, step=0),
+        record(THREE_FUNCTIONS, step=1, kind="code_i"),
+        record("def f(a):\n    return a + 1", step=2),
+    ]
+    handed = [
+        record(IDENTITY, step=s, kind="code_f", inputs=("'x'",) * 10, outputs=("'x'",) * 10, solve_rate=1.0)
+        for s in range(3)
+    ]
     mixed = cx.analyse_tasks(written + handed + [record(IDENTITY, step=0, proposer="seed")])
     alone = cx.analyse_tasks(written)
     assert [p.kind for p in mixed.programs] == ["code_o", "code_i", "code_o"]
@@ -324,10 +350,12 @@ def test_coverage_per_teacher_and_at_equal_n_on_a_fake_experiment(experiment):
 
 
 def test_rarefaction_figure_says_why_a_panel_is_empty(experiment):
-    from populora_nb import complexity_plots
+    from populora_nb.analysis import complexity_plots
 
-    curves = {kind: cov.rarefaction_curves(experiment, kind, np.random.default_rng(0), n_resamples=20)
-              for kind in cov.COVERAGE_KINDS}
+    curves = {
+        kind: cov.rarefaction_curves(experiment, kind, np.random.default_rng(0), n_resamples=20)
+        for kind in cov.COVERAGE_KINDS
+    }
     fig = complexity_plots.plot_rarefaction_grid(curves)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert any(label.startswith("population (N=") and "at n=" in label for label in labels)
@@ -356,8 +384,12 @@ def _trend_run(levels, solve_rates):
     """One program per step with ``level`` sibling ifs: cc, sloc and variables follow the level,
     AST depth stays flat."""
     body = lambda n: "".join(f"    if a > {i}:\n        v{i} = a\n" for i in range(n))  # noqa: E731
-    return cx.analyse_tasks([record(f"def f(a):\n{body(n)}    return a", step=s, solve_rate=r)
-                             for s, (n, r) in enumerate(zip(levels, solve_rates))])
+    return cx.analyse_tasks(
+        [
+            record(f"def f(a):\n{body(n)}    return a", step=s, solve_rate=r)
+            for s, (n, r) in enumerate(zip(levels, solve_rates))
+        ]
+    )
 
 
 def test_detector_needs_both_high_solve_rate_and_falling_complexity():
@@ -389,8 +421,19 @@ def _write(path: Path, text: str) -> Path:
     return path.parent
 
 
-ROW = {"step": 0, "proposer": "T0", "kind": "code_o", "program": IDENTITY, "inputs": ["1"],
-       "outputs": ["1"], "message": "", "valid": True, "reason": None, "solver": "S0", "solve_rate": 0.25}
+ROW = {
+    "step": 0,
+    "proposer": "T0",
+    "kind": "code_o",
+    "program": IDENTITY,
+    "inputs": ["1"],
+    "outputs": ["1"],
+    "message": "",
+    "valid": True,
+    "reason": None,
+    "solver": "S0",
+    "solve_rate": 0.25,
+}
 
 
 def test_load_tasks_reads_rows_and_drops_a_truncated_last_line(tmp_path):
@@ -435,12 +478,22 @@ def test_notebook_runs_on_an_experiment_directory(tmp_path):
     notebook = Path(__file__).resolve().parents[1] / "notebooks" / "05_complexity.ipynb"
     exp = write_fake_experiment(tmp_path / "exp", n_steps=12, seed=3)
     out = tmp_path / "figures"
-    papermill.execute_notebook(str(notebook), str(tmp_path / "out.ipynb"), kernel_name="python3",
-                               language="python", cwd=str(notebook.parent), progress_bar=False,
-                               parameters={"run_dir": str(exp), "out_dir": str(out), "preset": "tiny"})
+    papermill.execute_notebook(
+        str(notebook),
+        str(tmp_path / "out.ipynb"),
+        kernel_name="python3",
+        language="python",
+        cwd=str(notebook.parent),
+        progress_bar=False,
+        parameters={"run_dir": str(exp), "out_dir": str(out), "preset": "tiny"},
+    )
     saved = {p.name for p in out.glob("*.png")}
-    assert {"05_complexity.png", "05_coverage.png", "05_population_per_teacher.png",
-            "05_population_coverage_per_teacher.png"} <= saved
+    assert {
+        "05_complexity.png",
+        "05_coverage.png",
+        "05_population_per_teacher.png",
+        "05_population_coverage_per_teacher.png",
+    } <= saved
     cells = json.loads((tmp_path / "out.ipynb").read_text())["cells"]
     printed = "".join("".join(o.get("text", "")) for c in cells for o in c.get("outputs", ()))
     assert "population: 192 proposed tasks over 12 steps" in printed  # it read our run_dir

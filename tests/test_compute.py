@@ -2,7 +2,7 @@
 
 import json
 
-from populora_nb.compute import compute_table, run_compute
+from populora_nb.analysis.compute import compute_table, run_compute
 
 
 def _write(path, rows):
@@ -11,8 +11,11 @@ def _write(path, rows):
 
 
 def _rows(members, steps, generated, trained):
-    return [{"step": s, "member": m, "compute/generated_tokens": generated, "compute/trained_tokens": trained}
-            for s in range(steps) for m in members]
+    return [
+        {"step": s, "member": m, "compute/generated_tokens": generated, "compute/trained_tokens": trained}
+        for s in range(steps)
+        for m in members
+    ]
 
 
 def test_per_adapter_matching_reads_as_ratio_one_and_total_as_n_members(tmp_path):
@@ -25,8 +28,10 @@ def test_per_adapter_matching_reads_as_ratio_one_and_total_as_n_members(tmp_path
 
 
 def test_evolution_renames_do_not_count_as_more_adapters():
-    rows = _rows(["T0", "S0"], 2, 10.0, 5.0) + [{"step": 2, "member": m, "compute/generated_tokens": 10.0,
-                                                 "compute/trained_tokens": 5.0} for m in ("T0-child", "S0")]
+    rows = _rows(["T0", "S0"], 2, 10.0, 5.0) + [
+        {"step": 2, "member": m, "compute/generated_tokens": 10.0, "compute/trained_tokens": 5.0}
+        for m in ("T0-child", "S0")
+    ]
     c = run_compute("population", rows)
     assert c.adapters == 2 and c.steps == 3 and c.generated == 60.0 and c.generated_per_adapter == 30.0
 

@@ -32,12 +32,14 @@ from pathlib import Path
 
 import pytest
 
-from populora_nb import benchmark_scoring as bs
-from populora_nb.benchmarks import benchmark_verifier, load_benchmark
+from populora_nb.evaluation import scoring as bs
+from populora_nb.evaluation.benchmarks import benchmark_verifier, load_benchmark
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks"
-FILES = {"humanevalplus": SHARED / "humanevalplus" / "HumanEvalPlus.jsonl.gz",
-         "mbppplus": SHARED / "mbppplus" / "MbppPlus.jsonl"}
+FILES = {
+    "humanevalplus": SHARED / "humanevalplus" / "HumanEvalPlus.jsonl.gz",
+    "mbppplus": SHARED / "mbppplus" / "MbppPlus.jsonl",
+}
 OFFICIAL_DATASET = {"humanevalplus": "humaneval", "mbppplus": "mbpp"}
 TASKS_PER_SET = 30
 SEED = 21
@@ -56,8 +58,10 @@ ALLOWED = {
 }
 """Tasks where a disagreement is expected, with the README row that explains it."""
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not all(f.is_file() for f in FILES.values()), reason=f"no benchmark data at {SHARED}")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not all(f.is_file() for f in FILES.values()), reason=f"no benchmark data at {SHARED}"),
+]
 
 
 # ---------------------------------------------------------------- official evalplus, offline
@@ -70,14 +74,18 @@ def official_modules():
         # evalplus/data/__init__.py imports `datasets` for EvalPerf only; register the package without
         # running it so its humaneval/mbpp loaders import on their own.
         import evalplus
+
         package = types.ModuleType("evalplus.data")
         package.__path__ = [str(Path(evalplus.__file__).parent / "data")]
         sys.modules["evalplus.data"] = package
     humaneval = importlib.import_module("evalplus.data.humaneval")
     mbpp = importlib.import_module("evalplus.data.mbpp")
-    assert humaneval.HUMANEVAL_OVERRIDE_PATH == str(FILES["humanevalplus"]), "evalplus.data was imported before the override"
+    assert humaneval.HUMANEVAL_OVERRIDE_PATH == str(FILES["humanevalplus"]), (
+        "evalplus.data was imported before the override"
+    )
     from evalplus import eval as official
     from evalplus.gen.util import trusted_exec
+
     return official, trusted_exec, {"humanevalplus": humaneval.get_human_eval_plus(), "mbppplus": mbpp.get_mbpp_plus()}
 
 
@@ -87,10 +95,14 @@ def official_ground_truth(trusted_exec, problem: dict, not_none: bool) -> dict:
     oracle = {}
     for key in ("base", "plus"):
         try:
-            oracle[key], oracle[f"{key}_time"] = trusted_exec(code, problem[f"{key}_input"], problem["entry_point"],
-                                                              record_time=True, output_not_none=not_none)
+            oracle[key], oracle[f"{key}_time"] = trusted_exec(
+                code, problem[f"{key}_input"], problem["entry_point"], record_time=True, output_not_none=not_none
+            )
         except MemoryError:  # Mbpp/255's reference on its plus inputs; evalplus itself would stop here
-            oracle[key], oracle[f"{key}_time"] = [None] * len(problem[f"{key}_input"]), [0.0] * len(problem[f"{key}_input"])
+            oracle[key], oracle[f"{key}_time"] = (
+                [None] * len(problem[f"{key}_input"]),
+                [0.0] * len(problem[f"{key}_input"]),
+            )
     return oracle
 
 
@@ -98,9 +110,16 @@ def official_check(official, dataset: str, problem: dict, solution: str, expecte
     """evalplus/evaluate.py `check_correctness` (fast check, base and plus): (base passed, plus passed)."""
     verdict = {}
     for key in ("base", "plus"):
-        status, _ = official.untrusted_check(dataset, solution, problem[f"{key}_input"], problem["entry_point"],
-                                             expected=expected[key], atol=problem["atol"],
-                                             ref_time=expected[f"{key}_time"], fast_check=True)
+        status, _ = official.untrusted_check(
+            dataset,
+            solution,
+            problem[f"{key}_input"],
+            problem["entry_point"],
+            expected=expected[key],
+            atol=problem["atol"],
+            ref_time=expected[f"{key}_time"],
+            fast_check=True,
+        )
         verdict[key] = status == official.PASS
     return verdict["base"], verdict["base"] and verdict["plus"]
 
@@ -164,14 +183,14 @@ def _walk(x):
             yield from _walk(v)
 
 
-NUDGE = '''
+NUDGE = """
 def _nudge(x, by):
     if type(x) is float:
         return x + by * (1 + abs(x))
     if type(x) in (list, tuple):
         return type(x)(_nudge(v, by) for v in x)
     return x
-'''
+"""
 
 
 def candidates(problem: dict, expected: dict, imports: bool) -> list[tuple[str, str]]:
@@ -184,16 +203,24 @@ def candidates(problem: dict, expected: dict, imports: bool) -> list[tuple[str, 
     def wrap(body: str, extra: str = "") -> str:
         return f"{ref}\n{extra}\ndef {entry}(*args):\n{body}\n"
 
-    out = [("reference", reference), ("wrong_none", wrap("    return None")),
-           ("stateful", wrap("    _CALLS.append(1)\n    return None if len(_CALLS) == 3 else _ref(*args)", "_CALLS = []"))]
+    out = [
+        ("reference", reference),
+        ("wrong_none", wrap("    return None")),
+        ("stateful", wrap("    _CALLS.append(1)\n    return None if len(_CALLS) == 3 else _ref(*args)", "_CALLS = []")),
+    ]
     if imports:
         out.append(("imports", IMPORTS + reference))
     for how in ("swapped_comparison", "off_by_one"):
         code = mutant(reference, how)
         if code is not None:
             out.append((how, code))
-    out.append(("prints", "print('module level')\n" + wrap("    print('called with', len(args), 'arguments')\n"
-                                                             "    return _ref(*args)")))
+    out.append(
+        (
+            "prints",
+            "print('module level')\n"
+            + wrap("    print('called with', len(args), 'arguments')\n    return _ref(*args)"),
+        )
+    )
     base = problem["base_input"]
     if not any(isinstance(v, (set, frozenset)) for inp in base for v in _walk(inp)):  # set repr order varies
         keys = {repr(tuple(inp)) for inp in base}
@@ -202,8 +229,10 @@ def candidates(problem: dict, expected: dict, imports: bool) -> list[tuple[str, 
     if any(type(v) is float for v in values):
         out.append(("float_close", wrap("    return _nudge(_ref(*args), 1e-9)", NUDGE)))
         out.append(("float_far", wrap("    return _nudge(_ref(*args), 1e-3)", NUDGE)))
-    elif expected["base"] and all(type(o) is int and abs(o) < 2 ** 53 for o in expected["base"]):
-        out.append(("ints_as_floats", wrap("    out = _ref(*args)\n    return float(out) if type(out) is int else out")))
+    elif expected["base"] and all(type(o) is int and abs(o) < 2**53 for o in expected["base"]):
+        out.append(
+            ("ints_as_floats", wrap("    out = _ref(*args)\n    return float(out) if type(out) is int else out"))
+        )
     return out
 
 
@@ -211,8 +240,11 @@ def looping(problem: dict) -> tuple[str, str]:
     """Loops forever on the first base input, is the reference elsewhere."""
     ref = renamed(problem["prompt"] + problem["canonical_solution"], problem["entry_point"], "_ref")
     key = repr(tuple(problem["base_input"][0]))
-    return ("loops", f"{ref}\ndef {problem['entry_point']}(*args):\n    while repr(args) == {key!r}:\n"
-                     f"        pass\n    return _ref(*args)\n")
+    return (
+        "loops",
+        f"{ref}\ndef {problem['entry_point']}(*args):\n    while repr(args) == {key!r}:\n"
+        f"        pass\n    return _ref(*args)\n",
+    )
 
 
 # ---------------------------------------------------------------- both scorers
@@ -236,8 +268,9 @@ class CrossCheck:
     """Wall seconds: project/ground_truth, project/score, evalplus/ground_truth, evalplus/score."""
 
 
-def score_both(tasks_per_set: int = TASKS_PER_SET, seed: int = SEED, workers: int = 2,
-               programs_with_imports_every: int = 3) -> CrossCheck:
+def score_both(
+    tasks_per_set: int = TASKS_PER_SET, seed: int = SEED, workers: int = 2, programs_with_imports_every: int = 3
+) -> CrossCheck:
     """Draw tasks, make the candidates, score them with official evalplus (a pool of `workers`
     processes, as `evalplus.evaluate --parallel`) and with the project (a sandbox of `workers`)."""
     global _OFFICIAL
@@ -251,9 +284,13 @@ def score_both(tasks_per_set: int = TASKS_PER_SET, seed: int = SEED, workers: in
     # fork: the workers inherit `_OFFICIAL` (evalplus's data) instead of loading it again
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
         started = time.perf_counter()
-        truth_jobs = [("truth", (official_problems[name][p.id],
-                                 name == "mbppplus" and p.entry_point in bs.MBPP_OUTPUT_NOT_NONE_TASKS))
-                      for name, p in chosen]
+        truth_jobs = [
+            (
+                "truth",
+                (official_problems[name][p.id], name == "mbppplus" and p.entry_point in bs.MBPP_OUTPUT_NOT_NONE_TASKS),
+            )
+            for name, p in chosen
+        ]
         expected = dict(zip((p.id for _, p in chosen), pool.map(_official_job, truth_jobs)))
         seconds["evalplus/ground_truth"] = time.perf_counter() - started
         rows = []
@@ -267,8 +304,10 @@ def score_both(tasks_per_set: int = TASKS_PER_SET, seed: int = SEED, workers: in
                     rows.append((name, p, *looping(problem)))
                     loops_left -= 1
         started = time.perf_counter()
-        check_jobs = [("check", (OFFICIAL_DATASET[name], official_problems[name][p.id], program, expected[p.id]))
-                      for name, p, _, program in rows]
+        check_jobs = [
+            ("check", (OFFICIAL_DATASET[name], official_problems[name][p.id], program, expected[p.id]))
+            for name, p, _, program in rows
+        ]
         theirs = list(pool.map(_official_job, check_jobs, chunksize=4))
         seconds["evalplus/score"] = time.perf_counter() - started
 
@@ -278,8 +317,13 @@ def score_both(tasks_per_set: int = TASKS_PER_SET, seed: int = SEED, workers: in
         truths = dict(zip((p.id for p in problems), bs.evalplus_ground_truth(problems, verifier)))
         seconds["project/ground_truth"] = time.perf_counter() - started
         started = time.perf_counter()
-        mine = bs.score_evalplus([p for _, p, _, _ in rows], [""] * len(rows), [truths[p.id] for _, p, _, _ in rows],
-                                 verifier, programs=[program for _, _, _, program in rows])
+        mine = bs.score_evalplus(
+            [p for _, p, _, _ in rows],
+            [""] * len(rows),
+            [truths[p.id] for _, p, _, _ in rows],
+            verifier,
+            programs=[program for _, _, _, program in rows],
+        )
         seconds["project/score"] = time.perf_counter() - started
     return CrossCheck(rows, mine, theirs, seconds)
 
@@ -292,20 +336,29 @@ def test_verdicts_agree_with_official_evalplus():
     ordinary = [i for i, (_, p, _, _) in enumerate(rows) if p.id not in ALLOWED]
     base_agree = sum(mine[i][0] == theirs[i][0] for i in ordinary) / len(ordinary)
     plus_agree = sum(mine[i][1] == theirs[i][1] for i in ordinary) / len(ordinary)
-    differences = [(p.id, kind, mine[i][:2], theirs[i], mine[i][2]) for i, (_, p, kind, _) in enumerate(rows)
-                   if mine[i][:2] != tuple(theirs[i])]
+    differences = [
+        (p.id, kind, mine[i][:2], theirs[i], mine[i][2])
+        for i, (_, p, kind, _) in enumerate(rows)
+        if mine[i][:2] != tuple(theirs[i])
+    ]
     by_kind: dict[str, list[int]] = {}
     for i, (_, _, kind, _) in enumerate(rows):
         by_kind.setdefault(kind, []).append(i)
-    print(f"\n{len(rows)} candidates on {len({p.id for _, p, _, _ in rows})} tasks ({len(ordinary)} ordinary): "
-          f"base agreement {base_agree:.2%}, plus agreement {plus_agree:.2%}; seconds "
-          + ", ".join(f"{k} {v:.1f}" for k, v in check.seconds.items()))
+    print(
+        f"\n{len(rows)} candidates on {len({p.id for _, p, _, _ in rows})} tasks ({len(ordinary)} ordinary): "
+        f"base agreement {base_agree:.2%}, plus agreement {plus_agree:.2%}; seconds "
+        + ", ".join(f"{k} {v:.1f}" for k, v in check.seconds.items())
+    )
     for kind, idx in sorted(by_kind.items()):
-        print(f"  {kind:20s} n={len(idx):3d}  pass base/plus here {sum(mine[i][0] for i in idx):3d}/{sum(mine[i][1] for i in idx):3d}"
-              f"  official {sum(theirs[i][0] for i in idx):3d}/{sum(theirs[i][1] for i in idx):3d}")
+        print(
+            f"  {kind:20s} n={len(idx):3d}  pass base/plus here {sum(mine[i][0] for i in idx):3d}/{sum(mine[i][1] for i in idx):3d}"
+            f"  official {sum(theirs[i][0] for i in idx):3d}/{sum(theirs[i][1] for i in idx):3d}"
+        )
     for d in differences:
-        print(f"  differs: {d[0]} {d[1]}: here (base, plus)={d[2]} ({d[4]}), official={d[3]}"
-              + (f"  [allowed: {ALLOWED[d[0]]}]" if d[0] in ALLOWED else ""))
+        print(
+            f"  differs: {d[0]} {d[1]}: here (base, plus)={d[2]} ({d[4]}), official={d[3]}"
+            + (f"  [allowed: {ALLOWED[d[0]]}]" if d[0] in ALLOWED else "")
+        )
 
     assert len(rows) >= 300, "the cross-check should cover a few hundred candidates"
     assert sum(theirs[i][1] for i in by_kind["reference"]) >= 0.9 * len(by_kind["reference"]), "official side broken?"

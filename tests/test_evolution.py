@@ -54,8 +54,10 @@ from populora_nb.operators import (
 matplotlib.use("Agg")
 R = 6
 SHAPES = {  # (d_in, d_out)
-    "layers.0.q_proj": (24, 24), "layers.0.k_proj": (24, 8),
-    "layers.0.down_proj": (40, 24), "layers.1.q_proj": (24, 24),
+    "layers.0.q_proj": (24, 24),
+    "layers.0.k_proj": (24, 8),
+    "layers.0.down_proj": (40, 24),
+    "layers.1.q_proj": (24, 24),
 }
 
 
@@ -99,8 +101,10 @@ def test_default_mutation_strengths_are_comparable():
     shapes = {f"l{i}.{m}": (128, 128) for i in range(6) for m in ("q", "v")}
     p1, p2 = (synthetic_factors(shapes, 8, generator=torch.Generator().manual_seed(s)) for s in (0, 1))
     gen = lambda: torch.Generator().manual_seed(3)  # noqa: E731
-    moved = {name: relative_change(p1, OPERATORS[name](p1, generator=gen()))
-             for name in ("svd_structured", "layer_selective_gaussian", "full_gaussian", "neftune")}
+    moved = {
+        name: relative_change(p1, OPERATORS[name](p1, generator=gen()))
+        for name in ("svd_structured", "layer_selective_gaussian", "full_gaussian", "neftune")
+    }
     assert all(0.1 <= m <= 0.3 for m in moved.values()), moved
     assert max(moved.values()) / min(moved.values()) < 2.0, moved
     assert 0.1 <= relative_change(p1, mutation_component_masking(p1, generator=gen())) <= 0.6
@@ -219,8 +223,10 @@ def test_dare_drops_about_p_of_the_entries():
 
 def test_svd_mutations_with_zero_noise_keep_delta_w_and_factor_balance(parents):
     gen = torch.Generator().manual_seed(0)
-    quiet = (mutation_svd_structured(parents[0], generator=gen, epsilon=0.0),
-             mutation_component_masking(parents[0], generator=gen, rho=0.0))
+    quiet = (
+        mutation_svd_structured(parents[0], generator=gen, epsilon=0.0),
+        mutation_component_masking(parents[0], generator=gen, rho=0.0),
+    )
     for child in quiet:
         assert _max_delta_error(child, parents[0]) < 1e-10
         for m, (A, B) in child.items():  # re-factored, but with the parent's ‖B‖/‖A‖
@@ -299,7 +305,10 @@ def test_plan_replaces_the_weakest_of_each_role_with_children_of_survivors():
     members = _members()
     plan = plan_replacement(members, step=10, rng=random.Random(0), num_replaced=2)
     assert sorted((p.role, p.replaced) for p in plan) == [
-        ("student", "student-0"), ("student", "student-1"), ("teacher", "teacher-0"), ("teacher", "teacher-1")
+        ("student", "student-0"),
+        ("student", "student-1"),
+        ("teacher", "teacher-0"),
+        ("teacher", "teacher-1"),
     ]
     rating = {m.member_id: m for m in members}
     for p in plan:
@@ -322,8 +331,9 @@ def test_plan_uses_only_mutations_when_one_parent_is_left():
 
 def test_grace_protects_young_children():
     members = _members()
-    young = [MemberRating(m.member_id, m.role, m.mu, m.sigma, born=8 if m.member_id.endswith("-0") else 0)
-             for m in members]
+    young = [
+        MemberRating(m.member_id, m.role, m.mu, m.sigma, born=8 if m.member_id.endswith("-0") else 0) for m in members
+    ]
     replaced = {p.replaced for p in plan_replacement(young, step=10, rng=random.Random(0), grace_steps=5)}
     assert replaced == {"teacher-1", "student-1"}
 
@@ -351,8 +361,9 @@ def test_is_evolution_step():
 
 
 def test_simulated_lineage_is_a_consistent_tree():
-    records = simulate_lineage(_members(), generations=5, every=10, rng=random.Random(1), num_replaced=2,
-                               grace_steps=10)
+    records = simulate_lineage(
+        _members(), generations=5, every=10, rng=random.Random(1), num_replaced=2, grace_steps=10
+    )
     assert len(records) == 5 * 2 * 2
     alive = {m.member_id for m in _members()}
     for step in sorted({r.step for r in records}):
@@ -399,6 +410,9 @@ def test_benchmark_script_runs():
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_evolution.py"
     out = subprocess.run(
         [sys.executable, str(script), "--ranks", "4", "--layers", "1", "--repeats", "1", "--threads", "1"],
-        capture_output=True, text=True, timeout=120, check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     ).stdout
     assert "| M1 svd_structured |" in out and "| linear_0_5 |" in out and "load average" in out

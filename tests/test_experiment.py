@@ -12,14 +12,29 @@ from pathlib import Path
 import pytest
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks"
-ARGS = ["experiment", "--preset", "tiny", "--set", "run.steps=3", "--set", "eval.limit=1",
-        "--set", "eval.benchmarks=[humanevalplus, gsm8k]"]
+ARGS = [
+    "experiment",
+    "--preset",
+    "tiny",
+    "--set",
+    "run.steps=3",
+    "--set",
+    "eval.limit=1",
+    "--set",
+    "eval.benchmarks=[humanevalplus, gsm8k]",
+]
 
 
 def _experiment(out: Path, **kw) -> subprocess.Popen:
     env = {**os.environ, "POPULORA_DATA": str(SHARED)}
-    return subprocess.Popen([sys.executable, "-m", "populora_nb", *ARGS, "--out", str(out)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "populora_nb", *ARGS, "--out", str(out)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kw,
+    )
 
 
 @pytest.mark.slow
@@ -47,8 +62,15 @@ def test_killed_experiment_resumes_and_its_report_is_complete(tmp_path):
     html = (out / "report.html").read_text()
     images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
     assert images == re.findall(r'<img src="([^"]+)"', html)
-    for name in ("solve_rates.png", "ratings.png", "solve_matrix.png", "complexity.png", "coverage.png", "lineage.png",
-                 "benchmarks.png"):
+    for name in (
+        "solve_rates.png",
+        "ratings.png",
+        "solve_matrix.png",
+        "complexity.png",
+        "coverage.png",
+        "lineage.png",
+        "benchmarks.png",
+    ):
         assert any(i.endswith(name) for i in images), f"report lacks {name}"
     for img in images:
         assert (out / img).stat().st_size > 1000, img
@@ -61,7 +83,9 @@ def test_killed_experiment_resumes_and_its_report_is_complete(tmp_path):
     compute = md.split("## Compute")[1].split("## ")[0]
     assert re.search(r"^\| baseline \| 1 \|", compute, re.M) and "| reference |" in compute
     # (tiny's random model writes no valid answer: every update is skipped and nothing is trained on)
-    assert re.search(r"^\| population \| 8 \| 3 \| \d+ \| \d+ \| \d+ \| \d+ \| [\d.]+ / ([\d.]+|n/a) \|", compute, re.M), compute
+    assert re.search(
+        r"^\| population \| 8 \| 3 \| \d+ \| \d+ \| \d+ \| \d+ \| [\d.]+ / ([\d.]+|n/a) \|", compute, re.M
+    ), compute
     lineage = [json.loads(line) for line in (out / "population" / "lineage.jsonl").read_text().splitlines()]
     assert lineage and all(row["relative_change"] >= 0 for row in lineage)
 

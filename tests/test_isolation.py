@@ -18,19 +18,24 @@ from pathlib import Path
 
 import pytest
 
-from populora_nb.isolation import remove_tree
-from populora_nb.sandbox import parse_literal, values_equal
 from populora_nb.tasks import Task
-from populora_nb.verifier import TASK_POLICY, Proposal, SandboxError, Verifier
+from populora_nb.verify.isolation import remove_tree
+from populora_nb.verify.sandbox import parse_literal, values_equal
+from populora_nb.verify.verifier import TASK_POLICY, Proposal, SandboxError, Verifier
 
 ROOT = os.geteuid() == 0
 NOBODY = 65534
 PACKAGE = Path(__file__).resolve().parents[1] / "populora_nb"
 # The static layer and the in-child stubs switched off: only the OS layer stands.
 OPEN_POLICY = replace(
-    TASK_POLICY, allowed_modules=TASK_POLICY.allowed_modules | {"os", "sys", "socket", "signal", "time"},
-    banned_modules=frozenset(), banned_names=frozenset(), banned_attributes=frozenset(), disable_dangerous=False,
-    guard_imports=False)
+    TASK_POLICY,
+    allowed_modules=TASK_POLICY.allowed_modules | {"os", "sys", "socket", "signal", "time"},
+    banned_modules=frozenset(),
+    banned_names=frozenset(),
+    banned_attributes=frozenset(),
+    disable_dangerous=False,
+    guard_imports=False,
+)
 # The route of the adversarial round: the sandbox's own untouched `os`, reached from `typing`.
 REACH_OS = "import typing\ndef _os():\n    return getattr(getattr(typing, 'sys').modules['__main__'], '_OS')\n"
 
@@ -40,8 +45,10 @@ def test_isolation_is_reported_by_the_zygotes_and_matches_what_a_program_sees():
     with Verifier(timeout_s=1.0, memory_mb=256, workers=1, policy=OPEN_POLICY) as v:
         iso = v.isolation
         assert iso.level in ("namespaces", "root-chroot") and str(iso).startswith(iso.level)
-        probe = REACH_OS + ("def f(a):\n    o = _os()\n    try:\n        o.mkdir('/x')\n        wrote = True\n"
-                            "    except OSError:\n        wrote = False\n    return [o.getpid(), o.listdir('/'), wrote]")
+        probe = REACH_OS + (
+            "def f(a):\n    o = _os()\n    try:\n        o.mkdir('/x')\n        wrote = True\n"
+            "    except OSError:\n        wrote = False\n    return [o.getpid(), o.listdir('/'), wrote]"
+        )
         result = v.run(probe, ["0"])[0]
         pid, listing, wrote = parse_literal(result.output or repr(result))
         assert listing == [] and not wrote
@@ -65,14 +72,23 @@ def test_without_namespaces_root_falls_back_and_anyone_else_is_refused(ordinary_
 def test_forged_result_lines_are_capped_and_checked_as_data():
     """A program that reaches the result pipe writes what it likes, and that is all it gets: the
     zygote reads at most the cap for its inputs, the parent parses the rest as literals."""
-    flood = REACH_OS + ("def f(a):\n    o = _os()\n    line = b'{\"status\": \"ok\", \"output\": \"' + b'1' * 10_000_000 + b'\"}\\n'\n"
-                        "    o.write(3, line)\n    o._exit(0)")
-    not_literal = REACH_OS + "def f(a):\n    _os().write(3, b'{\"status\": \"ok\", \"output\": \"object()\"}\\n')\n    _os()._exit(0)"
-    many = REACH_OS + "def f(a):\n    _os().write(3, b'{\"status\": \"ok\", \"output\": \"1\"}\\n' * 100)\n    _os()._exit(0)"
+    flood = REACH_OS + (
+        'def f(a):\n    o = _os()\n    line = b\'{"status": "ok", "output": "\' + b\'1\' * 10_000_000 + b\'"}\\n\'\n'
+        "    o.write(3, line)\n    o._exit(0)"
+    )
+    not_literal = (
+        REACH_OS + 'def f(a):\n    _os().write(3, b\'{"status": "ok", "output": "object()"}\\n\')\n    _os()._exit(0)'
+    )
+    many = REACH_OS + 'def f(a):\n    _os().write(3, b\'{"status": "ok", "output": "1"}\\n\' * 100)\n    _os()._exit(0)'
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with Verifier(timeout_s=2.0, memory_mb=256, workers=1, policy=OPEN_POLICY) as v:
-        results = v.validate_many([Proposal("code_o", flood, ("0",)), Proposal("code_o", not_literal, ("0",)),
-                                   Proposal("code_f", many, ("1", "2"), "m")])
+        results = v.validate_many(
+            [
+                Proposal("code_o", flood, ("0",)),
+                Proposal("code_o", not_literal, ("0",)),
+                Proposal("code_f", many, ("1", "2"), "m"),
+            ]
+        )
         assert [r.reason for r in results[:2]] == ["output_too_long", "output_not_literal"], results
         assert isinstance(results[2], Task) and results[2].outputs == ("1", "1")  # one line per input, no more
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB: never 10 MB parsed
@@ -81,11 +97,19 @@ def test_forged_result_lines_are_capped_and_checked_as_data():
 def test_nested_directories_never_break_close(tmp_path):
     """1,500 nested mkdir/chdir: with namespaces nothing can be created; without them (root-chroot
     or the unsafe level) the run directory is removed without recursion, and close() never raises."""
-    bomb = REACH_OS + ("def f(a):\n    o = _os()\n    for _ in range(1500):\n        o.mkdir('d' * 200)\n"
-                       "        o.chdir('d' * 200)\n    return 1")
+    bomb = REACH_OS + (
+        "def f(a):\n    o = _os()\n    for _ in range(1500):\n        o.mkdir('d' * 200)\n"
+        "        o.chdir('d' * 200)\n    return 1"
+    )
     for namespaces in (True, False):
-        with Verifier(timeout_s=5.0, memory_mb=256, workers=1, policy=OPEN_POLICY, namespaces=namespaces,
-                      allow_unsafe_no_isolation=True) as v:
+        with Verifier(
+            timeout_s=5.0,
+            memory_mb=256,
+            workers=1,
+            policy=OPEN_POLICY,
+            namespaces=namespaces,
+            allow_unsafe_no_isolation=True,
+        ) as v:
             result = v.run(bomb, ["0"])[0]
             base = v._base_dir
             assert result.status == ("runtime_error" if v.isolation.level == "namespaces" else "ok"), result
@@ -106,12 +130,22 @@ def test_nested_directories_never_break_close(tmp_path):
 def test_hash_seeds_are_random_distinct_and_renewed():
     a, b = Verifier(), Verifier()
     assert a.hash_seeds[0] != a.hash_seeds[1] and a.hash_seeds != b.hash_seeds
-    assert all(1 <= s < 2 ** 32 for s in a.hash_seeds + b.hash_seeds)
+    assert all(1 <= s < 2**32 for s in a.hash_seeds + b.hash_seeds)
     with pytest.raises(ValueError, match="different"):
         Verifier(hash_seeds=(3, 3))
     # A program tuned to the old fixed seeds 1 and 2: constant there, hash-dependent everywhere else.
-    h = [int(subprocess.run([sys.executable, "-S", "-c", "print(hash('abc'))"], env={"PYTHONHASHSEED": str(s)},
-                            capture_output=True, text=True, check=True).stdout) for s in (1, 2)]
+    h = [
+        int(
+            subprocess.run(
+                [sys.executable, "-S", "-c", "print(hash('abc'))"],
+                env={"PYTHONHASHSEED": str(s)},
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
+        for s in (1, 2)
+    ]
     tuned = f"def f(a):\n    h = hash(a)\n    return 0 if h in ({h[0]}, {h[1]}) else h"
     with Verifier(timeout_s=1.0, memory_mb=256, workers=1, reseed_every=2) as v:
         first = v.hash_seeds
@@ -132,10 +166,10 @@ def test_negative_zero_equals_zero_as_documented():
 
 
 # ---------------------------------------------------------------- as an ordinary user, checked from the host
-HOSTILE_SCRIPT = '''
+HOSTILE_SCRIPT = """
 import json, os, sys
 from dataclasses import replace
-from populora_nb.verifier import TASK_POLICY, Verifier, static_check
+from populora_nb.verify.verifier import TASK_POLICY, Verifier, static_check
 canary, port = sys.argv[1], int(sys.argv[2])
 open_policy = replace(TASK_POLICY, allowed_modules=TASK_POLICY.allowed_modules | {"os", "sys", "socket", "signal"},
                       banned_modules=frozenset(), banned_names=frozenset(), banned_attributes=frozenset(),
@@ -159,10 +193,10 @@ with Verifier(timeout_s=2.0, memory_mb=256, workers=1, policy=open_policy) as v:
     report["task_policy"] = static_check(programs["kill_everyone"]).reason  # the fast filter still says why
     report["alive"] = v.run("def f(a):\\n    return a", ["7"])[0].output
 print(json.dumps(report))
-''' % {"reach": REACH_OS}
-REFUSAL_SCRIPT = '''
+""" % {"reach": REACH_OS}
+REFUSAL_SCRIPT = """
 import json
-from populora_nb.verifier import SandboxError, Verifier
+from populora_nb.verify.verifier import SandboxError, Verifier
 out = {}
 try:
     Verifier(namespaces=False).start()
@@ -173,11 +207,12 @@ with Verifier(namespaces=False, allow_unsafe_no_isolation=True, workers=1) as v:
 with Verifier(workers=1) as v:
     out["default_level"] = v.isolation.level
 print(json.dumps(out))
-'''
-OWNER_SCRIPT = '''
+"""
+OWNER_SCRIPT = (
+    """
 import sys
 from dataclasses import replace
-from populora_nb.verifier import TASK_POLICY, Verifier
+from populora_nb.verify.verifier import TASK_POLICY, Verifier
 policy = replace(TASK_POLICY, allowed_modules=TASK_POLICY.allowed_modules | {"sys"}, banned_modules=frozenset(),
                  banned_attributes=frozenset())  # the static filter lets the route through
 v = Verifier(timeout_s=60.0, memory_mb=256, workers=1, allow_unsafe_no_isolation=True, namespaces=sys.argv[1] == "1",
@@ -185,7 +220,9 @@ v = Verifier(timeout_s=60.0, memory_mb=256, workers=1, allow_unsafe_no_isolation
 v.start()
 print("ready", flush=True)
 print(v.run(%r + "def f(a):\\n    _os().kill(_os().getpid(), 19)\\n    return 1", ["0"]))
-''' % REACH_OS
+"""
+    % REACH_OS
+)
 
 
 @pytest.fixture(scope="module")
@@ -207,12 +244,16 @@ def ordinary_user(tmp_path_factory):
     os.chown(home, NOBODY, NOBODY)
     prefix = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
     env = {"PYTHONPATH": str(top), "PATH": "/usr/bin:/bin"}
-    candidates = [sys.executable, os.path.realpath(sys.executable), sys._base_executable, "/usr/bin/python3",
-                  "/usr/local/bin/python3"]
+    candidates = [
+        sys.executable,
+        os.path.realpath(sys.executable),
+        sys._base_executable,
+        "/usr/bin/python3",
+        "/usr/local/bin/python3",
+    ]
     for python in dict.fromkeys(candidates):  # the first interpreter uid 65534 can run
-        start = "from populora_nb.verifier import Verifier; Verifier(workers=1, allow_unsafe_no_isolation=True).start()"
-        probe = subprocess.run(prefix + [python, "-c", start], env=env,
-                               cwd=home, capture_output=True, timeout=60)
+        start = "from populora_nb.verify.verifier import Verifier; Verifier(workers=1, allow_unsafe_no_isolation=True).start()"
+        probe = subprocess.run(prefix + [python, "-c", start], env=env, cwd=home, capture_output=True, timeout=60)
         if probe.returncode == 0:
             yield prefix + [python], env, home
             shutil.rmtree(top, ignore_errors=True)
@@ -290,8 +331,14 @@ def test_kill_9_of_the_owner_leaves_no_process_and_no_directory(ordinary_user, n
     left behind is swept by the next Verifier of that user."""
     prefix, env, home = user
     marker = _marker(env)
-    owner = subprocess.Popen(prefix + ["-c", OWNER_SCRIPT, "1" if namespaces else "0"], env=env, cwd=home,
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    owner = subprocess.Popen(
+        prefix + ["-c", OWNER_SCRIPT, "1" if namespaces else "0"],
+        env=env,
+        cwd=home,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert owner.stdout.readline().strip() == "ready"
         time.sleep(1.0)  # the run is blocked in pause() by now
@@ -304,8 +351,11 @@ def test_kill_9_of_the_owner_leaves_no_process_and_no_directory(ordinary_user, n
         assert not _sandbox_processes(marker)
         if not namespaces:  # the unsafe level's run directory outlived its owner: the next start sweeps it
             _run_as_ordinary_user(REFUSAL_SCRIPT, [], user)
-        stale = [p for p in Path(tempfile.gettempdir()).glob("populora-sandbox-*")
-                 if p.stat().st_uid == (NOBODY if ROOT else os.geteuid()) and not _pid_alive(p.name.split("-")[2])]
+        stale = [
+            p
+            for p in Path(tempfile.gettempdir()).glob("populora-sandbox-*")
+            if p.stat().st_uid == (NOBODY if ROOT else os.geteuid()) and not _pid_alive(p.name.split("-")[2])
+        ]
         assert stale == []
     finally:
         if owner.poll() is None:
@@ -321,4 +371,3 @@ def _pid_alive(pid: str) -> bool:
         return False
     except PermissionError:
         return True
-

@@ -1,12 +1,12 @@
 """The loop driven end to end by a scripted policy (fixed completions), then by the tiny model."""
 
 import pytest
+from scripted import ScriptedPolicy
 
 from populora_nb.config import load_config
 from populora_nb.loop import baseline_step, initial_state, population_step, run
 from populora_nb.stages import Attempt, Completion, StepOutcome, member_metrics, token_counts
 from populora_nb.tasks import Task
-from scripted import ScriptedPolicy
 
 
 def test_baseline_step_rewards_advantages_and_buffers(verifier, tokenizer):
@@ -32,8 +32,15 @@ def test_baseline_step_rewards_advantages_and_buffers(verifier, tokenizer):
 
 
 def test_population_step_teacher_rewards_follow_the_students(verifier, tokenizer):
-    cfg = load_config("tiny", {"run.agent": "population", "tasks.kinds": ["code_o"], "rl.proposals_per_kind": 2,
-                               "matchmaking.mode": "round_robin"})
+    cfg = load_config(
+        "tiny",
+        {
+            "run.agent": "population",
+            "tasks.kinds": ["code_o"],
+            "rl.proposals_per_kind": 2,
+            "matchmaking.mode": "round_robin",
+        },
+    )
     state = initial_state(cfg, verifier)
     policy = ScriptedPolicy(tokenizer)
     out = population_step(policy, verifier, state, cfg)
@@ -73,8 +80,9 @@ def _comparable(rows):
 
 
 def test_run_writes_records_and_a_crashed_run_resumes_to_the_same_records(tmp_path, tokenizer):
-    cfg = load_config("tiny", {"run.agent": "population", "evolution.enabled": False, "run.steps": 4,
-                               "run.checkpoint_every": 2})
+    cfg = load_config(
+        "tiny", {"run.agent": "population", "evolution.enabled": False, "run.steps": 4, "run.checkpoint_every": 2}
+    )
     full = run(cfg, tmp_path / "full", policy=ScriptedPolicy(tokenizer), progress=False)
     rows = full.read("metrics")
     assert {r["step"] for r in rows} == {0, 1, 2, 3} and len(rows) == 4 * cfg.n_members
@@ -105,8 +113,9 @@ def test_grow_seeds_adds_distinct_valid_proposals(verifier, tokenizer):
 def test_azr_baseline_trains_its_solver_on_a_buffer_batch_not_on_its_learnability_rollouts(verifier, tokenizer):
     """AZR: k rollouts per valid proposal estimate rho for the proposer reward and are not trained
     on; the solver learns from proposals_per_kind buffer tasks per kind, one response each."""
-    cfg = load_config("tiny", {"run.agent": "baseline", "tasks.kinds": ["code_o"], "rl.proposals_per_kind": 2,
-                               "rl.rollouts": 3})
+    cfg = load_config(
+        "tiny", {"run.agent": "baseline", "tasks.kinds": ["code_o"], "rl.proposals_per_kind": 2, "rl.rollouts": 3}
+    )
     assert cfg.run.baseline_solver == "azr"  # the default for the baseline
     state = initial_state(cfg, verifier)
     policy = ScriptedPolicy(tokenizer)
@@ -115,7 +124,7 @@ def test_azr_baseline_trains_its_solver_on_a_buffer_batch_not_on_its_learnabilit
     batch = [a for a in out.attempts if not a.fresh]
     assert len(fresh) == 3 and not any(a.train for a in fresh)  # one valid proposal x k = 3, rho only
     assert out.proposals[0].rho == 1.0
-    assert len(batch) == 2 and all(a.train for a in batch)        # 2 buffer tasks x 1 response
+    assert len(batch) == 2 and all(a.train for a in batch)  # 2 buffer tasks x 1 response
     solve_samples = [s for s in out.samples if s.group[1] == "solve"]
     assert sorted(s.prompt for s in solve_samples) == sorted(a.prompt for a in batch)
     # Compute is measured, not assumed: the learnability rollouts are generated but not trained on.
@@ -128,8 +137,16 @@ def test_azr_baseline_trains_its_solver_on_a_buffer_batch_not_on_its_learnabilit
 
 
 def test_own_rollouts_baseline_trains_on_the_rollouts_of_its_proposals(verifier, tokenizer):
-    cfg = load_config("tiny", {"run.agent": "baseline", "tasks.kinds": ["code_o"], "rl.proposals_per_kind": 2,
-                               "rl.rollouts": 3, "run.baseline_solver": "own_rollouts"})
+    cfg = load_config(
+        "tiny",
+        {
+            "run.agent": "baseline",
+            "tasks.kinds": ["code_o"],
+            "rl.proposals_per_kind": 2,
+            "rl.rollouts": 3,
+            "run.baseline_solver": "own_rollouts",
+        },
+    )
     state = initial_state(cfg, verifier)
     out = baseline_step(ScriptedPolicy(tokenizer), verifier, state, cfg)
     fresh = [a for a in out.attempts if a.fresh]
@@ -142,8 +159,12 @@ def test_headline_solve_rate_counts_fresh_tasks_only():
     """A student who fails every fresh task but solves every buffer top-up (say, the identity seed)
     must not show a 50% solve rate: buffer attempts are recorded apart."""
     task = Task("code_o", "def f(a):\n    return a", ("1",), ("1",))
-    attempts = [Attempt("S0", task, "p", "c", "wrong", 0), Attempt("S0", task, "p", "c", "wrong", 0),
-                Attempt("S0", task, "p", "c", "correct", None), Attempt("S0", task, "p", "c", "correct", None)]
+    attempts = [
+        Attempt("S0", task, "p", "c", "wrong", 0),
+        Attempt("S0", task, "p", "c", "wrong", 0),
+        Attempt("S0", task, "p", "c", "correct", None),
+        Attempt("S0", task, "p", "c", "correct", None),
+    ]
     row = member_metrics("S0", "student", StepOutcome(attempts=attempts), ["code_o"])
     assert row["student/solve_rate"] == 0.0 and row["solve_rate/code_o"] == 0.0
     assert row["student/buffer_solve_rate"] == 1.0 and row["buffer_solve_rate/code_o"] == 1.0
@@ -170,7 +191,9 @@ def test_sampled_token_ids_travel_from_generation_to_the_update(verifier, tokeni
     updated = [s for _, samples in policy.updates for s in samples]
     assert updated and all(s.token_ids == ((1, 2), (len(s.completion), 7)) for s in updated)
     generated = token_counts(out, tokenizer)
-    assert sum(c["compute/generated_tokens"] for c in generated.values()) == 2 * (len(out.proposals) + len(out.attempts))
+    assert sum(c["compute/generated_tokens"] for c in generated.values()) == 2 * (
+        len(out.proposals) + len(out.attempts)
+    )
 
 
 def test_task_rows_record_the_parsed_program_of_a_rejected_proposal_in_r1():
@@ -178,10 +201,12 @@ def test_task_rows_record_the_parsed_program_of_a_rejected_proposal_in_r1():
     proposal; the one inside <answer> is (today's rows re-parsed the text as chat and took the draft)."""
     from populora_nb.prompts import parse_proposal
     from populora_nb.stages import Proposed, task_rows
-    from populora_nb.verifier import Invalid
+    from populora_nb.verify.verifier import Invalid
 
-    text = ("draft:\n```python\ndef f(a):\n    return a  # draft\n```\n</think>\n<answer>\n```python\nimport os\n"
-            "def f(a):\n    return os.getcwd()\n```\n```input\n1\n```\n</answer>")
+    text = (
+        "draft:\n```python\ndef f(a):\n    return a  # draft\n```\n</think>\n<answer>\n```python\nimport os\n"
+        "def f(a):\n    return os.getcwd()\n```\n```input\n1\n```\n</answer>"
+    )
     p = Proposed("T0", "code_o", "prompt", text, parse_proposal(text, "code_o", "r1"))
     p.result = Invalid("banned_import")
     (row,) = task_rows(0, [p])

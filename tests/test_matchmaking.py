@@ -268,8 +268,10 @@ def test_pfsp_pairs_give_every_student_its_share_of_teachers(env, n_teachers, n_
 def test_pfsp_matching_still_prefers_near_balanced_pairs(env):
     skills = [15.0, 22.0, 30.0, 40.0]
     teachers, students = [f"t{i}" for i in range(4)], [f"s{i}" for i in range(4)]
-    ratings = {**{t: Rating(m, 2.0) for t, m in zip(teachers, skills)},
-               **{s: Rating(m, 2.0) for s, m in zip(students, skills)}}
+    ratings = {
+        **{t: Rating(m, 2.0) for t, m in zip(teachers, skills)},
+        **{s: Rating(m, 2.0) for s, m in zip(students, skills)},
+    }
     rng = random.Random(11)
     counts = Counter(pair for _ in range(2000) for pair in pfsp_pairs(teachers, students, ratings, env, rng))
     for i, t in enumerate(teachers):

@@ -2,7 +2,7 @@
 
 import torch
 
-from populora_nb.policy import LoRAPolicy
+from populora_nb.model.policy import LoRAPolicy
 from populora_nb.stages import Sample
 
 
@@ -16,8 +16,10 @@ def test_update_changes_only_its_member_and_scores_sampled_tokens(tiny_config, t
     outs = policy.generate(["T0", "T0"], prompts, max_new_tokens=6, seed=1)
     assert outs == policy.generate(["T0", "T0"], prompts, max_new_tokens=6, seed=1)  # seeded
     before_t, before_s = _snapshot(policy, "T0"), _snapshot(policy, "S0")
-    samples = [Sample("T0", p, c.text, r, ("T0", "propose", "code_o"), a, token_ids=c.token_ids)
-               for p, c, r, a in zip(prompts, outs, [1.0, -1.0], [1.0, -1.0])]
+    samples = [
+        Sample("T0", p, c.text, r, ("T0", "propose", "code_o"), a, token_ids=c.token_ids)
+        for p, c, r, a in zip(prompts, outs, [1.0, -1.0], [1.0, -1.0])
+    ]
     # every completion carries the ids it was sampled as, and the update scores exactly those
     assert all(c.token_ids is not None and len(c.token_ids[1]) > 0 for c in outs)
     scored = [policy._generation("T0", s) for s in samples]
@@ -26,7 +28,9 @@ def test_update_changes_only_its_member_and_scores_sampled_tokens(tiny_config, t
     assert stats["optim/skipped"] == 0.0 and stats["optim/grad_norm"] > 0
     after_t, after_s = _snapshot(policy, "T0"), _snapshot(policy, "S0")
     assert any(not torch.equal(before_t[k][1], after_t[k][1]) for k in before_t)  # B moved (it started at 0)
-    assert all(torch.equal(before_s[k][0], after_s[k][0]) and torch.equal(before_s[k][1], after_s[k][1]) for k in before_s)
+    assert all(
+        torch.equal(before_s[k][0], after_s[k][0]) and torch.equal(before_s[k][1], after_s[k][1]) for k in before_s
+    )
 
 
 def test_zero_advantages_skip_the_optimizer_step(tiny_config, tiny_base):
@@ -40,8 +44,13 @@ def test_zero_advantages_skip_the_optimizer_step(tiny_config, tiny_base):
 def test_checkpoint_round_trip_keeps_names_and_weights(tiny_config, tiny_base, tmp_path):
     policy = LoRAPolicy.create(tiny_config, [("T0", "teacher"), ("S0", "student")], base=tiny_base)
     out = policy.generate(["S0"], ["hello"], 4, seed=0)[0]
-    policy.update("S0", [Sample("S0", "hello", out.text, 1.0, ("S0", "solve", "code_o"), 1.0, token_ids=out.token_ids),
-                         Sample("S0", "hello", out.text + "x", -1.0, ("S0", "solve", "code_o"), -1.0)])
+    policy.update(
+        "S0",
+        [
+            Sample("S0", "hello", out.text, 1.0, ("S0", "solve", "code_o"), 1.0, token_ids=out.token_ids),
+            Sample("S0", "hello", out.text + "x", -1.0, ("S0", "solve", "code_o"), -1.0),
+        ],
+    )
     policy.save(tmp_path / "p")
     other = LoRAPolicy.create(tiny_config, [("T0", "teacher"), ("S0", "student")], base=tiny_base)
     other.load(tmp_path / "p")
@@ -54,16 +63,25 @@ def test_update_scores_at_the_sampling_temperature(tiny_base, monkeypatch):
     """The policy gradient must score the policy that sampled: LoRAPolicy.update hands the config's
     sampling temperature to every batch it trains on (log-probs of logits / T)."""
     from populora_nb.config import load_config
-    from populora_nb.policy import LoRAPolicy
+    from populora_nb.model.policy import LoRAPolicy
     from populora_nb.stages import Sample
 
     cfg = load_config("tiny", {"sampling.temperature": 0.7})
     policy = LoRAPolicy.create(cfg, [("T0", "teacher")], base=tiny_base)
     seen = []
     real = policy.population.train_step
-    monkeypatch.setattr(policy.population, "train_step", lambda mid, batch, *a, **k: seen.append(batch.temperature) or real(mid, batch, *a, **k))
+    monkeypatch.setattr(
+        policy.population,
+        "train_step",
+        lambda mid, batch, *a, **k: seen.append(batch.temperature) or real(mid, batch, *a, **k),
+    )
     prompts = ["hello", "world"]
     outs = policy.generate(["T0", "T0"], prompts, max_new_tokens=4, seed=0)
-    policy.update("T0", [Sample("T0", p, c.text, r, ("T0", "propose", "code_o"), a, token_ids=c.token_ids)
-                         for p, c, r, a in zip(prompts, outs, (1.0, -1.0), (1.0, -1.0))])
+    policy.update(
+        "T0",
+        [
+            Sample("T0", p, c.text, r, ("T0", "propose", "code_o"), a, token_ids=c.token_ids)
+            for p, c, r, a in zip(prompts, outs, (1.0, -1.0), (1.0, -1.0))
+        ],
+    )
     assert seen == [0.7]

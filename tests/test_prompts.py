@@ -1,6 +1,14 @@
 import pytest
 
-from populora_nb.prompts import ParseFailure, Proposal, parse_answer, parse_proposal, propose_prompt, render, solve_prompt
+from populora_nb.prompts import (
+    ParseFailure,
+    Proposal,
+    parse_answer,
+    parse_proposal,
+    propose_prompt,
+    render,
+    solve_prompt,
+)
 from populora_nb.tasks import Task
 
 IDENTITY = Task("code_o", "def f(a):\n    return a", ("'Hello world'",), ("'Hello world'",))
@@ -15,7 +23,11 @@ def test_code_o_proposal_parses_program_and_input():
 
 @pytest.mark.parametrize(
     "text, reason",
-    [("no code here", "no_python_block"), ("```python\ndef f(a): return a\n```", "no_input_block"), ("```python\n\n```\n```input\n1\n```", "no_python_block")],
+    [
+        ("no code here", "no_python_block"),
+        ("```python\ndef f(a): return a\n```", "no_input_block"),
+        ("```python\n\n```\n```input\n1\n```", "no_python_block"),
+    ],
 )
 def test_proposal_parse_failures_are_named(text, reason):
     assert parse_proposal(text, "code_i", "chat") == ParseFailure(reason)

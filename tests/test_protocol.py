@@ -7,8 +7,15 @@ import random
 
 import pytest
 
-from populora_nb.protocol import (
-    band, compare, comparison_table, end_value, t_interval, t_quantile, welch_interval, write_seed_report,
+from populora_nb.analysis.protocol import (
+    band,
+    compare,
+    comparison_table,
+    end_value,
+    t_interval,
+    t_quantile,
+    welch_interval,
+    write_seed_report,
 )
 
 
@@ -50,16 +57,18 @@ def _experiments(tmp_path, baseline, population):
 
 
 def test_a_difference_within_the_seed_spread_is_not_separated(tmp_path):
-    exps = _experiments(tmp_path, baseline=[[0.2, 0.3], [0.5, 0.6], [0.1, 0.2]],
-                        population=[[0.3, 0.4], [0.2, 0.3], [0.6, 0.5]])
+    exps = _experiments(
+        tmp_path, baseline=[[0.2, 0.3], [0.5, 0.6], [0.1, 0.2]], population=[[0.3, 0.4], [0.2, 0.3], [0.6, 0.5]]
+    )
     (c,) = compare(exps, keys=("student/solve_rate",), window=1)
     assert c.baseline == (0.3, 0.6, 0.2) and c.population == (0.4, 0.3, 0.5)
     assert not c.separated and c.low < 0 < c.high
 
 
 def test_a_consistent_difference_is_separated_and_tabled(tmp_path):
-    exps = _experiments(tmp_path, baseline=[[0.1, 0.2], [0.15, 0.2], [0.1, 0.25]],
-                        population=[[0.5, 0.6], [0.55, 0.65], [0.5, 0.62]])
+    exps = _experiments(
+        tmp_path, baseline=[[0.1, 0.2], [0.15, 0.2], [0.1, 0.25]], population=[[0.5, 0.6], [0.55, 0.65], [0.5, 0.62]]
+    )
     (c,) = compare(exps, keys=("student/solve_rate",), window=2)
     assert c.separated and c.low > 0
     row = comparison_table([c])[1]

@@ -79,8 +79,11 @@ def test_latest_naming_a_missing_directory_is_corruption_not_no_checkpoint(tmp_p
     run = RunDir.create(tmp_path / "r", load_config("tiny"))
     run.commit_checkpoint(run.begin_checkpoint(1), 1)
     shutil.rmtree(run.checkpoint_dir(1))
-    with pytest.raises(CorruptRunError, match=r"latest names 'step_000001', which is not a checkpoint directory "
-                                              r"\(checkpoints present: none\)"):
+    with pytest.raises(
+        CorruptRunError,
+        match=r"latest names 'step_000001', which is not a checkpoint directory "
+        r"\(checkpoints present: none\)",
+    ):
         run.latest_checkpoint()
 
 

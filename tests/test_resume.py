@@ -12,19 +12,35 @@ import sys
 import time
 
 import pytest
+from scripted import ScriptedPolicy
 
 from populora_nb.config import load_config
 from populora_nb.loop import roster_for, run
 from populora_nb.records import CorruptRunError, RunDir
-from scripted import ScriptedPolicy
 
-ARGS = ["run", "--preset", "tiny", "--agent", "population", "--steps", "3",
-        "--set", "run.checkpoint_every=1", "--set", "evolution.every=2"]
+ARGS = [
+    "run",
+    "--preset",
+    "tiny",
+    "--agent",
+    "population",
+    "--steps",
+    "3",
+    "--set",
+    "run.checkpoint_every=1",
+    "--set",
+    "evolution.every=2",
+]
 
 
 def _cli(out, **kw):
-    return subprocess.Popen([sys.executable, "-m", "populora_nb", *ARGS, "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "populora_nb", *ARGS, "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kw,
+    )
 
 
 def _records(path):
@@ -81,8 +97,11 @@ class ScriptedLoRA(ScriptedPolicy):
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, verifier, tokenizer):
     """The records of an uninterrupted run of CFG."""
-    return _records(run(CFG, tmp_path_factory.mktemp("ref"), policy=ScriptedPolicy(tokenizer), verifier=verifier,
-                        progress=False).path)
+    return _records(
+        run(
+            CFG, tmp_path_factory.mktemp("ref"), policy=ScriptedPolicy(tokenizer), verifier=verifier, progress=False
+        ).path
+    )
 
 
 def _cut(path, keep):
@@ -99,8 +118,9 @@ def _one_line(err):
 
 
 def test_random_bytes_in_checkpoint_safetensors_fall_back_to_the_previous_checkpoint(
-        tmp_path, verifier, tiny_base, reference, capsys):
-    from populora_nb.policy import LoRAPolicy
+    tmp_path, verifier, tiny_base, reference, capsys
+):
+    from populora_nb.model.policy import LoRAPolicy
 
     def policy():
         return ScriptedLoRA(LoRAPolicy.create(CFG, list(roster_for(CFG).items()), base=tiny_base))
@@ -120,9 +140,13 @@ def test_random_bytes_in_checkpoint_safetensors_fall_back_to_the_previous_checkp
 
     # With no older checkpoint to fall back on: one line naming the file, and the records untouched.
     one = load_config("tiny", {**CFG_OVERRIDES, "run.steps": 2, "run.checkpoint_every": 0})
-    rd = run(one, tmp_path / "one", policy=ScriptedLoRA(LoRAPolicy.create(one, list(roster_for(one).items()),
-                                                                           base=tiny_base)),
-             verifier=verifier, progress=False)
+    rd = run(
+        one,
+        tmp_path / "one",
+        policy=ScriptedLoRA(LoRAPolicy.create(one, list(roster_for(one).items()), base=tiny_base)),
+        verifier=verifier,
+        progress=False,
+    )
     bad = rd.checkpoint_dir(2) / "policy" / "lora" / "optimizers.safetensors"
     bad.write_bytes(bad.read_bytes()[:-8] + b"\x00" * 8)
     before = (rd.path / "metrics.jsonl").read_bytes()
@@ -152,8 +176,9 @@ def test_tasks_cut_mid_step_falls_back_or_is_refused_naming_the_file(tmp_path, v
     assert (rd.path / "tasks.jsonl").read_bytes() == before
 
 
-def test_latest_naming_a_missing_checkpoint_is_not_a_restart_from_step_0(tmp_path, verifier, tokenizer, reference,
-                                                                        capsys):
+def test_latest_naming_a_missing_checkpoint_is_not_a_restart_from_step_0(
+    tmp_path, verifier, tokenizer, reference, capsys
+):
     rd = run(CFG, tmp_path / "r", policy=ScriptedPolicy(tokenizer), verifier=verifier, progress=False)
     shutil.rmtree(rd.checkpoint_dir(4))
     capsys.readouterr()
@@ -201,7 +226,7 @@ def test_truncated_state_json_is_refused_in_one_line_naming_it(tmp_path, verifie
 
 
 def test_loaders_name_the_truncated_file(tmp_path, tiny_config, tiny_base):
-    from populora_nb.policy import LoRAPolicy
+    from populora_nb.model.policy import LoRAPolicy
     from populora_nb.records import read_json
 
     policy = LoRAPolicy.create(tiny_config, [("T0", "teacher"), ("S0", "student")], base=tiny_base)

@@ -17,17 +17,23 @@ from populora_nb.config import load_config
 from populora_nb.evolution import OPERATORS, retention_curves
 from populora_nb.loop import RunState, initial_state
 from populora_nb.matchmaking import Rating
+from populora_nb.model.policy import LoRAPolicy
 from populora_nb.operators import LoRAPair
-from populora_nb.policy import LoRAPolicy
 from populora_nb.prompts import render, solve_prompt
 from populora_nb.records import RunDir, write_json
 from populora_nb.retention import (
-    draw_tasks, fittest, load_population, plot_retention, retention_pool, run_retention, student_train_and_score,
+    draw_tasks,
+    fittest,
+    load_population,
+    plot_retention,
+    retention_pool,
+    run_retention,
+    student_train_and_score,
     teacher_train_and_score,
 )
 from populora_nb.stages import worked_examples
 from populora_nb.tasks import Task
-from populora_nb.verifier import Verifier
+from populora_nb.verify.verifier import Verifier
 
 BLOCK = {"code_o": "output", "code_i": "input", "code_f": "python"}
 
@@ -75,7 +81,9 @@ def setup(config, verifier, tiny_base):
     policy = GradedPolicy.create(config, list(state.roster.items()), base=tiny_base)
     gen = torch.Generator().manual_seed(7)
     for name in ("S0", "S1"):  # "trained" parents: far enough from the base to steer sampling
-        trained = {m: LoRAPair(p.A, torch.randn(p.B.shape, generator=gen) * 0.3) for m, p in policy.factors(name).items()}
+        trained = {
+            m: LoRAPair(p.A, torch.randn(p.B.shape, generator=gen) * 0.3) for m, p in policy.factors(name).items()
+        }
         policy.population.set_factors(policy.names[name], trained)
     pool = retention_pool(state.buffers, config.tasks.kinds)
     examples = worked_examples(state.buffers)
@@ -85,8 +93,9 @@ def setup(config, verifier, tiny_base):
 
 def make_tas(setup, config, verifier, seed=0):
     policy, _, pool, examples = setup
-    return student_train_and_score(policy, verifier, config, pool, member="S0", tasks_per_step=2, rollouts=2,
-                                   seed=seed, examples=examples)
+    return student_train_and_score(
+        policy, verifier, config, pool, member="S0", tasks_per_step=2, rollouts=2, seed=seed, examples=examples
+    )
 
 
 # ---- pure pieces ---------------------------------------------------------------------------------
@@ -133,10 +142,14 @@ def test_curves_repeat_for_a_seed_and_copy_parent_starts_at_the_parent(setup, co
     own = make_tas(setup, config, verifier)(parent, 0)
     assert len(own) == 1
     ops = ("full_gaussian", "dare", "copy_parent")
-    first = retention_curves(parent, partner, train_and_score=make_tas(setup, config, verifier), num_steps=2, operators=ops)
+    first = retention_curves(
+        parent, partner, train_and_score=make_tas(setup, config, verifier), num_steps=2, operators=ops
+    )
     assert list(first) == list(ops) and all(len(c) == 3 for c in first.values())
     trained = policy.factors("S0")
-    again = retention_curves(parent, partner, train_and_score=make_tas(setup, config, verifier), num_steps=2, operators=ops)
+    again = retention_curves(
+        parent, partner, train_and_score=make_tas(setup, config, verifier), num_steps=2, operators=ops
+    )
     assert again == first
     # copy_parent runs after two other children trained in the same slot: nothing of theirs leaks.
     assert first["copy_parent"][0] == own[0]
@@ -166,8 +179,9 @@ def test_load_population_reads_the_latest_checkpoint(config, verifier, tiny_base
     policy = LoRAPolicy.create(config, list(state.roster.items()), base=tiny_base)
     marked = {m: LoRAPair(p.A, torch.full_like(p.B, 0.01)) for m, p in policy.factors("S1").items()}
     policy.population.set_factors(policy.names["S1"], marked)
-    state = RunState(step=2, roster=state.roster, buffers=state.buffers,
-                     ratings={**state.ratings, "S1": Rating(30.0, 1.0)})
+    state = RunState(
+        step=2, roster=state.roster, buffers=state.buffers, ratings={**state.ratings, "S1": Rating(30.0, 1.0)}
+    )
     run = RunDir.create(tmp_path / "population", config)
     tmp = run.begin_checkpoint(2)
     policy.save(tmp / "policy")

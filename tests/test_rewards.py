@@ -13,9 +13,7 @@ from populora_nb.rewards import (
 )
 
 
-@pytest.mark.parametrize(
-    ("status", "expected"), [("correct", 1.0), ("wrong", -0.5), ("malformed", -1.0)]
-)
+@pytest.mark.parametrize(("status", "expected"), [("correct", 1.0), ("wrong", -0.5), ("malformed", -1.0)])
 def test_student_reward_table(status, expected):
     assert student_reward(status) == expected
 

@@ -11,7 +11,6 @@ from populora_nb.rl import (
     trr_plus_plus_advantages,
 )
 
-
 # ---------------------------------------------------------------- TRR++ advantages
 
 
@@ -126,17 +125,13 @@ def test_kl_term_is_zero_when_policy_equals_reference():
     adv = torch.tensor([0.5, -0.5, 1.0])
     base, _ = policy_gradient_loss(logprobs, mask, adv)
     g_base = torch.autograd.grad(base, logprobs)[0]
-    loss, stats = policy_gradient_loss(
-        logprobs, mask, adv, ref_logprobs=logprobs.detach(), kl_coef=1.0
-    )
+    loss, stats = policy_gradient_loss(logprobs, mask, adv, ref_logprobs=logprobs.detach(), kl_coef=1.0)
     g = torch.autograd.grad(loss, logprobs)[0]
     assert stats["loss/kl"] == 0.0
     assert loss.item() == pytest.approx(base.item(), abs=1e-7)
     assert torch.allclose(g, g_base)
     # Away from the reference the k3 estimate is positive and pulls back towards it.
-    loss_far, stats_far = policy_gradient_loss(
-        logprobs, mask, adv, ref_logprobs=logprobs.detach() - 0.5, kl_coef=1.0
-    )
+    loss_far, stats_far = policy_gradient_loss(logprobs, mask, adv, ref_logprobs=logprobs.detach() - 0.5, kl_coef=1.0)
     assert stats_far["loss/kl"] > 0.0 and loss_far.item() > base.item()
 
 
@@ -273,8 +268,9 @@ def test_logprobs_and_entropy_are_of_the_tempered_distribution(temperature):
 def test_temperature_one_changes_nothing():
     logits, input_ids, mask = _lm_batch(seed=5)
     assert torch.equal(completion_logprobs(logits, input_ids, mask, 1.0), completion_logprobs(logits, input_ids, mask))
-    assert torch.allclose(completion_logprobs(logits, input_ids, mask, 1.0), _naive_logprobs(logits, input_ids, mask),
-                          atol=1e-5)
+    assert torch.allclose(
+        completion_logprobs(logits, input_ids, mask, 1.0), _naive_logprobs(logits, input_ids, mask), atol=1e-5
+    )
 
 
 def test_greedy_temperature_scores_at_one_and_negative_is_rejected():

@@ -19,9 +19,13 @@ STREAMS = ("metrics", "tasks", "matches")
 def test_grid_points_name_every_combination_stably():
     grid = parse_grid(["population.n_teachers=[1,4]", "evolution.enabled=[true,false]"])
     points = grid_points(grid)
-    assert list(points) == [f"population.n_teachers-{n}_evolution.enabled-{e}" for n in (1, 4) for e in ("true", "false")]
-    assert points["population.n_teachers-4_evolution.enabled-false"] == {"population.n_teachers": 4,
-                                                                         "evolution.enabled": False}
+    assert list(points) == [
+        f"population.n_teachers-{n}_evolution.enabled-{e}" for n in (1, 4) for e in ("true", "false")
+    ]
+    assert points["population.n_teachers-4_evolution.enabled-false"] == {
+        "population.n_teachers": 4,
+        "evolution.enabled": False,
+    }
     assert point_name({}) == "default" and grid_points({}) == {"default": {}}
 
 
@@ -61,9 +65,15 @@ def test_tiny_sweep_survives_a_killed_trial_and_reports(tmp_path):
     from populora_nb.sweep import run_sweep
 
     victim = CrashOnce("population.n_teachers-1", 1)
-    spec = make_spec(tmp_path / "sweep", "tiny", {"population.n_teachers": [1, 2]}, seeds=(0, 1),
-                     overrides={"run.steps": 2, "evolution.enabled": False},  # 1 teacher: nothing to evolve
-                     stages=STAGES, crash_once=victim)
+    spec = make_spec(
+        tmp_path / "sweep",
+        "tiny",
+        {"population.n_teachers": [1, 2]},
+        seeds=(0, 1),
+        overrides={"run.steps": 2, "evolution.enabled": False},  # 1 teacher: nothing to evolve
+        stages=STAGES,
+        crash_once=victim,
+    )
     temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay short
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp)
     try:
@@ -82,14 +92,20 @@ def test_tiny_sweep_survives_a_killed_trial_and_reports(tmp_path):
     killed = spec.experiment_dir(victim.point, victim.seed)
     assert (tmp_path / "sweep" / f".crashed-{victim.point}-seed-{victim.seed}").exists(), "the trial was never killed"
     log = (killed / "sweep.log").read_text()
-    assert log.count("[experiment] baseline ...") == 2, log  # the first attempt died inside baseline; the retry resumed it
+    assert log.count("[experiment] baseline ...") == 2, (
+        log
+    )  # the first attempt died inside baseline; the retry resumed it
 
     # An uninterrupted run of the same config (one torch thread, as the trial had).
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        ref = run_experiment(spec.config(victim.point, victim.seed), tmp_path / "ref",
-                             stages=("baseline", "population"), say=lambda m: None)
+        ref = run_experiment(
+            spec.config(victim.point, victim.seed),
+            tmp_path / "ref",
+            stages=("baseline", "population"),
+            say=lambda m: None,
+        )
     finally:
         torch.set_num_threads(threads)
     for agent in ("baseline", "population"):

@@ -14,11 +14,10 @@ matplotlib.use("Agg")  # noqa: E402  (tests draw off-screen)
 
 import nbformat
 import pytest
-from matplotlib.figure import Figure
 
-from populora_nb import plots
+from populora_nb.analysis import plots
+from populora_nb.analysis.dashboard import Dashboard, step_summary, verdict
 from populora_nb.evolution import Lineage, plot_lineage
-from populora_nb.widgets import Dashboard, step_summary, verdict
 
 REPO = Path(__file__).resolve().parents[1]
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -27,26 +26,59 @@ WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 def fake_run(run_dir: Path, agent: str = "population", steps: int = 3, valid: bool = True) -> Path:
     """Records in the loop's format: each proposer writes one task per kind, only code_o valid."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    members = [("agent", "agent")] if agent == "baseline" else (
-        [(f"T{i}", "teacher") for i in range(2)] + [(f"S{i}", "student") for i in range(2)])
+    members = (
+        [("agent", "agent")]
+        if agent == "baseline"
+        else ([(f"T{i}", "teacher") for i in range(2)] + [(f"S{i}", "student") for i in range(2)])
+    )
     metrics, tasks, matches = [], [], []
     for step in range(steps):
         for m, role in members:
             row = {"step": step, "member": m, "role": role}
             if role in ("teacher", "agent"):
-                row.update({"teacher/n_proposed": 3, "teacher/valid_rate": 1 / 3 if valid else 0.0,
-                            "reward/propose_mean": -0.5})
+                row.update(
+                    {
+                        "teacher/n_proposed": 3,
+                        "teacher/valid_rate": 1 / 3 if valid else 0.0,
+                        "reward/propose_mean": -0.5,
+                    }
+                )
                 for kind in ("code_o", "code_i", "code_f"):
                     ok = valid and kind == "code_o"
-                    tasks.append({"step": step, "proposer": m, "kind": kind, "solver": "S0", "valid": ok,
-                                  "solve_rate": 0.25 if ok else None, "reason": None if ok else "syntax",
-                                  "program": "def f(a):\n    return a", "inputs": ["1"], "outputs": ["1"]})
+                    tasks.append(
+                        {
+                            "step": step,
+                            "proposer": m,
+                            "kind": kind,
+                            "solver": "S0",
+                            "valid": ok,
+                            "solve_rate": 0.25 if ok else None,
+                            "reason": None if ok else "syntax",
+                            "program": "def f(a):\n    return a",
+                            "inputs": ["1"],
+                            "outputs": ["1"],
+                        }
+                    )
                     if agent == "population":
-                        matches.append({"step": step, "teacher": m, "student": "S" + m[1], "kind": kind, "valid": ok,
-                                        "rho": 0.25 if ok else None})
+                        matches.append(
+                            {
+                                "step": step,
+                                "teacher": m,
+                                "student": "S" + m[1],
+                                "kind": kind,
+                                "valid": ok,
+                                "rho": 0.25 if ok else None,
+                            }
+                        )
             if role in ("student", "agent") and valid:
-                row.update({"student/solve_rate": 0.25, "student/n_fresh_attempts": 4, "solve_rate/code_o": 0.25,
-                            "reward/solve_mean": -0.2})
+                row.update(
+                    {
+                        "student/solve_rate": 0.25,
+                        "student/n_fresh_attempts": 4,
+                        "solve_rate/code_o": 0.25,
+                        "reward/solve_mean": -0.2,
+                    }
+                )
             if agent == "population":
                 row.update({"rating/mu": 25.0 + step * (1 if role == "teacher" else -1), "rating/sigma": 8.0 - step})
             metrics.append(row)
@@ -64,8 +96,18 @@ def _integer_ticks(ax) -> bool:
 
 
 def test_step_summary_counts_from_zero_and_gives_counts_with_rates():
-    rows = [{"step": 4, "member": "agent", "role": "agent", "teacher/n_proposed": 4, "teacher/valid_rate": 0.25,
-             "student/solve_rate": 0.5, "student/n_fresh_attempts": 8, "solve_rate/code_o": 0.5}]
+    rows = [
+        {
+            "step": 4,
+            "member": "agent",
+            "role": "agent",
+            "teacher/n_proposed": 4,
+            "teacher/valid_rate": 0.25,
+            "student/solve_rate": 0.5,
+            "student/n_fresh_attempts": 8,
+            "solve_rate/code_o": 0.5,
+        }
+    ]
     line = step_summary(4, rows, ("code_o", "code_f"), total=5)
     assert line.startswith("step 4 (5/5 done)")  # the last step of five is step 4, and 5 are done
     assert "valid 1/4 proposals" in line and "solve rate 0.50 (4/8 fresh attempts)" in line
@@ -127,7 +169,7 @@ def test_rating_end_labels_do_not_overlap(tmp_path):
     fig.canvas.draw()
     boxes = [t.get_window_extent() for t in fig.axes[0].texts]
     assert len(boxes) == 4
-    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
 
 
 def test_lineage_axis_ends_with_the_run_in_whole_steps():
@@ -151,7 +193,7 @@ def _execute(cells: list[str], cwd: Path) -> nbformat.NotebookNode:
 def test_dashboard_leaves_figures_and_table_as_plain_outputs(tmp_path):
     run = fake_run(tmp_path / "p", steps=3)
     cells = [
-        "from populora_nb.widgets import Dashboard",
+        "from populora_nb.analysis.dashboard import Dashboard",
         # a live run: records appear step by step (cut back to step 0 first), update after each
         f"import json, pathlib\nrun = pathlib.Path({str(run)!r})\n"
         "full = {n: (run / f'{n}.jsonl').read_text().splitlines() for n in ('metrics', 'tasks', 'matches')}\n"
@@ -178,10 +220,11 @@ def test_dashboard_leaves_figures_and_table_as_plain_outputs(tmp_path):
 
 
 def test_run_shows_one_progress_line_from_the_start(tmp_path, capsys):
-    from populora_nb.base import bundled_tokenizer
+    from scripted import ScriptedPolicy
+
     from populora_nb.config import load_config
     from populora_nb.loop import run
-    from scripted import ScriptedPolicy
+    from populora_nb.model.base import bundled_tokenizer
 
     cfg = load_config("tiny", {"run.agent": "baseline", "run.steps": 2})
     run(cfg, tmp_path / "b", policy=ScriptedPolicy(bundled_tokenizer(cfg.model)))
@@ -200,8 +243,23 @@ def test_executed_notebook_03_exports_figures_and_tables_not_widget_reprs(tmp_pa
     shutil.copytree(REPO / "notebooks", tmp_path / "notebooks")
     nb_path = tmp_path / "notebooks" / "03_population.ipynb"
     env = {**os.environ, "POPULORA_PRESET": "tiny"}
-    subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute", "--inplace",
-                    "--ExecutePreprocessor.timeout=600", str(nb_path)], check=True, env=env, cwd=nb_path.parent)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "nbconvert",
+            "--to",
+            "notebook",
+            "--execute",
+            "--inplace",
+            "--ExecutePreprocessor.timeout=600",
+            str(nb_path),
+        ],
+        check=True,
+        env=env,
+        cwd=nb_path.parent,
+    )
     subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", str(nb_path)], check=True, env=env)
     page = nb_path.with_suffix(".html").read_text()
     for repr_text in ("VBox(children", "IntProgress", "HBox(children", "Error displaying widget"):

@@ -17,30 +17,68 @@ import json
 import math
 import re
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
-from populora_nb.benchmark_loaders import (  # re-exported: the public API is this module
-    BENCHMARK_FILES, CODE_BENCHMARKS, DATA_ENV, MATH_BENCHMARKS, BenchmarkDataError, LcbTest, Problem,
-    available_benchmarks, last_boxed, load_benchmark, resolve_data_dir)
-from populora_nb.benchmark_math import MathChecker, extract_math_answer
-from populora_nb.benchmark_scoring import SCORER_VERSION, GroundTruth, evalplus_ground_truth, score_evalplus, score_lcb
+from populora_nb.evaluation.loaders import (  # re-exported: the public API is this module
+    BENCHMARK_FILES,
+    CODE_BENCHMARKS,
+    DATA_ENV,
+    MATH_BENCHMARKS,
+    BenchmarkDataError,
+    LcbTest,
+    Problem,
+    available_benchmarks,
+    last_boxed,
+    load_benchmark,
+    resolve_data_dir,
+)
+from populora_nb.evaluation.math_answers import MathChecker, extract_math_answer
+from populora_nb.evaluation.scoring import SCORER_VERSION, GroundTruth, evalplus_ground_truth, score_evalplus, score_lcb
 from populora_nb.prompts import render
-from populora_nb.verifier import BENCHMARK_POLICY, Verifier
+from populora_nb.verify.verifier import BENCHMARK_POLICY, Verifier
 
-__all__ = ["BENCHMARK_FILES", "CODE_BENCHMARKS", "DATA_ENV", "MATH_BENCHMARKS", "BenchmarkDataError", "LcbTest",
-           "Problem", "available_benchmarks", "last_boxed", "load_benchmark", "resolve_data_dir", "MathChecker",
-           "extract_math_answer", "GroundTruth", "Score", "EvalResult", "TableRow", "benchmark_verifier",
-           "build_prompts", "score", "score_many", "pass_at_k", "evaluate", "summary_table", "format_table",
-           "plot_benchmarks", "load_results", "hf_generate", "write_report"]
+__all__ = [
+    "BENCHMARK_FILES",
+    "CODE_BENCHMARKS",
+    "DATA_ENV",
+    "MATH_BENCHMARKS",
+    "BenchmarkDataError",
+    "LcbTest",
+    "Problem",
+    "available_benchmarks",
+    "last_boxed",
+    "load_benchmark",
+    "resolve_data_dir",
+    "MathChecker",
+    "extract_math_answer",
+    "GroundTruth",
+    "Score",
+    "EvalResult",
+    "TableRow",
+    "benchmark_verifier",
+    "build_prompts",
+    "score",
+    "score_many",
+    "pass_at_k",
+    "evaluate",
+    "summary_table",
+    "format_table",
+    "plot_benchmarks",
+    "load_results",
+    "hf_generate",
+    "write_report",
+]
 
 Generate = Callable[[list[str]], list[str]]
 """Prompts -> completions, one per prompt, in order (greedy or sampled: the caller decides)."""
 JointGenerate = Callable[[Mapping[str, list[str]]], Mapping[str, list[str]]]
 """{model: prompts} -> {model: completions}: every model in one call (one mixed-adapter batch)."""
-EVALPLUS_INSTRUCTION = ("Please provide a self-contained Python script that solves the following problem "
-                        "in a markdown code block:")
+EVALPLUS_INSTRUCTION = (
+    "Please provide a self-contained Python script that solves the following problem in a markdown code block:"
+)
 MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
 
@@ -119,8 +157,13 @@ def _format_name(tokenizer_or_format: Any) -> str:
 
 
 # ---------------------------------------------------------------- scoring
-def score_many(problems: Sequence[Problem], completions: Sequence[str], verifier: Verifier | None = None,
-               math_checker: MathChecker | None = None, truths: Mapping[str, GroundTruth] | None = None) -> list[Score]:
+def score_many(
+    problems: Sequence[Problem],
+    completions: Sequence[str],
+    verifier: Verifier | None = None,
+    math_checker: MathChecker | None = None,
+    truths: Mapping[str, GroundTruth] | None = None,
+) -> list[Score]:
     """Score each completion against its problem; code in `verifier`'s sandbox (EvalPlus needs the
     canonical outputs `truths`, keyed by problem id: computed here when missing)."""
     if len(problems) != len(completions):
@@ -136,8 +179,9 @@ def score_many(problems: Sequence[Problem], completions: Sequence[str], verifier
         truths = dict(truths or {})
         missing = [problems[i] for i in idx if problems[i].id not in truths]
         truths.update(zip((p.id for p in missing), evalplus_ground_truth(missing, verifier)) if missing else ())
-        verdicts = score_evalplus([problems[i] for i in idx], [completions[i] for i in idx],
-                                  [truths[problems[i].id] for i in idx], verifier)
+        verdicts = score_evalplus(
+            [problems[i] for i in idx], [completions[i] for i in idx], [truths[problems[i].id] for i in idx], verifier
+        )
         for i, (base_ok, ok, status) in zip(idx, verdicts):
             out[i] = Score(ok, status, base_passed=base_ok)
     if "lcb" in by_kind:
@@ -161,8 +205,13 @@ def score_many(problems: Sequence[Problem], completions: Sequence[str], verifier
     return out  # type: ignore[return-value]
 
 
-def score(problem: Problem, completion: str, verifier: Verifier | None = None,
-          math_checker: MathChecker | None = None, truth: GroundTruth | None = None) -> Score:
+def score(
+    problem: Problem,
+    completion: str,
+    verifier: Verifier | None = None,
+    math_checker: MathChecker | None = None,
+    truth: GroundTruth | None = None,
+) -> Score:
     """One completion (see `score_many`, which uses the sandbox's parallel workers)."""
     return score_many([problem], [completion], verifier, math_checker, {problem.id: truth} if truth else None)[0]
 
@@ -177,12 +226,19 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 # ---------------------------------------------------------------- evaluation
 def _ground_truth_cached(problems: Sequence[Problem], verifier: Verifier, cache: Path | None) -> dict[str, GroundTruth]:
     """Canonical outputs per problem id; cached under `cache` keyed by a hash of program + inputs."""
+
     def key(p: Problem) -> str:
-        text = json.dumps([p.question, p.canonical_solution, p.entry_point, p.base_inputs, p.plus_inputs, SCORER_VERSION])
+        text = json.dumps(
+            [p.question, p.canonical_solution, p.entry_point, p.base_inputs, p.plus_inputs, SCORER_VERSION]
+        )
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
     stored = json.loads(cache.read_text()) if cache is not None and cache.is_file() else {}
-    truths = {p.id: GroundTruth.from_json(stored[p.id]) for p in problems
-              if p.id in stored and stored[p.id].get("key") == key(p)}
+    truths = {
+        p.id: GroundTruth.from_json(stored[p.id])
+        for p in problems
+        if p.id in stored and stored[p.id].get("key") == key(p)
+    }
     missing = [p for p in problems if p.id not in truths]
     if missing:
         for p, gt in zip(missing, evalplus_ground_truth(missing, verifier)):
@@ -198,14 +254,29 @@ def _result_path(out_dir: Path, model: str, benchmark: str) -> Path:
     return out_dir / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', model)}__{benchmark}.json"
 
 
-def _finish(model: str, benchmark: str, problems: Sequence[Problem], completions: list[str], scores: list[Score],
-            n_samples: int, settings: dict, seconds: dict) -> EvalResult:
+def _finish(
+    model: str,
+    benchmark: str,
+    problems: Sequence[Problem],
+    completions: list[str],
+    scores: list[Score],
+    n_samples: int,
+    settings: dict,
+    seconds: dict,
+) -> EvalResult:
     rows, counts = [], []
     for j, p in enumerate(problems):
-        mine = scores[j * n_samples:(j + 1) * n_samples]
-        rows.append({"id": p.id, "passed": [s.passed for s in mine], "status": [s.status for s in mine],
-                     "base_passed": [s.base_passed for s in mine], "answer": [s.answer for s in mine],
-                     "completion": completions[j * n_samples:(j + 1) * n_samples]})
+        mine = scores[j * n_samples : (j + 1) * n_samples]
+        rows.append(
+            {
+                "id": p.id,
+                "passed": [s.passed for s in mine],
+                "status": [s.status for s in mine],
+                "base_passed": [s.base_passed for s in mine],
+                "answer": [s.answer for s in mine],
+                "completion": completions[j * n_samples : (j + 1) * n_samples],
+            }
+        )
         counts.append(sum(s.passed for s in mine))
     ks = sorted({1, n_samples})
     metrics = {f"pass@{k}": sum(pass_at_k(n_samples, c, k) for c in counts) / len(counts) for k in ks} if counts else {}
@@ -214,12 +285,20 @@ def _finish(model: str, benchmark: str, problems: Sequence[Problem], completions
     return EvalResult(model, benchmark, metrics, len(problems), n_samples, rows, settings, seconds)
 
 
-def evaluate(models: Mapping[str, Generate] | Sequence[str], benchmarks: Sequence[str],
-             tokenizer_or_format: Any = "plain", data_dir: str | Path | None = None, limit: int | None = None,
-             out_dir: str | Path | None = None, n_samples: int = 1, verifier: Verifier | None = None,
-             math_checker: MathChecker | None = None, generate_joint: JointGenerate | None = None,
-             extra_settings: Mapping[str, Any] | None = None,
-             progress: Callable[[str], None] | None = None) -> list[EvalResult]:
+def evaluate(
+    models: Mapping[str, Generate] | Sequence[str],
+    benchmarks: Sequence[str],
+    tokenizer_or_format: Any = "plain",
+    data_dir: str | Path | None = None,
+    limit: int | None = None,
+    out_dir: str | Path | None = None,
+    n_samples: int = 1,
+    verifier: Verifier | None = None,
+    math_checker: MathChecker | None = None,
+    generate_joint: JointGenerate | None = None,
+    extra_settings: Mapping[str, Any] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[EvalResult]:
     """Every model on every benchmark. `models` maps names to `Generate` callables, or is a list of
     names when `generate_joint` produces all models' completions in one call per benchmark. Each
     prompt is repeated `n_samples` times (sample in the callable for pass@k). With `out_dir`,
@@ -241,8 +320,13 @@ def evaluate(models: Mapping[str, Generate] | Sequence[str], benchmarks: Sequenc
     try:
         for bench in benchmarks:
             problems = [p for p in load_benchmark(bench, data_dir, limit) if p.has_tests]
-            settings = {"limit": limit, "n_samples": n_samples, "format": _format_name(tokenizer_or_format),
-                        "problems": [p.id for p in problems], **dict(extra_settings or {})}
+            settings = {
+                "limit": limit,
+                "n_samples": n_samples,
+                "format": _format_name(tokenizer_or_format),
+                "problems": [p.id for p in problems],
+                **dict(extra_settings or {}),
+            }
             done: dict[str, EvalResult] = {}
             for name in names:
                 path = _result_path(out, name, bench) if out else None
@@ -253,9 +337,14 @@ def evaluate(models: Mapping[str, Generate] | Sequence[str], benchmarks: Sequenc
                 elif not problems:  # nothing scorable (LiveCodeBench prompts without tests)
                     done[name] = EvalResult(name, bench, {}, 0, n_samples, [], settings, {})
             todo = [n for n in names if n not in done]
-            prompts = [q for q in build_prompts(problems, tokenizer_or_format) for _ in range(n_samples)] if todo else []
-            truths = (_ground_truth_cached(problems, verifier, out / "ground_truth" / f"{bench}.json" if out else None)
-                      if todo and problems[0].kind == "evalplus" else None)
+            prompts = (
+                [q for q in build_prompts(problems, tokenizer_or_format) for _ in range(n_samples)] if todo else []
+            )
+            truths = (
+                _ground_truth_cached(problems, verifier, out / "ground_truth" / f"{bench}.json" if out else None)
+                if todo and problems[0].kind == "evalplus"
+                else None
+            )
             t0 = time.time()
             joint = dict(generate_joint({n: prompts for n in todo})) if todo and generate_joint is not None else {}
             joint_s = time.time() - t0
@@ -266,10 +355,19 @@ def evaluate(models: Mapping[str, Generate] | Sequence[str], benchmarks: Sequenc
                 if len(completions) != len(prompts):
                     raise ValueError(f"{name}: {len(completions)} completions for {len(prompts)} prompts")
                 t1 = time.time()
-                scores = score_many([p for p in problems for _ in range(n_samples)], completions, verifier,
-                                    math_checker, truths)
-                done[name] = _finish(name, bench, problems, completions, scores, n_samples, settings,
-                                     {"generate": gen_s, "score": time.time() - t1})
+                scores = score_many(
+                    [p for p in problems for _ in range(n_samples)], completions, verifier, math_checker, truths
+                )
+                done[name] = _finish(
+                    name,
+                    bench,
+                    problems,
+                    completions,
+                    scores,
+                    n_samples,
+                    settings,
+                    {"generate": gen_s, "score": time.time() - t1},
+                )
                 if out is not None:
                     out.mkdir(parents=True, exist_ok=True)
                     _result_path(out, name, bench).write_text(json.dumps(asdict(done[name]), indent=1))
@@ -300,13 +398,18 @@ def hf_generate(model: Any, tokenizer: Any, max_new_tokens: int = 256, batch_siz
     def generate(prompts: list[str]) -> list[str]:
         out: list[str] = []
         for start in range(0, len(prompts), batch_size):
-            ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts[start:start + batch_size]]
+            ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts[start : start + batch_size]]
             width = max(map(len, ids))
             input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=device)  # (B, T) left-padded
             mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=device)
             with torch.no_grad():
-                seqs = model.generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                                      do_sample=False, pad_token_id=pad)
+                seqs = model.generate(
+                    input_ids=input_ids,
+                    attention_mask=mask,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    pad_token_id=pad,
+                )
             out += tokenizer.batch_decode(seqs[:, width:], skip_special_tokens=True)
         return out
 
@@ -321,8 +424,9 @@ def _stats(xs: Sequence[float]) -> tuple[float, float, float]:
     return sum(xs) / len(xs), max(xs), min(xs)
 
 
-def summary_table(results: Sequence[EvalResult], base: str = "base", baseline: str = "baseline",
-                  members: Sequence[str] | None = None) -> list[TableRow]:
+def summary_table(
+    results: Sequence[EvalResult], base: str = "base", baseline: str = "baseline", members: Sequence[str] | None = None
+) -> list[TableRow]:
     """Rows (benchmark, base, baseline, population mean, best, worst member) in pass@1, then an
     "average" row over the benchmarks every present model was scored on (best / worst: the best and
     worst member averages, the paper's aggregate). `members` defaults to every other model; an
@@ -331,8 +435,15 @@ def summary_table(results: Sequence[EvalResult], base: str = "base", baseline: s
     members = list(members) if members is not None else sorted({r.model for r in results} - {base, baseline})
     present = [m for m in (base, baseline, *members) if any(k[0] == m for k in by)]
     benches = list(dict.fromkeys(r.benchmark for r in results))
-    rows = [TableRow(b, by.get((base, b), math.nan), by.get((baseline, b), math.nan),
-                     *_stats([by.get((m, b), math.nan) for m in members])) for b in benches]
+    rows = [
+        TableRow(
+            b,
+            by.get((base, b), math.nan),
+            by.get((baseline, b), math.nan),
+            *_stats([by.get((m, b), math.nan) for m in members]),
+        )
+        for b in benches
+    ]
     scored = [b for b in benches if present and all(not math.isnan(by.get((m, b), math.nan)) for m in present)]
     if scored:
         avg = {m: sum(by.get((m, b), math.nan) for b in scored) / len(scored) for m in (base, baseline, *members)}
@@ -342,11 +453,16 @@ def summary_table(results: Sequence[EvalResult], base: str = "base", baseline: s
 
 def format_table(rows: Sequence[TableRow]) -> str:
     """A Markdown table in percent (n/a where a model has no score)."""
+
     def pct(x: float) -> str:
         return "n/a" if math.isnan(x) else f"{100 * x:.1f}"
+
     lines = ["| benchmark | base | baseline | population mean | best | worst |", "|---|---:|---:|---:|---:|---:|"]
-    lines += [f"| {r.benchmark} | {pct(r.base)} | {pct(r.baseline)} | {pct(r.population_mean)} | "
-              f"{pct(r.best)} | {pct(r.worst)} |" for r in rows]
+    lines += [
+        f"| {r.benchmark} | {pct(r.base)} | {pct(r.baseline)} | {pct(r.population_mean)} | "
+        f"{pct(r.best)} | {pct(r.worst)} |"
+        for r in rows
+    ]
     return "\n".join(lines)
 
 
@@ -363,7 +479,9 @@ def plot_benchmarks(table: Sequence[TableRow], title: str = "pass@1 by benchmark
     means = [nan0(r.population_mean) for r in table]
     lo = [max(0.0, m - nan0(r.worst)) for m, r in zip(means, table)]
     hi = [max(0.0, nan0(r.best) - m) for m, r in zip(means, table)]
-    ax.bar([i + w for i in x], means, w, yerr=[lo, hi], capsize=3, label="population mean (best-worst)", color="#dd8452")
+    ax.bar(
+        [i + w for i in x], means, w, yerr=[lo, hi], capsize=3, label="population mean (best-worst)", color="#dd8452"
+    )
     ax.set_xticks(x, [r.benchmark for r in table], rotation=30, ha="right")
     top = max([0.0] + [nan0(getattr(r, k)) for r in table for k in ("base", "baseline", "best")])
     ax.set_ylim(0, min(100.0, max(5.0, 1.15 * top)))  # pass@1 is never negative; 5% keeps small bars visible
@@ -376,8 +494,13 @@ def plot_benchmarks(table: Sequence[TableRow], title: str = "pass@1 by benchmark
     return fig
 
 
-def write_report(results: Sequence[EvalResult], out_dir: str | Path, base: str = "base", baseline: str = "baseline",
-                 members: Sequence[str] | None = None) -> dict[str, Path]:
+def write_report(
+    results: Sequence[EvalResult],
+    out_dir: str | Path,
+    base: str = "base",
+    baseline: str = "baseline",
+    members: Sequence[str] | None = None,
+) -> dict[str, Path]:
     """Save the summary as ``table.md``, ``table.json`` and ``benchmarks.png`` in `out_dir` (for
     ``python -m populora_nb eval`` and notebook 06); returns the paths by kind."""
     import matplotlib.pyplot as plt
@@ -387,8 +510,12 @@ def write_report(results: Sequence[EvalResult], out_dir: str | Path, base: str =
     out.mkdir(parents=True, exist_ok=True)
     paths = {"markdown": out / "table.md", "json": out / "table.json", "figure": out / "benchmarks.png"}
     paths["markdown"].write_text(format_table(rows) + "\n")
-    paths["json"].write_text(json.dumps([{k: None if isinstance(v, float) and math.isnan(v) else v
-                                           for k, v in asdict(r).items()} for r in rows], indent=1))
+    paths["json"].write_text(
+        json.dumps(
+            [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in asdict(r).items()} for r in rows],
+            indent=1,
+        )
+    )
     fig = plot_benchmarks(rows)
     fig.savefig(paths["figure"], dpi=120)
     plt.close(fig)

@@ -31,14 +31,15 @@ import json
 import math
 import re
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any, Sequence
+from typing import Any
 
-from populora_nb.benchmark_loaders import Problem, argument_text
+from populora_nb.evaluation.loaders import Problem, argument_text
 from populora_nb.prompts import fenced_blocks
-from populora_nb.sandbox import parse_arguments, parse_literal
-from populora_nb.verifier import RunResult, Verifier
+from populora_nb.verify.sandbox import parse_arguments, parse_literal
+from populora_nb.verify.verifier import RunResult, Verifier
 
 DEFAULT_MIN_TIME_LIMIT = 1.0
 DEFAULT_GT_TIME_LIMIT_FACTOR = 4.0
@@ -51,14 +52,22 @@ SCORER_VERSION = 2
 """Bumped when the shim's output text changes (2: canonical digests), so cached ground truths are redone."""
 ENTRY = "_bench_entry"
 MBPP_OUTPUT_NOT_NONE_TASKS = ("check_str", "text_match_three", "text_starta_endb")
-MBPP_OUTPUT_SET_EQ_TASKS = ("similar_elements", "find_char_long", "common_in_nested_lists", "extract_singly",
-                            "larg_nnum", "intersection_array", "find_dissimilar", "Diff")
+MBPP_OUTPUT_SET_EQ_TASKS = (
+    "similar_elements",
+    "find_char_long",
+    "common_in_nested_lists",
+    "extract_singly",
+    "larg_nnum",
+    "intersection_array",
+    "find_dissimilar",
+    "Diff",
+)
 _NONFINITE = "\x00nonfinite:"
 _DIGEST = "\x00sha256:"
 
 # Appended after the program, so these definitions replace any of the same name in it. It runs in
 # the sandbox child; only the literal it returns reaches the parent.
-_SHIM = '''
+_SHIM = """
 
 import numbers as _bench_numbers
 
@@ -134,14 +143,20 @@ def _bench_fit(x):
 def {entry}(*args):
     out = {call}(*args)
     {post}return _bench_fit(out)
-'''
+"""
 
 
 def shim(call: str, not_none: bool = False) -> str:
     """The shim calling `call` (``f`` or ``Solution().f``); `not_none` maps non-bools to ``is not None``."""
     post = "out = out if type(out) is bool else out is not None\n    " if not_none else ""
-    return _SHIM.format(nonfinite=_NONFINITE.encode("unicode_escape").decode(), digest=_DIGEST.encode(
-        "unicode_escape").decode(), digest_over=DIGEST_OVER, entry=ENTRY, call=call, post=post)
+    return _SHIM.format(
+        nonfinite=_NONFINITE.encode("unicode_escape").decode(),
+        digest=_DIGEST.encode("unicode_escape").decode(),
+        digest_over=DIGEST_OVER,
+        entry=ENTRY,
+        call=call,
+        post=post,
+    )
 
 
 def decode_output(text: str) -> Any:
@@ -151,7 +166,7 @@ def decode_output(text: str) -> Any:
 
 def _restore(x: Any) -> Any:
     if type(x) is str and x.startswith(_NONFINITE):
-        return float(x[len(_NONFINITE):])
+        return float(x[len(_NONFINITE) :])
     if type(x) in (list, tuple):
         return type(x)(_restore(v) for v in x)
     if type(x) is dict:
@@ -172,8 +187,10 @@ def _parse(code: str) -> ast.Module | None:
 
 def _keep(node: ast.stmt) -> bool:
     """evalplus' sanitizer keeps definitions and imports; example calls and prints go."""
-    return isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
-                             ast.Assign, ast.AnnAssign))
+    return isinstance(
+        node,
+        (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign),
+    )
 
 
 def sanitize(code: str) -> str:
@@ -234,7 +251,9 @@ def defines_top_level(program: str, name: str) -> bool | None:
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
             return True
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
         if any(isinstance(t, ast.Name) and t.id == name for t in targets):
             return True
     return False
@@ -258,8 +277,11 @@ class GroundTruth:
         return cls(tuple(d["outputs"]), tuple(d["seconds"]), tuple(d.get("failures", ())))
 
 
-def time_limits(gt: GroundTruth, min_time_limit: float = DEFAULT_MIN_TIME_LIMIT,
-                gt_time_limit_factor: float = DEFAULT_GT_TIME_LIMIT_FACTOR) -> list[float]:
+def time_limits(
+    gt: GroundTruth,
+    min_time_limit: float = DEFAULT_MIN_TIME_LIMIT,
+    gt_time_limit_factor: float = DEFAULT_GT_TIME_LIMIT_FACTOR,
+) -> list[float]:
     return [max(min_time_limit, gt_time_limit_factor * t) for t in gt.seconds]
 
 
@@ -286,8 +308,8 @@ def _poly(xs: list, x: float) -> float:
 
 
 def _surface_area(base_edge: float, height: float) -> int:
-    slant = math.sqrt((base_edge / 2) ** 2 + height ** 2)
-    return round(base_edge ** 2 + 2 * base_edge * slant)
+    slant = math.sqrt((base_edge / 2) ** 2 + height**2)
+    return round(base_edge**2 + 2 * base_edge * slant)
 
 
 def _digit_distance(a: int, b: int) -> int:
@@ -326,9 +348,14 @@ def _maybe_floats(text: str) -> bool:
     return text[:1] in "-0123456789.[('" and ("." in text or "e" in text or "inf" in text or "nonfinite" in text)
 
 
-def judge_evalplus(problem: Problem, inputs: Sequence[str], expected: Sequence[str | None],
-                   results: Sequence[RunResult], limits: Sequence[float]) -> str:
-    """"pass", or the first failure over one input set (base or plus; atol restarts per set, as each
+def judge_evalplus(
+    problem: Problem,
+    inputs: Sequence[str],
+    expected: Sequence[str | None],
+    results: Sequence[RunResult],
+    limits: Sequence[float],
+) -> str:
+    """ "pass", or the first failure over one input set (base or plus; atol restarts per set, as each
     set is its own `untrusted_check` in evalplus)."""
     atol = problem.atol
     for i, (r, exp_text) in enumerate(zip(results, expected)):
@@ -353,14 +380,17 @@ def judge_evalplus(problem: Problem, inputs: Sequence[str], expected: Sequence[s
 
 
 # ---------------------------------------------------------------- EvalPlus through the sandbox
-def _program_items(problems: Sequence[Problem], programs: Sequence[str], plus: bool | None
-                   ) -> list[tuple[str, tuple[str, ...]]]:
+def _program_items(
+    problems: Sequence[Problem], programs: Sequence[str], plus: bool | None
+) -> list[tuple[str, tuple[str, ...]]]:
     """(program + shim, inputs): base inputs (plus=False), plus inputs (True) or both (None)."""
     items = []
     for p, program in zip(problems, programs):
         if not p.entry_point.isidentifier():
             raise ValueError(f"{p.id}: entry point {p.entry_point!r} is not an identifier")
-        call_shim = shim(p.entry_point, not_none=p.benchmark == "mbppplus" and p.entry_point in MBPP_OUTPUT_NOT_NONE_TASKS)
+        call_shim = shim(
+            p.entry_point, not_none=p.benchmark == "mbppplus" and p.entry_point in MBPP_OUTPUT_NOT_NONE_TASKS
+        )
         inputs = {False: p.base_inputs, True: p.plus_inputs, None: p.base_inputs + p.plus_inputs}[plus]
         items.append((program + call_shim, inputs))
     return items
@@ -371,45 +401,69 @@ def task_wall_s(limits: Sequence[float], task_timeout_cap_s: float = TASK_TIMEOU
     return min(task_timeout_cap_s, sum(limits)) + 1.0
 
 
-def evalplus_ground_truth(problems: Sequence[Problem], verifier: Verifier,
-                          timeout_s: float = GROUND_TRUTH_TIMEOUT_S) -> list[GroundTruth]:
+def evalplus_ground_truth(
+    problems: Sequence[Problem], verifier: Verifier, timeout_s: float = GROUND_TRUTH_TIMEOUT_S
+) -> list[GroundTruth]:
     """Run each canonical solution on its base + plus inputs (evalplus `get_groundtruth`: the
     module once, each input timed)."""
     items = _program_items(problems, [p.question + p.canonical_solution for p in problems], plus=None)
-    runs = verifier.run_suites([(prog, inputs, [timeout_s] * len(inputs), timeout_s) for prog, inputs in items],
-                               entry_point=ENTRY)
+    runs = verifier.run_suites(
+        [(prog, inputs, [timeout_s] * len(inputs), timeout_s) for prog, inputs in items], entry_point=ENTRY
+    )
     out = []
     for res in runs:
-        failures = tuple(f"input {i}: {r.status} {r.detail[:120]}".strip() for i, r in enumerate(res) if r.status != "ok")
-        out.append(GroundTruth(tuple(r.output if r.status == "ok" else None for r in res),
-                               tuple(r.seconds for r in res), failures))
+        failures = tuple(
+            f"input {i}: {r.status} {r.detail[:120]}".strip() for i, r in enumerate(res) if r.status != "ok"
+        )
+        out.append(
+            GroundTruth(
+                tuple(r.output if r.status == "ok" else None for r in res), tuple(r.seconds for r in res), failures
+            )
+        )
     return out
 
 
-def score_evalplus(problems: Sequence[Problem], completions: Sequence[str], truths: Sequence[GroundTruth],
-                   verifier: Verifier, min_time_limit: float = DEFAULT_MIN_TIME_LIMIT,
-                   gt_time_limit_factor: float = DEFAULT_GT_TIME_LIMIT_FACTOR,
-                   task_timeout_cap_s: float = TASK_TIMEOUT_CAP_S, programs: Sequence[str] | None = None,
-                   ) -> list[tuple[bool, bool, str]]:
+def score_evalplus(
+    problems: Sequence[Problem],
+    completions: Sequence[str],
+    truths: Sequence[GroundTruth],
+    verifier: Verifier,
+    min_time_limit: float = DEFAULT_MIN_TIME_LIMIT,
+    gt_time_limit_factor: float = DEFAULT_GT_TIME_LIMIT_FACTOR,
+    task_timeout_cap_s: float = TASK_TIMEOUT_CAP_S,
+    programs: Sequence[str] | None = None,
+) -> list[tuple[bool, bool, str]]:
     """(base passed, base+plus passed, status) per completion; `programs` skips code extraction.
     Each input set runs as evalplus' `untrusted_check` does: one process, the module once, each
     input under its own limit, the process under `task_wall_s`. Plus inputs run only after the
     base inputs pass (evalplus: base then plus, fast check), so a hung program costs about its own
     limit on one input."""
-    programs = list(programs) if programs is not None else [evalplus_program(p, c) for p, c in zip(problems, completions)]
+    programs = (
+        list(programs) if programs is not None else [evalplus_program(p, c) for p, c in zip(problems, completions)]
+    )
     limits = [time_limits(gt, min_time_limit, gt_time_limit_factor) for gt in truths]
     nb = [len(p.base_inputs) for p in problems]
-    base = ["no_entry_point" if defines_top_level(prog, p.entry_point) is False else "" for p, prog in zip(problems, programs)]
+    base = [
+        "no_entry_point" if defines_top_level(prog, p.entry_point) is False else ""
+        for p, prog in zip(problems, programs)
+    ]
 
     def run(idx: list[int], plus: bool) -> list[list[RunResult]]:
         cut = [slice(nb[i], None) if plus else slice(None, nb[i]) for i in idx]
         items = _program_items([problems[i] for i in idx], [programs[i] for i in idx], plus=plus)
-        return verifier.run_suites([(prog, inputs, limits[i][c], task_wall_s(limits[i][c], task_timeout_cap_s))
-                                    for i, c, (prog, inputs) in zip(idx, cut, items)], entry_point=ENTRY)
+        return verifier.run_suites(
+            [
+                (prog, inputs, limits[i][c], task_wall_s(limits[i][c], task_timeout_cap_s))
+                for i, c, (prog, inputs) in zip(idx, cut, items)
+            ],
+            entry_point=ENTRY,
+        )
 
     todo = [i for i, status in enumerate(base) if not status]
     for i, res in zip(todo, run(todo, plus=False)):
-        base[i] = judge_evalplus(problems[i], problems[i].base_inputs, truths[i].outputs[:nb[i]], res, limits[i][:nb[i]])
+        base[i] = judge_evalplus(
+            problems[i], problems[i].base_inputs, truths[i].outputs[: nb[i]], res, limits[i][: nb[i]]
+        )
     out = [(status == "pass", status == "pass", status) for status in base]
     todo = [i for i, status in enumerate(base) if status == "pass" and problems[i].plus_inputs]
     for i, res in zip(todo, run(todo, plus=True)):
@@ -420,11 +474,49 @@ def score_evalplus(problems: Sequence[Problem], completions: Sequence[str], trut
 
 
 # ---------------------------------------------------------------- LiveCodeBench
-LCB_PREAMBLE = "".join(f"from {m} import *\n" for m in (
-    "string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math", "random", "statistics",
-    "itertools", "functools", "operator", "json", "typing")) + "".join(f"import {m}\n" for m in (
-    "string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math", "random", "statistics",
-    "itertools", "functools", "operator", "json", "sys")) + "sys.setrecursionlimit(50000)\n"
+LCB_PREAMBLE = (
+    "".join(
+        f"from {m} import *\n"
+        for m in (
+            "string",
+            "re",
+            "datetime",
+            "collections",
+            "heapq",
+            "bisect",
+            "copy",
+            "math",
+            "random",
+            "statistics",
+            "itertools",
+            "functools",
+            "operator",
+            "json",
+            "typing",
+        )
+    )
+    + "".join(
+        f"import {m}\n"
+        for m in (
+            "string",
+            "re",
+            "datetime",
+            "collections",
+            "heapq",
+            "bisect",
+            "copy",
+            "math",
+            "random",
+            "statistics",
+            "itertools",
+            "functools",
+            "operator",
+            "json",
+            "sys",
+        )
+    )
+    + "sys.setrecursionlimit(50000)\n"
+)
 """lcb_runner's import_string without io/sys/builtins star imports (they would shadow input/open)."""
 
 
@@ -450,8 +542,9 @@ def lcb_functional_args(test_input: str) -> str:
     return argument_text([json.loads(line) for line in test_input.split("\n")])
 
 
-def score_lcb(problems: Sequence[Problem], completions: Sequence[str], verifier: Verifier,
-              timeout_s: float = LCB_TIMEOUT_S) -> list[tuple[bool, str]]:
+def score_lcb(
+    problems: Sequence[Problem], completions: Sequence[str], verifier: Verifier, timeout_s: float = LCB_TIMEOUT_S
+) -> list[tuple[bool, str]]:
     """(passed every test, status) per completion; problems without tests raise."""
     results: list[tuple[bool, str] | None] = [None] * len(problems)
     scripts, script_owner, calls, call_owner = [], [], [], []
@@ -467,7 +560,11 @@ def score_lcb(problems: Sequence[Problem], completions: Sequence[str], verifier:
                 script_owner.append((i, t.output))
         else:
             code = sanitize(code)
-            call = f"Solution().{p.entry_point}" if re.search(r"^class\s+Solution\b", code, re.MULTILINE) else p.entry_point
+            call = (
+                f"Solution().{p.entry_point}"
+                if re.search(r"^class\s+Solution\b", code, re.MULTILINE)
+                else p.entry_point
+            )
             try:
                 args = tuple(lcb_functional_args(t.input) for t in p.tests)
             except (ValueError, json.JSONDecodeError):

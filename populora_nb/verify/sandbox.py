@@ -50,8 +50,18 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import ast
 
-RUN_STATUSES = ("ok", "no_f", "runtime_error", "timeout", "memory", "output_not_literal",
-                "output_too_long", "crash", "not_run", "nondeterministic")
+RUN_STATUSES = (
+    "ok",
+    "no_f",
+    "runtime_error",
+    "timeout",
+    "memory",
+    "output_not_literal",
+    "output_too_long",
+    "crash",
+    "not_run",
+    "nondeterministic",
+)
 """Per-input statuses of a run; "ok" is the only success."""
 MAX_LITERAL_DEPTH = 50
 """Deeper nesting is not a literal here (catches cycles; the parser itself stops near 200)."""
@@ -62,6 +72,7 @@ _CONTAINERS = (list, tuple, dict, set, frozenset)
 # ---------------------------------------------------------------- literals (parent and child)
 def _node_value(node: ast.AST, depth: int = 0):
     import ast  # here, not at the top: the zygote never parses, and ast is 1.7 MB every fork copies
+
     if depth > MAX_LITERAL_DEPTH:
         raise ValueError("literal nested too deeply")
     if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
@@ -72,8 +83,13 @@ def _node_value(node: ast.AST, depth: int = 0):
             raise ValueError("dict unpacking is not a literal")
         return {_node_value(k, depth + 1): _node_value(v, depth + 1) for k, v in zip(node.keys, node.values)}
     # frozenset has no literal syntax; accept exactly the form repr() writes: frozenset({...}).
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "frozenset"
-            and not node.keywords and len(node.args) <= 1):
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "frozenset"
+        and not node.keywords
+        and len(node.args) <= 1
+    ):
         if node.args and not isinstance(node.args[0], ast.Set):
             raise ValueError("frozenset(...) must wrap a set display")
         return frozenset(_node_value(node.args[0], depth + 1)) if node.args else frozenset()
@@ -85,6 +101,7 @@ def _node_value(node: ast.AST, depth: int = 0):
 
 def _parse(text: str) -> ast.AST:
     import ast
+
     with warnings.catch_warnings():  # "invalid escape sequence" in model text is not ours to print
         warnings.simplefilter("ignore")
         return ast.parse(text, mode="eval").body
@@ -108,6 +125,7 @@ def parse_arguments(text: str) -> tuple[tuple, dict]:
     Parsed as the arguments of a call node, so ``'zz') or (True`` cannot close the list early.
     """
     import ast
+
     try:
         call = _parse(f"_({text})")
     except (SyntaxError, ValueError, MemoryError, RecursionError) as e:
@@ -148,7 +166,7 @@ def _check_literal(v, depth: int) -> None:
         raise TypeError(f"{t.__name__} is not a literal type")
     if depth > MAX_LITERAL_DEPTH:
         raise TypeError("nested too deeply (or cyclic)")
-    for item in (v.items() if t is dict else v):
+    for item in v.items() if t is dict else v:
         if t is dict:
             _check_literal(item[0], depth + 1)
             _check_literal(item[1], depth + 1)
@@ -177,8 +195,15 @@ def reply_cap(mode: str, n: int, max_output_chars: int, stdout_cap: int) -> int:
     return max(1, n) * (12 * max_output_chars + 2048) + (12 * stdout_cap if mode == "script" else 0) + 4096
 
 
-def decode_run(data: bytes, n: int, why: str, signal_number: int, exit_code: int,
-               max_output_chars: int = 1 << 62, stdout_cap: int = 1 << 62) -> list[dict]:
+def decode_run(
+    data: bytes,
+    n: int,
+    why: str,
+    signal_number: int,
+    exit_code: int,
+    max_output_chars: int = 1 << 62,
+    stdout_cap: int = 1 << 62,
+) -> list[dict]:
     """Per-input results from a child's raw lines (untrusted) and how the process ended.
 
     The lines are data the program could have written itself (it runs in the same process as
@@ -194,8 +219,10 @@ def decode_run(data: bytes, n: int, why: str, signal_number: int, exit_code: int
         if not isinstance(obj, dict) or obj.get("status") not in RUN_STATUSES:
             continue
         seconds = obj.get("seconds")
-        r = ({k: obj[k] if isinstance(obj.get(k), str) else "" for k in ("status", "output", "detail", "stdout")}
-             | {"seconds": float(seconds) if type(seconds) in (int, float) else 0.0, "load": obj.get("load") is True})
+        r = {k: obj[k] if isinstance(obj.get(k), str) else "" for k in ("status", "output", "detail", "stdout")} | {
+            "seconds": float(seconds) if type(seconds) in (int, float) else 0.0,
+            "load": obj.get("load") is True,
+        }
         if len(r["output"]) > max_output_chars or len(r["stdout"]) > stdout_cap:
             r.update(status="output_too_long", output="", stdout="", detail="reported output over the cap")
         results.append(r)
@@ -205,36 +232,126 @@ def decode_run(data: bytes, n: int, why: str, signal_number: int, exit_code: int
     if len(results) < n:  # the run ended early: say why for the first missing input
         why = why or ("timeout" if signal_number == signal.SIGXCPU else "crash")
         detail = f"signal {signal_number}" if signal_number else f"exit code {exit_code}"
-        results.append({"status": why, "output": "", "detail": detail if why == "crash" else "",
-                        "stdout": "", "seconds": 0.0, "load": False})
+        results.append(
+            {
+                "status": why,
+                "output": "",
+                "detail": detail if why == "crash" else "",
+                "stdout": "",
+                "seconds": 0.0,
+                "load": False,
+            }
+        )
         results += [dict(results[-1], status="not_run", detail="")] * (n - len(results))
     return results
 
 
 # ---------------------------------------------------------------- the zygote's one-time lockdown
 _OS_DISABLED = (
-    "system", "popen", "fork", "forkpty", "kill", "killpg", "abort", "_exit", "remove", "unlink",
-    "rmdir", "removedirs", "rename", "renames", "replace", "mkdir", "makedirs", "mkfifo", "mknod",
-    "link", "symlink", "chmod", "lchmod", "fchmod", "chown", "lchown", "fchown", "truncate",
-    "ftruncate", "utime", "chdir", "fchdir", "chroot", "open", "pipe", "putenv", "unsetenv",
-    "setuid", "setgid", "setreuid", "setregid", "execv", "execve", "execl", "execle", "execlp",
-    "execlpe", "execvp", "execvpe", "spawnl", "spawnle", "spawnlp", "spawnlpe", "spawnv",
-    "spawnve", "spawnvp", "spawnvpe", "posix_spawn", "posix_spawnp", "register_at_fork")
-_DISABLED = {"os": _OS_DISABLED, "posix": _OS_DISABLED, "io": ("open", "open_code", "FileIO"),
-             "_io": ("open", "open_code", "FileIO"), "builtins": ("open", "breakpoint", "help", "input"),
-             "shutil": ("rmtree", "move", "copy", "copy2", "copyfile", "copytree", "chown",
-                        "make_archive", "unpack_archive")}
-_CODECS = ("ascii", "latin_1", "utf_8_sig", "utf_16", "utf_16_le", "utf_16_be", "utf_32", "utf_32_le",
-           "utf_32_be", "utf_7", "cp1252", "cp437", "mac_roman", "iso8859_15", "charmap", "idna", "punycode",
-           "raw_unicode_escape", "unicode_escape", "hex_codec", "base64_codec", "rot_13")
+    "system",
+    "popen",
+    "fork",
+    "forkpty",
+    "kill",
+    "killpg",
+    "abort",
+    "_exit",
+    "remove",
+    "unlink",
+    "rmdir",
+    "removedirs",
+    "rename",
+    "renames",
+    "replace",
+    "mkdir",
+    "makedirs",
+    "mkfifo",
+    "mknod",
+    "link",
+    "symlink",
+    "chmod",
+    "lchmod",
+    "fchmod",
+    "chown",
+    "lchown",
+    "fchown",
+    "truncate",
+    "ftruncate",
+    "utime",
+    "chdir",
+    "fchdir",
+    "chroot",
+    "open",
+    "pipe",
+    "putenv",
+    "unsetenv",
+    "setuid",
+    "setgid",
+    "setreuid",
+    "setregid",
+    "execv",
+    "execve",
+    "execl",
+    "execle",
+    "execlp",
+    "execlpe",
+    "execvp",
+    "execvpe",
+    "spawnl",
+    "spawnle",
+    "spawnlp",
+    "spawnlpe",
+    "spawnv",
+    "spawnve",
+    "spawnvp",
+    "spawnvpe",
+    "posix_spawn",
+    "posix_spawnp",
+    "register_at_fork",
+)
+_DISABLED = {
+    "os": _OS_DISABLED,
+    "posix": _OS_DISABLED,
+    "io": ("open", "open_code", "FileIO"),
+    "_io": ("open", "open_code", "FileIO"),
+    "builtins": ("open", "breakpoint", "help", "input"),
+    "shutil": ("rmtree", "move", "copy", "copy2", "copyfile", "copytree", "chown", "make_archive", "unpack_archive"),
+}
+_CODECS = (
+    "ascii",
+    "latin_1",
+    "utf_8_sig",
+    "utf_16",
+    "utf_16_le",
+    "utf_16_be",
+    "utf_32",
+    "utf_32_le",
+    "utf_32_be",
+    "utf_7",
+    "cp1252",
+    "cp437",
+    "mac_roman",
+    "iso8859_15",
+    "charmap",
+    "idna",
+    "punycode",
+    "raw_unicode_escape",
+    "unicode_escape",
+    "hex_codec",
+    "base64_codec",
+    "rot_13",
+)
 _OS = SimpleNamespace(**vars(os))  # the zygote's own references, untouched by the stubs
 _REAL_INPUT = builtins.input
-_CURRENT = SimpleNamespace(globals={}, libc=None, isolation=None)  # the running program's globals ({} matches no caller)
+_CURRENT = SimpleNamespace(
+    globals={}, libc=None, isolation=None
+)  # the running program's globals ({} matches no caller)
 
 
 def _refuse(name: str):
     def refused(*args, **kwargs):  # must accept whatever the replaced function accepted
         raise PermissionError(f"{name} is disabled in the sandbox")
+
     return refused
 
 
@@ -262,6 +379,7 @@ def _guard_imports(allowed: frozenset) -> None:
             if isinstance(value, ModuleType) and value.__name__ not in allowed:
                 raise ImportError(f"import of {value.__name__!r} is not allowed in the sandbox")
         return module
+
     builtins.__import__ = guarded_import
 
 
@@ -285,10 +403,12 @@ class _Sink(io.RawIOBase):
 
 def _stdin_opener(data: bytes):
     """`open` for scripts: ``open(0)`` (a competitive-programming idiom) reads stdin, nothing else opens."""
+
     def open_stdin(file, mode="r", *args, **kwargs):
         if file != 0 or any(c in mode for c in "wax+"):
             raise PermissionError("open is disabled in the sandbox; only open(0) reads stdin")
         return io.BytesIO(data) if "b" in mode else io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
+
     return open_stdin
 
 
@@ -302,8 +422,10 @@ _QUOTE = json.encoder.encode_basestring_ascii  # C; json.dumps costs ~80 page fa
 
 def _json_line(obj: dict) -> bytes:
     """One result as a JSON line; values are str, float or bool (what `_harness` writes)."""
-    fields = (f'"{k}": {_QUOTE(v) if type(v) is str else repr(v) if type(v) is float else "true" if v else "false"}'
-              for k, v in obj.items())
+    fields = (
+        f'"{k}": {_QUOTE(v) if type(v) is str else repr(v) if type(v) is float else "true" if v else "false"}'
+        for k, v in obj.items()
+    )
     return ("{" + ", ".join(fields) + "}\n").encode("ascii")
 
 
@@ -350,8 +472,15 @@ def _harness(req: dict, cfg: dict, write) -> None:
             pass
         if status == "ok" and stdout.overflow:
             status, detail = "output_too_long", f"stdout over {cfg['stdout_cap']} bytes"
-        return write({"status": status, "detail": detail, "stdout": stdout.data.decode("utf-8", "replace"),
-                      "seconds": clock() - start, "load": True})
+        return write(
+            {
+                "status": status,
+                "detail": detail,
+                "stdout": stdout.data.decode("utf-8", "replace"),
+                "seconds": clock() - start,
+                "load": True,
+            }
+        )
     entry = user_globals.get(req["entry"])
     if status == "ok" and not callable(entry):
         status, detail = "no_f", f"{req['entry']} is not defined"
@@ -388,8 +517,14 @@ def _harness(req: dict, cfg: dict, write) -> None:
             signal.setitimer(signal.ITIMER_REAL, 0)
             if seconds > limits[k]:  # also when the program caught the alarm and went on
                 status, text = "timeout", f"{seconds:.2f} s > {limits[k]:.2f} s"
-        write({"status": status, "output": text if status == "ok" else "",
-               "detail": "" if status == "ok" else text, "seconds": seconds})
+        write(
+            {
+                "status": status,
+                "output": text if status == "ok" else "",
+                "detail": "" if status == "ok" else text,
+                "seconds": seconds,
+            }
+        )
         if suite and status == "timeout":  # evalplus stops there; the rest count as not run
             return
 
@@ -402,9 +537,13 @@ def _run_child(req: dict, cfg: dict, run_dir: str, w: int, devnull: int) -> None
         _OS.dup2(w, 3)
         _OS.closerange(4, 1 << 16)
         limit_s, memory = int(req["timeout_s"]) + 1, int(req["memory_mb"]) << 20
-        for res, value in ((resource.RLIMIT_CPU, (limit_s, limit_s + 1)), (resource.RLIMIT_AS, (memory, memory)),
-                           (resource.RLIMIT_FSIZE, (0, 0)), (resource.RLIMIT_NPROC, (0, 0)),
-                           (resource.RLIMIT_CORE, (0, 0))):
+        for res, value in (
+            (resource.RLIMIT_CPU, (limit_s, limit_s + 1)),
+            (resource.RLIMIT_AS, (memory, memory)),
+            (resource.RLIMIT_FSIZE, (0, 0)),
+            (resource.RLIMIT_NPROC, (0, 0)),
+            (resource.RLIMIT_CORE, (0, 0)),
+        ):
             resource.setrlimit(res, value)
         if cfg["level"] == "namespaces":  # the root is already empty and read-only; drop what is left
             _CURRENT.isolation.drop_privileges(_CURRENT.libc, cfg["uid"])
@@ -422,7 +561,8 @@ def _run_child(req: dict, cfg: dict, run_dir: str, w: int, devnull: int) -> None
         def write(obj: dict) -> None:
             data = _json_line(obj)
             while data:
-                data = data[_OS.write(3, data):]
+                data = data[_OS.write(3, data) :]
+
         _harness(req, cfg, write)
     finally:
         _OS._exit(0)
@@ -521,6 +661,7 @@ def serve(cfg: dict) -> None:
     import ctypes
 
     import isolation  # this script's folder is sys.path[0]; standard library only
+
     libc = ctypes.CDLL(None)  # per-run calls without use_errno: a third of the page faults per call
     setup_libc = ctypes.CDLL(None, use_errno=True)
     owner = cfg["owner_pid"]
@@ -549,11 +690,20 @@ def serve(cfg: dict) -> None:
     devnull = _OS.open(os.devnull, os.O_RDWR)
     vm_kb = next((int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmSize:")), 0)
     requests, replies = sys.stdin.buffer, sys.stdout.buffer
-    hello = {"level": level, "netns": netns, "uid": uid, "chroot": level != "none", "missing": missing,
-             "vm_mb": vm_kb // 1024, "namespaces_error": facts.get("error", "")} | (facts if namespaces else {})
+    hello = {
+        "level": level,
+        "netns": netns,
+        "uid": uid,
+        "chroot": level != "none",
+        "missing": missing,
+        "vm_mb": vm_kb // 1024,
+        "namespaces_error": facts.get("error", ""),
+    } | (facts if namespaces else {})
     if namespaces:
         try:
-            isolation.pivot_to_empty_root(setup_libc, next(d for d in ("/tmp", cfg["base_dir"]) if d and _OS.path.isdir(d)))
+            isolation.pivot_to_empty_root(
+                setup_libc, next(d for d in ("/tmp", cfg["base_dir"]) if d and _OS.path.isdir(d))
+            )
         except (OSError, StopIteration) as e:  # half-isolated: say why and serve nothing
             replies.write((json.dumps({"error": f"namespace setup failed: {e}"}) + "\n").encode())
             replies.flush()
@@ -572,8 +722,14 @@ def serve(cfg: dict) -> None:
     replies.flush()
     for n, line in enumerate(requests):  # plain text headers: json costs page faults here too
         mode, entry, count, size, timeout_s, memory_mb = line.split()
-        req = {"mode": mode.decode(), "entry": entry.decode(), "n": int(count), "timeout_s": float(timeout_s),
-               "memory_mb": int(memory_mb), "payload": requests.read(int(size))}
+        req = {
+            "mode": mode.decode(),
+            "entry": entry.decode(),
+            "n": int(count),
+            "timeout_s": float(timeout_s),
+            "memory_mb": int(memory_mb),
+            "payload": requests.read(int(size)),
+        }
         why, signal_number, exit_code, data = _execute(req, cfg, f"{cfg['base_dir']}/{_OS.getpid()}-{n}", devnull)
         replies.write(f"{why or '-'} {signal_number} {exit_code} {len(data)}\n".encode() + data)
         replies.flush()

@@ -82,8 +82,11 @@ def enter_namespaces(libc, owner_uid: int, owner_gid: int, network: bool) -> dic
     if libc.unshare(flags | (0 if root else CLONE_NEWUSER)) != 0:
         return {"error": f"unshare: {_os.strerror(ctypes.get_errno())} (user namespaces disabled?)"}
     if not root:
-        for name, text in (("setgroups", "deny"), ("uid_map", f"{INNER_UID} {owner_uid} 1"),
-                           ("gid_map", f"{INNER_UID} {owner_gid} 1")):
+        for name, text in (
+            ("setgroups", "deny"),
+            ("uid_map", f"{INNER_UID} {owner_uid} 1"),
+            ("gid_map", f"{INNER_UID} {owner_gid} 1"),
+        ):
             with open(f"/proc/self/{name}", "w") as fh:
                 fh.write(text)
     parent = _os.getppid()
@@ -101,8 +104,13 @@ def enter_namespaces(libc, owner_uid: int, owner_gid: int, network: bool) -> dic
     set_parent_death(libc, lambda: bool(select.select([alive_r], [], [], 0)[0]))
     _os.close(alive_r)
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # pid 1 ignores default-action signals from inside
-    return {"user_namespace": not root, "mount_namespace": True, "pid_namespace": _os.getpid() == 1,
-            "network_namespace": network, "ipc_namespace": True}
+    return {
+        "user_namespace": not root,
+        "mount_namespace": True,
+        "pid_namespace": _os.getpid() == 1,
+        "network_namespace": network,
+        "ipc_namespace": True,
+    }
 
 
 def pivot_to_empty_root(libc, mountpoint: str) -> None:
@@ -111,8 +119,14 @@ def pivot_to_empty_root(libc, mountpoint: str) -> None:
     if number is None:
         raise OSError(0, f"pivot_root: unknown syscall number on {platform.machine()}")
     _mount(libc, None, b"/", None, MS_REC | MS_PRIVATE, None)  # nothing we do propagates out
-    _mount(libc, b"tmpfs", mountpoint.encode(), b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-           b"size=16k,nr_inodes=8,mode=0555")
+    _mount(
+        libc,
+        b"tmpfs",
+        mountpoint.encode(),
+        b"tmpfs",
+        MS_NOSUID | MS_NODEV | MS_NOEXEC,
+        b"size=16k,nr_inodes=8,mode=0555",
+    )
     _os.chdir(mountpoint)
     _check(libc, libc.syscall(number, b".", b"."), "pivot_root")  # old root stacked under the new
     _check(libc, libc.umount2(b".", MNT_DETACH), "umount old root")
@@ -193,7 +207,7 @@ def sweep_stale(parent_dir: str, prefix: str) -> list[str]:
     for entry in entries:
         if not entry.name.startswith(prefix):
             continue
-        pid = entry.name[len(prefix):].split("-", 1)[0]
+        pid = entry.name[len(prefix) :].split("-", 1)[0]
         try:
             if not pid.isdigit() or entry.stat(follow_symlinks=False).st_uid != _os.geteuid():
                 continue

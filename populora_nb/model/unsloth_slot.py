@@ -23,9 +23,9 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import Tensor
 
-from populora_nb.base import Base
 from populora_nb.config import LoRAConfig
-from populora_nb.multilora import MultiLoRA, checkpointing
+from populora_nb.model.base import Base
+from populora_nb.model.multilora import MultiLoRA, checkpointing
 
 PEFT_PREFIX = "base_model.model."
 
@@ -40,13 +40,19 @@ class UnslothSlot:
         # the attention mask (it assumes right padding); our batches are left-padded, so we train
         # in eval() mode and checkpoint with multilora.checkpointing instead.
         self.peft_model = FastLanguageModel.get_peft_model(
-            base.model, r=lora.rank, lora_alpha=lora.alpha, target_modules=list(lora.target_modules),
-            lora_dropout=0.0, bias="none", use_gradient_checkpointing=False, random_state=0,
+            base.model,
+            r=lora.rank,
+            lora_alpha=lora.alpha,
+            target_modules=list(lora.target_modules),
+            lora_dropout=0.0,
+            bias="none",
+            use_gradient_checkpointing=False,
+            random_state=0,
         )
         self.slot: dict[str, tuple[torch.nn.Parameter, torch.nn.Parameter]] = {}
         for name, mod in self.peft_model.named_modules():
             if hasattr(mod, "lora_A") and "default" in getattr(mod, "lora_A", {}):
-                key = name[len(PEFT_PREFIX):] if name.startswith(PEFT_PREFIX) else name
+                key = name[len(PEFT_PREFIX) :] if name.startswith(PEFT_PREFIX) else name
                 key = key.replace(".base_layer", "")
                 self.slot[key] = (mod.lora_A["default"].weight, mod.lora_B["default"].weight)
         self.loaded: int | None = None
@@ -90,8 +96,16 @@ class UnslothSlot:
 
     @torch.no_grad()
     def generate(
-        self, multi: MultiLoRA, slots: Tensor, input_ids: Tensor, attention_mask: Tensor, max_new_tokens: int,
-        stop_token_ids: Sequence[int], pad_token_id: int, temperature: float = 0.0, top_p: float = 1.0,
+        self,
+        multi: MultiLoRA,
+        slots: Tensor,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        max_new_tokens: int,
+        stop_token_ids: Sequence[int],
+        pad_token_id: int,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
         generator: torch.Generator | None = None,
     ) -> tuple[Tensor, Tensor]:
         """One Unsloth ``generate`` per distinct member; same return as ``multilora.decode``."""
@@ -111,13 +125,18 @@ class UnslothSlot:
             with torch.random.fork_rng(devices=[input_ids.device] if input_ids.is_cuda else []):
                 torch.manual_seed(seed)
                 out = self.peft_model.generate(
-                    input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                    do_sample=temperature > 0, temperature=temperature if temperature > 0 else None,
-                    top_p=top_p if temperature > 0 else None, eos_token_id=list(stop_token_ids) or None,
+                    input_ids=ids,
+                    attention_mask=mask,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=temperature > 0,
+                    temperature=temperature if temperature > 0 else None,
+                    top_p=top_p if temperature > 0 else None,
+                    eos_token_id=list(stop_token_ids) or None,
                     # top_k=0: the model's generation_config may carry top_k=50, which would truncate
                     # the distribution the trainer's log-probs (logits / T, untruncated) describe.
-                    top_k=0, pad_token_id=pad_token_id,
-                )[:, ids.shape[1]:]
+                    top_k=0,
+                    pad_token_id=pad_token_id,
+                )[:, ids.shape[1] :]
             n = out.shape[1]
             is_stop = torch.isin(out, stops) if stops.numel() else torch.zeros_like(out, dtype=torch.bool)
             first = torch.where(is_stop.any(dim=1), is_stop.float().argmax(dim=1) + 1, torch.full_like(rows, n))

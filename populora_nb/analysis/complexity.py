@@ -2,7 +2,7 @@
 
 The paper's central picture: the single AZR agent's programs get shallower, simpler, shorter and
 use fewer variables while its solve rate nears 100% (collapse); a population's keep growing while
-its solve rates oscillate (arms race). Coverage of the problem space is in `populora_nb.coverage`.
+its solve rates oscillate (arms race). Coverage of the problem space is in `populora_nb.analysis.coverage`.
 
 What is measured: only what a proposer WROTE. Fig. 4 tracks the programs the proposer writes, so
   code_o, code_i   the program (and its I/O pair) is the proposer's: every metric below.
@@ -33,7 +33,7 @@ Per-program metrics (``ProgramMetrics``), each over one valid code_o/code_i task
   io_profile   the type signature of each I/O pair, e.g. ``(list[int], str) -> int``; unique
                signatures joined with ``"; "``. A text that is not a literal types as ``?``.
 Coverage features (``shape``, ``ngrams``, ``signatures``) and their counting at equal sample
-sizes are defined in `populora_nb.coverage`.
+sizes are defined in `populora_nb.analysis.coverage`.
 
 A step's solve rate is the mean ``solve_rate`` of its valid proposer tasks (all kinds, seeds aside).
 Collapse detector (``detect_collapse``): a run collapses when its solve rate over the last
@@ -58,7 +58,7 @@ import yaml
 from radon.complexity import ComplexityVisitor
 from radon.raw import analyze as radon_raw
 
-from populora_nb.coverage import ast_shape, identifier, io_signature, ngram_features
+from populora_nb.analysis.coverage import ast_shape, identifier, io_signature, ngram_features
 from populora_nb.records import RunDir
 
 COMPLEXITY_FIELDS: tuple[str, ...] = ("ast_depth", "cc_total", "sloc", "n_variables")
@@ -101,12 +101,21 @@ def load_tasks(run_dir: str | Path) -> list[TaskRecord]:
         if missing:
             raise ValueError(f"{path}: row {number}: task record lacks {missing}")
         rate = row.get("solve_rate")
-        records.append(TaskRecord(
-            step=int(row["step"]), proposer=str(row["proposer"]), kind=str(row["kind"]),
-            program=str(row["program"]), valid=bool(row["valid"]),
-            inputs=tuple(row.get("inputs") or ()), outputs=tuple(row.get("outputs") or ()),
-            message=row.get("message") or "", reason=row.get("reason"), solver=row.get("solver"),
-            solve_rate=None if rate is None else float(rate)))
+        records.append(
+            TaskRecord(
+                step=int(row["step"]),
+                proposer=str(row["proposer"]),
+                kind=str(row["kind"]),
+                program=str(row["program"]),
+                valid=bool(row["valid"]),
+                inputs=tuple(row.get("inputs") or ()),
+                outputs=tuple(row.get("outputs") or ()),
+                message=row.get("message") or "",
+                reason=row.get("reason"),
+                solver=row.get("solver"),
+                solve_rate=None if rate is None else float(rate),
+            )
+        )
     if not records:
         raise ValueError(f"{path} holds no complete task record (empty file)")
     return records
@@ -168,8 +177,14 @@ _BINDERS = (ast.arg, ast.ExceptHandler, ast.MatchAs, ast.MatchStar, ast.MatchMap
 def variable_count(tree: ast.AST) -> int:
     """Distinct names bound as variables: stored ``Name``s, parameters, ``except ... as`` names
     and ``match`` captures."""
-    return len({identifier(n) for n in ast.walk(tree) if isinstance(n, _BINDERS)
-                or (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))} - {None})
+    return len(
+        {
+            identifier(n)
+            for n in ast.walk(tree)
+            if isinstance(n, _BINDERS) or (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+        }
+        - {None}
+    )
 
 
 @dataclass(frozen=True)
@@ -199,18 +214,28 @@ def program_metrics(task: TaskRecord) -> ProgramMetrics:
     signatures = [io_signature(i, o) for i, o in zip(task.inputs, task.outputs)]
     try:
         tree = ast.parse(task.program)
-        values = (ast_depth(tree), *cyclomatic_complexity(tree), radon_raw(task.program).sloc,
-                  variable_count(tree))
+        values = (ast_depth(tree), *cyclomatic_complexity(tree), radon_raw(task.program).sloc, variable_count(tree))
         shape, ngrams = ast_shape(tree), ngram_features(tree)
     except (SyntaxError, ValueError, RecursionError, MemoryError):  # too deep counts as unparsed
         values, shape, ngrams = (math.nan,) * 5, None, frozenset()
     depth, cc_max, cc_total, sloc, n_variables = map(float, values)
     return ProgramMetrics(
-        step=task.step, proposer=task.proposer, kind=task.kind,
-        solve_rate=math.nan if task.solve_rate is None else task.solve_rate, parsed=shape is not None,
-        ast_depth=depth, cc_max=cc_max, cc_total=cc_total, sloc=sloc, n_variables=n_variables,
-        n_chars=float(len(task.program)), io_profile="; ".join(dict.fromkeys(signatures)),
-        shape=shape, ngrams=ngrams, signatures=frozenset(signatures))
+        step=task.step,
+        proposer=task.proposer,
+        kind=task.kind,
+        solve_rate=math.nan if task.solve_rate is None else task.solve_rate,
+        parsed=shape is not None,
+        ast_depth=depth,
+        cc_max=cc_max,
+        cc_total=cc_total,
+        sloc=sloc,
+        n_variables=n_variables,
+        n_chars=float(len(task.program)),
+        io_profile="; ".join(dict.fromkeys(signatures)),
+        shape=shape,
+        ngrams=ngrams,
+        signatures=frozenset(signatures),
+    )
 
 
 WRITTEN_PROGRAM_KINDS: tuple[str, ...] = ("code_o", "code_i")
@@ -231,9 +256,12 @@ class InputMetrics:
 
 
 def input_metrics(task: TaskRecord) -> InputMetrics:
-    return InputMetrics(step=task.step, proposer=task.proposer,
-                        solve_rate=math.nan if task.solve_rate is None else task.solve_rate,
-                        signatures=frozenset(io_signature(i, o) for i, o in zip(task.inputs, task.outputs)))
+    return InputMetrics(
+        step=task.step,
+        proposer=task.proposer,
+        solve_rate=math.nan if task.solve_rate is None else task.solve_rate,
+        signatures=frozenset(io_signature(i, o) for i, o in zip(task.inputs, task.outputs)),
+    )
 
 
 @dataclass(frozen=True)
@@ -257,13 +285,15 @@ class RunAnalysis:
     def proposers(self) -> tuple[str, ...]:
         return tuple(sorted({p.proposer for p in (*self.programs, *self.inputs)}))
 
-    def series(self, metric: str, window: int = 1, proposer: str | None = None,
-               band: tuple[float, float] = (25.0, 75.0)) -> StepSeries:
+    def series(
+        self, metric: str, window: int = 1, proposer: str | None = None, band: tuple[float, float] = (25.0, 75.0)
+    ) -> StepSeries:
         """``step_series`` of ``metric`` over the right tasks: ``solve_rate`` over every valid
         proposer task (code_f included: its inputs and difficulty are the proposer's), any other
         metric over the written programs only. ``proposer`` narrows it to one teacher."""
         items: Iterable[ProgramMetrics | InputMetrics] = (
-            (*self.programs, *self.inputs) if metric == "solve_rate" else self.programs)
+            (*self.programs, *self.inputs) if metric == "solve_rate" else self.programs
+        )
         if proposer is not None:
             items = [t for t in items if t.proposer == proposer]
         return step_series(items, metric, window=window, band=band)
@@ -273,12 +303,15 @@ def analyse_tasks(tasks: Sequence[TaskRecord]) -> RunAnalysis:
     """Split the valid tasks into written programs and code_f inputs; seeds are counted, not kept."""
     mine = [t for t in tasks if t.valid and t.proposer != SEED_PROPOSER]
     programs = tuple(program_metrics(t) for t in mine if t.kind in WRITTEN_PROGRAM_KINDS)
-    return RunAnalysis(programs=programs,
-                       inputs=tuple(input_metrics(t) for t in mine if t.kind not in WRITTEN_PROGRAM_KINDS),
-                       steps=tuple(sorted({t.step for t in tasks})), n_tasks=len(tasks),
-                       n_invalid=sum(not t.valid for t in tasks),
-                       n_seed=sum(t.valid and t.proposer == SEED_PROPOSER for t in tasks),
-                       n_unparseable=sum(not p.parsed for p in programs))
+    return RunAnalysis(
+        programs=programs,
+        inputs=tuple(input_metrics(t) for t in mine if t.kind not in WRITTEN_PROGRAM_KINDS),
+        steps=tuple(sorted({t.step for t in tasks})),
+        n_tasks=len(tasks),
+        n_invalid=sum(not t.valid for t in tasks),
+        n_seed=sum(t.valid and t.proposer == SEED_PROPOSER for t in tasks),
+        n_unparseable=sum(not p.parsed for p in programs),
+    )
 
 
 def analyse_run(run_dir: str | Path) -> RunAnalysis:
@@ -297,8 +330,12 @@ class StepSeries:
     count: np.ndarray  # (S,) programs pooled at each step
 
 
-def step_series(programs: Iterable[ProgramMetrics | InputMetrics], metric: str, window: int = 1,
-                band: tuple[float, float] = (25.0, 75.0)) -> StepSeries:
+def step_series(
+    programs: Iterable[ProgramMetrics | InputMetrics],
+    metric: str,
+    window: int = 1,
+    band: tuple[float, float] = (25.0, 75.0),
+) -> StepSeries:
     """Rolling summary of ``metric`` (a field, e.g. ``"sloc"``, ``"solve_rate"``) of the items
     given (``RunAnalysis.series`` picks them): at each step with data, pool the items of the last
     ``window`` steps (by step number) and give their mean and the ``band`` percentiles. NaNs
@@ -343,10 +380,15 @@ def _relative_change(series: StepSeries) -> float:
     return (end - start) / max(start, end) if max(start, end) > 0 else 0.0
 
 
-def detect_collapse(analysis: RunAnalysis, solve_rate_threshold: float = 0.9,
-                    drop_threshold: float = 0.10, min_falling: int = 3, tail_fraction: float = 0.2,
-                    min_steps: int = 5,
-                    metrics: tuple[str, ...] = COMPLEXITY_FIELDS) -> CollapseReport:
+def detect_collapse(
+    analysis: RunAnalysis,
+    solve_rate_threshold: float = 0.9,
+    drop_threshold: float = 0.10,
+    min_falling: int = 3,
+    tail_fraction: float = 0.2,
+    min_steps: int = 5,
+    metrics: tuple[str, ...] = COMPLEXITY_FIELDS,
+) -> CollapseReport:
     """Flag a run whose solve rate approaches 1 while the complexity of the programs its proposers
     wrote falls (module docstring)."""
     # Complexity of the written programs only; solve rate over every valid proposer task.
@@ -354,13 +396,16 @@ def detect_collapse(analysis: RunAnalysis, solve_rate_threshold: float = 0.9,
     changes = {m: _relative_change(analysis.series(m)) for m in metrics}
     n_falling = sum(change <= -drop_threshold for change in changes.values())
     if len(solve.steps) < min_steps:
-        return CollapseReport(False, math.nan, changes, n_falling,
-                              f"too few steps with solved tasks ({len(solve.steps)} < {min_steps})")
+        return CollapseReport(
+            False, math.nan, changes, n_falling, f"too few steps with solved tasks ({len(solve.steps)} < {min_steps})"
+        )
     tail = max(1, math.ceil(tail_fraction * len(solve.steps)))
     solve_end = float(solve.mean[-tail:].mean())
     high = solve_end >= solve_rate_threshold
     falling = n_falling >= min_falling
-    reason = (f"solve rate over the last {tail} steps {solve_end:.2f} "
-              f"{'>=' if high else '<'} {solve_rate_threshold}; {n_falling}/{len(metrics)} "
-              f"complexity metrics fell by >= {drop_threshold:.0%} (need {min_falling})")
+    reason = (
+        f"solve rate over the last {tail} steps {solve_end:.2f} "
+        f"{'>=' if high else '<'} {solve_rate_threshold}; {n_falling}/{len(metrics)} "
+        f"complexity metrics fell by >= {drop_threshold:.0%} (need {min_falling})"
+    )
     return CollapseReport(high and falling, solve_end, changes, n_falling, reason)

@@ -11,14 +11,14 @@ the frozen base), with every log-prob taken at the sampling temperature it was d
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
-from populora_nb.adapters import Generation, Population, train_batch
-from populora_nb.base import Base, load_base
 from populora_nb.config import ExperimentConfig
+from populora_nb.model.adapters import Generation, Population, train_batch
+from populora_nb.model.base import Base, load_base
 from populora_nb.operators import LoRAFactors
 from populora_nb.records import read_json
 from populora_nb.rl import policy_gradient_loss
@@ -32,7 +32,9 @@ class LoRAPolicy:
         """loop name -> population member id"""
 
     @classmethod
-    def create(cls, config: ExperimentConfig, roster: Sequence[tuple[str, str]], base: Base | None = None) -> "LoRAPolicy":
+    def create(
+        cls, config: ExperimentConfig, roster: Sequence[tuple[str, str]], base: Base | None = None
+    ) -> LoRAPolicy:
         """A fresh population with one member per (name, role) of the roster."""
         if base is None:
             # transformers' own "Loading weights" bar would be a second bar in the run's cell: the
@@ -53,14 +55,21 @@ class LoRAPolicy:
     def tokenizer(self):
         return self.base.tokenizer
 
-    def generate(self, member_ids: Sequence[str], prompts: Sequence[str], max_new_tokens: int,
-                 seed: int) -> list[Completion]:
+    def generate(
+        self, member_ids: Sequence[str], prompts: Sequence[str], max_new_tokens: int, seed: int
+    ) -> list[Completion]:
         """One completion per (member, prompt), sampled in one mixed-adapter batch; each carries the
         token ids it was sampled as, which `update` scores."""
         sc = self.config.sampling
         generator = torch.Generator(device=self.base.device).manual_seed(seed)
-        gens = self.population.generate([self.names[m] for m in member_ids], list(prompts), max_new_tokens=max_new_tokens,
-                                        temperature=sc.temperature, top_p=sc.top_p, generator=generator)
+        gens = self.population.generate(
+            [self.names[m] for m in member_ids],
+            list(prompts),
+            max_new_tokens=max_new_tokens,
+            temperature=sc.temperature,
+            top_p=sc.top_p,
+            generator=generator,
+        )
         return [Completion(g.text, (tuple(g.prompt_ids), tuple(g.completion_ids))) for g in gens]
 
     def update(self, member_id: str, samples: Sequence[Sample]) -> dict[str, float]:
@@ -83,9 +92,16 @@ class LoRAPolicy:
             batch.old_logprobs = self.population.logprobs(mid, batch)
 
         def loss_fn(logprobs, b):  # token mean (AZR's verl default): micro-batches are weighted by tokens
-            return policy_gradient_loss(logprobs, b.completion_mask, b.advantages, old_logprobs=b.old_logprobs,
-                                        ref_logprobs=b.ref_logprobs, epsilon=rl.clip_epsilon, kl_coef=rl.kl_coef,
-                                        aggregation="token_mean")
+            return policy_gradient_loss(
+                logprobs,
+                b.completion_mask,
+                b.advantages,
+                old_logprobs=b.old_logprobs,
+                ref_logprobs=b.ref_logprobs,
+                epsilon=rl.clip_epsilon,
+                kl_coef=rl.kl_coef,
+                aggregation="token_mean",
+            )
 
         stats: dict[str, float] = {}
         for _ in range(rl.ppo_epochs):
@@ -109,11 +125,23 @@ class LoRAPolicy:
     def factors(self, name: str) -> LoRAFactors:
         return self.population.factors(self.names[name])
 
-    def replace(self, old: str, new: str, factors: LoRAFactors, parents: Sequence[str], operator: str, step: int,
-                inherit_optimizer_from: str | None = None) -> None:
+    def replace(
+        self,
+        old: str,
+        new: str,
+        factors: LoRAFactors,
+        parents: Sequence[str],
+        operator: str,
+        step: int,
+        inherit_optimizer_from: str | None = None,
+    ) -> None:
         """The child ``new`` takes ``old``'s slot; ``old`` leaves the population."""
         child = self.population.replace(
-            self.names[old], factors, parents=[self.names[p] for p in parents], birth_step=step, operator=operator,
+            self.names[old],
+            factors,
+            parents=[self.names[p] for p in parents],
+            birth_step=step,
+            operator=operator,
             inherit_optimizer_from=self.names[inherit_optimizer_from] if inherit_optimizer_from else None,
         )
         del self.names[old]

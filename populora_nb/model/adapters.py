@@ -31,9 +31,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from populora_nb.base import Base
 from populora_nb.config import LoRAConfig
-from populora_nb.multilora import MultiLoRA, checkpointing, decode, forward_kwarg_names, position_ids_from_mask
+from populora_nb.model.base import Base
+from populora_nb.model.multilora import MultiLoRA, checkpointing, decode, forward_kwarg_names, position_ids_from_mask
 from populora_nb.operators import LoRAFactors, LoRAPair
 from populora_nb.records import CorruptRunError
 from populora_nb.rl import completion_logprobs, logprob_temperature
@@ -88,7 +88,11 @@ class TrainBatch:
     def __post_init__(self) -> None:
         logprob_temperature(self.temperature)  # raises on a negative temperature
         shape = tuple(self.input_ids.shape)
-        if len(shape) != 2 or self.attention_mask.shape != self.input_ids.shape or self.completion_mask.shape != self.input_ids.shape:
+        if (
+            len(shape) != 2
+            or self.attention_mask.shape != self.input_ids.shape
+            or self.completion_mask.shape != self.input_ids.shape
+        ):
             raise ValueError(f"input_ids, attention_mask and completion_mask must share one (B, T) shape, got {shape}")
         if self.advantages.shape != shape[:1]:
             raise ValueError(f"advantages must be (B,) = {shape[:1]}, got {tuple(self.advantages.shape)}")
@@ -104,7 +108,9 @@ class TrainBatch:
 
 
 def train_batch(
-    generations: Sequence[Generation], advantages: Sequence[float] | Tensor, pad_token_id: int,
+    generations: Sequence[Generation],
+    advantages: Sequence[float] | Tensor,
+    pad_token_id: int,
     temperature: float = 1.0,
 ) -> TrainBatch:
     """Left-pad each generation's prompt + completion into a ``TrainBatch`` (completion scored).
@@ -113,7 +119,7 @@ def train_batch(
     comp = torch.zeros_like(ids)
     for i, g in enumerate(generations):
         if g.completion_ids:
-            comp[i, -len(g.completion_ids):] = 1
+            comp[i, -len(g.completion_ids) :] = 1
     return TrainBatch(ids, attn, comp, torch.as_tensor(advantages, dtype=torch.float32), temperature=temperature)
 
 
@@ -133,7 +139,7 @@ class Population:
         self.next_id = 0
         self._slot_engine = None
         if base.backend == "unsloth":
-            from populora_nb.unsloth_slot import UnslothSlot  # CUDA only; never imported on CPU
+            from populora_nb.model.unsloth_slot import UnslothSlot  # CUDA only; never imported on CPU
 
             self._slot_engine = UnslothSlot(base, lora)
 
@@ -176,30 +182,44 @@ class Population:
         """Detached clones of the member's factors, ΔW = B @ A per module (alpha/r left out)."""
         s = self.member(member_id).slot
         # B is stored transposed (multilora's layout); hand out a contiguous (d_out, r) copy.
-        return {n: LoRAPair(self.multi.A[n][s].clone(), self.multi.Bt[n][s].t().clone(memory_format=torch.contiguous_format))
-                for n in self.multi.modules}
+        return {
+            n: LoRAPair(
+                self.multi.A[n][s].clone(), self.multi.Bt[n][s].t().clone(memory_format=torch.contiguous_format)
+            )
+            for n in self.multi.modules
+        }
 
     def set_factors(self, member_id: int, factors: LoRAFactors, reset_optimizer: bool = True) -> None:
         """Install ``factors`` as the member's weights (e.g. an evolved child); the optimizer state
         is dropped unless ``reset_optimizer=False``."""
         if set(factors) != set(self.multi.modules):
             missing, extra = set(self.multi.modules) - set(factors), set(factors) - set(self.multi.modules)
-            raise ValueError(f"factors must cover exactly the adapted modules; missing {sorted(missing)[:3]}, extra {sorted(extra)[:3]}")
+            raise ValueError(
+                f"factors must cover exactly the adapted modules; missing {sorted(missing)[:3]}, extra {sorted(extra)[:3]}"
+            )
         s = self.member(member_id).slot
         with torch.no_grad():
             for name, pair in factors.items():
                 dst_a, dst_bt = self.multi.A[name][s], self.multi.Bt[name][s]
                 if pair.A.shape != dst_a.shape or pair.B.t().shape != dst_bt.shape:
-                    raise ValueError(f"{name}: factor shapes {tuple(pair.A.shape)}, {tuple(pair.B.shape)} != "
-                                     f"{tuple(dst_a.shape)}, {tuple(dst_bt.t().shape)} (rank {self.lora.rank})")
+                    raise ValueError(
+                        f"{name}: factor shapes {tuple(pair.A.shape)}, {tuple(pair.B.shape)} != "
+                        f"{tuple(dst_a.shape)}, {tuple(dst_bt.t().shape)} (rank {self.lora.rank})"
+                    )
                 dst_a.copy_(pair.A)
                 dst_bt.copy_(pair.B.t())
         if reset_optimizer:
             self.optimizers.pop(member_id, None)
 
     def replace(
-        self, member_id: int, factors: LoRAFactors, parents: Sequence[int] = (), birth_step: int = 0,
-        operator: str = "copy", role: Role | None = None, inherit_optimizer_from: int | None = None,
+        self,
+        member_id: int,
+        factors: LoRAFactors,
+        parents: Sequence[int] = (),
+        birth_step: int = 0,
+        operator: str = "copy",
+        role: Role | None = None,
+        inherit_optimizer_from: int | None = None,
     ) -> Member:
         """Evolution: a child with a new id takes ``member_id``'s slot (the old member is gone)."""
         old = self.member(member_id)
@@ -243,8 +263,14 @@ class Population:
         ids, mask = _left_pad(prompt_ids, tok.pad_token_id, self.base.device)
         slots = torch.tensor([self.member(m).slot for m in member_ids], device=self.base.device)
         stops = list(stop_token_ids) if stop_token_ids is not None else [tok.eos_token_id]
-        sampling = dict(max_new_tokens=max_new_tokens, stop_token_ids=stops, pad_token_id=tok.pad_token_id,
-                        temperature=temperature, top_p=top_p, generator=generator)
+        sampling = dict(
+            max_new_tokens=max_new_tokens,
+            stop_token_ids=stops,
+            pad_token_id=tok.pad_token_id,
+            temperature=temperature,
+            top_p=top_p,
+            generator=generator,
+        )
         if self._slot_engine is not None:
             tokens, lengths = self._slot_engine.generate(self.multi, slots, ids, mask, **sampling)
         else:
@@ -268,9 +294,13 @@ class Population:
         _, keep_kw = forward_kwarg_names(model)
 
         def logprobs(b: TrainBatch) -> Tensor:
-            logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask, use_cache=False,
-                           position_ids=position_ids_from_mask(b.attention_mask),
-                           **{keep_kw: b.logits_to_keep}).logits  # (B, L, V): only completion rows
+            logits = model(
+                input_ids=b.input_ids,
+                attention_mask=b.attention_mask,
+                use_cache=False,
+                position_ids=position_ids_from_mask(b.attention_mask),
+                **{keep_kw: b.logits_to_keep},
+            ).logits  # (B, L, V): only completion rows
             return completion_logprobs(logits, b.input_ids, b.completion_mask, b.temperature)
 
         if member_id is None:
@@ -280,7 +310,10 @@ class Population:
             with self._slot_engine.member(self.multi, self.member(member_id).slot, self.lora.gradient_checkpointing):
                 yield logprobs
         else:
-            with self.multi.route_slot(self.member(member_id).slot), checkpointing(model, self.lora.gradient_checkpointing):
+            with (
+                self.multi.route_slot(self.member(member_id).slot),
+                checkpointing(model, self.lora.gradient_checkpointing),
+            ):
                 yield logprobs
 
     @torch.no_grad()
@@ -292,7 +325,11 @@ class Population:
             return forward(_to(batch, self.base.device))
 
     def train_step(
-        self, member_id: int, batch: TrainBatch, loss_fn: LossFn, micro_batch_size: int | None = None,
+        self,
+        member_id: int,
+        batch: TrainBatch,
+        loss_fn: LossFn,
+        micro_batch_size: int | None = None,
         weight_by: Literal["rows", "tokens"] = "rows",
     ) -> dict[str, float]:
         """One AdamW step on this member's LoRA factors only; the base and every other member stay
@@ -326,8 +363,13 @@ class Population:
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.lora.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        stats.update({"optim/grad_norm": float(grad_norm), "optim/lr": self.lora.lr,
-                      "time/train_step_s": time.perf_counter() - start})
+        stats.update(
+            {
+                "optim/grad_norm": float(grad_norm),
+                "optim/lr": self.lora.lr,
+                "time/train_step_s": time.perf_counter() - start,
+            }
+        )
         return stats
 
     def _optimizer(self, member_id: int) -> torch.optim.AdamW:
@@ -363,10 +405,20 @@ class Population:
         mib = 2.0**20
         base = sum(p.numel() * p.element_size() for p in self.base.model.parameters())
         factors = self.multi.nbytes()
-        optim = sum(t.numel() * t.element_size() for opt in self.optimizers.values()
-                    for st in opt.state.values() for t in st.values() if torch.is_tensor(t))
-        return {"base_mib": base / mib, "factors_mib": factors / mib, "per_member_mib": factors / len(self.members) / mib,
-                "optimizer_mib": optim / mib, "factors_over_base": factors / base}
+        optim = sum(
+            t.numel() * t.element_size()
+            for opt in self.optimizers.values()
+            for st in opt.state.values()
+            for t in st.values()
+            if torch.is_tensor(t)
+        )
+        return {
+            "base_mib": base / mib,
+            "factors_mib": factors / mib,
+            "per_member_mib": factors / len(self.members) / mib,
+            "optimizer_mib": optim / mib,
+            "factors_over_base": factors / base,
+        }
 
     # ---- save / load ----------------------------------------------------------------------
 
@@ -382,10 +434,18 @@ class Population:
             tensors[f"{PEFT_PREFIX}{name}.lora_A.weight"] = pair.A.contiguous().cpu()
             tensors[f"{PEFT_PREFIX}{name}.lora_B.weight"] = pair.B.contiguous().cpu()
         save_file(tensors, directory / "adapter_model.safetensors", metadata={"format": "pt"})
-        LoraConfig(r=self.lora.rank, lora_alpha=self.lora.alpha, target_modules=list(self.lora.target_modules),
-                   lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
-                   base_model_name_or_path=self.base.name).save_pretrained(str(directory))
-        (directory / "populora_member.json").write_text(json.dumps(dataclasses.asdict(self.member(member_id)), indent=1))
+        LoraConfig(
+            r=self.lora.rank,
+            lora_alpha=self.lora.alpha,
+            target_modules=list(self.lora.target_modules),
+            lora_dropout=0.0,
+            bias="none",
+            task_type="CAUSAL_LM",
+            base_model_name_or_path=self.base.name,
+        ).save_pretrained(str(directory))
+        (directory / "populora_member.json").write_text(
+            json.dumps(dataclasses.asdict(self.member(member_id)), indent=1)
+        )
         return directory
 
     def save(self, directory: str | Path) -> Path:
@@ -397,8 +457,12 @@ class Population:
         save_file(stacks, directory / "factors.safetensors")
         optim = {f"{m}.{k}": v.cpu() for m in self.optimizers for k, v in self._optimizer_state(m).items()}
         save_file(optim, directory / "optimizers.safetensors")
-        meta = {"base": self.base.name, "lora": _plain(dataclasses.asdict(self.lora)), "next_id": self.next_id,
-                "members": [dataclasses.asdict(m) for m in self.members]}
+        meta = {
+            "base": self.base.name,
+            "lora": _plain(dataclasses.asdict(self.lora)),
+            "next_id": self.next_id,
+            "members": [dataclasses.asdict(m) for m in self.members],
+        }
         (directory / "population.json").write_text(json.dumps(meta, indent=1))
         return directory
 
@@ -410,7 +474,9 @@ class Population:
         pop = cls(base, lora, len(meta["members"]))
         stacks = _read(directory / "factors.safetensors")
         if {k.rsplit(".", 1)[0] for k in stacks} != set(pop.multi.modules):
-            raise ValueError(f"{directory} adapts other modules than this base model has; was it saved for {meta['base']}?")
+            raise ValueError(
+                f"{directory} adapts other modules than this base model has; was it saved for {meta['base']}?"
+            )
         with torch.no_grad():
             for n in pop.multi.modules:
                 pop.multi.A[n].copy_(stacks[f"{n}.A"])
@@ -420,7 +486,7 @@ class Population:
         optim = _read(directory / "optimizers.safetensors", device=str(base.device))
         for m in pop.members:
             prefix = f"{m.id}."
-            pop._load_optimizer_state(m.id, {k[len(prefix):]: v for k, v in optim.items() if k.startswith(prefix)})
+            pop._load_optimizer_state(m.id, {k[len(prefix) :]: v for k, v in optim.items() if k.startswith(prefix)})
         return pop
 
 
@@ -431,9 +497,11 @@ def load_member_factors(directory: str | Path) -> tuple[LoRAFactors, dict]:
     directory = Path(directory)
     config = _read(directory / "adapter_config.json")
     tensors = _read(directory / "adapter_model.safetensors")
-    names = sorted({k[len(PEFT_PREFIX):].rsplit(".lora_", 1)[0] for k in tensors})
-    factors = {n: LoRAPair(tensors[f"{PEFT_PREFIX}{n}.lora_A.weight"], tensors[f"{PEFT_PREFIX}{n}.lora_B.weight"])
-               for n in names}
+    names = sorted({k[len(PEFT_PREFIX) :].rsplit(".lora_", 1)[0] for k in tensors})
+    factors = {
+        n: LoRAPair(tensors[f"{PEFT_PREFIX}{n}.lora_A.weight"], tensors[f"{PEFT_PREFIX}{n}.lora_B.weight"])
+        for n in names
+    }
     return factors, config
 
 
@@ -443,8 +511,10 @@ def _read(path: Path, device: str = "cpu") -> Any:
     try:
         return load_file(path, device=device) if path.suffix == ".safetensors" else json.loads(path.read_text())
     except (OSError, ValueError, SafetensorError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise CorruptRunError(f"{path} does not load ({type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]})",
-                              "restore it, or load another checkpoint") from None
+        raise CorruptRunError(
+            f"{path} does not load ({type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]})",
+            "restore it, or load another checkpoint",
+        ) from None
 
 
 def _left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
@@ -453,8 +523,8 @@ def _left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device) 
     mask = torch.zeros_like(ids)
     for i, s in enumerate(seqs):
         if s:
-            ids[i, width - len(s):] = torch.tensor(list(s))
-            mask[i, width - len(s):] = 1
+            ids[i, width - len(s) :] = torch.tensor(list(s))
+            mask[i, width - len(s) :] = 1
     return ids.to(device), mask.to(device)
 
 

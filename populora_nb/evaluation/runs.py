@@ -6,17 +6,23 @@ the generators from checkpoints and calls it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
-from populora_nb.base import Base, load_base
-from populora_nb.benchmark_loaders import data_dir_is_set, load_benchmark, resolve_data_dir
-from populora_nb.benchmarks import BenchmarkDataError, available_benchmarks, evaluate, hf_generate, load_results, write_report
-from populora_nb.config import ExperimentConfig
+from populora_nb.config import ExperimentConfig, stage_config
 from populora_nb.errors import PathNotFoundError
-from populora_nb.experiment import stage_config
+from populora_nb.evaluation.benchmarks import (
+    BenchmarkDataError,
+    available_benchmarks,
+    evaluate,
+    hf_generate,
+    load_results,
+    write_report,
+)
+from populora_nb.evaluation.loaders import data_dir_is_set, load_benchmark, resolve_data_dir
 from populora_nb.loop import roster_for
-from populora_nb.policy import LoRAPolicy
+from populora_nb.model.base import Base, load_base
+from populora_nb.model.policy import LoRAPolicy
 from populora_nb.records import RunDir
 
 
@@ -30,16 +36,22 @@ def trained_policy(config: ExperimentConfig, run_dir: Path, base: Base) -> LoRAP
     return policy
 
 
-def greedy(policy: LoRAPolicy, max_new_tokens: int, rows_per_batch: int = 16) -> Callable[[Mapping[str, list[str]]], dict[str, list[str]]]:
+def greedy(
+    policy: LoRAPolicy, max_new_tokens: int, rows_per_batch: int = 16
+) -> Callable[[Mapping[str, list[str]]], dict[str, list[str]]]:
     """{member: prompts} -> {member: completions}: all members' rows share mixed-adapter batches."""
 
     def generate(jobs: Mapping[str, list[str]]) -> dict[str, list[str]]:
         rows = [(m, p) for m, prompts in jobs.items() for p in prompts]
         texts: list[str] = []
         for lo in range(0, len(rows), rows_per_batch):
-            chunk = rows[lo:lo + rows_per_batch]
-            gens = policy.population.generate([policy.names[m] for m, _ in chunk], [p for _, p in chunk],
-                                              max_new_tokens=max_new_tokens, temperature=0.0)
+            chunk = rows[lo : lo + rows_per_batch]
+            gens = policy.population.generate(
+                [policy.names[m] for m, _ in chunk],
+                [p for _, p in chunk],
+                max_new_tokens=max_new_tokens,
+                temperature=0.0,
+            )
             texts += [g.text for g in gens]
         out: dict[str, list[str]] = {m: [] for m in jobs}
         for (m, _), t in zip(rows, texts):
@@ -60,11 +72,18 @@ def benchmarks_to_run(config: ExperimentConfig) -> tuple[list[str], str]:
         return [], str(e)
     chosen = [b for b in config.eval.benchmarks if b in have]
     missing = [b for b in config.eval.benchmarks if b not in have]
-    return chosen, (f"no data for {', '.join(missing)} under {resolve_data_dir(config.eval.data_dir)}" if missing else "")
+    return chosen, (
+        f"no data for {', '.join(missing)} under {resolve_data_dir(config.eval.data_dir)}" if missing else ""
+    )
 
 
-def evaluate_experiment(config: ExperimentConfig, out: Path, say: Callable[[str], None] = print,
-                        models: Sequence[str] = ("base", "baseline", "population"), require_data: bool = False) -> Path:
+def evaluate_experiment(
+    config: ExperimentConfig,
+    out: Path,
+    say: Callable[[str], None] = print,
+    models: Sequence[str] = ("base", "baseline", "population"),
+    require_data: bool = False,
+) -> Path:
     """Score the base, the baseline and the population on the benchmarks into ``out/eval``.
     Bad inputs fail before a model loads or anything is written: a missing ``out``, benchmark data
     that is missing (when ``require_data`` or a data root was named) or malformed, an untrained run."""
@@ -78,8 +97,10 @@ def evaluate_experiment(config: ExperimentConfig, out: Path, say: Callable[[str]
         load_benchmark(bench, config.eval.data_dir, config.eval.limit)
     for agent in ("baseline", "population"):
         if agent in models and RunDir(out / agent).latest_checkpoint() is None:
-            raise PathNotFoundError(f"{out / agent} has no checkpoint: train it first "
-                                    f"(python -m populora_nb experiment --out {out} --stages {agent})")
+            raise PathNotFoundError(
+                f"{out / agent} has no checkpoint: train it first "
+                f"(python -m populora_nb experiment --out {out} --stages {agent})"
+            )
     eval_dir = out / "eval"
     eval_dir.mkdir(parents=True, exist_ok=True)
     (eval_dir / "NOTE.txt").write_text(note + "\n" if note else "")
@@ -88,8 +109,14 @@ def evaluate_experiment(config: ExperimentConfig, out: Path, say: Callable[[str]
         return eval_dir
     base = load_base(config, seed=config.run.seed)
     ec = config.eval
-    common = dict(tokenizer_or_format=base.tokenizer, data_dir=ec.data_dir, limit=ec.limit, out_dir=eval_dir,
-                  extra_settings={"max_new_tokens": ec.max_new_tokens}, progress=say)
+    common = dict(
+        tokenizer_or_format=base.tokenizer,
+        data_dir=ec.data_dir,
+        limit=ec.limit,
+        out_dir=eval_dir,
+        extra_settings={"max_new_tokens": ec.max_new_tokens},
+        progress=say,
+    )
     members: list[str] = []
     if "base" in models:
         evaluate({"base": hf_generate(base.model, base.tokenizer, ec.max_new_tokens)}, benches, **common)

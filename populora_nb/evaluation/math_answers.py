@@ -16,9 +16,9 @@ import re
 import selectors
 import subprocess
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
-from populora_nb.benchmark_loaders import last_boxed
+from populora_nb.evaluation.loaders import last_boxed
 
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
@@ -86,13 +86,19 @@ class MathChecker:
 
     def _start(self) -> subprocess.Popen:
         source = _WORKER.format(memory=self.memory_mb << 20)
-        proc = subprocess.Popen([sys.executable, "-c", source], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", source],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         if self._readline(proc, self.start_timeout_s) is None:
             proc.kill()
             proc.wait()
-            raise RuntimeError("math-verify worker did not start: is math-verify installed? "
-                               "(pip install 'populora_nb[eval]')")
+            raise RuntimeError(
+                "math-verify worker did not start: is math-verify installed? (pip install 'populora_nb[eval]')"
+            )
         return proc
 
     @staticmethod

@@ -169,13 +169,16 @@ def end_value(run_dir: str | Path, key: str, window: int = 5) -> float:
     return float(np.mean(values)) if values else math.nan
 
 
-def compare(experiments: Sequence[str | Path], keys: Sequence[str] = tuple(HEADLINE),
-            window: int = 5) -> list[Comparison]:
+def compare(
+    experiments: Sequence[str | Path], keys: Sequence[str] = tuple(HEADLINE), window: int = 5
+) -> list[Comparison]:
     """Baseline vs population over the seeds (one experiment directory each), per headline key."""
     out = []
     for key in keys:
-        values = {run: [end_value(Path(e) / run, key, window) for e in experiments if (Path(e) / run).is_dir()]
-                  for run in RUNS}
+        values = {
+            run: [end_value(Path(e) / run, key, window) for e in experiments if (Path(e) / run).is_dir()]
+            for run in RUNS
+        }
         values = {run: [v for v in vs if not math.isnan(v)] for run, vs in values.items()}
         d, low, high = welch_interval(values["baseline"], values["population"])
         out.append(Comparison(key, tuple(values["baseline"]), tuple(values["population"]), d, low, high))
@@ -185,19 +188,39 @@ def compare(experiments: Sequence[str | Path], keys: Sequence[str] = tuple(HEADL
 def comparison_table(comparisons: Sequence[Comparison]) -> list[list[str]]:
     """Rows for a report: each series' baseline and population means (± half the 95% interval)
     over seeds, and the difference with its Welch interval."""
+
     def mean_pm(values: Sequence[float]) -> str:
         m, low, high = t_interval(values)
         if math.isnan(m):
             return "n/a"
         return f"{m:.3f}" if math.isnan(low) else f"{m:.3f} ± {(high - low) / 2:.3f}"
 
-    rows = [["series", "seeds (baseline / population)", "baseline", "population", "population − baseline [95% CI]",
-             "separated?"]]
+    rows = [
+        [
+            "series",
+            "seeds (baseline / population)",
+            "baseline",
+            "population",
+            "population − baseline [95% CI]",
+            "separated?",
+        ]
+    ]
     for c in comparisons:
-        diff = "n/a" if math.isnan(c.difference) else (
-            f"{c.difference:+.3f}" + ("" if math.isnan(c.low) else f" [{c.low:+.3f}, {c.high:+.3f}]"))
-        rows.append([HEADLINE.get(c.key, c.key), f"{len(c.baseline)} / {len(c.population)}", mean_pm(c.baseline),
-                     mean_pm(c.population), diff, "yes" if c.separated else "no"])
+        diff = (
+            "n/a"
+            if math.isnan(c.difference)
+            else (f"{c.difference:+.3f}" + ("" if math.isnan(c.low) else f" [{c.low:+.3f}, {c.high:+.3f}]"))
+        )
+        rows.append(
+            [
+                HEADLINE.get(c.key, c.key),
+                f"{len(c.baseline)} / {len(c.population)}",
+                mean_pm(c.baseline),
+                mean_pm(c.population),
+                diff,
+                "yes" if c.separated else "no",
+            ]
+        )
     return rows
 
 
@@ -236,10 +259,15 @@ def write_seed_report(experiments: Sequence[str | Path], out_dir: str | Path, wi
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = comparison_table(compare(experiments, window=window))
-    lines = [f"# Seed protocol: {len(experiments)} experiments", "",
-             f"End-of-run value: each run's mean over its last {window} logged steps; ± is half the 95% t-interval "
-             "over seeds; the difference has a Welch 95% interval. 'separated' means the interval excludes 0.", "",
-             "| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+    lines = [
+        f"# Seed protocol: {len(experiments)} experiments",
+        "",
+        f"End-of-run value: each run's mean over its last {window} logged steps; ± is half the 95% t-interval "
+        "over seeds; the difference has a Welch 95% interval. 'separated' means the interval excludes 0.",
+        "",
+        "| " + " | ".join(rows[0]) + " |",
+        "|" + "---|" * len(rows[0]),
+    ]
     lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
     for key in HEADLINE:
         name = "seeds_" + key.replace("/", "_") + ".png"

@@ -26,9 +26,10 @@ import pickle
 import re
 import types
 import zlib
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, Mapping
+from typing import Any, Literal
 
 from populora_nb.errors import DataFileError
 
@@ -74,29 +75,42 @@ class Problem:
 
 
 # name -> (kind, candidate files under the data root: the first that exists is read)
-BENCHMARK_FILES: Mapping[str, tuple[ProblemKind, tuple[str, ...]]] = types.MappingProxyType({
-    "humanevalplus": ("evalplus", ("humanevalplus/HumanEvalPlus.jsonl.gz", "humanevalplus/HumanEvalPlus.jsonl")),
-    "humanevalplus_mini": ("evalplus", ("humanevalplus/HumanEvalPlus-Mini.jsonl.gz",)),
-    "mbppplus": ("evalplus", ("mbppplus/MbppPlus.jsonl", "mbppplus/MbppPlus.jsonl.gz")),
-    "livecodebench": ("lcb", ("livecodebench/test6.jsonl", "livecodebench/test5.jsonl",
-                              "livecodebench/test.jsonl", "livecodebench/livecodebench_v5.jsonl")),
-    "gsm8k": ("math", ("gsm8k/test.jsonl",)),
-    "aime24": ("math", ("math/aime24/test.jsonl",)),
-    "aime25": ("math", ("math/aime25/test.jsonl",)),
-    "amc23": ("math", ("math/amc23/test.jsonl",)),
-    "math500": ("math", ("math/math500/test.jsonl",)),
-    "minerva": ("math", ("math/minerva_math/test.jsonl",)),
-    "olympiadbench": ("math", ("math/olympiadbench/test.jsonl",)),
-})
-SOURCES: Mapping[str, str] = types.MappingProxyType({
-    "humanevalplus": "github.com/evalplus/humanevalplus_release (v0.1.10, HumanEvalPlus.jsonl.gz)",
-    "humanevalplus_mini": "github.com/evalplus/humanevalplus_release (v0.1.10, HumanEvalPlus-Mini.jsonl.gz)",
-    "mbppplus": "github.com/evalplus/mbppplus_release (v0.2.0, MbppPlus.jsonl.gz)",
-    "livecodebench": "huggingface.co/datasets/livecodebench/code_generation_lite (test*.jsonl)",
-    "gsm8k": "github.com/openai/grade-school-math (grade_school_math/data/test.jsonl)",
-    **{k: "github.com/LeapLabTHU/Absolute-Zero-Reasoner (evaluation/math_eval/eval/data/<name>/test.jsonl)"
-       for k in ("aime24", "aime25", "amc23", "math500", "minerva", "olympiadbench")},
-})
+BENCHMARK_FILES: Mapping[str, tuple[ProblemKind, tuple[str, ...]]] = types.MappingProxyType(
+    {
+        "humanevalplus": ("evalplus", ("humanevalplus/HumanEvalPlus.jsonl.gz", "humanevalplus/HumanEvalPlus.jsonl")),
+        "humanevalplus_mini": ("evalplus", ("humanevalplus/HumanEvalPlus-Mini.jsonl.gz",)),
+        "mbppplus": ("evalplus", ("mbppplus/MbppPlus.jsonl", "mbppplus/MbppPlus.jsonl.gz")),
+        "livecodebench": (
+            "lcb",
+            (
+                "livecodebench/test6.jsonl",
+                "livecodebench/test5.jsonl",
+                "livecodebench/test.jsonl",
+                "livecodebench/livecodebench_v5.jsonl",
+            ),
+        ),
+        "gsm8k": ("math", ("gsm8k/test.jsonl",)),
+        "aime24": ("math", ("math/aime24/test.jsonl",)),
+        "aime25": ("math", ("math/aime25/test.jsonl",)),
+        "amc23": ("math", ("math/amc23/test.jsonl",)),
+        "math500": ("math", ("math/math500/test.jsonl",)),
+        "minerva": ("math", ("math/minerva_math/test.jsonl",)),
+        "olympiadbench": ("math", ("math/olympiadbench/test.jsonl",)),
+    }
+)
+SOURCES: Mapping[str, str] = types.MappingProxyType(
+    {
+        "humanevalplus": "github.com/evalplus/humanevalplus_release (v0.1.10, HumanEvalPlus.jsonl.gz)",
+        "humanevalplus_mini": "github.com/evalplus/humanevalplus_release (v0.1.10, HumanEvalPlus-Mini.jsonl.gz)",
+        "mbppplus": "github.com/evalplus/mbppplus_release (v0.2.0, MbppPlus.jsonl.gz)",
+        "livecodebench": "huggingface.co/datasets/livecodebench/code_generation_lite (test*.jsonl)",
+        "gsm8k": "github.com/openai/grade-school-math (grade_school_math/data/test.jsonl)",
+        **{
+            k: "github.com/LeapLabTHU/Absolute-Zero-Reasoner (evaluation/math_eval/eval/data/<name>/test.jsonl)"
+            for k in ("aime24", "aime25", "amc23", "math500", "minerva", "olympiadbench")
+        },
+    }
+)
 """Where users with internet get each file; it goes under the data root at `BENCHMARK_FILES`' path."""
 CODE_BENCHMARKS = ("humanevalplus", "mbppplus", "livecodebench")
 MATH_BENCHMARKS = ("aime24", "aime25", "amc23", "math500", "minerva", "gsm8k", "olympiadbench")
@@ -120,11 +134,12 @@ def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
     elif os.environ.get(DATA_ENV):
         path, how = Path(os.environ[DATA_ENV]).expanduser(), f"${DATA_ENV}"
     else:
-        path, how = Path(__file__).resolve().parents[2] / "shared" / "benchmarks", "the default location"
+        path, how = Path(__file__).resolve().parents[3] / "shared" / "benchmarks", "the default location"
     if not path.is_dir():
         raise BenchmarkDataError(
             f"benchmark data directory {path} (from {how}) does not exist. Pass data_dir=..., or set "
-            f"{DATA_ENV}=/path/to/benchmarks, a folder laid out as {{name}}/...: see BENCHMARK_FILES.")
+            f"{DATA_ENV}=/path/to/benchmarks, a folder laid out as {{name}}/...: see BENCHMARK_FILES."
+        )
     return path
 
 
@@ -135,8 +150,10 @@ def benchmark_path(name: str, data_dir: str | os.PathLike | None = None) -> Path
     for rel in BENCHMARK_FILES[name][1]:
         if (root / rel).is_file():
             return root / rel
-    raise BenchmarkDataError(f"no {name} file under {root} (looked for {', '.join(BENCHMARK_FILES[name][1])}); "
-                             f"get it from {SOURCES[name]} or point ${DATA_ENV} at a folder that holds it")
+    raise BenchmarkDataError(
+        f"no {name} file under {root} (looked for {', '.join(BENCHMARK_FILES[name][1])}); "
+        f"get it from {SOURCES[name]} or point ${DATA_ENV} at a folder that holds it"
+    )
 
 
 def available_benchmarks(data_dir: str | os.PathLike | None = None) -> list[str]:
@@ -158,7 +175,9 @@ def load_benchmark(name: str, data_dir: str | os.PathLike | None = None, limit: 
         try:
             problems.append(parse(name, record, i))
         except (KeyError, TypeError, ValueError) as e:
-            raise BenchmarkDataError(f"{path}: record {i} is not in the {name} format ({type(e).__name__}: {e})") from None
+            raise BenchmarkDataError(
+                f"{path}: record {i} is not in the {name} format ({type(e).__name__}: {e})"
+            ) from None
     return problems
 
 
@@ -233,8 +252,30 @@ def mbpp_deserialize_inputs(task_id: str, inputs: list) -> list:
     """MBPP+ stores tuples, sets and complex numbers as JSON lists/strings; rebuild them per task.
     Mirrors evalplus/data/mbpp.py (same task lists, same quirks: an empty set becomes ``{}``)."""
     n = int(task_id.split("/")[-1])
-    if n in (2, 116, 132, 143, 222, 261, 273, 394, 399, 421, 424, 429, 470, 560, 579, 596, 616, 630, 726,
-             740, 744, 809):
+    if n in (
+        2,
+        116,
+        132,
+        143,
+        222,
+        261,
+        273,
+        394,
+        399,
+        421,
+        424,
+        429,
+        470,
+        560,
+        579,
+        596,
+        616,
+        630,
+        726,
+        740,
+        744,
+        809,
+    ):
         return [[tuple(a) for a in inp] for inp in inputs]
     if n in (63, 64, 70, 94, 120, 237, 272, 299, 400, 409, 417, 438, 473, 614, 780):
         return [[[tuple(x) for x in a] for a in inp] for inp in inputs]
@@ -272,9 +313,17 @@ def _parse_evalplus(name: str, r: dict, index: int) -> Problem:
             raw = mbpp_deserialize_inputs(r["task_id"], list(raw))
         return tuple(argument_text(args) for args in raw)
 
-    return Problem(name, r["task_id"], "evalplus", r["prompt"], entry_point=r["entry_point"],
-                   canonical_solution=r["canonical_solution"], base_inputs=inputs("base_input"),
-                   plus_inputs=inputs("plus_input"), atol=float(r.get("atol") or 0.0))
+    return Problem(
+        name,
+        r["task_id"],
+        "evalplus",
+        r["prompt"],
+        entry_point=r["entry_point"],
+        canonical_solution=r["canonical_solution"],
+        base_inputs=inputs("base_input"),
+        plus_inputs=inputs("plus_input"),
+        atol=float(r.get("atol") or 0.0),
+    )
 
 
 # ---------------------------------------------------------------- LiveCodeBench
@@ -304,18 +353,24 @@ def decode_lcb_tests(text: str) -> list[dict]:
     return json.loads(payload)
 
 
-LCB_FUNCTIONAL_INSTRUCTION = ("You will use the following starter code to write the solution to the problem "
-                              "and enclose your code within delimiters.")
-LCB_STDIN_INSTRUCTION = ("Read the inputs from stdin solve the problem and write the answer to stdout (do not "
-                         "directly test on the sample inputs). Enclose your code within delimiters as follows. "
-                         "Ensure that when the python program runs, it reads the inputs, runs the algorithm and "
-                         "writes output to STDOUT.")
+LCB_FUNCTIONAL_INSTRUCTION = (
+    "You will use the following starter code to write the solution to the problem "
+    "and enclose your code within delimiters."
+)
+LCB_STDIN_INSTRUCTION = (
+    "Read the inputs from stdin solve the problem and write the answer to stdout (do not "
+    "directly test on the sample inputs). Enclose your code within delimiters as follows. "
+    "Ensure that when the python program runs, it reads the inputs, runs the algorithm and "
+    "writes output to STDOUT."
+)
 
 
 def lcb_question(content: str, starter_code: str) -> str:
     """LiveCodeBench's own generation prompt (lcb_runner/prompts/code_generation.py, no system part)."""
-    text = ("You will be given a question (problem specification) and will generate a correct Python program "
-            f"that matches the specification and passes all tests.\n\nQuestion: {content}\n\n")
+    text = (
+        "You will be given a question (problem specification) and will generate a correct Python program "
+        f"that matches the specification and passes all tests.\n\nQuestion: {content}\n\n"
+    )
     if starter_code:
         return text + f"{LCB_FUNCTIONAL_INSTRUCTION}\n```python\n{starter_code}\n```\n\n"
     return text + f"{LCB_STDIN_INSTRUCTION}\n```python\n# YOUR CODE HERE\n```\n\n"
@@ -323,8 +378,13 @@ def lcb_question(content: str, starter_code: str) -> str:
 
 def _parse_lcb(name: str, r: dict, index: int) -> Problem:
     if "question_content" not in r:  # QwQ's prompt-only file: the tests live elsewhere
-        return Problem(name, str(r.get("question_id", index)), "lcb", r["prompt"],
-                       meta={"contest_date": r.get("contest_date", ""), "tests_missing": True})
+        return Problem(
+            name,
+            str(r.get("question_id", index)),
+            "lcb",
+            r["prompt"],
+            meta={"contest_date": r.get("contest_date", ""), "tests_missing": True},
+        )
     tests = decode_lcb_tests(r.get("public_test_cases") or "[]") + decode_lcb_tests(r.get("private_test_cases") or "[]")
     metadata = r.get("metadata") or "{}"
     metadata = json.loads(metadata) if isinstance(metadata, str) else metadata
@@ -332,10 +392,20 @@ def _parse_lcb(name: str, r: dict, index: int) -> Problem:
     if any(t.testtype not in ("stdin", "functional") for t in cases):
         raise ValueError("testtype must be stdin or functional")
     starter = r.get("starter_code") or ""
-    return Problem(name, r["question_id"], "lcb", lcb_question(r["question_content"], starter),
-                   entry_point=metadata.get("func_name") or "", tests=cases, starter_code=starter,
-                   meta={"contest_date": r.get("contest_date", ""), "difficulty": r.get("difficulty", ""),
-                         "platform": r.get("platform", "")})
+    return Problem(
+        name,
+        r["question_id"],
+        "lcb",
+        lcb_question(r["question_content"], starter),
+        entry_point=metadata.get("func_name") or "",
+        tests=cases,
+        starter_code=starter,
+        meta={
+            "contest_date": r.get("contest_date", ""),
+            "difficulty": r.get("difficulty", ""),
+            "platform": r.get("platform", ""),
+        },
+    )
 
 
 # ---------------------------------------------------------------- math
@@ -348,7 +418,7 @@ def last_boxed(text: str) -> str | None:
     while i < len(text):
         depth += {"{": 1, "}": -1}.get(text[i], 0)
         if depth == 0:
-            return text[starts[-1]:i]
+            return text[starts[-1] : i]
         i += 1
     return None
 
@@ -358,15 +428,17 @@ def _gsm8k_gold(answer: str) -> str:
 
 
 # benchmark -> (question field, gold from the record); AZR's math_eval conventions.
-_MATH_FIELDS: Mapping[str, tuple[str, Callable[[dict], str]]] = types.MappingProxyType({
-    "gsm8k": ("question", lambda r: _gsm8k_gold(r["answer"])),
-    "aime24": ("problem", lambda r: str(r["answer"])),
-    "aime25": ("problem", lambda r: str(r["answer"])),
-    "amc23": ("problem", lambda r: _plain_number(r["answer"])),
-    "math500": ("problem", lambda r: str(r["answer"]) if r.get("answer") else last_boxed(r["solution"]) or ""),
-    "minerva": ("problem", lambda r: last_boxed(r["solution"]) or ""),
-    "olympiadbench": ("question", lambda r: r["final_answer"][0].strip().strip("$").strip()),
-})
+_MATH_FIELDS: Mapping[str, tuple[str, Callable[[dict], str]]] = types.MappingProxyType(
+    {
+        "gsm8k": ("question", lambda r: _gsm8k_gold(r["answer"])),
+        "aime24": ("problem", lambda r: str(r["answer"])),
+        "aime25": ("problem", lambda r: str(r["answer"])),
+        "amc23": ("problem", lambda r: _plain_number(r["answer"])),
+        "math500": ("problem", lambda r: str(r["answer"]) if r.get("answer") else last_boxed(r["solution"]) or ""),
+        "minerva": ("problem", lambda r: last_boxed(r["solution"]) or ""),
+        "olympiadbench": ("question", lambda r: r["final_answer"][0].strip().strip("$").strip()),
+    }
+)
 
 
 def _plain_number(x: Any) -> str:
@@ -384,4 +456,5 @@ def _parse_math(name: str, r: dict, index: int) -> Problem:
 
 
 _PARSERS: Mapping[ProblemKind, Callable[[str, dict, int], Problem]] = types.MappingProxyType(
-    {"evalplus": _parse_evalplus, "lcb": _parse_lcb, "math": _parse_math})
+    {"evalplus": _parse_evalplus, "lcb": _parse_lcb, "math": _parse_math}
+)

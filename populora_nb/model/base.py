@@ -105,9 +105,7 @@ def chat(base: Base, prompt: str, max_new_tokens: int = 64) -> str:
     text = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
     enc = tok(text, return_tensors="pt", add_special_tokens=False).to(base.device)
     with torch.no_grad():
-        out = base.model.generate(
-            **enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id
-        )
+        out = base.model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id)
     return tok.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
@@ -210,8 +208,10 @@ def _load_transformers(source: str, dtype: torch.dtype) -> tuple[torch.nn.Module
     local = Path(source).expanduser()
     if local.is_dir() and not (local / "config.json").is_file():
         # transformers would read it as a local model and fail on the tokenizer ("install sentencepiece")
-        raise ModelLoadError(f"model.name={source!r} is a directory but not a model (no config.json in it); "
-                             f"pass a directory written by save_pretrained, a hub id, or {BUNDLED_MODEL}")
+        raise ModelLoadError(
+            f"model.name={source!r} is a directory but not a model (no config.json in it); "
+            f"pass a directory written by save_pretrained, a hub id, or {BUNDLED_MODEL}"
+        )
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)

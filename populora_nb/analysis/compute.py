@@ -43,8 +43,13 @@ def run_compute(name: str, rows: list[dict]) -> RunCompute | None:
     """Sum a run's metrics rows; None for a run recorded before token counts existed."""
     if not any(KEYS[0] in r for r in rows):
         return None
-    return RunCompute(name, _roster_size(rows), len({r["step"] for r in rows}),
-                      sum(r.get(KEYS[0], 0.0) for r in rows), sum(r.get(KEYS[1], 0.0) for r in rows))
+    return RunCompute(
+        name,
+        _roster_size(rows),
+        len({r["step"] for r in rows}),
+        sum(r.get(KEYS[0], 0.0) for r in rows),
+        sum(r.get(KEYS[1], 0.0) for r in rows),
+    )
 
 
 def _roster_size(rows: list[dict]) -> int:
@@ -61,8 +66,19 @@ def compute_table(runs: Mapping[str, str | Path]) -> list[list[str]]:
     population the ratio of its per-adapter compute to the baseline agent's (1.0 is the paper's
     per-adapter matching) and of its total (about n_T under that matching)."""
     measured = {name: run_compute(name, RunDir(Path(path)).read("metrics")) for name, path in runs.items()}
-    rows = [["run", "adapters", "steps", "generated tokens", "trained tokens", "generated / adapter",
-             "trained / adapter", "per-adapter ratio to baseline (gen / train)", "total ratio to baseline (gen / train)"]]
+    rows = [
+        [
+            "run",
+            "adapters",
+            "steps",
+            "generated tokens",
+            "trained tokens",
+            "generated / adapter",
+            "trained / adapter",
+            "per-adapter ratio to baseline (gen / train)",
+            "total ratio to baseline (gen / train)",
+        ]
+    ]
     base = measured.get("baseline")
     for name, c in measured.items():
         if c is None:
@@ -72,8 +88,19 @@ def compute_table(runs: Mapping[str, str | Path]) -> list[list[str]]:
         if base is not None and name != "baseline":
             per = f"{_ratio(c.generated_per_adapter, base.generated_per_adapter)} / {_ratio(c.trained_per_adapter, base.trained_per_adapter)}"
             total = f"{_ratio(c.generated, base.generated)} / {_ratio(c.trained, base.trained)}"
-        rows.append([name, str(c.adapters), str(c.steps), f"{c.generated:.0f}", f"{c.trained:.0f}",
-                     f"{c.generated_per_adapter:.0f}", f"{c.trained_per_adapter:.0f}", per, total])
+        rows.append(
+            [
+                name,
+                str(c.adapters),
+                str(c.steps),
+                f"{c.generated:.0f}",
+                f"{c.trained:.0f}",
+                f"{c.generated_per_adapter:.0f}",
+                f"{c.trained_per_adapter:.0f}",
+                per,
+                total,
+            ]
+        )
     return rows
 
 

@@ -153,8 +153,11 @@ class MultiLoRA:
                     xa = (x.reshape(x.shape[0], -1) @ a_flat_t).mul_(block)  # (B, U·r)
                     out.view(out.shape[0], -1).addmm_(xa, bt_flat, alpha=scale)
                     return out
-                a_rows_t, bt_rows = rows if gather_once else (a_all.index_select(0, slots).transpose(1, 2),
-                                                              bt_all.index_select(0, slots))
+                a_rows_t, bt_rows = (
+                    rows
+                    if gather_once
+                    else (a_all.index_select(0, slots).transpose(1, 2), bt_all.index_select(0, slots))
+                )
                 xa = torch.bmm(x, a_rows_t)  # (B, T, r)
                 return out.baddbmm_(xa, bt_rows, alpha=scale)  # (B, T, d_out)
 
@@ -295,7 +298,10 @@ def decode(
     out: list[Tensor] = []
     for _ in range(max_new_tokens):
         logits = model(
-            input_ids=step_ids, attention_mask=mask, position_ids=positions, use_cache=True,
+            input_ids=step_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
             **{cache_kw: cache, keep_kw: 1},
         ).logits[:, -1, :]  # (B, V)
         token = sample_next(logits, temperature, top_p, generator)

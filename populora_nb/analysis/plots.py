@@ -6,8 +6,9 @@ notebook shows it inline and the report saves it as PNG.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal, Mapping, Sequence
+from typing import Literal
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -59,8 +60,13 @@ def step_mean(rows: Sequence[dict], key: str, role: str | None = None) -> tuple[
     return steps, np.array([np.mean(by_step[s]) for s in steps])
 
 
-def plot_solve_rates(runs: Mapping[str, str | Path], kinds: Sequence[str] = ("code_o", "code_i", "code_f"),
-                     source: Literal["fresh", "buffer"] = "fresh", valid_rate: bool = False, ax=None) -> Figure:
+def plot_solve_rates(
+    runs: Mapping[str, str | Path],
+    kinds: Sequence[str] = ("code_o", "code_i", "code_f"),
+    source: Literal["fresh", "buffer"] = "fresh",
+    valid_rate: bool = False,
+    ax=None,
+) -> Figure:
     """Solve rate per task kind over steps; one line style per run (e.g. baseline vs population).
 
     ``fresh`` (the headline): rho of the tasks proposed that step and solved by their matched
@@ -83,12 +89,18 @@ def plot_solve_rates(runs: Mapping[str, str | Path], kinds: Sequence[str] = ("co
                 drawn = True
                 ax.plot(steps, vals, style, color=KIND_COLORS.get(kind), marker="o", ms=3, label=f"{run_label}{kind}")
             else:
-                ax.plot([], [], style, color=KIND_COLORS.get(kind), alpha=0.4, label=f"{run_label}{kind}: no valid task")
+                ax.plot(
+                    [], [], style, color=KIND_COLORS.get(kind), alpha=0.4, label=f"{run_label}{kind}: no valid task"
+                )
         if valid_rate:
             steps, vals = step_mean(rows, "teacher/valid_rate")
             if len(steps):
                 ax.plot(steps, vals, style, color="k", lw=1, marker="s", ms=3, label=f"{run_label}valid-proposal rate")
-    title = "Solve rate ρ of fresh proposals" if source == "fresh" else "Solve rate on buffer tasks (top-ups, AZR solver batch)"
+    title = (
+        "Solve rate ρ of fresh proposals"
+        if source == "fresh"
+        else "Solve rate on buffer tasks (top-ups, AZR solver batch)"
+    )
     if valid_rate:
         title = "Solve rate ρ per kind, and valid-proposal rate"
     ylabel = "rate" if valid_rate else "solve rate"
@@ -100,7 +112,9 @@ def plot_solve_rates(runs: Mapping[str, str | Path], kinds: Sequence[str] = ("co
     return fig
 
 
-def plot_metric(runs: Mapping[str, str | Path], key: str, role: str | None = None, title: str | None = None, ax=None) -> Figure:
+def plot_metric(
+    runs: Mapping[str, str | Path], key: str, role: str | None = None, title: str | None = None, ax=None
+) -> Figure:
     fig, ax = _ax(ax)
     drawn = False
     for name, path in runs.items():
@@ -172,8 +186,15 @@ def _label_ends(ax, ends: list[tuple[float, str, str]], x: float, fontsize: floa
     left, right = ax.get_xlim()
     ax.set_xlim(left, max(right, x + 0.18 * max(x - left, 1)))  # room for the names
     for (y, name, color), y_text in zip(sorted(ends), ys):
-        ax.annotate(name, (x, y), xytext=(x + 0.03 * max(x - left, 1), y_text), fontsize=fontsize, color=color,
-                    va="center", annotation_clip=False)
+        ax.annotate(
+            name,
+            (x, y),
+            xytext=(x + 0.03 * max(x - left, 1), y_text),
+            fontsize=fontsize,
+            color=color,
+            va="center",
+            annotation_clip=False,
+        )
 
 
 def plot_solve_matrix(run_dir: str | Path, last_steps: int | None = None, ax=None) -> Figure:
@@ -200,12 +221,23 @@ def plot_solve_matrix(run_dir: str | Path, last_steps: int | None = None, ax=Non
     for i, t in enumerate(mat.teachers):
         for j, s in enumerate(mat.students):
             if np.isfinite(mat.rho[i, j]):  # ρ and how many tasks it averages
-                ax.text(j, i, f"{mat.rho[i, j]:.2f}\nn={counts[(t, s)]}", ha="center", va="center", fontsize=7,
-                        color="w" if mat.rho[i, j] < 0.6 else "k")
+                ax.text(
+                    j,
+                    i,
+                    f"{mat.rho[i, j]:.2f}\nn={counts[(t, s)]}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="w" if mat.rho[i, j] < 0.6 else "k",
+                )
     if not counts:
         valid = sum(m.valid for m in matches)
-        _say_empty(ax, f"no valid task was played in {len(matches)} matches ({valid} valid)"
-                       if valid else f"none of {len(matches)} proposals was valid:\nno task to solve, so no ρ")
+        _say_empty(
+            ax,
+            f"no valid task was played in {len(matches)} matches ({valid} valid)"
+            if valid
+            else f"none of {len(matches)} proposals was valid:\nno task to solve, so no ρ",
+        )
     fig.colorbar(im, ax=ax, fraction=0.046, label="ρ")
     fig.tight_layout()
     return fig
@@ -217,7 +249,9 @@ def plot_valid_rate_per_teacher(run_dir: str | Path, ax=None) -> Figure:
     for m in dict.fromkeys(r["member"] for r in rows):
         rs = [r for r in rows if r["member"] == m]
         ax.plot([r["step"] for r in rs], [r["teacher/valid_rate"] for r in rs], marker="o", ms=3, label=m)
-    ax.set(xlabel="step", ylabel=label("teacher/valid_rate"), ylim=(-0.03, 1.03), title="Valid-proposal rate per proposer")
+    ax.set(
+        xlabel="step", ylabel=label("teacher/valid_rate"), ylim=(-0.03, 1.03), title="Valid-proposal rate per proposer"
+    )
     if rows:
         ax.legend(fontsize=8, ncol=2)
     else:

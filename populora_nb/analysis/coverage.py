@@ -10,7 +10,7 @@ What counts as a distinct problem (our definition; the paper gives none), per pr
   ngrams       node-type n-grams of a written program: every chain of 1..``NGRAM_N`` node types
                along a parent-child path (e.g. ``('For', 'If', 'Return')``).
   signatures   per-pair I/O type signatures such as ``(list[int], str) -> int``.
-Only what a proposer wrote counts (``populora_nb.complexity``'s docstring says why): shapes and
+Only what a proposer wrote counts (``populora_nb.analysis.complexity``'s docstring says why): shapes and
 ngrams come from valid code_o/code_i programs; signatures from those and from valid code_f tasks,
 whose inputs the proposer wrote for a buffer program. Seed rows are skipped.
 
@@ -37,13 +37,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:  # complexity imports the features below; only type hints need its classes
-    from populora_nb.complexity import RunAnalysis
+    from populora_nb.analysis.complexity import RunAnalysis
 
 NGRAM_N = 3
 """Longest node-type chain counted as a coverage feature."""
 COVERAGE_KINDS: tuple[str, ...] = ("shapes", "ngrams", "signatures")
 SAMPLE_UNITS: Mapping[str, str] = {
-    "shapes": "written programs (code_o/code_i)", "ngrams": "written programs (code_o/code_i)",
+    "shapes": "written programs (code_o/code_i)",
+    "ngrams": "written programs (code_o/code_i)",
     "signatures": "valid proposals (code_f inputs included)",
 }
 """What one draw of a rarefaction curve is, per kind: its x axis."""
@@ -95,8 +96,9 @@ def io_signature(input_text: str, output_text: str) -> str:
 
 def ast_shape(tree: ast.AST) -> str:
     """A digest of the normalised tree (module docstring): equal iff same shape up to renaming."""
-    bound = {identifier(n) for n in ast.walk(tree)
-             if not (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))} - {None}
+    bound = {identifier(n) for n in ast.walk(tree) if not (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))} - {
+        None
+    }
     canon: dict[str, str] = {}
     out: list[str] = []
     stack: list[ast.AST | str] = [tree]
@@ -176,8 +178,12 @@ class Rarefaction:
         return CoverageAt(n, float(self.mean[n]), float(self.lo[n]), float(self.hi[n]))
 
 
-def rarefy(units: Sequence[frozenset[Hashable]], rng: np.random.Generator, n_resamples: int = 200,
-           band: tuple[float, float] = (5.0, 95.0)) -> Rarefaction:
+def rarefy(
+    units: Sequence[frozenset[Hashable]],
+    rng: np.random.Generator,
+    n_resamples: int = 200,
+    band: tuple[float, float] = (5.0, 95.0),
+) -> Rarefaction:
     """The rarefaction curve of ``units`` (module docstring). Each random order counts, for every n,
     the features first seen among its first n units; the curve is their mean and ``band``
     percentiles. Every order's count is non-decreasing in n, so the mean and percentiles are too."""
@@ -199,23 +205,36 @@ def rarefy(units: Sequence[frozenset[Hashable]], rng: np.random.Generator, n_res
             position = rng.permuted(np.broadcast_to(np.arange(size), (rows, size)), axis=1)
             first = np.minimum.reduceat(position[:, unit], starts, axis=1)  # (rows, F) first draw of each feature
             seen = np.bincount((first + size * np.arange(rows)[:, None]).ravel(), minlength=rows * size)
-            counts[r0:r0 + rows, 1:] = seen.reshape(rows, size).cumsum(axis=1)
+            counts[r0 : r0 + rows, 1:] = seen.reshape(rows, size).cumsum(axis=1)
     lo, hi = np.percentile(counts, band, axis=0)
-    return Rarefaction(n=np.arange(size + 1), mean=counts.mean(axis=0), lo=lo, hi=hi, band=band,
-                       n_resamples=n_resamples)
+    return Rarefaction(
+        n=np.arange(size + 1), mean=counts.mean(axis=0), lo=lo, hi=hi, band=band, n_resamples=n_resamples
+    )
 
 
-def rarefaction_curves(analyses: Mapping[str, RunAnalysis], kind: str, rng: np.random.Generator,
-                       n_resamples: int = 200, band: tuple[float, float] = (5.0, 95.0)) -> dict[str, Rarefaction]:
+def rarefaction_curves(
+    analyses: Mapping[str, RunAnalysis],
+    kind: str,
+    rng: np.random.Generator,
+    n_resamples: int = 200,
+    band: tuple[float, float] = (5.0, 95.0),
+) -> dict[str, Rarefaction]:
     """One rarefaction curve of ``kind`` per run, e.g. ``{"baseline": ..., "population": ...}``."""
     return {name: rarefy(coverage_units(a, kind), rng, n_resamples, band) for name, a in analyses.items()}
 
 
-def per_proposer_curves(analysis: RunAnalysis, kind: str, rng: np.random.Generator, n_resamples: int = 200,
-                        band: tuple[float, float] = (5.0, 95.0)) -> dict[str, Rarefaction]:
+def per_proposer_curves(
+    analysis: RunAnalysis,
+    kind: str,
+    rng: np.random.Generator,
+    n_resamples: int = 200,
+    band: tuple[float, float] = (5.0, 95.0),
+) -> dict[str, Rarefaction]:
     """One rarefaction curve of ``kind`` per proposer (teacher) of one run, over its own proposals."""
-    return {name: rarefy(coverage_units(analysis, kind, proposer=name), rng, n_resamples, band)
-            for name in analysis.proposers}
+    return {
+        name: rarefy(coverage_units(analysis, kind, proposer=name), rng, n_resamples, band)
+        for name in analysis.proposers
+    }
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,9 @@ from __future__ import annotations
 import html
 import io
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence, TextIO
+from typing import TextIO
 
 from matplotlib.figure import Figure
 
@@ -92,18 +93,29 @@ def tasks_html(rows: Sequence[dict]) -> str:
     cells = []
     for r in rows:
         program = html.escape((r["program"] or "(nothing parsable)")[:300])
-        cells.append(f"<tr><td>{r['step']}</td><td>{html.escape(str(r['proposer']))}</td><td>{r['kind']}</td>"
-                     f"<td style='text-align:left'><pre style='margin:0'>{program}</pre></td>"
-                     f"<td>{html.escape(verdict(r))}</td></tr>")
+        cells.append(
+            f"<tr><td>{r['step']}</td><td>{html.escape(str(r['proposer']))}</td><td>{r['kind']}</td>"
+            f"<td style='text-align:left'><pre style='margin:0'>{program}</pre></td>"
+            f"<td>{html.escape(verdict(r))}</td></tr>"
+        )
     if not cells:
         return "<p><i>no task proposed yet</i></p>"
-    return ("<table><tr><th>step</th><th>by</th><th>kind</th><th>program</th><th>verdict</th></tr>"
-            + "".join(cells) + "</table>")
+    return (
+        "<table><tr><th>step</th><th>by</th><th>kind</th><th>program</th><th>verdict</th></tr>"
+        + "".join(cells)
+        + "</table>"
+    )
 
 
 class Dashboard:
-    def __init__(self, run_dir: str | Path, total_steps: int, kinds: Sequence[str] = ("code_o", "code_i", "code_f"),
-                 n_tasks: int = 5, stream: TextIO | None = None):
+    def __init__(
+        self,
+        run_dir: str | Path,
+        total_steps: int,
+        kinds: Sequence[str] = ("code_o", "code_i", "code_f"),
+        n_tasks: int = 5,
+        stream: TextIO | None = None,
+    ):
         self.run = RunDir(Path(run_dir))
         self.total, self.kinds, self.n_tasks = total_steps, tuple(kinds), n_tasks
         self.stream = stream or sys.stdout
@@ -132,13 +144,15 @@ class Dashboard:
             return f"run complete ({done}/{self.total})"
         if done:
             return f"{done}/{self.total} steps done; step {done} running (the figure updates after each step)"
-        return (f"0/{self.total} steps done: loading the model, then step 0 proposes, validates, solves and "
-                f"trains; the figure appears when it ends")
+        return (
+            f"0/{self.total} steps done: loading the model, then step 0 proposes, validates, solves and "
+            f"trains; the figure appears when it ends"
+        )
 
     def figure(self) -> Figure:
         """Solve rate per kind with the valid rate, and TrueSkill μ ± σ (population) or the rewards
         (baseline: it has no ratings). The step axis spans the whole run."""
-        from populora_nb import plots
+        from populora_nb.analysis import plots
 
         fig = Figure(figsize=(10, 3.4), dpi=96)
         a, b = fig.subplots(1, 2)
@@ -161,8 +175,11 @@ class Dashboard:
             return
         from IPython.display import HTML, display
 
-        self._handles = {"head": display(HTML(""), display_id=True), "figure": display(HTML(""), display_id=True),
-                         "tasks": display(HTML(""), display_id=True)}
+        self._handles = {
+            "head": display(HTML(""), display_id=True),
+            "figure": display(HTML(""), display_id=True),
+            "tasks": display(HTML(""), display_id=True),
+        }
         self._render()
 
     def update(self, step: int, rows: list[dict]) -> None:
@@ -198,4 +215,4 @@ class Dashboard:
             buf = io.BytesIO()
             fig.savefig(buf, format="png")
             self._handles["figure"].update(Image(data=buf.getvalue(), format="png"))
-        self._handles["tasks"].update(HTML(tasks_html(self.run.read("tasks")[-self.n_tasks:])))
+        self._handles["tasks"].update(HTML(tasks_html(self.run.read("tasks")[-self.n_tasks :])))

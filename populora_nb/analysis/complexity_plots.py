@@ -1,5 +1,5 @@
 """Figures for task complexity and coverage (PopuLoRA Fig. 4): matplotlib only, data from
-``populora_nb.complexity`` and ``populora_nb.coverage``. Each function draws on ``ax`` (a new
+``populora_nb.analysis.complexity`` and ``populora_nb.analysis.coverage``. Each function draws on ``ax`` (a new
 figure when None) and returns the Figure; nothing is shown or saved here. An axes with nothing to
 draw says why inside it, so an empty panel is never mistaken for a flat line."""
 
@@ -11,16 +11,21 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from populora_nb.complexity import COMPLEXITY_FIELDS, RunAnalysis
-from populora_nb.coverage import COVERAGE_KINDS, SAMPLE_UNITS, Rarefaction, compare_at_equal_n
+from populora_nb.analysis.complexity import COMPLEXITY_FIELDS, RunAnalysis
+from populora_nb.analysis.coverage import COVERAGE_KINDS, SAMPLE_UNITS, Rarefaction, compare_at_equal_n
 
 LABELS: Mapping[str, str] = {
-    "ast_depth": "AST depth", "cc_max": "cyclomatic complexity (max)",
-    "cc_total": "cyclomatic complexity (total)", "sloc": "lines of code (sloc)",
-    "n_variables": "variable count", "n_chars": "program length (chars)", "solve_rate": "solve rate",
+    "ast_depth": "AST depth",
+    "cc_max": "cyclomatic complexity (max)",
+    "cc_total": "cyclomatic complexity (total)",
+    "sloc": "lines of code (sloc)",
+    "n_variables": "variable count",
+    "n_chars": "program length (chars)",
+    "solve_rate": "solve rate",
 }
 COVERAGE_LABELS: Mapping[str, str] = {
-    "shapes": "distinct AST shapes", "ngrams": "distinct node-type n-grams",
+    "shapes": "distinct AST shapes",
+    "ngrams": "distinct node-type n-grams",
     "signatures": "distinct I/O type signatures",
 }
 
@@ -33,12 +38,12 @@ def _axes(ax: Axes | None) -> tuple[Figure, Axes]:
 
 
 def _say_empty(ax: Axes, why: str) -> None:
-    ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center", wrap=True,
-            fontsize="small", color="0.35")
+    ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center", wrap=True, fontsize="small", color="0.35")
 
 
-def plot_metric(runs: Mapping[str, RunAnalysis], metric: str, window: int = 5,
-                ax: Axes | None = None, title: str | None = None) -> Figure:
+def plot_metric(
+    runs: Mapping[str, RunAnalysis], metric: str, window: int = 5, ax: Axes | None = None, title: str | None = None
+) -> Figure:
     """One line per run: rolling mean of ``metric`` over the last ``window`` steps, of the programs
     the proposers wrote (``RunAnalysis.series``); the band is the interquartile range of the
     programs pooled in that window."""
@@ -50,19 +55,29 @@ def plot_metric(runs: Mapping[str, RunAnalysis], metric: str, window: int = 5,
             (line,) = ax.plot(series.steps, series.mean, label=name)
             ax.fill_between(series.steps, series.lo, series.hi, color=line.get_color(), alpha=0.2, lw=0)
             drawn += 1
-    ax.set(xlabel="step", ylabel=LABELS.get(metric, metric),
-           title=title or f"{LABELS.get(metric, metric)} (rolling {window}-step mean, IQR band)")
+    ax.set(
+        xlabel="step",
+        ylabel=LABELS.get(metric, metric),
+        title=title or f"{LABELS.get(metric, metric)} (rolling {window}-step mean, IQR band)",
+    )
     if drawn:
         ax.legend(fontsize="small")
     else:
-        _say_empty(ax, "no valid proposer-written program" + (" solved" if metric == "solve_rate" else "")
-                   + f"\nin {', '.join(runs) or 'any run'}: nothing to plot")
+        _say_empty(
+            ax,
+            "no valid proposer-written program"
+            + (" solved" if metric == "solve_rate" else "")
+            + f"\nin {', '.join(runs) or 'any run'}: nothing to plot",
+        )
     return fig
 
 
-def plot_metrics_grid(runs: Mapping[str, RunAnalysis],
-                      metrics: Sequence[str] = (*COMPLEXITY_FIELDS, "solve_rate"),
-                      window: int = 5, title: str = "") -> Figure:
+def plot_metrics_grid(
+    runs: Mapping[str, RunAnalysis],
+    metrics: Sequence[str] = (*COMPLEXITY_FIELDS, "solve_rate"),
+    window: int = 5,
+    title: str = "",
+) -> Figure:
     """``plot_metric`` for each metric, side by side, sharing the step axis."""
     fig, axes = plt.subplots(1, len(metrics), figsize=(3.6 * len(metrics), 3.4), sharex=True)
     for ax, metric in zip(axes if len(metrics) > 1 else [axes], metrics):
@@ -72,8 +87,13 @@ def plot_metrics_grid(runs: Mapping[str, RunAnalysis],
     return fig
 
 
-def plot_rarefaction(curves: Mapping[str, Rarefaction], kind: str = "shapes", ax: Axes | None = None,
-                     title: str | None = None, styles: Mapping[str, str] | None = None) -> Figure:
+def plot_rarefaction(
+    curves: Mapping[str, Rarefaction],
+    kind: str = "shapes",
+    ax: Axes | None = None,
+    title: str | None = None,
+    styles: Mapping[str, str] | None = None,
+) -> Figure:
     """Rarefaction curves of one coverage ``kind`` on one axes: mean distinct count against the
     number of units drawn, with the percentile band. A dotted line marks the largest n every curve
     reaches, and each legend entry gives its value and band there (``compare_at_equal_n``): the
@@ -94,8 +114,11 @@ def plot_rarefaction(curves: Mapping[str, Rarefaction], kind: str = "shapes", ax
     if common is not None and len(present) > 1:
         ax.axvline(common.n, color="0.5", ls=":", lw=1)
     band = next(iter(present.values())).band if present else (5.0, 95.0)
-    ax.set(xlabel=f"{SAMPLE_UNITS[kind]} drawn (n)", ylabel=COVERAGE_LABELS[kind],
-           title=title or f"coverage: {COVERAGE_LABELS[kind]} (rarefied, {band[0]:g}-{band[1]:g}% band)")
+    ax.set(
+        xlabel=f"{SAMPLE_UNITS[kind]} drawn (n)",
+        ylabel=COVERAGE_LABELS[kind],
+        title=title or f"coverage: {COVERAGE_LABELS[kind]} (rarefied, {band[0]:g}-{band[1]:g}% band)",
+    )
     if not present:
         _say_empty(ax, f"no {SAMPLE_UNITS[kind]} in {', '.join(curves) or 'any run'}:\nnothing to count")
     if curves:
@@ -103,8 +126,9 @@ def plot_rarefaction(curves: Mapping[str, Rarefaction], kind: str = "shapes", ax
     return fig
 
 
-def plot_rarefaction_grid(curves: Mapping[str, Mapping[str, Rarefaction]], title: str = "",
-                          styles: Mapping[str, str] | None = None) -> Figure:
+def plot_rarefaction_grid(
+    curves: Mapping[str, Mapping[str, Rarefaction]], title: str = "", styles: Mapping[str, str] | None = None
+) -> Figure:
     """``plot_rarefaction`` for each kind in ``curves`` (kind -> name -> curve), side by side."""
     kinds = [k for k in COVERAGE_KINDS if k in curves]
     fig, axes = plt.subplots(1, len(kinds), figsize=(5.2 * len(kinds), 3.8), squeeze=False)
@@ -117,8 +141,9 @@ def plot_rarefaction_grid(curves: Mapping[str, Mapping[str, Rarefaction]], title
     return fig
 
 
-def plot_per_proposer(analysis: RunAnalysis, metric: str, window: int = 5,
-                      ax: Axes | None = None, title: str | None = None) -> Figure:
+def plot_per_proposer(
+    analysis: RunAnalysis, metric: str, window: int = 5, ax: Axes | None = None, title: str | None = None
+) -> Figure:
     """``metric`` per proposer (teacher) within one run, over what each wrote: rolling mean lines,
     no band."""
     fig, ax = _axes(ax)
@@ -128,11 +153,18 @@ def plot_per_proposer(analysis: RunAnalysis, metric: str, window: int = 5,
         if len(series.steps):
             ax.plot(series.steps, series.mean, label=name)
             drawn += 1
-    ax.set(xlabel="step", ylabel=LABELS.get(metric, metric),
-           title=title or f"{LABELS.get(metric, metric)} per teacher (rolling {window}-step mean)")
+    ax.set(
+        xlabel="step",
+        ylabel=LABELS.get(metric, metric),
+        title=title or f"{LABELS.get(metric, metric)} per teacher (rolling {window}-step mean)",
+    )
     if drawn:
         ax.legend(fontsize="small", ncol=2)
     else:
-        _say_empty(ax, "no teacher has a valid written program" + (" solved" if metric == "solve_rate" else "")
-                   + ":\nnothing to plot")
+        _say_empty(
+            ax,
+            "no teacher has a valid written program"
+            + (" solved" if metric == "solve_rate" else "")
+            + ":\nnothing to plot",
+        )
     return fig

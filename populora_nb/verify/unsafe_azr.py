@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import io
+from collections.abc import Sequence
 from concurrent.futures import Executor
-from typing import Optional, Sequence
 
 from populora_nb.tasks import Proposal
 
 
-def _unsafe_azr_run(job: tuple[str, str]) -> Optional[str]:
+def _unsafe_azr_run(job: tuple[str, str]) -> str | None:
     """AZR's check in its worker: exec the program, call f twice on the pasted input, compare reprs."""
     program, inputs = job
     try:
@@ -26,7 +26,7 @@ def _unsafe_azr_run(job: tuple[str, str]) -> Optional[str]:
         return None
 
 
-def unsafe_azr_validate_many(proposals: Sequence[Proposal], pool: Executor) -> list[Optional[tuple[str, ...]]]:
+def unsafe_azr_validate_many(proposals: Sequence[Proposal], pool: Executor) -> list[tuple[str, ...] | None]:
     """AZR's executor, for throughput comparisons on trusted seed programs only: exec in a worker of
     `pool` (AZR: one pebble worker), inputs pasted into code, no limits, no isolation. Never give
     it model output."""

@@ -19,10 +19,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from populora_nb import complexity_plots, plots
-from populora_nb.complexity import analyse_run, detect_collapse
-from populora_nb.compute import compute_table
-from populora_nb.coverage import COVERAGE_KINDS, rarefaction_curves
+from populora_nb.analysis import complexity_plots, plots
+from populora_nb.analysis.complexity import analyse_run, detect_collapse
+from populora_nb.analysis.compute import compute_table
+from populora_nb.analysis.coverage import COVERAGE_KINDS, rarefaction_curves
 from populora_nb.evolution import Lineage, plot_lineage
 from populora_nb.records import RunDir
 
@@ -56,19 +56,25 @@ def make_figures(out: str | Path) -> list[Path]:
     if not runs:
         raise FileNotFoundError(f"{out} holds no baseline/ or population/ run to analyse")
     kinds = RunDir(next(iter(runs.values()))).load_config().tasks.kinds
-    paths = [_save(plots.plot_solve_rates(runs, kinds=kinds), out, "solve_rates.png"),
-             _save(plots.plot_solve_rates(runs, kinds=kinds, source="buffer"), out, "buffer_solve_rates.png"),
-             _save(plots.plot_metric(runs, "teacher/valid_rate", title="Valid-proposal rate"), out, "valid_rate.png")]
+    paths = [
+        _save(plots.plot_solve_rates(runs, kinds=kinds), out, "solve_rates.png"),
+        _save(plots.plot_solve_rates(runs, kinds=kinds, source="buffer"), out, "buffer_solve_rates.png"),
+        _save(plots.plot_metric(runs, "teacher/valid_rate", title="Valid-proposal rate"), out, "valid_rate.png"),
+    ]
     if "baseline" in runs:
         paths.append(_save(plots.plot_rewards(runs["baseline"]), out, "baseline_rewards.png"))
     if "population" in runs:
         pop = runs["population"]
-        paths += [_save(plots.plot_ratings(pop), out, "ratings.png"),
-                  _save(plots.plot_solve_matrix(pop), out, "solve_matrix.png"),
-                  _save(plots.plot_valid_rate_per_teacher(pop), out, "valid_rate_per_teacher.png"),
-                  _save(plots.plot_invalid_reasons(pop), out, "invalid_reasons.png")]
-        births = [Lineage(r["child"], tuple(r["parents"]), r["operator"], r["birth_step"], r["role"], r["replaced"])
-                  for r in RunDir(pop).read("lineage")]
+        paths += [
+            _save(plots.plot_ratings(pop), out, "ratings.png"),
+            _save(plots.plot_solve_matrix(pop), out, "solve_matrix.png"),
+            _save(plots.plot_valid_rate_per_teacher(pop), out, "valid_rate_per_teacher.png"),
+            _save(plots.plot_invalid_reasons(pop), out, "invalid_reasons.png"),
+        ]
+        births = [
+            Lineage(r["child"], tuple(r["parents"]), r["operator"], r["birth_step"], r["role"], r["replaced"])
+            for r in RunDir(pop).read("lineage")
+        ]
         if births:
             paths.append(_save(plot_lineage(births).figure, out, "lineage.png"))
     analyses = {name: analyse_run(path) for name, path in runs.items()}
@@ -80,49 +86,102 @@ def make_figures(out: str | Path) -> list[Path]:
     curves = {kind: rarefaction_curves(analyses, kind, rng) for kind in COVERAGE_KINDS}
     paths.append(_save(complexity_plots.plot_rarefaction_grid(curves), out, "coverage.png"))
     if "population" in analyses and analyses["population"].proposers:
-        paths.append(_save(complexity_plots.plot_per_proposer(analyses["population"], "ast_depth", window=window),
-                           out, "complexity_per_teacher.png"))
+        paths.append(
+            _save(
+                complexity_plots.plot_per_proposer(analyses["population"], "ast_depth", window=window),
+                out,
+                "complexity_per_teacher.png",
+            )
+        )
     return paths
 
 
 def sections(out: Path) -> list[Section]:
     runs = _runs(out)
     fig = lambda name: [f"figures/{name}"] if (out / "figures" / name).exists() else []  # noqa: E731
-    secs = [Section("Runs", "What was trained, from `config.yaml`. Mean solve rate: ρ of fresh proposals "
-                            "(tasks proposed that step, solved by their matched student), not buffer tasks.",
-                    table=_run_table(out, runs))]
-    secs.append(Section("Compute", "Measured, in completion tokens summed over steps and members "
-                        "(`compute/generated_tokens`: proposals and every rollout, including AZR's learnability "
-                        "rollouts that are not trained on; `compute/trained_tokens`). The paper matches compute per "
-                        "adapter: each population member spends about what the single agent does, so a per-adapter "
-                        "ratio near 1 is the paper's setting and the population's total is then about n_T times the "
-                        "baseline's.", table=compute_table(runs)))
-    secs.append(Section("Solve rates per task kind",
-                        "Baseline (single AZR agent) and population on one axis. Top: ρ of fresh proposals (the headline). "
-                        "Then: attempts at buffer tasks (PopuLoRA's top-ups, AZR's solver batch), kept apart.",
-                        fig("solve_rates.png") + fig("buffer_solve_rates.png") + fig("valid_rate.png")))
+    secs = [
+        Section(
+            "Runs",
+            "What was trained, from `config.yaml`. Mean solve rate: ρ of fresh proposals "
+            "(tasks proposed that step, solved by their matched student), not buffer tasks.",
+            table=_run_table(out, runs),
+        )
+    ]
+    secs.append(
+        Section(
+            "Compute",
+            "Measured, in completion tokens summed over steps and members "
+            "(`compute/generated_tokens`: proposals and every rollout, including AZR's learnability "
+            "rollouts that are not trained on; `compute/trained_tokens`). The paper matches compute per "
+            "adapter: each population member spends about what the single agent does, so a per-adapter "
+            "ratio near 1 is the paper's setting and the population's total is then about n_T times the "
+            "baseline's.",
+            table=compute_table(runs),
+        )
+    )
+    secs.append(
+        Section(
+            "Solve rates per task kind",
+            "Baseline (single AZR agent) and population on one axis. Top: ρ of fresh proposals (the headline). "
+            "Then: attempts at buffer tasks (PopuLoRA's top-ups, AZR's solver batch), kept apart.",
+            fig("solve_rates.png") + fig("buffer_solve_rates.png") + fig("valid_rate.png"),
+        )
+    )
     if "baseline" in runs:
-        secs.append(Section("Baseline rewards", "AZR proposer reward and solver reward per step.", fig("baseline_rewards.png")))
+        secs.append(
+            Section("Baseline rewards", "AZR proposer reward and solver reward per step.", fig("baseline_rewards.png"))
+        )
     if "population" in runs:
-        secs.append(Section("TrueSkill trajectories", "μ per member, ±σ bands; red teachers, blue students.", fig("ratings.png")))
-        secs.append(Section("Teacher × student solve-rate matrix", "Mean ρ over the matches PFSP chose.",
-                            fig("solve_matrix.png") + fig("valid_rate_per_teacher.png") + fig("invalid_reasons.png")))
-        secs.append(Section("Lineage", "Children of evolution and their parents." if fig("lineage.png") else
-                            "No evolution event in this run (shorter than evolution.every steps).", fig("lineage.png")))
-    secs.append(Section("Complexity and coverage",
-                        "AST depth, cyclomatic complexity, lines of code, variables of the programs the proposers "
-                        "wrote (code_o/code_i; a code_f program is a buffer program, only its inputs count); "
-                        "distinct AST shapes, node n-grams and I/O type signatures against the number of proposals "
-                        "drawn (rarefaction, compared at equal n; definitions: populora_nb/complexity.py, coverage.py).",
-                        fig("complexity.png") + fig("coverage.png") + fig("complexity_per_teacher.png"),
-                        table=_collapse_table(runs)))
+        secs.append(
+            Section(
+                "TrueSkill trajectories", "μ per member, ±σ bands; red teachers, blue students.", fig("ratings.png")
+            )
+        )
+        secs.append(
+            Section(
+                "Teacher × student solve-rate matrix",
+                "Mean ρ over the matches PFSP chose.",
+                fig("solve_matrix.png") + fig("valid_rate_per_teacher.png") + fig("invalid_reasons.png"),
+            )
+        )
+        secs.append(
+            Section(
+                "Lineage",
+                "Children of evolution and their parents."
+                if fig("lineage.png")
+                else "No evolution event in this run (shorter than evolution.every steps).",
+                fig("lineage.png"),
+            )
+        )
+    secs.append(
+        Section(
+            "Complexity and coverage",
+            "AST depth, cyclomatic complexity, lines of code, variables of the programs the proposers "
+            "wrote (code_o/code_i; a code_f program is a buffer program, only its inputs count); "
+            "distinct AST shapes, node n-grams and I/O type signatures against the number of proposals "
+            "drawn (rarefaction, compared at equal n; definitions: populora_nb/analysis/complexity.py, coverage.py).",
+            fig("complexity.png") + fig("coverage.png") + fig("complexity_per_teacher.png"),
+            table=_collapse_table(runs),
+        )
+    )
     secs.append(_benchmark_section(out))
     return secs
 
 
 def _run_table(out: Path, runs: dict[str, Path]) -> list[list[str]]:
-    rows = [["run", "model", "members", "steps logged", "valid proposals", "mean solve rate", "s/step", "peak memory (GB)",
-             "time (s)"]]
+    rows = [
+        [
+            "run",
+            "model",
+            "members",
+            "steps logged",
+            "valid proposals",
+            "mean solve rate",
+            "s/step",
+            "peak memory (GB)",
+            "time (s)",
+        ]
+    ]
     stages = json.loads((out / "stages.json").read_text()) if (out / "stages.json").exists() else {}
     for name, path in runs.items():
         rd = RunDir(path)
@@ -130,10 +189,18 @@ def _run_table(out: Path, runs: dict[str, Path]) -> list[list[str]]:
         metrics, tasks = rd.read("metrics"), rd.read("tasks")
         solve = [r["student/solve_rate"] for r in metrics if r.get("student/solve_rate") is not None]
         members = "1 agent" if name == "baseline" else f"{cfg.population.n_teachers}T + {cfg.population.n_students}S"
-        rows.append([name, cfg.model.name, members, str(len({r["step"] for r in metrics})),
-                     f"{sum(t['valid'] for t in tasks)}/{len(tasks)}",
-                     f"{sum(solve) / len(solve):.3f}" if solve else "n/a", *_cost(metrics),
-                     str(stages.get(name, {}).get("seconds", "n/a"))])
+        rows.append(
+            [
+                name,
+                cfg.model.name,
+                members,
+                str(len({r["step"] for r in metrics})),
+                f"{sum(t['valid'] for t in tasks)}/{len(tasks)}",
+                f"{sum(solve) / len(solve):.3f}" if solve else "n/a",
+                *_cost(metrics),
+                str(stages.get(name, {}).get("seconds", "n/a")),
+            ]
+        )
     return rows
 
 
@@ -144,8 +211,10 @@ def _cost(metrics: list[dict]) -> tuple[str, str]:
     peaks = [r.get("memory/cuda_peak_gb", r.get("memory/peak_rss_gb")) for r in metrics]
     peaks = [p for p in peaks if p is not None]
     where = " (GPU)" if any("memory/cuda_peak_gb" in r for r in metrics) else " (RSS)"
-    return (f"{sum(per_step.values()) / len(per_step):.1f}" if per_step else "n/a",
-            f"{max(peaks):.2f}{where}" if peaks else "n/a")
+    return (
+        f"{sum(per_step.values()) / len(per_step):.1f}" if per_step else "n/a",
+        f"{max(peaks):.2f}{where}" if peaks else "n/a",
+    )
 
 
 def _collapse_table(runs: dict[str, Path]) -> list[list[str]]:
@@ -166,8 +235,10 @@ def _benchmark_section(out: Path) -> Section:
     rows = json.loads(table_json.read_text())
     pct = lambda v: "n/a" if v is None else f"{100 * v:.1f}"  # noqa: E731
     table = [["benchmark", "base", "baseline", "population mean", "best", "worst"]]
-    table += [[r["benchmark"], pct(r["base"]), pct(r["baseline"]), pct(r["population_mean"]), pct(r["best"]), pct(r["worst"])]
-              for r in rows]
+    table += [
+        [r["benchmark"], pct(r["base"]), pct(r["baseline"]), pct(r["population_mean"]), pct(r["best"]), pct(r["worst"])]
+        for r in rows
+    ]
     text = "pass@1 (%), greedy" + (f"; {note}" if note else "") + "."
     return Section("Benchmarks", text, ["eval/benchmarks.png"] if (eval_dir / "benchmarks.png").exists() else [], table)
 
@@ -202,8 +273,12 @@ def write_report(out: str | Path) -> tuple[Path, Path]:
             body.append(f'<img src="{html.escape(img)}" alt="{html.escape(s.title)}">')
     md_path, html_path = out / "report.md", out / "report.html"
     md_path.write_text("\n".join(md))
-    style = ("body{font-family:sans-serif;max-width:1100px;margin:auto}img{max-width:100%;display:block;margin:8px 0}"
-             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}")
-    html_path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>PopuLoRA report</title>"
-                         f"<style>{style}</style></head><body>{''.join(body)}</body></html>")
+    style = (
+        "body{font-family:sans-serif;max-width:1100px;margin:auto}img{max-width:100%;display:block;margin:8px 0}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}"
+    )
+    html_path.write_text(
+        f"<!doctype html><html><head><meta charset='utf-8'><title>PopuLoRA report</title>"
+        f"<style>{style}</style></head><body>{''.join(body)}</body></html>"
+    )
     return md_path, html_path

@@ -18,75 +18,214 @@ import importlib
 import warnings
 from dataclasses import dataclass
 from types import CodeType, MappingProxyType, ModuleType
-from typing import Optional
 
-AZR_BANNED_MODULES = frozenset({
-    "logging", "random", "multiprocessing", "pebble", "subprocess", "threading", "datetime", "time",
-    "hashlib", "hmac", "bcrypt", "calendar"})
+AZR_BANNED_MODULES = frozenset(
+    {
+        "logging",
+        "random",
+        "multiprocessing",
+        "pebble",
+        "subprocess",
+        "threading",
+        "datetime",
+        "time",
+        "hashlib",
+        "hmac",
+        "bcrypt",
+        "calendar",
+    }
+)
 """AZR's list (azr code_utils/checks.py), kept as an explicit ban even where an allow-list is wider."""
-SYSTEM_MODULES = frozenset({"os", "sys", "shutil", "socket", "signal", "ctypes", "importlib", "io",
-                            "pathlib", "tempfile", "builtins", "gc", "inspect", "pickle", "marshal"})
-TASK_MODULES = frozenset({
-    "math", "cmath", "collections", "collections.abc", "itertools", "functools", "re", "string",
-    "heapq", "bisect", "operator", "copy", "typing", "fractions", "decimal", "statistics",
-    "numbers", "array", "enum", "abc", "base64", "binascii", "zlib",
-    "struct", "json", "textwrap", "unicodedata", "difflib"})
+SYSTEM_MODULES = frozenset(
+    {
+        "os",
+        "sys",
+        "shutil",
+        "socket",
+        "signal",
+        "ctypes",
+        "importlib",
+        "io",
+        "pathlib",
+        "tempfile",
+        "builtins",
+        "gc",
+        "inspect",
+        "pickle",
+        "marshal",
+    }
+)
+TASK_MODULES = frozenset(
+    {
+        "math",
+        "cmath",
+        "collections",
+        "collections.abc",
+        "itertools",
+        "functools",
+        "re",
+        "string",
+        "heapq",
+        "bisect",
+        "operator",
+        "copy",
+        "typing",
+        "fractions",
+        "decimal",
+        "statistics",
+        "numbers",
+        "array",
+        "enum",
+        "abc",
+        "base64",
+        "binascii",
+        "zlib",
+        "struct",
+        "json",
+        "textwrap",
+        "unicodedata",
+        "difflib",
+    }
+)
 """Modules that real AZR tasks import (see tests/test_verifier.py's corpus check), nothing else.
 Not `dataclasses`: no seed task uses it and it pulls in `inspect` and `ast` (2.4 MB that every fork
 copies); not `queue`: it imports `threading`, whose after-fork hook doubles the cost of a fork."""
-NUMPY_MODULES = frozenset({
-    "numpy", "numpy.linalg", "numpy.random", "numpy.fft", "numpy.polynomial", "numpy.ma", "numpy.lib",
-    "numpy.lib.scimath", "numpy.dtypes", "numpy.exceptions", "numpy.matrixlib", "numpy.version"})
+NUMPY_MODULES = frozenset(
+    {
+        "numpy",
+        "numpy.linalg",
+        "numpy.random",
+        "numpy.fft",
+        "numpy.polynomial",
+        "numpy.ma",
+        "numpy.lib",
+        "numpy.lib.scimath",
+        "numpy.dtypes",
+        "numpy.exceptions",
+        "numpy.matrixlib",
+        "numpy.version",
+    }
+)
 """numpy and the public submodules ``import numpy`` binds (np.linalg, np.random...): preloaded by
 the zygote from site-packages, as the empty root has no files to import later. Not numpy.ctypeslib,
 numpy.testing, numpy.f2py (ctypes, subprocess) nor the private numpy._core."""
-BENCHMARK_MODULES = TASK_MODULES | NUMPY_MODULES | frozenset({
-    "sys", "io", "random", "datetime", "calendar", "time", "hashlib", "types", "contextlib", "dataclasses",
-    "pprint", "reprlib", "graphlib", "weakref", "keyword", "warnings", "_strptime",
-    "queue", "ast", "html", "secrets", "locale", "sre_constants"})
+BENCHMARK_MODULES = (
+    TASK_MODULES
+    | NUMPY_MODULES
+    | frozenset(
+        {
+            "sys",
+            "io",
+            "random",
+            "datetime",
+            "calendar",
+            "time",
+            "hashlib",
+            "types",
+            "contextlib",
+            "dataclasses",
+            "pprint",
+            "reprlib",
+            "graphlib",
+            "weakref",
+            "keyword",
+            "warnings",
+            "_strptime",
+            "queue",
+            "ast",
+            "html",
+            "secrets",
+            "locale",
+            "sre_constants",
+        }
+    )
+)
 """Benchmark code and solutions to it (HumanEval+, MBPP+, LiveCodeBench stdin programs): what
 correct model solutions import in practice (issue 21: numpy, queue, ast...). evalplus itself has no
 allow-list (its `reliability_guard` stubs os/shutil/subprocess functions instead); README lists
 the modules a solution may import here and what stays banned (os, subprocess, pickle...)."""
-FRAME_ATTRIBUTES = frozenset({
-    "gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "cr_code", "cr_await", "ag_frame", "ag_code",
-    "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "tb_frame", "tb_next"})
+FRAME_ATTRIBUTES = frozenset(
+    {
+        "gi_frame",
+        "gi_code",
+        "gi_yieldfrom",
+        "cr_frame",
+        "cr_code",
+        "cr_await",
+        "ag_frame",
+        "ag_code",
+        "f_back",
+        "f_globals",
+        "f_locals",
+        "f_builtins",
+        "f_code",
+        "tb_frame",
+        "tb_next",
+    }
+)
 """Non-dunder routes from any generator or traceback to the harness's globals."""
-REFLECTIVE_ATTRIBUTES = frozenset({
-    "modules", "_getframe", "get_type_hints", "Formatter", "get_field", "f_builtins", "_OS"})
+REFLECTIVE_ATTRIBUTES = frozenset(
+    {"modules", "_getframe", "get_type_hints", "Formatter", "get_field", "f_builtins", "_OS"}
+)
 """Routes found by an adversarial round (issue 18): sys.modules through a module's `sys`,
 string annotations that get_type_hints evaluates, Formatter field lookups returning objects."""
-BANNED_NAMES = frozenset({"open", "eval", "exec", "compile", "globals", "locals", "vars",
-                          "breakpoint", "help", "exit", "quit", "memoryview"})
+BANNED_NAMES = frozenset(
+    {"open", "eval", "exec", "compile", "globals", "locals", "vars", "breakpoint", "help", "exit", "quit", "memoryview"}
+)
 BY_NAME_CALLS = frozenset({"getattr", "setattr", "delattr", "attrgetter", "methodcaller"})
 """Callables that reach attributes by string: allowed only with a constant, non-dunder name."""
-SAFE_DUNDERS = frozenset({
-    "__init__", "__name__", "__doc__", "__len__", "__iter__", "__next__", "__contains__",
-    "__getitem__", "__setitem__", "__delitem__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__",
-    "__ge__", "__hash__", "__repr__", "__str__", "__add__", "__sub__", "__mul__", "__bool__"})
+SAFE_DUNDERS = frozenset(
+    {
+        "__init__",
+        "__name__",
+        "__doc__",
+        "__len__",
+        "__iter__",
+        "__next__",
+        "__contains__",
+        "__getitem__",
+        "__setitem__",
+        "__delitem__",
+        "__eq__",
+        "__ne__",
+        "__lt__",
+        "__le__",
+        "__gt__",
+        "__ge__",
+        "__hash__",
+        "__repr__",
+        "__str__",
+        "__add__",
+        "__sub__",
+        "__mul__",
+        "__bool__",
+    }
+)
 
-INVALID_REASONS = MappingProxyType({
-    "syntax": "the program does not parse",
-    "no_f": "no top-level `def f` (or the entry point is not callable)",
-    "program_too_long": "the program exceeds policy.max_program_chars",
-    "banned_import": "imports a module outside policy.allowed_modules, or one AZR bans",
-    "banned_call": "uses eval/exec/open/... or reaches attributes by a non-constant or dunder name",
-    "banned_attribute": "dunder or frame attribute access, or a module reached through another",
-    "no_message": "code_f without a message for the solver",
-    "too_few_inputs": "code_f with fewer than policy.min_code_f_inputs inputs",
-    "wrong_input_count": "code_f with another number of inputs than the prompt asked for (tasks.code_f_inputs)",
-    "duplicate_inputs": "code_f with two equal inputs (a hidden pair that repeats a shown one lets a lookup table pass)",
-    "input_too_long": "an input exceeds policy.max_input_chars",
-    "input_not_literal": "an input is not a literal argument list",
-    "runtime_error": "the program raised (while loading or on an input)",
-    "timeout": "over the wall-clock or CPU-time limit",
-    "memory": "over the address-space limit (MemoryError)",
-    "crash": "the process died without reporting (os._exit, a signal)",
-    "output_not_literal": "a result is not a finite int/float/complex/str/bytes/bool/None or container",
-    "output_too_long": "a result's repr exceeds policy.max_output_chars (rejected, never truncated)",
-    "nondeterministic": "the two runs (different PYTHONHASHSEED) disagree, or f answered two calls in one run differently",
-    "sandbox_error": "the verifier itself failed (not the model's fault)",
-})
+INVALID_REASONS = MappingProxyType(
+    {
+        "syntax": "the program does not parse",
+        "no_f": "no top-level `def f` (or the entry point is not callable)",
+        "program_too_long": "the program exceeds policy.max_program_chars",
+        "banned_import": "imports a module outside policy.allowed_modules, or one AZR bans",
+        "banned_call": "uses eval/exec/open/... or reaches attributes by a non-constant or dunder name",
+        "banned_attribute": "dunder or frame attribute access, or a module reached through another",
+        "no_message": "code_f without a message for the solver",
+        "too_few_inputs": "code_f with fewer than policy.min_code_f_inputs inputs",
+        "wrong_input_count": "code_f with another number of inputs than the prompt asked for (tasks.code_f_inputs)",
+        "duplicate_inputs": "code_f with two equal inputs (a hidden pair that repeats a shown one lets a lookup table pass)",
+        "input_too_long": "an input exceeds policy.max_input_chars",
+        "input_not_literal": "an input is not a literal argument list",
+        "runtime_error": "the program raised (while loading or on an input)",
+        "timeout": "over the wall-clock or CPU-time limit",
+        "memory": "over the address-space limit (MemoryError)",
+        "crash": "the process died without reporting (os._exit, a signal)",
+        "output_not_literal": "a result is not a finite int/float/complex/str/bytes/bool/None or container",
+        "output_too_long": "a result's repr exceeds policy.max_output_chars (rejected, never truncated)",
+        "nondeterministic": "the two runs (different PYTHONHASHSEED) disagree, or f answered two calls in one run differently",
+        "sandbox_error": "the verifier itself failed (not the model's fault)",
+    }
+)
 VERDICTS = ("pass", "wrong", "answer_not_literal", "answer_too_long") + tuple(INVALID_REASONS)
 
 
@@ -129,11 +268,28 @@ class SandboxPolicy:
 TASK_POLICY = SandboxPolicy()
 BENCHMARK_POLICY = SandboxPolicy(
     allowed_modules=BENCHMARK_MODULES,
-    banned_modules=frozenset({"subprocess", "multiprocessing", "pebble", "socket", "ctypes", "os",
-                              "shutil", "signal", "importlib", "pathlib", "tempfile", "pickle"}),
+    banned_modules=frozenset(
+        {
+            "subprocess",
+            "multiprocessing",
+            "pebble",
+            "socket",
+            "ctypes",
+            "os",
+            "shutil",
+            "signal",
+            "importlib",
+            "pathlib",
+            "tempfile",
+            "pickle",
+        }
+    ),
     banned_names=BANNED_NAMES - {"open", "exit", "quit"},  # scripts end with exit(); open(0) reads stdin
-    allowed_dunder_attributes=SAFE_DUNDERS, max_program_chars=100_000, max_input_chars=1_000_000,
-    max_output_chars=1_000_000)
+    allowed_dunder_attributes=SAFE_DUNDERS,
+    max_program_chars=100_000,
+    max_input_chars=1_000_000,
+    max_output_chars=1_000_000,
+)
 """Trusted-ish benchmark code and model solutions to it: more modules (sys for stdin, random,
 time...), ``super().__init__`` and friends, same isolation. Threads still cannot start (no new
 processes), and in call mode ``open`` is stubbed; in script mode only ``open(0)`` works (stdin)."""
@@ -152,7 +308,7 @@ class Invalid:
 
 
 # ---------------------------------------------------------------- static policy (parent)
-def _module(name: str) -> Optional[ModuleType]:
+def _module(name: str) -> ModuleType | None:
     """The real module (allow-listed, or already loaded): which of its attributes are modules?"""
     try:
         return importlib.import_module(name)
@@ -164,8 +320,9 @@ def _dunder(name: str) -> bool:
     return name.startswith("__") and name.endswith("__") and len(name) > 4
 
 
-def compile_program(program: str, policy: SandboxPolicy = TASK_POLICY,
-                    entry_point: Optional[str] = "f") -> CodeType | Invalid:
+def compile_program(
+    program: str, policy: SandboxPolicy = TASK_POLICY, entry_point: str | None = "f"
+) -> CodeType | Invalid:
     """Check `program` against the policy and compile it (compiling runs nothing); or say why not."""
     if len(program) > policy.max_program_chars:
         return Invalid("program_too_long", f"{len(program)} > {policy.max_program_chars}")
@@ -179,14 +336,13 @@ def compile_program(program: str, policy: SandboxPolicy = TASK_POLICY,
         return Invalid("syntax", f"{type(e).__name__}: {e}"[:300])
 
 
-def static_check(program: str, policy: SandboxPolicy = TASK_POLICY,
-                 entry_point: Optional[str] = "f") -> Optional[Invalid]:
+def static_check(program: str, policy: SandboxPolicy = TASK_POLICY, entry_point: str | None = "f") -> Invalid | None:
     """The policy's verdict on `program` before anything runs: None when it may go to the sandbox."""
     result = compile_program(program, policy, entry_point)
     return result if isinstance(result, Invalid) else None
 
 
-def _policy_violation(tree: ast.Module, policy: SandboxPolicy, entry_point: Optional[str]) -> Optional[Invalid]:
+def _policy_violation(tree: ast.Module, policy: SandboxPolicy, entry_point: str | None) -> Invalid | None:
     nodes = list(ast.walk(tree))  # walked once: the walk costs more than every check below
     modules: dict[str, str] = {}  # local name -> module it is bound to by an import
     call_targets = set()
@@ -203,7 +359,8 @@ def _policy_violation(tree: ast.Module, policy: SandboxPolicy, entry_point: Opti
                 return Invalid("banned_attribute", node.id)
         elif kind is ast.Attribute:
             if node.attr in policy.banned_attributes or (
-                    _dunder(node.attr) and node.attr not in policy.allowed_dunder_attributes):
+                _dunder(node.attr) and node.attr not in policy.allowed_dunder_attributes
+            ):
                 return Invalid("banned_attribute", node.attr)
         elif kind is ast.Call:
             call_targets.add(id(node.func))
@@ -214,10 +371,16 @@ def _policy_violation(tree: ast.Module, policy: SandboxPolicy, entry_point: Opti
             name = func.id if type(func) is ast.Name else func.attr if type(func) is ast.Attribute else ""
             if name in BY_NAME_CALLS:
                 consts = node.args[1:2] if name in ("getattr", "setattr", "delattr") else node.args
-                if not consts or node.keywords or not all(
-                        type(a) is ast.Constant and type(a.value) is str
+                if (
+                    not consts
+                    or node.keywords
+                    or not all(
+                        type(a) is ast.Constant
+                        and type(a.value) is str
                         and not any(_dunder(p) or p in policy.banned_attributes for p in a.value.split("."))
-                        for a in consts):
+                        for a in consts
+                    )
+                ):
                     return Invalid("banned_call", f"{name} with a non-constant, dunder or frame name")
                 base = _module_of(node.args[0], modules) if node.args and name != "attrgetter" else None
                 value = getattr(_module(base), node.args[1].value, None) if base and len(node.args) > 1 else None
@@ -230,12 +393,15 @@ def _policy_violation(tree: ast.Module, policy: SandboxPolicy, entry_point: Opti
             if isinstance(value, ModuleType) and not policy.module_allowed(value.__name__):
                 return Invalid("banned_attribute", f"{base}.{node.attr} is module {value.__name__}")
     if entry_point is not None and not any(
-            isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == entry_point for n in tree.body):
+        isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == entry_point for n in tree.body
+    ):
         return Invalid("no_f", f"no top-level def {entry_point}")
     return None
 
 
-def _import_violation(node: ast.Import | ast.ImportFrom, policy: SandboxPolicy, modules: dict[str, str]) -> Optional[Invalid]:
+def _import_violation(
+    node: ast.Import | ast.ImportFrom, policy: SandboxPolicy, modules: dict[str, str]
+) -> Invalid | None:
     """Check one import against the policy and record the module names it binds in `modules`."""
     names = [a.name for a in node.names] if type(node) is ast.Import else [node.module or ""]
     for name in names:
@@ -257,7 +423,7 @@ def _import_violation(node: ast.Import | ast.ImportFrom, policy: SandboxPolicy, 
     return None
 
 
-def _module_of(node: ast.AST, modules: dict[str, str]) -> Optional[str]:
+def _module_of(node: ast.AST, modules: dict[str, str]) -> str | None:
     """Module name an expression like ``collections.abc`` denotes, via import aliases; else None."""
     if isinstance(node, ast.Name):
         return modules.get(node.id)

@@ -41,8 +41,8 @@ from __future__ import annotations
 import json
 import marshal
 import os
-import selectors
 import secrets
+import selectors
 import subprocess
 import sys
 import tempfile
@@ -50,17 +50,24 @@ import threading
 import time
 import weakref
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from types import CodeType
-from typing import Optional, Sequence
 
 from populora_nb.errors import UserInputError
-from populora_nb.isolation import LEVELS, remove_tree, sweep_stale
-from populora_nb.sandbox import decode_run, parse_arguments, parse_literal, reply_cap, values_equal
-from populora_nb.sandbox_policy import (  # noqa: F401  (re-exported: the verifier's public vocabulary)
-    BENCHMARK_POLICY, INVALID_REASONS, TASK_POLICY, VERDICTS, Invalid, SandboxPolicy, compile_program, static_check,
-)
 from populora_nb.tasks import TASK_KINDS, Proposal, Task, TaskKind  # noqa: F401  (Proposal re-exported)
+from populora_nb.verify.isolation import LEVELS, remove_tree, sweep_stale
+from populora_nb.verify.sandbox import decode_run, parse_arguments, parse_literal, reply_cap, values_equal
+from populora_nb.verify.static_policy import (  # noqa: F401  (re-exported: the verifier's public vocabulary)
+    BENCHMARK_POLICY,
+    INVALID_REASONS,
+    TASK_POLICY,
+    VERDICTS,
+    Invalid,
+    SandboxPolicy,
+    compile_program,
+    static_check,
+)
 
 
 @dataclass(frozen=True)
@@ -114,12 +121,22 @@ class Isolation:
 
     def __str__(self) -> str:
         if self.level == "namespaces":
-            kinds = ", ".join(k for k, on in (("user", self.user_namespace), ("mount", True), ("pid", self.pid_namespace),
-                                              ("network", self.network_namespace)) if on)
+            kinds = ", ".join(
+                k
+                for k, on in (
+                    ("user", self.user_namespace),
+                    ("mount", True),
+                    ("pid", self.pid_namespace),
+                    ("network", self.network_namespace),
+                )
+                if on
+            )
             who = "unprivileged uid" if self.uids else "no capabilities"
             return f"namespaces ({kinds}; empty read-only root; children: {who}, no new processes)"
         if self.level == "root-chroot":
-            return f"root-chroot (chroot, unprivileged uid, network namespace: {self.network_namespace}; {self.why_not})"
+            return (
+                f"root-chroot (chroot, unprivileged uid, network namespace: {self.network_namespace}; {self.why_not})"
+            )
         return f"none (static policy and rlimits only; {self.why_not or 'disabled'})"
 
 
@@ -148,10 +165,10 @@ STALE_PREFIX = "populora-sandbox-"
 
 def _random_hash_seeds() -> tuple[int, int]:
     """Two different PYTHONHASHSEEDs in 1..2**32-1 (0 would turn hash randomisation off)."""
-    first = secrets.randbelow(2 ** 32 - 1) + 1
+    first = secrets.randbelow(2**32 - 1) + 1
     second = first
     while second == first:
-        second = secrets.randbelow(2 ** 32 - 1) + 1
+        second = secrets.randbelow(2**32 - 1) + 1
     return first, second
 
 
@@ -166,12 +183,12 @@ class _Zygote:
 class _Job:
     """One run: a compiled program on marshalled arguments, for hash-seed class 0, 1 or either."""
 
-    seed_class: Optional[int]
+    seed_class: int | None
     request: bytes
     timeout_s: float
     n: int
     mode: str = "call"
-    results: Optional[list[dict]] = None
+    results: list[dict] | None = None
     retried: bool = False
 
 
@@ -189,49 +206,69 @@ class Verifier:
     no OS-level isolation, and `start` refuses unless `allow_unsafe_no_isolation` is True.
     """
 
-    def __init__(self, timeout_s: float = 5.0, memory_mb: int = 512, workers: int = 2,
-                 policy: SandboxPolicy = TASK_POLICY, hash_seeds: Optional[tuple[int, int]] = None,
-                 network_namespace: bool = True, uid_base: int = 100_000, namespaces: bool = True,
-                 allow_unsafe_no_isolation: bool = False, reseed_every: int = 2000):
+    def __init__(
+        self,
+        timeout_s: float = 5.0,
+        memory_mb: int = 512,
+        workers: int = 2,
+        policy: SandboxPolicy = TASK_POLICY,
+        hash_seeds: tuple[int, int] | None = None,
+        network_namespace: bool = True,
+        uid_base: int = 100_000,
+        namespaces: bool = True,
+        allow_unsafe_no_isolation: bool = False,
+        reseed_every: int = 2000,
+    ):
         if timeout_s <= 0 or memory_mb < 64:
             raise ValueError("Verifier needs timeout_s > 0 and memory_mb >= 64")
         if not 1 <= workers <= 64:
             raise ValueError("Verifier workers must be in 1..64 (one confined child per worker)")
         if reseed_every < 1:
             raise ValueError("reseed_every must be >= 1 (validated proposals between new hash seeds)")
-        if hash_seeds is not None and (len(hash_seeds) != 2 or hash_seeds[0] == hash_seeds[1] or min(hash_seeds) < 1
-                                       or max(hash_seeds) >= 2 ** 32):
-            raise ValueError("hash_seeds must be two different ints in 1..2**32-1 (0 turns hash randomisation off), "
-                             "or None for random ones")
+        if hash_seeds is not None and (
+            len(hash_seeds) != 2 or hash_seeds[0] == hash_seeds[1] or min(hash_seeds) < 1 or max(hash_seeds) >= 2**32
+        ):
+            raise ValueError(
+                "hash_seeds must be two different ints in 1..2**32-1 (0 turns hash randomisation off), "
+                "or None for random ones"
+            )
         self.timeout_s, self.memory_mb, self.workers, self.policy = timeout_s, memory_mb, workers, policy
         self.network_namespace, self.uid_base, self.namespaces = network_namespace, uid_base, namespaces
         self.allow_unsafe_no_isolation, self.reseed_every = allow_unsafe_no_isolation, reseed_every
         self._fixed_seeds = hash_seeds is not None
         self.hash_seeds: tuple[int, int] = tuple(hash_seeds) if hash_seeds else _random_hash_seeds()
         self._validated_since_seeding = 0
-        self.isolation: Optional[Isolation] = None
+        self.isolation: Isolation | None = None
         self._lock = threading.RLock()
         self._zygotes: list[_Zygote] = []
-        self._base_dir: Optional[str] = None
-        self._finalizer: Optional[weakref.finalize] = None
-        self._code_cache: dict[tuple[str, Optional[str]], CodeType | Invalid] = {}
+        self._base_dir: str | None = None
+        self._finalizer: weakref.finalize | None = None
+        self._code_cache: dict[tuple[str, str | None], CodeType | Invalid] = {}
         self._args_cache: OrderedDict[str, tuple | Invalid] = OrderedDict()
 
     @classmethod
-    def from_config(cls, vc) -> "Verifier":
+    def from_config(cls, vc) -> Verifier:
         """A (not yet started) verifier with a `config.VerifierConfig`'s limits."""
-        return cls(timeout_s=vc.timeout_s, memory_mb=vc.memory_mb, workers=vc.workers,
-                   allow_unsafe_no_isolation=vc.allow_unsafe_no_isolation)
+        return cls(
+            timeout_s=vc.timeout_s,
+            memory_mb=vc.memory_mb,
+            workers=vc.workers,
+            allow_unsafe_no_isolation=vc.allow_unsafe_no_isolation,
+        )
 
     @classmethod
     def probe(cls, vc) -> Isolation:
         """The isolation a verifier with these settings gets here (starts and stops one); raises
         SandboxError where it would refuse to run model code."""
-        with cls(timeout_s=vc.timeout_s, memory_mb=vc.memory_mb, workers=1,
-                 allow_unsafe_no_isolation=vc.allow_unsafe_no_isolation) as v:
+        with cls(
+            timeout_s=vc.timeout_s,
+            memory_mb=vc.memory_mb,
+            workers=1,
+            allow_unsafe_no_isolation=vc.allow_unsafe_no_isolation,
+        ) as v:
             return v.isolation
 
-    def __enter__(self) -> "Verifier":
+    def __enter__(self) -> Verifier:
         self.start()
         return self
 
@@ -259,7 +296,8 @@ class Verifier:
                     f"no OS-level isolation for model-written code here (not root, and namespaces: "
                     f"{self.isolation.why_not or 'disabled'}); refusing to run it. To run it anyway, with the static "
                     f"policy as the only barrier, set verifier.allow_unsafe_no_isolation=true "
-                    f"(Verifier(allow_unsafe_no_isolation=True)).")
+                    f"(Verifier(allow_unsafe_no_isolation=True))."
+                )
             if self.isolation.level == "namespaces":  # runs create nothing on the host: no directory to leak
                 remove_tree(self._base_dir)
                 self._base_dir = None
@@ -267,30 +305,53 @@ class Verifier:
     def _isolation(self) -> Isolation:
         hellos = [z.hello for z in self._zygotes]
         level = max((h["level"] for h in hellos), key=LEVELS.index)  # the weakest zygote
-        return Isolation(all(h["netns"] for h in hellos), all(h["chroot"] for h in hellos),
-                         tuple(h["uid"] for h in hellos if h["uid"] is not None), self.hash_seeds, level,
-                         all(h.get("user_namespace", False) for h in hellos),
-                         all(h.get("pid_namespace", False) for h in hellos),
-                         next((h["namespaces_error"] for h in hellos if h["namespaces_error"]), ""))
+        return Isolation(
+            all(h["netns"] for h in hellos),
+            all(h["chroot"] for h in hellos),
+            tuple(h["uid"] for h in hellos if h["uid"] is not None),
+            self.hash_seeds,
+            level,
+            all(h.get("user_namespace", False) for h in hellos),
+            all(h.get("pid_namespace", False) for h in hellos),
+            next((h["namespaces_error"] for h in hellos if h["namespaces_error"]), ""),
+        )
 
     def _spawn(self, index: int) -> _Zygote:
-        cfg = {"preload": sorted(self.policy.allowed_modules), "allowed_modules": sorted(self.policy.allowed_modules),
-               "disable_dangerous": self.policy.disable_dangerous, "guard_imports": self.policy.guard_imports,
-               "max_output_chars": self.policy.max_output_chars, "stdout_cap": self.policy.max_stdout_chars,
-               "paths": _module_paths(self.policy.allowed_modules),
-               "netns": self.network_namespace, "base_dir": self._base_dir, "namespaces": self.namespaces,
-               "owner_pid": os.getpid(),
-               # one uid per zygote and parent process: no child can signal another run's child
-               "uid": self.uid_base + (os.getpid() * 64 + index) % 1_000_000_000}
+        cfg = {
+            "preload": sorted(self.policy.allowed_modules),
+            "allowed_modules": sorted(self.policy.allowed_modules),
+            "disable_dangerous": self.policy.disable_dangerous,
+            "guard_imports": self.policy.guard_imports,
+            "max_output_chars": self.policy.max_output_chars,
+            "stdout_cap": self.policy.max_stdout_chars,
+            "paths": _module_paths(self.policy.allowed_modules),
+            "netns": self.network_namespace,
+            "base_dir": self._base_dir,
+            "namespaces": self.namespaces,
+            "owner_pid": os.getpid(),
+            # one uid per zygote and parent process: no child can signal another run's child
+            "uid": self.uid_base + (os.getpid() * 64 + index) % 1_000_000_000,
+        }
         # -S: no site-packages inside; a two-variable env: nothing of the parent's environment leaks.
         # A session of its own: Ctrl-C in a notebook interrupts the caller, not the zygotes.
         # One BLAS/OpenMP thread: children may not start threads (RLIMIT_NPROC 0), and numpy (an
         # allowed benchmark module) would otherwise start a pool in the zygote that forks cannot keep.
-        env = {"PYTHONHASHSEED": str(self.hash_seeds[index % 2]), "PYTHONIOENCODING": "utf-8",
-               "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        proc = subprocess.Popen([sys.executable, "-S", "-B", SANDBOX_SCRIPT, json.dumps(cfg)], env=env,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                cwd="/", start_new_session=True)
+        env = {
+            "PYTHONHASHSEED": str(self.hash_seeds[index % 2]),
+            "PYTHONIOENCODING": "utf-8",
+            "OPENBLAS_NUM_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+        }
+        proc = subprocess.Popen(
+            [sys.executable, "-S", "-B", SANDBOX_SCRIPT, json.dumps(cfg)],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd="/",
+            start_new_session=True,
+        )
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ)
             line = proc.stdout.readline() if sel.select(timeout=60) else b""
@@ -303,8 +364,10 @@ class Verifier:
             if hello and hello["missing"]:
                 raise SandboxError(f"policy modules missing in the sandbox: {hello['missing']}")
             if hello:
-                raise ValueError(f"memory_mb={self.memory_mb} leaves no room above the zygote's "
-                                 f"{hello['vm_mb']} MB address space; use at least {hello['vm_mb'] + 128}")
+                raise ValueError(
+                    f"memory_mb={self.memory_mb} leaves no room above the zygote's "
+                    f"{hello['vm_mb']} MB address space; use at least {hello['vm_mb'] + 128}"
+                )
             raise SandboxError(f"sandbox zygote did not start: {sys.executable} -S {SANDBOX_SCRIPT}")
         return _Zygote(proc, index % 2, hello)
 
@@ -314,8 +377,17 @@ class Verifier:
                 self._finalizer()  # runs _shutdown once
                 self._finalizer, self._base_dir = None, None
 
-    def _job(self, code: CodeType, calls: list, seed_class: Optional[int], timeout_s: Optional[float],
-             entry_point: str = "f", mode: str = "call", stdin: str = "", limits: Optional[list] = None) -> _Job:
+    def _job(
+        self,
+        code: CodeType,
+        calls: list,
+        seed_class: int | None,
+        timeout_s: float | None,
+        entry_point: str = "f",
+        mode: str = "call",
+        stdin: str = "",
+        limits: list | None = None,
+    ) -> _Job:
         if not entry_point.isidentifier():
             raise ValueError(f"entry_point must be an identifier, got {entry_point!r}")
         payload = marshal.dumps((code, calls, stdin) if limits is None else (code, calls, stdin, limits))
@@ -346,8 +418,12 @@ class Verifier:
                 for zi, z in enumerate(self._zygotes):
                     queue, held = queues[z.seed_class] or queues[None], inflight[zi]
                     working = sum(1 for q in inflight.values() if q)
-                    if not queue or len(held) >= 2 or (not held and working >= self.workers) or (
-                            held and len(queue[0].request) > PIPELINE_BYTES):
+                    if (
+                        not queue
+                        or len(held) >= 2
+                        or (not held and working >= self.workers)
+                        or (held and len(queue[0].request) > PIPELINE_BYTES)
+                    ):
                         continue
                     held.append(queue.popleft())
                     try:
@@ -384,8 +460,15 @@ class Verifier:
             data = stream.read(int(size))
         except ValueError:  # EOF or garbage: the zygote died
             return False
-        job.results = decode_run(data, job.n, why.decode().strip("-"), int(signal_number), int(exit_code),
-                                 self.policy.max_output_chars, self.policy.max_stdout_chars)
+        job.results = decode_run(
+            data,
+            job.n,
+            why.decode().strip("-"),
+            int(signal_number),
+            int(exit_code),
+            self.policy.max_output_chars,
+            self.policy.max_stdout_chars,
+        )
         return True
 
     def _replace(self, zi: int, lost: list[_Job], queues: dict) -> None:
@@ -401,14 +484,21 @@ class Verifier:
         self._zygotes[zi] = self._spawn(zi)
         for job in reversed(lost):
             if job.retried:
-                job.results = [{"status": "sandbox_error", "output": "", "detail": "zygote failed twice",
-                                "stdout": "", "seconds": 0.0}] * job.n
+                job.results = [
+                    {
+                        "status": "sandbox_error",
+                        "output": "",
+                        "detail": "zygote failed twice",
+                        "stdout": "",
+                        "seconds": 0.0,
+                    }
+                ] * job.n
             else:
                 job.retried = True
                 queues[job.seed_class].appendleft(job)
 
     # ------------------------------------------------------------ preparing work (parent only)
-    def _compiled(self, program: str, entry_point: Optional[str] = "f") -> CodeType | Invalid:
+    def _compiled(self, program: str, entry_point: str | None = "f") -> CodeType | Invalid:
         key = (program, entry_point)
         with self._lock:  # the cache, and catch_warnings, are not thread-safe on their own
             if key not in self._code_cache:
@@ -523,13 +613,15 @@ class Verifier:
             out[i] = _judge_runs(job.results, gold)
         return out
 
-    def run(self, program: str, inputs: Sequence[str], timeout_s: Optional[float] = None,
-            entry_point: str = "f") -> list[RunResult]:
+    def run(
+        self, program: str, inputs: Sequence[str], timeout_s: float | None = None, entry_point: str = "f"
+    ) -> list[RunResult]:
         """Call `entry_point` on each input, all in one confined process; one result per input."""
         return self.run_many([(program, tuple(inputs))], timeout_s, entry_point)[0]
 
-    def run_many(self, items: Sequence[tuple[str, Sequence[str]]], timeout_s: Optional[float] = None,
-                 entry_point: str = "f") -> list[list[RunResult]]:
+    def run_many(
+        self, items: Sequence[tuple[str, Sequence[str]]], timeout_s: float | None = None, entry_point: str = "f"
+    ) -> list[list[RunResult]]:
         out, jobs = [], []
         for program, inputs in items:
             code = self._compiled(program, entry_point)
@@ -537,15 +629,18 @@ class Verifier:
             out.append([RunResult(x.reason, detail=x.detail) if isinstance(x, Invalid) else None for x in parsed])
             todo = [k for k, x in enumerate(parsed) if not isinstance(x, Invalid)]
             if todo:
-                jobs.append((len(out) - 1, todo, self._job(code, [parsed[k] for k in todo], None, timeout_s, entry_point)))
+                jobs.append(
+                    (len(out) - 1, todo, self._job(code, [parsed[k] for k in todo], None, timeout_s, entry_point))
+                )
         self._run_jobs([job for _, _, job in jobs])
         for row, todo, job in jobs:
             for k, r in zip(todo, job.results):
                 out[row][k] = RunResult(r["status"], r["output"], r["detail"], r["seconds"])
         return out
 
-    def run_suites(self, items: Sequence[tuple[str, Sequence[str], Sequence[float], float]],
-                   entry_point: str = "f") -> list[list[RunResult]]:
+    def run_suites(
+        self, items: Sequence[tuple[str, Sequence[str], Sequence[float], float]], entry_point: str = "f"
+    ) -> list[list[RunResult]]:
         """Per item (program, inputs, per-input limits, wall limit): the module runs once, then
         `entry_point` on each input in turn, each call under its own limit (a call over it is
         "timeout" and ends the run: later inputs are "not_run"/"crash"), the process under the wall
@@ -559,18 +654,26 @@ class Verifier:
             bad = next((x for x in parsed if isinstance(x, Invalid)), None)
             out.append([RunResult(bad.reason, detail=bad.detail)] * len(inputs) if bad else None)
             if bad is None:
-                jobs.append((len(out) - 1, self._job(code, parsed, None, wall_s, entry_point, mode="suite",
-                                                      limits=[float(t) for t in limits])))
+                jobs.append(
+                    (
+                        len(out) - 1,
+                        self._job(
+                            code, parsed, None, wall_s, entry_point, mode="suite", limits=[float(t) for t in limits]
+                        ),
+                    )
+                )
         self._run_jobs([job for _, job in jobs])
         for row, job in jobs:
-            out[row] = [RunResult(r["status"], r["output"], r["detail"], r["seconds"]) for r in job.results][:len(items[row][1])]
+            out[row] = [RunResult(r["status"], r["output"], r["detail"], r["seconds"]) for r in job.results][
+                : len(items[row][1])
+            ]
         return out
 
-    def run_script(self, source: str, stdin: str = "", timeout_s: Optional[float] = None) -> ScriptResult:
+    def run_script(self, source: str, stdin: str = "", timeout_s: float | None = None) -> ScriptResult:
         """Run a whole program as __main__ reading `stdin`; its stdout comes back (LiveCodeBench)."""
         return self.run_script_many([(source, stdin)], timeout_s)[0]
 
-    def run_script_many(self, items: Sequence[tuple[str, str]], timeout_s: Optional[float] = None) -> list[ScriptResult]:
+    def run_script_many(self, items: Sequence[tuple[str, str]], timeout_s: float | None = None) -> list[ScriptResult]:
         out: list = []
         jobs: dict[int, _Job] = {}
         for i, (source, stdin) in enumerate(items):
@@ -590,11 +693,16 @@ def _module_paths(modules: frozenset) -> list[str]:
     zygote runs with -S and imports them once from there, before its root is emptied."""
     import importlib.util
     import sysconfig
+
     stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
     paths = []
     for top in sorted({m.split(".")[0] for m in modules}):
         spec = importlib.util.find_spec(top) if top not in sys.builtin_module_names else None
-        origin = os.path.realpath(spec.origin) if spec is not None and spec.origin not in (None, "built-in", "frozen") else ""
+        origin = (
+            os.path.realpath(spec.origin)
+            if spec is not None and spec.origin not in (None, "built-in", "frozen")
+            else ""
+        )
         if not origin or origin.startswith(stdlib + os.sep) and "site-packages" not in origin:
             continue
         entry = os.path.dirname(os.path.dirname(origin)) if spec.submodule_search_locations else os.path.dirname(origin)
@@ -603,7 +711,7 @@ def _module_paths(modules: frozenset) -> list[str]:
     return paths
 
 
-def _shutdown(zygotes: list[_Zygote], base_dir: Optional[str]) -> None:
+def _shutdown(zygotes: list[_Zygote], base_dir: str | None) -> None:
     for z in zygotes:
         z.proc.stdin.close()  # EOF: the zygote leaves its loop
     for z in zygotes:
@@ -639,7 +747,9 @@ def _combine(p: Proposal, run_a: list[dict], run_b: list[dict]) -> Task | Invali
         if bad is not None:  # an exception in one seed only is hash-order dependence
             flaky = bad["status"] == "runtime_error" and all(r["status"] == "ok" for r in other)
             detail = bad["detail"] or ("wall-clock or CPU limit" if bad["status"] == "timeout" else "")
-            return Invalid("nondeterministic" if flaky else bad["status"], f"{which} run" + (f": {detail}" if detail else ""))
+            return Invalid(
+                "nondeterministic" if flaky else bad["status"], f"{which} run" + (f": {detail}" if detail else "")
+            )
     for a, b in zip(run_a, run_b):
         try:  # the child is untrusted: its outputs must really be literals
             value = parse_literal(a["output"])
@@ -649,8 +759,9 @@ def _combine(p: Proposal, run_a: list[dict], run_b: list[dict]) -> Task | Invali
         if not same:
             return Invalid("nondeterministic", f"{a['output'][:80]} != {b['output'][:80]}")
     seconds = max(sum(r["seconds"] for r in run_a), sum(r["seconds"] for r in run_b))
-    return Task(p.kind, p.program, tuple(p.inputs), tuple(r["output"] for r in run_a), p.message,
-                meta={"seconds": seconds})
+    return Task(
+        p.kind, p.program, tuple(p.inputs), tuple(r["output"] for r in run_a), p.message, meta={"seconds": seconds}
+    )
 
 
 def _judge_output(gold: str, answer: str, policy: SandboxPolicy) -> Verdict:
