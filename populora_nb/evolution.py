@@ -14,10 +14,10 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
 import torch
 
+from populora_nb.config import PAPER_OPERATORS
 from populora_nb.operators import (  # noqa: F401  (LoRAPair/LoRAFactors re-exported for callers)
     CONTROLS,
     OPERATORS,
@@ -27,9 +27,6 @@ from populora_nb.operators import (  # noqa: F401  (LoRAPair/LoRAFactors re-expo
     Operator,
     arity,
 )
-
-if TYPE_CHECKING:
-    from matplotlib.axes import Axes
 
 TRUESKILL_PRIOR = (25.0, 25.0 / 3.0)  # the `trueskill` package's default (μ, σ)
 
@@ -73,23 +70,8 @@ class OperatorMix:
         return rng.choices(names, weights=[self.weights[n] for n in names])[0]
 
 
-# The paper's four mutations and four crossovers, equally likely. M5 is optional in the paper and the
-# controls are baselines, not evolution: both stay out of the default and a custom mix can add them.
-PAPER_MIX = OperatorMix(
-    dict.fromkeys(
-        [
-            "svd_structured",
-            "layer_selective_gaussian",
-            "component_masking",
-            "full_gaussian",
-            "dare",
-            "layer_swap",
-            "svd_subspace",
-            "extrapolative",
-        ],
-        1.0,
-    )
-)
+PAPER_MIX = OperatorMix(dict.fromkeys(PAPER_OPERATORS, 1.0))
+"""The paper's default mix (`config.PAPER_OPERATORS`, equally likely)."""
 
 
 def tournament_select(
@@ -110,11 +92,6 @@ class Lineage:
     step: int
     role: str
     replaced: str  # the member whose slot the child takes
-
-
-def is_evolution_step(step: int, every: int) -> bool:
-    """Replacement runs after every `every`-th update step (never at step 0)."""
-    return every > 0 and step > 0 and step % every == 0
 
 
 def plan_replacement(
@@ -238,74 +215,6 @@ def ancestors(member_id: str, records: Sequence[Lineage]) -> set[str]:
             found.add(parent)
             stack.extend(tree.get(parent, ()))
     return found
-
-
-def plot_lineage(
-    lineage_records: Sequence[Lineage],
-    ax: Axes | None = None,
-    *,
-    founders: Mapping[str, str] | None = None,
-    end_step: int | None = None,
-) -> Axes:
-    """Lineage tree over time: one lane per population slot (a child takes the slot of the member
-    it replaces), a line per member's lifetime, an arrow from each parent to each child coloured
-    by operator (dashed for a crossover's second parent). Successive occupants of a slot alternate
-    between dark and light. `founders` (id → role) adds initial members the records never mention.
-    `end_step`: the run's number of steps, where the lifetimes of the last members end (a lifetime
-    [b, d) covers steps b … d − 1); without it they end one evolution interval after the last birth."""
-    import matplotlib.pyplot as plt  # plotting stays optional for the math above
-    from matplotlib.ticker import MaxNLocator
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(10, 4))
-    records = sorted(lineage_records, key=lambda r: r.step)
-    children = {r.child for r in records}
-    role_of = dict(founders or {}) | {i: r.role for r in records for i in (r.replaced, r.child, *r.parents)}
-    founders = sorted((i for i in role_of if i not in children), key=lambda i: (role_of[i], i))
-    lane = {member: y for y, member in enumerate(founders)}
-    born = dict.fromkeys(founders, 0)
-    died: dict[str, int] = {}
-    for r in records:
-        lane[r.child], born[r.child], died[r.replaced] = lane[r.replaced], r.step, r.step
-    steps = sorted({r.step for r in records}) or [1]
-    gap = min((b - a for a, b in zip(steps, steps[1:])), default=steps[0])
-    end = end_step if end_step is not None else steps[-1] + gap
-    roles = sorted(set(role_of.values()))
-    role_color = {role: plt.get_cmap("Set2")(i) for i, role in enumerate(roles)}
-    occupant = {}  # successive occupants of a lane alternate in shade, so each lifetime is visible
-    for member in sorted(lane, key=lambda m: born[m]):
-        occupant[member] = sum(1 for other in occupant if lane[other] == lane[member])
-        ax.plot(
-            [born[member], died.get(member, end)],
-            [lane[member]] * 2,
-            color=role_color[role_of[member]],
-            lw=4,
-            alpha=0.35 if occupant[member] % 2 else 0.75,
-            solid_capstyle="butt",
-        )
-    operators = sorted({r.operator for r in records}, key=list(OPERATORS).index)
-    op_color = {op: plt.get_cmap("tab10")(i % 10) for i, op in enumerate(operators)}
-    for r in records:
-        for n, parent in enumerate(r.parents):
-            ax.annotate(
-                "",
-                xy=(r.step, lane[r.child]),
-                xytext=(r.step - 0.45 * gap, lane[parent]),
-                arrowprops=dict(arrowstyle="->", color=op_color[r.operator], ls="--" if n else "-", lw=1.2),
-            )
-        ax.plot(r.step, lane[r.child], "o", color=op_color[r.operator], ms=5)
-    for op in operators:
-        ax.plot([], [], color=op_color[op], label=f"{PAPER_IDS.get(op, op)} {op}" if op not in CONTROLS else op)
-    for role in roles:
-        ax.plot([], [], color=role_color[role], lw=4, alpha=0.75, label=f"{role} lifetimes")
-    slot = [sum(role_of[g] == role_of[f] for g in founders[:i]) for i, f in enumerate(founders)]  # index within role
-    ax.set_yticks(range(len(founders)), [f"{role_of[f]} slot {n}" for f, n in zip(founders, slot)])
-    ax.set_xlim(0, end)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
-    ax.set_xlabel("step")
-    ax.set_title("lineage: children replace the weakest of their role")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return ax
 
 
 def retention_curves(

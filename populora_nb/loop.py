@@ -13,12 +13,13 @@ population_step: PFSP pairs each teacher with a student → teachers propose (on
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any
 
 import torch
 import trueskill
@@ -26,7 +27,7 @@ from tqdm import tqdm  # a text bar, not tqdm.auto's widget: see run()
 
 from populora_nb.buffers import TaskBuffer, load_seed_triplets, make_buffers
 from populora_nb.config import ExperimentConfig
-from populora_nb.errors import DataFileError
+from populora_nb.errors import DataFileError, PathNotFoundError
 from populora_nb.evolution import MemberRating, OperatorMix, apply_operator, inherit_rating, plan_replacement
 from populora_nb.matchmaking import (
     Match,
@@ -37,7 +38,7 @@ from populora_nb.matchmaking import (
     round_robin_pairs,
     update_ratings,
 )
-from populora_nb.operators import LoRAFactors, relative_change
+from populora_nb.operators import relative_change
 from populora_nb.records import MANIFEST, CorruptRunError, RunDir, read_json, write_json
 from populora_nb.rewards import azr_proposer_reward, teacher_reward
 from populora_nb.stages import (
@@ -66,13 +67,8 @@ from populora_nb.stages import (
 from populora_nb.tasks import Task
 from populora_nb.verify.verifier import Proposal, Verifier
 
-
-class TrainablePolicy(Policy, Protocol):
-    """What `run` needs beyond generate/update: checkpoints and evolution."""
-
-    def save(self, path: Path) -> None: ...
-
-    def load(self, path: Path) -> None: ...
+if TYPE_CHECKING:
+    from populora_nb.model.policy import LoRAPolicy
 
 
 @dataclass
@@ -123,6 +119,45 @@ def trueskill_env(config: ExperimentConfig) -> trueskill.TrueSkill:
     return make_trueskill(mc.mu, mc.sigma, mc.beta, mc.tau, mc.draw_probability)
 
 
+@dataclass
+class LoadedRun:
+    """A run directory read back: its config, its latest verified checkpoint's state, and a policy
+    holding that checkpoint's members (`policy.members` are the loop's member ids)."""
+
+    run_dir: Path
+    config: ExperimentConfig
+    step: int
+    state: RunState
+    policy: LoRAPolicy
+
+
+def load_checkpoint(path: Path, policy: Policy) -> RunState:
+    """One checkpoint directory: its `RunState`, and its members' adapters loaded into `policy`."""
+    state = RunState.from_json(read_json(path / "state.json"))
+    policy.load(path / "policy")
+    return state
+
+
+def load_run(run_dir: str | Path, config: ExperimentConfig | None = None, base: Any = None) -> LoadedRun:
+    """The one way to read a trained run (evaluation, retention, notebooks): the newest checkpoint
+    whose files match its manifest. A damaged checkpoint raises `CorruptRunError` naming the file; a
+    run without one raises `PathNotFoundError`. `config` defaults to the run's own config.yaml;
+    `base` shares an already loaded base model."""
+    from populora_nb.model.policy import LoRAPolicy  # model code is imported only when a model is needed
+
+    rd = RunDir(Path(run_dir))
+    config = config if config is not None else rd.load_config()
+    latest = rd.verified_checkpoint()
+    if latest is None:
+        raise PathNotFoundError(
+            f"{run_dir} has no checkpoint: train it first (python -m populora_nb run --out {run_dir})"
+        )
+    step, path = latest
+    policy = LoRAPolicy.create(config, list(roster_for(config).items()), base=base)
+    state = load_checkpoint(path, policy)
+    return LoadedRun(Path(run_dir), config, step, state, policy)
+
+
 def roster_for(config: ExperimentConfig) -> dict[str, str]:
     if config.run.agent == "baseline":
         return {"agent": "agent"}
@@ -158,10 +193,10 @@ def baseline_step(policy: Policy, verifier: Verifier, state: RunState, config: E
     out, step = StepOutcome(), state.step
     with Timer(out.timings, "propose_s"):
         out.proposals = propose(policy, ["agent"], state.buffers, config, step)
-    for p in out.proposals:  # AZR: the agent solves its own proposals
-        p.solver = "agent"
+    # AZR: the agent solves its own proposals
+    out.proposals = [dataclasses.replace(p, solver="agent") for p in out.proposals]
     with Timer(out.timings, "validate_s"):
-        validate(verifier, out.proposals, config.tasks.code_f_inputs)
+        out.proposals = validate(verifier, out.proposals, config.tasks.code_f_inputs)
     with Timer(out.timings, "solve_s"):
         if config.run.baseline_solver == "azr":
             # AZR: k learnability rollouts per valid proposal set rho (not trained on); the solver
@@ -172,7 +207,7 @@ def baseline_step(policy: Policy, verifier: Verifier, state: RunState, config: E
         else:  # "own_rollouts": the solver trains on the rollouts that measured its own proposals
             jobs = solve_jobs({"agent": list(range(len(out.proposals)))}, out.proposals, state.buffers, config, step)
         out.attempts = solve(policy, verifier, jobs, config, step, worked_examples(state.buffers))
-        solve_rates(out.proposals, out.attempts)
+        out.proposals = solve_rates(out.proposals, out.attempts)
     out.samples = reward_samples(out.proposals, out.attempts, proposer_reward=azr_proposer_reward)
     with Timer(out.timings, "update_s"):
         out.update_stats = update(policy, out.samples, ["agent"])
@@ -207,17 +242,17 @@ def population_step(policy: Policy, verifier: Verifier, state: RunState, config:
     partner = pair(state, config)
     with Timer(out.timings, "propose_s"):
         out.proposals = propose(policy, state.teachers, state.buffers, config, step)
-    for p in out.proposals:  # the matched student, set once: it is known before anything is solved
-        p.solver = partner[p.proposer]
+    # the matched student, set once: it is known before anything is solved
+    out.proposals = [dataclasses.replace(p, solver=partner[p.proposer]) for p in out.proposals]
     with Timer(out.timings, "validate_s"):
-        validate(verifier, out.proposals, config.tasks.code_f_inputs)
+        out.proposals = validate(verifier, out.proposals, config.tasks.code_f_inputs)
     assignments: dict[str, list[int]] = {s: [] for s in state.students}
     for i, p in enumerate(out.proposals):
         assignments[partner[p.proposer]].append(i)
     with Timer(out.timings, "solve_s"):
         jobs = solve_jobs(assignments, out.proposals, state.buffers, config, step)
         out.attempts = solve(policy, verifier, jobs, config, step, worked_examples(state.buffers))
-        solve_rates(out.proposals, out.attempts)
+        out.proposals = solve_rates(out.proposals, out.attempts)
     out.samples = reward_samples(out.proposals, out.attempts, proposer_reward=teacher_reward)
     with Timer(out.timings, "update_s"):
         out.update_stats = update(policy, out.samples, list(state.roster))
@@ -228,22 +263,7 @@ def population_step(policy: Policy, verifier: Verifier, state: RunState, config:
     return out
 
 
-class EvolvablePolicy(TrainablePolicy, Protocol):
-    def factors(self, name: str) -> LoRAFactors: ...
-
-    def replace(
-        self,
-        old: str,
-        new: str,
-        factors: LoRAFactors,
-        parents: Sequence[str],
-        operator: str,
-        step: int,
-        inherit_optimizer_from: str | None = None,
-    ) -> None: ...
-
-
-def evolve(policy: EvolvablePolicy, state: RunState, config: ExperimentConfig) -> list[dict]:
+def evolve(policy: Policy, state: RunState, config: ExperimentConfig) -> list[dict]:
     """Replace the weakest `replace_per_role` teachers and students by children of tournament-chosen
     parents (evolution.plan_replacement), made in LoRA weight space; returns the lineage rows."""
     ec, step = config.evolution, state.step
@@ -308,7 +328,7 @@ def evolve(policy: EvolvablePolicy, state: RunState, config: ExperimentConfig) -
 def run(
     config: ExperimentConfig,
     run_dir: str | Path,
-    policy: TrainablePolicy | None = None,
+    policy: Policy | None = None,
     verifier: Verifier | None = None,
     on_step: Callable[[int, list[dict]], None] | None = None,
     progress: bool = True,
@@ -375,7 +395,7 @@ def run(
                 )
             # No evolution after the last step: its children would never train or play.
             if evolving and (step + 1) % config.evolution.every == 0 and step + 1 < config.run.steps:
-                rd.append("lineage", evolve(policy, state, config))  # type: ignore[arg-type]
+                rd.append("lineage", evolve(policy, state, config))
             state.step = step + 1
             every = config.run.checkpoint_every
             if (every and state.step % every == 0) or state.step == config.run.steps:
@@ -392,7 +412,7 @@ def run(
             verifier.close()
 
 
-def _resume_or_start(rd: RunDir, policy: TrainablePolicy, verifier: Verifier, config: ExperimentConfig) -> RunState:
+def _resume_or_start(rd: RunDir, policy: Policy, verifier: Verifier, config: ExperimentConfig) -> RunState:
     """Resume from the newest checkpoint that verifies against its manifest (its files, and the record
     rows of the steps it committed), then cut the records back to it. A damaged newer checkpoint (or a
     `latest` naming a missing one) is reported in a one-line warning on stderr; damage with no good
@@ -408,8 +428,7 @@ def _resume_or_start(rd: RunDir, policy: TrainablePolicy, verifier: Verifier, co
             f"(step {step}) without verifying it",
             file=sys.stderr,
         )
-        state = RunState.from_json(read_json(path / "state.json"))
-        policy.load(path / "policy")
+        state = load_checkpoint(path, policy)
         rd.truncate_after(state.step - 1)
         return state
     try:
@@ -419,8 +438,7 @@ def _resume_or_start(rd: RunDir, policy: TrainablePolicy, verifier: Verifier, co
     for step, path in checkpoints:
         try:
             manifest = rd.verify_checkpoint(path)
-            state = RunState.from_json(read_json(path / "state.json"))
-            policy.load(path / "policy")
+            state = load_checkpoint(path, policy)
         except CorruptRunError as e:
             bad.append(e.what)
             continue
@@ -446,7 +464,7 @@ def _resume_or_start(rd: RunDir, policy: TrainablePolicy, verifier: Verifier, co
     return initial_state(config, verifier)
 
 
-def _checkpoint(rd: RunDir, policy: TrainablePolicy, state: RunState) -> None:
+def _checkpoint(rd: RunDir, policy: Policy, state: RunState) -> None:
     tmp = rd.begin_checkpoint(state.step)
     policy.save(tmp / "policy")
     write_json(tmp / "state.json", state.to_json())
@@ -479,7 +497,7 @@ def grow_seeds(
             break
         state.step = round_
         proposals = propose(policy, ["agent"], state.buffers, config, round_)
-        validate(verifier, proposals, config.tasks.code_f_inputs)
+        proposals = validate(verifier, proposals, config.tasks.code_f_inputs)
         for p in proposals:
             if (
                 isinstance(p.result, Task)

@@ -202,6 +202,7 @@ def refactor(blocks: Sequence[LoRAFactors], t_a: Tensor, t_b: Tensor) -> LoRAFac
             new_b = b @ tb if new_b is None else new_b.addmm_(b, tb)  # (d_out, r)
             start = stop
         src = blocks[0][name]
+        assert new_a is not None and new_b is not None  # every module has at least one block
         child[name] = LoRAPair(new_a.to(src.A.dtype), new_b.to(src.B.dtype))
     return child
 

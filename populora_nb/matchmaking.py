@@ -29,14 +29,14 @@ from __future__ import annotations
 import math
 import random
 from collections import defaultdict
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 import numpy as np
 import trueskill
 
-MemberId = Hashable
+MemberId = str
 PFSPWeighting = Literal["var", "hard"]
 
 
@@ -46,11 +46,6 @@ class Rating:
 
     mu: float
     sigma: float
-
-    @property
-    def conservative(self) -> float:
-        """mu − 3 sigma: the usual leaderboard value, low until the rating has seen games."""
-        return self.mu - 3.0 * self.sigma
 
 
 @dataclass(frozen=True)

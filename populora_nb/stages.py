@@ -23,7 +23,8 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from populora_nb.buffers import TaskBuffer, task_to_json
 from populora_nb.config import ExperimentConfig
@@ -40,6 +41,9 @@ from populora_nb.rewards import student_reward
 from populora_nb.rl import trr_plus_plus_advantages
 from populora_nb.tasks import Task
 from populora_nb.verify.verifier import Invalid, Proposal, Verifier
+
+if TYPE_CHECKING:
+    from populora_nb.operators import LoRAFactors
 
 # ---- what the loop needs from a model -----------------------------------------------------------
 
@@ -78,15 +82,43 @@ class Sample:
 
 
 class Policy(Protocol):
-    """What the loop needs from a model: mixed-member generation and one member's update."""
+    """What the loop needs from a model (`populora_nb.model.policy.LoRAPolicy`; a scripted policy in
+    tests): mixed-member generation, one member's update, checkpoints, and, only when evolution is
+    on, a member's LoRA factors and the replacement of a member by a child."""
 
-    tokenizer: object
+    @property
+    def tokenizer(self) -> Any:
+        """The base model's tokenizer (prompts are rendered with its chat template)."""
+        ...
 
     def generate(
         self, member_ids: Sequence[str], prompts: Sequence[str], max_new_tokens: int, seed: int
-    ) -> Sequence[str | Completion]: ...
+    ) -> Sequence[str | Completion]:
+        """One completion per (member, prompt) row, sampled with that member's adapter."""
+        ...
 
-    def update(self, member_id: str, samples: Sequence[Sample]) -> dict[str, float]: ...
+    def update(self, member_id: str, samples: Sequence[Sample]) -> dict[str, float]:
+        """One policy-gradient step of `member_id`'s adapter on its samples; returns statistics."""
+        ...
+
+    def save(self, path: Path) -> None: ...
+
+    def load(self, path: Path) -> None: ...
+
+    def factors(self, name: str) -> LoRAFactors: ...
+
+    def replace(
+        self,
+        old: str,
+        new: str,
+        factors: LoRAFactors,
+        parents: Sequence[str],
+        operator: str,
+        step: int,
+        inherit_optimizer_from: str | None = None,
+    ) -> None:
+        """Member `old` leaves; child `new` takes its place with `factors` (evolution)."""
+        ...
 
 
 # ---- plain data passed between stages -------------------------------------------------------------
@@ -174,17 +206,19 @@ def propose(
     rng = rng_for(config.run.seed, step, "references")
     tc = config.tasks
     program_buffer = buffers.get("code_o") or buffers.get("code_i")
+    if "code_f" in tc.kinds and program_buffer is None:
+        raise ValueError("code_f proposals need a code_o or code_i buffer for their reference programs")
     jobs: list[tuple[str, str, str, str]] = []  # (member, kind, prompt, reference program)
     for member in proposers:
         for kind in tc.kinds:
             for _ in range(config.rl.proposals_per_kind):
                 if kind == "code_f":
-                    refs = program_buffer.sample(1, rng, tc.reference_sampling)
+                    refs = program_buffer.sample(1, rng, tc.reference_sampling)  # type: ignore[union-attr]  # checked above
                     text = propose_prompt("code_f", refs, n_inputs=tc.code_f_inputs)
                     program = refs[0].program
                 else:
                     refs = buffers[kind].sample(tc.n_references, rng, tc.reference_sampling)
-                    text, program = propose_prompt(kind, refs), ""
+                    text, program = propose_prompt(kind, refs), ""  # type: ignore[arg-type]  # kinds checked by config
                 jobs.append((member, kind, render(text, policy.tokenizer, tc.prompt_format), program))
     completions = map(
         as_completion,
@@ -208,30 +242,23 @@ def propose(
     ]
 
 
-def validate(verifier: Verifier, proposals: list[Proposed], code_f_inputs: int) -> None:
-    """Set each proposal's verdict (``result``, in place) from its parse: a Task, an Invalid(reason),
-    or the ParseFailure itself. ``parsed`` is kept as it was.
+def validate(verifier: Verifier, proposals: Sequence[Proposed], code_f_inputs: int) -> list[Proposed]:
+    """The proposals with their verdicts (``result``): a Task, an Invalid(reason), or the
+    ParseFailure itself; ``parsed`` is kept as it was. New objects: the inputs are not changed.
 
     A code_f task must have exactly the ``code_f_inputs`` inputs its prompt asked for (AZR: 10, half
     shown, half hidden); the verifier has already rejected repeated inputs."""
     todo = [p for p in proposals if not isinstance(p.parsed, ParseFailure)]
-    verdicts = verifier.validate_many([p.parsed for p in todo])  # type: ignore[misc]
+    verdicts = iter(verifier.validate_many([p.parsed for p in todo]))  # type: ignore[misc]
+    out = []
     for p in proposals:
-        if isinstance(p.parsed, ParseFailure):
-            p.result = p.parsed
-    for p, verdict in zip(todo, verdicts):
+        verdict: Task | Invalid | ParseFailure = p.parsed if isinstance(p.parsed, ParseFailure) else next(verdicts)
         if isinstance(verdict, Task) and verdict.kind == "code_f" and len(verdict.inputs) != code_f_inputs:
             verdict = Invalid("wrong_input_count", f"{len(verdict.inputs)} inputs, asked for {code_f_inputs}")
         if isinstance(verdict, Task):
-            verdict = Task(
-                verdict.kind,
-                verdict.program,
-                verdict.inputs,
-                verdict.outputs,
-                verdict.message,
-                meta={"proposer": p.proposer},
-            )
-        p.result = verdict
+            verdict = dataclasses.replace(verdict, meta={"proposer": p.proposer})
+        out.append(dataclasses.replace(p, result=verdict))
+    return out
 
 
 def solve_jobs(
@@ -261,7 +288,7 @@ def learnability_jobs(solver: str, proposals: list[Proposed], rollouts: int) -> 
     """AZR's difficulty estimate: `rollouts` samples of every valid proposal, to compute rho for the
     proposer reward. Not trained on (AZR's solver learns from its own batch, `buffer_jobs`)."""
     return [
-        SolveJob(solver, p.result, i, rollouts, train=False)  # type: ignore[arg-type]
+        SolveJob(solver, p.result, i, rollouts, train=False)
         for i, p in enumerate(proposals)
         if isinstance(p.result, Task)
     ]
@@ -336,14 +363,17 @@ def solve(
     return attempts
 
 
-def solve_rates(proposals: list[Proposed], attempts: list[Attempt]) -> None:
-    """rho of each valid proposal: the fraction of its rollouts judged correct."""
+def solve_rates(proposals: Sequence[Proposed], attempts: Sequence[Attempt]) -> list[Proposed]:
+    """The proposals with rho set: the fraction of each fresh task's rollouts judged correct (None
+    for a proposal nobody attempted). New objects: the inputs are not changed."""
     by_index: dict[int, list[str]] = {}
     for a in attempts:
         if a.proposed_index is not None:
             by_index.setdefault(a.proposed_index, []).append(a.status)
-    for i, statuses in by_index.items():
-        proposals[i].rho = sum(s == "correct" for s in statuses) / len(statuses)
+    return [
+        dataclasses.replace(p, rho=sum(s == "correct" for s in by_index[i]) / len(by_index[i])) if i in by_index else p
+        for i, p in enumerate(proposals)
+    ]
 
 
 def reward_samples(
@@ -374,7 +404,9 @@ def reward_samples(
                     token_ids=a.token_ids,
                 )
             )
-    adv = trr_plus_plus_advantages([s.reward for s in samples], [s.group for s in samples]) if samples else []
+    if not samples:
+        return []
+    adv = trr_plus_plus_advantages([s.reward for s in samples], [s.group for s in samples])
     return [dataclasses.replace(s, advantage=float(a)) for s, a in zip(samples, adv)]
 
 
@@ -388,7 +420,8 @@ def update(policy: Policy, samples: list[Sample], members: Sequence[str]) -> dic
     return stats
 
 
-def grow_buffers(buffers: dict[str, TaskBuffer], proposals: list[Proposed]) -> None:
+def grow_buffers(buffers: dict[str, TaskBuffer], proposals: Sequence[Proposed]) -> None:
+    """Add this step's valid tasks to the run's buffers, in place (the buffers are the run's state)."""
     for p in proposals:
         if isinstance(p.result, Task):
             buffers[p.kind].add(p.result)
@@ -403,7 +436,9 @@ def grow_buffers(buffers: dict[str, TaskBuffer], proposals: list[Proposed]) -> N
 # ---- records of a step ------------------------------------------------------------------------------
 
 
-def task_rows(step: int, proposals: list[Proposed]) -> list[dict]:
+def task_rows(step: int, proposals: Sequence[Proposed]) -> list[dict]:
+    """One tasks.jsonl row per proposal: the verdict (a valid task's triplet, or why it was
+    rejected, with the program as written), the matched solver and rho, the raw completion."""
     rows = []
     for p in proposals:
         r = p.result
@@ -421,7 +456,8 @@ def task_rows(step: int, proposals: list[Proposed]) -> list[dict]:
         elif isinstance(r, Invalid):
             row.update(program="", inputs=[], outputs=[], message="", valid=False, reason=r.reason)
         else:
-            row.update(program="", inputs=[], outputs=[], message="", valid=False, reason=f"parse:{r.reason}")
+            why = r.reason if r is not None else "not_validated"
+            row.update(program="", inputs=[], outputs=[], message="", valid=False, reason=f"parse:{why}")
         if isinstance(r, Invalid) and isinstance(p.parsed, Proposal):
             row["program"] = p.parsed.program  # what the teacher wrote, for reading why it was rejected
         rows.append(row)
@@ -439,8 +475,11 @@ def member_metrics(member: str, role: str, outcome: StepOutcome, kinds: Sequence
         rhos = [p.rho for p in valid if p.rho is not None]
         row["teacher/rho_mean"] = sum(rhos) / len(rhos) if rhos else None
         for p in mine:
+            if isinstance(p.result, Invalid):
+                reason = p.result.reason
+            elif isinstance(p.result, ParseFailure):
+                reason = f"parse_{p.result.reason}"
             if not isinstance(p.result, Task):
-                reason = p.result.reason if isinstance(p.result, Invalid) else f"parse_{p.result.reason}"
                 row[f"invalid/{reason}"] = row.get(f"invalid/{reason}", 0) + 1
         for kind in kinds:
             of_kind = [p for p in mine if p.kind == kind]
@@ -463,9 +502,9 @@ def member_metrics(member: str, role: str, outcome: StepOutcome, kinds: Sequence
                 row[f"student/{prefix}solve_rate"] = _rate(subset, "correct")
                 row[f"student/n_{prefix or 'fresh_'}attempts"] = len(subset)
             for kind in kinds:
-                of_kind = [a for a in subset if a.task.kind == kind]
-                if of_kind:
-                    row[f"{prefix}solve_rate/{kind}"] = _rate(of_kind, "correct")
+                tried = [a for a in subset if a.task.kind == kind]
+                if tried:
+                    row[f"{prefix}solve_rate/{kind}"] = _rate(tried, "correct")
         row["lengths/solve_chars"] = sum(len(a.completion) for a in attempts) / len(attempts)
     for s_role in ("propose", "solve"):
         rewards = [s.reward for s in outcome.samples if s.member == member and s.group[1] == s_role]

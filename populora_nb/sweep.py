@@ -322,7 +322,7 @@ def run_sweep(
             f"each {spec.resources} · {out}"
         )
         results = tuner.fit()
-        failed = [r for r in results if r.error is not None]
+        failed = [results[i] for i in range(len(results)) if results[i].error is not None]
     finally:
         if started:
             ray.shutdown()

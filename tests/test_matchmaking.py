@@ -9,6 +9,7 @@ import pytest
 import trueskill
 
 from populora_nb.config import ConfigError, load_config
+from populora_nb.evolution import fitness
 from populora_nb.matchmaking import (
     Match,
     Rating,
@@ -139,7 +140,8 @@ def test_ratings_rank_teachers_as_their_rewards_do(env):
         ratings = update_ratings(ratings, matches, env)
     a, b, c = ratings["A"], ratings["B"], ratings["C"]
     assert b.mu > a.mu + env.beta and b.mu > c.mu + env.beta
-    assert b.conservative > a.conservative + env.beta and b.conservative > c.conservative + env.beta
+    fa, fb, fc = (fitness(r.mu, r.sigma, 3.0) for r in (a, b, c))  # evolution's fitness, mu - 3 sigma
+    assert fb > fa + env.beta and fb > fc + env.beta
 
 
 def test_matches_apply_sequentially_in_the_given_order(env):
