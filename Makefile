@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine with Python 3.11:
 #   make run    set up, then run the smoke experiment and write notebooks, plots and a report
-#   make test   set up, then pass the tests (unit, slow with the real SmolLM2, notebooks in tiny)
+#   make test   set up, then pass lint and the tests (unit, slow with the real SmolLM2, notebooks in tiny)
+#   make test-fast  lint + the tests not marked slow, for the edit loop
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
@@ -14,7 +15,7 @@ PYTEST_ARGS ?=
 # on two cores a spinning thread whose partner was descheduled slowed steps by up to 20x here.
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: setup run test test-unit test-notebooks check-notebooks browser bench lab clean
+.PHONY: setup run test test-fast test-unit test-notebooks check-notebooks lint browser bench lab clean
 
 setup: $(STAMP)
 
@@ -62,7 +63,18 @@ browser: setup
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) || echo "chromium install failed: the browser test will skip"; \
 	else echo "chromium missing and not root: tests/test_browser.py will skip (apt-get install chromium)"; fi
 
-test: check-notebooks browser test-unit test-notebooks
+# ruff (lint + format check) and mypy, configured in pyproject.toml; CI runs it through `make test`.
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint check-notebooks browser test-unit test-notebooks
+
+# The quick loop while editing: lint, then the tests not marked slow (no real model, no notebooks).
+test-fast: lint
+	$(BIN)/python -m pytest tests -q --timeout=900 -m "not slow" $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
 bench: setup
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b --quick || exit 1; done

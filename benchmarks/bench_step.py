@@ -22,10 +22,11 @@ import time
 import torch
 
 from populora_nb.config import load_config
-from populora_nb.loop import baseline_step, initial_state, population_step, roster_for
+from populora_nb.loop import baseline_step, population_step
 from populora_nb.model.base import load_base
 from populora_nb.model.policy import LoRAPolicy
-from populora_nb.verify.verifier import Verifier
+from populora_nb.state import initial_state, roster_for
+from populora_nb.verify import Verifier
 
 
 def time_steps(step_fn, policy, verifier, config, repeats: int) -> tuple[list[float], dict[str, float]]:
@@ -55,7 +56,8 @@ def main() -> None:
     base = load_base(config)
     print(
         f"preset {preset}: {config.model.name} on {base.device}, {args.threads} threads, "
-        f"{config.rl.proposals_per_kind} proposals/kind x {len(config.tasks.kinds)} kinds, {config.rl.rollouts} rollouts, "
+        f"{config.rl.proposals_per_kind} proposals/kind x {len(config.tasks.kinds)} kinds, "
+        f"{config.rl.rollouts} rollouts, "
         f"{config.sampling.propose_max_new_tokens}/{config.sampling.solve_max_new_tokens} new tokens"
     )
     results = {}
@@ -67,12 +69,12 @@ def main() -> None:
             cfg = dataclasses.replace(cfg, sampling=dataclasses.replace(cfg.sampling, temperature=0.0))
             policy.config = cfg
             times, parts = time_steps(step_fn, policy, verifier, cfg, repeats)
-            results[agent] = (statistics.median(times), parts, len(policy.names))
+            results[agent] = (statistics.median(times), parts, len(policy.members))
             print(
-                f"{agent:>10}: {len(policy.names)} adapter(s), step {statistics.median(times):6.1f} s (median of {len(times)}); "
-                + ", ".join(f"{k} {v:.1f}" for k, v in parts.items())
+                f"{agent:>10}: {len(policy.members)} adapter(s), step {statistics.median(times):6.1f} s "
+                f"(median of {len(times)}); " + ", ".join(f"{k} {v:.1f}" for k, v in parts.items())
             )
-    (tb, _, nb), (tp, _, npop) = results["baseline"], results["population"]
+    (tb, _, _), (tp, _, npop) = results["baseline"], results["population"]
     print(
         f"population step / baseline step = {tp / tb:.2f}x for {npop}x the adapter work "
         f"(paper, GPU: 1.31x); per adapter: {tp / npop / tb:.2f}x the baseline's time"

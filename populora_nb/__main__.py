@@ -19,11 +19,17 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
-from populora_nb.config import PRESETS, load_config, parse_override
+from populora_nb.config import load_config
 from populora_nb.errors import UserInputError
+from populora_nb.presets import PRESETS, parse_override
 from populora_nb.records import CorruptRunError
 
-REPO_NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+
+def default_notebooks() -> Path:
+    """The source checkout's notebooks/ when populora_nb runs from one (an editable install), else
+    ./notebooks: a non-editable install carries the package, not the notebooks."""
+    checkout = Path(__file__).resolve().parents[1] / "notebooks"
+    return checkout if checkout.is_dir() else Path.cwd() / "notebooks"
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -48,7 +54,7 @@ def _config(args: argparse.Namespace, extra: dict | None = None):
 def cmd_notebooks(args: argparse.Namespace) -> int:
     import papermill as pm
 
-    src = Path(args.notebooks)
+    src = Path(args.notebooks) if args.notebooks is not None else default_notebooks()
     books = sorted(src.glob("[0-9][0-9]_*.ipynb"))
     if not books:
         raise UserInputError(f"--notebooks {src} holds no numbered notebooks (NN_name.ipynb)")
@@ -78,9 +84,10 @@ def cmd_seed(args: argparse.Namespace) -> int:
     import json
 
     from populora_nb.experiment import check_inputs
-    from populora_nb.loop import grow_seeds, roster_for
+    from populora_nb.loop import grow_seeds
     from populora_nb.model.policy import LoRAPolicy
-    from populora_nb.verify.verifier import Verifier
+    from populora_nb.state import roster_for
+    from populora_nb.verify import Verifier
 
     config = _config(args, {"run.agent": "baseline"})
     check_inputs(config, ("baseline",))
@@ -104,7 +111,7 @@ def cmd_seed(args: argparse.Namespace) -> int:
 
 def _isolation(config) -> str:
     """What the verifier's sandbox gets here, once per command; raises where it would refuse to run."""
-    from populora_nb.verify.verifier import Verifier
+    from populora_nb.verify import Verifier
 
     return str(Verifier.probe(config.verifier))
 
@@ -266,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("notebooks", help="execute the numbered notebooks with papermill")
     p.add_argument("--preset", choices=sorted(PRESETS), default=None)
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--notebooks", type=Path, default=REPO_NOTEBOOKS)
+    p.add_argument("--notebooks", type=Path, default=None, help="folder of NN_*.ipynb (default: the checkout's)")
     p.add_argument("--only", nargs="*", default=None, help="notebook name prefixes, e.g. 00 02")
     p.set_defaults(func=cmd_notebooks)
     return parser

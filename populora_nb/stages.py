@@ -12,21 +12,21 @@ proposer its solve rate rho in the same step (as AZR's code does). When a solver
 of a kind than a proposer writes (few proposals are valid early on), the batch is topped up with
 tasks from the buffer, so every member gets the same number of samples each step (per-adapter
 compute matching); top-up tasks train the solver but play no match.
+
+Long because the stages are one pipeline read top to bottom, after the plain data they pass; what a
+step records lives in `step_records`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
-import resource
-import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from populora_nb.buffers import TaskBuffer, task_to_json
+from populora_nb.buffers import TaskBuffer
 from populora_nb.config import ExperimentConfig
 from populora_nb.prompts import (
     CODE_F_EXAMPLE,
@@ -40,7 +40,7 @@ from populora_nb.prompts import (
 from populora_nb.rewards import student_reward
 from populora_nb.rl import trr_plus_plus_advantages
 from populora_nb.tasks import Task
-from populora_nb.verify.verifier import Invalid, Proposal, Verifier
+from populora_nb.verify import Invalid, Proposal, Verifier
 
 if TYPE_CHECKING:
     from populora_nb.operators import LoRAFactors
@@ -431,153 +431,3 @@ def grow_buffers(buffers: dict[str, TaskBuffer], proposals: Sequence[Proposed]) 
                 if other in buffers:
                     r = p.result
                     buffers[other].add(Task(other, r.program, r.inputs, r.outputs, r.message, r.meta))  # type: ignore[arg-type]
-
-
-# ---- records of a step ------------------------------------------------------------------------------
-
-
-def task_rows(step: int, proposals: Sequence[Proposed]) -> list[dict]:
-    """One tasks.jsonl row per proposal: the verdict (a valid task's triplet, or why it was
-    rejected, with the program as written), the matched solver and rho, the raw completion."""
-    rows = []
-    for p in proposals:
-        r = p.result
-        row = {
-            "step": step,
-            "proposer": p.proposer,
-            "kind": p.kind,
-            "solver": p.solver,
-            "solve_rate": p.rho,
-            "completion": p.completion[:4000],
-        }  # what the teacher wrote, for reading failures
-        if isinstance(r, Task):
-            row.update(task_to_json(r), valid=True, reason=None)
-            row.pop("meta", None)
-        elif isinstance(r, Invalid):
-            row.update(program="", inputs=[], outputs=[], message="", valid=False, reason=r.reason)
-        else:
-            why = r.reason if r is not None else "not_validated"
-            row.update(program="", inputs=[], outputs=[], message="", valid=False, reason=f"parse:{why}")
-        if isinstance(r, Invalid) and isinstance(p.parsed, Proposal):
-            row["program"] = p.parsed.program  # what the teacher wrote, for reading why it was rejected
-        rows.append(row)
-    return rows
-
-
-def member_metrics(member: str, role: str, outcome: StepOutcome, kinds: Sequence[str]) -> dict:
-    """The namespaced metrics of one member for one step."""
-    row: dict = {"member": member, "role": role}
-    mine = [p for p in outcome.proposals if p.proposer == member]
-    if mine:
-        valid = [p for p in mine if isinstance(p.result, Task)]
-        row["teacher/n_proposed"] = len(mine)
-        row["teacher/valid_rate"] = len(valid) / len(mine)
-        rhos = [p.rho for p in valid if p.rho is not None]
-        row["teacher/rho_mean"] = sum(rhos) / len(rhos) if rhos else None
-        for p in mine:
-            if isinstance(p.result, Invalid):
-                reason = p.result.reason
-            elif isinstance(p.result, ParseFailure):
-                reason = f"parse_{p.result.reason}"
-            if not isinstance(p.result, Task):
-                row[f"invalid/{reason}"] = row.get(f"invalid/{reason}", 0) + 1
-        for kind in kinds:
-            of_kind = [p for p in mine if p.kind == kind]
-            if of_kind:
-                row[f"valid_rate/{kind}"] = sum(isinstance(p.result, Task) for p in of_kind) / len(of_kind)
-        row["lengths/propose_chars"] = sum(len(p.completion) for p in mine) / len(mine)
-    attempts = [a for a in outcome.attempts if a.solver == member]
-    if attempts:
-        # The headline solve rates are over fresh tasks (proposed this step, matched to this solver):
-        # the rho the teacher reward and the curriculum story are about. Buffer tasks (PopuLoRA's
-        # top-ups, AZR's solver batch, seeds such as the identity) are easier and older; they are
-        # recorded apart under buffer_* so they can never masquerade as the fresh curve.
-        row["student/n_attempts"] = len(attempts)
-        row["student/malformed_rate"] = _rate(attempts, "malformed")
-        for prefix, subset in (
-            ("", [a for a in attempts if a.fresh]),
-            ("buffer_", [a for a in attempts if not a.fresh]),
-        ):
-            if subset:
-                row[f"student/{prefix}solve_rate"] = _rate(subset, "correct")
-                row[f"student/n_{prefix or 'fresh_'}attempts"] = len(subset)
-            for kind in kinds:
-                tried = [a for a in subset if a.task.kind == kind]
-                if tried:
-                    row[f"{prefix}solve_rate/{kind}"] = _rate(tried, "correct")
-        row["lengths/solve_chars"] = sum(len(a.completion) for a in attempts) / len(attempts)
-    for s_role in ("propose", "solve"):
-        rewards = [s.reward for s in outcome.samples if s.member == member and s.group[1] == s_role]
-        if rewards:
-            row[f"reward/{s_role}_mean"] = sum(rewards) / len(rewards)
-    row.update({k: v for k, v in outcome.update_stats.get(member, {}).items()})
-    row.update({f"time/{k}": v for k, v in outcome.timings.items()})
-    return row
-
-
-def _rate(attempts: Sequence[Attempt], status: str) -> float:
-    return sum(a.status == status for a in attempts) / len(attempts)
-
-
-def token_counts(outcome: StepOutcome, tokenizer) -> dict[str, dict[str, float]]:
-    """Per member, the step's compute in completion tokens: ``compute/generated_tokens`` (its
-    proposals and every rollout it sampled, trained on or not) and ``compute/trained_tokens`` (the
-    completions of its samples, when its update ran). The paper matches compute per adapter: each
-    population member spends about what the single agent does, so the population's total is about
-    n_T times the baseline's; these counts let the report measure that instead of assuming it."""
-    counts: dict[str, dict[str, float]] = {}
-
-    def add(member: str, key: str, text: str, token_ids: TokenIds | None) -> None:
-        # The sampled ids when the policy gave them (the stop token counts: it was generated and is
-        # trained on), else the text's tokenisation.
-        n = len(token_ids[1]) if token_ids is not None else len(tokenizer(text, add_special_tokens=False)["input_ids"])
-        slot = counts.setdefault(member, {"compute/generated_tokens": 0.0, "compute/trained_tokens": 0.0})
-        slot[key] += n
-
-    for p in outcome.proposals:
-        add(p.proposer, "compute/generated_tokens", p.completion, p.token_ids)
-    for a in outcome.attempts:
-        add(a.solver, "compute/generated_tokens", a.completion, a.token_ids)
-    for s in outcome.samples:
-        stats = outcome.update_stats.get(s.member)
-        if stats is not None and stats.get("optim/skipped") != 1.0:  # an all-zero-advantage update is skipped
-            add(s.member, "compute/trained_tokens", s.completion, s.token_ids)
-    return counts
-
-
-class Timer:
-    def __init__(self, timings: dict[str, float], key: str):
-        self.timings, self.key = timings, key
-
-    def __enter__(self) -> None:
-        self.t0 = time.perf_counter()
-
-    def __exit__(self, *exc) -> None:
-        self.timings[self.key] = self.timings.get(self.key, 0.0) + time.perf_counter() - self.t0
-
-
-def reset_peak_memory() -> None:
-    """Start a new peak-memory window: Linux's VmHWM (via /proc/self/clear_refs) and CUDA's peak."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # "5" resets the peak RSS only
-    except OSError:  # not Linux, or not allowed: the peak stays the process's lifetime peak
-        pass
-    torch = sys.modules.get("torch")  # never import torch here: the scripted tests run without a model
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.reset_peak_memory_stats()
-
-
-def peak_memory_gb() -> dict[str, float]:
-    """Peak memory since `reset_peak_memory`: the process's resident set (the whole CPU footprint:
-    base, adapters, optimizer, activations) and, when CUDA is in use, the GPU's allocated peak."""
-    try:
-        with open("/proc/self/status") as f:
-            kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
-    except (OSError, StopIteration, ValueError):
-        kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # lifetime peak, KiB on Linux
-    usage = {"memory/peak_rss_gb": kib / 2**20}
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        usage["memory/cuda_peak_gb"] = torch.cuda.max_memory_allocated() / 2**30
-    return usage

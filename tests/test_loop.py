@@ -4,8 +4,10 @@ import pytest
 from scripted import ScriptedPolicy
 
 from populora_nb.config import load_config
-from populora_nb.loop import baseline_step, initial_state, population_step, run
-from populora_nb.stages import Attempt, Completion, StepOutcome, member_metrics, token_counts
+from populora_nb.loop import baseline_step, population_step, run
+from populora_nb.stages import Attempt, Completion, StepOutcome
+from populora_nb.state import initial_state
+from populora_nb.step_records import member_metrics, token_counts
 from populora_nb.tasks import Task
 
 
@@ -200,8 +202,9 @@ def test_task_rows_record_the_parsed_program_of_a_rejected_proposal_in_r1():
     """The parse travels beside the verdict: under AZR's r1 format a draft in <think> is not the
     proposal; the one inside <answer> is (today's rows re-parsed the text as chat and took the draft)."""
     from populora_nb.prompts import parse_proposal
-    from populora_nb.stages import Proposed, task_rows
-    from populora_nb.verify.verifier import Invalid
+    from populora_nb.stages import Proposed
+    from populora_nb.step_records import task_rows
+    from populora_nb.verify import Invalid
 
     text = (
         "draft:\n```python\ndef f(a):\n    return a  # draft\n```\n</think>\n<answer>\n```python\nimport os\n"

@@ -15,8 +15,9 @@ import pytest
 from scripted import ScriptedPolicy
 
 from populora_nb.config import load_config
-from populora_nb.loop import roster_for, run
+from populora_nb.loop import run
 from populora_nb.records import CorruptRunError, RunDir
+from populora_nb.state import roster_for
 
 ARGS = [
     "run",

@@ -15,7 +15,6 @@ import torch
 from populora_nb.buffers import TaskBuffer
 from populora_nb.config import load_config
 from populora_nb.evolution import OPERATORS, retention_curves
-from populora_nb.loop import RunState, initial_state
 from populora_nb.matchmaking import Rating
 from populora_nb.model.policy import LoRAPolicy
 from populora_nb.operators import LoRAPair
@@ -32,8 +31,9 @@ from populora_nb.retention import (
     teacher_train_and_score,
 )
 from populora_nb.stages import worked_examples
+from populora_nb.state import RunState, initial_state
 from populora_nb.tasks import Task
-from populora_nb.verify.verifier import Verifier
+from populora_nb.verify import Verifier
 
 BLOCK = {"code_o": "output", "code_i": "input", "code_f": "python"}
 
