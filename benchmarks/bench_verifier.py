@@ -21,8 +21,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from populora_nb.verify import Proposal, Task, Verifier
 from populora_nb.verify.unsafe_azr import unsafe_azr_validate_many
-from populora_nb.verify.verifier import Proposal, Task, Verifier
 
 SEEDS = Path(__file__).resolve().parents[1].parent / "shared" / "azr_seeds"
 BUILTIN = [
@@ -103,9 +103,8 @@ def main() -> None:
         f"programs: {args.n} ({'AZR seeds' if SEEDS.is_dir() else 'built-in'}), load average {os.getloadavg()[0]:.1f}, "
         f"uid {os.geteuid()}, isolation: {verifier.isolation}"
     )
-    print(
-        f"hardened, {args.workers} workers: {max(hardened):7.0f} validations/s  (runs: {', '.join(f'{h:.0f}' for h in hardened)})"
-    )
+    runs = ", ".join(f"{h:.0f}" for h in hardened)
+    print(f"hardened, {args.workers} workers: {max(hardened):7.0f} validations/s  (runs: {runs})")
     print(
         f"AZR-style, 1 worker, exec:  {max(unsafe):7.0f} validations/s  (runs: {', '.join(f'{u:.0f}' for u in unsafe)})"
     )

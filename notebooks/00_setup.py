@@ -24,15 +24,12 @@ import matplotlib.pyplot as plt
 import psutil
 import torch
 
-from populora_nb.config import load_config
+from populora_nb.analysis.figures import save_figure
+from populora_nb.config import describe, load_config
 from populora_nb.model.base import chat, load_base
 
 config = load_config(preset)
-print(f"preset: {config.preset}")
-print(f"model: {config.model.name}  backend: {config.model.backend}  dtype: {config.model.dtype}")
-print(
-    f"population: {config.population.n_teachers} teachers + {config.population.n_students} students, LoRA rank {config.lora.rank}"
-)
+print(describe(config, "model", "lora", "population"))
 
 # %% [markdown]
 # ## Load the base
@@ -86,7 +83,7 @@ ax.set_xlabel("parameters (M)")
 ax.set_title(f"{base.name}: {base.n_parameters / 1e6:.1f} M parameters")
 fig.tight_layout()
 if out_dir:
-    fig.savefig(os.path.join(out_dir, "00_parameters.png"), dpi=120)
+    save_figure(fig, os.path.join(out_dir, "00_parameters.png"), close=False)
 plt.show()
 
 # %% [markdown]
@@ -98,7 +95,8 @@ plt.show()
 # their samples differ from step 0.
 
 # %%
-from populora_nb.model.adapters import Population, load_member_factors, roles_for
+from populora_nb.model.adapters import Population, roles_for
+from populora_nb.model.checkpoint import load_member_factors
 
 pop_config = load_config(preset, {"lora.init": "random"})
 pop = Population.create(

@@ -30,13 +30,15 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from populora_nb.config import load_config
+from populora_nb.analysis.figures import save_figure
+from populora_nb.config import describe, load_config
+from populora_nb.verify import INVALID_REASONS, TASK_POLICY, Invalid, Proposal, Task, Verifier
 from populora_nb.verify.unsafe_azr import unsafe_azr_validate_many
-from populora_nb.verify.verifier import INVALID_REASONS, TASK_POLICY, Invalid, Proposal, Task, Verifier
 
 config = load_config(preset)
 n_programs = n_programs or (40 if config.preset == "tiny" else 200)
-print(f"preset: {config.preset}; verifier: {config.verifier}; workers here: {workers}; batch: {n_programs}")
+print(describe(config, "verifier"))
+print(f"workers here: {workers}; batch: {n_programs}")
 verifier = Verifier(timeout_s=config.verifier.timeout_s, memory_mb=config.verifier.memory_mb, workers=workers)
 verifier.start()
 print("sandbox isolation:", verifier.isolation)  # as the zygotes report it: "namespaces" where the kernel allows
@@ -164,7 +166,8 @@ programs = [
     ("def f(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a", "30"),
     ("import re\ndef f(s):\n    return re.sub('[aeiou]', '*', s).upper()", "'hello world'"),
     (
-        "from itertools import permutations\ndef f(s):\n    return sorted(set(''.join(p) for p in permutations(s)))[:5]",
+        "from itertools import permutations\n"
+        "def f(s):\n    return sorted(set(''.join(p) for p in permutations(s)))[:5]",
         "'abcd'",
     ),
 ]
@@ -196,7 +199,7 @@ ax.set_ylabel("validations / s")
 ax.set_title("Throughput on the same programs")
 fig.tight_layout()
 if out_dir:
-    fig.savefig(Path(out_dir) / "01_verifier_throughput.png", dpi=120)
+    save_figure(fig, Path(out_dir) / "01_verifier_throughput.png", close=False)
 plt.show()
 
 # %% [markdown]
@@ -212,7 +215,7 @@ ax.set_xlabel("execution time of f per validation (µs)")
 ax.set_ylabel("programs")
 fig.tight_layout()
 if out_dir:
-    fig.savefig(Path(out_dir) / "01_verifier_exec_times.png", dpi=120)
+    save_figure(fig, Path(out_dir) / "01_verifier_exec_times.png", close=False)
 plt.show()
 verifier.close()
 

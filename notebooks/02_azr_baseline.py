@@ -33,6 +33,7 @@ import matplotlib.pyplot as plt
 
 from populora_nb.analysis import plots
 from populora_nb.analysis.dashboard import Dashboard, verdict
+from populora_nb.analysis.figures import save_figure
 from populora_nb.config import load_config
 from populora_nb.loop import run
 
@@ -68,13 +69,13 @@ dash.finish()
 
 # %%
 fig, axes = plt.subplots(2, 2, figsize=(12, 7))
-plots.plot_metric({"baseline": run_dir}, "teacher/valid_rate", ax=axes[0, 0])
+plots.plot_step_metric({"baseline": run_dir}, "teacher/valid_rate", ax=axes[0, 0])
 plots.plot_solve_rates({"baseline": run_dir}, kinds=config.tasks.kinds, ax=axes[0, 1])
 plots.plot_rewards(run_dir, ax=axes[1, 0])
 plots.plot_solve_rates({"baseline": run_dir}, kinds=config.tasks.kinds, source="buffer", ax=axes[1, 1])
 fig.tight_layout()
 if out_dir:
-    fig.savefig(experiment / "02_baseline.png", dpi=110)
+    save_figure(fig, experiment / "02_baseline.png", close=False)
 plt.show()
 
 # %% [markdown]

@@ -24,8 +24,10 @@ import matplotlib.pyplot as plt
 
 from populora_nb.analysis import plots
 from populora_nb.analysis.dashboard import Dashboard
+from populora_nb.analysis.figures import save_figure
+from populora_nb.analysis.plots import plot_lineage
 from populora_nb.config import load_config
-from populora_nb.evolution import Lineage, plot_lineage
+from populora_nb.evolution import Lineage
 from populora_nb.loop import run
 
 overrides = {"run.agent": "population", "run.seed": seed}
@@ -64,7 +66,7 @@ if (experiment / "baseline" / "metrics.jsonl").exists():
     runs = {"baseline": experiment / "baseline", **runs}
 fig = plots.plot_solve_rates(runs, kinds=config.tasks.kinds)
 if out_dir:
-    fig.savefig(experiment / "03_solve_rates.png", dpi=110)
+    save_figure(fig, experiment / "03_solve_rates.png", close=False)
 plt.show()
 
 # %% [markdown]
@@ -86,7 +88,7 @@ plots.plot_solve_matrix(run_dir, ax=fig.add_subplot(grid[1, 0]))
 plots.plot_valid_rate_per_teacher(run_dir, ax=fig.add_subplot(grid[1, 1]))
 fig.tight_layout()
 if out_dir:
-    fig.savefig(experiment / "03_population.png", dpi=110)
+    save_figure(fig, experiment / "03_population.png", close=False)
 plt.show()
 
 # %% [markdown]
@@ -99,9 +101,9 @@ births = [
     for r in result.read("lineage")
 ]
 if births:
-    ax = plot_lineage(births, end_step=config.run.steps)
+    fig = plot_lineage(births, end_step=config.run.steps)
     if out_dir:
-        ax.figure.savefig(experiment / "03_lineage.png", dpi=110)
+        save_figure(fig, experiment / "03_lineage.png", close=False)
     plt.show()
 else:
     print("no evolution event yet (runs shorter than evolution.every steps)")

@@ -23,7 +23,8 @@ rank = 8  # r of the demonstration adapter
 generations = 6  # evolution events in the synthetic lineage
 retention_steps = None  # retraining steps per child; None: 2 in tiny, 3 in smoke, 20 (the paper's window) on GPU
 retention_tasks = None  # tasks a child solves per step; None: 1 on CPU presets, a loop student's share on GPU
-retention_operators = None  # operator names to retrain children of; None: all on tiny/GPU, the two controls + M1 + X1 on smoke (CPU budget)
+# operator names to retrain children of; None: all on tiny/GPU, the two controls + M1 + X1 on smoke (CPU budget)
+retention_operators = None
 
 # %%
 import inspect
@@ -34,8 +35,11 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import torch
 
+from populora_nb.analysis.figures import save_figure
+from populora_nb.analysis.plots import plot_lineage
+from populora_nb.analysis.runs import find_runs
 from populora_nb.config import load_config
-from populora_nb.evolution import MemberRating, OperatorMix, ancestors, plot_lineage, simulate_lineage
+from populora_nb.evolution import MemberRating, OperatorMix, ancestors, simulate_lineage
 from populora_nb.operators import (
     CONTROLS,
     OPERATORS,
@@ -121,7 +125,7 @@ axes.flat[-1].axis("off")
 fig.suptitle(f"spectra of ΔW for {shown} (rank {rank})")
 fig.tight_layout()
 if figures:
-    fig.savefig(figures / "04_operator_spectra.png", dpi=110)
+    save_figure(fig, figures / "04_operator_spectra.png", close=False)  # still shown below
 plt.show()
 
 # %% [markdown]
@@ -147,10 +151,10 @@ records = simulate_lineage(
     grace_steps=2 * ec.every,
 )
 fig, ax = plt.subplots(figsize=(12, 4.5))
-plot_lineage(records, ax=ax, founders={m.member_id: m.role for m in founders})
+fig = plot_lineage(records, ax=ax, founders={m.member_id: m.role for m in founders})
 fig.tight_layout()
 if figures:
-    fig.savefig(figures / "04_lineage.png", dpi=110)
+    save_figure(fig, figures / "04_lineage.png", close=False)
 plt.show()
 for record in records[-2:]:
     lineage = sorted(ancestors(record.child, records))
@@ -170,10 +174,9 @@ for record in records[-2:]:
 # children still sample almost alike).
 
 # %%
-candidates = ([Path(out_dir) / "population"] if out_dir else []) + [
-    Path("..") / "runs" / f"notebooks-{preset}" / "population"
-]
-trained_run = next((p for p in candidates if RunDir(p).latest_checkpoint() is not None), None)
+candidates = [Path(p) for p in (out_dir, Path("..") / "runs" / f"notebooks-{preset}") if p is not None]
+populations = (find_runs(place, missing_ok=True).get("population") for place in candidates)
+trained_run = next((p for p in populations if p is not None and RunDir(p).latest_checkpoint() is not None), None)
 if trained_run is not None:
     retention_config = RunDir(trained_run).load_config()
     print(f"retraining children of the population in {trained_run} (step {RunDir(trained_run).latest_checkpoint()[0]})")
@@ -236,7 +239,7 @@ fig, ax = plt.subplots(figsize=(10, 4.5))
 plot_retention(curves, ax=ax)
 fig.tight_layout()
 if figures:
-    fig.savefig(figures / "04_retention.png", dpi=110)
+    save_figure(fig, figures / "04_retention.png", close=False)
 plt.show()
 for name, scores in curves.items():
     print(f"{name:>26}: " + " ".join(f"{s:+.2f}" for s in scores))

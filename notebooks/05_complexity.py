@@ -16,14 +16,15 @@
 import os
 
 preset = os.environ.get("POPULORA_PRESET", "smoke")
-run_dir = None  # experiment dir with baseline/ and population/, or one run dir; None: out_dir or notebooks 02/03's runs, else a synthetic demo
+# experiment dir with baseline/ and population/, or one run dir;
+# None: out_dir or notebooks 02/03's runs, else a synthetic demo
+run_dir = None
 out_dir = None  # when set, every figure is saved there as PNG
 window = 5  # rolling-mean window, in steps
 seed = 0  # seeds the random orders of the coverage rarefaction
 n_resamples = 200  # random orders averaged per rarefaction curve
 
 # %%
-import sys
 import tempfile
 from pathlib import Path
 
@@ -31,6 +32,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from populora_nb.analysis import complexity, complexity_plots, coverage
+from populora_nb.analysis.figures import save_figure
+from populora_nb.analysis.runs import find_runs
+from populora_nb.analysis.synthetic import write_synthetic_experiment
 
 print(
     f"preset={preset!r} run_dir={run_dir!r} out_dir={out_dir!r} window={window} seed={seed} n_resamples={n_resamples}"
@@ -39,37 +43,32 @@ print(
 
 def save(fig, name):
     if out_dir is not None:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        fig.savefig(Path(out_dir) / f"05_{name}.png", dpi=110, bbox_inches="tight")
+        save_figure(fig, Path(out_dir) / f"05_{name}.png", close=False)  # still shown below
 
 
 # %% [markdown]
 # ## The runs
 # With `run_dir` set, the notebook reads the run directories found there (`tasks.jsonl` in each).
-# With `run_dir = None` there is no real run to read yet, so it writes a **synthetic demo
-# experiment** with the test fixture generator (`tests/fake_runs.py`): random programs whose
-# complexity is scripted to fall (baseline) or rise (population). Its figures show how the
-# analysis reads, not a result; every title then says "SYNTHETIC".
+# With `run_dir = None` it reads the experiment that `make run` (`out_dir`) or notebooks 02 and 03
+# (`../runs/notebooks-{preset}`) wrote. Where there is none yet, it writes a **synthetic demo
+# experiment** (`populora_nb.analysis.synthetic`): random programs whose complexity is scripted to
+# fall (baseline) or rise (population). Its figures show how the analysis reads, not a result;
+# every title then says "SYNTHETIC".
 
 # %%
-if run_dir is None:
-    # The experiment that `make run` (out_dir) or notebooks 02 and 03 wrote, when there is one.
-    for candidate in ([Path(out_dir)] if out_dir else []) + [Path("..") / "runs" / f"notebooks-{preset}"]:
-        if (candidate / "population" / "tasks.jsonl").exists() or (candidate / "baseline" / "tasks.jsonl").exists():
-            run_dir = candidate
-            break
-synthetic = run_dir is None
+if run_dir is not None:
+    runs = find_runs(run_dir)
+else:  # only runs with task records can be measured
+    found = find_runs(out_dir, Path("..") / "runs" / f"notebooks-{preset}", missing_ok=True)
+    runs = {name: path for name, path in found.items() if (path / "tasks.jsonl").is_file()}
+synthetic = not runs
 if synthetic:
-    repo = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "tests" / "fake_runs.py").is_file())
-    sys.path.insert(0, str(repo / "tests"))
-    from fake_runs import write_fake_experiment
-
-    run_dir = write_fake_experiment(
+    run_dir = write_synthetic_experiment(
         Path(tempfile.mkdtemp(prefix="populora_demo_")), n_steps=20 if preset == "tiny" else 40, seed=0
     )
+    runs = find_runs(run_dir)
     print(f"SYNTHETIC demo experiment written to {run_dir} (no model was run)")
 tag = " (SYNTHETIC demo data)" if synthetic else ""
-runs = complexity.find_runs(run_dir)
 analyses = {name: complexity.analyse_run(path) for name, path in runs.items()}
 for name, a in analyses.items():
     print(
@@ -85,7 +84,7 @@ for name, a in analyses.items():
 # the interquartile range of the programs in the window.
 
 # %%
-fig = complexity_plots.plot_metrics_grid(
+fig = complexity_plots.plot_program_metrics(
     analyses, window=window, title=f"baseline vs population: complexity over steps{tag}"
 )
 save(fig, "complexity")
@@ -95,7 +94,7 @@ plt.show()
 # Program length in characters and the largest single-function complexity, for completeness.
 
 # %%
-fig = complexity_plots.plot_metrics_grid(
+fig = complexity_plots.plot_program_metrics(
     analyses, metrics=("n_chars", "cc_max"), window=window, title=f"length and max cyclomatic complexity{tag}"
 )
 save(fig, "length")
@@ -152,7 +151,9 @@ for name, a in analyses.items():
         continue
     fig, axes = plt.subplots(1, 5, figsize=(19, 3.4))
     for ax, metric in zip(axes, (*complexity.COMPLEXITY_FIELDS, "solve_rate")):
-        complexity_plots.plot_per_proposer(a, metric, window=window, ax=ax, title=complexity_plots.LABELS[metric])
+        complexity_plots.plot_program_metric_per_proposer(
+            a, metric, window=window, ax=ax, title=complexity_plots.LABELS[metric]
+        )
     fig.suptitle(f"{name}: per teacher (rolling {window}-step mean){tag}")
     fig.tight_layout()
     save(fig, f"{name}_per_teacher")

@@ -1,17 +1,13 @@
-"""One typed config tree for an experiment, plus the named presets (tiny, smoke, gpu, paper).
+"""One typed config tree for an experiment; the named presets live in `populora_nb.presets`.
 
-A config is a preset plus overrides (a nested dict, dotted keys, or a YAML file). Every field is
-type-checked and range-checked on load; a bad value raises one `ConfigError` whose message names
-the field and says how to fix it. The only environment variable read here is `POPULORA_PRESET`.
+`load_config` builds one from a preset plus overrides (a nested dict, dotted keys, or a YAML file).
+Every field is type-checked and range-checked on load; a bad value raises one `ConfigError` naming
+the field and how to fix it. The only environment variable read is `POPULORA_PRESET`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import os
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +54,9 @@ class ModelConfig:
     load_in_4bit: bool = False
     """Unsloth only: 4-bit base weights (QLoRA) to fit larger models."""
     tiny_layers: int = 2
+    """Decoder layers of the random `tiny` model (read only when name is `tiny`)."""
     tiny_hidden: int = 64
+    """Hidden size of the `tiny` model; its MLP is twice as wide and it has hidden // 16 heads."""
     cache_dir: str | None = None
     """Where the dequantised GGUF copy is kept; default: the user's cache dir (~/.cache/populora_nb)."""
 
@@ -88,13 +86,17 @@ class LoRAConfig:
     alpha: float = 16.0
     """Scale alpha / r applied to B @ A, shared by the whole population."""
     target_modules: tuple[str, ...] = DEFAULT_TARGET_MODULES
+    """Linear layers that get an adapter, matched on the last part of their name (peft's suffix rule);
+    default: every attention and MLP projection of a Llama/Qwen block."""
     init: Literal["zero_b", "random"] = "zero_b"
     """zero_b: B = 0 as peft does, so every member starts as the base model and members differ only
     through training; random: small random B so members differ from step 0."""
     lr: float = 1e-4
     """AdamW learning rate for LoRA factors (AZR's 1e-6 is for a full fine-tune)."""
     weight_decay: float = 0.0
+    """AdamW weight decay on the LoRA factors (0: none)."""
     grad_clip: float = 1.0
+    """Largest global gradient norm of one member's LoRA factors per optimizer step (clip_grad_norm_)."""
     gradient_checkpointing: bool = False
     """Trade ~1.5x step time for ~45% less activation memory."""
 
@@ -109,8 +111,11 @@ class SamplingConfig:
     temperature: float = 1.0
     """AZR samples at 1.0; the 135M model writes runnable code far more often at ~0.7."""
     top_p: float = 1.0
+    """Nucleus sampling for proposing and solving: keep the most likely tokens up to this mass (1: off)."""
     propose_max_new_tokens: int = 256
+    """Token budget of a proposer's completion (the task it writes); a longer one is cut off there."""
     solve_max_new_tokens: int = 128
+    """Token budget of a solver's completion (its answer); a longer one is cut off there."""
 
     def __post_init__(self) -> None:
         _positive(self, "propose_max_new_tokens", "solve_max_new_tokens")
@@ -125,7 +130,9 @@ class VerifierConfig:
     timeout_s: float = 5.0
     """Wall-clock limit per program run (AZR: 10 s)."""
     memory_mb: int = 512
+    """Address-space limit (RLIMIT_AS) of each sandboxed program run, in MB (at least 128)."""
     workers: int = 2
+    """Sandboxed programs run at once (1..64)."""
     allow_unsafe_no_isolation: bool = False
     """Run model-written code even where the sandbox gets no OS-level isolation (not root and no
     user namespaces): the static policy is then the only barrier, and it can be walked around.
@@ -147,6 +154,8 @@ class VerifierConfig:
 @dataclass
 class TaskConfig:
     kinds: tuple[str, ...] = ("code_o", "code_i", "code_f")
+    """AZR's task kinds proposed and solved each step: code_o (predict a program's output), code_i
+    (find an input giving an output), code_f (write the program from input/output pairs)."""
     prompt_format: Literal["chat", "r1"] = "chat"
     """chat: the tokenizer's chat template (SmolLM2 needs it); r1: AZR's `User: ... Assistant: <think>`."""
     n_references: int = 6
@@ -157,6 +166,7 @@ class TaskConfig:
     buffer_cap: int = 4096
     """Per-kind buffer size; when full the oldest non-seed entry is dropped (AZR instead stops storing)."""
     reference_sampling: Literal["uniform", "recency"] = "uniform"
+    """How references are drawn from a buffer: uniform, or recency (weight = insertion rank, newest most)."""
     seeds_path: str | None = None
     """A JSONL of seed tasks; default: the package's populora_nb/data/seed_tasks.jsonl."""
 
@@ -179,7 +189,9 @@ class RLConfig:
     kl_coef: float = 0.0
     """KL to the frozen base; AZR uses none."""
     ppo_epochs: int = 1
+    """Optimizer passes over one step's batch per member; above 1 the PPO-clip ratio comes into play."""
     clip_epsilon: float = 0.2
+    """PPO clip range of the probability ratio to the sampling policy (acts only when ppo_epochs > 1)."""
     micro_batch: int = 8
     """Sequences per forward/backward in a member's update (gradients accumulate, weighted by
     completion tokens, so the update does not depend on it; peak memory does)."""
@@ -193,7 +205,9 @@ class RLConfig:
 @dataclass
 class PopulationConfig:
     n_teachers: int = 4
+    """Teacher adapters: they propose tasks and are rated on the students' solve rates."""
     n_students: int = 4
+    """Student adapters: they solve the teachers' tasks."""
 
     def __post_init__(self) -> None:
         _positive(self, "n_teachers", "n_students")
@@ -206,6 +220,7 @@ class MatchmakingConfig:
     PFSP draws a matching each step: every student gets n_teachers / n_students teachers (within one),
     or, with more students than teachers, each teacher a distinct student (matchmaking.pfsp_pairs)."""
     gamma: float = 2.0
+    """Exponent of pfsp_hard's weight (1 - p)^gamma, p the teacher's TrueSkill win probability."""
     floor: float = 0.1
     """Fraction of probability mass spread uniformly so no pairing starves."""
     win_threshold: float = 0.5
@@ -215,10 +230,15 @@ class MatchmakingConfig:
     (matchmaking.match_winner). The former `invalid_policy` knob is gone: scoring an invalid task
     as a student win rated students for tasks they never saw."""
     mu: float = 25.0
+    """TrueSkill prior mean of every member's rating (TrueSkill's default)."""
     sigma: float = 25.0 / 3
+    """TrueSkill prior standard deviation (default mu / 3); also the cap on a child's inflated sigma."""
     beta: float = 25.0 / 6
+    """TrueSkill performance noise: the skill gap worth a ~76% win chance (default sigma / 2)."""
     tau: float = 25.0 / 300
+    """TrueSkill dynamics: added to sigma before each update so ratings keep moving (default sigma / 100)."""
     draw_probability: float = 0.0
+    """TrueSkill draw probability; 0, as every match is a win or a loss (matchmaking.match_winner)."""
 
     def __post_init__(self) -> None:
         _positive(self, "sigma", "beta")
@@ -229,6 +249,7 @@ class MatchmakingConfig:
 @dataclass
 class EvolutionConfig:
     enabled: bool = True
+    """Run evolution events in a population run (false: training and matchmaking only)."""
     every: int = 10
     """E: replace the weakest members every E population steps."""
     replace_per_role: int = 1
@@ -236,6 +257,7 @@ class EvolutionConfig:
     fitness_k: float = 3.0
     """Fitness = mu - k * sigma (TrueSkill's conservative skill)."""
     tournament_size: int = 2
+    """Candidates drawn (uniformly, without replacement) per parent pick; the fittest is the parent."""
     grace_steps: int | None = None
     """A child younger than this many steps is not culled: its inflated sigma lowers mu - k sigma, so
     without grace the newborn is the next one replaced. None: one evolution interval (``every``)."""
@@ -265,14 +287,18 @@ class EvolutionConfig:
 @dataclass
 class RunConfig:
     agent: Literal["baseline", "population"] = "population"
+    """baseline: one adapter proposes and solves (AZR); population: PopuLoRA's teachers and students."""
     baseline_solver: Literal["azr", "own_rollouts"] = "azr"
     """How the baseline agent's solver learns. azr (AZR's recipe): k rollouts per valid proposal only
     estimate rho for the proposer reward; the solver trains on a batch of buffer tasks (mostly the
     last steps'), one response each. own_rollouts: it trains on the k rollouts of its own fresh
     proposals, as a PopuLoRA student does (a variant to study, not AZR)."""
     steps: int = 20
+    """Training steps in the run (a resumed run continues up to this count)."""
     seed: int = 0
+    """Seeds adapter initialisation and each step's random choices (by step and purpose, so resumes replay)."""
     out_dir: str = "runs"
+    """Directory new run directories are created in (the CLI's --out names one instead)."""
     checkpoint_every: int = 5
     """Save adapters, optimizer states, ratings, buffers and RNG states every N steps (0: never)."""
 
@@ -285,9 +311,11 @@ class RunConfig:
 @dataclass
 class EvalConfig:
     benchmarks: tuple[str, ...] = ("humanevalplus", "mbppplus", "gsm8k", "math500")
+    """Benchmarks to evaluate on (evaluation.loaders.BENCHMARK_FILES); those with no data are skipped."""
     limit: int | None = None
     """Evaluate only the first N problems of each benchmark (None: all)."""
     max_new_tokens: int = 256
+    """Token budget of each benchmark answer."""
     data_dir: str | None = None
     """Root holding the benchmark files; default: $POPULORA_DATA or ../shared/benchmarks."""
 
@@ -303,17 +331,29 @@ class EvalConfig:
 @dataclass
 class ExperimentConfig:
     preset: str = "smoke"
+    """The preset this config started from (populora_nb.presets.PRESETS); saved, so a reload starts there."""
     model: ModelConfig = field(default_factory=ModelConfig)
+    """The frozen base model every adapter shares."""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
+    """Adapter shape and optimizer."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    """How proposers and solvers sample."""
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
+    """The sandbox that runs model-written programs."""
     tasks: TaskConfig = field(default_factory=TaskConfig)
+    """Task kinds, prompts and buffers."""
     rl: RLConfig = field(default_factory=RLConfig)
+    """Batch sizes and the policy-gradient update."""
     population: PopulationConfig = field(default_factory=PopulationConfig)
+    """How many teachers and students."""
     matchmaking: MatchmakingConfig = field(default_factory=MatchmakingConfig)
+    """TrueSkill ratings and who plays whom."""
     evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
+    """Replacing the weakest members with children made in LoRA weight space."""
     run: RunConfig = field(default_factory=RunConfig)
+    """Which agent, how long, seed and checkpoints."""
     eval: EvalConfig = field(default_factory=EvalConfig)
+    """Benchmark evaluation after training."""
 
     def __post_init__(self) -> None:
         ec, pc = self.evolution, self.population
@@ -334,69 +374,6 @@ class ExperimentConfig:
         return _plain(dataclasses.asdict(self))
 
 
-# Presets are short named overrides; each line says why it differs from the defaults.
-PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
-    {
-        "tiny": {
-            "model.name": TINY_MODEL,  # random 2-layer Llama: a population step in seconds
-            "lora.rank": 4,  # tiny hidden size (64)
-            "sampling.propose_max_new_tokens": 32,  # random weights never write a valid task anyway
-            "sampling.solve_max_new_tokens": 16,
-            "rl.rollouts": 2,
-            "rl.proposals_per_kind": 1,
-            "run.steps": 3,
-            "run.checkpoint_every": 1,
-            "evolution.every": 2,  # so a 3-step run exercises one evolution event
-            "verifier.timeout_s": 2.0,
-            "eval.limit": 2,
-            "eval.max_new_tokens": 16,
-        },
-        "smoke": {
-            "sampling.temperature": 0.7,  # 135M writes runnable code ~6/20 at 0.7, ~never at 1.0
-            "sampling.propose_max_new_tokens": 96,  # measured: 4T+4S step ~55-170 s on 2 cores
-            "sampling.solve_max_new_tokens": 32,
-            "rl.rollouts": 2,
-            "rl.proposals_per_kind": 2,  # TRR++ whitens per (member, role, kind): 1 would leave teachers at A = 0
-            "rl.micro_batch": 2,  # measured: peak RSS 3.9 GB instead of 7.2 GB, same s/step
-            "tasks.kinds": ["code_o", "code_i"],  # code_f prompts are long; too slow for the CPU budget
-            "tasks.n_references": 2,  # shorter prompts for a 135M model on CPU
-            "run.steps": 5,
-            "run.checkpoint_every": 2,
-            "evolution.every": 2,  # two evolution events in 5 steps
-            "eval.limit": 2,  # 10 models (base, baseline, 8 members): eval dominates on CPU
-            "eval.benchmarks": ["humanevalplus", "gsm8k"],  # one code and one math set for the CPU budget
-            "eval.max_new_tokens": 96,
-        },
-        "gpu": {
-            "model.name": "Qwen/Qwen2.5-Coder-1.5B-Instruct",  # fits 4T+4S with room for rollouts on one GPU
-            "lora.rank": 16,
-            "tasks.prompt_format": "r1",  # AZR's <think> block: reasoning length can grow (a paper claim)
-            "sampling.propose_max_new_tokens": 2048,  # room for that growth (AZR allows 8096, the paper preset)
-            "sampling.solve_max_new_tokens": 2048,
-            "rl.proposals_per_kind": 8,
-            "rl.rollouts": 4,
-            "run.steps": 200,
-            "run.checkpoint_every": 10,
-            "model.max_seq_len": 6144,  # a code_o/code_i prompt with K = 6 references + 2048 new
-        },
-        "paper": {
-            "model.name": "Qwen/Qwen2.5-Coder-7B",  # the paper's and AZR's base model
-            "lora.rank": 32,
-            "tasks.prompt_format": "r1",  # AZR's `User: ... Assistant: <think>` wrapper
-            "sampling.propose_max_new_tokens": 8096,  # AZR's data.max_response_length (its 7B self-play script)
-            "sampling.solve_max_new_tokens": 8096,
-            "sampling.temperature": 1.0,  # AZR samples at 1.0 (the default, stated for the record)
-            "lora.gradient_checkpointing": True,  # 8k-token completions on a 7B base
-            "rl.proposals_per_kind": 16,
-            "rl.rollouts": 8,  # AZR estimates solve rates over 8 samples
-            "run.steps": 500,
-            "run.checkpoint_every": 25,
-            "model.max_seq_len": 14240,  # AZR: max_prompt_length 6144 + max_response_length 8096
-        },
-    }
-)
-
-
 def load_config(
     preset: str | None = None,
     overrides: Mapping[str, Any] | None = None,
@@ -404,111 +381,26 @@ def load_config(
 ) -> ExperimentConfig:
     """Build a validated config: preset (argument, else $POPULORA_PRESET, else smoke), then the
     YAML file's values, then `overrides` (nested dicts or dotted keys like ``"rl.rollouts": 8``)."""
-    name = preset or os.environ.get("POPULORA_PRESET") or "smoke"
-    if name not in PRESETS:
-        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-    flat: dict[str, Any] = {"preset": name, **PRESETS[name]}
-    if yaml_path is not None:
-        path = Path(yaml_path)
-        if not path.is_file():
-            raise ConfigError(
-                f"config file {path} is not a file" if path.exists() else f"config file not found: {path}"
-            )
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except UnicodeDecodeError:
-            raise ConfigError(f"config file {path} is not text (expected a YAML mapping of sections)") from None
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            raise ConfigError(
-                f"config file {path} is not valid YAML{where}: {getattr(e, 'problem', None) or e}"
-            ) from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {path} must hold a mapping of sections, got {type(data).__name__}")
-        flat.update(_flatten(data))
-    flat.update(_flatten(dict(overrides or {})))
-    return _build(ExperimentConfig, _unflatten(flat), prefix="")
+    from populora_nb.presets import build_config  # presets imports this module: import it late
+
+    return build_config(preset, overrides, yaml_path)
 
 
 def save_config(config: ExperimentConfig, path: str | Path) -> None:
+    """The config as the YAML `load_config(config=...)` reads back (every run directory keeps one)."""
     Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
 
 
-def parse_override(text: str) -> tuple[str, Any]:
-    """`key=value` from the command line; the value is read as YAML (numbers, lists, null...)."""
-    if "=" not in text:
-        raise ConfigError(f"override {text!r} must look like section.field=value, e.g. rl.rollouts=8")
-    key, value = text.split("=", 1)
-    try:
-        return key.strip(), yaml.safe_load(value)
-    except yaml.YAMLError:
-        raise ConfigError(
-            f"override {text!r}: the value is not valid YAML; quote it, e.g. {key.strip()}='...'"
-        ) from None
-
-
-# ---- validation machinery -------------------------------------------------------------------
-
-
-# Keys an earlier version wrote into every run's config.yaml that no longer mean anything: read and
-# dropped, so old runs still load (a key that changed meaning is refused instead, e.g. invalid_policy).
-RETIRED_KEYS = frozenset({"sampling.seed"})
-
-
-def _build(cls: type, values: dict[str, Any], prefix: str) -> Any:
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    kwargs: dict[str, Any] = {}
-    for key, value in values.items():
-        where = f"{prefix}{key}"
-        if where in RETIRED_KEYS:
-            continue
-        if key not in names:
-            close = difflib.get_close_matches(key, names, n=1)
-            hint = f" (did you mean {prefix + close[0]!r}?)" if close else f"; known: {', '.join(names)}"
-            raise ConfigError(f"unknown config key {where!r}{hint}")
-        hint = hints[key]
-        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-            if not isinstance(value, dict):
-                raise ConfigError(f"{where} is a section: give a mapping of its fields, not {value!r}")
-            kwargs[key] = _build(hint, value, prefix=f"{where}.")
-        else:
-            kwargs[key] = _coerce(value, hint, where)
-    try:
-        return cls(**kwargs)
-    except ConfigError as e:
-        msg = str(e)
-        # Field checks in __post_init__ name the bare field; say which section it lives in.
-        if prefix and msg.split(" ", 1)[0].rstrip(":") in names:
-            msg = f"{prefix}{msg}"
-        raise ConfigError(msg) from None
-
-
-def _coerce(value: Any, hint: Any, where: str) -> Any:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return _coerce(value, inner[0], where)
-    if origin is Literal:
-        if value not in args:
-            raise ConfigError(f"{where} must be one of {', '.join(map(repr, args))}, got {value!r}")
-        return value
-    if origin is tuple:
-        if isinstance(value, str) or not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where} must be a list, got {type(value).__name__} {value!r}")
-        return tuple(_coerce(v, args[0], where) for v in value)
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where} must be a mapping, got {type(value).__name__} {value!r}")
-        return {_coerce(k, args[0], where): _coerce(v, args[1], f"{where}.{k}") for k, v in value.items()}
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if hint in (int, float, str, bool) and (type(value) is not hint):
-        raise ConfigError(f"{where} must be {hint.__name__}, got {type(value).__name__} {value!r}")
-    return value
+def describe(config: ExperimentConfig, *sections: str) -> str:
+    """The config as a notebook shows it: every field of the named sections (default: all), one
+    section per line, so what ran is on the page rather than a hand-picked few fields."""
+    d = config.to_dict()
+    names = sections or tuple(k for k, v in d.items() if isinstance(v, dict))
+    lines = [f"preset {config.preset}"] if not sections else []
+    for name in names:
+        fields = ", ".join(f"{k}={v}" for k, v in d[name].items())
+        lines.append(f"{name}: {fields}")
+    return "\n".join(lines)
 
 
 def _positive(obj: Any, *names: str) -> None:
@@ -516,31 +408,6 @@ def _positive(obj: Any, *names: str) -> None:
         value = getattr(obj, name)
         if value <= 0:
             raise ConfigError(f"{name} must be > 0, got {value!r}")
-
-
-def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        full = f"{prefix}{key}"
-        section_keys = {f.name for f in dataclasses.fields(ExperimentConfig)}
-        if isinstance(value, dict) and (full in section_keys):
-            out.update(_flatten(value, f"{full}."))
-        else:
-            out[full] = value
-    return out
-
-
-def _unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
-    nested: dict[str, Any] = {}
-    for key, value in flat.items():
-        parts = key.split(".")
-        node = nested
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"{key!r}: {part!r} is a field, not a section")
-        node[parts[-1]] = value
-    return nested
 
 
 def _plain(value: Any) -> Any:

@@ -76,8 +76,8 @@ def run_experiment(
 
 def _train(agent: str) -> Callable[[ExperimentConfig, Path, Callable[[str], None]], None]:
     def stage(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> None:
-        from populora_nb.analysis.dashboard import step_summary
         from populora_nb.loop import run
+        from populora_nb.step_records import step_summary
 
         cfg = stage_config(config, agent)
         run(

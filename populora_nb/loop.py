@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -52,7 +52,15 @@ from populora_nb.stages import (
     worked_examples,
 )
 from populora_nb.state import RunState, initial_state, resume_or_start, roster_for, trueskill_env, write_checkpoint
-from populora_nb.step_records import Timer, member_metrics, peak_memory_gb, reset_peak_memory, task_rows, token_counts
+from populora_nb.step_records import (
+    Timer,
+    member_metrics,
+    peak_memory_gb,
+    reset_peak_memory,
+    step_summary,
+    task_rows,
+    token_counts,
+)
 from populora_nb.tasks import Task
 from populora_nb.verify import Verifier
 
@@ -273,7 +281,7 @@ def run(
                 write_checkpoint(rd, policy, state)
             if on_step is not None:
                 on_step(step, rows)
-            bar.set_postfix_str(_summary(rows), refresh=False)
+            bar.set_postfix_str(step_summary(step, rows, config.tasks.kinds), refresh=False)
             bar.update(1)
         bar.set_description_str(f"{agent}: run complete" if bar.n == bar.total else f"{agent}: stopped")
         return rd
@@ -281,14 +289,6 @@ def run(
         bar.close()
         if own_verifier:
             verifier.close()
-
-
-def _summary(rows: Sequence[dict]) -> str:
-    def mean(key: str) -> str:
-        vals = [r[key] for r in rows if r.get(key) is not None]
-        return f"{sum(vals) / len(vals):.2f}" if vals else "-"
-
-    return f"valid {mean('teacher/valid_rate')} solve {mean('student/solve_rate')}"
 
 
 def grow_seeds(

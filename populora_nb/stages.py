@@ -249,12 +249,11 @@ def validate(verifier: Verifier, proposals: Sequence[Proposed], code_f_inputs: i
     A code_f task must have exactly the ``code_f_inputs`` inputs its prompt asked for (AZR: 10, half
     shown, half hidden); the verifier has already rejected repeated inputs."""
     todo = [p for p in proposals if not isinstance(p.parsed, ParseFailure)]
-    verdicts = iter(verifier.validate_many([p.parsed for p in todo]))  # type: ignore[misc]
+    # the verifier applies the count rule too (verify.rules.wrong_input_count), so it lives in one place
+    verdicts = iter(verifier.validate_many([p.parsed for p in todo], code_f_inputs=code_f_inputs))  # type: ignore[misc]
     out = []
     for p in proposals:
         verdict: Task | Invalid | ParseFailure = p.parsed if isinstance(p.parsed, ParseFailure) else next(verdicts)
-        if isinstance(verdict, Task) and verdict.kind == "code_f" and len(verdict.inputs) != code_f_inputs:
-            verdict = Invalid("wrong_input_count", f"{len(verdict.inputs)} inputs, asked for {code_f_inputs}")
         if isinstance(verdict, Task):
             verdict = dataclasses.replace(verdict, meta={"proposer": p.proposer})
         out.append(dataclasses.replace(p, result=verdict))

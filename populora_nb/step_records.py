@@ -162,3 +162,42 @@ def peak_memory_gb() -> dict[str, float]:
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         usage["memory/cuda_peak_gb"] = torch.cuda.max_memory_allocated() / 2**30
     return usage
+
+
+# ---- the one line a step leaves behind -----------------------------------------------------------
+
+
+def _mean(rows: Sequence[dict], key: str, role: str | None = None) -> float | None:
+    vals = [r[key] for r in rows if r.get(key) is not None and (role is None or r.get("role") == role)]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _count(rows: Sequence[dict], rate: str, n: str) -> tuple[int, int]:
+    """(successes, trials) pooled over members from a per-member rate and its trial count."""
+    hits = trials = 0
+    for r in rows:
+        if r.get(rate) is not None and r.get(n):
+            hits += round(r[rate] * r[n])
+            trials += int(r[n])
+    return hits, trials
+
+
+def step_summary(step: int, rows: Sequence[dict], kinds: Sequence[str], total: int | None = None) -> str:
+    """The one-line text a step leaves behind, in a notebook or a terminal. Counts come with every
+    rate (1 valid proposal of 4 reads differently from 25 of 100)."""
+    parts = [f"step {step}" + (f" ({step + 1}/{total} done)" if total else "")]
+    valid, proposed = _count(rows, "teacher/valid_rate", "teacher/n_proposed")
+    parts.append(f"valid {valid}/{proposed} proposals" if proposed else "valid -")
+    solved, attempts = _count(rows, "student/solve_rate", "student/n_fresh_attempts")
+    if attempts:
+        parts.append(f"solve rate {solved / attempts:.2f} ({solved}/{attempts} fresh attempts)")
+    else:
+        parts.append("solve rate - (no valid task to solve)")
+    for kind in kinds:
+        v = _mean(rows, f"solve_rate/{kind}")
+        parts.append(f"{kind} {v:.2f}" if v is not None else f"{kind} -")
+    for role in ("teacher", "student"):
+        mu = _mean(rows, "rating/mu", role)
+        if mu is not None:
+            parts.append(f"{role}s μ {mu:.1f}")
+    return " · ".join(parts)

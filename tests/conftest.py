@@ -29,7 +29,7 @@ def smol_base() -> Base:
 @pytest.fixture(scope="module")
 def verifier():
     """A verifier for loop-level tests (test files that probe the verifier itself define their own)."""
-    from populora_nb.verify.verifier import Verifier
+    from populora_nb.verify import Verifier
 
     with Verifier(timeout_s=2.0, workers=2) as v:
         yield v

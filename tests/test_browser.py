@@ -151,7 +151,8 @@ def test_notebook_03_in_jupyterlab_runs_and_keeps_its_dashboard(lab):
             cell.scroll_into_view_if_needed()
             cell.screenshot(path=SHOTS / "02_running.png")
             page.wait_for_function(
-                "() => [...document.querySelectorAll('.jp-OutputArea-output')].some(e => e.textContent.includes('member-steps'))",
+                "() => [...document.querySelectorAll('.jp-OutputArea-output')]"
+                ".some(e => e.textContent.includes('member-steps'))",
                 timeout=180_000,
             )  # the last cell's line: every cell ran
             outputs = cell.locator(".jp-OutputArea").inner_text()

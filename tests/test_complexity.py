@@ -8,7 +8,6 @@ import ast
 import json
 import math
 import random
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,9 +15,8 @@ import pytest
 
 from populora_nb.analysis import complexity as cx
 from populora_nb.analysis import coverage as cov
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fake_runs import SEED_PROGRAM, write_fake_experiment, write_fake_run  # noqa: E402
+from populora_nb.analysis.runs import find_runs
+from populora_nb.analysis.synthetic import SEED_PROGRAM, write_synthetic_experiment, write_synthetic_run
 
 IDENTITY = "def f(a):\n    return a"
 LOOP = """\
@@ -235,7 +233,7 @@ def test_complexity_counts_only_programs_the_proposer_wrote():
 
 
 def test_complexity_of_a_fake_run_whose_code_f_reuses_buffer_programs(tmp_path):
-    run = write_fake_run(tmp_path / "run", "population", n_steps=12, seed=5)
+    run = write_synthetic_run(tmp_path / "run", "population", n_steps=12, seed=5)
     tasks = cx.load_tasks(run)
     code_f = [t for t in tasks if t.kind == "code_f" and t.valid]
     earlier = {SEED_PROGRAM} | {t.program for t in tasks if t.kind != "code_f" and t.valid}
@@ -332,8 +330,8 @@ def test_rarefaction_of_nothing_is_a_flat_zero():
 
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory):
-    exp = write_fake_experiment(tmp_path_factory.mktemp("exp"), n_steps=30, seed=0)
-    return {name: cx.analyse_run(path) for name, path in cx.find_runs(exp).items()}
+    exp = write_synthetic_experiment(tmp_path_factory.mktemp("exp"), n_steps=30, seed=0)
+    return {name: cx.analyse_run(path) for name, path in find_runs(exp).items()}
 
 
 def test_coverage_per_teacher_and_at_equal_n_on_a_fake_experiment(experiment):
@@ -362,7 +360,7 @@ def test_rarefaction_figure_says_why_a_panel_is_empty(experiment):
     nothing = {"baseline": cx.analyse_tasks([record(IDENTITY, valid=False)])}
     empty = complexity_plots.plot_rarefaction(cov.rarefaction_curves(nothing, "shapes", np.random.default_rng(0)))
     assert any("nothing to count" in t.get_text() for t in empty.axes[0].texts)
-    flat = complexity_plots.plot_metric(nothing, "ast_depth")
+    flat = complexity_plots.plot_program_metric(nothing, "ast_depth")
     assert any("nothing to plot" in t.get_text() for t in flat.axes[0].texts)
 
 
@@ -461,14 +459,19 @@ def test_load_tasks_errors_name_the_path(tmp_path):
 
 def test_find_runs(tmp_path):
     exp = tmp_path / "exp"
-    write_fake_run(exp / "baseline", "baseline", n_steps=2)
-    write_fake_run(exp / "population", "population", n_steps=2)
-    assert cx.find_runs(exp) == {"baseline": exp / "baseline", "population": exp / "population"}
-    assert cx.find_runs(exp / "population") == {"population": exp / "population"}
+    write_synthetic_run(exp / "baseline", "baseline", n_steps=2)
+    write_synthetic_run(exp / "population", "population", n_steps=2)
+    assert find_runs(exp) == {"baseline": exp / "baseline", "population": exp / "population"}
+    assert find_runs(exp / "population") == {"population": exp / "population"}
     solo = _write(tmp_path / "solo" / "tasks.jsonl", json.dumps(ROW) + "\n")  # no config.yaml
-    assert cx.find_runs(solo) == {"solo": solo}
+    assert find_runs(solo) == {"solo": solo}
     with pytest.raises(FileNotFoundError, match="no run directory"):
-        cx.find_runs(tmp_path / "exp" / "baseline" / "missing")
+        find_runs(tmp_path / "exp" / "baseline" / "missing")
+    # the first place that holds a run wins; None (an unset out_dir) is skipped
+    assert find_runs(None, tmp_path / "nothing", exp) == find_runs(exp)
+    assert find_runs(None, tmp_path / "nothing", missing_ok=True) == {}
+    (exp / "eval").mkdir()  # a folder without records is not a run
+    assert list(find_runs(exp)) == ["baseline", "population"]
 
 
 # ----------------------------------------------------------------------------- notebook
@@ -476,7 +479,7 @@ def test_find_runs(tmp_path):
 def test_notebook_runs_on_an_experiment_directory(tmp_path):
     papermill = pytest.importorskip("papermill")
     notebook = Path(__file__).resolve().parents[1] / "notebooks" / "05_complexity.ipynb"
-    exp = write_fake_experiment(tmp_path / "exp", n_steps=12, seed=3)
+    exp = write_synthetic_experiment(tmp_path / "exp", n_steps=12, seed=3)
     out = tmp_path / "figures"
     papermill.execute_notebook(
         str(notebook),

@@ -1,7 +1,12 @@
+import ast
+import dataclasses
+import inspect
+
 import pytest
 import yaml
 
-from populora_nb.config import PRESETS, ConfigError, load_config, parse_override, save_config
+from populora_nb.config import ConfigError, load_config, save_config
+from populora_nb.presets import PRESETS, parse_override
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -114,3 +119,35 @@ def test_evolution_needs_a_parent_left_in_each_role():
         load_config("tiny", {"population.n_teachers": 1})
     assert load_config("tiny", {"population.n_teachers": 1, "evolution.enabled": False}).population.n_teachers == 1
     assert load_config("tiny", {"population.n_teachers": 1, "run.agent": "baseline"}).run.agent == "baseline"
+
+
+def _field_help(cls_node):
+    """{field: its attribute docstring or None} for the annotated fields of one class, in order."""
+    body, out = cls_node.body, {}
+    for i, node in enumerate(body):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            nxt = body[i + 1] if i + 1 < len(body) else None
+            doc = nxt.value.value if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) else None
+            out[node.target.id] = doc.strip() if isinstance(doc, str) else None
+    return out
+
+
+def test_every_config_field_has_help_text():
+    """Attribute docstrings are not kept at runtime, so read them from the source (issue #15)."""
+    import populora_nb.config as config_module
+
+    tree = ast.parse(inspect.getsource(config_module))
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    sections = [f.type for f in dataclasses.fields(config_module.ExperimentConfig) if f.name != "preset"]
+    checked = ["ExperimentConfig", *sections]
+    assert len(sections) == 11
+    dataclass_names = {n for n in classes if dataclasses.is_dataclass(getattr(config_module, n))}
+    assert dataclass_names == set(checked), "a config dataclass outside ExperimentConfig: add it to this test"
+    missing = []
+    for name in checked:
+        cls = getattr(config_module, name)
+        help_text = _field_help(classes[name])
+        runtime = [f.name for f in dataclasses.fields(cls)]
+        assert list(help_text) == runtime, f"{name}: AST fields {list(help_text)} != dataclass fields {runtime}"
+        missing += [f"{name}.{f}" for f, text in help_text.items() if not text]
+    assert not missing, f"config fields without a help docstring on the line after them: {missing}"

@@ -14,6 +14,7 @@ import matplotlib
 import pytest
 import torch
 
+from populora_nb.analysis.plots import plot_lineage
 from populora_nb.evolution import (
     PAPER_MIX,
     Lineage,
@@ -23,9 +24,7 @@ from populora_nb.evolution import (
     apply_operator,
     fitness,
     inherit_rating,
-    is_evolution_step,
     plan_replacement,
-    plot_lineage,
     retention_curves,
     simulate_lineage,
     tournament_select,
@@ -356,10 +355,6 @@ def test_inherit_rating():
     assert inherit_rating([(30.0, 2.0)], from_prior=True) == (25.0, 25 / 3)
 
 
-def test_is_evolution_step():
-    assert [s for s in range(13) if is_evolution_step(s, 4)] == [4, 8, 12]
-
-
 def test_simulated_lineage_is_a_consistent_tree():
     records = simulate_lineage(
         _members(), generations=5, every=10, rng=random.Random(1), num_replaced=2, grace_steps=10
@@ -384,8 +379,8 @@ def test_apply_operator_and_plot(parents):
         apply_operator(record, parents[:1], generator=torch.Generator())
     records = simulate_lineage(_members(), generations=3, every=5, rng=random.Random(0))
     mentioned = {i for r in records for i in (r.replaced, *r.parents)} & {m.member_id for m in _members()}
-    assert len(plot_lineage(records).get_yticks()) == len(mentioned)
-    ax = plot_lineage(records, founders={m.member_id: m.role for m in _members()})
+    assert len(plot_lineage(records).axes[0].get_yticks()) == len(mentioned)
+    ax = plot_lineage(records, founders={m.member_id: m.role for m in _members()}).axes[0]
     assert len(ax.get_yticks()) == 8
     assert len(ax.texts) == sum(len(r.parents) for r in records)  # one arrow per parent → child edge
 

@@ -19,9 +19,8 @@ from pathlib import Path
 import pytest
 
 from populora_nb.tasks import Task
+from populora_nb.verify import TASK_POLICY, Proposal, SandboxError, Verifier, parse_literal, values_equal
 from populora_nb.verify.isolation import remove_tree
-from populora_nb.verify.sandbox import parse_literal, values_equal
-from populora_nb.verify.verifier import TASK_POLICY, Proposal, SandboxError, Verifier
 
 ROOT = os.geteuid() == 0
 NOBODY = 65534
@@ -169,34 +168,38 @@ def test_negative_zero_equals_zero_as_documented():
 HOSTILE_SCRIPT = """
 import json, os, sys
 from dataclasses import replace
-from populora_nb.verify.verifier import TASK_POLICY, Verifier, static_check
+from populora_nb.verify import TASK_POLICY, Verifier, static_check
 canary, port = sys.argv[1], int(sys.argv[2])
 open_policy = replace(TASK_POLICY, allowed_modules=TASK_POLICY.allowed_modules | {"os", "sys", "socket", "signal"},
                       banned_modules=frozenset(), banned_names=frozenset(), banned_attributes=frozenset(),
                       disable_dangerous=False, guard_imports=False)
-reach = %(reach)r
+reach = __REACH__
 programs = {
-    "read_files": reach + "def f(p):\\n    o = _os()\\n    return [o.read(o.open(x, 0), 100).decode() for x in ('/etc/passwd', p)]",
-    "overwrite": reach + "def f(p):\\n    o = _os()\\n    o.write(o.open(p, o.O_WRONLY | o.O_TRUNC), b'pwned')\\n    return 1",
+    "read_files": reach + "def f(p):\\n    o = _os()\\n"
+    "    return [o.read(o.open(x, 0), 100).decode() for x in ('/etc/passwd', p)]",
+    "overwrite": reach + "def f(p):\\n    o = _os()\\n"
+    "    o.write(o.open(p, o.O_WRONLY | o.O_TRUNC), b'pwned')\\n    return 1",
     "delete": reach + "def f(p):\\n    o = _os()\\n    o.unlink(p)\\n    return 1",
-    "create": reach + "def f(p):\\n    o = _os()\\n    o.close(o.open(p + '.new', o.O_CREAT | o.O_WRONLY))\\n    return 1",
-    "connect": reach + "import socket\\ndef f(p):\\n    s = socket.socket()\\n    s.settimeout(1)\\n    s.connect(('127.0.0.1', %%(port)d))\\n    return 1",
-    "kill_owner": reach + "def f(p):\\n    _os().kill(%%(owner)d, 9)\\n    return 1",
+    "create": reach + "def f(p):\\n    o = _os()\\n"
+    "    o.close(o.open(p + '.new', o.O_CREAT | o.O_WRONLY))\\n    return 1",
+    "connect": reach + "import socket\\ndef f(p):\\n    s = socket.socket()\\n    s.settimeout(1)\\n"
+    "    s.connect(('127.0.0.1', %(port)d))\\n    return 1",
+    "kill_owner": reach + "def f(p):\\n    _os().kill(%(owner)d, 9)\\n    return 1",
     "kill_everyone": reach + "def f(p):\\n    _os().kill(-1, 9)\\n    return 1",
 }
 report = {}
 with Verifier(timeout_s=2.0, memory_mb=256, workers=1, policy=open_policy) as v:
     report["level"] = v.isolation.level
     for name, program in programs.items():
-        program = program %% {"port": port, "owner": os.getpid()}
+        program = program % {"port": port, "owner": os.getpid()}
         report[name] = [r.status + ": " + (r.output or r.detail)[:120] for r in v.run(program, [repr(canary)])]
     report["task_policy"] = static_check(programs["kill_everyone"]).reason  # the fast filter still says why
     report["alive"] = v.run("def f(a):\\n    return a", ["7"])[0].output
 print(json.dumps(report))
-""" % {"reach": REACH_OS}
+""".replace("__REACH__", repr(REACH_OS))
 REFUSAL_SCRIPT = """
 import json
-from populora_nb.verify.verifier import SandboxError, Verifier
+from populora_nb.verify import SandboxError, Verifier
 out = {}
 try:
     Verifier(namespaces=False).start()
@@ -208,21 +211,18 @@ with Verifier(workers=1) as v:
     out["default_level"] = v.isolation.level
 print(json.dumps(out))
 """
-OWNER_SCRIPT = (
-    """
+OWNER_SCRIPT = """
 import sys
 from dataclasses import replace
-from populora_nb.verify.verifier import TASK_POLICY, Verifier
+from populora_nb.verify import TASK_POLICY, Verifier
 policy = replace(TASK_POLICY, allowed_modules=TASK_POLICY.allowed_modules | {"sys"}, banned_modules=frozenset(),
                  banned_attributes=frozenset())  # the static filter lets the route through
 v = Verifier(timeout_s=60.0, memory_mb=256, workers=1, allow_unsafe_no_isolation=True, namespaces=sys.argv[1] == "1",
              policy=policy)
 v.start()
 print("ready", flush=True)
-print(v.run(%r + "def f(a):\\n    _os().kill(_os().getpid(), 19)\\n    return 1", ["0"]))
-"""
-    % REACH_OS
-)
+print(v.run(__REACH__ + "def f(a):\\n    _os().kill(_os().getpid(), 19)\\n    return 1", ["0"]))
+""".replace("__REACH__", repr(REACH_OS))
 
 
 @pytest.fixture(scope="module")
@@ -252,7 +252,7 @@ def ordinary_user(tmp_path_factory):
         "/usr/local/bin/python3",
     ]
     for python in dict.fromkeys(candidates):  # the first interpreter uid 65534 can run
-        start = "from populora_nb.verify.verifier import Verifier; Verifier(workers=1, allow_unsafe_no_isolation=True).start()"
+        start = "from populora_nb.verify import Verifier; Verifier(workers=1, allow_unsafe_no_isolation=True).start()"
         probe = subprocess.run(prefix + [python, "-c", start], env=env, cwd=home, capture_output=True, timeout=60)
         if probe.returncode == 0:
             yield prefix + [python], env, home
@@ -270,7 +270,7 @@ def _run_as_ordinary_user(script: str, args: list, user=None) -> dict:
 
 
 def _marker(env: dict) -> str:
-    return str(Path(env["PYTHONPATH"]) / "populora_nb" / "sandbox.py")
+    return str(Path(env["PYTHONPATH"]) / "populora_nb" / "verify" / "sandbox.py")
 
 
 def _sandbox_processes(marker: str) -> list[int]:

@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "populora_nb"
-MAX_LINES = 400
+MAX_LINES = 420  # the "~400": a few lines of slack, not a second budget
 LONG_REASON = "Long because"  # a module over MAX_LINES says why in its docstring, after these words
 
 

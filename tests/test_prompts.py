@@ -34,7 +34,10 @@ def test_proposal_parse_failures_are_named(text, reason):
 
 
 def test_r1_format_reads_only_the_last_answer_tag():
-    text = "thinking ```python\ndef f(a): return 0\n```</think><answer>```python\ndef f(a):\n    return 1\n```\n```input\n5\n```</answer>"
+    text = (
+        "thinking ```python\ndef f(a): return 0\n```</think>"
+        "<answer>```python\ndef f(a):\n    return 1\n```\n```input\n5\n```</answer>"
+    )
     assert parse_proposal(text, "code_o", "r1").program == "def f(a):\n    return 1"
     assert parse_proposal("no tags", "code_o", "r1") == ParseFailure("no_answer_tag")
 

@@ -12,15 +12,17 @@ from pathlib import Path
 import pytest
 
 from populora_nb.tasks import Task
-from populora_nb.verify.sandbox import parse_arguments, parse_literal, values_equal
-from populora_nb.verify.verifier import (
+from populora_nb.verify import (
     BENCHMARK_POLICY,
     INVALID_REASONS,
     TASK_POLICY,
     Invalid,
     Proposal,
     Verifier,
+    parse_arguments,
+    parse_literal,
     static_check,
+    values_equal,
 )
 
 SEEDS = Path(__file__).resolve().parents[1].parent / "shared" / "azr_seeds"
@@ -114,7 +116,8 @@ def test_policy_holes_are_closed(program, reason):
 def test_policy_accepts_real_task_code():
     program = (
         "from collections import defaultdict, Counter\nimport heapq, math, re\nfrom typing import List\n"
-        "class Node:\n    def __init__(self, v):\n        self.v = v\n    def __lt__(self, o):\n        return self.v < o.v\n"
+        "class Node:\n    def __init__(self, v):\n        self.v = v\n"
+        "    def __lt__(self, o):\n        return self.v < o.v\n"
         "def f(xs: List[int]) -> int:\n    h = [Node(x) for x in xs]\n    heapq.heapify(h)\n"
         "    return getattr(h[0], 'v') + math.floor(2.5) + len(re.findall('a', 'aa'))"
     )
@@ -150,7 +153,7 @@ def test_runtime_rejections(verifier, reason):
 
 
 def test_every_reason_has_a_case():
-    # crash: test_os_layer_contains; wrong_input_count: stages.validate (test_loop), which knows the count asked for
+    # crash: test_os_layer_contains; wrong_input_count: test_code_f_input_count_asked_for
     covered = set(STATIC_CASES) | set(RUNTIME_CASES) | {"crash", "wrong_input_count"}
     assert covered == set(INVALID_REASONS) - {"sandbox_error"}
     assert not Invalid("sandbox_error").is_model_fault and Invalid("timeout").is_model_fault
@@ -214,6 +217,14 @@ def test_duplicated_code_f_inputs_are_rejected(verifier, inputs):
 def test_distinct_code_f_inputs_of_equal_python_value_but_other_type_are_kept(verifier):
     """1, 1.0 and True are different inputs here (values_equal requires equal types)."""
     assert isinstance(verifier.validate("code_f", IDENTITY, ("1", "1.0", "True", "2"), message="copies"), Task)
+
+
+def test_code_f_input_count_asked_for(verifier):
+    """With the count the prompt asked for, a code_f task with another number of inputs is rejected."""
+    proposals = [Proposal("code_f", IDENTITY, inputs, "copies") for inputs in (("1", "2", "3", "4"), ("1", "2"))]
+    four, two = verifier.validate_many(proposals, code_f_inputs=4)
+    assert isinstance(four, Task) and isinstance(two, Invalid) and two.reason == "wrong_input_count", two
+    assert all(isinstance(t, Task) for t in verifier.validate_many(proposals))  # no count: any from the minimum
 
 
 # ---------------------------------------------------------------- checking answers
@@ -401,11 +412,11 @@ def test_dead_zygote_is_replaced(verifier):
 
 
 def test_failed_start_leaves_nothing(monkeypatch):
-    import populora_nb.verify.verifier as verifier_module
+    import populora_nb.verify.pool as pool_module
 
     made = []
-    real_mkdtemp = verifier_module.tempfile.mkdtemp
-    monkeypatch.setattr(verifier_module.tempfile, "mkdtemp", lambda **kw: made.append(real_mkdtemp(**kw)) or made[-1])
+    real_mkdtemp = pool_module.tempfile.mkdtemp
+    monkeypatch.setattr(pool_module.tempfile, "mkdtemp", lambda **kw: made.append(real_mkdtemp(**kw)) or made[-1])
     v = Verifier(memory_mb=64)  # below the zygote's own address space: start must refuse, and clean up
     with pytest.raises(ValueError, match="memory_mb"):
         v.start()
@@ -424,7 +435,10 @@ def test_benchmark_policy_entry_point_and_scripts():
         )
         assert [r.status for r in results] == ["ok", "ok", "runtime_error"]
         assert [r.output for r in results[:2]] == ["True", "False"]
-        script = "import sys\nn = int(input())\nvals = list(map(int, sys.stdin.read().split()))\nprint(sum(vals[:n]))\nsys.exit(0)"
+        script = (
+            "import sys\nn = int(input())\nvals = list(map(int, sys.stdin.read().split()))\n"
+            "print(sum(vals[:n]))\nsys.exit(0)"
+        )
         fast_io = "data = open(0).read().split()\nprint(max(map(int, data)))\nexit()"
         out = v.run_script_many(
             [

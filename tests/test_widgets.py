@@ -12,12 +12,15 @@ import matplotlib
 
 matplotlib.use("Agg")  # noqa: E402  (tests draw off-screen)
 
+import matplotlib.pyplot as plt
 import nbformat
 import pytest
+from matplotlib.figure import Figure
 
-from populora_nb.analysis import plots
+from populora_nb.analysis import complexity_plots, plots, protocol
 from populora_nb.analysis.dashboard import Dashboard, step_summary, verdict
-from populora_nb.evolution import Lineage, plot_lineage
+from populora_nb.analysis.figures import save_figure
+from populora_nb.evolution import Lineage
 
 REPO = Path(__file__).resolve().parents[1]
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -155,7 +158,7 @@ def test_empty_panels_say_why_inside_the_axes(tmp_path):
 
 
 def test_axes_use_human_labels_not_metric_keys(tmp_path):
-    ax = plots.plot_metric({"baseline": fake_run(tmp_path / "b", "baseline")}, "teacher/valid_rate").axes[0]
+    ax = plots.plot_step_metric({"baseline": fake_run(tmp_path / "b", "baseline")}, "teacher/valid_rate").axes[0]
     assert ax.get_ylabel() == "valid-proposal rate" and "/" not in ax.get_title()
 
 
@@ -174,8 +177,33 @@ def test_rating_end_labels_do_not_overlap(tmp_path):
 
 def test_lineage_axis_ends_with_the_run_in_whole_steps():
     births = [Lineage("T2", ("T0",), "svd_structured", 2, "teacher", "T1")]
-    ax = plot_lineage(births, end_step=3)
+    ax = plots.plot_lineage(births, end_step=3).axes[0]
     assert ax.get_xlim() == (0, 3) and _integer_ticks(ax)
+
+
+def test_every_plot_returns_its_figure_under_a_name_no_other_module_uses(tmp_path):
+    modules = (plots, complexity_plots, protocol)
+    names = [name for m in modules for name in vars(m) if name.startswith("plot_") and callable(getattr(m, name))]
+    assert len(names) == len(set(names)), names
+    run = fake_run(tmp_path / "p")
+    births = [Lineage("T2", ("T0",), "svd_structured", 2, "teacher", "T1")]
+    for draw in (
+        lambda ax: plots.plot_solve_rates({"p": run}, ax=ax),
+        lambda ax: plots.plot_step_metric({"p": run}, "teacher/valid_rate", ax=ax),
+        lambda ax: plots.plot_ratings(run, ax=ax),
+        lambda ax: plots.plot_solve_matrix(run, ax=ax),
+        lambda ax: plots.plot_valid_rate_per_teacher(run, ax=ax),
+        lambda ax: plots.plot_invalid_reasons(run, ax=ax),
+        lambda ax: plots.plot_rewards(run, ax=ax),
+        lambda ax: plots.plot_lineage(births, ax=ax),
+        lambda ax: protocol.plot_seed_band([tmp_path], "teacher/valid_rate", ax=ax),
+    ):
+        alone = draw(None)
+        fig, ax = plt.subplots()
+        assert isinstance(alone, Figure) and draw(ax) is fig
+        plt.close("all")
+    path = save_figure(plots.plot_rewards(run), tmp_path / "figures" / "rewards.png")
+    assert path.read_bytes()[:4] == b"\x89PNG"
 
 
 # ---- the record a notebook keeps ------------------------------------------------------------

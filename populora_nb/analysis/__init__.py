@@ -1,3 +1,15 @@
 """Reading runs: curriculum complexity and coverage, compute, the seed protocol, plots, the dashboard
 and the report. Nothing here trains; everything reads a run directory's records.
+
+  runs              find_runs: the run directories an experiment (or notebook) reads
+  complexity        per-program metrics of what proposers wrote, the collapse detector
+  coverage          problem-space coverage at equal sample sizes (rarefaction)
+  compute           tokens generated and trained, per run and per adapter
+  protocol          several seeds: intervals and the baseline/population comparison
+  figures           save_figure and what every plot shares; every plot returns a Figure
+  plots             figures of a run's records (solve rates, ratings, matches, lineage)
+  complexity_plots  figures of complexity and coverage
+  dashboard         the live view of a running run, and its one-line step summary
+  report            report.md / report.html of an experiment
+  synthetic         made-up run directories, for a demo without a model and for tests
 """

@@ -54,7 +54,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import yaml
 from radon.complexity import ComplexityVisitor
 from radon.raw import analyze as radon_raw
 
@@ -119,28 +118,6 @@ def load_tasks(run_dir: str | Path) -> list[TaskRecord]:
     if not records:
         raise ValueError(f"{path} holds no complete task record (empty file)")
     return records
-
-
-def find_runs(path: str | Path) -> dict[str, Path]:
-    """Map a label to each run directory at ``path``: the directory itself if it holds
-    ``tasks.jsonl``, else each immediate subdirectory that does (``EXP/baseline``, ``EXP/population``).
-    The label is the config's ``agent`` field, falling back to the directory name."""
-    root = Path(path)
-    if (root / "tasks.jsonl").is_file():
-        candidates = [root]
-    elif root.is_dir():
-        candidates = sorted(child for child in root.iterdir() if (child / "tasks.jsonl").is_file())
-    else:
-        candidates = []
-    if not candidates:
-        raise FileNotFoundError(f"no run directory (a folder with tasks.jsonl) at or under {root}")
-    runs: dict[str, Path] = {}
-    for run_dir in candidates:
-        config_path = run_dir / "config.yaml"
-        config = yaml.safe_load(config_path.read_text(encoding="utf-8")) if config_path.is_file() else None
-        label = str(config.get("agent", run_dir.name)) if isinstance(config, dict) else run_dir.name
-        runs[label if label not in runs else run_dir.name] = run_dir
-    return runs
 
 
 # ----------------------------------------------------------------------------- per-program metrics
@@ -212,6 +189,7 @@ class ProgramMetrics:
 def program_metrics(task: TaskRecord) -> ProgramMetrics:
     """All per-program metrics of one task record; never raises on a bad program."""
     signatures = [io_signature(i, o) for i, o in zip(task.inputs, task.outputs)]
+    values: tuple[float, ...]
     try:
         tree = ast.parse(task.program)
         values = (ast_depth(tree), *cyclomatic_complexity(tree), radon_raw(task.program).sloc, variable_count(tree))
@@ -256,6 +234,8 @@ class InputMetrics:
 
 
 def input_metrics(task: TaskRecord) -> InputMetrics:
+    """What a code_f task measures: the I/O type signatures of the proposer's inputs (with the buffer
+    program's answers) and its solve rate; its program is not the proposer's and is not measured."""
     return InputMetrics(
         step=task.step,
         proposer=task.proposer,
@@ -283,7 +263,8 @@ class RunAnalysis:
 
     @property
     def proposers(self) -> tuple[str, ...]:
-        return tuple(sorted({p.proposer for p in (*self.programs, *self.inputs)}))
+        """Every proposer with a written program or a code_f input set, sorted."""
+        return tuple(sorted({p.proposer for p in self.programs} | {i.proposer for i in self.inputs}))
 
     def series(
         self, metric: str, window: int = 1, proposer: str | None = None, band: tuple[float, float] = (25.0, 75.0)
@@ -315,6 +296,7 @@ def analyse_tasks(tasks: Sequence[TaskRecord]) -> RunAnalysis:
 
 
 def analyse_run(run_dir: str | Path) -> RunAnalysis:
+    """``analyse_tasks`` over the task records of one run directory (``tasks.jsonl``)."""
     return analyse_tasks(load_tasks(run_dir))
 
 
@@ -359,6 +341,8 @@ def step_series(
 # ----------------------------------------------------------------------------- collapse detector
 @dataclass(frozen=True)
 class CollapseReport:
+    """The collapse detector's verdict on one run and the numbers behind it."""
+
     collapsed: bool
     solve_rate_end: float
     """Mean per-step solve rate over the last ``tail_fraction`` of steps (NaN without data)."""

@@ -1,7 +1,8 @@
 """Figures for task complexity and coverage (PopuLoRA Fig. 4): matplotlib only, data from
-``populora_nb.analysis.complexity`` and ``populora_nb.analysis.coverage``. Each function draws on ``ax`` (a new
-figure when None) and returns the Figure; nothing is shown or saved here. An axes with nothing to
-draw says why inside it, so an empty panel is never mistaken for a flat line."""
+``populora_nb.analysis.complexity`` and ``populora_nb.analysis.coverage``. Each function draws on
+``ax`` (a new figure when None) and returns the Figure; nothing is shown or saved here
+(``figures.save_figure`` saves). An axes with nothing to draw says why inside it, so an empty panel
+is never mistaken for a flat line."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from matplotlib.figure import Figure
 
 from populora_nb.analysis.complexity import COMPLEXITY_FIELDS, RunAnalysis
 from populora_nb.analysis.coverage import COVERAGE_KINDS, SAMPLE_UNITS, Rarefaction, compare_at_equal_n
+from populora_nb.analysis.figures import axes_or_new, say_empty
 
 LABELS: Mapping[str, str] = {
     "ast_depth": "AST depth",
@@ -30,24 +32,13 @@ COVERAGE_LABELS: Mapping[str, str] = {
 }
 
 
-def _axes(ax: Axes | None) -> tuple[Figure, Axes]:
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(6, 3.5))
-        return fig, ax
-    return ax.figure, ax  # type: ignore[return-value]
-
-
-def _say_empty(ax: Axes, why: str) -> None:
-    ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center", wrap=True, fontsize="small", color="0.35")
-
-
-def plot_metric(
+def plot_program_metric(
     runs: Mapping[str, RunAnalysis], metric: str, window: int = 5, ax: Axes | None = None, title: str | None = None
 ) -> Figure:
     """One line per run: rolling mean of ``metric`` over the last ``window`` steps, of the programs
     the proposers wrote (``RunAnalysis.series``); the band is the interquartile range of the
     programs pooled in that window."""
-    fig, ax = _axes(ax)
+    fig, ax = axes_or_new(ax)
     drawn = 0
     for name, analysis in runs.items():
         series = analysis.series(metric, window=window)
@@ -63,7 +54,7 @@ def plot_metric(
     if drawn:
         ax.legend(fontsize="small")
     else:
-        _say_empty(
+        say_empty(
             ax,
             "no valid proposer-written program"
             + (" solved" if metric == "solve_rate" else "")
@@ -72,16 +63,16 @@ def plot_metric(
     return fig
 
 
-def plot_metrics_grid(
+def plot_program_metrics(
     runs: Mapping[str, RunAnalysis],
     metrics: Sequence[str] = (*COMPLEXITY_FIELDS, "solve_rate"),
     window: int = 5,
     title: str = "",
 ) -> Figure:
-    """``plot_metric`` for each metric, side by side, sharing the step axis."""
+    """``plot_program_metric`` for each metric, side by side, sharing the step axis."""
     fig, axes = plt.subplots(1, len(metrics), figsize=(3.6 * len(metrics), 3.4), sharex=True)
     for ax, metric in zip(axes if len(metrics) > 1 else [axes], metrics):
-        plot_metric(runs, metric, window=window, ax=ax, title=LABELS.get(metric, metric))
+        plot_program_metric(runs, metric, window=window, ax=ax, title=LABELS.get(metric, metric))
     fig.suptitle(title or f"complexity of written programs over steps (rolling {window}-step mean, IQR band)")
     fig.tight_layout()
     return fig
@@ -100,7 +91,7 @@ def plot_rarefaction(
     fair comparison, whatever each run's volume. ``styles`` maps a name to a line style."""
     if kind not in COVERAGE_LABELS:
         raise ValueError(f"kind must be one of {tuple(COVERAGE_LABELS)}, got {kind!r}")
-    fig, ax = _axes(ax)
+    fig, ax = axes_or_new(ax)
     present = {name: c for name, c in curves.items() if c.size > 0}
     common = compare_at_equal_n(present) if present else None
     for name, curve in curves.items():
@@ -120,7 +111,7 @@ def plot_rarefaction(
         title=title or f"coverage: {COVERAGE_LABELS[kind]} (rarefied, {band[0]:g}-{band[1]:g}% band)",
     )
     if not present:
-        _say_empty(ax, f"no {SAMPLE_UNITS[kind]} in {', '.join(curves) or 'any run'}:\nnothing to count")
+        say_empty(ax, f"no {SAMPLE_UNITS[kind]} in {', '.join(curves) or 'any run'}:\nnothing to count")
     if curves:
         ax.legend(fontsize="x-small")
     return fig
@@ -141,12 +132,12 @@ def plot_rarefaction_grid(
     return fig
 
 
-def plot_per_proposer(
+def plot_program_metric_per_proposer(
     analysis: RunAnalysis, metric: str, window: int = 5, ax: Axes | None = None, title: str | None = None
 ) -> Figure:
     """``metric`` per proposer (teacher) within one run, over what each wrote: rolling mean lines,
     no band."""
-    fig, ax = _axes(ax)
+    fig, ax = axes_or_new(ax)
     drawn = 0
     for name in analysis.proposers:
         series = analysis.series(metric, window=window, proposer=name)
@@ -161,7 +152,7 @@ def plot_per_proposer(
     if drawn:
         ax.legend(fontsize="small", ncol=2)
     else:
-        _say_empty(
+        say_empty(
             ax,
             "no teacher has a valid written program"
             + (" solved" if metric == "solve_rate" else "")

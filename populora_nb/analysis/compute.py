@@ -32,10 +32,12 @@ class RunCompute:
 
     @property
     def generated_per_adapter(self) -> float:
+        """Completion tokens generated per adapter (the paper matches compute per adapter)."""
         return self.generated / self.adapters
 
     @property
     def trained_per_adapter(self) -> float:
+        """Completion tokens trained on per adapter."""
         return self.trained / self.adapters
 
 
@@ -86,7 +88,8 @@ def compute_table(runs: Mapping[str, str | Path]) -> list[list[str]]:
             continue
         per = total = "reference" if name == "baseline" else "n/a (no baseline run)"
         if base is not None and name != "baseline":
-            per = f"{_ratio(c.generated_per_adapter, base.generated_per_adapter)} / {_ratio(c.trained_per_adapter, base.trained_per_adapter)}"
+            generated = _ratio(c.generated_per_adapter, base.generated_per_adapter)
+            per = f"{generated} / {_ratio(c.trained_per_adapter, base.trained_per_adapter)}"
             total = f"{_ratio(c.generated, base.generated)} / {_ratio(c.trained, base.trained)}"
         rows.append(
             [

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:  # complexity imports the features below; only type hints need its classes
-    from populora_nb.analysis.complexity import RunAnalysis
+    from populora_nb.analysis.complexity import InputMetrics, ProgramMetrics, RunAnalysis
 
 NGRAM_N = 3
 """Longest node-type chain counted as a coverage feature."""
@@ -108,7 +108,7 @@ def ast_shape(tree: ast.AST) -> str:
             out.append(item)
             continue
         name = identifier(item)
-        if name in bound:
+        if name is not None and name in bound:
             name = canon.setdefault(name, f"v{len(canon)}")
         elif isinstance(item, ast.Constant):
             name = type(item.value).__name__
@@ -143,7 +143,8 @@ def coverage_units(analysis: RunAnalysis, kind: str, proposer: str | None = None
         return [frozenset() if p.shape is None else frozenset((p.shape,)) for p in programs]
     if kind == "ngrams":
         return [frozenset(p.ngrams) for p in programs]
-    return [frozenset(t.signatures) for t in (*programs, *analysis.inputs) if proposer in (None, t.proposer)]
+    with_io: list[ProgramMetrics | InputMetrics] = [*programs, *analysis.inputs]
+    return [frozenset(t.signatures) for t in with_io if proposer in (None, t.proposer)]
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,7 @@ class Rarefaction:
         return len(self.n) - 1
 
     def at(self, n: int) -> CoverageAt:
+        """The mean distinct count and its band among ``n`` units drawn."""
         if not 0 <= n <= self.size:
             raise ValueError(f"n must be in [0, {self.size}] (this run's units), got {n}")
         return CoverageAt(n, float(self.mean[n]), float(self.lo[n]), float(self.hi[n]))
@@ -253,6 +255,7 @@ class CoverageComparison:
         return None
 
     def summary(self) -> str:
+        """One line: each run's distinct count and band at the common n, and who covers more."""
         values = "; ".join(f"{name} {v.mean:.1f} [{v.lo:.0f}, {v.hi:.0f}]" for name, v in self.at.items())
         verdict = f"{self.leader} covers more" if self.leader else "bands overlap: no difference at this n"
         return f"at n = {self.n}: {values}; {verdict}"

@@ -33,51 +33,17 @@ from typing import TextIO
 from matplotlib.figure import Figure
 
 from populora_nb.records import RunDir
+from populora_nb.step_records import step_summary
 
 
 def in_notebook() -> bool:
+    """Whether this runs in a Jupyter kernel (the dashboard then draws, else it prints lines)."""
     try:
         from IPython import get_ipython
     except ImportError:
         return False
     shell = get_ipython()
     return shell is not None and shell.__class__.__name__ == "ZMQInteractiveShell"
-
-
-def _mean(rows: Sequence[dict], key: str, role: str | None = None) -> float | None:
-    vals = [r[key] for r in rows if r.get(key) is not None and (role is None or r.get("role") == role)]
-    return sum(vals) / len(vals) if vals else None
-
-
-def _count(rows: Sequence[dict], rate: str, n: str) -> tuple[int, int]:
-    """(successes, trials) pooled over members from a per-member rate and its trial count."""
-    hits = trials = 0
-    for r in rows:
-        if r.get(rate) is not None and r.get(n):
-            hits += round(r[rate] * r[n])
-            trials += int(r[n])
-    return hits, trials
-
-
-def step_summary(step: int, rows: Sequence[dict], kinds: Sequence[str], total: int | None = None) -> str:
-    """The one-line text a step leaves behind, in a notebook or a terminal. Counts come with every
-    rate (1 valid proposal of 4 reads differently from 25 of 100)."""
-    parts = [f"step {step}" + (f" ({step + 1}/{total} done)" if total else "")]
-    valid, proposed = _count(rows, "teacher/valid_rate", "teacher/n_proposed")
-    parts.append(f"valid {valid}/{proposed} proposals" if proposed else "valid -")
-    solved, attempts = _count(rows, "student/solve_rate", "student/n_fresh_attempts")
-    if attempts:
-        parts.append(f"solve rate {solved / attempts:.2f} ({solved}/{attempts} fresh attempts)")
-    else:
-        parts.append("solve rate - (no valid task to solve)")
-    for kind in kinds:
-        v = _mean(rows, f"solve_rate/{kind}")
-        parts.append(f"{kind} {v:.2f}" if v is not None else f"{kind} -")
-    for role in ("teacher", "student"):
-        mu = _mean(rows, "rating/mu", role)
-        if mu is not None:
-            parts.append(f"{role}s μ {mu:.1f}")
-    return " · ".join(parts)
 
 
 def verdict(row: dict) -> str:
@@ -90,6 +56,7 @@ def verdict(row: dict) -> str:
 
 
 def tasks_html(rows: Sequence[dict]) -> str:
+    """An HTML table of task records: step, proposer, kind, program (first 300 chars) and verdict."""
     cells = []
     for r in rows:
         program = html.escape((r["program"] or "(nothing parsable)")[:300])
@@ -108,6 +75,10 @@ def tasks_html(rows: Sequence[dict]) -> str:
 
 
 class Dashboard:
+    """A run's live view: in a notebook, the status, a figure (solve rates and valid rate; ratings or
+    rewards) and the latest tasks, redrawn after each step; in a terminal, one ``step_summary`` line
+    per step. Everything is read from the run directory's records."""
+
     def __init__(
         self,
         run_dir: str | Path,
@@ -131,12 +102,15 @@ class Dashboard:
         return self.run.read("metrics")
 
     def steps_done(self) -> int:
+        """Steps with logged metrics."""
         return len({r["step"] for r in self.history})
 
     def complete(self) -> bool:
+        """Whether every step of the run is logged."""
         return self.steps_done() >= self.total
 
     def status(self) -> str:
+        """Where the run stands, in words: steps done of the total, and what is running."""
         done = self.steps_done()
         if done >= self.total:
             if not self._updated:

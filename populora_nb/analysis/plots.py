@@ -1,21 +1,26 @@
-"""Matplotlib figures from a run directory's records (metrics.jsonl, matches.jsonl, tasks.jsonl).
+"""Matplotlib figures from a run directory's records (metrics.jsonl, matches.jsonl, tasks.jsonl,
+lineage.jsonl).
 
 Every function takes run directories (or rows), an optional ``ax``, and returns the Figure, so a
-notebook shows it inline and the report saves it as PNG.
+notebook shows it inline and the report saves it as PNG (``figures.save_figure``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from populora_nb.analysis.figures import axes_or_new, figure_of, say_empty
+from populora_nb.evolution import Lineage
 from populora_nb.matchmaking import Match, solve_rate_matrix
+from populora_nb.operators import CONTROLS, OPERATORS, PAPER_IDS
 from populora_nb.records import RunDir
 
 KIND_COLORS = {"code_o": "tab:blue", "code_i": "tab:orange", "code_f": "tab:green"}
@@ -35,19 +40,12 @@ METRIC_LABELS = {
 
 
 def label(key: str) -> str:
+    """The human name of a metric key (the key itself when it has none)."""
     return METRIC_LABELS.get(key, key)
 
 
-def _ax(ax, figsize=(6, 3.5)):
-    if ax is None:
-        fig, ax = plt.subplots(figsize=figsize)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
-    return ax.figure, ax
-
-
-def _say_empty(ax, why: str) -> None:
-    """An empty panel says why inside its axes, rather than looking broken."""
-    ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center", color="0.4", fontsize=9, wrap=True)
+def _ax(ax: Axes | None, figsize: tuple[float, float] = (6, 3.5)) -> tuple[Figure, Axes]:
+    return axes_or_new(ax, figsize, steps=True)
 
 
 def step_mean(rows: Sequence[dict], key: str, role: str | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -65,7 +63,7 @@ def plot_solve_rates(
     kinds: Sequence[str] = ("code_o", "code_i", "code_f"),
     source: Literal["fresh", "buffer"] = "fresh",
     valid_rate: bool = False,
-    ax=None,
+    ax: Axes | None = None,
 ) -> Figure:
     """Solve rate per task kind over steps; one line style per run (e.g. baseline vs population).
 
@@ -107,14 +105,16 @@ def plot_solve_rates(
     ax.set(xlabel="step", ylabel=ylabel, ylim=(-0.03, 1.03), title=title)
     ax.legend(fontsize=8, ncol=2 if len(runs) > 1 else 1, loc="upper left")
     if not drawn:
-        _say_empty(ax, "no valid proposal to solve yet" if source == "fresh" else "no buffer task was attempted")
+        say_empty(ax, "no valid proposal to solve yet" if source == "fresh" else "no buffer task was attempted")
     fig.tight_layout()
     return fig
 
 
-def plot_metric(
-    runs: Mapping[str, str | Path], key: str, role: str | None = None, title: str | None = None, ax=None
+def plot_step_metric(
+    runs: Mapping[str, str | Path], key: str, role: str | None = None, title: str | None = None, ax: Axes | None = None
 ) -> Figure:
+    """One logged metric ``key`` over steps, one line per run: its mean per step over the members
+    (of ``role``) that logged it."""
     fig, ax = _ax(ax)
     drawn = False
     for name, path in runs.items():
@@ -128,12 +128,12 @@ def plot_metric(
     if drawn:
         ax.legend(fontsize=8)
     else:
-        _say_empty(ax, f"no step logged {label(key)} yet")
+        say_empty(ax, f"no step logged {label(key)} yet")
     fig.tight_layout()
     return fig
 
 
-def plot_ratings(run_dir: str | Path, ax=None) -> Figure:
+def plot_ratings(run_dir: str | Path, ax: Axes | None = None) -> Figure:
     """TrueSkill mu per member over steps with a ±sigma band, coloured by role."""
     fig, ax = _ax(ax, (7, 4))
     rows = RunDir(Path(run_dir)).read("metrics")
@@ -143,7 +143,7 @@ def plot_ratings(run_dir: str | Path, ax=None) -> Figure:
             members.setdefault(r["member"], []).append(r)
     ax.set(xlabel="step", ylabel="TrueSkill μ (band: ±σ)", title="Ratings")
     if not members:
-        _say_empty(ax, "no ratings: a single agent (the baseline) plays no matches")
+        say_empty(ax, "no ratings: a single agent (the baseline) plays no matches")
         return fig
     last_step = max((r["step"] for rs in members.values() for r in rs), default=0)
     ends = []  # (mu, name, color) of the members alive at the last step, labelled at the right edge
@@ -169,15 +169,15 @@ def plot_ratings(run_dir: str | Path, ax=None) -> Figure:
     return fig
 
 
-def _label_ends(ax, ends: list[tuple[float, str, str]], x: float, fontsize: float = 8) -> None:
+def _label_ends(ax: Axes, ends: list[tuple[float, str, str]], x: float, fontsize: float = 8) -> None:
     """Names right of their lines' ends, at least one text line apart (computed in points from the
     axes' height, so they never overlap), the group kept inside the axes."""
     if not ends:
         return
     low, high = ax.get_ylim()
-    height_pt = ax.get_position().height * ax.figure.get_figheight() * 72
+    height_pt = ax.get_position().height * figure_of(ax).get_figheight() * 72
     gap = 1.25 * fontsize / height_pt * (high - low)
-    ys = []
+    ys: list[float] = []
     for y, _, _ in sorted(ends):
         ys.append(max(y, ys[-1] + gap) if ys else y)
     overflow = ys[-1] - (high - gap / 2)
@@ -197,7 +197,7 @@ def _label_ends(ax, ends: list[tuple[float, str, str]], x: float, fontsize: floa
         )
 
 
-def plot_solve_matrix(run_dir: str | Path, last_steps: int | None = None, ax=None) -> Figure:
+def plot_solve_matrix(run_dir: str | Path, last_steps: int | None = None, ax: Axes | None = None) -> Figure:
     """Teacher × student mean solve rate over the (last) matches; blank where they never met."""
     fig, ax = _ax(ax, (5, 4))
     rows = RunDir(Path(run_dir)).read("matches")
@@ -205,19 +205,20 @@ def plot_solve_matrix(run_dir: str | Path, last_steps: int | None = None, ax=Non
         cutoff = max(r["step"] for r in rows) - last_steps
         rows = [r for r in rows if r["step"] > cutoff]
     matches = [Match(r["teacher"], r["student"], r["valid"], r["rho"]) for r in rows]
-    mat = solve_rate_matrix(matches, sorted({m.teacher for m in matches}), sorted({m.student for m in matches}))
+    teachers, students = sorted({str(m.teacher) for m in matches}), sorted({str(m.student) for m in matches})
+    mat = solve_rate_matrix(matches, teachers, students)
     ax.set(xlabel="student", ylabel="teacher", title="Solve rate ρ of valid tasks, per pair")
     if not rows:
         ax.set(xticks=[], yticks=[])
-        _say_empty(ax, "no matches: a single agent (the baseline) has no teacher–student pairs")
+        say_empty(ax, "no matches: a single agent (the baseline) has no teacher–student pairs")
         return fig
-    counts: dict[tuple[str, str], int] = {}
+    counts: dict[tuple[Hashable, Hashable], int] = {}
     for m in matches:
         if m.played:
             counts[(m.teacher, m.student)] = counts.get((m.teacher, m.student), 0) + 1
     im = ax.imshow(np.ma.masked_invalid(mat.rho), vmin=0, vmax=1, cmap="viridis", aspect="auto")
-    ax.set_xticks(range(len(mat.students)), mat.students, rotation=45, ha="right")  # children's ids are long
-    ax.set_yticks(range(len(mat.teachers)), mat.teachers)
+    ax.set_xticks(range(len(students)), students, rotation=45, ha="right")  # children's ids are long
+    ax.set_yticks(range(len(teachers)), teachers)
     for i, t in enumerate(mat.teachers):
         for j, s in enumerate(mat.students):
             if np.isfinite(mat.rho[i, j]):  # ρ and how many tasks it averages
@@ -232,7 +233,7 @@ def plot_solve_matrix(run_dir: str | Path, last_steps: int | None = None, ax=Non
                 )
     if not counts:
         valid = sum(m.valid for m in matches)
-        _say_empty(
+        say_empty(
             ax,
             f"no valid task was played in {len(matches)} matches ({valid} valid)"
             if valid
@@ -243,7 +244,8 @@ def plot_solve_matrix(run_dir: str | Path, last_steps: int | None = None, ax=Non
     return fig
 
 
-def plot_valid_rate_per_teacher(run_dir: str | Path, ax=None) -> Figure:
+def plot_valid_rate_per_teacher(run_dir: str | Path, ax: Axes | None = None) -> Figure:
+    """Each proposer's valid-proposal rate (share of its proposals that passed validation) over steps."""
     fig, ax = _ax(ax)
     rows = [r for r in RunDir(Path(run_dir)).read("metrics") if r.get("teacher/valid_rate") is not None]
     for m in dict.fromkeys(r["member"] for r in rows):
@@ -255,12 +257,12 @@ def plot_valid_rate_per_teacher(run_dir: str | Path, ax=None) -> Figure:
     if rows:
         ax.legend(fontsize=8, ncol=2)
     else:
-        _say_empty(ax, "no proposals logged yet")
+        say_empty(ax, "no proposals logged yet")
     fig.tight_layout()
     return fig
 
 
-def plot_invalid_reasons(run_dir: str | Path, ax=None) -> Figure:
+def plot_invalid_reasons(run_dir: str | Path, ax: Axes | None = None) -> Figure:
     """Why proposals were rejected, summed over the run."""
     fig, ax = _ax(ax)
     tasks = RunDir(Path(run_dir)).read("tasks")
@@ -272,12 +274,13 @@ def plot_invalid_reasons(run_dir: str | Path, ax=None) -> Figure:
     ax.barh([k for k, _ in items], [v for _, v in items], color="tab:red")
     ax.set(xlabel="proposals", title=f"Rejected proposals by reason ({sum(counts.values())} of {len(tasks)})")
     if not items:
-        _say_empty(ax, f"every one of {len(tasks)} proposals was valid" if tasks else "no proposals logged yet")
+        say_empty(ax, f"every one of {len(tasks)} proposals was valid" if tasks else "no proposals logged yet")
     fig.tight_layout()
     return fig
 
 
-def plot_rewards(run_dir: str | Path, ax=None) -> Figure:
+def plot_rewards(run_dir: str | Path, ax: Axes | None = None) -> Figure:
+    """Mean proposer reward and mean solver reward per step (a baseline's substitute for ratings)."""
     fig, ax = _ax(ax)
     rows = RunDir(Path(run_dir)).read("metrics")
     drawn = False
@@ -291,6 +294,70 @@ def plot_rewards(run_dir: str | Path, ax=None) -> Figure:
     if drawn:
         ax.legend(fontsize=8)
     else:
-        _say_empty(ax, "no reward logged yet")
+        say_empty(ax, "no reward logged yet")
     fig.tight_layout()
+    return fig
+
+
+def plot_lineage(
+    lineage_records: Sequence[Lineage],
+    ax: Axes | None = None,
+    *,
+    founders: Mapping[str, str] | None = None,
+    end_step: int | None = None,
+) -> Figure:
+    """Lineage tree over time: one lane per population slot (a child takes the slot of the member
+    it replaces), a line per member's lifetime, an arrow from each parent to each child coloured
+    by operator (dashed for a crossover's second parent). Successive occupants of a slot alternate
+    between dark and light. `founders` (id → role) adds initial members the records never mention.
+    `end_step`: the run's number of steps, where the lifetimes of the last members end (a lifetime
+    [b, d) covers steps b … d − 1); without it they end one evolution interval after the last birth."""
+    fig, ax = axes_or_new(ax, (10, 4))
+    records = sorted(lineage_records, key=lambda r: r.step)
+    children = {r.child for r in records}
+    role_of = dict(founders or {}) | {i: r.role for r in records for i in (r.replaced, r.child, *r.parents)}
+    initial = sorted((i for i in role_of if i not in children), key=lambda i: (role_of[i], i))
+    lane = {member: y for y, member in enumerate(initial)}
+    born = dict.fromkeys(initial, 0)
+    died: dict[str, int] = {}
+    for r in records:
+        lane[r.child], born[r.child], died[r.replaced] = lane[r.replaced], r.step, r.step
+    steps = sorted({r.step for r in records}) or [1]
+    gap = min((b - a for a, b in zip(steps, steps[1:])), default=steps[0])
+    end = end_step if end_step is not None else steps[-1] + gap
+    roles = sorted(set(role_of.values()))
+    role_color = {role: plt.get_cmap("Set2")(i) for i, role in enumerate(roles)}
+    occupant: dict[str, int] = {}  # successive occupants of a lane alternate in shade, so each lifetime is visible
+    for member in sorted(lane, key=lambda m: born[m]):
+        occupant[member] = sum(1 for other in occupant if lane[other] == lane[member])
+        ax.plot(
+            [born[member], died.get(member, end)],
+            [lane[member]] * 2,
+            color=role_color[role_of[member]],
+            lw=4,
+            alpha=0.35 if occupant[member] % 2 else 0.75,
+            solid_capstyle="butt",
+        )
+    operators = sorted({r.operator for r in records}, key=list(OPERATORS).index)
+    op_color = {op: plt.get_cmap("tab10")(i % 10) for i, op in enumerate(operators)}
+    for r in records:
+        for n, parent in enumerate(r.parents):
+            ax.annotate(
+                "",
+                xy=(r.step, lane[r.child]),
+                xytext=(r.step - 0.45 * gap, lane[parent]),
+                arrowprops=dict(arrowstyle="->", color=op_color[r.operator], ls="--" if n else "-", lw=1.2),
+            )
+        ax.plot(r.step, lane[r.child], "o", color=op_color[r.operator], ms=5)
+    for op in operators:
+        ax.plot([], [], color=op_color[op], label=f"{PAPER_IDS.get(op, op)} {op}" if op not in CONTROLS else op)
+    for role in roles:
+        ax.plot([], [], color=role_color[role], lw=4, alpha=0.75, label=f"{role} lifetimes")
+    slot = [sum(role_of[g] == role_of[f] for g in initial[:i]) for i, f in enumerate(initial)]  # index within role
+    ax.set_yticks(range(len(initial)), [f"{role_of[f]} slot {n}" for f, n in zip(initial, slot)])
+    ax.set_xlim(0, end)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+    ax.set_xlabel("step")
+    ax.set_title("lineage: children replace the weakest of their role")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig

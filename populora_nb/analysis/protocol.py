@@ -25,10 +25,15 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from populora_nb.records import RunDir
+
+if TYPE_CHECKING:  # matplotlib is imported only when a figure is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 HEADLINE: Mapping[str, str] = {
     "teacher/valid_rate": "valid-proposal rate",
@@ -190,6 +195,7 @@ def comparison_table(comparisons: Sequence[Comparison]) -> list[list[str]]:
     over seeds, and the difference with its Welch interval."""
 
     def mean_pm(values: Sequence[float]) -> str:
+        """The mean over seeds ± half its 95% t-interval."""
         m, low, high = t_interval(values)
         if math.isnan(m):
             return "n/a"
@@ -224,14 +230,12 @@ def comparison_table(comparisons: Sequence[Comparison]) -> list[list[str]]:
     return rows
 
 
-def plot_band(experiments: Sequence[str | Path], key: str, ax=None):
+def plot_seed_band(experiments: Sequence[str | Path], key: str, ax: Axes | None = None) -> Figure:
     """``key`` over steps for baseline and population across seeds: the mean line and its 95%
     t-interval band (no band where fewer than 2 seeds logged a step). Returns the Figure."""
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
+    from populora_nb.analysis.figures import axes_or_new, say_empty
 
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = axes_or_new(ax, steps=True)
     drawn = False
     for run, color in zip(RUNS, ("tab:gray", "tab:red")):
         dirs = [Path(e) / run for e in experiments if (Path(e) / run / "metrics.jsonl").exists()]
@@ -241,20 +245,19 @@ def plot_band(experiments: Sequence[str | Path], key: str, ax=None):
         drawn = True
         ax.plot(b.steps, b.mean, color=color, marker="o", ms=3, label=f"{run} (n = {len(dirs)} seeds)")
         ax.fill_between(b.steps, b.low, b.high, color=color, alpha=0.2, lw=0)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set(xlabel="step", ylabel=HEADLINE.get(key, key), title=f"{HEADLINE.get(key, key)}: mean over seeds, 95% band")
     if drawn:
         ax.legend(fontsize=8)
     else:
-        ax.text(0.5, 0.5, f"no run logged {key}", transform=ax.transAxes, ha="center", va="center", color="0.4")
-    ax.figure.tight_layout()
-    return ax.figure
+        say_empty(ax, f"no run logged {key}")
+    fig.tight_layout()
+    return fig
 
 
 def write_seed_report(experiments: Sequence[str | Path], out_dir: str | Path, window: int = 5) -> Path:
     """``out_dir/seeds.md`` with the comparison table and one band figure per headline series
     (``out_dir/seeds_<series>.png``); returns the markdown path."""
-    import matplotlib.pyplot as plt
+    from populora_nb.analysis.figures import save_figure
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -271,9 +274,7 @@ def write_seed_report(experiments: Sequence[str | Path], out_dir: str | Path, wi
     lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
     for key in HEADLINE:
         name = "seeds_" + key.replace("/", "_") + ".png"
-        fig = plot_band(experiments, key)
-        fig.savefig(out / name, dpi=110, bbox_inches="tight")
-        plt.close(fig)
+        save_figure(plot_seed_band(experiments, key), out / name)
         lines += ["", f"![{HEADLINE[key]}]({name})"]
     path = out / "seeds.md"
     path.write_text("\n".join(lines) + "\n")

@@ -13,22 +13,23 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# No matplotlib.use("Agg") here: it would switch a notebook that imports this module away from
-# inline figures. Figures are only saved and closed, which every backend does; matplotlib already
-# falls back to Agg where there is no display.
-import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.figure import Figure
 
 from populora_nb.analysis import complexity_plots, plots
 from populora_nb.analysis.complexity import analyse_run, detect_collapse
 from populora_nb.analysis.compute import compute_table
 from populora_nb.analysis.coverage import COVERAGE_KINDS, rarefaction_curves
-from populora_nb.evolution import Lineage, plot_lineage
+from populora_nb.analysis.figures import save_figure
+from populora_nb.analysis.runs import find_runs
+from populora_nb.evolution import Lineage
 from populora_nb.records import RunDir
 
 
 @dataclass
 class Section:
+    """One part of the report: the same title, text, figures and table in report.md and report.html."""
+
     title: str
     text: str = ""
     images: list[str] = field(default_factory=list)
@@ -38,15 +39,12 @@ class Section:
 
 
 def _runs(out: Path) -> dict[str, Path]:
-    return {name: out / name for name in ("baseline", "population") if (out / name / "metrics.jsonl").exists()}
+    """The experiment's baseline and population runs (other folders, e.g. eval/, are not runs here)."""
+    return {name: path for name, path in find_runs(out, missing_ok=True).items() if name in ("baseline", "population")}
 
 
-def _save(fig, out: Path, name: str) -> Path:
-    path = out / "figures" / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+def _save(fig: Figure, out: Path, name: str) -> Path:
+    return save_figure(fig, out / "figures" / name)
 
 
 def make_figures(out: str | Path) -> list[Path]:
@@ -59,7 +57,7 @@ def make_figures(out: str | Path) -> list[Path]:
     paths = [
         _save(plots.plot_solve_rates(runs, kinds=kinds), out, "solve_rates.png"),
         _save(plots.plot_solve_rates(runs, kinds=kinds, source="buffer"), out, "buffer_solve_rates.png"),
-        _save(plots.plot_metric(runs, "teacher/valid_rate", title="Valid-proposal rate"), out, "valid_rate.png"),
+        _save(plots.plot_step_metric(runs, "teacher/valid_rate", title="Valid-proposal rate"), out, "valid_rate.png"),
     ]
     if "baseline" in runs:
         paths.append(_save(plots.plot_rewards(runs["baseline"]), out, "baseline_rewards.png"))
@@ -76,10 +74,10 @@ def make_figures(out: str | Path) -> list[Path]:
             for r in RunDir(pop).read("lineage")
         ]
         if births:
-            paths.append(_save(plot_lineage(births).figure, out, "lineage.png"))
+            paths.append(_save(plots.plot_lineage(births), out, "lineage.png"))
     analyses = {name: analyse_run(path) for name, path in runs.items()}
     window = max(1, min(5, max(len(a.steps) for a in analyses.values()) // 4))
-    paths.append(_save(complexity_plots.plot_metrics_grid(analyses, window=window), out, "complexity.png"))
+    paths.append(_save(complexity_plots.plot_program_metrics(analyses, window=window), out, "complexity.png"))
     # Coverage at equal sample sizes (rarefaction), never raw cumulative counts: the population
     # proposes several times the baseline's volume. A fixed seed keeps the report reproducible.
     rng = np.random.default_rng(0)
@@ -88,7 +86,7 @@ def make_figures(out: str | Path) -> list[Path]:
     if "population" in analyses and analyses["population"].proposers:
         paths.append(
             _save(
-                complexity_plots.plot_per_proposer(analyses["population"], "ast_depth", window=window),
+                complexity_plots.plot_program_metric_per_proposer(analyses["population"], "ast_depth", window=window),
                 out,
                 "complexity_per_teacher.png",
             )
@@ -97,6 +95,7 @@ def make_figures(out: str | Path) -> list[Path]:
 
 
 def sections(out: Path) -> list[Section]:
+    """The report's sections, in order: each a title, its text, its figures and its table."""
     runs = _runs(out)
     fig = lambda name: [f"figures/{name}"] if (out / "figures" / name).exists() else []  # noqa: E731
     secs = [
@@ -208,8 +207,8 @@ def _cost(metrics: list[dict]) -> tuple[str, str]:
     """Mean seconds per step and the largest per-step peak memory (the GPU's when it ran on one, else
     the process's resident set)."""
     per_step = {r["step"]: r["time/step_s"] for r in metrics if r.get("time/step_s") is not None}
-    peaks = [r.get("memory/cuda_peak_gb", r.get("memory/peak_rss_gb")) for r in metrics]
-    peaks = [p for p in peaks if p is not None]
+    logged = [r.get("memory/cuda_peak_gb", r.get("memory/peak_rss_gb")) for r in metrics]
+    peaks = [float(p) for p in logged if p is not None]
     where = " (GPU)" if any("memory/cuda_peak_gb" in r for r in metrics) else " (RSS)"
     return (
         f"{sum(per_step.values()) / len(per_step):.1f}" if per_step else "n/a",

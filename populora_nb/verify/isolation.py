@@ -199,7 +199,7 @@ def remove_tree(path: str) -> None:
 
 def sweep_stale(parent_dir: str, prefix: str) -> list[str]:
     """Remove ``{parent_dir}/{prefix}{pid}-*`` directories of ours whose owning pid is dead."""
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(_os.scandir(parent_dir))
     except OSError:

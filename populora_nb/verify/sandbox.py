@@ -1,9 +1,11 @@
 """The inside of the verifier: a warmed zygote that forks one short-lived, confined process per
 program run (PopuLoRA §3 verifier; AZR's executor, hardened).
 
-Run as a script (``python -S sandbox.py CONFIG_JSON``) it imports only the standard library, so
-nothing from the project or site-packages is reachable from inside. The parent (`verifier.py`)
-imports it for the literal helpers and the reply decoder, so both sides agree on values.
+Run as a script (``python -S sandbox.py CONFIG_JSON``, by `pool`) it imports only the standard
+library and its sibling modules by plain name (its folder is ``sys.path[0]``): `literals`,
+`protocol` (shared with the parent, so both sides agree on values and replies), `lockdown` and
+`isolation`. Nothing from site-packages or the rest of the project is reachable from inside, and
+the parent never imports this file.
 
 Layers, outermost first; the zygote reports which ones this machine allows (hello line, `level`):
   zygote (once): user (unless root), mount, PID, network, IPC and UTS namespaces, its root an
@@ -43,304 +45,34 @@ import select
 import signal
 import sys
 import time
-import warnings
-from types import ModuleType, SimpleNamespace
-from typing import TYPE_CHECKING
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    import ast
+if TYPE_CHECKING:  # the same modules, as the package names them (the script imports them by plain name)
+    from populora_nb.verify.literals import literal_repr
+    from populora_nb.verify.lockdown import (
+        CODECS,
+        Sink,
+        disable_dangerous,
+        guard_imports,
+        skip_reseed_after_fork,
+        stdin_opener,
+        text_stream,
+    )
+    from populora_nb.verify.protocol import json_line, reply_cap
+else:
+    from literals import literal_repr
+    from lockdown import (
+        CODECS,
+        Sink,
+        disable_dangerous,
+        guard_imports,
+        skip_reseed_after_fork,
+        stdin_opener,
+        text_stream,
+    )
+    from protocol import json_line, reply_cap
 
-RUN_STATUSES = (
-    "ok",
-    "no_f",
-    "runtime_error",
-    "timeout",
-    "memory",
-    "output_not_literal",
-    "output_too_long",
-    "crash",
-    "not_run",
-    "nondeterministic",
-)
-"""Per-input statuses of a run; "ok" is the only success."""
-MAX_LITERAL_DEPTH = 50
-"""Deeper nesting is not a literal here (catches cycles; the parser itself stops near 200)."""
-_ATOMS = (int, float, complex, str, bytes, bool, type(None))
-_CONTAINERS = (list, tuple, dict, set, frozenset)
-
-
-# ---------------------------------------------------------------- literals (parent and child)
-def _node_value(node: ast.AST, depth: int = 0):
-    import ast  # here, not at the top: the zygote never parses, and ast is 1.7 MB every fork copies
-
-    if depth > MAX_LITERAL_DEPTH:
-        raise ValueError("literal nested too deeply")
-    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-        items = [_node_value(e, depth + 1) for e in node.elts]
-        return {ast.List: list, ast.Tuple: tuple, ast.Set: set}[type(node)](items)
-    if isinstance(node, ast.Dict):
-        if any(k is None for k in node.keys):
-            raise ValueError("dict unpacking is not a literal")
-        return {_node_value(k, depth + 1): _node_value(v, depth + 1) for k, v in zip(node.keys, node.values)}
-    # frozenset has no literal syntax; accept exactly the form repr() writes: frozenset({...}).
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id == "frozenset"
-        and not node.keywords
-        and len(node.args) <= 1
-    ):
-        if node.args and not isinstance(node.args[0], ast.Set):
-            raise ValueError("frozenset(...) must wrap a set display")
-        return frozenset(_node_value(node.args[0], depth + 1)) if node.args else frozenset()
-    value = ast.literal_eval(node)  # constants, signed numbers, complex sums, set()
-    if value is Ellipsis:
-        raise ValueError("Ellipsis is not a supported literal")
-    return value
-
-
-def _parse(text: str) -> ast.AST:
-    import ast
-
-    with warnings.catch_warnings():  # "invalid escape sequence" in model text is not ours to print
-        warnings.simplefilter("ignore")
-        return ast.parse(text, mode="eval").body
-
-
-def parse_literal(text: str):
-    """Value of one literal (int, float, complex, str, bytes, bool, None, containers, frozenset).
-
-    Raises ValueError for anything else. Only ``ast`` parsing and ``ast.literal_eval`` are used:
-    nothing in `text` is executed.
-    """
-    try:
-        return _node_value(_parse(text.strip()))
-    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError) as e:
-        raise ValueError(f"not a literal ({type(e).__name__})") from None
-
-
-def parse_arguments(text: str) -> tuple[tuple, dict]:
-    """(args, kwargs) of an argument list written as literal text, e.g. ``"[1, 2], 'a', k=3"``.
-
-    Parsed as the arguments of a call node, so ``'zz') or (True`` cannot close the list early.
-    """
-    import ast
-
-    try:
-        call = _parse(f"_({text})")
-    except (SyntaxError, ValueError, MemoryError, RecursionError) as e:
-        raise ValueError(f"not an argument list ({type(e).__name__})") from None
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "_"):
-        raise ValueError("not a single argument list")
-    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
-        raise ValueError("*args / **kwargs are not literals")
-    try:
-        return tuple(_node_value(a) for a in call.args), {k.arg: _node_value(k.value) for k in call.keywords}
-    except (ValueError, TypeError, MemoryError, RecursionError) as e:
-        raise ValueError(f"argument is not a literal ({type(e).__name__})") from None
-
-
-def values_equal(a, b) -> bool:
-    """Equality of parsed literals that also requires equal types, recursively (1 != 1.0 != True).
-
-    Set members and dict keys compare with ``==`` (hashing has already merged 1 and True there).
-    Floats compare with ``==`` too, as evalplus and AZR do: ``0.0`` and ``-0.0`` are equal (an
-    answer ``-0.0`` passes gold ``0.0``); nan never reaches here (it is not a literal).
-    """
-    if type(a) is not type(b):
-        return False
-    if type(a) in (list, tuple):
-        return len(a) == len(b) and all(values_equal(x, y) for x, y in zip(a, b))
-    if type(a) is dict:
-        return a.keys() == b.keys() and all(values_equal(a[k], b[k]) for k in a)
-    return a == b
-
-
-def _check_literal(v, depth: int) -> None:
-    t = type(v)  # exact types: a subclass could override __eq__ or __repr__
-    if t in _ATOMS:
-        if t in (float, complex) and v - v != 0:
-            raise TypeError("nan/inf have no literal form")
-        return
-    if t not in _CONTAINERS:
-        raise TypeError(f"{t.__name__} is not a literal type")
-    if depth > MAX_LITERAL_DEPTH:
-        raise TypeError("nested too deeply (or cyclic)")
-    for item in v.items() if t is dict else v:
-        if t is dict:
-            _check_literal(item[0], depth + 1)
-            _check_literal(item[1], depth + 1)
-        else:
-            _check_literal(item, depth + 1)
-
-
-def literal_repr(value, max_chars: int) -> tuple[str, str]:
-    """(status, repr or reason) of a program result: exact literal types, finite, within the cap."""
-    try:
-        _check_literal(value, 0)
-    except (TypeError, RecursionError) as e:
-        return "output_not_literal", str(e)
-    try:
-        text = repr(value)
-    except ValueError:  # int beyond sys.get_int_max_str_digits
-        return "output_too_long", "int too large to print"
-    if len(text) > max_chars:
-        return "output_too_long", f"{len(text)} > {max_chars} characters"
-    return "ok", text
-
-
-def reply_cap(mode: str, n: int, max_output_chars: int, stdout_cap: int) -> int:
-    """Most bytes a run's reply may hold: what `_harness` can write for `n` inputs (a JSON-escaped
-    char is at most 12 bytes), plus stdout in script mode only. The zygote reads no more."""
-    return max(1, n) * (12 * max_output_chars + 2048) + (12 * stdout_cap if mode == "script" else 0) + 4096
-
-
-def decode_run(
-    data: bytes,
-    n: int,
-    why: str,
-    signal_number: int,
-    exit_code: int,
-    max_output_chars: int = 1 << 62,
-    stdout_cap: int = 1 << 62,
-) -> list[dict]:
-    """Per-input results from a child's raw lines (untrusted) and how the process ended.
-
-    The lines are data the program could have written itself (it runs in the same process as
-    the harness): each is checked as such, and a longer output or stdout than the policy allows
-    is "output_too_long" here whatever status the line claims.
-    """
-    results = []
-    for line in data.split(b"\n")[: n + 1]:
-        try:
-            obj = json.loads(line) if line.strip() else None
-        except (ValueError, RecursionError):
-            obj = None
-        if not isinstance(obj, dict) or obj.get("status") not in RUN_STATUSES:
-            continue
-        seconds = obj.get("seconds")
-        r = {k: obj[k] if isinstance(obj.get(k), str) else "" for k in ("status", "output", "detail", "stdout")} | {
-            "seconds": float(seconds) if type(seconds) in (int, float) else 0.0,
-            "load": obj.get("load") is True,
-        }
-        if len(r["output"]) > max_output_chars or len(r["stdout"]) > stdout_cap:
-            r.update(status="output_too_long", output="", stdout="", detail="reported output over the cap")
-        results.append(r)
-    if results and results[0]["load"]:  # the program failed before any input ran
-        results = results[:1] * n
-    results = results[:n]
-    if len(results) < n:  # the run ended early: say why for the first missing input
-        why = why or ("timeout" if signal_number == signal.SIGXCPU else "crash")
-        detail = f"signal {signal_number}" if signal_number else f"exit code {exit_code}"
-        results.append(
-            {
-                "status": why,
-                "output": "",
-                "detail": detail if why == "crash" else "",
-                "stdout": "",
-                "seconds": 0.0,
-                "load": False,
-            }
-        )
-        results += [dict(results[-1], status="not_run", detail="")] * (n - len(results))
-    return results
-
-
-# ---------------------------------------------------------------- the zygote's one-time lockdown
-_OS_DISABLED = (
-    "system",
-    "popen",
-    "fork",
-    "forkpty",
-    "kill",
-    "killpg",
-    "abort",
-    "_exit",
-    "remove",
-    "unlink",
-    "rmdir",
-    "removedirs",
-    "rename",
-    "renames",
-    "replace",
-    "mkdir",
-    "makedirs",
-    "mkfifo",
-    "mknod",
-    "link",
-    "symlink",
-    "chmod",
-    "lchmod",
-    "fchmod",
-    "chown",
-    "lchown",
-    "fchown",
-    "truncate",
-    "ftruncate",
-    "utime",
-    "chdir",
-    "fchdir",
-    "chroot",
-    "open",
-    "pipe",
-    "putenv",
-    "unsetenv",
-    "setuid",
-    "setgid",
-    "setreuid",
-    "setregid",
-    "execv",
-    "execve",
-    "execl",
-    "execle",
-    "execlp",
-    "execlpe",
-    "execvp",
-    "execvpe",
-    "spawnl",
-    "spawnle",
-    "spawnlp",
-    "spawnlpe",
-    "spawnv",
-    "spawnve",
-    "spawnvp",
-    "spawnvpe",
-    "posix_spawn",
-    "posix_spawnp",
-    "register_at_fork",
-)
-_DISABLED = {
-    "os": _OS_DISABLED,
-    "posix": _OS_DISABLED,
-    "io": ("open", "open_code", "FileIO"),
-    "_io": ("open", "open_code", "FileIO"),
-    "builtins": ("open", "breakpoint", "help", "input"),
-    "shutil": ("rmtree", "move", "copy", "copy2", "copyfile", "copytree", "chown", "make_archive", "unpack_archive"),
-}
-_CODECS = (
-    "ascii",
-    "latin_1",
-    "utf_8_sig",
-    "utf_16",
-    "utf_16_le",
-    "utf_16_be",
-    "utf_32",
-    "utf_32_le",
-    "utf_32_be",
-    "utf_7",
-    "cp1252",
-    "cp437",
-    "mac_roman",
-    "iso8859_15",
-    "charmap",
-    "idna",
-    "punycode",
-    "raw_unicode_escape",
-    "unicode_escape",
-    "hex_codec",
-    "base64_codec",
-    "rot_13",
-)
 _OS = SimpleNamespace(**vars(os))  # the zygote's own references, untouched by the stubs
 _REAL_INPUT = builtins.input
 _CURRENT = SimpleNamespace(
@@ -348,87 +80,7 @@ _CURRENT = SimpleNamespace(
 )  # the running program's globals ({} matches no caller)
 
 
-def _refuse(name: str):
-    def refused(*args, **kwargs):  # must accept whatever the replaced function accepted
-        raise PermissionError(f"{name} is disabled in the sandbox")
-
-    return refused
-
-
-def _disable_dangerous() -> None:
-    for module_name, names in _DISABLED.items():
-        module = sys.modules.get(module_name)
-        for name in names if module is not None else ():
-            if hasattr(module, name):
-                setattr(module, name, _refuse(name))
-    for name in ("socket", "_socket", "ssl", "_ssl"):  # None in sys.modules makes import fail
-        sys.modules[name] = None
-
-
-def _guard_imports(allowed: frozenset) -> None:
-    real_import = builtins.__import__
-
-    def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
-        if globals is not _CURRENT.globals:  # the standard library's own imports pass through
-            return real_import(name, globals, locals, fromlist, level)
-        if level != 0 or name not in allowed:
-            raise ImportError(f"import of {name!r} is not allowed in the sandbox")
-        module = real_import(name, globals, locals, fromlist, level)
-        for item in fromlist or ():
-            value = getattr(module, item, None)
-            if isinstance(value, ModuleType) and value.__name__ not in allowed:
-                raise ImportError(f"import of {value.__name__!r} is not allowed in the sandbox")
-        return module
-
-    builtins.__import__ = guarded_import
-
-
-class _Sink(io.RawIOBase):
-    """Write-only stream keeping the first `cap` bytes; later writes only set `overflow`."""
-
-    def __init__(self, cap: int):
-        super().__init__()
-        self.cap, self.data, self.overflow = cap, bytearray(), False
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, b) -> int:
-        room = self.cap - len(self.data)
-        self.overflow = self.overflow or len(b) > room
-        if room > 0:
-            self.data += bytes(b[:room])
-        return len(b)
-
-
-def _stdin_opener(data: bytes):
-    """`open` for scripts: ``open(0)`` (a competitive-programming idiom) reads stdin, nothing else opens."""
-
-    def open_stdin(file, mode="r", *args, **kwargs):
-        if file != 0 or any(c in mode for c in "wax+"):
-            raise PermissionError("open is disabled in the sandbox; only open(0) reads stdin")
-        return io.BytesIO(data) if "b" in mode else io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
-
-    return open_stdin
-
-
-def _text(sink: _Sink) -> io.TextIOWrapper:
-    return io.TextIOWrapper(io.BufferedWriter(sink), encoding="utf-8", errors="replace")
-
-
 # ---------------------------------------------------------------- the child
-_QUOTE = json.encoder.encode_basestring_ascii  # C; json.dumps costs ~80 page faults per child
-
-
-def _json_line(obj: dict) -> bytes:
-    """One result as a JSON line; values are str, float or bool (what `_harness` writes)."""
-    fields = (
-        f'"{k}": {_QUOTE(v) if type(v) is str else repr(v) if type(v) is float else "true" if v else "false"}'
-        for k, v in obj.items()
-    )
-    return ("{" + ", ".join(fields) + "}\n").encode("ascii")
-
-
 def _describe(exc: BaseException) -> str:
     try:
         return f"{type(exc).__name__}: {str(exc)[:300]}"
@@ -448,15 +100,15 @@ def _harness(req: dict, cfg: dict, write) -> None:
     """Run the program; report each input (or the load failure) through `write`."""
     script, suite = req["mode"] == "script", req["mode"] == "suite"
     code, calls, stdin, *rest = marshal.loads(req["payload"])
-    limits = rest[0] if suite else None
-    user_globals = {"__name__": "__main__" if script else "__sandbox__", "__builtins__": builtins}
+    limits: list[float] = rest[0] if suite else []
+    user_globals: dict[str, Any] = {"__name__": "__main__" if script else "__sandbox__", "__builtins__": builtins}
     _CURRENT.globals, clock = user_globals, time.perf_counter
     if script:
-        stdout = _Sink(cfg["stdout_cap"])
-        sys.stdout = _text(stdout)
+        stdout = Sink(cfg["stdout_cap"])
+        sys.stdout = text_stream(stdout)
         data = stdin.encode("utf-8", "replace")
         sys.stdin = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
-        builtins.input, builtins.open = _REAL_INPUT, _stdin_opener(data)
+        builtins.input, builtins.open = _REAL_INPUT, stdin_opener(data)
     start = clock()
     try:
         exec(code, user_globals)
@@ -481,7 +133,7 @@ def _harness(req: dict, cfg: dict, write) -> None:
                 "load": True,
             }
         )
-    entry = user_globals.get(req["entry"])
+    entry: Any = user_globals.get(req["entry"])
     if status == "ok" and not callable(entry):
         status, detail = "no_f", f"{req['entry']} is not defined"
     if status != "ok":
@@ -559,7 +211,7 @@ def _run_child(req: dict, cfg: dict, run_dir: str, w: int, devnull: int) -> None
             _CURRENT.isolation.set_parent_death(_CURRENT.libc, lambda: _OS.getppid() != zygote)
 
         def write(obj: dict) -> None:
-            data = _json_line(obj)
+            data = json_line(obj)
             while data:
                 data = data[_OS.write(3, data) :]
 
@@ -629,29 +281,12 @@ def _probe_uid(uid: int) -> bool:
     return _OS.waitstatus_to_exitcode(_OS.waitpid(pid, 0)[1]) == 0
 
 
-class _KeepRandomState:
-    def seed(self, a=None, version=2, _original=None):
-        __class__  # noqa: B018 -- gives this code the one free variable random.Random.seed has
-        if a is not None:  # explicit seeding still works; the after-fork reseed does nothing
-            _original(self, a, version)
-
-
-def _skip_reseed_after_fork() -> None:
-    """`random` reseeds from urandom in every forked child (~35 page faults per run); children
-    here start from the zygote's state instead, which also makes their runs reproducible."""
-    random = sys.modules.get("random")
-    if random is not None:
-        seed = random.Random.seed
-        original = type(seed)(seed.__code__, seed.__globals__, "seed", seed.__defaults__, seed.__closure__)
-        seed.__code__, seed.__defaults__ = _KeepRandomState.seed.__code__, (None, 2, original)
-
-
 def _warm(cfg: dict) -> None:
     """Run the child's own code paths here first, so children find them already specialised."""
     sample = [[1, 2.5, "a", b"b", None, True, (3, 4j), {5: {6}}, frozenset({7})]] * 4
     for _ in range(64):
         status, text = literal_repr(sample, cfg["max_output_chars"])
-        _json_line({"status": status, "output": text, "detail": "", "seconds": 0.5, "load": False})
+        json_line({"status": status, "output": text, "detail": "", "seconds": 0.5, "load": False})
         marshal.loads(marshal.dumps(((sample,), {})))
         _describe(ValueError("x"))
 
@@ -674,7 +309,7 @@ def serve(cfg: dict) -> None:
     netns = facts.get("network_namespace", False)
     if not namespaces and root and cfg["netns"]:
         netns = setup_libc.unshare(isolation.CLONE_NEWNET) == 0
-    for codec in _CODECS:  # codecs load lazily, which the empty root forbids; all ~120 would cost 3.5 MB
+    for codec in CODECS:  # codecs load lazily, which the empty root forbids; all ~120 would cost 3.5 MB
         __import__(f"encodings.{codec}")
     missing, path = [], list(sys.path)
     sys.path[:0] = cfg.get("paths", [])  # site-packages of allowed non-stdlib modules, for this import only
@@ -709,13 +344,14 @@ def serve(cfg: dict) -> None:
             replies.flush()
             return
     sys.stdin = io.TextIOWrapper(io.BytesIO(b""), encoding="utf-8")  # what model code sees
-    sys.stdout = sys.stderr = _text(_Sink(0))
-    builtins.exit = builtins.quit = sys.exit  # `site` is not loaded (-S); scripts still call exit()
+    sys.stdout = sys.stderr = text_stream(Sink(0))
+    # `site` is not loaded (-S), so exit/quit are missing; scripts still call exit()
+    builtins.exit = builtins.quit = sys.exit  # type: ignore[assignment]  # a function where site puts a Quitter
     if cfg["guard_imports"]:
-        _guard_imports(frozenset(cfg["allowed_modules"]))
+        guard_imports(frozenset(cfg["allowed_modules"]), _CURRENT)
     if cfg["disable_dangerous"]:
-        _disable_dangerous()
-    _skip_reseed_after_fork()
+        disable_dangerous()
+    skip_reseed_after_fork()
     _warm(cfg)
     gc.freeze()  # the warmed heap stays out of the children's collections: fewer copied pages
     replies.write((json.dumps(hello) + "\n").encode())

@@ -9,6 +9,9 @@ proposed tasks, `BENCHMARK_POLICY` for benchmark code and solutions to it. The s
 This is a fast first filter that gives a clear reason, never the boundary: Python has too many
 routes from an allowed object to a dangerous one to close them all by syntax. The boundary is the
 OS layer (`isolation.py`), which holds with this filter switched off (tests/test_isolation.py).
+
+Long because most of it is data (the module, name and attribute lists, one per line, each with its
+reason) that a reviewer audits in one place; the checking code itself is about 150 lines.
 """
 
 from __future__ import annotations
@@ -213,7 +216,8 @@ INVALID_REASONS = MappingProxyType(
         "no_message": "code_f without a message for the solver",
         "too_few_inputs": "code_f with fewer than policy.min_code_f_inputs inputs",
         "wrong_input_count": "code_f with another number of inputs than the prompt asked for (tasks.code_f_inputs)",
-        "duplicate_inputs": "code_f with two equal inputs (a hidden pair that repeats a shown one lets a lookup table pass)",
+        "duplicate_inputs": "code_f with two equal inputs "
+        "(a hidden pair that repeats a shown one lets a lookup table pass)",
         "input_too_long": "an input exceeds policy.max_input_chars",
         "input_not_literal": "an input is not a literal argument list",
         "runtime_error": "the program raised (while loading or on an input)",
@@ -222,7 +226,8 @@ INVALID_REASONS = MappingProxyType(
         "crash": "the process died without reporting (os._exit, a signal)",
         "output_not_literal": "a result is not a finite int/float/complex/str/bytes/bool/None or container",
         "output_too_long": "a result's repr exceeds policy.max_output_chars (rejected, never truncated)",
-        "nondeterministic": "the two runs (different PYTHONHASHSEED) disagree, or f answered two calls in one run differently",
+        "nondeterministic": "the two runs (different PYTHONHASHSEED) disagree, "
+        "or f answered two calls in one run differently",
         "sandbox_error": "the verifier itself failed (not the model's fault)",
     }
 )
@@ -262,6 +267,7 @@ class SandboxPolicy:
             raise ValueError("min_code_f_inputs must be >= 2 so code_f has shown and hidden pairs")
 
     def module_allowed(self, name: str) -> bool:
+        """May a program import `name` (allow-listed and not banned)?"""
         return name in self.allowed_modules and name not in self.banned_modules
 
 
@@ -304,6 +310,7 @@ class Invalid:
 
     @property
     def is_model_fault(self) -> bool:
+        """Every reason is the program's fault except "sandbox_error" (the verifier's own failure)."""
         return self.reason != "sandbox_error"
 
 
@@ -347,26 +354,24 @@ def _policy_violation(tree: ast.Module, policy: SandboxPolicy, entry_point: str 
     modules: dict[str, str] = {}  # local name -> module it is bound to by an import
     call_targets = set()
     for node in nodes:
-        kind = type(node)
-        if kind is ast.Import or kind is ast.ImportFrom:
+        if type(node) is ast.Import or type(node) is ast.ImportFrom:
             invalid = _import_violation(node, policy, modules)
             if invalid:
                 return invalid
-        elif kind is ast.Name:
+        elif type(node) is ast.Name:
             if node.id in policy.banned_names:
                 return Invalid("banned_call", node.id)
             if _dunder(node.id) and node.id != "__name__":
                 return Invalid("banned_attribute", node.id)
-        elif kind is ast.Attribute:
+        elif type(node) is ast.Attribute:
             if node.attr in policy.banned_attributes or (
                 _dunder(node.attr) and node.attr not in policy.allowed_dunder_attributes
             ):
                 return Invalid("banned_attribute", node.attr)
-        elif kind is ast.Call:
+        elif type(node) is ast.Call:
             call_targets.add(id(node.func))
     for node in nodes:  # second pass: needs every import alias and call
-        kind = type(node)
-        if kind is ast.Call:
+        if type(node) is ast.Call:
             func = node.func
             name = func.id if type(func) is ast.Name else func.attr if type(func) is ast.Attribute else ""
             if name in BY_NAME_CALLS:
@@ -383,12 +388,15 @@ def _policy_violation(tree: ast.Module, policy: SandboxPolicy, entry_point: str 
                 ):
                     return Invalid("banned_call", f"{name} with a non-constant, dunder or frame name")
                 base = _module_of(node.args[0], modules) if node.args and name != "attrgetter" else None
-                value = getattr(_module(base), node.args[1].value, None) if base and len(node.args) > 1 else None
+                second = node.args[1] if len(node.args) > 1 else None  # a str constant, checked above
+                value = None
+                if base and isinstance(second, ast.Constant) and isinstance(second.value, str):
+                    value = getattr(_module(base), second.value, None)
                 if isinstance(value, ModuleType) and not policy.module_allowed(value.__name__):
                     return Invalid("banned_attribute", f"getattr({base}, ...) is module {value.__name__}")
-        elif kind is ast.Name and node.id in BY_NAME_CALLS and id(node) not in call_targets:
+        elif type(node) is ast.Name and node.id in BY_NAME_CALLS and id(node) not in call_targets:
             return Invalid("banned_call", f"{node.id} used as a value")
-        elif kind is ast.Attribute and modules and (base := _module_of(node.value, modules)):
+        elif type(node) is ast.Attribute and modules and (base := _module_of(node.value, modules)):
             value = getattr(_module(base), node.attr, None)
             if isinstance(value, ModuleType) and not policy.module_allowed(value.__name__):
                 return Invalid("banned_attribute", f"{base}.{node.attr} is module {value.__name__}")
@@ -403,22 +411,23 @@ def _import_violation(
     node: ast.Import | ast.ImportFrom, policy: SandboxPolicy, modules: dict[str, str]
 ) -> Invalid | None:
     """Check one import against the policy and record the module names it binds in `modules`."""
-    names = [a.name for a in node.names] if type(node) is ast.Import else [node.module or ""]
+    module = node.module if isinstance(node, ast.ImportFrom) else None
+    names = [a.name for a in node.names] if type(node) is ast.Import else [module or ""]
     for name in names:
         if getattr(node, "level", 0) or not policy.module_allowed(name):
             why = "banned" if name.split(".")[0] in policy.banned_modules else "not allow-listed"
             return Invalid("banned_import", f"{name or '.'} ({why})")
     for alias in node.names:
         if alias.name in policy.banned_attributes:  # from typing import get_type_hints
-            return Invalid("banned_import", f"{alias.name} from {node.module}")
+            return Invalid("banned_import", f"{alias.name} from {module}")
         if type(node) is ast.Import:
             target = alias.name if alias.asname else alias.name.split(".")[0]
             modules[alias.asname or target] = target
             continue
-        value = getattr(_module(node.module), alias.name, None)  # `from typing import sys`
+        value = getattr(_module(module or ""), alias.name, None)  # `from typing import sys`
         if isinstance(value, ModuleType):
             if not policy.module_allowed(value.__name__):
-                return Invalid("banned_import", f"{value.__name__} via {node.module}")
+                return Invalid("banned_import", f"{value.__name__} via {module}")
             modules[alias.asname or alias.name] = value.__name__
     return None
 

@@ -1,8 +1,17 @@
-"""Synthetic run directories in the loop's format, for tests and the complexity notebook's demo.
+"""Synthetic run directories in the loop's record format, for a demo without a model and for tests.
 
-Nothing here trains or runs a model. Programs are random but well-formed Python at a chosen
-nesting level; outputs are literals of a plausible type, NOT what the program returns (nothing is
-executed). Two scripted trajectories mimic the paper's picture:
+``write_synthetic_experiment(dir)`` writes ``dir/baseline`` and ``dir/population``; each holds
+``tasks.jsonl`` (one row per proposed task, the columns ``populora_nb.analysis.complexity.load_tasks``
+reads), ``metrics.jsonl`` (per step and proposer: ``teacher/valid_rate``, ``student/solve_rate``) and
+a stub ``config.yaml`` (``agent``, ``preset: synthetic``, ``seed``, ``steps``; not a full config, so
+``RunDir.load_config`` does not read it). Nothing here trains or runs a model: it is useful where
+there is no real run yet, to see how the complexity and coverage analysis (notebook 05) reads, and
+as a fixture with a known answer for the tests. Every figure drawn from it shows data that is made
+up, so say so in its title.
+
+Programs are random but well-formed Python at a chosen nesting level; outputs are literals of a
+plausible type, NOT what the program returns (nothing is executed). Two scripted trajectories mimic
+the paper's picture:
 
   baseline    one ``agent``; program level falls to 0 (``return a``) while its solve rate rises to
               about 1 and its inputs converge on one type: a collapse.
@@ -112,10 +121,11 @@ def _task(
     }  # k = 8 rollouts
 
 
-def write_fake_run(
+def write_synthetic_run(
     run_dir: str | Path, agent: str, n_steps: int = 30, seed: int = 0, n_teachers: int = 4, tasks_per_step: int = 4
 ) -> Path:
-    """Write ``config.yaml``, ``metrics.jsonl`` and ``tasks.jsonl`` for a synthetic run."""
+    """Write ``config.yaml``, ``metrics.jsonl`` and ``tasks.jsonl`` for one synthetic run of ``agent``
+    (``baseline``: a scripted collapse; ``population``: a scripted arms race) over ``n_steps``."""
     if agent not in ("baseline", "population"):
         raise ValueError(f"agent must be 'baseline' or 'population', got {agent!r}")
     rng = random.Random(seed)
@@ -130,7 +140,7 @@ def write_fake_run(
             if agent == "baseline":
                 level = round(4 * (1 - progress) + rng.uniform(-0.5, 0.5))
                 rho = min(1.0, 0.45 + 0.6 * progress + rng.uniform(-0.1, 0.1))
-                types = _TYPES[: max(1, round(4 * (1 - progress)))]
+                types = list(_TYPES[: max(1, round(4 * (1 - progress)))])
             else:
                 level = round(1 + 3 * progress + rng.uniform(-0.5, 0.5))
                 rho = 0.5 + 0.3 * math.sin(step / 3 + i) + rng.uniform(-0.1, 0.1)
@@ -159,9 +169,9 @@ def write_fake_run(
     return run_dir
 
 
-def write_fake_experiment(exp_dir: str | Path, n_steps: int = 30, seed: int = 0) -> Path:
+def write_synthetic_experiment(exp_dir: str | Path, n_steps: int = 30, seed: int = 0) -> Path:
     """``exp_dir/baseline`` (a collapse) and ``exp_dir/population`` (an arms race), side by side."""
     exp_dir = Path(exp_dir)
-    write_fake_run(exp_dir / "baseline", "baseline", n_steps=n_steps, seed=seed)
-    write_fake_run(exp_dir / "population", "population", n_steps=n_steps, seed=seed + 1)
+    write_synthetic_run(exp_dir / "baseline", "baseline", n_steps=n_steps, seed=seed)
+    write_synthetic_run(exp_dir / "population", "population", n_steps=n_steps, seed=seed + 1)
     return exp_dir

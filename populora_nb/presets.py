@@ -1,0 +1,218 @@
+"""The named presets (tiny, smoke, gpu, paper) and how a config is built from one.
+
+`populora_nb.config.load_config` is the entry point: a preset, then a YAML file's values, then
+overrides (nested dicts or dotted keys), each value type- and range-checked into the dataclasses
+of `populora_nb.config`. This module imports config; config imports this one only inside
+`load_config`, so there is no import cycle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from populora_nb.config import TINY_MODEL, ConfigError, ExperimentConfig
+
+# Presets are short named overrides; each line says why it differs from the defaults.
+PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
+    {
+        "tiny": {
+            "model.name": TINY_MODEL,  # random 2-layer Llama: a population step in seconds
+            "lora.rank": 4,  # tiny hidden size (64)
+            "sampling.propose_max_new_tokens": 32,  # random weights never write a valid task anyway
+            "sampling.solve_max_new_tokens": 16,
+            "rl.rollouts": 2,
+            "rl.proposals_per_kind": 1,
+            "run.steps": 3,
+            "run.checkpoint_every": 1,
+            "evolution.every": 2,  # so a 3-step run exercises one evolution event
+            "verifier.timeout_s": 2.0,
+            "eval.limit": 2,
+            "eval.max_new_tokens": 16,
+        },
+        "smoke": {
+            "sampling.temperature": 0.7,  # 135M writes runnable code ~6/20 at 0.7, ~never at 1.0
+            "sampling.propose_max_new_tokens": 96,  # measured: 4T+4S step ~55-170 s on 2 cores
+            "sampling.solve_max_new_tokens": 32,
+            "rl.rollouts": 2,
+            "rl.proposals_per_kind": 2,  # TRR++ whitens per (member, role, kind): 1 would leave teachers at A = 0
+            "rl.micro_batch": 2,  # measured: peak RSS 3.9 GB instead of 7.2 GB, same s/step
+            "tasks.kinds": ["code_o", "code_i"],  # code_f prompts are long; too slow for the CPU budget
+            "tasks.n_references": 2,  # shorter prompts for a 135M model on CPU
+            "run.steps": 5,
+            "run.checkpoint_every": 2,
+            "evolution.every": 2,  # two evolution events in 5 steps
+            "eval.limit": 2,  # 10 models (base, baseline, 8 members): eval dominates on CPU
+            "eval.benchmarks": ["humanevalplus", "gsm8k"],  # one code and one math set for the CPU budget
+            "eval.max_new_tokens": 96,
+        },
+        "gpu": {
+            "model.name": "Qwen/Qwen2.5-Coder-1.5B-Instruct",  # fits 4T+4S with room for rollouts on one GPU
+            "lora.rank": 16,
+            "tasks.prompt_format": "r1",  # AZR's <think> block: reasoning length can grow (a paper claim)
+            "sampling.propose_max_new_tokens": 2048,  # room for that growth (AZR allows 8096, the paper preset)
+            "sampling.solve_max_new_tokens": 2048,
+            "rl.proposals_per_kind": 8,
+            "rl.rollouts": 4,
+            "run.steps": 200,
+            "run.checkpoint_every": 10,
+            "model.max_seq_len": 6144,  # a code_o/code_i prompt with K = 6 references + 2048 new
+        },
+        "paper": {
+            "model.name": "Qwen/Qwen2.5-Coder-7B",  # the paper's and AZR's base model
+            "lora.rank": 32,
+            "tasks.prompt_format": "r1",  # AZR's `User: ... Assistant: <think>` wrapper
+            "sampling.propose_max_new_tokens": 8096,  # AZR's data.max_response_length (its 7B self-play script)
+            "sampling.solve_max_new_tokens": 8096,
+            "sampling.temperature": 1.0,  # AZR samples at 1.0 (the default, stated for the record)
+            "lora.gradient_checkpointing": True,  # 8k-token completions on a 7B base
+            "rl.proposals_per_kind": 16,
+            "rl.rollouts": 8,  # AZR estimates solve rates over 8 samples
+            "run.steps": 500,
+            "run.checkpoint_every": 25,
+            "model.max_seq_len": 14240,  # AZR: max_prompt_length 6144 + max_response_length 8096
+        },
+    }
+)
+
+
+def build_config(
+    preset: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    yaml_path: str | Path | None = None,
+) -> ExperimentConfig:
+    """What `populora_nb.config.load_config` returns (it documents the order); lives here, next to PRESETS."""
+    name = preset or os.environ.get("POPULORA_PRESET") or "smoke"
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    flat: dict[str, Any] = {"preset": name, **PRESETS[name]}
+    if yaml_path is not None:
+        path = Path(yaml_path)
+        if not path.is_file():
+            raise ConfigError(
+                f"config file {path} is not a file" if path.exists() else f"config file not found: {path}"
+            )
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except UnicodeDecodeError:
+            raise ConfigError(f"config file {path} is not text (expected a YAML mapping of sections)") from None
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise ConfigError(
+                f"config file {path} is not valid YAML{where}: {getattr(e, 'problem', None) or e}"
+            ) from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {path} must hold a mapping of sections, got {type(data).__name__}")
+        flat.update(_flatten(data))
+    flat.update(_flatten(dict(overrides or {})))
+    return _build(ExperimentConfig, _unflatten(flat), prefix="")
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`key=value` from the command line; the value is read as YAML (numbers, lists, null...)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like section.field=value, e.g. rl.rollouts=8")
+    key, value = text.split("=", 1)
+    try:
+        return key.strip(), yaml.safe_load(value)
+    except yaml.YAMLError:
+        raise ConfigError(
+            f"override {text!r}: the value is not valid YAML; quote it, e.g. {key.strip()}='...'"
+        ) from None
+
+
+# ---- validation machinery -------------------------------------------------------------------
+
+
+# Keys an earlier version wrote into every run's config.yaml that no longer mean anything: read and
+# dropped, so old runs still load (a key that changed meaning is refused instead, e.g. invalid_policy).
+RETIRED_KEYS = frozenset({"sampling.seed"})
+
+
+def _build(cls: type, values: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        where = f"{prefix}{key}"
+        if where in RETIRED_KEYS:
+            continue
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f" (did you mean {prefix + close[0]!r}?)" if close else f"; known: {', '.join(names)}"
+            raise ConfigError(f"unknown config key {where!r}{hint}")
+        hint = hints[key]
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where} is a section: give a mapping of its fields, not {value!r}")
+            kwargs[key] = _build(hint, value, prefix=f"{where}.")
+        else:
+            kwargs[key] = _coerce(value, hint, where)
+    try:
+        return cls(**kwargs)
+    except ConfigError as e:
+        msg = str(e)
+        # Field checks in __post_init__ name the bare field; say which section it lives in.
+        if prefix and msg.split(" ", 1)[0].rstrip(":") in names:
+            msg = f"{prefix}{msg}"
+        raise ConfigError(msg) from None
+
+
+def _coerce(value: Any, hint: Any, where: str) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(value, inner[0], where)
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{where} must be one of {', '.join(map(repr, args))}, got {value!r}")
+        return value
+    if origin is tuple:
+        if isinstance(value, str) or not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where} must be a list, got {type(value).__name__} {value!r}")
+        return tuple(_coerce(v, args[0], where) for v in value)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} must be a mapping, got {type(value).__name__} {value!r}")
+        return {_coerce(k, args[0], where): _coerce(v, args[1], f"{where}.{k}") for k, v in value.items()}
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint in (int, float, str, bool) and (type(value) is not hint):
+        raise ConfigError(f"{where} must be {hint.__name__}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        full = f"{prefix}{key}"
+        section_keys = {f.name for f in dataclasses.fields(ExperimentConfig)}
+        if isinstance(value, dict) and (full in section_keys):
+            out.update(_flatten(value, f"{full}."))
+        else:
+            out[full] = value
+    return out
+
+
+def _unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
+    nested: dict[str, Any] = {}
+    for key, value in flat.items():
+        parts = key.split(".")
+        node = nested
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"{key!r}: {part!r} is a field, not a section")
+        node[parts[-1]] = value
+    return nested
