@@ -41,8 +41,9 @@ from pathlib import Path
 import torch
 
 from populora_nb.config import load_config
-from populora_nb.model.adapters import Population, TrainBatch, _left_pad, roles_for
+from populora_nb.model.adapters import Population, roles_for
 from populora_nb.model.base import load_base
+from populora_nb.model.batch import TrainBatch, left_pad
 from populora_nb.model.multilora import decode
 from populora_nb.rl import policy_gradient_loss
 
@@ -109,7 +110,7 @@ def train_child(args: argparse.Namespace, gradient_checkpointing: bool) -> None:
     times = []
     with PeakRSS() as peak:
         for _ in range(2):
-            wall, cpu, _ = timed(lambda: pop.train_step(0, batch, loss_fn))
+            wall, cpu, _ = timed(lambda: pop.train_step("T0", batch, loss_fn))
             times.append((wall, cpu))
     print(
         f"{statistics.median(t[0] for t in times):6.1f} s wall, {statistics.median(t[1] for t in times):6.1f} s cpu, "
@@ -151,7 +152,7 @@ def main() -> None:
         tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
         for q in (QUESTIONS * args.batch)[: args.batch]
     ]
-    ids, mask = _left_pad(
+    ids, mask = left_pad(
         [tok(p, add_special_tokens=False)["input_ids"] for p in prompts], tok.pad_token_id, base.device
     )
     n_new, members = args.new_tokens, pop.ids()
@@ -206,7 +207,7 @@ def main() -> None:
             results[k].append((wall, cpu))
         print(f"  repeat {rep + 1}/{args.repeats} done; load {uptime().split('load average:')[-1].strip()}")
 
-    print(f"\n{'generation (median of %d)' % args.repeats:<40} {'wall s':>8} {'cpu s':>8} {'tok/s (cpu)':>12}")
+    print(f"\n{f'generation (median of {args.repeats})':<40} {'wall s':>8} {'cpu s':>8} {'tok/s (cpu)':>12}")
     med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in results.items()}
     for k, (w, c) in med.items():
         print(f"{k:<40} {w:8.2f} {c:8.2f} {args.batch * n_new / c:12.1f}")
@@ -232,10 +233,12 @@ def main() -> None:
     a = ratio("ours: mixed, one member per row", "ours: one member on all rows")
     b = ratio("ours: one member on all rows", "ours: base only (same decode loop)")
     print(
-        f"(a) mixed 8-member batch / single-member batch: {a[0]:.3f}x [{a[1]:.3f}x]  target <= 1.20x  {verdict(a[0], 1.2)}"
+        f"(a) mixed 8-member batch / single-member batch: {a[0]:.3f}x [{a[1]:.3f}x]  target <= 1.20x  "
+        f"{verdict(a[0], 1.2)}"
     )
     print(
-        f"(b) LoRA on / base only:                        {b[0]:.3f}x [{b[1]:.3f}x]  target <= 1.15x  {verdict(b[0], 1.15)}"
+        f"(b) LoRA on / base only:                        {b[0]:.3f}x [{b[1]:.3f}x]  target <= 1.15x  "
+        f"{verdict(b[0], 1.15)}"
     )
     if not args.skip_peft:
         pa = ratio("peft: mixed, adapter_names", "peft: one adapter, unmerged")
@@ -259,16 +262,16 @@ def main() -> None:
     )
     print(
         f"    one member {member_bytes / 2**20:.2f} MiB = {100 * member_bytes / base_bytes:.2f}%; the floor is "
-        f"n_members x r x sum(d_in + d_out) x 4 bytes, so <= +10% needs r <= {int(0.10 * base_bytes / factor_bytes * cfg.lora.rank)} here"
+        f"n_members x r x sum(d_in + d_out) x 4 bytes, so <= +10% needs "
+        f"r <= {int(0.10 * base_bytes / factor_bytes * cfg.lora.rank)} here"
     )
     print(
         f"    transient while a mixed batch decodes (B <= N: rows' factors gathered once): "
         f"{args.batch * member_bytes / 2**20:.1f} MiB"
     )
     print(f"    AdamW moments when every member has trained: +{2 * factor_bytes / 2**20:.1f} MiB")
-    print(
-        f"    at the paper's shape (Qwen2.5-7B, r=32, 8 members): +{100 * 8 * PAPER_LORA_PARAMS / PAPER_BASE_PARAMS:.1f}%"
-    )
+    paper = 8 * PAPER_LORA_PARAMS / PAPER_BASE_PARAMS
+    print(f"    at the paper's shape (Qwen2.5-7B, r=32, 8 members): +{100 * paper:.1f}%")
 
     # (d) in fresh processes, so each peak RSS is that step's own and not what earlier runs left.
     print(
@@ -298,9 +301,8 @@ def main() -> None:
             check=True,
         )
         print(f"    gradient checkpointing {gc:<3}: " + child.stdout.strip().splitlines()[-1])
-    print(
-        f"\nload at end: {uptime()}; peak process RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB"
-    )
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print(f"\nload at end: {uptime()}; peak process RSS {rss:.2f} GiB")
 
 
 if __name__ == "__main__":

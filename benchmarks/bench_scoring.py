@@ -46,15 +46,18 @@ def main() -> None:
     n, s = len(check.rows), check.seconds
     agree = sum(m[:2] == tuple(t) for m, t in zip(check.mine, check.theirs)) / n
     print(
-        f"{n} candidates on {2 * args.tasks} tasks, {args.workers} workers; verdicts agree on {agree:.1%} (documented exceptions included)"
+        f"{n} candidates on {2 * args.tasks} tasks, {args.workers} workers; "
+        f"verdicts agree on {agree:.1%} (documented exceptions included)"
     )
     print("| scorer | ground truth s | scoring s | candidates/s |")
     print("|---|---:|---:|---:|")
     for who in ("project", "evalplus"):
         print(f"| {who} | {s[f'{who}/ground_truth']:.1f} | {s[f'{who}/score']:.1f} | {n / s[f'{who}/score']:.1f} |")
+    theirs_total = s["evalplus/ground_truth"] + s["evalplus/score"]
+    mine_total = s["project/ground_truth"] + s["project/score"]
     print(
         f"project / evalplus candidates per second: {s['evalplus/score'] / s['project/score']:.2f}x "
-        f"(with ground truth: {(s['evalplus/ground_truth'] + s['evalplus/score']) / (s['project/ground_truth'] + s['project/score']):.2f}x)"
+        f"(with ground truth: {theirs_total / mine_total:.2f}x)"
     )
 
 

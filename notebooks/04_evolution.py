@@ -36,7 +36,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from populora_nb.analysis.figures import save_figure
-from populora_nb.analysis.plots import plot_lineage
+from populora_nb.analysis.plots import plot_lineage, plot_retention
 from populora_nb.analysis.runs import find_runs
 from populora_nb.config import load_config
 from populora_nb.evolution import MemberRating, OperatorMix, ancestors, simulate_lineage
@@ -51,7 +51,7 @@ from populora_nb.operators import (
     synthetic_factors,
 )
 from populora_nb.records import RunDir
-from populora_nb.retention import plot_retention, run_retention
+from populora_nb.retention import run_retention
 
 config = load_config(preset, {"run.seed": seed})
 ec = config.evolution

@@ -17,8 +17,8 @@ import os
 
 preset = os.environ.get("POPULORA_PRESET", "smoke")
 out_dir = None  # set by `make run`: results, table and figure are saved here
-data_dir = None  # benchmark files; default: $POPULORA_DATA, else ../shared/benchmarks
-results_dir = None  # results of baseline and members from `python -m populora_nb eval`, merged in (default with out_dir: out_dir/eval)
+data_dir = None  # benchmark files; default: the preset's eval.data_dir, else $POPULORA_DATA, else ../shared/benchmarks
+results_dir = None  # baseline and member results of `python -m populora_nb eval`, merged in (default: out_dir/eval)
 limit = None  # problems per benchmark; default: the preset's eval.limit
 
 # %%
@@ -28,42 +28,39 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from populora_nb.config import load_config
-from populora_nb.evaluation.benchmarks import (
-    BenchmarkDataError,
-    available_benchmarks,
-    benchmark_verifier,
-    evaluate,
-    format_table,
-    hf_generate,
-    load_benchmark,
-    load_results,
-    plot_benchmarks,
-    resolve_data_dir,
-    score_many,
-    summary_table,
-)
+from populora_nb.analysis.figures import save_figure
+from populora_nb.config import describe, load_config
+from populora_nb.evaluation.benchmarks import benchmark_verifier, evaluate, hf_generate, load_results, score_many
+from populora_nb.evaluation.loaders import CODE_BENCHMARKS, load_benchmark, resolve_data_dir
+from populora_nb.evaluation.report import format_table, plot_benchmarks, summary_table
+from populora_nb.evaluation.runs import benchmarks_to_run
 from populora_nb.model.base import load_base
 
 config = load_config(preset)
+if data_dir is not None:
+    config.eval.data_dir = str(data_dir)
 limit = limit or config.eval.limit
-print(f"preset: {config.preset}  model: {config.model.name}")
-print(f"eval: benchmarks {config.eval.benchmarks}, limit {limit}, max_new_tokens {config.eval.max_new_tokens}")
+print(describe(config, "model", "eval"))
+print(f"limit here: {limit}")
 
 # %% [markdown]
 # ## Where the data is
-# What to look for: the data root and which benchmarks have files there. Without `../shared`
-# (e.g. a fresh clone) the notebook falls back to the tiny fixtures the tests use.
+# What to look for: the data root and which benchmarks have files there. The root is found as every
+# evaluation finds it: `data_dir` (or the preset's `eval.data_dir`), else `$POPULORA_DATA`, else
+# `../shared/benchmarks` beside the checkout. A root you named must exist; when the default one is
+# absent (e.g. a fresh clone without the data) the notebook says so and the cells below skip.
 
 # %%
-try:
-    data_root = resolve_data_dir(data_dir)
-except BenchmarkDataError as e:
-    print(f"{e}\n-> using the test fixtures instead")
-    data_root = Path("..").resolve() / "tests" / "fixtures" / "benchmarks"
-available = available_benchmarks(data_root)
-benchmarks = [b for b in config.eval.benchmarks if b in available]
-print(f"data: {data_root}\navailable: {available}\nevaluating: {benchmarks}")
+benchmarks, note = benchmarks_to_run(config)
+data_root = resolve_data_dir(config.eval.data_dir) if benchmarks else None
+print(f"data: {data_root}\nevaluating: {benchmarks}")
+if note:
+    print(f"note: {note}")
+if not benchmarks:
+    print(
+        "no benchmark data found: nothing is evaluated below. Get the files (README: benchmark data) and "
+        "set $POPULORA_DATA or data_dir to their folder."
+    )
 
 # %% [markdown]
 # ## The harness, checked on known answers
@@ -73,22 +70,19 @@ print(f"data: {data_root}\navailable: {available}\nevaluating: {benchmarks}")
 
 # %%
 code = [p for b in benchmarks if b in ("humanevalplus", "mbppplus") for p in load_benchmark(b, data_root, limit=3)]
-maths = [
-    p
-    for b in benchmarks
-    if b not in ("humanevalplus", "mbppplus", "livecodebench")
-    for p in load_benchmark(b, data_root, limit=3)
-]
-with benchmark_verifier(memory_mb=2048) as verifier:
-    canonical = score_many(code, [f"```python\n{p.question}{p.canonical_solution}\n```" for p in code], verifier)
-    broken = score_many(code, ["```python\nx = (\n```"] * len(code), verifier)
-gold = score_many(maths, [f"The answer is \\boxed{{{p.answer}}}." for p in maths])
-wrong = score_many(maths, ["<answer>-31415926</answer>"] * len(maths))
+maths = [p for b in benchmarks if b not in CODE_BENCHMARKS for p in load_benchmark(b, data_root, limit=3)]
+canonical, broken, gold, wrong = [], [], [], []
+if code:
+    with benchmark_verifier(memory_mb=2048) as verifier:
+        canonical = score_many(code, [f"```python\n{p.question}{p.canonical_solution}\n```" for p in code], verifier)
+        broken = score_many(code, ["```python\nx = (\n```"] * len(code), verifier)
+if maths:
+    gold = score_many(maths, [f"The answer is \\boxed{{{p.answer}}}." for p in maths])
+    wrong = score_many(maths, ["<answer>-31415926</answer>"] * len(maths))
 for p, c, b in zip(code, canonical, broken):
     print(f"{p.id:14s} canonical: {c.status:8s} broken: {b.status}")
-print(
-    f"math gold: {sum(s.passed for s in gold)}/{len(gold)} pass, wrong: {sum(s.passed for s in wrong)}/{len(wrong)} pass"
-)
+n_gold, n_wrong = sum(s.passed for s in gold), sum(s.passed for s in wrong)
+print(f"math gold: {n_gold}/{len(gold)} pass, wrong: {n_wrong}/{len(wrong)} pass")
 
 # %% [markdown]
 # ## Score the bare base
@@ -96,22 +90,26 @@ print(
 # chat template). A 135M model solves few of them; the random `tiny` model none.
 
 # %%
-base = load_base(config)
 eval_dir = Path(out_dir) / "eval" if out_dir else Path(tempfile.mkdtemp(prefix="populora-eval-"))
-t0 = time.time()
-results = evaluate(
-    {"base": hf_generate(base.model, base.tokenizer, max_new_tokens=config.eval.max_new_tokens)},
-    benchmarks,
-    tokenizer_or_format=base.tokenizer,
-    data_dir=data_root,
-    limit=limit,
-    out_dir=eval_dir,
-    extra_settings={"max_new_tokens": config.eval.max_new_tokens},
-    progress=print,
-)
+results = []
+if benchmarks:
+    base = load_base(config)
+    t0 = time.time()
+    results = evaluate(
+        {"base": hf_generate(base.model, base.tokenizer, max_new_tokens=config.eval.max_new_tokens)},
+        benchmarks,
+        tokenizer_or_format=base.tokenizer,
+        data_dir=data_root,
+        limit=limit,
+        out_dir=eval_dir,
+        extra_settings={"max_new_tokens": config.eval.max_new_tokens},
+        progress=print,
+    )
+    print(f"evaluated in {time.time() - t0:.0f} s; results in {eval_dir}")
+else:
+    print("skipped: no benchmark data")
 if results_dir is None and out_dir:
     results_dir = eval_dir  # `make run`: the experiment's baseline and member results sit beside the base's
-print(f"evaluated in {time.time() - t0:.0f} s; results in {eval_dir}")
 
 # %% [markdown]
 # ## The table and the figure
@@ -122,11 +120,14 @@ print(f"evaluated in {time.time() - t0:.0f} s; results in {eval_dir}")
 merged = results + ([r for r in load_results(results_dir) if r.model != "base"] if results_dir else [])
 members = sorted({r.model for r in merged} - {"base", "baseline"})
 table = summary_table(merged, members=members)
-print(format_table(table))
-fig = plot_benchmarks(table)
-if out_dir:
-    fig.savefig(Path(out_dir) / "06_benchmarks.png", dpi=120)
-plt.show()
+if table:
+    print(format_table(table))
+    fig = plot_benchmarks(table)
+    if out_dir:
+        save_figure(fig, Path(out_dir) / "06_benchmarks.png", close=False)
+    plt.show()
+else:
+    print("no results to tabulate")
 
 # %% [markdown]
 # ## Verify it is real
@@ -134,11 +135,15 @@ plt.show()
 # for, the saved JSON holds one verdict and one completion per problem, and the table covers them.
 
 # %%
-assert code and all(s.passed for s in canonical) and not any(s.passed for s in broken)
-assert maths and all(s.passed for s in gold) and not any(s.passed for s in wrong)
-for r in results:
-    saved = eval_dir / f"base__{r.benchmark}.json"
-    assert saved.is_file() and 0 < r.n_problems <= limit and 0.0 <= r.score <= 1.0, r.benchmark
-    assert all(len(p["passed"]) == len(p["completion"]) == 1 for p in r.problems)
-assert [row.benchmark for row in table][: len(benchmarks)] == benchmarks
-print("verified:", {r.benchmark: round(r.score, 3) for r in results})
+if benchmarks:
+    assert code or maths, "no problem to check the harness on"
+    assert all(s.passed for s in canonical) and not any(s.passed for s in broken)
+    assert all(s.passed for s in gold) and not any(s.passed for s in wrong)
+    for r in results:
+        saved = eval_dir / f"base__{r.benchmark}.json"
+        assert saved.is_file() and 0 < r.n_problems <= limit and 0.0 <= r.score <= 1.0, r.benchmark
+        assert all(len(p["passed"]) == len(p["completion"]) == 1 for p in r.problems)
+    assert [row.benchmark for row in table][: len(benchmarks)] == benchmarks
+    print("verified:", {r.benchmark: round(r.score, 3) for r in results})
+else:
+    print("skipped: no benchmark data, nothing was evaluated")

@@ -24,11 +24,9 @@ from typing import TYPE_CHECKING, Literal
 
 from populora_nb.buffers import TaskBuffer
 from populora_nb.config import ExperimentConfig
-from populora_nb.evolution import CONTROLS, OPERATORS, fitness, retention_curves
-from populora_nb.loop import RunState, initial_state
+from populora_nb.evolution import OPERATORS, fitness, retention_curves
 from populora_nb.matchmaking import Rating
 from populora_nb.operators import LoRAFactors
-from populora_nb.records import RunDir, read_json
 from populora_nb.rewards import teacher_reward
 from populora_nb.stages import (
     Attempt,
@@ -44,12 +42,11 @@ from populora_nb.stages import (
     validate,
     worked_examples,
 )
+from populora_nb.state import RunState, initial_state, load_run
 from populora_nb.tasks import Task
-from populora_nb.verify.verifier import Verifier
+from populora_nb.verify import Verifier
 
 if TYPE_CHECKING:
-    from matplotlib.axes import Axes
-
     from populora_nb.model.base import Base
     from populora_nb.model.policy import LoRAPolicy
 
@@ -103,7 +100,7 @@ def _retrain(
     """Install `child` in `member`'s slot (fresh AdamW, as a newborn gets in the loop; the slot's old
     weights are overwritten), then num_steps + 1 times score the mean reward of `samples_at(step)`,
     updating on the first num_steps of them: value t is the reward after t updates."""
-    policy.population.set_factors(policy.names[member], child)
+    policy.set_factors(member, child)
     scores = []
     for step in range(num_steps + 1):
         samples = samples_at(step)
@@ -162,11 +159,11 @@ def teacher_train_and_score(
 
     def samples_at(step: int) -> list[Sample]:
         proposals = propose(policy, [member], fixed, cfg, step)
-        validate(verifier, proposals, n_inputs)
+        proposals = validate(verifier, proposals, n_inputs)
         # No buffers for top-ups: only the child's own tasks are solved, and the student does not learn.
         jobs = solve_jobs({student: list(range(len(proposals)))}, proposals, {}, cfg, step)
         attempts = solve(policy, verifier, jobs, cfg, step, examples)
-        solve_rates(proposals, attempts)
+        proposals = solve_rates(proposals, attempts)
         return [s for s in reward_samples(proposals, attempts, proposer_reward=teacher_reward) if s.member == member]
 
     return lambda child, num_steps: _retrain(policy, member, child, num_steps, samples_at)
@@ -182,13 +179,8 @@ def load_population(
     if run_dir is None:
         state = initial_state(config, verifier)
         return LoRAPolicy.create(config, list(state.roster.items()), base=base), state
-    latest = RunDir(Path(run_dir)).verified_checkpoint()  # a damaged one raises CorruptRunError naming the file
-    if latest is None:
-        raise FileNotFoundError(f"{run_dir} has no checkpoint; train it first (loop.run) or pass run_dir=None")
-    _, path = latest
-    state = RunState.from_json(read_json(path / "state.json"))
-    policy = LoRAPolicy.create(config, list(state.roster.items()), base=base)
-    policy.load(path / "policy")
+    loaded = load_run(run_dir, config, base=base)
+    policy, state = loaded.policy, loaded.state
     return policy, state
 
 
@@ -272,35 +264,3 @@ def _with_progress(train_and_score: TrainAndScore, total: int) -> TrainAndScore:
         return scores
 
     return wrapped
-
-
-def plot_retention(
-    curves: Mapping[str, Sequence[float]], ax: Axes | None = None, *, ylabel: str = "mean student reward"
-) -> Axes:
-    """Score per retraining step, one line per operator; the controls (copy_parent, linear_0_5)
-    dashed and the parent's own level (copy_parent's step 0) as a dotted line."""
-    import matplotlib.pyplot as plt  # plotting stays optional for the experiment above
-
-    from populora_nb.operators import PAPER_IDS
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(8, 4.5))
-    for i, (name, scores) in enumerate(curves.items()):
-        control = name in CONTROLS
-        label = name if control or name not in PAPER_IDS else f"{PAPER_IDS[name]} {name}"
-        ax.plot(
-            range(len(scores)),
-            scores,
-            "--" if control else "-o",
-            ms=3,
-            lw=2.2 if control else 1.3,
-            color="black" if name == "copy_parent" else f"C{i % 10}",
-            label=label,
-        )
-    if "copy_parent" in curves and curves["copy_parent"]:
-        ax.axhline(curves["copy_parent"][0], color="0.6", ls=":", lw=1, label="parent (step 0)")
-    ax.set_xlabel("retraining step")
-    ax.set_ylabel(ylabel)
-    ax.set_title("retention: children retrained from birth")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return ax

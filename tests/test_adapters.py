@@ -1,4 +1,5 @@
-"""Tests for the LoRA population (adapters.py) and the batched multi-LoRA forward (multilora.py)."""
+"""Tests for the LoRA population (adapters.py, batch.py, checkpoint.py) and the batched multi-LoRA
+forward (multilora.py)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,10 @@ import torch
 
 from populora_nb.config import load_config
 from populora_nb.model import multilora
-from populora_nb.model.adapters import (
-    Generation,
-    Population,
-    TrainBatch,
-    load_member_factors,
-    roles_for,
-    train_batch,
-)
+from populora_nb.model.adapters import Population, roles_for
 from populora_nb.model.base import load_base
+from populora_nb.model.batch import Generation, TrainBatch, train_batch
+from populora_nb.model.checkpoint import load_member_factors
 from populora_nb.model.multilora import sample_next
 from populora_nb.operators import LoRAPair
 from populora_nb.rl import policy_gradient_loss
@@ -38,6 +34,7 @@ def base(cfg):
 @pytest.fixture()
 def pop(base, cfg):
     # Large random B so members' greedy continuations differ on the random tiny model.
+    # Members T0, T1, S0, S1 (slots 0..3).
     return Population.create(base, roles_for(2, 2), cfg.lora, seed=0, random_b_std=0.5)
 
 
@@ -45,7 +42,7 @@ def pg_loss(logprobs, batch):
     return policy_gradient_loss(logprobs, batch.completion_mask, batch.advantages, aggregation="sequence_mean")
 
 
-def make_batch(pop: Population, member_id: int, n: int = 4) -> TrainBatch:
+def make_batch(pop: Population, member_id: str, n: int = 4) -> TrainBatch:
     gens = pop.generate([member_id] * n, PROMPTS[:n], max_new_tokens=6, stop_token_ids=[])
     return train_batch(gens, torch.linspace(-1.0, 1.0, n), pop.base.tokenizer.pad_token_id)
 
@@ -64,45 +61,47 @@ def snapshot(pop: Population) -> dict[str, torch.Tensor]:
 def test_create_zero_b_members_share_function_but_not_a(base, cfg):
     lora = dataclasses.replace(cfg.lora, init="zero_b")
     pop = Population.create(base, roles_for(1, 2), lora, seed=3)
-    f0, f1 = pop.factors(0), pop.factors(1)
+    assert pop.ids() == ["T0", "S0", "S1"] and pop.ids("student") == ["S0", "S1"]
+    f0, f1 = pop.factors("T0"), pop.factors("S0")
     name = next(iter(f0))
     assert all((p.B == 0).all() for p in f0.values())
     assert not torch.equal(f0[name].A, f1[name].A)  # independent seeds
     assert pop.members[0].role == "teacher" and pop.members[2].role == "student"
     again = Population.create(base, roles_for(1, 2), lora, seed=3)
-    assert torch.equal(again.factors(1)[name].A, f1[name].A)  # seeded
+    assert torch.equal(again.factors("S0")[name].A, f1[name].A)  # seeded
     # B = 0: every member generates exactly what the bare base does.
-    outs = pop.generate([0, 1, 2], PROMPTS[:3], max_new_tokens=5)
-    bare = Population.create(base, ["agent"], lora, seed=99).generate([0, 0, 0], PROMPTS[:3], max_new_tokens=5)
+    outs = pop.generate(["T0", "S0", "S1"], PROMPTS[:3], max_new_tokens=5)
+    agent = Population.create(base, {"agent": "agent"}, lora, seed=99)
+    bare = agent.generate(["agent"] * 3, PROMPTS[:3], max_new_tokens=5)
     assert [o.completion_ids for o in outs] == [o.completion_ids for o in bare]
 
 
 def test_factor_shapes_follow_the_lora_pair_convention(pop, cfg):
-    factors = pop.factors(0)
+    factors = pop.factors("T0")
     lin = pop.multi.modules["model.layers.0.mlp.down_proj"]
     pair = factors["model.layers.0.mlp.down_proj"]
     assert pair.A.shape == (cfg.lora.rank, lin.in_features) and pair.B.shape == (lin.out_features, cfg.lora.rank)
     assert len(factors) == 7 * pop.base.model.config.num_hidden_layers
     pair.A.zero_()  # a detached clone: the member is untouched
-    assert pop.factors(0)["model.layers.0.mlp.down_proj"].A.abs().sum() > 0
+    assert pop.factors("T0")["model.layers.0.mlp.down_proj"].A.abs().sum() > 0
 
 
 # ---- generation ----------------------------------------------------------------------------------
 
 
 def test_mixed_batch_greedy_equals_each_member_alone(pop):
-    ids = [3, 1, 0, 2]
+    ids = ["S1", "T1", "T0", "S0"]
     mixed = pop.generate(ids, PROMPTS, max_new_tokens=10)
     for m, prompt, got in zip(ids, PROMPTS, mixed):
         alone = pop.generate([m], [prompt], max_new_tokens=10)[0]
         assert got.completion_ids == alone.completion_ids and got.member_id == m
     # The members really differ, so routing a row to the wrong adapter would be caught.
-    same_prompt = pop.generate([0, 1, 2, 3], [PROMPTS[1]] * 4, max_new_tokens=10)
+    same_prompt = pop.generate(pop.ids(), [PROMPTS[1]] * 4, max_new_tokens=10)
     assert len({tuple(g.completion_ids) for g in same_prompt}) > 1
 
 
 def test_more_rows_than_members_uses_the_dense_path_and_still_matches(pop):
-    ids = [0, 1, 0, 2, 3, 1]  # 6 rows > 4 members
+    ids = ["T0", "T1", "T0", "S0", "S1", "T1"]  # 6 rows > 4 members
     prompts = PROMPTS + PROMPTS[:2]
     mixed = pop.generate(ids, prompts, max_new_tokens=8)
     for m, prompt, got in zip(ids, prompts, mixed):
@@ -114,7 +113,7 @@ def test_generation_leaves_the_base_model_untouched(pop):
     ids = torch.tensor([tok("Hello there")["input_ids"]])
     with torch.no_grad():
         before = model(input_ids=ids).logits
-        pop.generate([0, 1], PROMPTS[:2], max_new_tokens=3)
+        pop.generate(["T0", "T1"], PROMPTS[:2], max_new_tokens=3)
         after = model(input_ids=ids).logits
     assert torch.equal(before, after)
     assert not any(m._forward_hooks for m in pop.multi.modules.values())
@@ -123,7 +122,7 @@ def test_generation_leaves_the_base_model_untouched(pop):
 def test_sampling_is_seeded_and_leaves_global_rng_alone(pop):
     rng = torch.random.get_rng_state()
     run = lambda seed: pop.generate(  # noqa: E731
-        [0, 1, 2, 3],
+        pop.ids(),
         PROMPTS,
         max_new_tokens=8,
         temperature=1.0,
@@ -135,13 +134,13 @@ def test_sampling_is_seeded_and_leaves_global_rng_alone(pop):
     assert [g.completion_ids for g in a] != [g.completion_ids for g in c]
     assert torch.equal(rng, torch.random.get_rng_state())
     with pytest.raises(ValueError, match="generator"):
-        pop.generate([0], PROMPTS[:1], temperature=1.0)
+        pop.generate(["T0"], PROMPTS[:1], temperature=1.0)
 
 
 def test_stop_token_ends_a_row_and_is_kept(pop):
-    free = pop.generate([0, 1], PROMPTS[:2], max_new_tokens=6)
+    free = pop.generate(["T0", "T1"], PROMPTS[:2], max_new_tokens=6)
     stop = free[0].completion_ids[2]
-    got = pop.generate([0, 1], PROMPTS[:2], max_new_tokens=6, stop_token_ids=[stop])
+    got = pop.generate(["T0", "T1"], PROMPTS[:2], max_new_tokens=6, stop_token_ids=[stop])
     first = free[0].completion_ids.index(stop)
     assert got[0].completion_ids == free[0].completion_ids[: first + 1] and got[0].stopped
     assert len(got[1].completion_ids) <= 6
@@ -159,19 +158,19 @@ def test_top_p_keeps_only_the_nucleus():
 
 
 def test_train_step_touches_only_its_member(pop):
-    batch = make_batch(pop, 1)
+    batch = make_batch(pop, "T1")
     before = snapshot(pop)
-    stats = pop.train_step(1, batch, pg_loss)
+    stats = pop.train_step("T1", batch, pg_loss)
     after = snapshot(pop)
     changed = {k for k in before if not torch.equal(before[k], after[k])}
-    assert changed and all(k.startswith("1.") for k in changed)
+    assert changed and all(k.startswith("T1.") for k in changed)
     assert stats["optim/grad_norm"] > 0 and "loss/pg" in stats
-    assert set(pop.optimizers) == {1}
-    # A later step of another member must not move member 1 (no shared optimizer momentum).
+    assert set(pop.optimizers) == {"T1"}
+    # A later step of another member must not move T1 (no shared optimizer momentum).
     mid = snapshot(pop)
-    pop.train_step(2, make_batch(pop, 2), pg_loss)
+    pop.train_step("S0", make_batch(pop, "S0"), pg_loss)
     end = snapshot(pop)
-    assert {k for k in mid if not torch.equal(mid[k], end[k])} <= {k for k in mid if k.startswith("2.")}
+    assert {k for k in mid if not torch.equal(mid[k], end[k])} <= {k for k in mid if k.startswith("S0.")}
 
 
 def test_gradient_checkpointing_and_micro_batches_give_the_same_update(base, cfg):
@@ -179,8 +178,8 @@ def test_gradient_checkpointing_and_micro_batches_give_the_same_update(base, cfg
     for gc, micro in [(False, None), (True, None), (False, 2)]:
         lora = dataclasses.replace(cfg.lora, gradient_checkpointing=gc)
         pop = Population.create(base, roles_for(1, 1), lora, seed=0, random_b_std=0.5)
-        stats = pop.train_step(0, make_batch(pop, 0), pg_loss, micro_batch_size=micro)
-        results.append((stats["optim/grad_norm"], pop.factors(0)))
+        stats = pop.train_step("T0", make_batch(pop, "T0"), pg_loss, micro_batch_size=micro)
+        results.append((stats["optim/grad_norm"], pop.factors("T0")))
     for norm, factors in results[1:]:
         assert norm == pytest.approx(results[0][0], rel=1e-4)
         for name, pair in factors.items():
@@ -194,20 +193,20 @@ def test_micro_batches_weighted_by_tokens_reproduce_a_token_mean_step(base, cfg)
     norms = {}
     for micro, weight_by in [(None, "rows"), (1, "tokens"), (1, "rows")]:
         pop = Population.create(base, roles_for(1, 1), cfg.lora, seed=0, random_b_std=0.5)
-        batch = make_batch(pop, 0)
+        batch = make_batch(pop, "T0")
         batch.completion_mask[0, -5:] = 0  # completions of unequal length: 1, 6, 6, 6 scored tokens
-        stats = pop.train_step(0, batch, token_loss, micro_batch_size=micro, weight_by=weight_by)
+        stats = pop.train_step("T0", batch, token_loss, micro_batch_size=micro, weight_by=weight_by)
         norms[(micro, weight_by)] = stats["optim/grad_norm"]
     assert norms[(1, "tokens")] == pytest.approx(norms[(None, "rows")], rel=1e-4)
     assert norms[(1, "rows")] != pytest.approx(norms[(None, "rows")], rel=1e-2)  # rows would be wrong here
     with pytest.raises(ValueError, match="weight_by"):
-        pop.train_step(0, batch, token_loss, weight_by="sequences")
+        pop.train_step("T0", batch, token_loss, weight_by="sequences")
 
 
 def test_logprobs_of_the_base_ignore_the_adapters(pop):
-    batch = make_batch(pop, 0)
+    batch = make_batch(pop, "T0")
     base_lp = pop.logprobs(None, batch)
-    member_lp = pop.logprobs(0, batch)
+    member_lp = pop.logprobs("T0", batch)
     mask = batch.completion_mask.bool()
     assert not torch.allclose(base_lp[mask], member_lp[mask])
     assert (base_lp[~mask] == 0).all() and (base_lp[mask] < 0).all()
@@ -239,10 +238,10 @@ def _sample_recording_logprobs(pop, member_id, temperature, monkeypatch, n=3):
 
 @pytest.mark.parametrize("temperature", [0.7, 1.0])
 def test_trainer_logprobs_are_the_samplers_at_the_sampling_temperature(pop, monkeypatch, temperature):
-    gens, sampler_logp = _sample_recording_logprobs(pop, 1, temperature, monkeypatch)
+    gens, sampler_logp = _sample_recording_logprobs(pop, "T1", temperature, monkeypatch)
     batch = train_batch(gens, torch.tensor([1.0, -1.0, 0.5]), pop.base.tokenizer.pad_token_id, temperature=temperature)
     mask = batch.completion_mask.bool()
-    old = pop.logprobs(1, batch)  # the old log-probs of a PPO epoch
+    old = pop.logprobs("T1", batch)  # the old log-probs of a PPO epoch
     torch.testing.assert_close(old[mask].view_as(sampler_logp), sampler_logp, atol=1e-4, rtol=0)
     torch.testing.assert_close(old.sum(1), sampler_logp.sum(1), atol=1e-4, rtol=0)
     # The new log-probs of train_step's first epoch are the same numbers: the PPO ratio is exactly 1.
@@ -253,18 +252,18 @@ def test_trainer_logprobs_are_the_samplers_at_the_sampling_temperature(pop, monk
         seen["new"] = logprobs.detach()
         return policy_gradient_loss(logprobs, b.completion_mask, b.advantages, old_logprobs=b.old_logprobs)
 
-    stats = pop.train_step(1, batch, loss_fn)
+    stats = pop.train_step("T1", batch, loss_fn)
     assert torch.equal(seen["new"], old)
     assert stats["policy/ratio_max"] == 1.0 and stats["policy/clip_frac"] == 0.0
 
 
 def test_greedy_batches_score_at_temperature_one(pop):
-    gens = pop.generate([0, 0], PROMPTS[:2], max_new_tokens=6, stop_token_ids=[])  # temperature 0
+    gens = pop.generate(["T0", "T0"], PROMPTS[:2], max_new_tokens=6, stop_token_ids=[])  # temperature 0
     pad = pop.base.tokenizer.pad_token_id
     greedy = train_batch(gens, [1.0, -1.0], pad, temperature=0.0)
-    lp = pop.logprobs(0, greedy)
-    assert torch.isfinite(lp).all() and torch.equal(lp, pop.logprobs(0, train_batch(gens, [1.0, -1.0], pad)))
-    stats = pop.train_step(0, greedy, pg_loss, micro_batch_size=1)  # rows() keeps the temperature
+    lp = pop.logprobs("T0", greedy)
+    assert torch.isfinite(lp).all() and torch.equal(lp, pop.logprobs("T0", train_batch(gens, [1.0, -1.0], pad)))
+    stats = pop.train_step("T0", greedy, pg_loss, micro_batch_size=1)  # rows() keeps the temperature
     assert stats["optim/grad_norm"] > 0 and all(v == v for v in stats.values())  # no NaN
     assert greedy.rows(slice(0, 1)).temperature == 0.0
     with pytest.raises(ValueError, match="temperature"):
@@ -275,56 +274,60 @@ def test_greedy_batches_score_at_temperature_one(pop):
 
 
 def test_replace_gives_a_new_member_in_the_same_slot(pop):
-    pop.train_step(0, make_batch(pop, 0), pg_loss)
-    child_factors = {n: LoRAPair(p.A * 0.5, p.B * 2.0) for n, p in pop.factors(1).items()}
-    child = pop.replace(0, child_factors, parents=(1,), birth_step=5, operator="mutation_test")
-    assert child.id == 4 and child.slot == 0 and child.parents == (1,) and child.role == "teacher"
-    assert 0 not in pop.ids() and 0 not in pop.optimizers
+    pop.train_step("T0", make_batch(pop, "T0"), pg_loss)
+    child_factors = {n: LoRAPair(p.A * 0.5, p.B * 2.0) for n, p in pop.factors("T1").items()}
+    child = pop.replace("T0", "teacher-s5-0", child_factors, parents=("T1",), birth_step=5, operator="mutation_test")
+    assert child.id == "teacher-s5-0" and child.slot == 0 and child.parents == ("T1",) and child.role == "teacher"
+    assert pop.ids() == ["teacher-s5-0", "T1", "S0", "S1"] and "T0" not in pop.optimizers
     name = next(iter(child_factors))
     assert torch.equal(pop.factors(child.id)[name].B, child_factors[name].B)
     with pytest.raises(ValueError, match="shapes"):
         pop.set_factors(child.id, {n: LoRAPair(p.A[:1], p.B[:, :1]) for n, p in child_factors.items()})
+    with pytest.raises(ValueError, match="already a member"):
+        pop.replace("S0", "T1", child_factors)
+    with pytest.raises(KeyError, match="no member 'T0'"):
+        pop.factors("T0")
 
 
 # ---- save / load ---------------------------------------------------------------------------------
 
 
 def test_population_save_load_round_trip_is_exact(pop, tmp_path):
-    batch = make_batch(pop, 2)
-    pop.train_step(2, batch, pg_loss)
+    batch = make_batch(pop, "S0")
+    pop.train_step("S0", batch, pg_loss)
     pop.save(tmp_path / "ckpt")
     loaded = Population.load(pop.base, tmp_path / "ckpt")
-    assert loaded.members == pop.members and loaded.next_id == pop.next_id
+    assert loaded.members == pop.members
     assert all(torch.equal(snapshot(pop)[k], v) for k, v in snapshot(loaded).items())
     # Restored AdamW moments: the next step is identical in both.
-    pop.train_step(2, batch, pg_loss)
-    loaded.train_step(2, batch, pg_loss)
-    for name, pair in pop.factors(2).items():
-        assert torch.equal(pair.A, loaded.factors(2)[name].A) and torch.equal(pair.B, loaded.factors(2)[name].B)
+    pop.train_step("S0", batch, pg_loss)
+    loaded.train_step("S0", batch, pg_loss)
+    for name, pair in pop.factors("S0").items():
+        assert torch.equal(pair.A, loaded.factors("S0")[name].A) and torch.equal(pair.B, loaded.factors("S0")[name].B)
 
 
 def test_member_save_load_round_trip_is_exact(pop, tmp_path):
-    pop.save_member(3, tmp_path / "m3")
+    pop.save_member("S1", tmp_path / "m3")
     factors, config = load_member_factors(tmp_path / "m3")
     assert config["r"] == pop.lora.rank and config["lora_alpha"] == pop.lora.alpha
-    for name, pair in pop.factors(3).items():
+    for name, pair in pop.factors("S1").items():
         assert torch.equal(factors[name].A, pair.A) and torch.equal(factors[name].B, pair.B)
-    pop.set_factors(0, factors)
-    assert [g.completion_ids for g in pop.generate([0], PROMPTS[:1])] == [
-        g.completion_ids for g in pop.generate([3], PROMPTS[:1])
+    pop.set_factors("T0", factors)
+    assert [g.completion_ids for g in pop.generate(["T0"], PROMPTS[:1])] == [
+        g.completion_ids for g in pop.generate(["S1"], PROMPTS[:1])
     ]
 
 
 def test_peft_loads_a_saved_member_and_gives_the_same_logits(pop, cfg, tmp_path):
     from peft import PeftModel
 
-    pop.save_member(2, tmp_path / "m2")
+    pop.save_member("S0", tmp_path / "m2")
     fresh = load_base(cfg)  # peft injects its layers into the model it wraps: use a separate copy
     peft_model = PeftModel.from_pretrained(fresh.model, str(tmp_path / "m2"))
     tok = pop.base.tokenizer
     enc = tok(PROMPTS, return_tensors="pt", padding=True)
     with torch.no_grad():
-        ours_slot = pop.member(2).slot
+        ours_slot = pop.member("S0").slot
         with pop.multi.route_slot(ours_slot):
             ours = pop.base.model(**enc).logits
         theirs = peft_model(**enc).logits
@@ -335,7 +338,7 @@ def test_peft_loads_a_saved_member_and_gives_the_same_logits(pop, cfg, tmp_path)
 
 
 def test_train_batch_left_pads_and_marks_completions(base):
-    gens = [Generation(0, [5, 6, 7], [8, 9], "", True), Generation(1, [5], [8, 9, 10], "", False)]
+    gens = [Generation("T0", [5, 6, 7], [8, 9], "", True), Generation("S0", [5], [8, 9, 10], "", False)]
     b = train_batch(gens, [1.0, -1.0], pad_token_id=0)
     assert b.input_ids.tolist() == [[5, 6, 7, 8, 9], [0, 5, 8, 9, 10]]
     assert b.attention_mask.tolist() == [[1, 1, 1, 1, 1], [0, 1, 1, 1, 1]]
@@ -357,9 +360,9 @@ def test_real_smollm2_mixed_batch_equals_members_alone():
         tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
         for q in qs
     ]
-    mixed = pop.generate([0, 1, 2, 3], prompts, max_new_tokens=12)
-    for i, got in enumerate(mixed):
-        assert got.completion_ids == pop.generate([i], [prompts[i]], max_new_tokens=12)[0].completion_ids
+    mixed = pop.generate(pop.ids(), prompts, max_new_tokens=12)
+    for m, prompt, got in zip(pop.ids(), prompts, mixed):
+        assert got.completion_ids == pop.generate([m], [prompt], max_new_tokens=12)[0].completion_ids
     assert all(g.text.strip() for g in mixed)
 
 
@@ -369,7 +372,7 @@ def test_memory_reports_factor_bytes(pop, cfg):
     assert mem["per_member_mib"] * 2**20 == pytest.approx(4 * n_params)
     assert mem["factors_mib"] == pytest.approx(4 * mem["per_member_mib"])
     assert mem["optimizer_mib"] == 0  # AdamW moments appear with a member's first step
-    pop.train_step(0, make_batch(pop, 0), pg_loss)
+    pop.train_step("T0", make_batch(pop, "T0"), pg_loss)
     assert pop.memory()["optimizer_mib"] == pytest.approx(2 * mem["per_member_mib"], rel=1e-2)  # + step counters
 
 
@@ -377,10 +380,10 @@ def test_bf16_base_keeps_fp32_factors_and_trains_them():
     cfg16 = load_config("tiny", {"lora.init": "random", "model.dtype": "bfloat16"})
     base16 = load_base(cfg16)
     pop = Population.create(base16, roles_for(1, 1), cfg16.lora, seed=0, random_b_std=0.5)
-    assert pop.factors(0)["model.layers.0.self_attn.q_proj"].A.dtype == torch.float32
-    mixed = pop.generate([1, 0], PROMPTS[:2], max_new_tokens=5)
-    assert mixed[0].completion_ids == pop.generate([1], PROMPTS[:1], max_new_tokens=5)[0].completion_ids
-    before = pop.factors(0)
-    stats = pop.train_step(0, make_batch(pop, 0, n=2), pg_loss)
+    assert pop.factors("T0")["model.layers.0.self_attn.q_proj"].A.dtype == torch.float32
+    mixed = pop.generate(["S0", "T0"], PROMPTS[:2], max_new_tokens=5)
+    assert mixed[0].completion_ids == pop.generate(["S0"], PROMPTS[:1], max_new_tokens=5)[0].completion_ids
+    before = pop.factors("T0")
+    stats = pop.train_step("T0", make_batch(pop, "T0", n=2), pg_loss)
     assert stats["optim/grad_norm"] > 0
-    assert any(not torch.equal(before[n].A, p.A) for n, p in pop.factors(0).items())
+    assert any(not torch.equal(before[n].A, p.A) for n, p in pop.factors("T0").items())

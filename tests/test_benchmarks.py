@@ -13,28 +13,25 @@ from pathlib import Path
 
 import pytest
 
+from populora_nb.evaluation import evalplus_scoring as eps
 from populora_nb.evaluation import loaders as bl
-from populora_nb.evaluation import scoring as bs
 from populora_nb.evaluation.benchmarks import (
-    BenchmarkDataError,
     EvalResult,
-    MathChecker,
     benchmark_verifier,
     build_prompts,
     evaluate,
-    extract_math_answer,
-    format_table,
-    load_benchmark,
     load_results,
     pass_at_k,
-    plot_benchmarks,
-    resolve_data_dir,
     score,
     score_many,
-    summary_table,
-    write_report,
 )
-from populora_nb.verify.sandbox import parse_arguments
+from populora_nb.evaluation.input_literals import argument_text, complex_text
+from populora_nb.evaluation.lcb_scoring import lcb_lines_match
+from populora_nb.evaluation.loaders import BenchmarkDataError, load_benchmark, resolve_data_dir
+from populora_nb.evaluation.math_answers import MathChecker, extract_math_answer
+from populora_nb.evaluation.programs import defines_top_level, evalplus_program, extract_code
+from populora_nb.evaluation.report import format_table, plot_benchmarks, summary_table, write_report
+from populora_nb.verify import parse_arguments
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "benchmarks"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks"
@@ -103,7 +100,7 @@ def test_evalplus_inputs_become_argument_text_with_mbpp_deserialisation():
     [[(1,), set(), {2, 3}, frozenset({4})], {"k": (1.5, -0.0)}, [1 + 2j, b"x", None, True], [math.inf, -math.inf]],
 )
 def test_literal_text_round_trips_through_the_verifier_parser(value):
-    assert parse_arguments(bl.argument_text([value, 7]))[0] == (value, 7)
+    assert parse_arguments(argument_text([value, 7]))[0] == (value, 7)
 
 
 def test_livecodebench_records_decode_public_and_compressed_private_tests():
@@ -156,15 +153,18 @@ def test_prompts_plain_r1_and_chat(tiny_base):
 def test_code_extraction_keeps_definitions_and_cuts_runaway_completions():
     he = fixture("humanevalplus")["HumanEval/0"]
     chat = "Sure:\n```python\ndef add(xs, k):\n    return [x + k for x in xs]\n\nprint(add([1], 2))\n```\nDone."
-    program = bs.evalplus_program(he, chat)
+    program = evalplus_program(he, chat)
     assert program.startswith(he.question) and "def add(xs, k)" in program and "print(" not in program
     runaway = "    return [x + k for x in xs]\n\n\nprint(add([1], 1))\nif x ==\n"  # cut mid-statement
-    program = bs.evalplus_program(he, runaway)
+    program = evalplus_program(he, runaway)
     assert "return [x + k for x in xs]" in program and "print" not in program
-    assert bs.extract_code("no code here", "add") is None
-    cut = "```python\ndef helper(x):\n    return x\n\ndef add(xs, k):\n    return [x + k for x in xs]\n\ndef extra(y):\n    return ("
-    program = bs.evalplus_program(he, cut)  # cut at max_new_tokens inside the block
-    assert "def add(xs, k)" in program and "def extra" not in program and bs.defines_top_level(program, "add")
+    assert extract_code("no code here", "add") is None
+    cut = (
+        "```python\ndef helper(x):\n    return x\n\n"
+        "def add(xs, k):\n    return [x + k for x in xs]\n\ndef extra(y):\n    return ("
+    )
+    program = evalplus_program(he, cut)  # cut at max_new_tokens inside the block
+    assert "def add(xs, k)" in program and "def extra" not in program and defines_top_level(program, "add")
 
 
 def test_math_answer_extraction():
@@ -178,20 +178,20 @@ def test_math_answer_extraction():
 # ---------------------------------------------------------------- EvalPlus semantics (pure)
 def test_evalplus_float_tolerance_is_sticky_like_evalplus():
     p = bl.Problem("humanevalplus", "t", "evalplus", "", entry_point="f")
-    assert bs.evalplus_match(p, "1", 1.0000001, 1.0, 0.0) == (True, 1e-6)  # floats expected: atol 1e-6
-    assert bs.evalplus_match(p, "1", 1.1, 1.0, 0.0) == (False, 1e-6)
-    assert bs.evalplus_match(p, "1", [1.0, 2.0], (1.0, 2.0), 0.0)[0] is False  # type must match
-    assert bs.evalplus_match(p, "1", 10**20 + 1, 10**20, 1e-6)[0] is True  # once set, ints get rtol too
-    assert bs.evalplus_match(p, "1", 10**20 + 1, 10**20, 0.0)[0] is False
+    assert eps.evalplus_match(p, "1", 1.0000001, 1.0, 0.0) == (True, 1e-6)  # floats expected: atol 1e-6
+    assert eps.evalplus_match(p, "1", 1.1, 1.0, 0.0) == (False, 1e-6)
+    assert eps.evalplus_match(p, "1", [1.0, 2.0], (1.0, 2.0), 0.0)[0] is False  # type must match
+    assert eps.evalplus_match(p, "1", 10**20 + 1, 10**20, 1e-6)[0] is True  # once set, ints get rtol too
+    assert eps.evalplus_match(p, "1", 10**20 + 1, 10**20, 0.0)[0] is False
 
 
 def test_evalplus_special_oracles():
     zero = bl.Problem("humanevalplus", "HumanEval/32", "evalplus", "", entry_point="find_zero")
-    assert bs.evalplus_match(zero, "[1, 2]", -0.5, -0.49, 1e-4)[0] is True  # judged by the root residual
-    assert bs.evalplus_match(zero, "[1, 2]", 0.0, -0.5, 1e-4)[0] is False
+    assert eps.evalplus_match(zero, "[1, 2]", -0.5, -0.49, 1e-4)[0] is True  # judged by the root residual
+    assert eps.evalplus_match(zero, "[1, 2]", 0.0, -0.5, 1e-4)[0] is False
     sim = bl.Problem("mbppplus", "Mbpp/2", "evalplus", "", entry_point="similar_elements")
-    assert bs.evalplus_match(sim, "(1,), (1,)", (5, 4), (4, 5), 0)[0] is True
-    assert bs.evalplus_match(dataclasses.replace(sim, benchmark="humanevalplus"), "", (5, 4), (4, 5), 0)[0] is False
+    assert eps.evalplus_match(sim, "(1,), (1,)", (5, 4), (4, 5), 0)[0] is True
+    assert eps.evalplus_match(dataclasses.replace(sim, benchmark="humanevalplus"), "", (5, 4), (4, 5), 0)[0] is False
 
 
 # ---------------------------------------------------------------- scoring in the sandbox
@@ -223,11 +223,17 @@ def test_evalplus_float_and_nonfinite_outputs(verifier):
     he, mb = fixture("humanevalplus"), fixture("mbppplus")
     assert score(he["HumanEval/1"], "    return sum(xs) / len(xs) + 1e-9\n", verifier).passed  # within atol
     assert not score(he["HumanEval/1"], "    return sum(xs) / len(xs) + 1e-3\n", verifier).passed
-    ratio = "```python\ndef zero_count(nums):\n    z = sum(x == 0 for x in nums)\n    return z / (len(nums) - z) if z < len(nums) else 1e309\n```"
+    ratio = (
+        "```python\ndef zero_count(nums):\n    z = sum(x == 0 for x in nums)\n"
+        "    return z / (len(nums) - z) if z < len(nums) else 1e309\n```"
+    )
     assert score(mb["Mbpp/137"], ratio, verifier).passed  # inf compared as inf
     not_none = "```python\ndef text_starta_endb(text):\n    return text.startswith('a') and text.endswith('b')\n```"
     assert score(mb["Mbpp/794"], not_none, verifier).passed  # bool against "match is not None"
-    as_dict = "```python\ndef freq_count(xs):\n    d = {}\n    for x in xs:\n        d[x] = d.get(x, 0) + 1\n    return d\n```"
+    as_dict = (
+        "```python\ndef freq_count(xs):\n    d = {}\n    for x in xs:\n"
+        "        d[x] = d.get(x, 0) + 1\n    return d\n```"
+    )
     assert score(mb["Mbpp/88"], as_dict, verifier).passed  # a dict equals the canonical Counter
 
 
@@ -242,7 +248,7 @@ def test_huge_outputs_are_compared_by_digest(verifier):
         base_inputs=("3",),
         plus_inputs=("20000",),
     )
-    truth = bs.evalplus_ground_truth([p], verifier)[0]
+    truth = eps.evalplus_ground_truth([p], verifier)[0]
     assert truth.outputs[0] == "343" and truth.outputs[1].startswith("'\\x00sha256:")
     assert score(p, "    return 7 ** n\n", verifier, truth=truth).passed
     assert not score(p, "    return 7 ** n + (n > 10)\n", verifier, truth=truth).passed
@@ -293,8 +299,8 @@ def test_module_runs_once_per_input_set_like_evalplus(verifier):
 
 def test_a_hung_program_costs_about_its_own_limit(verifier):
     p = _problem("    return n\n", tuple(str(i) for i in range(8)))
-    truth = bs.GroundTruth(("0", "1", "2", "3", "4", "5", "6", "7"), (0.01,) * 8)
-    assert bs.task_wall_s(bs.time_limits(truth)) == 9.0  # evalplus: min(60, 8 x 1 s) + 1
+    truth = eps.GroundTruth(("0", "1", "2", "3", "4", "5", "6", "7"), (0.01,) * 8)
+    assert eps.task_wall_s(eps.time_limits(truth)) == 9.0  # evalplus: min(60, 8 x 1 s) + 1
     import time
 
     start = time.monotonic()
@@ -304,7 +310,7 @@ def test_a_hung_program_costs_about_its_own_limit(verifier):
 
 def test_huge_outputs_compare_as_values(verifier):
     p = _problem("    return list(range(n)) if n < 100 else {i: i for i in range(n)}\n", ("3", "30000"))
-    truth = bs.evalplus_ground_truth([p], verifier)[0]
+    truth = eps.evalplus_ground_truth([p], verifier)[0]
     assert truth.outputs[0] == "[0, 1, 2]" and truth.outputs[1].startswith("'\\x00sha256:")
     floats = "    return [float(i) for i in range(n)] if n < 100 else {i: float(i) for i in reversed(range(n))}\n"
     assert score(p, floats, verifier, truth=truth).passed  # == holds: 1.0 == 1, dict order ignored
@@ -315,7 +321,7 @@ def test_huge_outputs_compare_as_values(verifier):
 
 def test_float_tolerance_sticks_after_an_exactly_equal_float(verifier):
     p = _problem("    return 0.5 if n == 1 else 10 ** 20\n", ("1", "2"))
-    truth = bs.evalplus_ground_truth([p], verifier)[0]
+    truth = eps.evalplus_ground_truth([p], verifier)[0]
     assert score(
         p, "    return 0.5 if n == 1 else 10 ** 20 + 1\n", verifier, truth=truth
     ).passed  # atol 1e-6 since input 1
@@ -324,17 +330,17 @@ def test_float_tolerance_sticks_after_an_exactly_equal_float(verifier):
 
 def test_complex_inputs_keep_the_sign_of_zero(verifier):
     for z in (complex(-0.0, -1.0), complex(-0.0, 0.0), complex(-0.0, -0.0), complex(2.5, -3), complex(math.inf, 1)):
-        (back,), _ = parse_arguments(bl.argument_text([z]))
+        (back,), _ = parse_arguments(argument_text([z]))
         assert (math.copysign(1, back.real), math.copysign(1, back.imag), back) == (
             math.copysign(1, z.real),
             math.copysign(1, z.imag),
             z,
         ), z
-    assert bl.argument_text([complex(-0.0, -1.0)]) != repr(complex(-0.0, -1.0))  # (-0-1j) reads back as (0-1j)
+    assert argument_text([complex(-0.0, -1.0)]) != repr(complex(-0.0, -1.0))  # (-0-1j) reads back as (0-1j)
     with pytest.raises(ValueError, match="no Python literal"):
-        bl.complex_text(complex(1.0, -0.0))
+        complex_text(complex(1.0, -0.0))
     (out,) = verifier.run(
-        "import math\ndef f(z):\n    return math.copysign(1.0, z.real)\n", [bl.argument_text([complex(-0.0, -1.0)])]
+        "import math\ndef f(z):\n    return math.copysign(1.0, z.real)\n", [argument_text([complex(-0.0, -1.0)])]
     )
     assert out.output == "-1.0"
 
@@ -357,7 +363,7 @@ def test_livecodebench_stdin_and_functional(verifier):
         (True, "pass"),
         (False, "wrong"),
     ]
-    assert bs.lcb_lines_match("1.50 2\n", "1.5 2") and not bs.lcb_lines_match("1\n2", "1")
+    assert lcb_lines_match("1.50 2\n", "1.5 2") and not lcb_lines_match("1\n2", "1")
 
 
 def test_math_scoring(checker):
@@ -478,8 +484,8 @@ def _canonical_pass(name: str, plus_limit: int | None, verifier) -> dict[str, st
     problems = load_benchmark(name, SHARED)
     if plus_limit is not None:
         problems = [dataclasses.replace(p, plus_inputs=p.plus_inputs[:plus_limit]) for p in problems]
-    truths = bs.evalplus_ground_truth(problems, verifier)
-    verdicts = bs.score_evalplus(
+    truths = eps.evalplus_ground_truth(problems, verifier)
+    verdicts = eps.score_evalplus(
         problems, [""] * len(problems), truths, verifier, programs=[p.question + p.canonical_solution for p in problems]
     )
     return {p.id: status for p, (_, ok, status) in zip(problems, verdicts) if not ok}

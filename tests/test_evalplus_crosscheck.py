@@ -1,10 +1,10 @@
-"""Cross-check: the project's EvalPlus scorer (`benchmark_scoring.score_evalplus`) against the official
+"""Cross-check: the project's EvalPlus scorer (`evalplus_scoring.score_evalplus`) against the official
 evaluator, evalplus 0.3.1, on the same local data and the same candidate programs.
 
 Candidates are generated here from the data (reference solutions, mutants, base-only lookup tables,
 float-tolerance variants, printing and looping programs) for a seeded subset of HumanEval+ and MBPP+
 tasks. Both scorers judge each one; base and plus verdicts must agree on >= 99.5% of them and every
-disagreement must be on the allow-list below, each entry a row of README's "Differences from
+disagreement must be on the allow-list below, each entry a row of docs/benchmarks.md "Differences from
 official evalplus" table.
 
 Official side, offline: `evalplus.data` reads the local files through `HUMANEVAL_OVERRIDE_PATH` /
@@ -32,8 +32,9 @@ from pathlib import Path
 
 import pytest
 
-from populora_nb.evaluation import scoring as bs
-from populora_nb.evaluation.benchmarks import benchmark_verifier, load_benchmark
+from populora_nb.evaluation import evalplus_scoring as bs
+from populora_nb.evaluation.benchmarks import benchmark_verifier
+from populora_nb.evaluation.loaders import load_benchmark
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks"
 FILES = {
@@ -53,10 +54,12 @@ outputs, banned `eval`, sticky float tolerance, complex inputs with signed zeros
 IMPORTS = "import numpy as np\nimport collections, heapq, itertools, functools, re, math, bisect, string\n"
 
 ALLOWED = {
-    "HumanEval/160": "its reference calls `eval`, banned by the sandbox's static policy (README: `eval`, `exec`...)",
-    "HumanEval/32": "`find_zero`: the project checks the root residual; evalplus 0.3.1's check fails even the reference",
+    "HumanEval/160": "its reference calls `eval`, banned by the sandbox's static policy (docs/benchmarks.md)",
+    "HumanEval/32": (
+        "`find_zero`: the project checks the root residual; evalplus 0.3.1's check fails even the reference"
+    ),
 }
-"""Tasks where a disagreement is expected, with the README row that explains it."""
+"""Tasks where a disagreement is expected, with the docs/benchmarks.md row that explains it."""
 
 pytestmark = [
     pytest.mark.slow,
@@ -351,7 +354,8 @@ def test_verdicts_agree_with_official_evalplus():
     )
     for kind, idx in sorted(by_kind.items()):
         print(
-            f"  {kind:20s} n={len(idx):3d}  pass base/plus here {sum(mine[i][0] for i in idx):3d}/{sum(mine[i][1] for i in idx):3d}"
+            f"  {kind:20s} n={len(idx):3d}  "
+            f"pass base/plus here {sum(mine[i][0] for i in idx):3d}/{sum(mine[i][1] for i in idx):3d}"
             f"  official {sum(theirs[i][0] for i in idx):3d}/{sum(theirs[i][1] for i in idx):3d}"
         )
     for d in differences:

@@ -232,7 +232,7 @@ def test_loaders_name_the_truncated_file(tmp_path, tiny_config, tiny_base):
 
     policy = LoRAPolicy.create(tiny_config, [("T0", "teacher"), ("S0", "student")], base=tiny_base)
     policy.save(tmp_path / "p")
-    for name in ("factors.safetensors", "optimizers.safetensors", "population.json", "names.json"):
+    for name in ("factors.safetensors", "optimizers.safetensors", "population.json"):
         f = tmp_path / "p" / name
         good = f.read_bytes()
         f.write_bytes(good[: len(good) // 2])

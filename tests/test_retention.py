@@ -24,7 +24,6 @@ from populora_nb.retention import (
     draw_tasks,
     fittest,
     load_population,
-    plot_retention,
     retention_pool,
     run_retention,
     student_train_and_score,
@@ -84,7 +83,7 @@ def setup(config, verifier, tiny_base):
         trained = {
             m: LoRAPair(p.A, torch.randn(p.B.shape, generator=gen) * 0.3) for m, p in policy.factors(name).items()
         }
-        policy.population.set_factors(policy.names[name], trained)
+        policy.population.set_factors(name, trained)
     pool = retention_pool(state.buffers, config.tasks.kinds)
     examples = worked_examples(state.buffers)
     policy.answers = grade_answers(pool, examples, policy.tokenizer, config.tasks.prompt_format)
@@ -178,7 +177,7 @@ def test_load_population_reads_the_latest_checkpoint(config, verifier, tiny_base
     state = initial_state(config, verifier)
     policy = LoRAPolicy.create(config, list(state.roster.items()), base=tiny_base)
     marked = {m: LoRAPair(p.A, torch.full_like(p.B, 0.01)) for m, p in policy.factors("S1").items()}
-    policy.population.set_factors(policy.names["S1"], marked)
+    policy.population.set_factors("S1", marked)
     state = RunState(
         step=2, roster=state.roster, buffers=state.buffers, ratings={**state.ratings, "S1": Rating(30.0, 1.0)}
     )
@@ -199,7 +198,9 @@ def test_plot_draws_controls_dashed():
     import matplotlib
 
     matplotlib.use("Agg")
-    ax = plot_retention({"full_gaussian": [-1, -0.5, 0], "copy_parent": [0, 0, 0.5], "linear_0_5": [-1, 0, 0]})
+    from populora_nb.analysis.plots import plot_retention
+
+    ax = plot_retention({"full_gaussian": [-1, -0.5, 0], "copy_parent": [0, 0, 0.5], "linear_0_5": [-1, 0, 0]}).axes[0]
     style = {line.get_label(): line.get_linestyle() for line in ax.get_lines()}
     assert style["copy_parent"] == style["linear_0_5"] == "--"
     assert style["M4 full_gaussian"] == "-"

@@ -361,3 +361,30 @@ def plot_lineage(
     ax.set_title("lineage: children replace the weakest of their role")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
+
+
+def plot_retention(
+    curves: Mapping[str, Sequence[float]], ax: Axes | None = None, *, ylabel: str = "mean student reward"
+) -> Figure:
+    """Score per retraining step, one line per operator; the controls (copy_parent, linear_0_5)
+    dashed and the parent's own level (copy_parent's step 0) as a dotted line."""
+    fig, ax = axes_or_new(ax, figsize=(8, 4.5), steps=True)
+    for i, (name, scores) in enumerate(curves.items()):
+        control = name in CONTROLS
+        label = name if control or name not in PAPER_IDS else f"{PAPER_IDS[name]} {name}"
+        ax.plot(
+            range(len(scores)),
+            scores,
+            "--" if control else "-o",
+            ms=3,
+            lw=2.2 if control else 1.3,
+            color="black" if name == "copy_parent" else f"C{i % 10}",
+            label=label,
+        )
+    if "copy_parent" in curves and curves["copy_parent"]:
+        ax.axhline(curves["copy_parent"][0], color="0.6", ls=":", lw=1, label="parent (step 0)")
+    ax.set_xlabel("retraining step")
+    ax.set_ylabel(ylabel)
+    ax.set_title("retention: children retrained from birth")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig

@@ -1,6 +1,15 @@
 """Benchmarks: loading the local data, generating answers, scoring them with evalplus semantics.
 
-`loaders` reads HumanEval+/MBPP+/LiveCodeBench/math data; `scoring` checks code answers in the
-verifier's sandbox; `math_answers` checks math answers with math-verify; `benchmarks` runs a
-policy over a benchmark; `runs` evaluates the base, the baseline and every member of a run.
+  * `loaders`: find the data (`resolve_data_dir`) and read HumanEval+ / MBPP+ / LiveCodeBench /
+    math files into `Problem`s.
+  * `programs`: the program a code completion holds (extraction, sanitizing).
+  * `output_shim`: how a program's outputs cross the sandbox boundary as literals.
+  * `evalplus_scoring`, `lcb_scoring`: code answers checked in the verifier's sandbox.
+  * `math_answers`: math answers checked with math-verify in a worker process.
+  * `benchmarks`: prompts, `score_many`, and `evaluate` (models x benchmarks, resumable).
+  * `report`: the table and the bar chart.
+  * `runs`: the base, the baseline and every member of an experiment, from its checkpoints.
+
+Import from those modules; this package imports nothing, so `populora_nb.config` can read
+`loaders.BENCHMARK_FILES` while `runs` reads the config without an import cycle.
 """

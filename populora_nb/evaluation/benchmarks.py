@@ -3,11 +3,12 @@
 The paper's claim: the population mean beats the compute-matched single-agent baseline on the code
 (HumanEval+, MBPP+, LiveCodeBench) and math (AIME 24/25, AMC 23, MATH-500, Minerva, GSM8K,
 OlympiadBench) benchmarks, and even the weakest member beats it on aggregate. This module turns
-models into that table: prompts -> completions (a callable per model, so the caller batches
-members on the mixed-adapter path) -> scores (code in the sandbox, math with math-verify) ->
-per-(model, benchmark) results saved as JSON (resumable) -> table and bar chart.
+models into that table's numbers: prompts -> completions (a callable per model, so the caller
+batches members on the mixed-adapter path) -> scores (code in the sandbox, math with math-verify)
+-> per-(model, benchmark) results saved as JSON (resumable).
 
-Data loading lives in `benchmark_loaders.py`, code scoring in `benchmark_scoring.py`.
+Data loading lives in `loaders.py`; code scoring in `evalplus_scoring.py` and `lcb_scoring.py`,
+math in `math_answers.py`; the table and the bar chart in `report.py`.
 """
 
 from __future__ import annotations
@@ -22,55 +23,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from populora_nb.evaluation.loaders import (  # re-exported: the public API is this module
-    BENCHMARK_FILES,
-    CODE_BENCHMARKS,
-    DATA_ENV,
-    MATH_BENCHMARKS,
-    BenchmarkDataError,
-    LcbTest,
-    Problem,
-    available_benchmarks,
-    last_boxed,
-    load_benchmark,
-    resolve_data_dir,
-)
+from populora_nb.evaluation.evalplus_scoring import GroundTruth, evalplus_ground_truth, score_evalplus
+from populora_nb.evaluation.lcb_scoring import score_lcb
+from populora_nb.evaluation.loaders import BENCHMARK_FILES, Problem, load_benchmark
 from populora_nb.evaluation.math_answers import MathChecker, extract_math_answer
-from populora_nb.evaluation.scoring import SCORER_VERSION, GroundTruth, evalplus_ground_truth, score_evalplus, score_lcb
+from populora_nb.evaluation.output_shim import SCORER_VERSION
 from populora_nb.prompts import render
-from populora_nb.verify.verifier import BENCHMARK_POLICY, Verifier
-
-__all__ = [
-    "BENCHMARK_FILES",
-    "CODE_BENCHMARKS",
-    "DATA_ENV",
-    "MATH_BENCHMARKS",
-    "BenchmarkDataError",
-    "LcbTest",
-    "Problem",
-    "available_benchmarks",
-    "last_boxed",
-    "load_benchmark",
-    "resolve_data_dir",
-    "MathChecker",
-    "extract_math_answer",
-    "GroundTruth",
-    "Score",
-    "EvalResult",
-    "TableRow",
-    "benchmark_verifier",
-    "build_prompts",
-    "score",
-    "score_many",
-    "pass_at_k",
-    "evaluate",
-    "summary_table",
-    "format_table",
-    "plot_benchmarks",
-    "load_results",
-    "hf_generate",
-    "write_report",
-]
+from populora_nb.verify import BENCHMARK_POLICY, Verifier
 
 Generate = Callable[[list[str]], list[str]]
 """Prompts -> completions, one per prompt, in order (greedy or sampled: the caller decides)."""
@@ -84,6 +43,8 @@ MATH_INSTRUCTION = "Please reason step by step, and put your final answer within
 
 @dataclass(frozen=True)
 class Score:
+    """One completion's verdict."""
+
     passed: bool
     status: str
     """"pass", or why not: wrong, timeout, syntax, no_answer, not_equivalent, ... (first failure)."""
@@ -95,6 +56,8 @@ class Score:
 
 @dataclass
 class EvalResult:
+    """One model on one benchmark: pass@k, per-problem verdicts and completions, how it was run."""
+
     model: str
     benchmark: str
     pass_at_k: dict[str, float]
@@ -110,16 +73,6 @@ class EvalResult:
     def score(self) -> float:
         """pass@1 (nan when nothing was scored, e.g. LiveCodeBench prompts without tests)."""
         return self.pass_at_k.get("pass@1", math.nan)
-
-
-@dataclass(frozen=True)
-class TableRow:
-    benchmark: str
-    base: float
-    baseline: float
-    population_mean: float
-    best: float
-    worst: float
 
 
 def benchmark_verifier(timeout_s: float = 60.0, memory_mb: int = 4096, workers: int = 2) -> Verifier:
@@ -168,19 +121,51 @@ def score_many(
     canonical outputs `truths`, keyed by problem id: computed here when missing)."""
     if len(problems) != len(completions):
         raise ValueError(f"{len(problems)} problems but {len(completions)} completions")
-    out: list[Score | None] = [None] * len(problems)
+    out: dict[int, Score] = {}
     by_kind: dict[str, list[int]] = {}
     for i, p in enumerate(problems):
         by_kind.setdefault(p.kind, []).append(i)
-    if ("evalplus" in by_kind or "lcb" in by_kind) and verifier is None:
+    if "evalplus" in by_kind or "lcb" in by_kind:
+        out.update(_score_code(problems, completions, by_kind, _code_verifier(verifier), truths))
+    if "math" in by_kind:
+        idx = by_kind["math"]
+        answers = [extract_math_answer(completions[i]) for i in idx]
+        checker = math_checker if math_checker is not None else MathChecker()
+        try:
+            verdicts = checker.check_many([(problems[i].answer, a) for i, a in zip(idx, answers) if a is not None])
+        finally:
+            if math_checker is None:
+                checker.close()
+        it = iter(verdicts)
+        for i, a in zip(idx, answers):
+            ok, status = next(it) if a is not None else (False, "no_answer")
+            out[i] = Score(ok, status, answer=a or "")
+    return [out[i] for i in range(len(problems))]
+
+
+def _code_verifier(verifier: Verifier | None) -> Verifier:
+    """`verifier`, which code benchmarks cannot do without."""
+    if verifier is None:
         raise ValueError("code benchmarks need a verifier: pass benchmark_verifier() (a context manager)")
+    return verifier
+
+
+def _score_code(
+    problems: Sequence[Problem],
+    completions: Sequence[str],
+    by_kind: Mapping[str, list[int]],
+    verifier: Verifier,
+    truths: Mapping[str, GroundTruth] | None,
+) -> dict[int, Score]:
+    """`score_many` for the EvalPlus and LiveCodeBench problems, by position."""
+    out: dict[int, Score] = {}
     if "evalplus" in by_kind:
         idx = by_kind["evalplus"]
-        truths = dict(truths or {})
-        missing = [problems[i] for i in idx if problems[i].id not in truths]
-        truths.update(zip((p.id for p in missing), evalplus_ground_truth(missing, verifier)) if missing else ())
+        known = dict(truths or {})
+        missing = [problems[i] for i in idx if problems[i].id not in known]
+        known.update(zip((p.id for p in missing), evalplus_ground_truth(missing, verifier)) if missing else ())
         verdicts = score_evalplus(
-            [problems[i] for i in idx], [completions[i] for i in idx], [truths[problems[i].id] for i in idx], verifier
+            [problems[i] for i in idx], [completions[i] for i in idx], [known[problems[i].id] for i in idx], verifier
         )
         for i, (base_ok, ok, status) in zip(idx, verdicts):
             out[i] = Score(ok, status, base_passed=base_ok)
@@ -188,21 +173,7 @@ def score_many(
         idx = by_kind["lcb"]
         for i, (ok, status) in zip(idx, score_lcb([problems[i] for i in idx], [completions[i] for i in idx], verifier)):
             out[i] = Score(ok, status)
-    if "math" in by_kind:
-        idx = by_kind["math"]
-        answers = [extract_math_answer(completions[i]) for i in idx]
-        own = math_checker is None
-        checker = MathChecker() if own else math_checker
-        try:
-            verdicts = checker.check_many([(problems[i].answer, a) for i, a in zip(idx, answers) if a is not None])
-        finally:
-            if own:
-                checker.close()
-        it = iter(verdicts)
-        for i, a in zip(idx, answers):
-            ok, status = next(it) if a is not None else (False, "no_answer")
-            out[i] = Score(ok, status, answer=a or "")
-    return out  # type: ignore[return-value]
+    return out
 
 
 def score(
@@ -310,6 +281,7 @@ def evaluate(
         raise ValueError("pass models as {name: generate} or give generate_joint")
     if n_samples < 1:
         raise ValueError("n_samples must be >= 1")
+    generators: Mapping[str, Generate] = models if isinstance(models, Mapping) else {}
     out = Path(out_dir) if out_dir is not None else None
     own_verifier = verifier is None and any(BENCHMARK_FILES[b][0] != "math" for b in benchmarks)
     own_checker = math_checker is None and any(BENCHMARK_FILES[b][0] == "math" for b in benchmarks)
@@ -331,7 +303,7 @@ def evaluate(
             for name in names:
                 path = _result_path(out, name, bench) if out else None
                 saved = json.loads(path.read_text()) if path is not None and path.is_file() else None
-                if saved is not None and saved.get("settings") == settings:
+                if path is not None and saved is not None and saved.get("settings") == settings:
                     done[name] = EvalResult(**saved)
                     say(f"[eval] {name} / {bench}: loaded {path.name}")
                 elif not problems:  # nothing scorable (LiveCodeBench prompts without tests)
@@ -340,17 +312,16 @@ def evaluate(
             prompts = (
                 [q for q in build_prompts(problems, tokenizer_or_format) for _ in range(n_samples)] if todo else []
             )
-            truths = (
-                _ground_truth_cached(problems, verifier, out / "ground_truth" / f"{bench}.json" if out else None)
-                if todo and problems[0].kind == "evalplus"
-                else None
-            )
+            truths = None
+            if todo and problems[0].kind == "evalplus":
+                cache = out / "ground_truth" / f"{bench}.json" if out else None
+                truths = _ground_truth_cached(problems, _code_verifier(verifier), cache)
             t0 = time.time()
             joint = dict(generate_joint({n: prompts for n in todo})) if todo and generate_joint is not None else {}
             joint_s = time.time() - t0
             for name in todo:
                 t0 = time.time()
-                completions = list(joint[name] if generate_joint is not None else models[name](prompts))  # type: ignore[index]
+                completions = list(joint[name] if generate_joint is not None else generators[name](prompts))
                 gen_s = joint_s if generate_joint is not None else time.time() - t0
                 if len(completions) != len(prompts):
                     raise ValueError(f"{name}: {len(completions)} completions for {len(prompts)} prompts")
@@ -375,9 +346,9 @@ def evaluate(
                 say(f"[eval] {name} / {bench}: pass@1 {done[name].score:.3f} on {done[name].n_problems} problems")
                 results.append(done[name])
     finally:
-        if own_verifier:
+        if own_verifier and verifier is not None:
             verifier.close()
-        if own_checker:
+        if own_checker and math_checker is not None:
             math_checker.close()
     return results
 
@@ -389,7 +360,7 @@ def load_results(out_dir: str | Path) -> list[EvalResult]:
 
 def hf_generate(model: Any, tokenizer: Any, max_new_tokens: int = 256, batch_size: int = 8) -> Generate:
     """A greedy `Generate` over a plain transformers model (the bare base); population members go
-    through the mixed-adapter path instead (`adapters.Population.generate`)."""
+    through the mixed-adapter path instead (`model.adapters.Population.generate`)."""
     import torch
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -414,109 +385,3 @@ def hf_generate(model: Any, tokenizer: Any, max_new_tokens: int = 256, batch_siz
         return out
 
     return generate
-
-
-# ---------------------------------------------------------------- table and figure
-def _stats(xs: Sequence[float]) -> tuple[float, float, float]:
-    """(mean, max, min); all nan when the list is empty or any entry is nan (a member not scored)."""
-    if not xs or any(math.isnan(x) for x in xs):
-        return math.nan, math.nan, math.nan
-    return sum(xs) / len(xs), max(xs), min(xs)
-
-
-def summary_table(
-    results: Sequence[EvalResult], base: str = "base", baseline: str = "baseline", members: Sequence[str] | None = None
-) -> list[TableRow]:
-    """Rows (benchmark, base, baseline, population mean, best, worst member) in pass@1, then an
-    "average" row over the benchmarks every present model was scored on (best / worst: the best and
-    worst member averages, the paper's aggregate). `members` defaults to every other model; an
-    empty list leaves the population columns nan (e.g. the base before training)."""
-    by = {(r.model, r.benchmark): r.score for r in results}
-    members = list(members) if members is not None else sorted({r.model for r in results} - {base, baseline})
-    present = [m for m in (base, baseline, *members) if any(k[0] == m for k in by)]
-    benches = list(dict.fromkeys(r.benchmark for r in results))
-    rows = [
-        TableRow(
-            b,
-            by.get((base, b), math.nan),
-            by.get((baseline, b), math.nan),
-            *_stats([by.get((m, b), math.nan) for m in members]),
-        )
-        for b in benches
-    ]
-    scored = [b for b in benches if present and all(not math.isnan(by.get((m, b), math.nan)) for m in present)]
-    if scored:
-        avg = {m: sum(by.get((m, b), math.nan) for b in scored) / len(scored) for m in (base, baseline, *members)}
-        rows.append(TableRow("average", avg[base], avg[baseline], *_stats([avg[m] for m in members])))
-    return rows
-
-
-def format_table(rows: Sequence[TableRow]) -> str:
-    """A Markdown table in percent (n/a where a model has no score)."""
-
-    def pct(x: float) -> str:
-        return "n/a" if math.isnan(x) else f"{100 * x:.1f}"
-
-    lines = ["| benchmark | base | baseline | population mean | best | worst |", "|---|---:|---:|---:|---:|---:|"]
-    lines += [
-        f"| {r.benchmark} | {pct(r.base)} | {pct(r.baseline)} | {pct(r.population_mean)} | "
-        f"{pct(r.best)} | {pct(r.worst)} |"
-        for r in rows
-    ]
-    return "\n".join(lines)
-
-
-def plot_benchmarks(table: Sequence[TableRow], title: str = "pass@1 by benchmark"):
-    """Grouped bars (base, baseline, population mean with a best-worst range) per benchmark."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(table)), 3.6))
-    x = list(range(len(table)))
-    w = 0.26
-    nan0 = lambda v: 0.0 if math.isnan(v) else 100 * v  # noqa: E731 - a bar of height 0 for "n/a"
-    ax.bar([i - w for i in x], [nan0(r.base) for r in table], w, label="base", color="#b0b0b0")
-    ax.bar(x, [nan0(r.baseline) for r in table], w, label="baseline (AZR)", color="#4c72b0")
-    means = [nan0(r.population_mean) for r in table]
-    lo = [max(0.0, m - nan0(r.worst)) for m, r in zip(means, table)]
-    hi = [max(0.0, nan0(r.best) - m) for m, r in zip(means, table)]
-    ax.bar(
-        [i + w for i in x], means, w, yerr=[lo, hi], capsize=3, label="population mean (best-worst)", color="#dd8452"
-    )
-    ax.set_xticks(x, [r.benchmark for r in table], rotation=30, ha="right")
-    top = max([0.0] + [nan0(getattr(r, k)) for r in table for k in ("base", "baseline", "best")])
-    ax.set_ylim(0, min(100.0, max(5.0, 1.15 * top)))  # pass@1 is never negative; 5% keeps small bars visible
-    if top == 0:
-        ax.text(0.5, 0.5, "every model scored 0 on these problems", transform=ax.transAxes, ha="center", color="0.4")
-    ax.set_ylabel("pass@1 (%)")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
-def write_report(
-    results: Sequence[EvalResult],
-    out_dir: str | Path,
-    base: str = "base",
-    baseline: str = "baseline",
-    members: Sequence[str] | None = None,
-) -> dict[str, Path]:
-    """Save the summary as ``table.md``, ``table.json`` and ``benchmarks.png`` in `out_dir` (for
-    ``python -m populora_nb eval`` and notebook 06); returns the paths by kind."""
-    import matplotlib.pyplot as plt
-
-    rows = summary_table(results, base, baseline, members)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"markdown": out / "table.md", "json": out / "table.json", "figure": out / "benchmarks.png"}
-    paths["markdown"].write_text(format_table(rows) + "\n")
-    paths["json"].write_text(
-        json.dumps(
-            [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in asdict(r).items()} for r in rows],
-            indent=1,
-        )
-    )
-    fig = plot_benchmarks(rows)
-    fig.savefig(paths["figure"], dpi=120)
-    plt.close(fig)
-    return paths

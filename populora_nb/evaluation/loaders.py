@@ -4,23 +4,21 @@ The paper reports HumanEval+, MBPP+ and LiveCodeBench (code) and AIME 24/25, AMC
 Minerva, GSM8K and OlympiadBench (math). Formats read here, each with its field conventions:
   * EvalPlus (HumanEval+ v0.1.10, MBPP+ v0.2.0): ``base_input`` / ``plus_input`` argument lists;
     expected outputs are not stored, they come from running ``canonical_solution`` in the
-    sandbox (`benchmarks.py`). MBPP+ inputs are JSON and need `mbpp_deserialize_inputs`.
+    sandbox (`evalplus_scoring.py`). MBPP+ inputs are JSON and need `mbpp_deserialize_inputs`.
   * LiveCodeBench ``code_generation_lite`` records (stdin and functional tests; the private tests
     are base64(zlib(pickle(json))) and are decoded without ever resolving a pickled global), and
     the QwQ prompt-only file (no tests: such problems are loaded but not scored).
   * Math sets, whose gold answers live in different fields (see `_MATH_FIELDS`).
-Inputs become argument lists written as literal text, the verifier's currency (DESIGN.md):
+Inputs become argument lists written as literal text (`input_literals`, DESIGN.md):
 nothing read here is ever executed in this process.
 """
 
 from __future__ import annotations
 
-import ast
 import base64
 import gzip
 import io
 import json
-import math
 import os
 import pickle
 import re
@@ -32,6 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from populora_nb.errors import DataFileError
+from populora_nb.evaluation.input_literals import argument_text
 
 DATA_ENV = "POPULORA_DATA"
 """Environment variable naming the benchmark data root (read only in `resolve_data_dir`)."""
@@ -50,6 +49,8 @@ class LcbTest:
 
 @dataclass(frozen=True)
 class Problem:
+    """One benchmark problem, whatever its format; code inputs as literal text, never objects."""
+
     benchmark: str
     id: str
     kind: ProblemKind
@@ -144,6 +145,7 @@ def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
 
 
 def benchmark_path(name: str, data_dir: str | os.PathLike | None = None) -> Path:
+    """The data file of benchmark `name` under the data root; BenchmarkDataError when absent."""
     if name not in BENCHMARK_FILES:
         raise ValueError(f"unknown benchmark {name!r}; choose from {', '.join(BENCHMARK_FILES)}")
     root = resolve_data_dir(data_dir)
@@ -168,7 +170,7 @@ def load_benchmark(name: str, data_dir: str | os.PathLike | None = None, limit: 
     if limit is not None and limit <= 0:
         raise ValueError("limit must be a positive count or None")
     parse = _PARSERS[BENCHMARK_FILES[name][0]]
-    problems = []
+    problems: list[Problem] = []
     for i, record in enumerate(read_jsonl(path)):
         if limit is not None and len(problems) >= limit:
             break
@@ -182,11 +184,13 @@ def load_benchmark(name: str, data_dir: str | os.PathLike | None = None, limit: 
 
 
 def read_jsonl(path: Path) -> Iterator[dict]:
+    """The records of a ``.jsonl`` or ``.jsonl.gz`` file; BenchmarkDataError naming the bad line."""
     opener = gzip.open if path.suffix == ".gz" else open
     n = 0
     try:
         with opener(path, "rt", encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
+            for line in f:
+                n += 1
                 if line.strip():
                     yield json.loads(line)
     except json.JSONDecodeError as e:
@@ -196,54 +200,6 @@ def read_jsonl(path: Path) -> Iterator[dict]:
 
 
 # ---------------------------------------------------------------- EvalPlus
-def literal_text(value: Any) -> str:
-    """Python literal source for a data value; non-finite floats as ``1e309`` (literal_eval -> inf)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        if math.isnan(value):
-            raise ValueError("NaN has no literal form")
-        return "1e309" if value > 0 else "-1e309"
-    if type(value) in (list, tuple, set, frozenset):
-        items = [literal_text(v) for v in value]
-        if type(value) is list:
-            return "[" + ", ".join(items) + "]"
-        if type(value) is tuple:
-            return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-        body = "{" + ", ".join(items) + "}" if items else ""
-        return (body or "set()") if type(value) is set else f"frozenset({body})"
-    if type(value) is dict:
-        return "{" + ", ".join(f"{literal_text(k)}: {literal_text(v)}" for k, v in value.items()) + "}"
-    if type(value) is complex:
-        return complex_text(value)
-    return repr(value)
-
-
-def _same_float(a: float, b: float) -> bool:
-    return a == b and math.copysign(1.0, a) == math.copysign(1.0, b) or a != a and b != b
-
-
-def complex_text(z: complex) -> str:
-    """A literal that reads back as exactly `z`, signs of zero included: repr writes ``(-0-1j)``,
-    which literal_eval reads as ``0 - 1j`` = ``(0-1j)`` (issue 21: Mbpp/124, Mbpp/252); ``-1j`` is
-    ``(-0.0-1j)``. Two sign combinations have no literal at all (``-0.0`` real with a positive
-    imaginary part; a ``-0.0`` imaginary part with another real part): ValueError."""
-    if z.real != z.real or z.imag != z.imag:
-        raise ValueError("NaN has no literal form")
-    re_text, im_text = literal_text(z.real), literal_text(abs(z.imag)).lstrip("-")
-    for text in (repr(z), f"{im_text}j", f"-{im_text}j", f"({re_text}+{im_text}j)", f"({re_text}-{im_text}j)"):
-        try:
-            back = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            continue
-        if type(back) is complex and _same_float(back.real, z.real) and _same_float(back.imag, z.imag):
-            return text
-    raise ValueError(f"{z!r}: no Python literal keeps the signs of its zero parts")
-
-
-def argument_text(args: list | tuple) -> str:
-    """``[[1, 2], 'a']`` -> ``"[1, 2], 'a'"``: one call's arguments as the verifier takes them."""
-    return ", ".join(literal_text(a) for a in args)
-
-
 def _tuples(x: Any) -> Any:
     return tuple(_tuples(i) for i in x) if isinstance(x, list) else x
 

@@ -17,6 +17,7 @@ import selectors
 import subprocess
 import sys
 from collections.abc import Sequence
+from typing import IO
 
 from populora_nb.evaluation.loaders import last_boxed
 
@@ -61,6 +62,13 @@ def normalize(answer: str) -> str:
     return re.sub(r"\s+|\$|\\[,!; ]", "", answer).rstrip(".")
 
 
+def _pipes(proc: subprocess.Popen[str]) -> tuple[IO[str], IO[str]]:
+    """The worker's stdin and stdout (`MathChecker._start` always opens both as pipes)."""
+    if proc.stdin is None or proc.stdout is None:
+        raise RuntimeError("math-verify worker started without pipes")
+    return proc.stdin, proc.stdout
+
+
 class MathChecker:
     """math-verify in one long-lived worker process (importing sympy takes ~1-2 s)."""
 
@@ -77,14 +85,16 @@ class MathChecker:
         self.close()
 
     def close(self) -> None:
+        """Stop the worker process (a later check starts a fresh one)."""
         if self._proc is not None:
             self._proc.kill()
             self._proc.wait()
             for stream in (self._proc.stdin, self._proc.stdout):
-                stream.close()
+                if stream is not None:
+                    stream.close()
             self._proc = None
 
-    def _start(self) -> subprocess.Popen:
+    def _start(self) -> subprocess.Popen[str]:
         source = _WORKER.format(memory=self.memory_mb << 20)
         proc = subprocess.Popen(
             [sys.executable, "-c", source],
@@ -102,12 +112,13 @@ class MathChecker:
         return proc
 
     @staticmethod
-    def _readline(proc: subprocess.Popen, timeout_s: float) -> dict | None:
+    def _readline(proc: subprocess.Popen[str], timeout_s: float) -> dict | None:
+        _, stdout = _pipes(proc)
         with selectors.DefaultSelector() as sel:
-            sel.register(proc.stdout, selectors.EVENT_READ)
+            sel.register(stdout, selectors.EVENT_READ)
             if not sel.select(timeout=timeout_s):
                 return None
-        line = proc.stdout.readline()
+        line = stdout.readline()
         return json.loads(line) if line else None
 
     def check(self, gold: str, answer: str) -> tuple[bool, str]:
@@ -117,8 +128,9 @@ class MathChecker:
         if self._proc is None:
             self._proc = self._start()
         try:
-            self._proc.stdin.write(json.dumps({"gold": gold, "pred": answer}) + "\n")
-            self._proc.stdin.flush()
+            stdin, _ = _pipes(self._proc)
+            stdin.write(json.dumps({"gold": gold, "pred": answer}) + "\n")
+            stdin.flush()
             reply = self._readline(self._proc, self.timeout_s)
         except (BrokenPipeError, OSError):
             reply = None
@@ -130,4 +142,5 @@ class MathChecker:
         return False, reply["status"] or "not_equivalent"
 
     def check_many(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[bool, str]]:
+        """`check` on each (gold, answer) pair, in order."""
         return [self.check(gold, answer) for gold, answer in pairs]

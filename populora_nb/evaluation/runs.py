@@ -1,39 +1,35 @@
 """Evaluate an experiment's models on the benchmarks: the bare base, the baseline agent and every
 population member (its final checkpoint), greedy, with the members' generations batched together
-on the mixed-adapter path. Scoring and the table live in `benchmarks.py`; this module only builds
-the generators from checkpoints and calls it.
+on the mixed-adapter path. Scoring lives in `benchmarks.py`, the table in `report.py`; this module
+only builds the generators from checkpoints and calls them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from populora_nb.config import ExperimentConfig, stage_config
 from populora_nb.errors import PathNotFoundError
-from populora_nb.evaluation.benchmarks import (
+from populora_nb.evaluation.benchmarks import evaluate, hf_generate, load_results
+from populora_nb.evaluation.loaders import (
     BenchmarkDataError,
     available_benchmarks,
-    evaluate,
-    hf_generate,
-    load_results,
-    write_report,
+    data_dir_is_set,
+    load_benchmark,
+    resolve_data_dir,
 )
-from populora_nb.evaluation.loaders import data_dir_is_set, load_benchmark, resolve_data_dir
-from populora_nb.loop import roster_for
+from populora_nb.evaluation.report import write_report
 from populora_nb.model.base import Base, load_base
 from populora_nb.model.policy import LoRAPolicy
 from populora_nb.records import RunDir
+from populora_nb.state import load_run
 
 
 def trained_policy(config: ExperimentConfig, run_dir: Path, base: Base) -> LoRAPolicy:
     """The members of a finished run, from its latest checkpoint."""
-    latest = RunDir(run_dir).verified_checkpoint()  # a damaged one raises CorruptRunError naming the file
-    if latest is None:
-        raise FileNotFoundError(f"{run_dir} has no checkpoint: train it first (python -m populora_nb run ...)")
-    policy = LoRAPolicy.create(config, list(roster_for(config).items()), base=base)
-    policy.load(latest[1] / "policy")
-    return policy
+    return load_run(run_dir, config, base=base).policy
 
 
 def greedy(
@@ -46,13 +42,7 @@ def greedy(
         texts: list[str] = []
         for lo in range(0, len(rows), rows_per_batch):
             chunk = rows[lo : lo + rows_per_batch]
-            gens = policy.population.generate(
-                [policy.names[m] for m, _ in chunk],
-                [p for _, p in chunk],
-                max_new_tokens=max_new_tokens,
-                temperature=0.0,
-            )
-            texts += [g.text for g in gens]
+            texts += policy.generate_greedy([m for m, _ in chunk], [p for _, p in chunk], max_new_tokens)
         out: dict[str, list[str]] = {m: [] for m in jobs}
         for (m, _), t in zip(rows, texts):
             out[m].append(t)
@@ -95,11 +85,11 @@ def evaluate_experiment(
         raise BenchmarkDataError(f"nothing to evaluate: {note}")
     for bench in benches:  # a malformed file fails here, not after minutes of generation
         load_benchmark(bench, config.eval.data_dir, config.eval.limit)
-    for agent in ("baseline", "population"):
-        if agent in models and RunDir(out / agent).latest_checkpoint() is None:
+    for stage in ("baseline", "population"):
+        if stage in models and RunDir(out / stage).latest_checkpoint() is None:
             raise PathNotFoundError(
-                f"{out / agent} has no checkpoint: train it first "
-                f"(python -m populora_nb experiment --out {out} --stages {agent})"
+                f"{out / stage} has no checkpoint: train it first "
+                f"(python -m populora_nb experiment --out {out} --stages {stage})"
             )
     eval_dir = out / "eval"
     eval_dir.mkdir(parents=True, exist_ok=True)
@@ -109,7 +99,7 @@ def evaluate_experiment(
         return eval_dir
     base = load_base(config, seed=config.run.seed)
     ec = config.eval
-    common = dict(
+    common: dict[str, Any] = dict(
         tokenizer_or_format=base.tokenizer,
         data_dir=ec.data_dir,
         limit=ec.limit,
@@ -126,7 +116,7 @@ def evaluate_experiment(
     if "population" in models:
         pop_cfg = stage_config(config, "population")
         policy = trained_policy(pop_cfg, out / "population", base)
-        members = list(policy.names)
+        members = policy.members
         evaluate(members, benches, generate_joint=greedy(policy, ec.max_new_tokens), **common)
     write_report(load_results(eval_dir), eval_dir, members=members or None)
     return eval_dir

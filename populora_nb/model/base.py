@@ -16,11 +16,13 @@ import importlib.util
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
+from torch import Tensor
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
 from populora_nb.config import BUNDLED_MODEL, TINY_MODEL, ExperimentConfig, ModelConfig
@@ -105,8 +107,16 @@ def chat(base: Base, prompt: str, max_new_tokens: int = 64) -> str:
     text = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
     enc = tok(text, return_tensors="pt", add_special_tokens=False).to(base.device)
     with torch.no_grad():
-        out = base.model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id)
-    return tok.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        generate = cast(Callable[..., Tensor], base.model.generate)  # a Module attribute, typed Tensor | Module
+        out = generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id)
+    return decode_text(tok, out[0, enc["input_ids"].shape[1] :].tolist())
+
+
+def decode_text(tokenizer: PreTrainedTokenizerBase, ids: list[int]) -> str:
+    """One sequence of token ids as text, special tokens left out."""
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    assert isinstance(text, str)  # one sequence decodes to one string (the stubs also allow a list)
+    return text
 
 
 # ---- the bundled GGUF -------------------------------------------------------------------------
@@ -143,7 +153,8 @@ def bundled_model_dir(mc: ModelConfig) -> Path:
         raise ModelLoadError("reading the bundled GGUF needs the `gguf` package: pip install gguf")
     src = gguf_path()
     tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
-    model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32)
+    # Any: the quantizer attributes reset below are set at load time, not declared on the class.
+    model: Any = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32)
     # The weights are already dequantised; drop the GGUF quantizer so save_pretrained accepts them.
     model.hf_quantizer = None
     model.is_quantized = False
@@ -200,7 +211,7 @@ def _build_tiny(mc: ModelConfig, dtype: torch.dtype, seed: int) -> tuple[torch.n
     # Weight init draws from torch's global RNG; fork it so building a model never shifts a caller's stream.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = LlamaForCausalLM(cfg)
+        model: torch.nn.Module = LlamaForCausalLM(cfg)  # typed as a Module: mypy misreads the HF `to` wrapper
     return model.to(dtype), tokenizer
 
 

@@ -37,12 +37,13 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Iterator, Sequence
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
-from transformers import DynamicCache
+from transformers import DynamicCache, PretrainedConfig
 
 
 class MultiLoRA:
@@ -249,7 +250,7 @@ def forward_kwarg_names(model: nn.Module) -> tuple[str, str]:
 
 def new_cache(model: nn.Module) -> DynamicCache:
     try:
-        return DynamicCache(config=model.config)
+        return DynamicCache(config=cast(PretrainedConfig, model.config))  # a causal LM module has one
     except TypeError:  # older transformers: DynamicCache() takes no config
         return DynamicCache()
 

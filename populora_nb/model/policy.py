@@ -1,41 +1,47 @@
 """The loop's `Policy` on a real model: the LoRA population generates, and learns with TRR++.
 
-The loop names members ("agent", "T0", "S3", ...); the population numbers them. This module keeps
-that mapping, returns every completion with the token ids it was sampled as (they travel with the
-proposal or attempt into its `Sample`, so the policy gradient scores exactly the sampled tokens, not
-a re-tokenisation of the text), and turns a member's samples into
+Members are named by the loop's ids ("agent", "T0", "S3", an evolved child's name) here and in
+the `Population` alike. This module returns every completion with the token ids it was sampled as
+(they travel with the proposal or attempt into its `Sample`, so the policy gradient scores exactly
+the sampled tokens, not a re-tokenisation of the text), and turns a member's samples into
 policy-gradient updates (`rl.policy_gradient_loss`, PPO-clip over `rl.ppo_epochs`, optional KL to
 the frozen base), with every log-prob taken at the sampling temperature it was drawn at.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import torch
 
 from populora_nb.config import ExperimentConfig
-from populora_nb.model.adapters import Generation, Population, train_batch
+from populora_nb.model.adapters import Population, Role
 from populora_nb.model.base import Base, load_base
+from populora_nb.model.batch import Generation, train_batch
 from populora_nb.operators import LoRAFactors
-from populora_nb.records import read_json
 from populora_nb.rl import policy_gradient_loss
 from populora_nb.stages import Completion, Sample
 
 
 class LoRAPolicy:
-    def __init__(self, config: ExperimentConfig, base: Base, population: Population, names: dict[str, int]):
+    """What the loop generates and trains with on a real model: a `Population` of LoRA members on
+    one frozen `Base`, sampling and updating with the run's config (``sampling``, ``rl``), and
+    replacing members when evolution breeds children. Members are named by the loop's ids
+    throughout; `members` lists them."""
+
+    def __init__(self, config: ExperimentConfig, base: Base, population: Population):
         self.config, self.base, self.population = config, base, population
-        self.names = dict(names)
-        """loop name -> population member id"""
+        self.tokenizer = base.tokenizer
+        """The base's tokenizer (prompts are rendered with it)."""
 
     @classmethod
     def create(
         cls, config: ExperimentConfig, roster: Sequence[tuple[str, str]], base: Base | None = None
     ) -> LoRAPolicy:
-        """A fresh population with one member per (name, role) of the roster."""
+        """A fresh population with one member per (name, role) of the roster, in its order; loads
+        the configured base unless one is given."""
         if base is None:
             # transformers' own "Loading weights" bar would be a second bar in the run's cell: the
             # run's progress line already says "loading the model".
@@ -48,12 +54,14 @@ class LoRAPolicy:
             finally:
                 if was_enabled:
                     hf_logging.enable_progress_bar()
-        pop = Population.create(base, [role for _, role in roster], config.lora, seed=config.run.seed)  # type: ignore[misc]
-        return cls(config, base, pop, {name: m.id for (name, _), m in zip(roster, pop.members)})
+        # Population.create rejects a role that is not a Role.
+        roles = {name: cast(Role, role) for name, role in roster}
+        return cls(config, base, Population.create(base, roles, config.lora, seed=config.run.seed))
 
     @property
-    def tokenizer(self):
-        return self.base.tokenizer
+    def members(self) -> list[str]:
+        """The members' ids in the population's (slot) order, which is the loop roster's."""
+        return self.population.ids()
 
     def generate(
         self, member_ids: Sequence[str], prompts: Sequence[str], max_new_tokens: int, seed: int
@@ -63,7 +71,7 @@ class LoRAPolicy:
         sc = self.config.sampling
         generator = torch.Generator(device=self.base.device).manual_seed(seed)
         gens = self.population.generate(
-            [self.names[m] for m in member_ids],
+            member_ids,
             list(prompts),
             max_new_tokens=max_new_tokens,
             temperature=sc.temperature,
@@ -72,8 +80,15 @@ class LoRAPolicy:
         )
         return [Completion(g.text, (tuple(g.prompt_ids), tuple(g.completion_ids))) for g in gens]
 
+    def generate_greedy(self, member_ids: Sequence[str], prompts: Sequence[str], max_new_tokens: int) -> list[str]:
+        """The greedy (temperature 0) completion text of each (member, prompt), in one mixed-adapter
+        batch: what evaluation scores."""
+        gens = self.population.generate(member_ids, list(prompts), max_new_tokens=max_new_tokens, temperature=0.0)
+        return [g.text for g in gens]
+
     def update(self, member_id: str, samples: Sequence[Sample]) -> dict[str, float]:
-        """PPO-clip / REINFORCE update of one member on its own samples."""
+        """PPO-clip / REINFORCE update of one member on its own samples; returns the step's stats
+        (``optim/skipped`` 1 when every advantage is 0 and no step was taken)."""
         gens = [self._generation(member_id, s) for s in samples]
         advantages = [s.advantage for s in samples]
         if all(a == 0 for a in advantages):
@@ -84,12 +99,12 @@ class LoRAPolicy:
         # Score at the temperature the samples were drawn at: old, new and reference log-probs are
         # then those of the policy that sampled (rl.logprob_temperature says why, and what 0 does).
         # With top_p < 1 they stay those of the untruncated distribution (rl.completion_logprobs).
-        batch = train_batch(gens, advantages, self.tokenizer.pad_token_id, temperature=self.config.sampling.temperature)
-        mid = self.names[member_id]
+        temperature = self.config.sampling.temperature
+        batch = train_batch(gens, advantages, self.tokenizer.pad_token_id, temperature=temperature)
         if rl.kl_coef > 0:
             batch.ref_logprobs = self.population.logprobs(None, batch)
         if rl.ppo_epochs > 1:
-            batch.old_logprobs = self.population.logprobs(mid, batch)
+            batch.old_logprobs = self.population.logprobs(member_id, batch)
 
         def loss_fn(logprobs, b):  # token mean (AZR's verl default): micro-batches are weighted by tokens
             return policy_gradient_loss(
@@ -105,7 +120,9 @@ class LoRAPolicy:
 
         stats: dict[str, float] = {}
         for _ in range(rl.ppo_epochs):
-            stats = self.population.train_step(mid, batch, loss_fn, micro_batch_size=rl.micro_batch, weight_by="tokens")
+            stats = self.population.train_step(
+                member_id, batch, loss_fn, micro_batch_size=rl.micro_batch, weight_by="tokens"
+            )
         stats["optim/skipped"] = 0.0
         stats["optim/n_samples"] = float(len(samples))
         return stats
@@ -113,17 +130,22 @@ class LoRAPolicy:
     def _generation(self, member_id: str, s: Sample) -> Generation:
         if s.token_ids is not None:  # sampled by a model: score exactly those tokens
             prompt_ids, completion_ids = s.token_ids
-            return Generation(self.names[member_id], list(prompt_ids), list(completion_ids), s.completion, True)
+            return Generation(member_id, list(prompt_ids), list(completion_ids), s.completion, True)
         # Not sampled by a model (e.g. a scripted completion): score its tokenisation.
         tok = self.tokenizer
         prompt_ids = tok(s.prompt, add_special_tokens=False)["input_ids"]
         completion_ids = tok(s.completion, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-        return Generation(self.names[member_id], prompt_ids, completion_ids, s.completion, True)
+        return Generation(member_id, prompt_ids, completion_ids, s.completion, True)
 
     # ---- evolution ------------------------------------------------------------------------------
 
-    def factors(self, name: str) -> LoRAFactors:
-        return self.population.factors(self.names[name])
+    def factors(self, member_id: str) -> LoRAFactors:
+        """Detached copies of the member's LoRA factors (evolution's operators read them)."""
+        return self.population.factors(member_id)
+
+    def set_factors(self, member_id: str, factors: LoRAFactors) -> None:
+        """Overwrite the member's factors, with a fresh AdamW (as a newborn gets)."""
+        self.population.set_factors(member_id, factors)
 
     def replace(
         self,
@@ -135,25 +157,24 @@ class LoRAPolicy:
         step: int,
         inherit_optimizer_from: str | None = None,
     ) -> None:
-        """The child ``new`` takes ``old``'s slot; ``old`` leaves the population."""
-        child = self.population.replace(
-            self.names[old],
+        """The child ``new`` takes ``old``'s slot and place; ``old`` leaves the population."""
+        self.population.replace(
+            old,
+            new,
             factors,
-            parents=[self.names[p] for p in parents],
+            parents=parents,
             birth_step=step,
             operator=operator,
-            inherit_optimizer_from=self.names[inherit_optimizer_from] if inherit_optimizer_from else None,
+            inherit_optimizer_from=inherit_optimizer_from,
         )
-        del self.names[old]
-        self.names[new] = child.id
 
     # ---- checkpoints ----------------------------------------------------------------------------
 
     def save(self, path: Path) -> None:
+        """Checkpoint every member (factors, AdamW states, records) into the directory ``path``."""
         self.population.save(path)
-        (Path(path) / "names.json").write_text(json.dumps(list(self.names.items())))
 
     def load(self, path: Path) -> None:
-        names = dict(read_json(Path(path) / "names.json"))
+        """Replace the population by the one checkpointed at ``path`` (a checkpoint written before
+        issue #15, with names.json, loads too)."""
         self.population = Population.load(self.base, path)
-        self.names = names

@@ -25,9 +25,8 @@ from torch import Tensor
 
 from populora_nb.config import LoRAConfig
 from populora_nb.model.base import Base
+from populora_nb.model.checkpoint import PEFT_PREFIX
 from populora_nb.model.multilora import MultiLoRA, checkpointing
-
-PEFT_PREFIX = "base_model.model."
 
 
 class UnslothSlot:

@@ -145,7 +145,7 @@ BENCHMARK_MODULES = (
 )
 """Benchmark code and solutions to it (HumanEval+, MBPP+, LiveCodeBench stdin programs): what
 correct model solutions import in practice (issue 21: numpy, queue, ast...). evalplus itself has no
-allow-list (its `reliability_guard` stubs os/shutil/subprocess functions instead); README lists
+allow-list (its `reliability_guard` stubs os/shutil/subprocess functions instead); docs/benchmarks.md lists
 the modules a solution may import here and what stays banned (os, subprocess, pickle...)."""
 FRAME_ATTRIBUTES = frozenset(
     {

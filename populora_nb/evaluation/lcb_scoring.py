@@ -1,0 +1,146 @@
+"""LiveCodeBench scoring (lcb_runner/evaluation/testing_util.py) in the project's sandbox.
+
+stdin programs are compared line by line after stripping, with a Decimal fallback; functional tests
+call ``Solution().<func>`` (the module once, each test in turn), a tuple result counts as a list;
+6 s per test.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from decimal import Decimal, InvalidOperation
+
+from populora_nb.evaluation.evalplus_scoring import task_wall_s
+from populora_nb.evaluation.input_literals import argument_text
+from populora_nb.evaluation.loaders import Problem
+from populora_nb.evaluation.output_shim import ENTRY, decode_output, shim
+from populora_nb.evaluation.programs import extract_code, sanitize
+from populora_nb.verify import RunResult, Verifier
+
+LCB_TIMEOUT_S = 6.0
+
+
+LCB_PREAMBLE = (
+    "".join(
+        f"from {m} import *\n"
+        for m in (
+            "string",
+            "re",
+            "datetime",
+            "collections",
+            "heapq",
+            "bisect",
+            "copy",
+            "math",
+            "random",
+            "statistics",
+            "itertools",
+            "functools",
+            "operator",
+            "json",
+            "typing",
+        )
+    )
+    + "".join(
+        f"import {m}\n"
+        for m in (
+            "string",
+            "re",
+            "datetime",
+            "collections",
+            "heapq",
+            "bisect",
+            "copy",
+            "math",
+            "random",
+            "statistics",
+            "itertools",
+            "functools",
+            "operator",
+            "json",
+            "sys",
+        )
+    )
+    + "sys.setrecursionlimit(50000)\n"
+)
+"""lcb_runner's import_string without io/sys/builtins star imports (they would shadow input/open)."""
+
+
+def lcb_lines_match(prediction: str, expected: str) -> bool:
+    """testing_util.grade_stdio: stripped lines equal, or equal as Decimals element-wise."""
+    got = [line.strip() for line in prediction.strip().split("\n")]
+    want = [line.strip() for line in expected.strip().split("\n")]
+    if len(got) != len(want):
+        return False
+    for g, w in zip(got, want):
+        if g == w:
+            continue
+        try:
+            if [Decimal(x) for x in g.split()] != [Decimal(x) for x in w.split()]:
+                return False
+        except (InvalidOperation, ValueError):
+            return False
+    return True
+
+
+def lcb_functional_args(test_input: str) -> str:
+    """One JSON value per line -> an argument list as literal text."""
+    return argument_text([json.loads(line) for line in test_input.split("\n")])
+
+
+def score_lcb(
+    problems: Sequence[Problem], completions: Sequence[str], verifier: Verifier, timeout_s: float = LCB_TIMEOUT_S
+) -> list[tuple[bool, str]]:
+    """(passed every test, status) per completion; problems without tests raise."""
+    results: list[tuple[bool, str] | None] = [None] * len(problems)
+    scripts, script_owner, calls, call_owner = [], [], [], []
+    for i, (p, c) in enumerate(zip(problems, completions)):
+        if not p.tests:
+            raise ValueError(f"{p.id} has no tests (prompt-only LiveCodeBench record); filter with has_tests")
+        code = extract_code(c, "")
+        if code is None:
+            results[i] = (False, "no_code")
+        elif p.tests[0].testtype == "stdin":
+            for t in p.tests:
+                scripts.append((LCB_PREAMBLE + code, t.input))
+                script_owner.append((i, t.output))
+        else:
+            code = sanitize(code)
+            call = (
+                f"Solution().{p.entry_point}"
+                if re.search(r"^class\s+Solution\b", code, re.MULTILINE)
+                else p.entry_point
+            )
+            try:
+                args = tuple(lcb_functional_args(t.input) for t in p.tests)
+            except (ValueError, json.JSONDecodeError):
+                raise ValueError(f"{p.id}: functional test input is not JSON lines") from None
+            calls.append((LCB_PREAMBLE + code + shim(call), args))
+            call_owner.append(i)
+    verdicts: dict[int, list[str]] = {}
+    for (i, expected), r in zip(script_owner, verifier.run_script_many(scripts, timeout_s=timeout_s)):
+        ok = r.status == "ok" and r.seconds <= timeout_s and lcb_lines_match(r.stdout, expected)
+        verdicts.setdefault(i, []).append("pass" if ok else (r.status if r.status != "ok" else "wrong"))
+    suites = [(prog, args, [timeout_s] * len(args), task_wall_s([timeout_s] * len(args))) for prog, args in calls]
+    for i, res in zip(call_owner, verifier.run_suites(suites, entry_point=ENTRY)):
+        verdicts[i] = [_lcb_functional_verdict(r, t.output, timeout_s) for r, t in zip(res, problems[i].tests)]
+    for i, v in verdicts.items():
+        bad = next((s for s in v if s != "pass"), None)
+        results[i] = (bad is None, bad or "pass")
+    return results  # type: ignore[return-value]
+
+
+def _lcb_functional_verdict(r: RunResult, expected: str, timeout_s: float) -> str:
+    if r.status != "ok":
+        return r.status
+    if r.seconds > timeout_s:
+        return "timeout"
+    try:
+        got, want = decode_output(r.output), json.loads(expected)
+    except (ValueError, json.JSONDecodeError):
+        return "wrong"
+    if isinstance(got, tuple):  # "don't penalize model if it produces tuples instead of lists"
+        got = list(got)
+    return "pass" if got == want else "wrong"

@@ -1,0 +1,133 @@
+"""The benchmark table and bar chart (PopuLoRA Table 1): base, baseline, and the population's mean,
+best and worst member per benchmark, from the results `benchmarks.evaluate` saves.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from populora_nb.evaluation.benchmarks import EvalResult
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
+@dataclass(frozen=True)
+class TableRow:
+    """One benchmark's pass@1 per column of the table (nan: not scored)."""
+
+    benchmark: str
+    base: float
+    baseline: float
+    population_mean: float
+    best: float
+    worst: float
+
+
+# ---------------------------------------------------------------- table and figure
+def _stats(xs: Sequence[float]) -> tuple[float, float, float]:
+    """(mean, max, min); all nan when the list is empty or any entry is nan (a member not scored)."""
+    if not xs or any(math.isnan(x) for x in xs):
+        return math.nan, math.nan, math.nan
+    return sum(xs) / len(xs), max(xs), min(xs)
+
+
+def summary_table(
+    results: Sequence[EvalResult], base: str = "base", baseline: str = "baseline", members: Sequence[str] | None = None
+) -> list[TableRow]:
+    """Rows (benchmark, base, baseline, population mean, best, worst member) in pass@1, then an
+    "average" row over the benchmarks every present model was scored on (best / worst: the best and
+    worst member averages, the paper's aggregate). `members` defaults to every other model; an
+    empty list leaves the population columns nan (e.g. the base before training)."""
+    by = {(r.model, r.benchmark): r.score for r in results}
+    members = list(members) if members is not None else sorted({r.model for r in results} - {base, baseline})
+    present = [m for m in (base, baseline, *members) if any(k[0] == m for k in by)]
+    benches = list(dict.fromkeys(r.benchmark for r in results))
+    rows = [
+        TableRow(
+            b,
+            by.get((base, b), math.nan),
+            by.get((baseline, b), math.nan),
+            *_stats([by.get((m, b), math.nan) for m in members]),
+        )
+        for b in benches
+    ]
+    scored = [b for b in benches if present and all(not math.isnan(by.get((m, b), math.nan)) for m in present)]
+    if scored:
+        avg = {m: sum(by.get((m, b), math.nan) for b in scored) / len(scored) for m in (base, baseline, *members)}
+        rows.append(TableRow("average", avg[base], avg[baseline], *_stats([avg[m] for m in members])))
+    return rows
+
+
+def format_table(rows: Sequence[TableRow]) -> str:
+    """A Markdown table in percent (n/a where a model has no score)."""
+
+    def pct(x: float) -> str:
+        return "n/a" if math.isnan(x) else f"{100 * x:.1f}"
+
+    lines = ["| benchmark | base | baseline | population mean | best | worst |", "|---|---:|---:|---:|---:|---:|"]
+    lines += [
+        f"| {r.benchmark} | {pct(r.base)} | {pct(r.baseline)} | {pct(r.population_mean)} | "
+        f"{pct(r.best)} | {pct(r.worst)} |"
+        for r in rows
+    ]
+    return "\n".join(lines)
+
+
+def plot_benchmarks(table: Sequence[TableRow], title: str = "pass@1 by benchmark") -> Figure:
+    """Grouped bars (base, baseline, population mean with a best-worst range) per benchmark."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(table)), 3.6))
+    x = list(range(len(table)))
+    w = 0.26
+    nan0 = lambda v: 0.0 if math.isnan(v) else 100 * v  # noqa: E731 - a bar of height 0 for "n/a"
+    ax.bar([i - w for i in x], [nan0(r.base) for r in table], w, label="base", color="#b0b0b0")
+    ax.bar(x, [nan0(r.baseline) for r in table], w, label="baseline (AZR)", color="#4c72b0")
+    means = [nan0(r.population_mean) for r in table]
+    lo = [max(0.0, m - nan0(r.worst)) for m, r in zip(means, table)]
+    hi = [max(0.0, nan0(r.best) - m) for m, r in zip(means, table)]
+    ax.bar(
+        [i + w for i in x], means, w, yerr=[lo, hi], capsize=3, label="population mean (best-worst)", color="#dd8452"
+    )
+    ax.set_xticks(x, [r.benchmark for r in table], rotation=30, ha="right")
+    top = max([0.0] + [nan0(getattr(r, k)) for r in table for k in ("base", "baseline", "best")])
+    ax.set_ylim(0, min(100.0, max(5.0, 1.15 * top)))  # pass@1 is never negative; 5% keeps small bars visible
+    if top == 0:
+        ax.text(0.5, 0.5, "every model scored 0 on these problems", transform=ax.transAxes, ha="center", color="0.4")
+    ax.set_ylabel("pass@1 (%)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def write_report(
+    results: Sequence[EvalResult],
+    out_dir: str | Path,
+    base: str = "base",
+    baseline: str = "baseline",
+    members: Sequence[str] | None = None,
+) -> dict[str, Path]:
+    """Save the summary as ``table.md``, ``table.json`` and ``benchmarks.png`` in `out_dir` (for
+    ``python -m populora_nb eval`` and notebook 06); returns the paths by kind."""
+    from populora_nb.analysis.figures import save_figure
+
+    rows = summary_table(results, base, baseline, members)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"markdown": out / "table.md", "json": out / "table.json", "figure": out / "benchmarks.png"}
+    paths["markdown"].write_text(format_table(rows) + "\n")
+    paths["json"].write_text(
+        json.dumps(
+            [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in asdict(r).items()} for r in rows],
+            indent=1,
+        )
+    )
+    save_figure(plot_benchmarks(rows), paths["figure"])
+    return paths

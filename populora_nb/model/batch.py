@@ -1,0 +1,113 @@
+"""What one member's policy-gradient step trains on: sampled generations, left-padded into a batch.
+
+`Population.generate` returns `Generation`s (prompt and completion token ids as sampled);
+`train_batch` left-pads them into a `TrainBatch` whose completion tokens are the ones scored, and
+`Population.train_step` / `Population.logprobs` run it under one member's adapter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from populora_nb.rl import logprob_temperature
+
+LossFn = Callable[[Tensor, "TrainBatch"], tuple[Tensor, dict[str, float]]]
+"""(completion log-probs (B, T) with gradient, at the batch's sampling temperature, batch) ->
+(scalar loss, stats), e.g. built on ``rl.policy_gradient_loss``."""
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One sampled completion: which member wrote it, and the exact token ids of its prompt and
+    completion, so a later update scores exactly what was sampled (not a re-tokenisation)."""
+
+    member_id: str
+    """The member's name, as the loop knows it ("agent", "T0", "S3", an evolved child's name)."""
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    """Sampled tokens, the stop token included when ``stopped``."""
+    text: str
+    """The completion decoded without special tokens."""
+    stopped: bool
+    """Ended on a stop token (False: cut at max_new_tokens)."""
+
+
+@dataclass
+class TrainBatch:
+    """Left-padded prompt + completion sequences for one member's policy-gradient step."""
+
+    input_ids: Tensor  # (B, T)
+    attention_mask: Tensor  # (B, T), 0 on left padding
+    completion_mask: Tensor  # (B, T), 1 on the completion tokens that are scored
+    advantages: Tensor  # (B,), one per sequence
+    old_logprobs: Tensor | None = None  # (B, T), for PPO-style ratios over several epochs
+    ref_logprobs: Tensor | None = None  # (B, T), for a KL penalty
+    temperature: float = 1.0
+    """The temperature the completions were sampled at. Every log-prob of this batch (old, new,
+    reference) is taken from logits / temperature, so the gradient and the PPO ratio are those of
+    the policy that sampled; 0 (greedy) scores at 1 (see ``rl.logprob_temperature``)."""
+
+    def __post_init__(self) -> None:
+        logprob_temperature(self.temperature)  # raises on a negative temperature
+        shape = tuple(self.input_ids.shape)
+        if (
+            len(shape) != 2
+            or self.attention_mask.shape != self.input_ids.shape
+            or self.completion_mask.shape != self.input_ids.shape
+        ):
+            raise ValueError(f"input_ids, attention_mask and completion_mask must share one (B, T) shape, got {shape}")
+        if self.advantages.shape != shape[:1]:
+            raise ValueError(f"advantages must be (B,) = {shape[:1]}, got {tuple(self.advantages.shape)}")
+
+    @property
+    def logits_to_keep(self) -> int:
+        """Logit rows needed: from the one before the earliest completion token to the end."""
+        cols = self.completion_mask.bool().any(dim=0).nonzero()
+        return self.input_ids.shape[1] - int(cols.min()) + 1 if cols.numel() else 1
+
+    def rows(self, index: slice) -> TrainBatch:
+        return map_tensors(self, lambda t: t[index])
+
+    def to(self, device: torch.device) -> TrainBatch:
+        return map_tensors(self, lambda t: t.to(device))
+
+
+def train_batch(
+    generations: Sequence[Generation],
+    advantages: Sequence[float] | Tensor,
+    pad_token_id: int,
+    temperature: float = 1.0,
+) -> TrainBatch:
+    """Left-pad each generation's prompt + completion into a ``TrainBatch`` (completion scored).
+    ``temperature``: the one the generations were sampled at (log-probs are taken at it)."""
+    ids, attn = left_pad([g.prompt_ids + g.completion_ids for g in generations], pad_token_id, torch.device("cpu"))
+    comp = torch.zeros_like(ids)
+    for i, g in enumerate(generations):
+        if g.completion_ids:
+            comp[i, -len(g.completion_ids) :] = 1
+    return TrainBatch(ids, attn, comp, torch.as_tensor(advantages, dtype=torch.float32), temperature=temperature)
+
+
+def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Token id rows left-padded to one width: (ids (B, T), attention mask (B, T)) on ``device``."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, s in enumerate(seqs):
+        if s:
+            ids[i, width - len(s) :] = torch.tensor(list(s))
+            mask[i, width - len(s) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+def map_tensors(batch: TrainBatch, fn: Callable[[Tensor], Tensor]) -> TrainBatch:
+    """A copy of ``batch`` with ``fn`` applied to every tensor field (None and scalars kept)."""
+    fields = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
+    tensors: dict[str, Any] = {k: fn(v) for k, v in fields.items() if isinstance(v, Tensor)}
+    return dataclasses.replace(batch, **tensors)

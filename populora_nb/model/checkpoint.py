@@ -1,0 +1,143 @@
+"""The population on disk: whole-population checkpoints, and one member as a peft LoRA adapter.
+
+A checkpoint directory (``Population.save``) holds ``factors.safetensors`` (every adapted module's
+stacked ``A`` and ``Bᵀ``, one row per slot of the bank), ``optimizers.safetensors`` (each member's
+AdamW state, keys ``{member}.{param index}.{field}``) and ``population.json`` (base, LoRA config
+and the member records). Members are keyed by their names, the ids the loop uses.
+
+Checkpoints written before issue #15 numbered members instead (integer ids and ``next_id`` in
+population.json, optimizer keys ``{integer id}.…``) and kept the loop's names beside them in
+``names.json`` (``[[name, id], …]``). `read_population` still reads them, translating every id to
+its name; a parent that had already left the population has no name there and reads as ``#{id}``.
+
+A single member exports as a peft LoRA adapter (`write_peft_adapter`), which
+``peft.PeftModel.from_pretrained`` loads and `load_member_factors` reads back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+
+from populora_nb.config import LoRAConfig
+from populora_nb.operators import LoRAFactors, LoRAPair
+from populora_nb.records import CorruptRunError
+
+PEFT_PREFIX = "base_model.model."
+"""How peft names a causal LM's modules (adapter_model.safetensors keys, a peft model's modules)."""
+
+LEGACY_NAMES = "names.json"
+"""Where pre-#15 checkpoints kept the loop's names of their integer-numbered members."""
+
+
+@dataclass
+class SavedPopulation:
+    """Everything a population checkpoint holds, as plain data."""
+
+    base: str
+    """The base model's name (for the error when the factors do not fit another base)."""
+    lora: LoRAConfig
+    members: list[dict[str, Any]]
+    """Member records (``adapters.Member`` fields) in slot order; ids and parents are names."""
+    stacks: dict[str, Tensor]
+    """``{module}.A`` (N, r, d_in) and ``{module}.Bt`` (N, r, d_out) for every adapted module."""
+    optimizer_states: dict[str, dict[str, Tensor]]
+    """member name -> its flat AdamW state ``{param index}.{exp_avg|exp_avg_sq|step}``."""
+
+
+def write_population(directory: str | Path, saved: SavedPopulation) -> Path:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.cpu() for k, v in saved.stacks.items()}, directory / "factors.safetensors")
+    optim = {f"{m}.{k}": v.cpu() for m, state in saved.optimizer_states.items() for k, v in state.items()}
+    save_file(optim, directory / "optimizers.safetensors")
+    lora = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(saved.lora).items()}
+    meta = {"base": saved.base, "lora": lora, "members": saved.members}
+    (directory / "population.json").write_text(json.dumps(meta, indent=1))
+    return directory
+
+
+def read_population(directory: str | Path, device: str = "cpu") -> SavedPopulation:
+    """A checkpoint written by `write_population`, or by the code before issue #15 (module
+    docstring). Factors load on the CPU, optimizer states on ``device``."""
+    directory = Path(directory)
+    meta = read_file(directory / "population.json")
+    fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["lora"].items()}
+    lora = LoRAConfig(**fields)
+    named: dict[int, str] | None = None
+    if "next_id" in meta:  # pre-#15: integer ids, named by names.json beside the checkpoint
+        legacy = directory / LEGACY_NAMES
+        named = {int(i): str(n) for n, i in read_file(legacy)} if legacy.exists() else {}
+
+    def name(i: Any) -> str:
+        return str(i) if named is None else named.get(int(i), f"#{i}")
+
+    members = [{**m, "id": name(m["id"]), "parents": [name(p) for p in m["parents"]]} for m in meta["members"]]
+    stacks = read_file(directory / "factors.safetensors")
+    states: dict[str, dict[str, Tensor]] = {}
+    for key, value in read_file(directory / "optimizers.safetensors", device=device).items():
+        member, param, field = key.rsplit(".", 2)  # a name may hold dots; the last two parts never do
+        states.setdefault(name(member), {})[f"{param}.{field}"] = value
+    return SavedPopulation(meta["base"], lora, members, stacks, states)
+
+
+def write_peft_adapter(
+    directory: str | Path, factors: LoRAFactors, lora: LoRAConfig, base_name: str, record: Mapping[str, Any]
+) -> Path:
+    """``factors`` as a peft LoRA adapter (adapter_model.safetensors + adapter_config.json) that
+    ``peft.PeftModel.from_pretrained(base_model, directory)`` loads, plus ``record`` (the member's
+    id, role, parents, ...) as populora_member.json."""
+    from peft import LoraConfig  # peft writes its own config so any peft version can read it
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tensors = {}
+    for name, pair in factors.items():
+        tensors[f"{PEFT_PREFIX}{name}.lora_A.weight"] = pair.A.contiguous().cpu()
+        tensors[f"{PEFT_PREFIX}{name}.lora_B.weight"] = pair.B.contiguous().cpu()
+    save_file(tensors, directory / "adapter_model.safetensors", metadata={"format": "pt"})
+    LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,  # type: ignore[arg-type]  # peft annotates int; a float alpha works
+        target_modules=list(lora.target_modules),
+        lora_dropout=0.0,
+        bias="none",
+        task_type="CAUSAL_LM",
+        base_model_name_or_path=base_name,
+    ).save_pretrained(str(directory))
+    (directory / "populora_member.json").write_text(json.dumps(dict(record), indent=1))
+    return directory
+
+
+def load_member_factors(directory: str | Path) -> tuple[LoRAFactors, dict]:
+    """Factors and adapter_config of a peft LoRA adapter directory (ours or any peft LoRA on the
+    same modules), ready for ``Population.set_factors``. The config's alpha/r is returned, not
+    applied: rescale B when it differs from the population's."""
+    directory = Path(directory)
+    config = read_file(directory / "adapter_config.json")
+    tensors = read_file(directory / "adapter_model.safetensors")
+    names = sorted({k[len(PEFT_PREFIX) :].rsplit(".lora_", 1)[0] for k in tensors})
+    factors = {
+        n: LoRAPair(tensors[f"{PEFT_PREFIX}{n}.lora_A.weight"], tensors[f"{PEFT_PREFIX}{n}.lora_B.weight"])
+        for n in names
+    }
+    return factors, config
+
+
+def read_file(path: Path, device: str = "cpu") -> Any:
+    """A saved file (.safetensors tensors, else JSON); a missing, truncated or damaged one raises
+    one line naming it (safetensors' own error names no file)."""
+    try:
+        return load_file(path, device=device) if path.suffix == ".safetensors" else json.loads(path.read_text())
+    except (OSError, ValueError, SafetensorError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise CorruptRunError(
+            f"{path} does not load ({type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]})",
+            "restore it, or load another checkpoint",
+        ) from None
