@@ -22,47 +22,26 @@ from populora_nb.verify import RunResult, Verifier
 LCB_TIMEOUT_S = 6.0
 
 
+LCB_MODULES = (
+    "string",
+    "re",
+    "datetime",
+    "collections",
+    "heapq",
+    "bisect",
+    "copy",
+    "math",
+    "random",
+    "statistics",
+    "itertools",
+    "functools",
+    "operator",
+    "json",
+)
+"""Modules lcb_runner imports before a solution runs: star-imported (with typing) and by name (with sys)."""
 LCB_PREAMBLE = (
-    "".join(
-        f"from {m} import *\n"
-        for m in (
-            "string",
-            "re",
-            "datetime",
-            "collections",
-            "heapq",
-            "bisect",
-            "copy",
-            "math",
-            "random",
-            "statistics",
-            "itertools",
-            "functools",
-            "operator",
-            "json",
-            "typing",
-        )
-    )
-    + "".join(
-        f"import {m}\n"
-        for m in (
-            "string",
-            "re",
-            "datetime",
-            "collections",
-            "heapq",
-            "bisect",
-            "copy",
-            "math",
-            "random",
-            "statistics",
-            "itertools",
-            "functools",
-            "operator",
-            "json",
-            "sys",
-        )
-    )
+    "".join(f"from {m} import *\n" for m in (*LCB_MODULES, "typing"))
+    + "".join(f"import {m}\n" for m in (*LCB_MODULES, "sys"))
     + "sys.setrecursionlimit(50000)\n"
 )
 """lcb_runner's import_string without io/sys/builtins star imports (they would shadow input/open)."""

@@ -41,7 +41,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from types import CodeType
-from typing import cast
+from typing import Any, cast
 
 from populora_nb.tasks import TASK_KINDS, Proposal, Task, TaskKind
 from populora_nb.verify.literals import parse_arguments
@@ -57,7 +57,7 @@ from populora_nb.verify.rules import (
     too_few_inputs,
     wrong_input_count,
 )
-from populora_nb.verify.static_policy import TASK_POLICY, Invalid, SandboxPolicy, compile_program
+from populora_nb.verify.static_policy import Invalid, compile_program
 from populora_nb.verify.zygote import Isolation
 
 
@@ -69,31 +69,10 @@ class Verifier(ZygotePool):
     is what model code may do (`static_policy.SandboxPolicy`).
     """
 
-    def __init__(
-        self,
-        timeout_s: float = 5.0,
-        memory_mb: int = 512,
-        workers: int = 2,
-        policy: SandboxPolicy = TASK_POLICY,
-        hash_seeds: tuple[int, int] | None = None,
-        network_namespace: bool = True,
-        uid_base: int = 100_000,
-        namespaces: bool = True,
-        allow_unsafe_no_isolation: bool = False,
-        reseed_every: int = 2000,
-    ):
-        super().__init__(
-            timeout_s=timeout_s,
-            memory_mb=memory_mb,
-            workers=workers,
-            policy=policy,
-            hash_seeds=hash_seeds,
-            network_namespace=network_namespace,
-            uid_base=uid_base,
-            namespaces=namespaces,
-            allow_unsafe_no_isolation=allow_unsafe_no_isolation,
-            reseed_every=reseed_every,
-        )
+    def __init__(self, *args: Any, **settings: Any) -> None:
+        """The pool's settings (`ZygotePool`: timeout_s, memory_mb, workers, policy, hash_seeds,
+        network_namespace, uid_base, namespaces, allow_unsafe_no_isolation, reseed_every)."""
+        super().__init__(*args, **settings)
         self._code_cache: dict[tuple[str, str | None], CodeType | Invalid] = {}
         self._args_cache: OrderedDict[str, tuple | Invalid] = OrderedDict()
 
