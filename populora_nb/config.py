@@ -3,6 +3,9 @@
 `load_config` builds one from a preset plus overrides (a nested dict, dotted keys, or a YAML file).
 Every field is type-checked and range-checked on load; a bad value raises one `ConfigError` naming
 the field and how to fix it. The only environment variable read is `POPULORA_PRESET`.
+
+Long because every one of the ~80 fields carries its help text (tests/test_config.py requires it);
+the presets and the loading machinery already live in `presets`.
 """
 
 from __future__ import annotations
