@@ -5,6 +5,7 @@ written atomically with a manifest (`write_checkpoint`), resumed from the newest
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,9 +108,15 @@ def load_run(run_dir: str | Path, config: ExperimentConfig | None = None, base: 
 
 
 def trueskill_env(config: ExperimentConfig) -> trueskill.TrueSkill:
-    """The run's TrueSkill environment, from its matchmaking config (the one place it is built)."""
+    """The run's TrueSkill environment, from its matchmaking config (the one place it is built):
+    one object per distinct set of parameters, so every step of a run rates with the same one."""
     mc = config.matchmaking
-    return make_trueskill(mc.mu, mc.sigma, mc.beta, mc.tau, mc.draw_probability)
+    return _trueskill_env(mc.mu, mc.sigma, mc.beta, mc.tau, mc.draw_probability)
+
+
+@functools.lru_cache(maxsize=16)  # the env is immutable parameters; caching only avoids rebuilding it
+def _trueskill_env(mu: float, sigma: float, beta: float, tau: float, draw: float) -> trueskill.TrueSkill:
+    return make_trueskill(mu, sigma, beta, tau, draw)
 
 
 def roster_for(config: ExperimentConfig) -> dict[str, str]:

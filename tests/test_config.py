@@ -151,3 +151,13 @@ def test_every_config_field_has_help_text():
         assert list(help_text) == runtime, f"{name}: AST fields {list(help_text)} != dataclass fields {runtime}"
         missing += [f"{name}.{f}" for f, text in help_text.items() if not text]
     assert not missing, f"config fields without a help docstring on the line after them: {missing}"
+
+
+def test_one_trueskill_env_per_run():
+    """Built from the matchmaking section in one place, once: every step of a run rates with the same env."""
+    from populora_nb.state import trueskill_env
+
+    a, b = load_config("tiny"), load_config("tiny")
+    assert trueskill_env(a) is trueskill_env(b)
+    other = load_config("tiny", {"matchmaking": {"beta": 2.0}})
+    assert trueskill_env(other) is not trueskill_env(a) and trueskill_env(other).beta == 2.0
