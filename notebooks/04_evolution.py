@@ -40,16 +40,8 @@ from populora_nb.analysis.plots import plot_lineage, plot_retention
 from populora_nb.analysis.runs import find_runs
 from populora_nb.config import load_config
 from populora_nb.evolution import MemberRating, OperatorMix, ancestors, simulate_lineage
-from populora_nb.operators import (
-    CONTROLS,
-    OPERATORS,
-    PAPER_IDS,
-    arity,
-    lora_rank,
-    relative_change,
-    singular_values,
-    synthetic_factors,
-)
+from populora_nb.lowrank import lora_rank, relative_change, singular_values
+from populora_nb.operators import CONTROLS, OPERATORS, PAPER_IDS, arity, synthetic_factors
 from populora_nb.records import RunDir
 from populora_nb.retention import run_retention
 

@@ -18,12 +18,9 @@ from types import MappingProxyType
 import torch
 
 from populora_nb.config import PAPER_OPERATORS
-from populora_nb.operators import (  # noqa: F401  (LoRAPair/LoRAFactors re-exported for callers)
-    CONTROLS,
+from populora_nb.lowrank import LoRAFactors
+from populora_nb.operators import (
     OPERATORS,
-    PAPER_IDS,
-    LoRAFactors,
-    LoRAPair,
     Operator,
     arity,
 )

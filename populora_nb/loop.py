@@ -24,6 +24,7 @@ from tqdm import tqdm  # a text bar, not tqdm.auto's widget: see run()
 
 from populora_nb.config import ExperimentConfig
 from populora_nb.evolution import MemberRating, OperatorMix, apply_operator, inherit_rating, plan_replacement
+from populora_nb.lowrank import relative_change
 from populora_nb.matchmaking import (
     Match,
     Rating,
@@ -31,7 +32,6 @@ from populora_nb.matchmaking import (
     round_robin_pairs,
     update_ratings,
 )
-from populora_nb.operators import relative_change
 from populora_nb.records import RunDir
 from populora_nb.rewards import azr_proposer_reward, teacher_reward
 from populora_nb.stages import (

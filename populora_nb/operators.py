@@ -17,19 +17,13 @@ from types import MappingProxyType
 import torch
 from torch import Tensor
 
-from populora_nb.lowrank import (  # noqa: F401  (re-exported: callers take the factor types from here)
-    FactoredSVD,
+from populora_nb.lowrank import (
     LoRAFactors,
     LoRAPair,
     a_row_norms,
     check_parents,
-    delta_weight,
     factored_svd,
-    lora_rank,
-    lora_svd,
     refactor,
-    relative_change,
-    singular_values,
     stack_parents,
     stacked_svd,
 )

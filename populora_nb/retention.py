@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Literal
 
 from populora_nb.buffers import TaskBuffer
 from populora_nb.config import ExperimentConfig
-from populora_nb.evolution import OPERATORS, fitness, retention_curves
+from populora_nb.evolution import fitness, retention_curves
+from populora_nb.lowrank import LoRAFactors
 from populora_nb.matchmaking import Rating
-from populora_nb.operators import LoRAFactors
+from populora_nb.operators import OPERATORS
 from populora_nb.rewards import teacher_reward
 from populora_nb.stages import (
     Attempt,

@@ -43,7 +43,7 @@ from populora_nb.tasks import Task
 from populora_nb.verify import Invalid, Proposal, Verifier
 
 if TYPE_CHECKING:
-    from populora_nb.operators import LoRAFactors
+    from populora_nb.lowrank import LoRAFactors
 
 # ---- what the loop needs from a model -----------------------------------------------------------
 

@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from populora_nb.config import load_config
+from populora_nb.lowrank import LoRAPair
 from populora_nb.model import multilora
 from populora_nb.model.adapters import Population, roles_for
 from populora_nb.model.base import load_base
 from populora_nb.model.batch import Generation, TrainBatch, train_batch
 from populora_nb.model.checkpoint import load_member_factors
 from populora_nb.model.multilora import sample_next
-from populora_nb.operators import LoRAPair
 from populora_nb.rl import policy_gradient_loss
 
 PROMPTS = ["Hello there", "def f(a):\n    return a", "x", "The quick brown fox jumps over"]

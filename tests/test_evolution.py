@@ -29,24 +29,20 @@ from populora_nb.evolution import (
     simulate_lineage,
     tournament_select,
 )
+from populora_nb.lowrank import LoRAPair, delta_weight, lora_svd, relative_change, singular_values
 from populora_nb.operators import (
     OPERATORS,
-    LoRAPair,
     arity,
     copy_parent,
     crossover_dare,
     crossover_extrapolative,
     crossover_svd_subspace,
-    delta_weight,
     linear_0_5,
-    lora_svd,
     mutation_component_masking,
     mutation_full_gaussian,
     mutation_layer_selective_gaussian,
     mutation_neftune,
     mutation_svd_structured,
-    relative_change,
-    singular_values,
     synthetic_factors,
 )
 

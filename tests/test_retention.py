@@ -14,10 +14,11 @@ import torch
 
 from populora_nb.buffers import TaskBuffer
 from populora_nb.config import load_config
-from populora_nb.evolution import OPERATORS, retention_curves
+from populora_nb.evolution import retention_curves
+from populora_nb.lowrank import LoRAPair
 from populora_nb.matchmaking import Rating
 from populora_nb.model.policy import LoRAPolicy
-from populora_nb.operators import LoRAPair
+from populora_nb.operators import OPERATORS
 from populora_nb.prompts import render, solve_prompt
 from populora_nb.records import RunDir, write_json
 from populora_nb.retention import (

@@ -32,11 +32,11 @@ import torch
 from torch import Tensor
 
 from populora_nb.config import LoRAConfig
+from populora_nb.lowrank import LoRAFactors, LoRAPair
 from populora_nb.model.base import Base, decode_text
 from populora_nb.model.batch import Generation, LossFn, TrainBatch, left_pad
 from populora_nb.model.checkpoint import SavedPopulation, read_population, write_peft_adapter, write_population
 from populora_nb.model.multilora import MultiLoRA, checkpointing, decode, forward_kwarg_names, position_ids_from_mask
-from populora_nb.operators import LoRAFactors, LoRAPair
 from populora_nb.rl import completion_logprobs
 
 Role = Literal["teacher", "student", "agent"]

@@ -27,7 +27,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from populora_nb.config import LoRAConfig
-from populora_nb.operators import LoRAFactors, LoRAPair
+from populora_nb.lowrank import LoRAFactors, LoRAPair
 from populora_nb.records import CorruptRunError
 
 PEFT_PREFIX = "base_model.model."

@@ -17,10 +17,10 @@ from typing import cast
 import torch
 
 from populora_nb.config import ExperimentConfig
+from populora_nb.lowrank import LoRAFactors
 from populora_nb.model.adapters import Population, Role
 from populora_nb.model.base import Base, load_base
 from populora_nb.model.batch import Generation, train_batch
-from populora_nb.operators import LoRAFactors
 from populora_nb.rl import policy_gradient_loss
 from populora_nb.stages import Completion, Sample
 
