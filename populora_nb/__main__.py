@@ -150,16 +150,40 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     return 0
 
 
+def evalplus_installed() -> None:
+    """Raise a one-line UserInputError (how to install it) unless official evalplus 0.3.1 is here."""
+    from populora_nb.evaluation.official import require_evalplus
+
+    require_evalplus()
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from populora_nb.evaluation.runs import evaluate_experiment
 
     config = _config(args)
-    evaluate_experiment(config, args.experiment_dir, say=lambda m: print(m, flush=True), require_data=True)
-    print(
-        (args.experiment_dir / "eval" / "table.md").read_text()
-        if (args.experiment_dir / "eval" / "table.md").exists()
-        else "no table"
-    )
+    say = lambda m: print(m, flush=True)  # noqa: E731
+    table = args.experiment_dir / "eval" / "table.md"
+    if args.scorer == "evalplus":
+        evalplus_installed()  # before any model loads
+        from populora_nb.evaluation.benchmarks import load_results
+        from populora_nb.evaluation.official import OFFICIAL_DATASET, SUBDIR, rescore_results
+        from populora_nb.evaluation.report import write_report
+
+        eval_dir = args.experiment_dir / "eval"
+        if not eval_dir.is_dir() or not any(r.benchmark in OFFICIAL_DATASET for r in load_results(eval_dir)):
+            evaluate_experiment(config, args.experiment_dir, say=say, require_data=True)  # completions first
+        results = rescore_results(
+            eval_dir,
+            config.eval.data_dir,
+            workers=config.verifier.workers,
+            allow_unsafe_no_isolation=config.verifier.allow_unsafe_no_isolation,
+            say=say,
+        )
+        write_report(results, eval_dir / SUBDIR)
+        table = eval_dir / SUBDIR / "table.md"
+    else:
+        evaluate_experiment(config, args.experiment_dir, say=say, require_data=True)
+    print(table.read_text() if table.exists() else "no table")
     return 0
 
 
@@ -225,6 +249,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="evaluate base, baseline and every member of an experiment on the benchmarks")
     _add_config_args(p)
     p.add_argument("experiment_dir", type=Path, help="a directory holding baseline/ and population/ runs")
+    p.add_argument(
+        "--scorer",
+        choices=["project", "evalplus"],
+        default="project",
+        help="project: this package's sandboxed scorer (evalplus semantics); evalplus: the saved HumanEval+/MBPP+ "
+        "completions judged again by official evalplus 0.3.1 inside OS isolation, into eval/evalplus/ "
+        "(optional extra: pip install evalplus==0.3.1 --no-deps)",
+    )
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("report", help="write report.html and report.md for an experiment directory")

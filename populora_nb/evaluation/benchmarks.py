@@ -41,6 +41,12 @@ EVALPLUS_INSTRUCTION = (
 MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
 
+def project_scorer(kind: str) -> str:
+    """The `EvalResult.scorer` label of this project's own scorers, by problem kind."""
+    semantics = {"evalplus": "evalplus semantics", "lcb": "LiveCodeBench semantics"}.get(kind)
+    return f"project ({semantics}, v{SCORER_VERSION})" if semantics else f"project ({kind or 'unknown'})"
+
+
 @dataclass(frozen=True)
 class Score:
     """One completion's verdict."""
@@ -68,6 +74,11 @@ class EvalResult:
     """Per problem: id, passed / status / base_passed / completion (one entry per sample)."""
     settings: dict = field(default_factory=dict)
     seconds: dict = field(default_factory=dict)
+    scorer: str = ""
+    """Who made the numbers: `project_scorer(kind)` (the default) or "evalplus 0.3.1 official"."""
+
+    def __post_init__(self) -> None:
+        self.scorer = self.scorer or project_scorer(BENCHMARK_FILES.get(self.benchmark, ("",))[0])
 
     @property
     def score(self) -> float:

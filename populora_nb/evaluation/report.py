@@ -27,6 +27,8 @@ class TableRow:
     population_mean: float
     best: float
     worst: float
+    scorer: str = ""
+    """Who made this row's numbers (`EvalResult.scorer`; several joined by " + " when they differ)."""
 
 
 # ---------------------------------------------------------------- table and figure
@@ -45,6 +47,11 @@ def summary_table(
     worst member averages, the paper's aggregate). `members` defaults to every other model; an
     empty list leaves the population columns nan (e.g. the base before training)."""
     by = {(r.model, r.benchmark): r.score for r in results}
+    scorers: dict[str, list[str]] = {}
+    for r in results:
+        scorers.setdefault(r.benchmark, [])
+        if r.scorer not in scorers[r.benchmark]:
+            scorers[r.benchmark].append(r.scorer)
     members = list(members) if members is not None else sorted({r.model for r in results} - {base, baseline})
     present = [m for m in (base, baseline, *members) if any(k[0] == m for k in by)]
     benches = list(dict.fromkeys(r.benchmark for r in results))
@@ -54,26 +61,31 @@ def summary_table(
             by.get((base, b), math.nan),
             by.get((baseline, b), math.nan),
             *_stats([by.get((m, b), math.nan) for m in members]),
+            " + ".join(scorers[b]),
         )
         for b in benches
     ]
     scored = [b for b in benches if present and all(not math.isnan(by.get((m, b), math.nan)) for m in present)]
     if scored:
         avg = {m: sum(by.get((m, b), math.nan) for b in scored) / len(scored) for m in (base, baseline, *members)}
-        rows.append(TableRow("average", avg[base], avg[baseline], *_stats([avg[m] for m in members])))
+        used = " + ".join(dict.fromkeys(x for b in scored for x in scorers[b]))
+        rows.append(TableRow("average", avg[base], avg[baseline], *_stats([avg[m] for m in members]), used))
     return rows
 
 
 def format_table(rows: Sequence[TableRow]) -> str:
-    """A Markdown table in percent (n/a where a model has no score)."""
+    """A Markdown table in percent (n/a where a model has no score), each row naming its scorer."""
 
     def pct(x: float) -> str:
         return "n/a" if math.isnan(x) else f"{100 * x:.1f}"
 
-    lines = ["| benchmark | base | baseline | population mean | best | worst |", "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| benchmark | base | baseline | population mean | best | worst | scorer |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
     lines += [
         f"| {r.benchmark} | {pct(r.base)} | {pct(r.baseline)} | {pct(r.population_mean)} | "
-        f"{pct(r.best)} | {pct(r.worst)} |"
+        f"{pct(r.best)} | {pct(r.worst)} | {r.scorer} |"
         for r in rows
     ]
     return "\n".join(lines)

@@ -17,6 +17,10 @@ Each run's child then drops every capability (or, as root, switches to an unpriv
 no_new_privs set, so it cannot remount the root read-write; a user namespace it creates itself
 inherits locked, read-only mounts. The parent-death signal is set again after every credential
 change (the kernel clears it there), and the parent checked afterwards (a race with its death).
+
+`pivot_to_read_only_root` is the variant for a process that must keep importing after the pivot
+(official evalplus, `evaluation/official_sandbox.py`): the new root holds chosen host paths bound
+read-only at their own place (Python, site-packages, system libraries) and fresh size-limited tmpfs.
 """
 
 from __future__ import annotations
@@ -92,14 +96,16 @@ def enter_namespaces(libc, owner_uid: int, owner_gid: int, network: bool) -> dic
     parent = _os.getppid()
     set_parent_death(libc, lambda: _os.getppid() != parent)  # cleared by the credential change
     alive_r, alive_w = _os.pipe()  # EOF on alive_r: the outer process is gone
+    # Opened before the fork: pid 1 may pivot_root at once, which moves this process's root too.
+    devnull = _os.open(_os.devnull, _os.O_RDWR)
     pid = _os.fork()
     if pid:  # outside the PID namespace: wait for pid 1, then leave with its status
         _os.close(alive_r)
-        devnull = _os.open(_os.devnull, _os.O_RDWR)
         for fd in (0, 1, 2):  # our copies of the pipes must not keep the parent's reads open
             _os.dup2(devnull, fd)
         status = _os.waitpid(pid, 0)[1]
         _os._exit(_os.waitstatus_to_exitcode(status) & 0xFF)
+    _os.close(devnull)
     _os.close(alive_w)
     set_parent_death(libc, lambda: bool(select.select([alive_r], [], [], 0)[0]))
     _os.close(alive_r)
@@ -127,6 +133,80 @@ def pivot_to_empty_root(libc, mountpoint: str) -> None:
         MS_NOSUID | MS_NODEV | MS_NOEXEC,
         b"size=16k,nr_inodes=8,mode=0555",
     )
+    _os.chdir(mountpoint)
+    _check(libc, libc.syscall(number, b".", b"."), "pivot_root")  # old root stacked under the new
+    _check(libc, libc.umount2(b".", MNT_DETACH), "umount old root")
+    _os.chdir("/")
+    _mount(libc, None, b"/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+
+
+_MS_OF_ST = (
+    (_os.ST_RDONLY, MS_RDONLY),
+    (_os.ST_NOSUID, MS_NOSUID),
+    (_os.ST_NODEV, MS_NODEV),
+    (_os.ST_NOEXEC, MS_NOEXEC),
+    (_os.ST_SYNCHRONOUS, 16),
+    (_os.ST_MANDLOCK, 64),
+    (_os.ST_NOATIME, 1024),
+    (_os.ST_NODIRATIME, 2048),
+    (_os.ST_RELATIME, 1 << 21),
+)
+"""statvfs flags -> mount flags: a bind remount in a user namespace must repeat the locked ones (atime...)."""
+
+
+def _mount_points() -> list[str]:
+    """Every mount point of this mount namespace (/proc/self/mountinfo's fifth field, unescaped)."""
+    with open("/proc/self/mountinfo", "rb") as fh:
+        points = [line.split()[4].decode("unicode_escape") for line in fh if len(line.split()) > 4]
+    return points
+
+
+def _remount_read_only(libc, path: str) -> None:
+    """Make the bind mount at `path` read-only, nosuid and nodev, keeping the flags it already has."""
+    flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV
+    have = _os.statvfs(path).f_flag
+    for st, ms in _MS_OF_ST:
+        if have & st:
+            flags |= ms
+    _mount(libc, None, path.encode(), None, flags, None)
+
+
+def pivot_to_read_only_root(libc, mountpoint: str, read_only: list[str], tmpfs: dict[str, int]) -> None:
+    """Make a fresh tmpfs this mount namespace's root, holding only `read_only` (host paths, bound at
+    the same place, read-only, nosuid, nodev, their submounts too) and a new size-limited tmpfs
+    (mode 1777, nosuid, nodev, noexec) at each key of `tmpfs` ({path: MiB}); the old root is
+    detached and the new root remounted read-only. `mountpoint` (a directory holding none of
+    `read_only`) is where the root is built. Fails closed: an OSError leaves the caller half-set-up.
+    """
+    number = _PIVOT_ROOT.get(platform.machine())
+    if number is None:
+        raise OSError(0, f"pivot_root: unknown syscall number on {platform.machine()}")
+    sources: list[str] = []
+    for path in sorted({_os.path.realpath(p) for p in read_only if _os.path.exists(p)}):
+        if not any(path == s or path.startswith(s.rstrip("/") + "/") for s in sources):
+            sources.append(path)  # a path inside another is already there
+    if any(s == mountpoint or s.startswith(mountpoint.rstrip("/") + "/") for s in sources):
+        raise OSError(0, f"{mountpoint} holds a path to bind; build the root elsewhere")
+    points = _mount_points()
+    _mount(libc, None, b"/", None, MS_REC | MS_PRIVATE, None)  # nothing we do propagates out
+    _mount(libc, b"tmpfs", mountpoint.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=1m,nr_inodes=4096,mode=0755")
+    for source in sources:
+        target = mountpoint.rstrip("/") + source
+        if _os.path.isdir(source):
+            _os.makedirs(target, 0o755, exist_ok=True)
+        else:
+            _os.makedirs(_os.path.dirname(target), 0o755, exist_ok=True)
+            _os.close(_os.open(target, _os.O_CREAT | _os.O_WRONLY, 0o444))
+        _mount(libc, source.encode(), target.encode(), None, MS_BIND | MS_REC, None)
+        _remount_read_only(libc, target)
+        for point in points:  # submounts came along with MS_REC, writable: each read-only as well
+            if point.startswith(source.rstrip("/") + "/") and _os.path.exists(mountpoint.rstrip("/") + point):
+                _remount_read_only(libc, mountpoint.rstrip("/") + point)
+    for path, mib in tmpfs.items():
+        target = mountpoint.rstrip("/") + path
+        _os.makedirs(target, 0o755, exist_ok=True)
+        options = f"size={int(mib)}m,nr_inodes=65536,mode=1777".encode()
+        _mount(libc, b"tmpfs", target.encode(), b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, options)
     _os.chdir(mountpoint)
     _check(libc, libc.syscall(number, b".", b"."), "pivot_root")  # old root stacked under the new
     _check(libc, libc.umount2(b".", MNT_DETACH), "umount old root")
