@@ -12,6 +12,7 @@ PRINTS = {
     "bench_adapters.py": "(a) mixed 8-member batch / single-member batch",
     "bench_evolution.py": "| X1 dare |",
     "bench_step.py": "population step / baseline step =",
+    "bench_cpu_dtype.py": "bf16/fp32",
     "bench_scoring.py": "project / evalplus candidates per second:",
     "bench_verifier.py": "ratio hardened/unsafe:",
 }

@@ -318,3 +318,32 @@ def test_cli_rescores_saved_completions_into_eval_evalplus(namespaces, tmp_path,
     assert rescored["settings"]["isolation"][0]["level"] == "namespaces"
     assert "evalplus 0.3.1 official" in (tmp_path / "eval" / "evalplus" / "table.md").read_text()
     assert "| humanevalplus | 66.7 |" in out
+
+
+def test_experiment_report_names_the_scorer_of_every_benchmark_row(tmp_path):
+    """The experiment report shows the project table, then only the officially scored rows of an
+    `eval --scorer evalplus` re-score (its other rows repeat the project's)."""
+    import json
+
+    from populora_nb.analysis.report import _benchmark_section
+
+    row = {"base": 0.1, "baseline": 0.2, "population_mean": 0.3, "best": 0.4, "worst": 0.2}
+    (tmp_path / "eval" / "evalplus").mkdir(parents=True)
+    project = [
+        {"benchmark": "humanevalplus", **row, "scorer": "project (evalplus semantics, v2)"},
+        {"benchmark": "gsm8k", **row, "scorer": "project (math)"},
+    ]
+    official = [
+        {"benchmark": "humanevalplus", **row, "scorer": "evalplus 0.3.1 official"},
+        {"benchmark": "gsm8k", **row, "scorer": "project (math)"},
+        {"benchmark": "average", **row, "scorer": "project (math) + evalplus 0.3.1 official"},
+    ]
+    (tmp_path / "eval" / "table.json").write_text(json.dumps(project))
+    (tmp_path / "eval" / "evalplus" / "table.json").write_text(json.dumps(official))
+    section = _benchmark_section(tmp_path)
+    assert section.table[0][-1] == "scorer"
+    assert [(r[0], r[-1]) for r in section.table[1:]] == [
+        ("humanevalplus", "project (evalplus semantics, v2)"),
+        ("gsm8k", "project (math)"),
+        ("humanevalplus", "evalplus 0.3.1 official"),
+    ]

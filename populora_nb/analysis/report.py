@@ -226,19 +226,31 @@ def _collapse_table(runs: dict[str, Path]) -> list[list[str]]:
 
 
 def _benchmark_section(out: Path) -> Section:
+    """The benchmark table; each row names the scorer that made its numbers. When the official
+    evalplus re-score exists (``eval --scorer evalplus``, under eval/evalplus/), its rows follow."""
     eval_dir = out / "eval"
     table_json = eval_dir / "table.json"
     note = (eval_dir / "NOTE.txt").read_text().strip() if (eval_dir / "NOTE.txt").exists() else ""
     if not table_json.exists():
         return Section("Benchmarks", f"Not evaluated. {note}".strip())
     rows = json.loads(table_json.read_text())
+    official = eval_dir / "evalplus" / "table.json"
+    if official.exists():  # only its officially scored rows: the rest repeat eval/table.json
+        rows += [
+            r
+            for r in json.loads(official.read_text())
+            if r["benchmark"] != "average" and "official" in (r.get("scorer") or "")
+        ]
     pct = lambda v: "n/a" if v is None else f"{100 * v:.1f}"  # noqa: E731
-    table = [["benchmark", "base", "baseline", "population mean", "best", "worst"]]
+    table = [["benchmark", "base", "baseline", "population mean", "best", "worst", "scorer"]]
     table += [
         [r["benchmark"], pct(r["base"]), pct(r["baseline"]), pct(r["population_mean"]), pct(r["best"]), pct(r["worst"])]
+        + [r.get("scorer") or "project (written before scorers were recorded)"]
         for r in rows
     ]
     text = "pass@1 (%), greedy" + (f"; {note}" if note else "") + "."
+    if official.exists():
+        text += " Rows scored by official evalplus 0.3.1 (run in the sandbox) say so in the scorer column."
     return Section("Benchmarks", text, ["eval/benchmarks.png"] if (eval_dir / "benchmarks.png").exists() else [], table)
 
 
