@@ -9,6 +9,7 @@ speed-up from shorter text is not mistaken for a faster kernel.
 
     python benchmarks/bench_cpu_dtype.py             # smoke preset, 2 timed steps per dtype
     python benchmarks/bench_cpu_dtype.py --quick     # tiny preset, 1 timed step (a smoke test)
+    python benchmarks/bench_cpu_dtype.py --agent population --set rl.micro_batch=4
 """
 
 from __future__ import annotations
@@ -21,20 +22,27 @@ import time
 import torch
 
 from populora_nb.config import load_config
-from populora_nb.loop import baseline_step
+from populora_nb.loop import baseline_step, population_step
 from populora_nb.model.base import load_base
 from populora_nb.model.policy import LoRAPolicy
+from populora_nb.presets import parse_override
 from populora_nb.state import initial_state, roster_for
 from populora_nb.step_records import token_counts
 from populora_nb.verify import Verifier
 
 
-def measure(preset: str, dtype: str, repeats: int) -> dict[str, float]:
-    """Median step time, mean stage times and tokens per step of `repeats` baseline steps (after one
-    warm-up step) with the base in `dtype`."""
+def measure(preset: str, dtype: str, repeats: int, agent: str = "baseline", overrides: dict | None = None) -> dict:
+    """Median step time, mean stage times and tokens per step (summed over members) of `repeats`
+    steps of `agent` (after one warm-up step) with the base in `dtype`."""
     config = load_config(
         preset,
-        {"model.dtype": dtype, "run.agent": "baseline", "sampling.temperature": 0.0, "evolution.enabled": False},
+        {
+            "model.dtype": dtype,
+            "run.agent": agent,
+            "sampling.temperature": 0.0,
+            "evolution.enabled": False,
+            **(overrides or {}),
+        },
     )
     base = load_base(config)
     policy = LoRAPolicy.create(config, list(roster_for(config).items()), base=base)
@@ -45,15 +53,15 @@ def measure(preset: str, dtype: str, repeats: int) -> dict[str, float]:
         for i in range(repeats + 1):  # the first step warms caches and allocators
             state.step = i
             t0 = time.perf_counter()
-            step = baseline_step(policy, verifier, state, config)
+            step = (baseline_step if agent == "baseline" else population_step)(policy, verifier, state, config)
             if not i:
                 continue
             times.append(time.perf_counter() - t0)
             for k, v in step.timings.items():
                 out[k] = out.get(k, 0.0) + v / repeats
-            counts = token_counts(step, base.tokenizer)["agent"]
-            for k, v in counts.items():
-                out[k] = out.get(k, 0.0) + v / repeats
+            for counts in token_counts(step, base.tokenizer).values():
+                for k, v in counts.items():
+                    out[k] = out.get(k, 0.0) + v / repeats
     out["step_s"] = statistics.median(times)
     print(f"  {dtype}: base loaded as {base.dtype}, {len(times)} timed step(s)")
     return out
@@ -65,13 +73,19 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="tiny preset, 1 timed step")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--agent", choices=("baseline", "population"), default="baseline")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a config override (repeatable)")
     args = ap.parse_args()
+    overrides = dict(parse_override(s) for s in args.set)
     preset, repeats = ("tiny", 1) if args.quick else (args.preset, args.repeats)
     torch.set_num_threads(args.threads)
     flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
     isa = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
-    print(f"preset {preset}, {args.threads} threads, CPU bf16 support: {', '.join(isa) or 'none'}")
-    results = {dtype: measure(preset, dtype, repeats) for dtype in ("float32", "bfloat16")}
+    print(
+        f"preset {preset}, {args.agent} step, overrides {overrides or 'none'}, {args.threads} threads, "
+        f"CPU bf16 support: {', '.join(isa) or 'none'}"
+    )
+    results = {dtype: measure(preset, dtype, repeats, args.agent, overrides) for dtype in ("float32", "bfloat16")}
     keys = list(results["float32"])
     print(f"{'':28}{'float32':>12}{'bfloat16':>12}{'bf16/fp32':>11}")
     for k in keys:
