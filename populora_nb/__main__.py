@@ -4,6 +4,7 @@ run         train the single-agent AZR baseline or the PopuLoRA population
 eval        evaluate members on the benchmarks
 report      write report.html / report.md for a run or experiment directory
 experiment  baseline + population + evaluation + analysis + report, resumable
+protocol    the same experiment at several seeds, then baseline vs population with 95% intervals
 sweep       seeds x a grid of overrides, each an experiment, as Ray Tune trials (resumable)
 seed        grow a seed task buffer with the current model
 notebooks   execute the numbered notebooks with papermill into a run directory
@@ -217,6 +218,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_protocol(args: argparse.Namespace) -> int:
+    from populora_nb.seed_protocol import DEFAULT_STAGES, run_protocol
+
+    config = _config(args)
+    print(f"[protocol] sandbox isolation: {_isolation(config)}", flush=True)
+    run_protocol(
+        config, args.out, args.seeds, args.stages or DEFAULT_STAGES, args.window, say=lambda m: print(m, flush=True)
+    )
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from populora_nb.analysis.report import make_figures, write_report
 
@@ -266,8 +278,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("experiment", help="baseline + population + evaluation + analysis + report (resumable)")
     _add_config_args(p)
     p.add_argument("--out", type=Path, required=False, help="experiment directory (rerun to resume)")
-    p.add_argument("--stages", nargs="*", default=None, help="a subset of: baseline population eval analysis report")
+    p.add_argument(
+        "--stages", nargs="*", default=None, help="a subset of: warmup baseline population eval analysis report"
+    )
     p.set_defaults(func=cmd_experiment)
+
+    p = sub.add_parser("protocol", help="one experiment per seed, then baseline vs population over the seeds")
+    _add_config_args(p)
+    p.add_argument("--out", type=Path, required=True, help="protocol directory (rerun the same command to resume)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument(
+        "--stages", nargs="*", default=None, help="default: warmup baseline population analysis report (no eval)"
+    )
+    p.add_argument("--window", type=int, default=5, help="steps averaged for a run's start and end values")
+    p.set_defaults(func=cmd_protocol)
 
     p = sub.add_parser("sweep", help="seeds x a grid of overrides as Ray Tune trials, each an experiment (resumable)")
     _add_config_args(p)
@@ -280,7 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="one axis of the grid, e.g. --grid population.n_teachers=[1,4] (repeatable)",
     )
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--stages", nargs="*", default=None, help="a subset of: baseline population eval analysis report")
+    p.add_argument(
+        "--stages", nargs="*", default=None, help="a subset of: warmup baseline population eval analysis report"
+    )
     p.add_argument(
         "--address", default=None, help="an existing Ray cluster (auto, or ray://HEAD:10001); default: a local Ray"
     )

@@ -102,6 +102,9 @@ class LoRAConfig:
     """Largest global gradient norm of one member's LoRA factors per optimizer step (clip_grad_norm_)."""
     gradient_checkpointing: bool = False
     """Trade ~1.5x step time for ~45% less activation memory."""
+    warmup: str | None = None
+    """A warm-up directory (`populora_nb.warmup`, written by the experiment's warmup stage): every member
+    starts from its LoRA factors instead of B = 0. None: no warm-up."""
 
     def __post_init__(self) -> None:
         _positive(self, "rank", "alpha", "lr", "grad_clip")
@@ -332,6 +335,30 @@ class EvalConfig:
 
 
 @dataclass
+class WarmupConfig:
+    enabled: bool = False
+    """Run the experiment's warmup stage: rejection-sampling fine-tuning on the model's own
+    verifier-accepted proposals, shared by baseline and population (`populora_nb.warmup`)."""
+    examples: int = 96
+    """Stop collecting once this many distinct accepted proposals exist."""
+    max_rounds: int = 24
+    """At most this many proposal rounds of `batch` proposals each while collecting."""
+    batch: int = 32
+    """Proposals per round, split evenly over tasks.kinds (rounded up to a multiple of them), in one batch."""
+    measure_rounds: int = 2
+    """Rounds of `batch` held-out proposals that measure the valid rate before and after (same prompts, same seeds)."""
+    epochs: int = 2
+    """Passes of supervised fine-tuning over the collected examples."""
+    sft_batch: int = 16
+    """Examples per optimizer step of the fine-tuning."""
+    lr: float = 2e-4
+    """AdamW learning rate of the fine-tuning (the LoRA factors only; the base stays frozen)."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "examples", "max_rounds", "batch", "measure_rounds", "epochs", "sft_batch", "lr")
+
+
+@dataclass
 class ExperimentConfig:
     preset: str = "smoke"
     """The preset this config started from (populora_nb.presets.PRESETS); saved, so a reload starts there."""
@@ -357,6 +384,8 @@ class ExperimentConfig:
     """Which agent, how long, seed and checkpoints."""
     eval: EvalConfig = field(default_factory=EvalConfig)
     """Benchmark evaluation after training."""
+    warmup: WarmupConfig = field(default_factory=WarmupConfig)
+    """An optional fine-tuning pass on the model's own accepted proposals before RL (the experiment's warmup stage)."""
 
     def __post_init__(self) -> None:
         ec, pc = self.evolution, self.population

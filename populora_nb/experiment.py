@@ -2,6 +2,7 @@
 config and seed, benchmark evaluation of the bare base, the baseline and every member, the
 complexity and coverage analysis, and the report.
 
+    EXP/warmup/        the shared warm-up adapter and its report (warmup.py; only with warmup.enabled)
     EXP/baseline/      a run directory (records.py)
     EXP/population/    a run directory
     EXP/eval/          one JSON per (model, benchmark), table.md, benchmarks.png
@@ -16,6 +17,7 @@ same command after a kill finishes the experiment without redoing finished work.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -27,14 +29,14 @@ from populora_nb.errors import UserInputError
 from populora_nb.evaluation.loaders import data_dir_is_set, resolve_data_dir
 from populora_nb.records import RunDir
 
-STAGES = ("baseline", "population", "eval", "analysis", "report")
+STAGES = ("warmup", "baseline", "population", "eval", "analysis", "report")
 
 
 def check_inputs(config: ExperimentConfig, stages: Sequence[str] = STAGES) -> None:
     """Fail before anything is written on the files a config names that its field checks do not
     read: the seed tasks (parsed) when a stage trains, and a benchmark data root the user named
     when a stage evaluates (the default root may be absent: evaluation then notes it and skips)."""
-    if {"baseline", "population"} & set(stages):
+    if {"warmup", "baseline", "population"} & set(stages):
         load_seed_triplets(config.tasks.seeds_path)
     if "eval" in stages and data_dir_is_set(config.eval.data_dir):
         resolve_data_dir(config.eval.data_dir)
@@ -80,6 +82,10 @@ def _train(agent: str) -> Callable[[ExperimentConfig, Path, Callable[[str], None
         from populora_nb.step_records import step_summary
 
         cfg = stage_config(config, agent)
+        if config.warmup.enabled:
+            if "warmup" not in _done(out):
+                raise UserInputError(f"warmup.enabled: run the warmup stage before {agent} (--stages warmup {agent})")
+            cfg = dataclasses.replace(cfg, lora=dataclasses.replace(cfg.lora, warmup=str((out / "warmup").resolve())))
         run(
             cfg,
             out / agent,
@@ -88,6 +94,19 @@ def _train(agent: str) -> Callable[[ExperimentConfig, Path, Callable[[str], None
         )
 
     return stage
+
+
+def _warmup(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> None:
+    if not config.warmup.enabled:
+        say("[warmup] warmup.enabled is false: every member starts from B = 0")
+        return
+    from populora_nb.warmup import run_warmup
+
+    r = run_warmup(config, out / "warmup", say)
+    say(
+        f"[warmup] valid rate {r['before']['rate']:.3f} -> {r['after']['rate']:.3f} on held-out prompts, "
+        f"{r['examples']} examples, {r['seconds']:.0f}s"
+    )
 
 
 def _eval(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> None:
@@ -111,6 +130,7 @@ def _report(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> 
 
 
 STAGE_FUNCTIONS = {
+    "warmup": _warmup,
     "baseline": _train("baseline"),
     "population": _train("population"),
     "eval": _eval,

@@ -1,4 +1,4 @@
-"""The named presets (tiny, smoke, gpu, paper) and how a config is built from one.
+"""The named presets (tiny, smoke, cpu, gpu, paper) and how a config is built from one.
 
 `populora_nb.config.load_config` is the entry point: a preset, then a YAML file's values, then
 overrides (nested dicts or dotted keys), each value type- and range-checked into the dataclasses
@@ -52,6 +52,26 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "evolution.every": 2,  # two evolution events in 5 steps
             "eval.limit": 2,  # 10 models (base, baseline, 8 members): eval dominates on CPU
             "eval.benchmarks": ["humanevalplus", "gsm8k"],  # one code and one math set for the CPU budget
+            "eval.max_new_tokens": 96,
+        },
+        "cpu": {
+            # A laptop research run (issue #17): the smoke task set, made cheaper per sample, run longer,
+            # after a shared warm-up. Measured costs in docs/performance.md.
+            "model.dtype": "bfloat16",  # this CPU's AMX/AVX-512 BF16: population step 0.66x of fp32
+            "sampling.temperature": 0.7,  # as smoke: 135M writes runnable code at 0.7, ~never at 1.0
+            "sampling.propose_max_new_tokens": 72,  # a 135M proposal is a short function + one input
+            "sampling.solve_max_new_tokens": 24,  # an output or input literal
+            "rl.rollouts": 2,
+            "rl.proposals_per_kind": 2,  # TRR++ needs >= 2 per (member, role, kind)
+            "rl.micro_batch": 4,
+            "tasks.kinds": ["code_o", "code_i"],
+            "tasks.n_references": 2,
+            "run.steps": 40,
+            "run.checkpoint_every": 5,  # resumable: at most 5 steps lost to a kill
+            "evolution.every": 10,
+            "warmup.enabled": True,  # rejection-sampling fine-tuning before RL, shared by both runs
+            "eval.limit": 4,
+            "eval.benchmarks": ["humanevalplus", "gsm8k"],
             "eval.max_new_tokens": 96,
         },
         "gpu": {

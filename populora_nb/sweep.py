@@ -380,7 +380,8 @@ def _md_table(rows: Sequence[Sequence[str]]) -> list[str]:
 
 def cross_table(spec: SweepSpec, window: int = 5) -> list[list[str]]:
     """One row per grid point: seeds, and for each headline series population − baseline with its
-    Welch 95% interval over seeds (``*`` where the interval excludes 0)."""
+    95% bootstrap interval over seeds, paired by seed (``*`` where it and the Welch t interval both
+    exclude 0: with few seeds the bootstrap alone is too narrow, `analysis.seed_stats`)."""
     from populora_nb.analysis.protocol import HEADLINE, compare
 
     rows = [["grid point", "seeds", *(f"Δ {label}" for label in HEADLINE.values())]]
@@ -392,7 +393,7 @@ def cross_table(spec: SweepSpec, window: int = 5) -> list[list[str]]:
                 cells.append("n/a")
             else:
                 interval = "" if math.isnan(c.low) else f" [{c.low:+.3f}, {c.high:+.3f}]"
-                cells.append(f"{c.difference:+.3f}{interval}{' *' if c.separated else ''}")
+                cells.append(f"{c.difference:+.3f}{interval}{' *' if c.separated and c.t_separated else ''}")
         rows.append([point, str(len(experiments)), *(cells or ["n/a"] * len(HEADLINE))])
     return rows
 
@@ -408,7 +409,8 @@ def write_sweep_report(spec: SweepSpec, window: int = 5) -> Path:
         "",
         f"Stages {', '.join(spec.stages)}; shared overrides {spec.overrides or 'none'}. Each entry is "
         f"population − baseline of a run's mean over its last {window} logged steps, averaged over seeds, with "
-        "a Welch 95% interval (none from one seed); * marks an interval that excludes 0.",
+        "a 95% bootstrap interval over seeds (paired by seed; none from one seed); * marks a difference whose "
+        "bootstrap and Welch t intervals both exclude 0.",
         "",
         *_md_table(cross_table(spec, window)),
     ]

@@ -1,43 +1,33 @@
-"""The seed protocol: intervals that have the stated coverage, and a comparison that separates runs
-only when the seeds' spread allows it."""
+"""The seed protocol: a comparison that separates runs only when the seeds' spread allows it, coverage
+that volume alone cannot raise, the rating spread, and the report (seeds.md, seeds.json, figures).
+The interval arithmetic itself is tested in test_seed_stats.py."""
 
 import json
 import math
 import random
 
+import numpy as np
 import pytest
 
+from populora_nb.analysis.coverage import rarefy
 from populora_nb.analysis.protocol import (
+    HEADLINE,
     band,
     compare,
     comparison_table,
     end_value,
-    t_interval,
-    t_quantile,
-    welch_interval,
+    start_value,
     write_seed_report,
 )
-
-
-@pytest.mark.parametrize("dof,expected", [(1, 12.706205), (2, 4.302653), (3, 3.182446), (10, 2.228139), (30, 2.042272)])
-def test_t_quantile_matches_the_table(dof, expected):
-    assert t_quantile(0.975, dof) == pytest.approx(expected, abs=1e-5)
-
-
-def test_t_interval_covers_the_true_mean_about_95_percent_of_the_time():
-    """The bias test for the interval: with 3 seeds, a normal interval (±1.96 se) would cover ~80%."""
-    rng = random.Random(0)
-    hits = 0
-    for _ in range(2000):
-        _, low, high = t_interval([rng.gauss(0.3, 0.1) for _ in range(3)])
-        hits += low <= 0.3 <= high
-    assert 0.93 <= hits / 2000 <= 0.97
-
-
-def test_one_seed_has_no_interval_and_welch_handles_zero_variance():
-    m, low, high = t_interval([0.5])
-    assert m == 0.5 and math.isnan(low) and math.isnan(high)
-    assert welch_interval([0.2, 0.2], [0.5, 0.5]) == pytest.approx((0.3, 0.3, 0.3))
+from populora_nb.analysis.protocol_series import (
+    coverage_window_units,
+    expected_distinct,
+    final_ranking,
+    load_run,
+    rating_spread_series,
+)
+from populora_nb.analysis.synthetic import random_program, write_synthetic_experiment
+from populora_nb.matchmaking import Match, initial_ratings, make_trueskill, update_ratings
 
 
 def _run(path, values_per_step, members=("T0", "S0")):
@@ -61,8 +51,12 @@ def test_a_difference_within_the_seed_spread_is_not_separated(tmp_path):
         tmp_path, baseline=[[0.2, 0.3], [0.5, 0.6], [0.1, 0.2]], population=[[0.3, 0.4], [0.2, 0.3], [0.6, 0.5]]
     )
     (c,) = compare(exps, keys=("student/solve_rate",), window=1)
-    assert c.baseline == (0.3, 0.6, 0.2) and c.population == (0.4, 0.3, 0.5)
-    assert not c.separated and c.low < 0 < c.high
+    assert c.baseline == (0.3, 0.6, 0.2) and c.population == (0.4, 0.3, 0.5) and c.paired
+    assert not c.separated and c.low < 0 < c.high and not c.t_separated
+    # Start and change: every seed rises by 0.1 in the baseline, so its change is separated.
+    base = c.runs["baseline"]
+    assert base.start == pytest.approx((0.2, 0.5, 0.1)) and base.change.mean == pytest.approx(0.1)
+    assert base.change.separated and base.change.low == pytest.approx(0.1)
 
 
 def test_a_consistent_difference_is_separated_and_tabled(tmp_path):
@@ -70,12 +64,163 @@ def test_a_consistent_difference_is_separated_and_tabled(tmp_path):
         tmp_path, baseline=[[0.1, 0.2], [0.15, 0.2], [0.1, 0.25]], population=[[0.5, 0.6], [0.55, 0.65], [0.5, 0.62]]
     )
     (c,) = compare(exps, keys=("student/solve_rate",), window=2)
-    assert c.separated and c.low > 0
+    assert c.separated and c.low > 0 and c.t_separated
     row = comparison_table([c])[1]
-    assert row[0] == "fresh-task solve rate ρ" and row[1] == "3 / 3" and row[-1] == "yes"
+    assert row[0] == "fresh-task solve rate ρ" and row[1] == "3 / 3" and row[-2] == "paired"
+    assert row[-1] == "yes (t: yes)"
     b = band([e / "population" for e in exps], "student/solve_rate")
     assert list(b.steps) == [0, 1] and list(b.n_seeds) == [3, 3] and b.low[0] < b.mean[0] < b.high[0]
     assert end_value(exps[0] / "baseline", "student/solve_rate", window=2) == pytest.approx(0.15)
+    assert start_value(exps[0] / "baseline", "student/solve_rate", window=1) == pytest.approx(0.1)
     md = write_seed_report(exps, tmp_path / "report")
     assert "| fresh-task solve rate ρ | 3 / 3 |" in md.read_text()
     assert (tmp_path / "report" / "seeds_student_solve_rate.png").stat().st_size > 1000
+
+
+def test_runs_at_different_seeds_are_compared_unpaired(tmp_path):
+    exps = _experiments(tmp_path, baseline=[[0.1], [0.2], [0.15]], population=[[0.5], [0.6], [0.55]])
+    (exps[0] / "population" / "metrics.jsonl").unlink()  # seed-0's population never logged
+    (c,) = compare(exps, keys=("student/solve_rate",), window=1)
+    assert not c.paired and c.baseline == (0.1, 0.2, 0.15) and c.population == (0.6, 0.55)
+    assert c.difference == pytest.approx(0.575 - 0.15)
+
+
+# ----------------------------------------------------------------------------- coverage
+def test_expected_distinct_is_the_mean_of_random_draws():
+    units = [frozenset({"a", "b"}), frozenset({"a"}), frozenset({"c"}), frozenset(), frozenset({"b", "d"})]
+    curve = rarefy(units, np.random.default_rng(0), n_resamples=20_000)
+    for n in range(len(units) + 1):
+        assert expected_distinct(units, n) == pytest.approx(curve.mean[n], abs=0.03)
+    assert expected_distinct(units, 5) == 4 and expected_distinct(units, 0) == 0
+    assert math.isnan(expected_distinct(units, 6))
+
+
+def _iid_run(path, seed, per_step, n_steps=4):
+    """Valid code_o tasks whose programs are drawn independently from one distribution (levels 1-3)."""
+    rng = random.Random(seed)
+    rows = [
+        {"step": s, "proposer": f"T{i % 4}", "kind": "code_o", "program": random_program(rng, rng.choice((1, 2, 3))),
+         "valid": True, "inputs": ["1"], "outputs": ["1"], "solve_rate": 0.5}
+        for s in range(n_steps)
+        for i in range(per_step)
+    ]  # fmt: skip
+    path.mkdir(parents=True)
+    (path / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_coverage_rewards_diversity_not_volume(tmp_path):
+    """Same program distribution, the population writing 3x the programs per step. Under this null a
+    95% interval still excludes 0 for about 1 seed set in 20 (the bootstrap more often, it
+    under-covers), so the seeds are fixed; the gap it must stay well under is the raw one."""
+    exps = []
+    for k in range(6):
+        _iid_run(tmp_path / f"seed-{k}" / "baseline", 2 * k, per_step=3)
+        _iid_run(tmp_path / f"seed-{k}" / "population", 2 * k + 1, per_step=9)
+        exps.append(tmp_path / f"seed-{k}")
+    # Counted raw, the 3x run "covers" far more: the confound the rarefaction removes.
+    raw = {
+        run: np.mean([expected_distinct(u, len(u)) for e in exps for u in coverage_window_units(
+            load_run(e / run).analysis, "coverage/ngrams", 2)])
+        for run in ("baseline", "population")
+    }  # fmt: skip
+    raw_gap = raw["population"] - raw["baseline"]
+    assert raw_gap > 0.1 * raw["baseline"]
+    (c,) = compare(exps, keys=("coverage/ngrams",), window=2)
+    assert c.n_units == 6 and c.paired  # 3 programs x 2 steps in the smaller run's windows
+    assert c.low < 0 < c.high and c.t_low < 0 < c.t_high and not c.separated
+    assert abs(c.difference) < 0.25 * raw_gap
+
+    # Genuinely more diverse programs (the arms race vs the collapse) do score higher, although
+    # the collapsing baseline's windows fix a small common n.
+    diverse = [write_synthetic_experiment(tmp_path / "diverse" / f"seed-{k}", n_steps=8, seed=k) for k in range(3)]
+    (d,) = compare(diverse, keys=("coverage/ngrams",), window=3)
+    assert d.separated and d.t_separated and d.low > 0
+    assert d.runs["baseline"].change.mean < 0 < d.runs["population"].change.mean
+
+
+# ----------------------------------------------------------------------------- ratings
+def test_rating_spread_is_the_within_role_standard_deviation_of_mu():
+    def row(step, member, mu):
+        return {"step": step, "member": member, "role": "teacher" if member[0] == "T" else "student", "rating/mu": mu}
+
+    rows = [row(0, m, mu) for m, mu in (("T0", 20.0), ("T1", 24.0), ("S0", 25.0), ("S1", 31.0))]
+    rows.append(row(1, "T0", 22.0))  # one member of one role: no spread
+    assert rating_spread_series(rows) == {0: pytest.approx((2.0 + 3.0) / 2)}
+    # Teachers far below students but equal within each role: the roles' gap is not a spread.
+    gap = [row(0, m, mu) for m, mu in (("T0", 10.0), ("T1", 10.0), ("S0", 40.0), ("S1", 40.0))]
+    assert rating_spread_series(gap) == {0: 0.0}
+    assert final_ranking(rows) == ["T0"] and final_ranking([{"step": 0, "member": "agent"}]) == []
+
+
+def _rated_run(path, seed, n_steps=12, loser=True):
+    """A population of teachers T0-T2 and students S0, S1 trading wins; with ``loser`` teacher T2
+    writes only invalid tasks (loses every match), without it T2 plays like T0 and T1."""
+    rng = random.Random(seed)
+    env = make_trueskill()
+    ratings = initial_ratings(["T0", "T1", "T2", "S0", "S1"], env)
+    rows = []
+    for step in range(n_steps):
+        pairs = (("T0", "S0"), ("T1", "S1"), ("T0", "S1"), ("T1", "S0"), ("T2", "S1"))
+        matches = [Match(t, s, valid=True, rho=rng.choice([0.25, 0.75])) for t, s in pairs]
+        matches[-1] = Match("T2", "S1", valid=False) if loser else matches[-1]
+        ratings = update_ratings(ratings, matches, env)
+        rows += [
+            {"step": step, "member": m, "role": "teacher" if m[0] == "T" else "student", "rating/mu": r.mu}
+            for m, r in ratings.items()
+        ]
+    path.mkdir(parents=True)
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_a_member_that_always_loses_ranks_last_and_spreads_the_ratings(tmp_path):
+    exps = []
+    for k in range(3):
+        e = tmp_path / f"seed-{k}"
+        _run(e / "baseline", [0.5] * 12, members=("agent",))  # no ratings: a single agent plays no matches
+        _rated_run(e / "population", seed=k)
+        exps.append(e)
+        assert final_ranking(load_run(e / "population").metrics)[-1] == "T2"
+    (c,) = compare(exps, keys=("rating/mu_spread",), window=3)
+    assert c.runs["baseline"].seeds == () and math.isnan(c.difference)
+    assert comparison_table([c])[1][2] == "n/a (no ratings)"
+    # The same population without the loser (the control, in the baseline slot) spreads less.
+    controls = []
+    for k in range(3):
+        e = tmp_path / f"control-{k}"
+        _rated_run(e / "baseline", seed=k, loser=False)
+        _rated_run(e / "population", seed=k)
+        controls.append(e)
+    (d,) = compare(controls, keys=("rating/mu_spread",), window=3)
+    assert d.paired and d.difference > 1.0 and d.separated
+
+
+# ----------------------------------------------------------------------------- the report
+def test_the_report_writes_tables_numbers_and_a_figure_per_series(tmp_path):
+    exps = [write_synthetic_experiment(tmp_path / f"seed-{k}", n_steps=8, seed=k) for k in range(3)]
+    md = write_seed_report(exps, tmp_path / "report", window=3, n_resamples=2000).read_text()
+    assert "n = 3 seeds" in md and "10 distinct resamples" in md
+    assert md.count("| series | seeds (baseline / population) |") == 1 and "| series | run | seeds |" in md
+    for meaning in HEADLINE.values():
+        assert f"| {meaning}" in md
+    assert "- **t 95% (Welch)**:" in md and "- **change end − start**:" in md
+
+    def no_nan(token):
+        raise AssertionError(f"{token} in seeds.json: not strict JSON")
+
+    record = json.loads((tmp_path / "report" / "seeds.json").read_text(), parse_constant=no_nan)
+    assert record["n_seeds"] == 3 and record["window"] == 3 and set(record["series"]) == set(HEADLINE)
+    sloc = record["series"]["complexity/sloc"]
+    base = sloc["runs"]["baseline"]
+    assert base["seeds"] == ["seed-0", "seed-1", "seed-2"]
+    assert base["end"]["seed-1"] == pytest.approx(end_value(exps[1] / "baseline", "complexity/sloc", window=3))
+    assert base["start"]["seed-1"] == pytest.approx(start_value(exps[1] / "baseline", "complexity/sloc", window=3))
+    low, high = base["end_interval"]["bootstrap"]
+    assert low <= base["end_interval"]["mean"] <= high and len(base["per_step"]["seed-0"]) == 8
+    assert sloc["difference"]["paired"] and sloc["difference"]["separated"] and sloc["difference"]["mean"] > 0
+    coverage = record["series"]["coverage/ngrams"]
+    assert coverage["n_units"] >= 2 and len(coverage["runs"]["population"]["end"]) == 3
+    assert record["series"]["reward/propose_mean"]["difference"]["mean"] is None  # synthetic runs log none
+    for key in HEADLINE:
+        png = tmp_path / "report" / f"seeds_{key.replace('/', '_')}.png"
+        assert png.stat().st_size > 1000, png
+        assert f"]({png.name})" in md

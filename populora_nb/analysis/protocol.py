@@ -3,279 +3,403 @@ uncertainty (PopuLoRA compares single-agent self-play with the population; a cla
 only as good as its spread over seeds).
 
 Input: experiment directories (``python -m populora_nb experiment``), one per seed, each holding
-``baseline/`` and ``population/`` run directories of the same config except ``run.seed``.
+``baseline/`` and ``population/`` run directories of the same config except ``run.seed``. The
+series (``HEADLINE``) and how each is read from a run are in `populora_nb.analysis.protocol_series`.
 
-Per run and step, a series value is the mean over the members that logged it (``plots.step_mean``).
-Across seeds, at each step: the mean and a 95% t-interval of the per-seed values (Student's t with
-n − 1 degrees of freedom; n = seeds that logged the step; no interval from one seed). The headline
-comparison takes each run's mean over its last ``window`` logged steps (one number per seed and
-run) and reports baseline, population and the difference population − baseline with a Welch 95%
-interval. With 3 seeds an interval is wide: that is the honest size of what 3 seeds can show.
-
-Headline series (all from ``metrics.jsonl``; see `stages.member_metrics`):
-  teacher/valid_rate     share of proposals the verifier accepted
-  student/solve_rate     rho of fresh, matched proposals (not buffer tasks)
-  reward/propose_mean    the proposer's (teacher's) mean reward
-  lengths/propose_chars  characters per proposal (a response-length proxy)
+Per series and run, each seed gives a start value (mean over its first ``window`` logged steps) and
+an end value (its last ``window``); coverage gives its rarefied count in those two windows. Over
+seeds (`populora_nb.analysis.seed_stats`):
+  start, end         mean with a 95% percentile-bootstrap interval, and the t-interval beside it;
+  change             end − start paired by seed (each seed is its own control);
+  population − base  the end values' difference, paired by seed when both runs exist for the same
+                     seeds (they share the seed and the warm-up), else unpaired; bootstrap interval
+                     and Welch's t-interval. "Separated": the bootstrap interval excludes 0; the
+                     t verdict is stated beside it. With 3 seeds the bootstrap under-covers and the
+                     t-interval is wide: a difference both call separated is one 3 seeds can show.
+Per step, ``band`` gives the across-seed mean and t-interval for the figures.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from populora_nb.records import RunDir
+from populora_nb.analysis.protocol_series import (
+    COLORS,
+    HEADLINE,
+    POPULATION_ONLY,
+    RUNS,
+    Band,
+    band,
+    end_value,
+    final_ranking,
+    is_coverage,
+    load_run,
+    plot_step_band,
+    run_dirs,
+    run_series,
+    seed_names,
+    seed_values,
+    start_value,
+)
+from populora_nb.analysis.seed_stats import Estimate, difference_estimate, excludes_zero, mean_estimate, welch_interval
 
 if TYPE_CHECKING:  # matplotlib is imported only when a figure is drawn
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-HEADLINE: Mapping[str, str] = {
-    "teacher/valid_rate": "valid-proposal rate",
-    "student/solve_rate": "fresh-task solve rate ρ",
-    "reward/propose_mean": "proposer reward",
-    "lengths/propose_chars": "proposal length (chars)",
-}
-RUNS = ("baseline", "population")
+__all__ = [  # the series side lives in protocol_series; its names stay importable from here
+    "HEADLINE", "RUNS", "Band", "band", "end_value", "run_series", "start_value", "seed_values",
+    "Estimate", "RunSummary", "Comparison", "compare", "comparison_table", "run_table", "comparison_json",
+    "plot_seed_band", "plot_coverage", "write_seed_report",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
-class Band:
-    """A series across seeds: per step, the mean and its 95% t-interval (NaN where < 2 seeds)."""
+class RunSummary:
+    """One run (baseline or population) of one series over the seeds that have it."""
 
-    key: str
-    steps: np.ndarray
-    mean: np.ndarray
-    low: np.ndarray
-    high: np.ndarray
-    n_seeds: np.ndarray
+    run: str
+    seeds: tuple[str, ...]
+    start: tuple[float, ...]
+    end: tuple[float, ...]
+    start_est: Estimate
+    end_est: Estimate
+    change: Estimate
+    """end − start, paired by seed."""
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """One headline series, end-of-run means per seed for both runs and their difference."""
+    """One series: both runs over seeds and the end difference population − baseline."""
 
     key: str
     baseline: tuple[float, ...]
     population: tuple[float, ...]
+    """End values per seed (``runs[...].end``)."""
     difference: float
-    """mean(population) − mean(baseline)"""
     low: float
     high: float
-    """Welch 95% interval of the difference (NaN with fewer than 2 seeds in either run)."""
+    """95% percentile-bootstrap interval of the difference (paired by seed when ``paired``)."""
+    t_low: float
+    t_high: float
+    """Welch's 95% t-interval of the difference (ignores pairing)."""
+    paired: bool
+    runs: Mapping[str, RunSummary]
+    n_units: int | None = None
+    """Coverage only: the common number of programs every window is rarefied to."""
 
     @property
     def separated(self) -> bool:
-        """The interval excludes 0: the runs differ beyond what the seeds' spread explains."""
-        return not math.isnan(self.low) and (self.low > 0 or self.high < 0)
+        """The bootstrap interval excludes 0: the runs differ beyond what the seeds' spread explains."""
+        return excludes_zero(self.low, self.high)
+
+    @property
+    def t_separated(self) -> bool:
+        """Welch's interval excludes 0 as well."""
+        return excludes_zero(self.t_low, self.t_high)
 
 
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the regularized incomplete beta (modified Lentz; Numerical Recipes 6.4)."""
-    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        m2 = 2 * m
-        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
-            d = 1.0 + aa * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + aa / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
+def _rng(seed: int, key: str, what: str) -> np.random.Generator:
+    """One generator per (series, quantity): adding a series leaves every other interval unchanged."""
+    return np.random.default_rng([seed, zlib.crc32(f"{key}|{what}".encode())])
 
 
-def _betainc(a: float, b: float, x: float) -> float:
-    """I_x(a, b), the regularized incomplete beta function."""
-    if x <= 0.0 or x >= 1.0:
-        return 0.0 if x <= 0.0 else 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def t_quantile(p: float, dof: float) -> float:
-    """The p-quantile of Student's t with ``dof`` (real, > 0) degrees of freedom, by bisection on its
-    CDF (1 − ½ I_{dof/(dof+t²)}(dof/2, ½) for t > 0). Kept here so the protocol needs no scipy."""
-    if not 0.5 <= p < 1.0 or dof <= 0:
-        raise ValueError(f"need 0.5 <= p < 1 and dof > 0, got p={p}, dof={dof}")
-    lo, hi = 0.0, 1.0
-    while 1.0 - 0.5 * _betainc(dof / 2, 0.5, dof / (dof + hi * hi)) < p:
-        hi *= 2.0
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        if 1.0 - 0.5 * _betainc(dof / 2, 0.5, dof / (dof + mid * mid)) < p:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
-
-
-def run_series(run_dir: str | Path, key: str) -> dict[int, float]:
-    """step -> the mean of ``key`` over the members that logged it at that step."""
-    by_step: dict[int, list[float]] = {}
-    for r in RunDir(Path(run_dir)).read("metrics"):
-        if r.get(key) is not None:
-            by_step.setdefault(int(r["step"]), []).append(float(r[key]))
-    return {s: float(np.mean(v)) for s, v in sorted(by_step.items())}
-
-
-def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
-    """(mean, low, high) of a Student-t interval for the mean; low = high = NaN for n < 2."""
-    x = np.asarray(values, dtype=float)
-    m = float(x.mean()) if len(x) else math.nan
-    if len(x) < 2:
-        return m, math.nan, math.nan
-    half = t_quantile(0.5 + level / 2, len(x) - 1) * float(x.std(ddof=1)) / math.sqrt(len(x))
-    return m, m - half, m + half
-
-
-def welch_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
-    """(mean(b) − mean(a), low, high): Welch's interval for a difference of means with unequal
-    variances; NaN bounds when either side has fewer than 2 values. Zero variance on both sides
-    gives a zero-width interval."""
-    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    d = float(y.mean() - x.mean()) if len(x) and len(y) else math.nan
-    if len(x) < 2 or len(y) < 2:
-        return d, math.nan, math.nan
-    vx, vy = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
-    se = math.sqrt(vx + vy)
-    if se == 0.0:
-        return d, d, d
-    dof = (vx + vy) ** 2 / (vx**2 / (len(x) - 1) + vy**2 / (len(y) - 1))
-    half = t_quantile(0.5 + level / 2, dof) * se
-    return d, d - half, d + half
-
-
-def band(run_dirs: Sequence[str | Path], key: str) -> Band:
-    """``key`` across seeds (one run directory per seed): per step mean and 95% t-interval."""
-    per_seed = [run_series(d, key) for d in run_dirs]
-    steps = sorted({s for series in per_seed for s in series})
-    rows = [t_interval([series[s] for series in per_seed if s in series]) for s in steps]
-    n = [sum(s in series for series in per_seed) for s in steps]
-    arr = np.asarray(rows, dtype=float).reshape(len(steps), 3)
-    return Band(key, np.asarray(steps), arr[:, 0], arr[:, 1], arr[:, 2], np.asarray(n))
-
-
-def end_value(run_dir: str | Path, key: str, window: int = 5) -> float:
-    """A run's mean of ``key`` over its last ``window`` logged steps (NaN if it never logged it)."""
-    series = run_series(run_dir, key)
-    values = [series[s] for s in sorted(series)[-window:]]
-    return float(np.mean(values)) if values else math.nan
+def _summary(
+    run: str, values: Mapping[str, tuple[float, float]], key: str, level: float, n_resamples: int, seed: int
+) -> RunSummary:
+    start, end = [s for s, _ in values.values()], [e for _, e in values.values()]
+    return RunSummary(
+        run=run,
+        seeds=tuple(values),
+        start=tuple(start),
+        end=tuple(end),
+        start_est=mean_estimate(start, level, n_resamples, rng=_rng(seed, key, run + "/start")),
+        end_est=mean_estimate(end, level, n_resamples, rng=_rng(seed, key, run + "/end")),
+        change=difference_estimate(start, end, True, level, n_resamples, rng=_rng(seed, key, run + "/change")),
+    )
 
 
 def compare(
-    experiments: Sequence[str | Path], keys: Sequence[str] = tuple(HEADLINE), window: int = 5
+    experiments: Sequence[str | Path],
+    keys: Sequence[str] = tuple(HEADLINE),
+    window: int = 5,
+    *,
+    level: float = 0.95,
+    n_resamples: int = 10_000,
+    seed: int = 0,
 ) -> list[Comparison]:
-    """Baseline vs population over the seeds (one experiment directory each), per headline key."""
+    """Baseline vs population over the seeds (one experiment directory each), per series. ``seed``
+    seeds the bootstrap, so the same records always give the same report."""
     out = []
     for key in keys:
-        values = {
-            run: [end_value(Path(e) / run, key, window) for e in experiments if (Path(e) / run).is_dir()]
-            for run in RUNS
-        }
-        values = {run: [v for v in vs if not math.isnan(v)] for run, vs in values.items()}
-        d, low, high = welch_interval(values["baseline"], values["population"])
-        out.append(Comparison(key, tuple(values["baseline"]), tuple(values["population"]), d, low, high))
+        values, n_units = seed_values(experiments, key, window)
+        runs = {run: _summary(run, values[run], key, level, n_resamples, seed) for run in RUNS}
+        base, pop = values["baseline"], values["population"]
+        paired = bool(base) and base.keys() == pop.keys()  # same seeds: each pair shares seed and warm-up
+        a, b = [base[s][1] for s in base], [pop[s][1] for s in (base if paired else pop)]
+        d = difference_estimate(a, b, paired, level, n_resamples, rng=_rng(seed, key, "difference"))
+        _, t_low, t_high = welch_interval(a, b, level)  # the companion assumes nothing about pairing
+        out.append(Comparison(key, tuple(a), tuple(b), d.mean, d.low, d.high, t_low, t_high, paired, runs, n_units))
     return out
 
 
+# ----------------------------------------------------------------------------- tables
+def _num(x: float, signed: bool = False, scale: float | None = None) -> str:
+    """``x`` with the decimals that suit ``scale`` (default: its own size): rates, rewards, μ, lengths."""
+    if math.isnan(x):
+        return "n/a"
+    size = abs(x) if scale is None else scale
+    digits = 0 if size >= 100 else 1 if size >= 10 else 3
+    return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
+
+
+def _interval(low: float, high: float, signed: bool = False, scale: float | None = None) -> str:
+    scale = max(abs(low), abs(high)) if scale is None else scale
+    return "" if math.isnan(low) else f"[{_num(low, signed, scale)}, {_num(high, signed, scale)}]"
+
+
+def _estimate_cell(e: Estimate, signed: bool = False, t_inline: bool = True) -> str:
+    """``mean [bootstrap low, high] (t: low, high)`` at one precision; the t part only when ``t_inline``."""
+    if math.isnan(e.mean):
+        return "n/a"
+    scale = max(abs(v) for v in (e.mean, e.low, e.high) if not math.isnan(v))
+    cell = f"{_num(e.mean, signed, scale)} {_interval(e.low, e.high, signed, scale)}".strip()
+    if t_inline and not math.isnan(e.t_low):
+        cell += f" (t: {_num(e.t_low, signed, scale)}, {_num(e.t_high, signed, scale)})"
+    return cell
+
+
+def series_label(c: Comparison) -> str:
+    """The series' one-line meaning, with the common n for coverage."""
+    label = HEADLINE.get(c.key, c.key)
+    return label if c.n_units is None else f"{label}, n = {c.n_units}"
+
+
+def _verdict(c: Comparison) -> str:
+    if math.isnan(c.low):
+        return "n/a"
+    return f"{'yes' if c.separated else 'no'} (t: {'yes' if c.t_separated else 'no'})"
+
+
 def comparison_table(comparisons: Sequence[Comparison]) -> list[list[str]]:
-    """Rows for a report: each series' baseline and population means (± half the 95% interval)
-    over seeds, and the difference with its Welch interval."""
-
-    def mean_pm(values: Sequence[float]) -> str:
-        """The mean over seeds ± half its 95% t-interval."""
-        m, low, high = t_interval(values)
-        if math.isnan(m):
-            return "n/a"
-        return f"{m:.3f}" if math.isnan(low) else f"{m:.3f} ± {(high - low) / 2:.3f}"
-
-    rows = [
-        [
-            "series",
-            "seeds (baseline / population)",
-            "baseline",
-            "population",
-            "population − baseline [95% CI]",
-            "separated?",
-        ]
-    ]
+    """Rows for a report, one per series: end values of both runs, then population − baseline with
+    its bootstrap and Welch intervals and whether they exclude 0 (``COLUMNS`` explains each)."""
+    rows = [list(COLUMNS)]
     for c in comparisons:
-        diff = (
-            "n/a"
-            if math.isnan(c.difference)
-            else (f"{c.difference:+.3f}" + ("" if math.isnan(c.low) else f" [{c.low:+.3f}, {c.high:+.3f}]"))
-        )
+        base = c.runs["baseline"].end_est
+        diff = Estimate(c.difference, c.low, c.high, c.t_low, c.t_high)
         rows.append(
             [
-                HEADLINE.get(c.key, c.key),
+                series_label(c),
                 f"{len(c.baseline)} / {len(c.population)}",
-                mean_pm(c.baseline),
-                mean_pm(c.population),
-                diff,
-                "yes" if c.separated else "no",
+                "n/a (no ratings)" if c.key in POPULATION_ONLY else _estimate_cell(base, t_inline=False),
+                _estimate_cell(c.runs["population"].end_est, t_inline=False),
+                _estimate_cell(diff, signed=True, t_inline=False),
+                _interval(c.t_low, c.t_high, signed=True) or "n/a",
+                ("paired" if c.paired else "unpaired") if not math.isnan(c.difference) else "n/a",
+                _verdict(c),
             ]
         )
     return rows
 
 
-def plot_seed_band(experiments: Sequence[str | Path], key: str, ax: Axes | None = None) -> Figure:
-    """``key`` over steps for baseline and population across seeds: the mean line and its 95%
-    t-interval band (no band where fewer than 2 seeds logged a step). Returns the Figure."""
+COLUMNS: Mapping[str, str] = {
+    "series": "what is measured (coverage: n = the common number of programs rarefied to)",
+    "seeds (baseline / population)": "seeds with a value, per run",
+    "baseline end": "mean over seeds of each seed's last-window value [95% bootstrap interval]",
+    "population end": "the same for the population",
+    "population − baseline [95% bootstrap]": "difference of end values, bootstrap over seeds",
+    "t 95% (Welch)": "Welch's t-interval of the same difference (ignores pairing; conservative)",
+    "pairing": "paired: both runs at the same seeds, resampled as pairs; unpaired: each side alone",
+    "separated? (t)": "the bootstrap interval excludes 0; in parentheses, whether Welch's does too",
+}
+RUN_COLUMNS: Mapping[str, str] = {
+    "series": "what is measured",
+    "run": "baseline or population",
+    "seeds": "seeds with a value",
+    "start": "mean over seeds of the first-window value [95% bootstrap] (t: 95% t-interval)",
+    "end": "the same over the last window",
+    "change end − start": "per-seed end − start, paired by seed [95% bootstrap] (t: paired t)",
+}
+
+
+def run_table(comparisons: Sequence[Comparison]) -> list[list[str]]:
+    """Rows per series and run: start, end and change over the seeds (``RUN_COLUMNS``)."""
+    rows = [list(RUN_COLUMNS)]
+    for c in comparisons:
+        for run, s in c.runs.items():
+            if not s.seeds:
+                continue
+            cells = [_estimate_cell(s.start_est), _estimate_cell(s.end_est), _estimate_cell(s.change, signed=True)]
+            rows.append([series_label(c), run, str(len(s.seeds)), *cells])
+    return rows
+
+
+# ----------------------------------------------------------------------------- machine-readable
+def _clean(x: Any) -> Any:
+    """NaN -> None, numpy scalars -> Python: strict JSON."""
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if isinstance(x, (float, np.floating)):
+        return None if math.isnan(x) else float(x)
+    return x.item() if isinstance(x, np.generic) else x
+
+
+def comparison_json(c: Comparison, experiments: Sequence[str | Path]) -> dict[str, Any]:
+    """Every number of one series: per run and seed the start, end and per-step values, the
+    intervals, the difference, and for the rating spread each seed's final ranking."""
+    runs: dict[str, Any] = {}
+    for run, s in c.runs.items():
+        dirs = run_dirs(experiments, run)
+        entry: dict[str, Any] = {
+            "seeds": list(s.seeds),
+            "start": dict(zip(s.seeds, s.start)),
+            "end": dict(zip(s.seeds, s.end)),
+            "start_interval": s.start_est.as_dict(),
+            "end_interval": s.end_est.as_dict(),
+            "change": s.change.as_dict(),
+        }
+        if not is_coverage(c.key):
+            entry["per_step"] = {n: load_run(dirs[n]).series(c.key) for n in s.seeds}
+        if c.key in POPULATION_ONLY:
+            entry["final_ranking"] = {n: final_ranking(load_run(dirs[n]).metrics) for n in s.seeds}
+        runs[run] = entry
+    diff = Estimate(c.difference, c.low, c.high, c.t_low, c.t_high)
+    return _clean(
+        {
+            "label": HEADLINE.get(c.key, c.key),
+            "n_units": c.n_units,
+            "runs": runs,
+            "difference": {**diff.as_dict(), "paired": c.paired, "t_kind": "Welch"},
+        }
+    )
+
+
+# ----------------------------------------------------------------------------- figures
+def plot_seed_band(
+    experiments: Sequence[str | Path],
+    key: str,
+    ax: Axes | None = None,
+    *,
+    window: int = 5,
+    comparison: Comparison | None = None,
+) -> Figure:
+    """``key`` for baseline and population across seeds: a per-step series as its mean and 95%
+    t band over steps (``protocol_series.plot_step_band``), coverage as its start and end values
+    (``plot_coverage``). Returns the Figure."""
+    if is_coverage(key):
+        return plot_coverage(experiments, key, ax, window=window, comparison=comparison)
+    return plot_step_band(experiments, key, ax)
+
+
+def plot_coverage(
+    experiments: Sequence[str | Path],
+    key: str,
+    ax: Axes | None = None,
+    *,
+    window: int = 5,
+    comparison: Comparison | None = None,
+) -> Figure:
+    """Coverage ``key`` in the first and last ``window`` steps, per run: each seed's rarefied value
+    (dots) and the mean over seeds with its 95% bootstrap interval (bars)."""
     from populora_nb.analysis.figures import axes_or_new, say_empty
 
-    fig, ax = axes_or_new(ax, steps=True)
+    c = comparison or compare(experiments, (key,), window)[0]
+    fig, ax = axes_or_new(ax)
     drawn = False
-    for run, color in zip(RUNS, ("tab:gray", "tab:red")):
-        dirs = [Path(e) / run for e in experiments if (Path(e) / run / "metrics.jsonl").exists()]
-        b = band(dirs, key)
-        if not len(b.steps):
+    for offset, run in zip((-0.08, 0.08), RUNS):
+        s = c.runs[run]
+        if not s.seeds:
             continue
         drawn = True
-        ax.plot(b.steps, b.mean, color=color, marker="o", ms=3, label=f"{run} (n = {len(dirs)} seeds)")
-        ax.fill_between(b.steps, b.low, b.high, color=color, alpha=0.2, lw=0)
-    ax.set(xlabel="step", ylabel=HEADLINE.get(key, key), title=f"{HEADLINE.get(key, key)}: mean over seeds, 95% band")
+        x = np.array([0.0, 1.0]) + offset
+        for start, end in zip(s.start, s.end):
+            ax.plot(x, [start, end], color=COLORS[run], alpha=0.3, marker=".", lw=0.8)
+        means = np.array([s.start_est.mean, s.end_est.mean])
+        bars = np.array([[s.start_est.low, s.end_est.low], [s.start_est.high, s.end_est.high]])
+        err = np.nan_to_num(np.abs(bars - means), nan=0.0)  # no bar from one seed
+        ax.errorbar(
+            x, means, yerr=err, color=COLORS[run], marker="o", capsize=4, label=f"{run} (n = {len(s.seeds)} seeds)"
+        )
+    ax.set_xticks([0, 1], [f"first {window} steps", f"last {window} steps"])
+    ax.set_xlim(-0.5, 1.5)
+    ax.set(ylabel="expected distinct features", title=f"{series_label(c)}: mean over seeds, 95% bootstrap")
     if drawn:
         ax.legend(fontsize=8)
     else:
-        say_empty(ax, f"no run logged {key}")
+        say_empty(ax, f"{key}: fewer than 2 programs in some window" if c.n_units is not None else "no task records")
     fig.tight_layout()
     return fig
 
 
-def write_seed_report(experiments: Sequence[str | Path], out_dir: str | Path, window: int = 5) -> Path:
-    """``out_dir/seeds.md`` with the comparison table and one band figure per headline series
-    (``out_dir/seeds_<series>.png``); returns the markdown path."""
+# ----------------------------------------------------------------------------- the report
+def _md_table(rows: Sequence[Sequence[str]]) -> list[str]:
+    return ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])] + [
+        "| " + " | ".join(r) + " |" for r in rows[1:]
+    ]
+
+
+def write_seed_report(
+    experiments: Sequence[str | Path], out_dir: str | Path, window: int = 5, *, seed: int = 0, n_resamples: int = 10_000
+) -> Path:
+    """``out_dir/seeds.md`` (the tables, what each column means, the 3-seed caveat),
+    ``out_dir/seeds.json`` (every number) and one figure per series (``out_dir/seeds_<series>.png``);
+    returns the markdown path."""
     from populora_nb.analysis.figures import save_figure
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    rows = comparison_table(compare(experiments, window=window))
+    comparisons = compare(experiments, window=window, n_resamples=n_resamples, seed=seed)
     lines = [
-        f"# Seed protocol: {len(experiments)} experiments",
+        f"# Seed protocol: {len(experiments)} seeds",
         "",
-        f"End-of-run value: each run's mean over its last {window} logged steps; ± is half the 95% t-interval "
-        "over seeds; the difference has a Welch 95% interval. 'separated' means the interval excludes 0.",
+        f"n = {len(experiments)} seeds (experiment directories: {', '.join(seed_names(experiments))}). Start: a "
+        f"run's mean over its first {window} logged steps; end: over its last {window}. Coverage is the expected "
+        "number of distinct AST n-grams among n written programs of that window, one n for every run, seed and "
+        "window, so writing more programs does not count as covering more. Intervals are 95%: percentile "
+        f"bootstrap over seeds ({n_resamples} resamples, seed {seed}) as the headline, Student t beside it.",
         "",
-        "| " + " | ".join(rows[0]) + " |",
-        "|" + "---|" * len(rows[0]),
+        "**Caveat.** With 3 seeds the percentile bootstrap has only 10 distinct resamples and can never be "
+        "wider than the seeds' own range: it under-covers (about 75% rather than 95% for normal data). The "
+        "t-interval is the conservative companion; a difference is solid when both exclude 0.",
+        "",
+        "## Population − baseline at the end",
+        "",
+        *_md_table(comparison_table(comparisons)),
+        "",
+        *[f"- **{name}**: {meaning}" for name, meaning in COLUMNS.items()],
+        "",
+        "## Start, end and change per run",
+        "",
+        *_md_table(run_table(comparisons)),
+        "",
+        *[f"- **{name}**: {meaning}" for name, meaning in RUN_COLUMNS.items()],
     ]
-    lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
-    for key in HEADLINE:
-        name = "seeds_" + key.replace("/", "_") + ".png"
-        save_figure(plot_seed_band(experiments, key), out / name)
-        lines += ["", f"![{HEADLINE[key]}]({name})"]
+    for c in comparisons:
+        name = "seeds_" + c.key.replace("/", "_") + ".png"
+        save_figure(plot_seed_band(experiments, c.key, window=window, comparison=c), out / name)
+        lines += ["", f"![{HEADLINE.get(c.key, c.key)}]({name})"]
+    record = {
+        "experiments": [str(e) for e in experiments],
+        "seeds": seed_names(experiments),
+        "n_seeds": len(experiments),
+        "window": window,
+        "level": 0.95,
+        "n_resamples": n_resamples,
+        "bootstrap_seed": seed,
+        "series": {c.key: comparison_json(c, experiments) for c in comparisons},
+    }
+    (out / "seeds.json").write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
     path = out / "seeds.md"
     path.write_text("\n".join(lines) + "\n")
     return path

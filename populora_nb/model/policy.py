@@ -56,7 +56,14 @@ class LoRAPolicy:
                     hf_logging.enable_progress_bar()
         # Population.create rejects a role that is not a Role.
         roles = {name: cast(Role, role) for name, role in roster}
-        return cls(config, base, Population.create(base, roles, config.lora, seed=config.run.seed))
+        population = Population.create(base, roles, config.lora, seed=config.run.seed)
+        if config.lora.warmup is not None:  # every member starts from the shared warm-up adapter
+            from populora_nb.warmup import load_factors
+
+            warm = load_factors(config.lora.warmup, config)
+            for name in population.ids():
+                population.set_factors(name, warm)
+        return cls(config, base, population)
 
     @property
     def members(self) -> list[str]:

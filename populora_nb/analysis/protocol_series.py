@@ -1,0 +1,362 @@
+"""The series the seed protocol compares, read from one run directory (`populora_nb.analysis.protocol`
+compares them over seeds). Every series is a number per logged step, except coverage, which is a
+number per window of steps.
+
+From ``metrics.jsonl`` (per step, the mean over the members that logged the key, as ``plots.step_mean``):
+  teacher/valid_rate      share of proposals the verifier accepted (AZR's format/validity reward gate)
+  student/solve_rate      ρ of fresh, matched proposals (not buffer tasks): the learnability signal
+                          AZR's proposer reward is built on; the collapse story is ρ → 1
+  reward/propose_mean     the proposer's (teacher's) mean reward, what its policy gradient climbs
+  lengths/propose_chars   characters per proposal: a response-length proxy (AZR and the paper
+                          track response length as the model's "thinking" growing or shrinking)
+From ``tasks.jsonl`` (``complexity.analyse_run``: valid code_o/code_i programs a proposer wrote; seed
+rows and code_f programs, which the proposer was handed, excluded):
+  complexity/<field>      per step, the mean over that step's written programs of each field of
+                          ``complexity.COMPLEXITY_FIELDS`` (AST depth, total McCabe complexity,
+                          SLOC, variables): the four curves of the paper's Fig. 4, whose fall with
+                          ρ → 1 is the collapse and whose growth is the arms race.
+  coverage/ngrams         in the first and in the last ``window`` steps with task records: the
+                          expected number of distinct node-type n-grams (``coverage.ngram_features``)
+                          among n written programs (code_o and code_i pooled: both are programs the
+                          proposer wrote; code_f is excluded because its program is a buffer one).
+                          n is ONE common size for every run, seed and window compared (the
+                          smallest window's program count), so a run that writes more programs
+                          but no more diverse ones does not score higher: the guard against volume
+                          (the population proposes 4x what one agent does). n-grams rather than
+                          shapes: almost every program has its own normalised shape, so shape
+                          counts at equal n saturate at n and say nothing.
+From ``metrics.jsonl`` ``rating/mu`` (population only; the baseline plays no matches):
+  rating/mu_spread        per step, the standard deviation (ddof = 0: the members present, not an
+                          estimate of a larger population) of TrueSkill μ within each role,
+                          averaged over teachers and students: the gap between the roles says who
+                          wins the matches, not whether a role stratifies. A spread that grows
+                          means the population stratifies (some teachers better than others); a
+                          spread near 0 means the ratings say no member of a role beats another.
+
+Rarefaction uses the exact expectation (Hurlbert 1971): among n of N units drawn without
+replacement, E[distinct] = Σ_f 1 − C(N − k_f, n) / C(N, n), k_f the units holding feature f. It is
+the mean of ``coverage.rarefy``'s random orders without their Monte Carlo noise or an RNG.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections import Counter
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from populora_nb.analysis.complexity import COMPLEXITY_FIELDS, RunAnalysis, analyse_run
+from populora_nb.analysis.coverage import coverage_units
+from populora_nb.analysis.seed_stats import t_interval
+from populora_nb.records import RunDir
+
+if TYPE_CHECKING:  # matplotlib is imported only when a figure is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+METRIC_SERIES: Mapping[str, str] = {
+    "teacher/valid_rate": "valid-proposal rate",
+    "student/solve_rate": "fresh-task solve rate ρ",
+    "reward/propose_mean": "proposer reward",
+    "lengths/propose_chars": "proposal length (chars)",
+}
+COMPLEXITY_SERIES: Mapping[str, str] = {
+    "complexity/ast_depth": "AST depth of written programs",
+    "complexity/cc_total": "McCabe complexity (total) of written programs",
+    "complexity/sloc": "SLOC of written programs",
+    "complexity/n_variables": "variables of written programs",
+}
+assert tuple(k.split("/", 1)[1] for k in COMPLEXITY_SERIES) == COMPLEXITY_FIELDS, "one series per field"
+SPREAD_KEY = "rating/mu_spread"
+COVERAGE_SERIES: Mapping[str, str] = {"coverage/ngrams": "distinct AST n-grams at equal n (rarefied)"}
+COVERAGE_KIND: Mapping[str, str] = {"coverage/ngrams": "ngrams"}
+"""The ``coverage.coverage_units`` kind behind each coverage series."""
+POPULATION_ONLY: frozenset[str] = frozenset({SPREAD_KEY})
+"""Series the baseline cannot have (no matches, no ratings)."""
+HEADLINE: Mapping[str, str] = {
+    **METRIC_SERIES,
+    **COMPLEXITY_SERIES,
+    SPREAD_KEY: "spread of TrueSkill μ over members",
+    **COVERAGE_SERIES,
+}
+"""Every series the protocol reports, key -> a one-line meaning (the module docstring says more)."""
+
+
+def is_coverage(key: str) -> bool:
+    """``key`` is a per-window coverage series, not a per-step one."""
+    return key in COVERAGE_SERIES
+
+
+# ----------------------------------------------------------------------------- one run's records
+@dataclass(frozen=True)
+class RunRecords:
+    """What the protocol reads of one run directory: its metric rows and its task analysis (None
+    without ``tasks.jsonl``). Load it with ``load_run``, which caches it."""
+
+    path: Path
+    metrics: tuple[dict, ...]
+    analysis: RunAnalysis | None
+
+    def series(self, key: str) -> dict[int, float]:
+        """step -> the value of per-step series ``key`` (empty when the run never logged it)."""
+        if is_coverage(key):
+            raise ValueError(f"{key} is measured per window of steps, not per step: see coverage_window_units")
+        if key == SPREAD_KEY:
+            return rating_spread_series(self.metrics)
+        if key in COMPLEXITY_SERIES:
+            return {} if self.analysis is None else complexity_series(self.analysis, key.split("/", 1)[1])
+        return metric_series(self.metrics, key)
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    """(mtime_ns, size) of a file, (0, 0) when absent: the cache key that notices a rewrite."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return 0, 0
+    return stat.st_mtime_ns, stat.st_size
+
+
+def load_run(run_dir: str | Path) -> RunRecords:
+    """``RunRecords`` of ``run_dir``. Parsing every program (radon) is the slow part, and a report
+    reads each run for every series and figure, so the result is cached until a file changes."""
+    path = Path(run_dir).resolve()
+    return _load(path, _stamp(path / "metrics.jsonl"), _stamp(path / "tasks.jsonl"))
+
+
+@functools.lru_cache(maxsize=64)
+def _load(path: Path, metrics_stamp: tuple[int, int], tasks_stamp: tuple[int, int]) -> RunRecords:
+    rows = tuple(RunDir(path).read("metrics")) if metrics_stamp != (0, 0) else ()
+    return RunRecords(path, rows, analyse_run(path) if tasks_stamp[1] > 0 else None)
+
+
+# ----------------------------------------------------------------------------- per-step series
+def metric_series(rows: Sequence[dict], key: str) -> dict[int, float]:
+    """step -> the mean of ``key`` over the members that logged it at that step."""
+    by_step: dict[int, list[float]] = {}
+    for r in rows:
+        if r.get(key) is not None:
+            by_step.setdefault(int(r["step"]), []).append(float(r[key]))
+    return {s: float(np.mean(v)) for s, v in sorted(by_step.items())}
+
+
+def complexity_series(analysis: RunAnalysis, field: str) -> dict[int, float]:
+    """step -> the mean ``field`` over that step's written programs (unparsed programs, NaN, left out)."""
+    by_step: dict[int, list[float]] = {}
+    for p in analysis.programs:
+        value = float(getattr(p, field))
+        if not math.isnan(value):
+            by_step.setdefault(p.step, []).append(value)
+    return {s: float(np.mean(v)) for s, v in sorted(by_step.items())}
+
+
+def _mu_by_step(rows: Sequence[dict]) -> dict[int, dict[str, float]]:
+    by_step: dict[int, dict[str, float]] = {}
+    for r in rows:
+        if r.get("rating/mu") is not None:
+            by_step.setdefault(int(r["step"]), {})[str(r["member"])] = float(r["rating/mu"])
+    return dict(sorted(by_step.items()))
+
+
+def _role_of(rows: Sequence[dict]) -> dict[str, str]:
+    """member -> its role as logged (members without one share the role "")."""
+    return {str(r["member"]): str(r.get("role") or "") for r in rows if "member" in r}
+
+
+def rating_spread_series(rows: Sequence[dict]) -> dict[int, float]:
+    """step -> the within-role spread of TrueSkill μ: the standard deviation (ddof = 0) of μ over the
+    members of one role rated that step, averaged over the roles with >= 2 rated members. Within a
+    role, because teachers and students are opponents: the gap between the two roles' means says who
+    wins the matches, not whether the members of a role stratify. Steps with no such role are left out."""
+    role_of = _role_of(rows)
+    out: dict[int, float] = {}
+    for step, mu in _mu_by_step(rows).items():
+        by_role: dict[str, list[float]] = {}
+        for member, value in mu.items():
+            by_role.setdefault(role_of.get(member, ""), []).append(value)
+        spreads = [float(np.std(v)) for v in by_role.values() if len(v) >= 2]
+        if spreads:
+            out[step] = float(np.mean(spreads))
+    return out
+
+
+def final_ranking(rows: Sequence[dict]) -> list[str]:
+    """The members rated at the last rated step, highest μ first (empty for the baseline)."""
+    by_step = _mu_by_step(rows)
+    if not by_step:
+        return []
+    last = by_step[max(by_step)]
+    return sorted(last, key=lambda m: (-last[m], m))
+
+
+def window_values(series: Mapping[int, float], window: int) -> tuple[float, float]:
+    """(start, end): the mean over the first ``window`` logged steps and over the last ``window``
+    (the two overlap in a run shorter than 2 windows); NaN for a series never logged."""
+    if window < 1:
+        raise ValueError(f"window must be >= 1 step, got {window}")
+    steps = sorted(series)
+    if not steps:
+        return math.nan, math.nan
+    return (
+        float(np.mean([series[s] for s in steps[:window]])),
+        float(np.mean([series[s] for s in steps[-window:]])),
+    )
+
+
+# ----------------------------------------------------------------------------- coverage
+def coverage_window_units(
+    analysis: RunAnalysis, key: str, window: int
+) -> tuple[list[frozenset[Hashable]], list[frozenset[Hashable]]]:
+    """(start units, end units) of coverage series ``key``: ``coverage.coverage_units`` over the
+    tasks of the first ``window`` and of the last ``window`` steps with task records (a step whose
+    every proposal was invalid still counts as a step: it wrote nothing that window)."""
+    if window < 1:
+        raise ValueError(f"window must be >= 1 step, got {window}")
+    kind = COVERAGE_KIND[key]
+
+    def units(steps: Sequence[int]) -> list[frozenset[Hashable]]:
+        keep = set(steps)
+        part = replace(
+            analysis,
+            programs=tuple(p for p in analysis.programs if p.step in keep),
+            inputs=tuple(i for i in analysis.inputs if i.step in keep),
+        )
+        return coverage_units(part, kind)
+
+    return units(analysis.steps[:window]), units(analysis.steps[-window:])
+
+
+def expected_distinct(units: Sequence[frozenset[Hashable]], n: int) -> float:
+    """The expected number of distinct features among ``n`` of ``units`` drawn without replacement
+    (module docstring); NaN when n exceeds the units or is negative."""
+    size = len(units)
+    if not 0 <= n <= size:
+        return math.nan
+    holders = Counter(f for u in units for f in u)  # feature -> k, the units holding it
+    log_all = math.lgamma(size + 1) - math.lgamma(size - n + 1)
+    total = 0.0
+    for k, features in Counter(holders.values()).items():  # features sharing k share the term
+        rest = size - k
+        missed = math.exp(math.lgamma(rest + 1) - math.lgamma(rest - n + 1) - log_all) if rest >= n else 0.0
+        total += features * (1.0 - missed)
+    return total
+
+
+# ----------------------------------------------------------------------------- experiments: runs over seeds
+RUNS = ("baseline", "population")
+COLORS: Mapping[str, str] = {"baseline": "tab:gray", "population": "tab:red"}
+
+
+@dataclass(frozen=True)
+class Band:
+    """A series across seeds: per step, the mean and its 95% t-interval (NaN where < 2 seeds)."""
+
+    key: str
+    steps: np.ndarray
+    mean: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    n_seeds: np.ndarray
+
+
+def run_series(run_dir: str | Path, key: str) -> dict[int, float]:
+    """step -> the value of per-step series ``key`` (``protocol_series.RunRecords.series``)."""
+    return load_run(run_dir).series(key)
+
+
+def start_value(run_dir: str | Path, key: str, window: int = 5) -> float:
+    """A run's mean of ``key`` over its first ``window`` logged steps (NaN if it never logged it)."""
+    return window_values(run_series(run_dir, key), window)[0]
+
+
+def end_value(run_dir: str | Path, key: str, window: int = 5) -> float:
+    """A run's mean of ``key`` over its last ``window`` logged steps (NaN if it never logged it)."""
+    return window_values(run_series(run_dir, key), window)[1]
+
+
+def band(run_dirs: Sequence[str | Path], key: str) -> Band:
+    """``key`` across seeds (one run directory per seed): per step mean and 95% t-interval."""
+    per_seed = [run_series(d, key) for d in run_dirs]
+    steps = sorted({s for series in per_seed for s in series})
+    rows = [t_interval([series[s] for series in per_seed if s in series]) for s in steps]
+    n = [sum(s in series for series in per_seed) for s in steps]
+    arr = np.asarray(rows, dtype=float).reshape(len(steps), 3)
+    return Band(key, np.asarray(steps), arr[:, 0], arr[:, 1], arr[:, 2], np.asarray(n))
+
+
+SeedValues = dict[str, dict[str, tuple[float, float]]]
+"""run -> seed name -> (start, end)."""
+
+
+def seed_names(experiments: Sequence[str | Path]) -> list[str]:
+    """A name per experiment: its directory name, or its whole path when names repeat."""
+    names = [Path(e).name for e in experiments]
+    return names if len(set(names)) == len(names) else [str(e) for e in experiments]
+
+
+def run_dirs(experiments: Sequence[str | Path], run: str) -> dict[str, Path]:
+    """seed name -> the experiment's ``run`` directory, for the experiments that have one."""
+    return {n: Path(e) / run for n, e in zip(seed_names(experiments), experiments) if (Path(e) / run).is_dir()}
+
+
+def seed_values(experiments: Sequence[str | Path], key: str, window: int = 5) -> tuple[SeedValues, int | None]:
+    """Each run's (start, end) per seed, seeds without the series left out; for coverage also the
+    common n (None for a per-step series)."""
+    if is_coverage(key):
+        return _coverage_values(experiments, key, window)
+    values: SeedValues = {run: {} for run in RUNS}
+    for run in RUNS:
+        for name, d in run_dirs(experiments, run).items():
+            start, end = window_values(load_run(d).series(key), window)
+            if not math.isnan(end):
+                values[run][name] = (start, end)
+    return values, None
+
+
+def _coverage_values(experiments: Sequence[str | Path], key: str, window: int) -> tuple[SeedValues, int | None]:
+    """Rarefied coverage at ONE n for every run, seed and window: the smallest window's unit count.
+    Runs without task records are left out; n < 2 leaves every value out (nothing to compare)."""
+    units = {}
+    for run in RUNS:
+        for name, d in run_dirs(experiments, run).items():
+            analysis = load_run(d).analysis
+            if analysis is not None:
+                units[run, name] = coverage_window_units(analysis, key, window)
+    values: SeedValues = {run: {} for run in RUNS}
+    if not units:
+        return values, None
+    n = min(len(u) for pair in units.values() for u in pair)
+    if n >= 2:
+        for (run, name), (start, end) in units.items():
+            values[run][name] = (expected_distinct(start, n), expected_distinct(end, n))
+    return values, n
+
+
+def plot_step_band(experiments: Sequence[str | Path], key: str, ax: Axes | None = None) -> Figure:
+    """Per-step series ``key`` for baseline and population across seeds: the mean line and its 95%
+    t-interval band (no band where fewer than 2 seeds logged a step). Returns the Figure."""
+    from populora_nb.analysis.figures import axes_or_new, say_empty
+
+    fig, ax = axes_or_new(ax, steps=True)
+    drawn = False
+    for run in RUNS:
+        b = band(list(run_dirs(experiments, run).values()), key)
+        if not len(b.steps):
+            continue
+        drawn = True
+        label = f"{run} (n = {int(b.n_seeds.max())} seeds)"
+        ax.plot(b.steps, b.mean, color=COLORS[run], marker="o", ms=3, label=label)
+        ax.fill_between(b.steps, b.low, b.high, color=COLORS[run], alpha=0.2, lw=0)
+    name = HEADLINE.get(key, key)
+    ax.set(xlabel="step", ylabel=name, title=f"{name}: mean over seeds, 95% t band")
+    if drawn:
+        ax.legend(fontsize=8)
+    else:
+        say_empty(ax, f"no run logged {key}")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,251 @@
+"""The warm-up: rejection-sampling fine-tuning (expert iteration) on the model's own proposals that
+the verifier accepted, before RL, so that a small model starts where RL has signal.
+
+Why: TRR++ learns only from groups whose rewards differ. A 135M model whose proposals are mostly
+invalid gives its teachers few such groups, so on a CPU budget of a few dozen steps RL barely moves
+it. Expert iteration (sample, keep what a verifier accepts, fine-tune on it) is the standard way to
+raise that rate with no outside data: AZR's own seeding run grows a buffer from the untrained
+model's accepted proposals (`loop.grow_seeds`), and this stage fine-tunes on exactly such proposals.
+Nothing here reads a benchmark: the prompts are the proposer prompts of `stages.propose` with
+references from the seed buffer, and an example is kept only when the verifier ran its program in
+the sandbox and accepted it (`accepted_examples`).
+
+The stage (``experiment --stages warmup``; `run_warmup`) measures the valid-task rate on held-out
+proposer prompts, collects up to ``warmup.examples`` distinct accepted proposals, fine-tunes one
+LoRA adapter on them (token-mean negative log-likelihood of the completion, the base frozen), and
+measures again on the same held-out prompts with the same sampling seeds (a paired before/after).
+It writes ``EXP/warmup/``: ``factors.safetensors`` (the adapter), ``examples.jsonl``, ``report.json``.
+Baseline and population then both start every member from those factors (``lora.warmup``), so the
+comparison stays fair: the warm-up is shared, only what follows differs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from populora_nb.buffers import TaskBuffer
+from populora_nb.config import ExperimentConfig
+from populora_nb.errors import UserInputError
+from populora_nb.lowrank import LoRAFactors, LoRAPair
+from populora_nb.stages import Policy, Proposed, TokenIds, propose, validate
+from populora_nb.tasks import Task
+
+MEMBER = "agent"
+"""The one adapter the warm-up fine-tunes (a baseline-shaped roster)."""
+COLLECT_STEP, MEASURE_STEP = 1_000_000, 2_000_000
+"""Step ids the warm-up's prompt draws and sampling seeds are derived from (`stages.rng_for`): far
+from any RL step, so the warm-up never sees an RL step's prompts, and measurement never sees collection's."""
+FACTORS, REPORT, EXAMPLES = "factors.safetensors", "report.json", "examples.jsonl"
+
+
+@dataclass(frozen=True)
+class Example:
+    """One accepted proposal to fine-tune on: the prompt, the completion as sampled, the task."""
+
+    kind: str
+    prompt: str
+    completion: str
+    token_ids: TokenIds | None
+    program: str
+    inputs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ValidRate:
+    """Accepted proposals out of all proposals (parse failures count as not accepted)."""
+
+    accepted: int
+    total: int
+
+    @property
+    def rate(self) -> float:
+        return self.accepted / self.total if self.total else math.nan
+
+
+def accepted_examples(proposals: Sequence[Proposed], seen: set[tuple[str, str, tuple[str, ...]]]) -> list[Example]:
+    """The proposals whose verdict is a `Task` (the verifier ran the program and accepted it), one
+    per distinct (kind, program, inputs) not already in ``seen`` (which is updated). An invalid
+    task, a parse failure or an unvalidated proposal is never an example."""
+    out = []
+    for p in proposals:
+        task = p.result
+        if not isinstance(task, Task):
+            continue
+        key = (p.kind, task.program, tuple(task.inputs))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(Example(p.kind, p.prompt, p.completion, p.token_ids, task.program, tuple(task.inputs)))
+    return out
+
+
+def valid_rate(proposals: Sequence[Proposed]) -> ValidRate:
+    return ValidRate(sum(isinstance(p.result, Task) for p in proposals), len(proposals))
+
+
+def proposal_round(
+    config: ExperimentConfig, policy: Policy, verifier, buffers: dict[str, TaskBuffer], step: int
+) -> list[Proposed]:
+    """``warmup.batch`` proposals by the warm-up adapter, split over the kinds, validated."""
+    per_kind = max(1, math.ceil(config.warmup.batch / len(config.tasks.kinds)))
+    cfg = dataclasses.replace(config, rl=dataclasses.replace(config.rl, proposals_per_kind=per_kind))
+    return validate(verifier, propose(policy, [MEMBER], buffers, cfg, step), config.tasks.code_f_inputs)
+
+
+def measure(config: ExperimentConfig, policy: Policy, verifier, buffers: dict[str, TaskBuffer]) -> ValidRate:
+    """The valid rate on the held-out rounds (`MEASURE_STEP` + i): the same prompts and seeds each call."""
+    rates = [
+        valid_rate(proposal_round(config, policy, verifier, buffers, MEASURE_STEP + i))
+        for i in range(config.warmup.measure_rounds)
+    ]
+    return ValidRate(sum(r.accepted for r in rates), sum(r.total for r in rates))
+
+
+def collect(
+    config: ExperimentConfig,
+    policy: Policy,
+    verifier,
+    buffers: dict[str, TaskBuffer],
+    on_round: Callable[[int, int], None] | None = None,
+) -> tuple[list[Example], ValidRate]:
+    """Rounds of proposals until ``warmup.examples`` distinct accepted ones exist (or ``max_rounds``);
+    returns them and the valid rate over every collection round."""
+    wc = config.warmup
+    seen: set[tuple[str, str, tuple[str, ...]]] = set()
+    examples: list[Example] = []
+    accepted = total = 0
+    for r in range(wc.max_rounds):
+        proposals = proposal_round(config, policy, verifier, buffers, COLLECT_STEP + r)
+        rate = valid_rate(proposals)
+        accepted, total = accepted + rate.accepted, total + rate.total
+        examples += accepted_examples(proposals, seen)
+        if on_round is not None:
+            on_round(r, len(examples))
+        if len(examples) >= wc.examples:
+            break
+    return examples[: wc.examples], ValidRate(accepted, total)
+
+
+def fine_tune(policy, examples: Sequence[Example], config: ExperimentConfig, seed: int) -> list[float]:
+    """Supervised fine-tuning of the warm-up adapter on the examples: ``warmup.epochs`` shuffled
+    passes of ``warmup.sft_batch`` examples per AdamW step, each step minimising the token-mean
+    negative log-likelihood of the completion tokens as sampled (the stop token included), scored
+    at temperature 1. ``policy`` is a `model.policy.LoRAPolicy`. Returns each step's loss."""
+    from populora_nb.model.batch import Generation, train_batch
+
+    wc = config.warmup
+    rng = random.Random(seed)
+    tok = policy.tokenizer
+    gens = []
+    for e in examples:
+        if e.token_ids is not None:
+            prompt_ids, completion_ids = map(list, e.token_ids)
+        else:  # not sampled by a model (tests): its tokenisation, ended by the stop token
+            prompt_ids = tok(e.prompt, add_special_tokens=False)["input_ids"]
+            completion_ids = tok(e.completion, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        gens.append(Generation(MEMBER, prompt_ids, completion_ids, e.completion, True))
+
+    def nll(logprobs, b):
+        mask = b.completion_mask.to(logprobs.dtype)
+        loss = -(logprobs * mask).sum() / mask.sum().clamp(min=1.0)
+        return loss, {"warmup/nll": float(loss.detach())}
+
+    losses = []
+    for _ in range(wc.epochs):
+        order = list(range(len(gens)))
+        rng.shuffle(order)
+        for lo in range(0, len(order), wc.sft_batch):
+            chunk = [gens[i] for i in order[lo : lo + wc.sft_batch]]
+            batch = train_batch(chunk, [1.0] * len(chunk), tok.pad_token_id, temperature=1.0)
+            stats = policy.population.train_step(
+                MEMBER, batch, nll, micro_batch_size=config.rl.micro_batch, weight_by="tokens"
+            )
+            losses.append(stats["warmup/nll"])
+    return losses
+
+
+def save_factors(path: Path, factors: LoRAFactors, config: ExperimentConfig) -> None:
+    from safetensors.torch import save_file
+
+    tensors = {}
+    for name, pair in factors.items():
+        tensors[f"{name}.A"] = pair.A.contiguous()
+        tensors[f"{name}.B"] = pair.B.contiguous()
+    meta = {"rank": str(config.lora.rank), "alpha": str(config.lora.alpha), "model": config.model.name}
+    save_file(tensors, str(path), metadata=meta)
+
+
+def load_factors(directory: str | Path, config: ExperimentConfig) -> LoRAFactors:
+    """The warm-up adapter of ``directory``; one clear error when it is missing or was trained for
+    another model, rank or alpha than this config's."""
+    from safetensors import safe_open
+
+    path = Path(directory) / FACTORS
+    if not path.is_file():
+        raise UserInputError(
+            f"lora.warmup={directory}: no {FACTORS} there; run the experiment's warmup stage "
+            "(python -m populora_nb experiment --stages warmup ...) or set lora.warmup=null"
+        )
+    with safe_open(str(path), framework="pt") as fh:
+        meta = fh.metadata() or {}
+        want = {"rank": str(config.lora.rank), "alpha": str(config.lora.alpha), "model": config.model.name}
+        wrong = {k: (meta.get(k), v) for k, v in want.items() if meta.get(k) != v}
+        if wrong:
+            raise UserInputError(f"lora.warmup={directory} was trained with other settings (theirs, ours): {wrong}")
+        names = sorted({k.rsplit(".", 1)[0] for k in fh.keys()})
+        return {n: LoRAPair(fh.get_tensor(f"{n}.A"), fh.get_tensor(f"{n}.B")) for n in names}
+
+
+def run_warmup(config: ExperimentConfig, out: str | Path, say: Callable[[str], None] = print) -> dict:
+    """The experiment's warmup stage (see the module docstring); returns and writes ``report.json``."""
+    import time
+
+    from populora_nb.model.policy import LoRAPolicy
+    from populora_nb.state import initial_state
+    from populora_nb.verify import Verifier
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    cfg = dataclasses.replace(
+        config,
+        lora=dataclasses.replace(config.lora, lr=config.warmup.lr, warmup=None),
+        run=dataclasses.replace(config.run, agent="baseline"),
+    )
+    policy = LoRAPolicy.create(cfg, [(MEMBER, MEMBER)])
+    with Verifier.from_config(cfg.verifier) as verifier:
+        buffers = initial_state(cfg, verifier).buffers
+        before = measure(cfg, policy, verifier, buffers)
+        say(f"[warmup] valid rate before: {before.accepted}/{before.total}")
+        examples, collected = collect(
+            cfg, policy, verifier, buffers, lambda r, n: say(f"[warmup] round {r}: {n} accepted distinct proposals")
+        )
+        losses = fine_tune(policy, examples, cfg, seed=cfg.run.seed) if examples else []
+        after = measure(cfg, policy, verifier, buffers)
+        say(
+            f"[warmup] valid rate after: {after.accepted}/{after.total} ({len(examples)} examples, {len(losses)} steps)"
+        )
+    save_factors(out / FACTORS, policy.population.factors(MEMBER), cfg)
+    with open(out / EXAMPLES, "w") as fh:
+        for e in examples:
+            fh.write(json.dumps({"kind": e.kind, "program": e.program, "inputs": list(e.inputs)}) + "\n")
+    report = {
+        "seed": cfg.run.seed,
+        "before": dataclasses.asdict(before) | {"rate": before.rate},
+        "after": dataclasses.asdict(after) | {"rate": after.rate},
+        "collected": dataclasses.asdict(collected) | {"rate": collected.rate},
+        "examples": len(examples),
+        "kinds": {k: sum(e.kind == k for e in examples) for k in cfg.tasks.kinds},
+        "sft_steps": len(losses),
+        "nll_first": losses[0] if losses else None,
+        "nll_last": losses[-1] if losses else None,
+        "seconds": round(time.time() - t0, 1),
+    }
+    (out / REPORT).write_text(json.dumps(report, indent=1))
+    return report

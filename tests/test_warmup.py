@@ -1,0 +1,126 @@
+"""The warm-up (rejection-sampling fine-tuning): only verifier-accepted proposals become examples,
+no benchmark data is read, the fine-tuning lowers the examples' loss, and every member of both runs
+starts from the saved adapter."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+from scripted import BAD_PROGRAM, GOOD_PROGRAM, ScriptedPolicy
+
+from populora_nb import warmup
+from populora_nb.config import load_config
+from populora_nb.errors import UserInputError
+from populora_nb.model.policy import LoRAPolicy
+from populora_nb.prompts import parse_proposal
+from populora_nb.stages import Proposed
+from populora_nb.state import initial_state
+from populora_nb.tasks import Task
+from populora_nb.verify import Invalid
+
+
+def _proposed(kind: str, completion: str, result) -> Proposed:
+    return Proposed("agent", kind, "prompt", completion, parse_proposal(completion, kind, "chat"), result=result)
+
+
+def test_only_accepted_distinct_proposals_become_examples():
+    task = Task("code_o", "def f(x):\n    return x", ("1",), ("1",))
+    parsed = parse_proposal("no code here", "code_o", "chat")
+    proposals = [
+        _proposed("code_o", GOOD_PROGRAM.format(n=1), task),
+        _proposed("code_o", GOOD_PROGRAM.format(n=1), task),  # the same task again: one example
+        _proposed("code_o", BAD_PROGRAM, Invalid("forbidden import os")),
+        _proposed("code_o", "no code here", parsed),  # a parse failure
+        _proposed("code_i", GOOD_PROGRAM.format(n=2), None),  # never validated
+        _proposed("code_i", GOOD_PROGRAM.format(n=1), dataclasses.replace(task, kind="code_i")),  # other kind
+    ]
+    seen: set = set()
+    examples = warmup.accepted_examples(proposals, seen)
+    assert [(e.kind, e.program) for e in examples] == [("code_o", task.program), ("code_i", task.program)]
+    assert warmup.accepted_examples(proposals, seen) == []  # seen across rounds
+    rate = warmup.valid_rate(proposals)
+    assert (rate.accepted, rate.total) == (3, 6)
+
+
+def test_collect_keeps_verifier_accepted_proposals_and_reads_no_benchmark(monkeypatch, tmp_path, verifier, tokenizer):
+    import populora_nb.evaluation.loaders as loaders
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the warm-up read benchmark data")
+
+    for name in ("resolve_data_dir", "load_benchmark"):
+        if hasattr(loaders, name):
+            monkeypatch.setattr(loaders, name, refuse)
+    config = load_config(
+        "tiny",
+        {"tasks.kinds": ["code_o"], "warmup.examples": 50, "warmup.max_rounds": 3, "warmup.batch": 4},
+    )
+    policy = ScriptedPolicy(tokenizer)  # alternates a valid program and one the verifier rejects (import os)
+    buffers = initial_state(config, verifier).buffers
+    examples, rate = warmup.collect(config, policy, verifier, buffers)
+    assert rate.total == 12 and rate.accepted == 6  # every other proposal is valid
+    assert examples and all("import os" not in e.program and "x * 3" in e.program for e in examples)
+    assert len({(e.program, e.inputs) for e in examples}) == len(examples)
+
+
+def _examples(n: int) -> list[warmup.Example]:
+    return [
+        warmup.Example("code_o", f"Write a puzzle {i}", f"def f(x):\n    return x * {i % 3}", None, "", ())
+        for i in range(n)
+    ]
+
+
+def test_fine_tune_lowers_the_examples_loss_and_saved_factors_start_every_member(tmp_path):
+    config = load_config("tiny", {"warmup.epochs": 6, "warmup.sft_batch": 4, "lora.lr": 5e-3, "run.agent": "baseline"})
+    policy = LoRAPolicy.create(config, [(warmup.MEMBER, warmup.MEMBER)])
+    before = policy.population.factors(warmup.MEMBER)
+    losses = warmup.fine_tune(policy, _examples(8), config, seed=0)
+    assert len(losses) == 6 * 2
+    assert sum(losses[-2:]) < sum(losses[:2])  # the same examples, fitted
+    after = policy.population.factors(warmup.MEMBER)
+    assert any(not torch.equal(before[n].B, after[n].B) for n in before)
+
+    warmup.save_factors(tmp_path / warmup.FACTORS, after, config)
+    pop_config = load_config("tiny", {"lora.warmup": str(tmp_path)})
+    members = LoRAPolicy.create(pop_config, [("T0", "teacher"), ("S0", "student")])
+    for name in members.members:
+        got = members.population.factors(name)
+        assert all(torch.equal(got[n].A, after[n].A) and torch.equal(got[n].B, after[n].B) for n in after)
+
+
+def test_warmup_factors_from_other_settings_or_missing_are_refused(tmp_path):
+    config = load_config("tiny", {"run.agent": "baseline"})
+    policy = LoRAPolicy.create(config, [(warmup.MEMBER, warmup.MEMBER)])
+    with pytest.raises(UserInputError, match="no factors.safetensors"):
+        warmup.load_factors(tmp_path, config)
+    warmup.save_factors(tmp_path / warmup.FACTORS, policy.population.factors(warmup.MEMBER), config)
+    other = load_config("tiny", {"lora.rank": 8})
+    with pytest.raises(UserInputError, match="rank"):
+        warmup.load_factors(tmp_path, other)
+
+
+def test_experiment_warmup_stage_is_shared_by_both_runs(tmp_path):
+    from populora_nb.experiment import run_experiment
+
+    config = load_config(
+        "tiny",
+        {
+            "warmup.enabled": True,
+            "warmup.examples": 2,
+            "warmup.max_rounds": 1,
+            "warmup.batch": 2,
+            "warmup.measure_rounds": 1,
+            "run.steps": 1,
+        },
+    )
+    with pytest.raises(UserInputError, match="warmup stage"):
+        run_experiment(config, tmp_path / "exp", stages=("baseline",), say=lambda m: None)
+    out = run_experiment(config, tmp_path / "exp", stages=("warmup", "baseline", "population"), say=lambda m: None)
+    report = json.loads((out / "warmup" / warmup.REPORT).read_text())
+    assert report["before"]["total"] == report["after"]["total"] == 3  # 2 rounded up to one per kind
+    for run in ("baseline", "population"):
+        saved = load_config(None, yaml_path=out / run / "config.yaml")
+        assert saved.lora.warmup == str((out / "warmup").resolve())
