@@ -124,3 +124,37 @@ def test_experiment_warmup_stage_is_shared_by_both_runs(tmp_path):
     for run in ("baseline", "population"):
         saved = load_config(None, yaml_path=out / run / "config.yaml")
         assert saved.lora.warmup == str((out / "warmup").resolve())
+
+
+def _warmup_report(exp, before: int, after: int, total: int = 64) -> None:
+    (exp / "warmup").mkdir(parents=True)
+    report = {
+        "before": {"accepted": before, "total": total, "rate": before / total},
+        "after": {"accepted": after, "total": total, "rate": after / total},
+        "examples": 48,
+    }
+    (exp / "warmup" / warmup.REPORT).write_text(json.dumps(report))
+
+
+def test_the_warmup_gain_is_paired_by_seed_and_reported(tmp_path):
+    from populora_nb.analysis.protocol import write_seed_report
+    from populora_nb.analysis.synthetic import write_synthetic_experiment
+    from populora_nb.analysis.warmup_gain import warmup_gain
+
+    # Seeds differ a lot in level but each gains exactly 8/64: paired, the gain is exact.
+    exps = [tmp_path / f"seed{k}" for k in range(3)]
+    for exp, before in zip(exps, (8, 20, 32)):
+        _warmup_report(exp, before, before + 8)
+    g = warmup_gain(exps, n_resamples=2000)
+    assert g is not None and g.seeds == ("seed0", "seed1", "seed2")
+    assert g.gain.mean == pytest.approx(0.125) and g.gain.low == pytest.approx(0.125) == g.gain.high
+    assert not g.before_est.low == g.before_est.high  # the levels themselves vary
+    assert warmup_gain([tmp_path / "none"]) is None
+
+    for k, exp in enumerate(exps):
+        write_synthetic_experiment(exp, n_steps=4, seed=k)
+    md = write_seed_report(exps, tmp_path / "report", window=2, n_resamples=500).read_text()
+    assert "## The warm-up: valid-task rate before and after" in md and "| seed1 | 64 | 0.312 | 0.438 | +0.125" in md
+    record = json.loads((tmp_path / "report" / "seeds.json").read_text())
+    assert record["warmup"]["gain"]["mean"] == pytest.approx(0.125)
+    assert (tmp_path / "report" / "seeds_warmup.png").is_file()

@@ -50,6 +50,7 @@ from populora_nb.analysis.protocol_series import (
     start_value,
 )
 from populora_nb.analysis.seed_stats import Estimate, difference_estimate, excludes_zero, mean_estimate, welch_interval
+from populora_nb.analysis.warmup_gain import plot_warmup_gain, warmup_gain, warmup_json, warmup_lines
 
 if TYPE_CHECKING:  # matplotlib is imported only when a figure is drawn
     from matplotlib.axes import Axes
@@ -385,6 +386,10 @@ def write_seed_report(
         "",
         *[f"- **{name}**: {meaning}" for name, meaning in RUN_COLUMNS.items()],
     ]
+    gain = warmup_gain(experiments, n_resamples=n_resamples, seed=seed)
+    if gain is not None:
+        save_figure(plot_warmup_gain(gain), out / "seeds_warmup.png")
+        lines += ["", *warmup_lines(gain), "", "![warm-up](seeds_warmup.png)"]
     for c in comparisons:
         name = "seeds_" + c.key.replace("/", "_") + ".png"
         save_figure(plot_seed_band(experiments, c.key, window=window, comparison=c), out / name)
@@ -398,6 +403,7 @@ def write_seed_report(
         "n_resamples": n_resamples,
         "bootstrap_seed": seed,
         "series": {c.key: comparison_json(c, experiments) for c in comparisons},
+        "warmup": None if gain is None else warmup_json(gain),
     }
     (out / "seeds.json").write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
     path = out / "seeds.md"

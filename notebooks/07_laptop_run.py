@@ -1,0 +1,121 @@
+# %% [markdown]
+# # 07 · A laptop run: baseline vs population over seeds, with intervals
+#
+# **Goal:** what a 2-core CPU can say about the paper's question (does a single self-play agent
+# collapse to easy tasks while a population enters an arms race?) with SmolLM2-135M, and how sure
+# it can be. Three pieces, all package code:
+#
+# 1. the **`cpu` preset**: the smoke task set made cheaper per sample (bf16 base, short completions)
+#    and run longer;
+# 2. a **warm-up** (`populora_nb.warmup`): rejection-sampling fine-tuning on the model's own proposals
+#    that the verifier accepted, shared by baseline and population, so that RL starts where it has
+#    signal;
+# 3. the **seed protocol** (`python -m populora_nb protocol`, `populora_nb.analysis.protocol`): the
+#    same experiment at several seeds; for every headline series the start and end values, their
+#    change and the population − baseline difference, each with a 95% bootstrap interval over seeds
+#    and a t-interval beside it.
+#
+# With the `tiny` preset (CI) this notebook runs a 2-seed, 2-step protocol to show the mechanics:
+# random weights, so its numbers mean nothing. With any preset it then shows the measured laptop
+# result committed in `docs/results/cpu-protocol/`, or a protocol directory you name.
+
+# %% tags=["parameters"]
+import os
+
+preset = os.environ.get("POPULORA_PRESET", "smoke")
+protocol_dir = None  # a finished `python -m populora_nb protocol` directory to show; None: the committed result
+out_dir = None  # when set, figures are saved there as PNG
+demo_seeds = [0, 1]  # the tiny demo's seeds (tiny preset only)
+
+# %%
+from pathlib import Path
+
+from IPython.display import Image, Markdown, display
+
+from populora_nb.analysis import protocol
+from populora_nb.analysis.figures import save_figure
+from populora_nb.config import describe, load_config
+from populora_nb.seed_protocol import run_protocol
+
+print(f"preset={preset!r} protocol_dir={protocol_dir!r} out_dir={out_dir!r} demo_seeds={demo_seeds}")
+
+# %% [markdown]
+# ## The `cpu` preset
+# What it changes, and why, is in `populora_nb/presets.py`; the measured cost per step is in
+# `docs/performance.md`. The warm-up section below is the one new stage.
+
+# %%
+print(describe(load_config("cpu"), "model", "sampling", "rl", "run", "warmup"))
+
+# %% [markdown]
+# ## Running the protocol
+# On a laptop, in a terminal (it takes hours; rerunning the same command resumes):
+#
+# ```bash
+# python -m populora_nb protocol --preset cpu --seeds 0 1 2 --out runs/cpu-protocol
+# ```
+#
+# Each seed gets its own experiment directory (`seed0/`, ...): warm-up, baseline, population. The
+# protocol then writes `seeds.md`, `seeds.json` and one figure per series. Here, with the `tiny`
+# preset, the same function runs at toy size.
+
+# %%
+if preset == "tiny":
+    demo = load_config(
+        "tiny",
+        {
+            "run.steps": 2,
+            "warmup.enabled": True,
+            "warmup.max_rounds": 1,
+            "warmup.batch": 3,
+            "warmup.measure_rounds": 1,
+        },
+    )
+    demo_dir = Path("..") / "runs" / "notebooks-tiny" / "protocol"
+    md = run_protocol(demo, demo_dir, demo_seeds, stages=("warmup", "baseline", "population"), window=1)
+    print(f"tiny demo protocol (random weights: mechanics only) in {demo_dir}")
+    if protocol_dir is None:
+        shown = demo_dir
+else:
+    print("not the tiny preset: no demo run here (a real protocol takes hours; see the command above)")
+
+# %% [markdown]
+# ## The result
+# The table below is the protocol's `seeds.md`: start and end of each series per run, and
+# population − baseline at the end. Read the caveat in it: with 3 seeds a percentile bootstrap
+# cannot be wider than the seeds' own range, so a difference counts only when the t-interval
+# excludes 0 too.
+
+# %%
+committed = Path("..") / "docs" / "results" / "cpu-protocol"
+if protocol_dir is not None:
+    shown = Path(protocol_dir)
+elif preset != "tiny":
+    shown = committed
+if (shown / "seeds.md").is_file():
+    text = (shown / "seeds.md").read_text()
+    display(Markdown(text.split("![")[0]))  # the tables; the figures follow below
+else:
+    print(f"no protocol report at {shown}: run the command above, or set protocol_dir")
+
+# %% [markdown]
+# ## The figures
+# One per series: the mean over seeds with its 95% band, baseline (grey) and population (red) on one
+# axis; coverage as start and end values per run; the warm-up as before and after per seed.
+
+# %%
+for png in sorted(shown.glob("seeds_*.png")):
+    print(png.name)
+    display(Image(filename=str(png), width=520))
+
+# %% [markdown]
+# Drawn live from the runs (when the experiment directories are here), e.g. the teacher valid rate:
+
+# %%
+experiments = sorted(p for p in shown.glob("seed*") if (p / "baseline").is_dir())
+if experiments:
+    fig = protocol.plot_seed_band(experiments, "teacher/valid_rate", window=1 if preset == "tiny" else 5)
+    if out_dir is not None:
+        save_figure(fig, Path(out_dir) / "07_valid_rate_seeds.png", close=False)  # still shown below
+else:
+    print(f"{shown} holds the report only (the run directories are not committed)")
