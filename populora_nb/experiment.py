@@ -62,7 +62,13 @@ def run_experiment(
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
         raise UserInputError(f"unknown stages {unknown}; stages are {', '.join(STAGES)}")
+    stages = [s for s in STAGES if s in stages]  # always in the experiment's order
     check_inputs(config, stages)
+    trains = {"baseline", "population"} & set(stages)
+    if config.warmup.enabled and trains and "warmup" not in stages and "warmup" not in _done(Path(out)):
+        raise UserInputError(
+            f"warmup.enabled: the warmup stage must run before {' and '.join(sorted(trains))} (add warmup to --stages)"
+        )
     out = RunDir.create(out, config).path  # saves config.yaml, or checks it is this config (with a diff)
     for stage in stages:
         if stage in _done(out):
@@ -82,9 +88,7 @@ def _train(agent: str) -> Callable[[ExperimentConfig, Path, Callable[[str], None
         from populora_nb.step_records import step_summary
 
         cfg = stage_config(config, agent)
-        if config.warmup.enabled:
-            if "warmup" not in _done(out):
-                raise UserInputError(f"warmup.enabled: run the warmup stage before {agent} (--stages warmup {agent})")
+        if config.warmup.enabled:  # run_experiment has checked that the warmup stage is complete
             cfg = dataclasses.replace(cfg, lora=dataclasses.replace(cfg.lora, warmup=str((out / "warmup").resolve())))
         run(
             cfg,

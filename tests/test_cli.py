@@ -145,6 +145,14 @@ CASES = [
         ["eval.benchmarks", "humaneval++"],
     ),
     ("report-missing-dir", ["report", "no_such_experiment"], {}, ["no_such_experiment"]),
+    ("protocol-repeated-seed", ["protocol", "--preset", "tiny", "--out", "out", "--seeds", "0", "0"], {}, ["--seeds"]),
+    ("warmup-missing", run("--set", "lora.warmup={w}/no_warmup"), {}, ["lora.warmup", "factors.safetensors"]),
+    (
+        "warmup-before-stage",
+        [*EXP, "--out", "out", "--set", "warmup.enabled=true", "--stages", "baseline"],
+        {},
+        ["warmup"],
+    ),
     ("notebooks-none", ["notebooks", "--out", "nb", "--notebooks", "{w}/exp_untrained"], {}, ["exp_untrained"]),
 ]
 

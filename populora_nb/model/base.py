@@ -97,7 +97,7 @@ def resolve_backend(mc: ModelConfig) -> str:
 def resolve_dtype(mc: ModelConfig) -> torch.dtype:
     if mc.dtype != "auto":
         return getattr(torch, mc.dtype)
-    # No native bf16 on these CPUs: bf16 training measured ~7x slower than fp32 here.
+    # float32 on CPU: bf16 is faster only with AVX-512 BF16 / AMX (docs/performance.md), so it is opt-in there.
     return torch.bfloat16 if torch.cuda.is_available() else torch.float32
 
 
