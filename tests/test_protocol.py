@@ -224,3 +224,22 @@ def test_the_report_writes_tables_numbers_and_a_figure_per_series(tmp_path):
         png = tmp_path / "report" / f"seeds_{key.replace('/', '_')}.png"
         assert png.stat().st_size > 1000, png
         assert f"]({png.name})" in md
+
+
+def test_proposer_rewards_of_different_definitions_are_not_differenced(tmp_path):
+    """AZR's proposer reward and PopuLoRA's teacher reward score the same outcomes differently
+    (−0.5 vs 0 for a task solved by none or all): a population − baseline gap would be definitional."""
+    exps = []
+    for k in range(3):
+        e = tmp_path / f"seed-{k}"
+        for run, level, members in (("baseline", -0.5, ("agent",)), ("population", 0.0, ("T0", "S0"))):
+            (e / run).mkdir(parents=True)
+            rows = [
+                {"step": s, "member": m, "reward/propose_mean": level + 0.01 * s} for s in range(6) for m in members
+            ]
+            (e / run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        exps.append(e)
+    (c,) = compare(exps, keys=("reward/propose_mean",), window=2)
+    assert math.isnan(c.difference) and not c.separated
+    assert c.runs["population"].change.mean == pytest.approx(0.04)  # within a run it still means something
+    assert "not comparable" in comparison_table([c])[1][4]

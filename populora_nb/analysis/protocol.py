@@ -36,6 +36,7 @@ from populora_nb.analysis.protocol_series import (
     HEADLINE,
     POPULATION_ONLY,
     RUNS,
+    WITHIN_RUN_ONLY,
     Band,
     band,
     end_value,
@@ -146,8 +147,11 @@ def compare(
         base, pop = values["baseline"], values["population"]
         paired = bool(base) and base.keys() == pop.keys()  # same seeds: each pair shares seed and warm-up
         a, b = [base[s][1] for s in base], [pop[s][1] for s in (base if paired else pop)]
-        d = difference_estimate(a, b, paired, level, n_resamples, rng=_rng(seed, key, "difference"))
-        _, t_low, t_high = welch_interval(a, b, level)  # the companion assumes nothing about pairing
+        if key in WITHIN_RUN_ONLY:  # two different definitions: no difference to report
+            d, t_low, t_high = Estimate(*[math.nan] * 5), math.nan, math.nan
+        else:
+            d = difference_estimate(a, b, paired, level, n_resamples, rng=_rng(seed, key, "difference"))
+            _, t_low, t_high = welch_interval(a, b, level)  # the companion assumes nothing about pairing
         out.append(Comparison(key, tuple(a), tuple(b), d.mean, d.low, d.high, t_low, t_high, paired, runs, n_units))
     return out
 
@@ -203,7 +207,9 @@ def comparison_table(comparisons: Sequence[Comparison]) -> list[list[str]]:
                 f"{len(c.baseline)} / {len(c.population)}",
                 "n/a (no ratings)" if c.key in POPULATION_ONLY else _estimate_cell(base, t_inline=False),
                 _estimate_cell(c.runs["population"].end_est, t_inline=False),
-                _estimate_cell(diff, signed=True, t_inline=False),
+                f"n/a ({WITHIN_RUN_ONLY[c.key]})"
+                if c.key in WITHIN_RUN_ONLY
+                else _estimate_cell(diff, signed=True, t_inline=False),
                 _interval(c.t_low, c.t_high, signed=True) or "n/a",
                 ("paired" if c.paired else "unpaired") if not math.isnan(c.difference) else "n/a",
                 _verdict(c),

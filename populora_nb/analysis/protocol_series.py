@@ -78,10 +78,16 @@ COVERAGE_KIND: Mapping[str, str] = {"coverage/ngrams": "ngrams"}
 """The ``coverage.coverage_units`` kind behind each coverage series."""
 POPULATION_ONLY: frozenset[str] = frozenset({SPREAD_KEY})
 """Series the baseline cannot have (no matches, no ratings)."""
+WITHIN_RUN_ONLY: Mapping[str, str] = {
+    "reward/propose_mean": "not comparable: AZR's proposer reward and PopuLoRA's teacher reward differ "
+    "(−0.5 vs 0 for a task solved by none or all; rewards.py)",
+}
+"""Series whose start, end and change mean something within a run but whose population − baseline
+difference would compare two different definitions: the difference is not computed."""
 HEADLINE: Mapping[str, str] = {
     **METRIC_SERIES,
     **COMPLEXITY_SERIES,
-    SPREAD_KEY: "spread of TrueSkill μ over members",
+    SPREAD_KEY: "within-role spread of TrueSkill μ",
     **COVERAGE_SERIES,
 }
 """Every series the protocol reports, key -> a one-line meaning (the module docstring says more)."""
