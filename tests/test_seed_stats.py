@@ -120,3 +120,16 @@ def test_estimates_report_both_verdicts():
     assert e.mean == 2.0 and 1.0 <= e.low < e.high <= 3.0 and e.t_low < e.low and e.t_high > e.high
     with pytest.raises(ValueError, match="equal lengths"):
         paired_bootstrap_difference([1.0, 2.0], [1.0], rng=np.random.default_rng(0))
+
+
+def test_seeds_needed_matches_the_t_sample_size_equation():
+    from populora_nb.analysis.power import power_row, seeds_needed
+
+    # d = 1 SD: the textbook paired t-test needs 10 pairs for 80% power at alpha = 0.05.
+    assert seeds_needed(1.0, 1.0) == 10
+    assert seeds_needed(1.0, 0.5) > 30 and seeds_needed(1.0, 2.0) < 6  # smaller effects need more seeds
+    assert seeds_needed(1.0, -1.0) == seeds_needed(1.0, 1.0)
+    assert math.isinf(seeds_needed(1.0, 0.0)) and math.isnan(seeds_needed(math.nan, 1.0))
+    row = power_row("x", [0.0, 1.0, 2.0], [1.0, 1.5, 3.5])  # differences 1.0, 0.5, 1.5
+    assert row["mean_difference"] == pytest.approx(1.0) and row["sd_difference"] == pytest.approx(0.5)
+    assert row["seeds_needed"] == seeds_needed(0.5, 1.0)

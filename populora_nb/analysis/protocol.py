@@ -14,9 +14,8 @@ seeds (`populora_nb.analysis.seed_stats`):
   population − base  the end values' difference, paired by seed when both runs exist for the same
                      seeds (they share the seed and the warm-up), else unpaired; bootstrap interval
                      and Welch's t-interval. "Separated": the bootstrap interval excludes 0; the
-                     t verdict is stated beside it. With 3 seeds the bootstrap under-covers and the
-                     t-interval is wide: a difference both call separated is one 3 seeds can show.
-Per step, ``band`` gives the across-seed mean and t-interval for the figures.
+                     t verdict beside it (with 3 seeds the bootstrap under-covers, t is wide).
+Also: the warm-up's gain (`warmup_gain`) and the seeds a paired test would need (`power`).
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from populora_nb.analysis.power import power_json, power_lines, power_row
 from populora_nb.analysis.protocol_series import (
     COLORS,
     HEADLINE,
@@ -392,6 +392,8 @@ def write_seed_report(
         "",
         *[f"- **{name}**: {meaning}" for name, meaning in RUN_COLUMNS.items()],
     ]
+    power = [power_row(series_label(c), c.baseline, c.population) for c in comparisons if c.paired and c.baseline]
+    lines += ["", *power_lines(power)]
     gain = warmup_gain(experiments, n_resamples=n_resamples, seed=seed)
     if gain is not None:
         save_figure(plot_warmup_gain(gain), out / "seeds_warmup.png")
@@ -410,6 +412,7 @@ def write_seed_report(
         "bootstrap_seed": seed,
         "series": {c.key: comparison_json(c, experiments) for c in comparisons},
         "warmup": None if gain is None else warmup_json(gain),
+        "power": power_json(power),
     }
     (out / "seeds.json").write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
     path = out / "seeds.md"
