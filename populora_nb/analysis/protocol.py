@@ -306,7 +306,7 @@ def plot_seed_band(
     (``plot_coverage``). Returns the Figure."""
     if is_coverage(key):
         return plot_coverage(experiments, key, ax, window=window, comparison=comparison)
-    return plot_step_band(experiments, key, ax)
+    return plot_step_band(experiments, key, ax, smooth=window)
 
 
 def plot_coverage(

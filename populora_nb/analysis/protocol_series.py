@@ -285,9 +285,16 @@ def end_value(run_dir: str | Path, key: str, window: int = 5) -> float:
     return window_values(run_series(run_dir, key), window)[1]
 
 
-def band(run_dirs: Sequence[str | Path], key: str) -> Band:
-    """``key`` across seeds (one run directory per seed): per step mean and 95% t-interval."""
-    per_seed = [run_series(d, key) for d in run_dirs]
+def rolling(series: Mapping[int, float], window: int) -> dict[int, float]:
+    """Each logged step's value replaced by the mean over the last ``window`` logged steps (trailing)."""
+    steps = sorted(series)
+    return {s: float(np.mean([series[t] for t in steps[max(0, i - window + 1) : i + 1]])) for i, s in enumerate(steps)}
+
+
+def band(run_dirs: Sequence[str | Path], key: str, smooth: int = 1) -> Band:
+    """``key`` across seeds (one run directory per seed): per step mean and 95% t-interval, each
+    seed's series first smoothed by a trailing ``smooth``-step rolling mean (1: raw)."""
+    per_seed = [rolling(run_series(d, key), smooth) for d in run_dirs]
     steps = sorted({s for series in per_seed for s in series})
     rows = [t_interval([series[s] for series in per_seed if s in series]) for s in steps]
     n = [sum(s in series for series in per_seed) for s in steps]
@@ -343,23 +350,33 @@ def _coverage_values(experiments: Sequence[str | Path], key: str, window: int) -
     return values, n
 
 
-def plot_step_band(experiments: Sequence[str | Path], key: str, ax: Axes | None = None) -> Figure:
+RATES: frozenset[str] = frozenset({"teacher/valid_rate", "student/solve_rate"})
+"""Series bounded to [0, 1]: their bands are clipped there (a t-interval from 3 seeds can leave the range)."""
+
+
+def plot_step_band(experiments: Sequence[str | Path], key: str, ax: Axes | None = None, smooth: int = 1) -> Figure:
     """Per-step series ``key`` for baseline and population across seeds: the mean line and its 95%
-    t-interval band (no band where fewer than 2 seeds logged a step). Returns the Figure."""
+    t-interval band (no band where fewer than 2 seeds logged a step), each seed smoothed by a
+    trailing ``smooth``-step rolling mean first (a step of 4 proposals moves a rate by 0.25).
+    Returns the Figure."""
     from populora_nb.analysis.figures import axes_or_new, say_empty
 
     fig, ax = axes_or_new(ax, steps=True)
     drawn = False
     for run in RUNS:
-        b = band(list(run_dirs(experiments, run).values()), key)
+        b = band(list(run_dirs(experiments, run).values()), key, smooth)
         if not len(b.steps):
             continue
         drawn = True
         label = f"{run} (n = {int(b.n_seeds.max())} seeds)"
         ax.plot(b.steps, b.mean, color=COLORS[run], marker="o", ms=3, label=label)
-        ax.fill_between(b.steps, b.low, b.high, color=COLORS[run], alpha=0.2, lw=0)
+        # Every series but the rewards is >= 0 (counts, lengths, a spread); the rates are <= 1 too.
+        lo, hi = (0.0 if not key.startswith("reward/") else None), (1.0 if key in RATES else None)
+        low, high = (b.low, b.high) if lo is None and hi is None else (np.clip(b.low, lo, hi), np.clip(b.high, lo, hi))
+        ax.fill_between(b.steps, low, high, color=COLORS[run], alpha=0.2, lw=0)
     name = HEADLINE.get(key, key)
-    ax.set(xlabel="step", ylabel=name, title=f"{name}: mean over seeds, 95% t band")
+    smoothed = f", {smooth}-step rolling mean" if smooth > 1 else ""
+    ax.set(xlabel="step", ylabel=name, title=f"{name}: mean over seeds{smoothed}, 95% t band", xlim=(0, None))
     if drawn:
         ax.legend(fontsize=8)
     else:
