@@ -2,9 +2,8 @@
 uncertainty (PopuLoRA compares single-agent self-play with the population; a claim about the two is
 only as good as its spread over seeds).
 
-Input: experiment directories (``python -m populora_nb experiment``), one per seed, each holding
-``baseline/`` and ``population/`` run directories of the same config except ``run.seed``. The
-series (``HEADLINE``) and how each is read from a run are in `populora_nb.analysis.protocol_series`.
+Input: experiment directories, one per seed, each holding ``baseline/`` and ``population/`` runs of
+one config but ``run.seed``; the series and how each is read: `populora_nb.analysis.protocol_series`.
 
 Per series and run, each seed gives a start value (mean over its first ``window`` logged steps) and
 an end value (its last ``window``); coverage gives its rarefied count in those two windows. Over
@@ -340,7 +339,7 @@ def plot_coverage(
         )
     ax.set_xticks([0, 1], [f"first {window} steps", f"last {window} steps"])
     ax.set_xlim(-0.5, 1.5)
-    ax.set(ylabel="expected distinct features", title=f"{series_label(c)}: mean over seeds, 95% bootstrap")
+    ax.set(ylabel="expected distinct features", title=f"{series_label(c)}\nmean over seeds, 95% bootstrap")
     if drawn:
         ax.legend(fontsize=8)
     else:
@@ -392,7 +391,8 @@ def write_seed_report(
         "",
         *[f"- **{name}**: {meaning}" for name, meaning in RUN_COLUMNS.items()],
     ]
-    power = [power_row(series_label(c), c.baseline, c.population) for c in comparisons if c.paired and c.baseline]
+    comparable = [c for c in comparisons if c.paired and c.baseline and c.key not in WITHIN_RUN_ONLY]
+    power = [power_row(series_label(c), c.baseline, c.population) for c in comparable]
     lines += ["", *power_lines(power)]
     gain = warmup_gain(experiments, n_resamples=n_resamples, seed=seed)
     if gain is not None:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import math
+import textwrap
 from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -376,7 +377,8 @@ def plot_step_band(experiments: Sequence[str | Path], key: str, ax: Axes | None 
         ax.fill_between(b.steps, low, high, color=COLORS[run], alpha=0.2, lw=0)
     name = HEADLINE.get(key, key)
     smoothed = f", {smooth}-step rolling mean" if smooth > 1 else ""
-    ax.set(xlabel="step", ylabel=name, title=f"{name}: mean over seeds{smoothed}, 95% t band", xlim=(0, None))
+    ax.set(xlabel="step", ylabel=textwrap.fill(name, 28), xlim=(0, None))
+    ax.set_title(f"{name}\nmean over seeds{smoothed}, 95% t band", fontsize=10)
     if drawn:
         ax.legend(fontsize=8)
     else:
