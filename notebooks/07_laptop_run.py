@@ -104,9 +104,10 @@ else:
 # axis; coverage as start and end values per run; the warm-up as before and after per seed.
 
 # %%
-for png in sorted(shown.glob("seeds_*.png")):
-    print(png.name)
-    display(Image(filename=str(png), width=520))
+names = ["seeds_warmup.png"] + ["seeds_" + key.replace("/", "_") + ".png" for key in protocol.HEADLINE]
+for png in (shown / name for name in names):
+    if png.is_file():  # in the report's order: the warm-up, then each headline series
+        display(Image(filename=str(png), width=520))
 
 # %% [markdown]
 # Drawn live from the runs (when the experiment directories are here), e.g. the teacher valid rate:
