@@ -133,3 +133,10 @@ def test_seeds_needed_matches_the_t_sample_size_equation():
     row = power_row("x", [0.0, 1.0, 2.0], [1.0, 1.5, 3.5])  # differences 1.0, 0.5, 1.5
     assert row["mean_difference"] == pytest.approx(1.0) and row["sd_difference"] == pytest.approx(0.5)
     assert row["seeds_needed"] == seeds_needed(0.5, 1.0)
+
+
+def test_the_power_section_names_its_seed_count_and_a_null_difference():
+    from populora_nb.analysis.power import power_lines, power_row
+
+    lines = "\n".join(power_lines([power_row("same", [0.5, 0.5], [0.5, 0.5]), power_row("x", [0.0, 1.0], [1.0, 1.5])]))
+    assert "With 2 seeds" in lines and "| same | 2 | +0 | 0 | never (no difference) |" in lines

@@ -65,21 +65,28 @@ def power_json(rows: Sequence[dict]) -> list[dict]:
 def power_lines(rows: Sequence[dict]) -> list[str]:
     """A markdown section: per series, the seeds a paired t-test would need (80% power, 95% level)."""
 
-    def n_text(n: float) -> str:
-        return "n/a" if math.isnan(n) else f"> {MAX_SEEDS}" if math.isinf(n) else f"{n:.0f}"
+    def n_text(row: dict) -> str:
+        n = row["seeds_needed"]
+        if math.isnan(n):
+            return "n/a"
+        if math.isinf(n):
+            return "never (no difference)" if row["mean_difference"] == 0 else f"> {MAX_SEEDS}"
+        return f"{n:.0f}"
+
+    n_seeds = max((r["n"] for r in rows), default=0)
 
     return [
         "## How many seeds would separate them",
         "",
         "If the mean end difference these seeds show were the true one, a paired t-test (95% level) would "
         "detect it in 80% of replications with this many seeds, given the per-seed differences' standard "
-        "deviation. With 3 seeds that deviation is itself uncertain: read the answer as an order of magnitude.",
+        f"deviation. With {n_seeds} seeds that deviation is itself uncertain: read the answer as an order of "
+        "magnitude.",
         "",
         "| series | seeds | mean difference | SD of per-seed differences | seeds needed |",
         "|---|---|---|---|---|",
         *[
-            f"| {r['series']} | {r['n']} | {r['mean_difference']:+.3g} | {r['sd_difference']:.3g} | "
-            f"{n_text(r['seeds_needed'])} |"
+            f"| {r['series']} | {r['n']} | {r['mean_difference']:+.3g} | {r['sd_difference']:.3g} | {n_text(r)} |"
             for r in rows
         ],
     ]

@@ -247,7 +247,9 @@ def expected_distinct(units: Sequence[frozenset[Hashable]], n: int) -> float:
     holders = Counter(f for u in units for f in u)  # feature -> k, the units holding it
     log_all = math.lgamma(size + 1) - math.lgamma(size - n + 1)
     total = 0.0
-    for k, features in Counter(holders.values()).items():  # features sharing k share the term
+    # Features sharing k share the term; summed in k order so the result does not depend on set
+    # iteration order (string hashing is randomised per process: reports must be bit-reproducible).
+    for k, features in sorted(Counter(holders.values()).items()):
         rest = size - k
         missed = math.exp(math.lgamma(rest + 1) - math.lgamma(rest - n + 1) - log_all) if rest >= n else 0.0
         total += features * (1.0 - missed)
