@@ -230,8 +230,9 @@ def ordinary_user(tmp_path_factory):
     """(argv prefix, env, home): how to run Python as uid 65534 with a copy of the package it can
     read (the checkout and its venv may sit under a directory nobody can traverse, as /root)."""
     if not ROOT:
-        home = tmp_path_factory.mktemp("user")
-        return [sys.executable], {"PYTHONPATH": str(PACKAGE.parent)}, home
+        # Already an ordinary user: run as ourselves (a generator fixture must yield, not return).
+        yield [sys.executable], {"PYTHONPATH": str(PACKAGE.parent)}, tmp_path_factory.mktemp("user")
+        return
     if shutil.which("setpriv") is None:
         pytest.skip("setpriv (util-linux) is needed to run as an ordinary user")
     top = Path(tempfile.mkdtemp(prefix="populora-isolation-test-"))
