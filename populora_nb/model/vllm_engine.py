@@ -79,10 +79,26 @@ def lora_slot_rank(rank: int) -> int:
 
 
 def ram_dir(prefix: str) -> Path:
-    """A fresh temporary directory, in RAM (/dev/shm) when this machine has a writable one."""
+    """A fresh temporary directory named after this process, in RAM (/dev/shm) when this machine
+    has a writable one. Directories a killed run left there (their process is gone) are removed."""
     shm = Path("/dev/shm")
-    root = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+    root = Path(shm if shm.is_dir() and os.access(shm, os.W_OK) else tempfile.gettempdir())
+    for old in root.glob(f"{prefix}*"):
+        pid = old.name.removeprefix(prefix).split("-")[0]
+        with contextlib.suppress(OSError, ValueError):
+            if old.stat().st_uid == os.getuid() and not _alive(int(pid)):
+                shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=root))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 class VLLMEngine:
@@ -141,6 +157,9 @@ class VLLMEngine:
         else:
             # vLLM's CPU default reserves about half the machine's RAM for the KV cache.
             kwargs |= dict(enforce_eager=True, kv_cache_memory_bytes=int(self.rollout.cpu_kv_cache_gib * 2**30))
+            # A seeded request whose prefill is split over steps makes vLLM rewind its generator's
+            # offset, which a CPU torch.Generator does not have (the engine dies): prefill whole prompts.
+            kwargs |= dict(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 2048))
         try:
             return LLM(**kwargs)
         except (ValueError, RuntimeError, MemoryError) as e:

