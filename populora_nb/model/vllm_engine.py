@@ -148,6 +148,9 @@ class VLLMEngine:
             seed=seed,
             logprobs_mode="processed_logprobs",
             enable_prefix_caching=False,  # adapters change every step: nothing to reuse, and it keeps runs exact
+            # One worker inside the engine-core process: no executor process and no shared-memory
+            # queue (vLLM's multiprocessing executor leaves ~400 MB in /dev/shm when a run is killed).
+            distributed_executor_backend="uni",
         )
         if self.cuda:
             kwargs |= dict(
