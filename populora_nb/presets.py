@@ -85,6 +85,8 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "run.steps": 200,
             "run.checkpoint_every": 10,
             "model.max_seq_len": 6144,  # a code_o/code_i prompt with K = 6 references + 2048 new
+            "rollout.engine": "vllm",  # multi-LoRA rollouts: the paper's 1.31x population overhead
+            "rollout.gpu_memory_utilization": 0.3,  # 1.5B bf16 weights + KV cache; the trainer takes the rest
         },
         "paper": {
             "model.name": "Qwen/Qwen2.5-Coder-7B",  # the paper's and AZR's base model
@@ -99,6 +101,8 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "run.steps": 500,
             "run.checkpoint_every": 25,
             "model.max_seq_len": 14240,  # AZR: max_prompt_length 6144 + max_response_length 8096
+            "rollout.engine": "vllm",  # multi-LoRA rollouts: the paper's 1.31x population overhead
+            "rollout.gpu_memory_utilization": 0.45,  # 7B bf16 weights (15 GB) + KV cache for 8k-token responses
         },
     }
 )
