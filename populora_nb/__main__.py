@@ -8,6 +8,7 @@ protocol    the same experiment at several seeds, then baseline vs population wi
 sweep       seeds x a grid of overrides, each an experiment, as Ray Tune trials (resumable)
 seed        grow a seed task buffer with the current model
 notebooks   execute the numbered notebooks with papermill into a run directory
+doctor      a short check of this machine: load, 2+2 steps, a table of times and memory
 """
 
 from __future__ import annotations
@@ -238,6 +239,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from populora_nb.doctor import run_doctor
+
+    overrides = dict(parse_override(o) for o in args.overrides)
+    report = run_doctor(args.preset, overrides, args.out, lambda m: print(m, flush=True), args.config)
+    if report.preset:  # the config loaded: a table of what ran
+        print(report.table(), flush=True)
+    if not report.ok:
+        print(f"populora_nb doctor: FAILED: {'; '.join(report.failures)}", file=sys.stderr)
+    return 0 if report.ok else 1
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, like every other bad input (not the usage block)
         print(f"populora_nb: error: {message} (see: {self.prog} --help)", file=sys.stderr)
@@ -327,6 +340,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-rounds", type=int, default=50)
     p.add_argument("--out", type=Path, required=True, help="JSONL of seed tasks to write")
     p.set_defaults(func=cmd_seed)
+
+    p = sub.add_parser("doctor", help="2 population + 2 baseline steps, then a table of times and memory")
+    _add_config_args(p)
+    p.add_argument("--out", type=Path, default=None, help="folder for doctor.md and doctor.json")
+    p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("notebooks", help="execute the numbered notebooks with papermill")
     p.add_argument("--preset", choices=sorted(PRESETS), default=None)

@@ -15,6 +15,7 @@ PRINTS = {
     "bench_cpu_dtype.py": "bf16/fp32",
     "bench_scoring.py": "project / evalplus candidates per second:",
     "bench_verifier.py": "ratio hardened/unsafe:",
+    "bench_rollouts.py": "| vLLM / native |",
 }
 
 

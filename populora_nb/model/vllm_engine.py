@@ -164,7 +164,8 @@ class VLLMEngine:
             # offset, which a CPU torch.Generator does not have (the engine dies): prefill whole prompts.
             kwargs |= dict(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 2048))
         try:
-            return LLM(**kwargs)
+            with _engine_env(self.cuda):
+                return LLM(**kwargs)
         except (ValueError, RuntimeError, MemoryError) as e:
             text = str(e)
             if "memory" in text.lower() or "KV cache" in text or isinstance(e, MemoryError):
@@ -304,6 +305,33 @@ class VLLMEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextlib.contextmanager
+def _engine_env(cuda: bool):
+    """The environment the engine process starts with. On a CPU, vLLM binds its worker to one core
+    and leaves the rest to its scheduler by default; generation and training take turns here, so the
+    worker gets every core this process may use (unless VLLM_CPU_OMP_THREADS_BIND is set). Restored
+    once the engine process has started."""
+    if cuda or "VLLM_CPU_OMP_THREADS_BIND" in os.environ:
+        yield
+        return
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = core_list(sorted(os.sched_getaffinity(0)))
+    try:
+        yield
+    finally:
+        del os.environ["VLLM_CPU_OMP_THREADS_BIND"]
+
+
+def core_list(cores: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2,5"`` (VLLM_CPU_OMP_THREADS_BIND's format)."""
+    spans: list[list[int]] = []
+    for c in cores:
+        if spans and c == spans[-1][1] + 1:
+            spans[-1][1] = c
+        else:
+            spans.append([c, c])
+    return ",".join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans)
 
 
 def row_seed(seed: int, row: int) -> int:

@@ -1,0 +1,350 @@
+"""``python -m populora_nb doctor``: a one-command check that this machine runs PopuLoRA, and how fast.
+
+It loads the base once, runs two population steps and two baseline steps (vLLM samples, the
+trainer trains, each run with its own engine over the same base), then measures the engine on a
+mixed batch (8 rows, 8 members' adapters) against a single-adapter batch (8 rows, one adapter), and
+prints one table: load times; seconds per step split into generate / validate / train / sync;
+population ÷ baseline step time; peak memory (the trainer's GPU allocation on CUDA, else the
+process's resident set); rollout tokens/s; mixed ÷ single-adapter generation time.
+
+The split is measured, not inferred: ``generate`` is the time spent inside the policy's
+``generate`` (the engine's sampling, tokenising and decoding), ``validate`` is the step's proposal
+validation (``time/validate_s``) plus the sandbox checking the students' answers (timed inside the
+solve stage), ``train`` is ``time/update_s`` and ``sync`` is ``time/sync_s``. Any failure ends the
+check with one line naming the stage that failed, and the report is not ``ok``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from populora_nb.config import ExperimentConfig
+    from populora_nb.model.base import Base
+    from populora_nb.model.policy import LoRAPolicy
+    from populora_nb.verify import Verifier
+
+DEFAULTS: dict[str, Any] = {"rollout.engine": "vllm", "run.steps": 2, "run.checkpoint_every": 0}
+"""What the doctor runs unless told otherwise: vLLM rollouts, two steps, one checkpoint (the last)."""
+MIXED_ROWS = 8
+"""Rows of the mixed vs single-adapter micro-measurement."""
+
+
+@dataclass
+class RunTimes:
+    """One run's measurements, per step (lists) and summarised."""
+
+    engine_start_s: float | None = None
+    step_s: list[float] = field(default_factory=list)
+    generate_s: list[float] = field(default_factory=list)
+    validate_s: list[float] = field(default_factory=list)
+    train_s: list[float] = field(default_factory=list)
+    sync_s: list[float] = field(default_factory=list)
+    tokens: list[float] = field(default_factory=list)
+    peak_gb: float | None = None
+    logp_diff_max: float | None = None
+
+    def mean(self, name: str) -> float | None:
+        values = getattr(self, name)
+        return sum(values) / len(values) if values else None
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        gen = sum(self.generate_s)
+        return sum(self.tokens) / gen if gen > 0 else None
+
+
+@dataclass
+class DoctorReport:
+    preset: str = ""
+    engine: str = ""
+    device: str = ""
+    memory_kind: str = ""
+    """What peak memory measures: "GPU allocated (trainer)" or "RSS (process)"."""
+    steps: int = 0
+    base_load_s: float | None = None
+    population: RunTimes = field(default_factory=RunTimes)
+    baseline: RunTimes = field(default_factory=RunTimes)
+    mixed_s: float | None = None
+    single_s: float | None = None
+    mixed_tokens: int = 0
+    """New tokens per row in the mixed vs single-adapter measurement."""
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    @property
+    def step_ratio(self) -> float | None:
+        p, b = self.population.mean("step_s"), self.baseline.mean("step_s")
+        return p / b if p is not None and b else None
+
+    @property
+    def mixed_ratio(self) -> float | None:
+        return self.mixed_s / self.single_s if self.mixed_s is not None and self.single_s else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(ok=self.ok, step_ratio=self.step_ratio, mixed_ratio=self.mixed_ratio)
+        for run in ("population", "baseline"):
+            times: RunTimes = getattr(self, run)
+            d[run]["tokens_per_s"] = times.tokens_per_s
+        return d
+
+    def table(self) -> str:
+        def f(v: float | None, unit: str = "") -> str:
+            return "n/a" if v is None else f"{v:.3g}{unit}"
+
+        p, b = self.population, self.baseline
+        rows = [
+            ("load: base model (s, shared)", f(self.base_load_s), ""),
+            ("load: vLLM engine start (s)", f(p.engine_start_s), f(b.engine_start_s)),
+            (f"step (s, mean of {self.steps})", f(p.mean("step_s")), f(b.mean("step_s"))),
+            ("  generate (s/step)", f(p.mean("generate_s")), f(b.mean("generate_s"))),
+            ("  validate (s/step)", f(p.mean("validate_s")), f(b.mean("validate_s"))),
+            ("  train (s/step)", f(p.mean("train_s")), f(b.mean("train_s"))),
+            ("  sync (s/step)", f(p.mean("sync_s")), f(b.mean("sync_s"))),
+            ("rollout tokens/s", f(p.tokens_per_s), f(b.tokens_per_s)),
+            (f"peak memory (GB, {self.memory_kind})", f(p.peak_gb), f(b.peak_gb)),
+            ("train vs engine log-prob gap, max", f(p.logp_diff_max), f(b.logp_diff_max)),
+            ("population ÷ baseline step time", f(self.step_ratio, "x"), ""),
+            (
+                f"mixed ÷ single-adapter generation ({MIXED_ROWS} rows × {self.mixed_tokens} tokens)",
+                f(self.mixed_ratio, "x"),
+                "",
+            ),
+        ]
+        lines = [
+            f"PopuLoRA doctor · preset {self.preset} · rollout engine {self.engine} · {self.device}",
+            "",
+            "| measure | population | baseline |",
+            "|---|---|---|",
+            *(f"| {name} | {pop} | {base} |" for name, pop, base in rows),
+            "",
+            "generate: time inside the policy's generate (sampling, tokenising, decoding); validate: proposal "
+            "validation plus the sandbox judging answers; train: the members' updates; sync: pushing updated "
+            "adapters to the engine. Step time also holds rewards, ratings, records and the last step's checkpoint. "
+            "Peak memory is the trainer's process (the vLLM engine runs in its own). Mixed ÷ single: one engine call "
+            f"of {MIXED_ROWS} rows over {MIXED_ROWS} members' adapters against the same rows on one adapter.",
+            "",
+            "status: OK" if self.ok else "status: FAILED: " + "; ".join(self.failures),
+        ]
+        return "\n".join(lines)
+
+    def check(self) -> None:
+        """Add a failure for any missing or non-finite number the table needs."""
+        needed: dict[str, float | None] = {"base_load_s": self.base_load_s, "step_ratio": self.step_ratio}
+        for run in ("population", "baseline"):
+            t: RunTimes = getattr(self, run)
+            needed |= {f"{run}.peak_gb": t.peak_gb, f"{run}.tokens_per_s": t.tokens_per_s}
+            for name in ("step_s", "generate_s", "validate_s", "train_s", "sync_s", "tokens"):
+                values = getattr(t, name)
+                needed[f"{run}.{name}"] = None if len(values) != self.steps else sum(values)
+            if self.engine == "vllm":
+                needed[f"{run}.engine_start_s"] = t.engine_start_s
+        if self.engine == "vllm":
+            needed["mixed_ratio"] = self.mixed_ratio
+        bad = sorted(k for k, v in needed.items() if v is None or not math.isfinite(v))
+        if bad:
+            self.failures.append(f"check: missing or non-finite measurements: {', '.join(bad)}")
+
+
+class _StepClock:
+    """Seconds spent in wrapped calls since the last `take` (one step's worth)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def wrap(self, obj: Any, method: str, key: str) -> None:
+        inner = getattr(obj, method)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - started
+
+        setattr(obj, method, timed)  # an instance attribute: only this object is timed
+
+    def take(self) -> dict[str, float]:
+        taken, self.seconds = self.seconds, {}
+        return taken
+
+
+class _Stage:
+    """Which stage is running, for the one-line failure message."""
+
+    def __init__(self) -> None:
+        self.name = "config"
+
+    @contextmanager
+    def __call__(self, name: str, say: Callable[[str], None]) -> Iterator[None]:
+        self.name = name
+        say(f"[doctor] {name} ...")
+        started = time.perf_counter()
+        yield
+        say(f"[doctor] {name} done in {time.perf_counter() - started:.1f}s")
+
+
+def run_doctor(
+    preset: str | None,
+    overrides: dict[str, Any] | None = None,
+    out_dir: Path | None = None,
+    say: Callable[[str], None] = print,
+    config_path: Path | None = None,
+) -> DoctorReport:
+    """Run the check (module docstring) and return its report; never raises for a failing stage
+    (the report's ``failures`` names it). Writes doctor.md and doctor.json into ``out_dir`` if given."""
+    report = DoctorReport()
+    stage = _Stage()
+    try:
+        _run(report, stage, preset, {**DEFAULTS, **(overrides or {})}, config_path, say)
+    except Exception as e:  # noqa: BLE001 - the doctor reports every failure as one line
+        text = " ".join(str(e).split()) or type(e).__name__
+        report.failures.append(f"stage {stage.name!r} failed: {type(e).__name__}: {text}")
+    if report.ok:
+        report.check()
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "doctor.md").write_text(report.table() + "\n")
+        (out_dir / "doctor.json").write_text(json.dumps(report.to_dict(), indent=1, allow_nan=True) + "\n")
+    return report
+
+
+def _run(
+    report: DoctorReport,
+    stage: _Stage,
+    preset: str | None,
+    overrides: dict[str, Any],
+    config_path: Path | None,
+    say: Callable[[str], None],
+) -> None:
+    from populora_nb.config import load_config, stage_config
+    from populora_nb.experiment import check_inputs
+
+    config = load_config(preset, overrides, config_path)
+    check_inputs(config, ("baseline", "population"))
+    report.preset, report.engine, report.steps = config.preset, config.rollout.engine, config.run.steps
+
+    with stage("load base", say):
+        import torch
+
+        from populora_nb.model.base import load_base
+
+        cuda = torch.cuda.is_available()
+        report.device = torch.cuda.get_device_name() if cuda else "CPU"
+        report.memory_kind = "GPU allocated, trainer" if cuda else "RSS, process"
+        started = time.perf_counter()
+        base = load_base(config, seed=config.run.seed)
+        report.base_load_s = time.perf_counter() - started
+
+    from populora_nb.verify import Verifier
+
+    verifier = Verifier.from_config(config.verifier)
+    with stage("start the sandbox", say):
+        verifier.start()
+    try:
+        with tempfile.TemporaryDirectory(prefix="populora-doctor-") as tmp:
+            for agent in ("population", "baseline"):
+                _run_agent(report, stage, stage_config(config, agent), base, verifier, Path(tmp) / agent, say)
+    finally:
+        verifier.close()
+
+
+def _run_agent(
+    report: DoctorReport,
+    stage: _Stage,
+    config: ExperimentConfig,
+    base: Base,
+    verifier: Verifier,
+    run_dir: Path,
+    say: Callable[[str], None],
+) -> None:
+    from populora_nb.loop import run
+    from populora_nb.model.policy import LoRAPolicy
+    from populora_nb.state import roster_for
+    from populora_nb.step_records import step_summary
+
+    agent = config.run.agent
+    times: RunTimes = getattr(report, agent)
+    policy = LoRAPolicy.create(config, list(roster_for(config).items()), base=base)
+    try:
+        if config.rollout.engine == "vllm":
+            with stage(f"{agent}: start the vLLM engine", say):
+                engine = policy.engine
+                assert engine is not None
+                times.engine_start_s = engine.load_s
+                policy.sync()  # the first push of every adapter: not part of a step
+        clock = _StepClock()
+        clock.wrap(policy, "generate", "generate")
+        clock.wrap(verifier, "judge_many", "judge")
+        clock.take()
+
+        def on_step(step: int, rows: list[dict]) -> None:
+            measured = clock.take()
+            r = rows[0]  # timings and memory are per step, the same in every member's row
+            times.step_s.append(r["time/step_s"])
+            times.generate_s.append(measured.get("generate", 0.0))
+            times.validate_s.append(r.get("time/validate_s", 0.0) + measured.get("judge", 0.0))
+            times.train_s.append(r.get("time/update_s", 0.0))
+            times.sync_s.append(r.get("time/sync_s", 0.0))
+            times.tokens.append(sum(x.get("compute/generated_tokens", 0.0) for x in rows))
+            say(f"[doctor] {agent} " + step_summary(step, rows, config.tasks.kinds))
+
+        with stage(f"{agent}: {config.run.steps} steps", say):
+            rd = run(config, run_dir, policy=policy, verifier=verifier, on_step=on_step, progress=False)
+        metrics = rd.read("metrics")
+        members = set(policy.members)
+        for step in range(config.run.steps):
+            logged = {r["member"] for r in metrics if r.get("step") == step}
+            if logged != members:
+                raise RuntimeError(f"{agent} step {step} recorded members {sorted(logged)}, expected {sorted(members)}")
+        key = "memory/cuda_peak_gb" if report.memory_kind.startswith("GPU") else "memory/peak_rss_gb"
+        times.peak_gb = max((r[key] for r in metrics if r.get(key) is not None), default=None)
+        diffs = [r["rollout/logp_diff_max"] for r in metrics if r.get("rollout/logp_diff_max") is not None]
+        times.logp_diff_max = max(diffs) if diffs else None
+        if agent == "population" and policy.engine is not None:
+            with stage("mixed vs single-adapter generation", say):
+                report.mixed_tokens = max(8, min(128, config.sampling.solve_max_new_tokens))
+                report.mixed_s, report.single_s = _mixed_vs_single(policy, report.mixed_tokens)
+    finally:
+        verifier.__dict__.pop("judge_many", None)  # the timing wrapper: the class's method again
+        policy.close()
+
+
+def _mixed_vs_single(policy: LoRAPolicy, n_new: int) -> tuple[float, float]:
+    """Seconds for one engine call of MIXED_ROWS rows over MIXED_ROWS members' adapters (cycled if
+    fewer) and for the same rows on one adapter: same prompts, a fixed token count (no stop token),
+    greedy. Each is warmed up once and timed as the best of two calls."""
+    engine = policy.engine
+    assert engine is not None
+    members = policy.members
+    mixed = [members[i % len(members)] for i in range(MIXED_ROWS)]
+    single = [members[0]] * MIXED_ROWS
+    tok = policy.tokenizer
+    prompt_ids = [
+        tok(f"def f{i}(x):\n    return x * {i} +", add_special_tokens=False)["input_ids"] for i in range(MIXED_ROWS)
+    ]
+
+    def best(adapters: list[str]) -> float:
+        engine.generate(adapters, prompt_ids, n_new, 0.0, stop_token_ids=[])
+        runs = []
+        for _ in range(2):
+            started = time.perf_counter()
+            outs = engine.generate(adapters, prompt_ids, n_new, 0.0, stop_token_ids=[])
+            runs.append(time.perf_counter() - started)
+            if any(len(o.completion_ids) != n_new for o in outs):
+                raise RuntimeError(f"the engine stopped before {n_new} tokens with no stop token")
+        return min(runs)
+
+    return best(mixed), best(single)
