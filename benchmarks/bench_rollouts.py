@@ -13,13 +13,12 @@ Every row makes exactly ``--new-tokens`` tokens (no stop tokens, greedy), so tok
 for like. Runs are interleaved (rotating order) and repeated; medians are reported.
 
 Both engines get the same cores (all of this process's, 2 on the CPU box): the native decoder runs
-in this process on torch's threads (``--threads``, default every core); vLLM V1 runs its scheduler
-(EngineCore) and its model worker in their own processes, and ``--vllm-bind all`` (the default) sets
-``VLLM_CPU_OMP_THREADS_BIND`` so the worker's OpenMP threads use those same cores. vLLM's own
-default (``--vllm-bind auto``) would bind the worker to one core of this 2-core box and keep the
-other for its scheduler. Only one engine works at a time. Wall time is the measure (tokens/s); CPU
-seconds (this process plus its children, i.e. vLLM's processes) are printed beside it, since the
-machine may be shared.
+in this process on torch's threads (``--threads``, default every core); vLLM V1 runs its engine core
+(scheduler and model worker, ``distributed_executor_backend="uni"``) in its own process, and
+``--vllm-bind all`` (the default, as ``VLLMEngine`` does) sets ``VLLM_CPU_OMP_THREADS_BIND`` so its
+OpenMP threads use those same cores; ``--vllm-bind auto`` is vLLM's own default. Only one engine
+works at a time. Wall time is the measure (tokens/s); CPU seconds (this process plus its children,
+i.e. vLLM's process) are printed beside it.
 
 Also timed: the engine's start (``VLLMEngine.load_s``: model load, profiling, KV cache) and the two
 weight-sync methods, ``rollout.sync="new_id"`` (a fresh adapter id, the old one dropped) and
@@ -28,23 +27,28 @@ median over ``--pushes`` alternating pushes of fresh factors. After the pushes t
 original factors go back in place and its greedy row is compared with the native one again, so an
 in-place reload that did not take effect would show.
 
-Correctness: greedy row 0 of vLLM's mixed batch is compared token by token with native's row 0.
+Correctness: every greedy row of vLLM's mixed and base batches is compared token by token with native's.
 
-Measured on the 2-core CPU box (vllm-cpu 0.32.0), ``--repeats 2``, SmolLM2-135M fp32, 8 members r=8
-on q,k,v,o,gate,up,down, batch 8, 128 tokens, vLLM worker bound to both cores. The box was NOT quiet:
-other jobs (test runs, another vLLM engine) shared it, /proc/loadavg 2.98 1.80 1.45 before and
-3.18 4.53 3.89 after (5-6 during the repeats), so the tokens/s below are load-dominated: one
-adapter coming out slower than the mixed batch on both engines is noise, not a property. Rerun on an
-idle box before quoting ratios.
+Measured on the 2-core CPU box, nothing else running (loadavg 0.5 before, 2.0 during: this run's own
+two threads), vllm-cpu 0.32.0, torch 2.13.0, transformers 5.19.0, SmolLM2-135M, 8 members r = 8 on
+q,k,v,o,gate,up,down, batch 8, 128 tokens, 2026-12-01:
+
+    fp32, --repeats 3, worker bound to both cores (the default)
     | engine | base tok/s | one adapter tok/s | mixed 8 tok/s | mixed / one | start s | sync new_id s | sync inplace s |
     |---|---:|---:|---:|---:|---:|---:|---:|
-    | native | 24.3 | 12.7 | 31.6 | 2.485x | - | - | - |
-    | vLLM | 35.6 | 21.3 | 29.7 | 1.392x | 46.3 | 0.051 | 0.047 |
-    | vLLM / native | 1.47x | 1.68x | 0.94x | | | | |
-    wall s per batch: native 42.2 / 80.4 / 32.4, vLLM 28.8 / 48.0 / 34.5 (base / one / mixed)
-    sync pushes (s): new_id 0.050 0.052 0.050 0.446 0.051; inplace 0.046 0.047 0.049 0.047 0.048
-    correctness: all 8 mixed rows and all 8 base rows token-identical between the engines (128/128),
-    and member T0's row still identical after the sync pushes ended with an in-place reload.
+    | native | 73.2 | 61.9 | 58.3 | 0.941x | - | - | - |
+    | vLLM | 87.1 | 46.8 | 42.3 | 0.903x | 30.1 | 0.067 | 0.066 |
+    | vLLM / native | 1.19x | 0.76x | 0.73x | | | | |
+    correctness: 8/8 mixed rows and 8/8 base rows token-identical (128/128), also after in-place reloads
+
+    fp32, --repeats 1, --vllm-bind auto (vLLM's default): native 73.5 / 65.1 / 57.5, vLLM 66.6 / 46.6 / 40.4
+    bf16 (--dtype bfloat16), --repeats 1: native 104.5 / 83.8 / 71.8, vLLM 143.4 / 58.7 / 52.3 tok/s
+    (base / one adapter / mixed); in bf16 the engines' greedy rows part after a few dozen tokens
+    (different bf16 kernels), as expected.
+
+So on this CPU vLLM's base model is faster (1.2x fp32, 1.4x bf16) but its CPU LoRA kernels are not:
+with adapters it generates at 0.7x of the native mixed-adapter decoder, mixed or single. The CPU
+presets therefore keep ``rollout.engine="native"``; ``gpu`` and ``paper`` use vLLM.
 """
 
 from __future__ import annotations

@@ -118,7 +118,9 @@ class DoctorReport:
             ("train vs engine log-prob gap, max", f(p.logp_diff_max), f(b.logp_diff_max)),
             ("population ÷ baseline step time", f(self.step_ratio, "x"), ""),
             (
-                f"mixed ÷ single-adapter generation ({MIXED_ROWS} rows × {self.mixed_tokens} tokens)",
+                f"mixed ÷ single-adapter generation ({MIXED_ROWS} rows × {self.mixed_tokens} tokens)"
+                if self.mixed_tokens
+                else "mixed ÷ single-adapter generation (vLLM only)",
                 f(self.mixed_ratio, "x"),
                 "",
             ),

@@ -167,6 +167,7 @@ def fine_tune(policy, examples: Sequence[Example], config: ExperimentConfig, see
                 MEMBER, batch, nll, micro_batch_size=config.rl.micro_batch, weight_by="tokens"
             )
             losses.append(stats["warmup/nll"])
+    policy.changed(MEMBER)  # trained outside `update`: a rollout engine must sample the new factors
     return losses
 
 
@@ -232,6 +233,7 @@ def run_warmup(config: ExperimentConfig, out: str | Path, say: Callable[[str], N
             f"[warmup] valid rate after: {after.accepted}/{after.total} ({len(examples)} examples, {len(losses)} steps)"
         )
     save_factors(out / FACTORS, policy.population.factors(MEMBER), cfg)
+    policy.close()
     with open(out / EXAMPLES, "w") as fh:
         for e in examples:
             fh.write(json.dumps({"kind": e.kind, "program": e.program, "inputs": list(e.inputs)}) + "\n")

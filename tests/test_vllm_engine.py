@@ -151,3 +151,19 @@ def test_evaluation_on_the_engine_scores_what_the_native_path_generates(tmp_path
     ours, theirs = _completions(engine / "eval"), _completions(native / "eval")
     assert len(ours) == 10 * 2  # base, baseline and 8 members on two benchmarks
     assert ours == theirs
+
+
+@pytest.mark.slow
+def test_factors_trained_outside_update_reach_the_engine_once_marked_changed(policy):
+    """The warm-up trains through `Population.train_step` and then calls `changed`, as here."""
+    member = policy.members[3]
+    before = policy.generate_greedy([member], PROMPTS[:1], 12)
+    factors = policy.population.factors(member)
+    for pair in factors.values():
+        pair.B.mul_(-1.0)
+    with torch.no_grad():  # write straight into the bank, as an optimizer step would
+        policy.population.set_factors(member, factors, reset_optimizer=False)
+    policy.changed(member)
+    after = policy.generate_greedy([member], PROMPTS[:1], 12)
+    assert after == _native(policy, lambda: policy.generate_greedy([member], PROMPTS[:1], 12))
+    assert after != before

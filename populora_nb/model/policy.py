@@ -80,6 +80,11 @@ class LoRAPolicy:
         self._sampled.clear()  # this step's updates have read them
         return self._push_stale()
 
+    def changed(self, member_id: str) -> None:
+        """The member's factors changed outside `update` (e.g. the warm-up's supervised steps): the
+        engine gets them before it next samples."""
+        self._stale.add(member_id)
+
     def _push_stale(self) -> float:
         engine = self.engine
         assert engine is not None
