@@ -135,7 +135,8 @@ class VLLMEngine:
         """Seconds the engine took to start (model load, profiling, KV cache)."""
 
     def _start(self, max_loras: int, max_model_len: int, seed: int) -> Any:
-        from vllm import LLM
+        with _engine_env(self.cuda):  # vLLM reads its logging level when first imported
+            from vllm import LLM
 
         kwargs: dict[str, Any] = dict(
             model=self._model_dir(),
@@ -309,18 +310,20 @@ class VLLMEngine:
 
 @contextlib.contextmanager
 def _engine_env(cuda: bool):
-    """The environment the engine process starts with. On a CPU, vLLM binds its worker to one core
-    and leaves the rest to its scheduler by default; generation and training take turns here, so the
-    worker gets every core this process may use (unless VLLM_CPU_OMP_THREADS_BIND is set). Restored
-    once the engine process has started."""
-    if cuda or "VLLM_CPU_OMP_THREADS_BIND" in os.environ:
-        yield
-        return
-    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = core_list(sorted(os.sched_getaffinity(0)))
+    """The environment vLLM is imported and its engine process started with (restored after): its
+    log at WARNING, and on a CPU every core this process may use for the worker (vLLM's default binds
+    it to one core and leaves the rest to its scheduler; generation and training take turns here).
+    A variable the user set is left alone."""
+    settings = {"VLLM_LOGGING_LEVEL": "WARNING"}  # vLLM's INFO lines would fill a notebook cell
+    if not cuda:
+        settings["VLLM_CPU_OMP_THREADS_BIND"] = core_list(sorted(os.sched_getaffinity(0)))
+    added = [k for k in settings if k not in os.environ]  # a user's own setting wins
+    os.environ.update({k: settings[k] for k in added})
     try:
         yield
     finally:
-        del os.environ["VLLM_CPU_OMP_THREADS_BIND"]
+        for k in added:
+            del os.environ[k]
 
 
 def core_list(cores: list[int]) -> str:
