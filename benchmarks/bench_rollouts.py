@@ -63,6 +63,7 @@ import time
 from collections.abc import Callable
 
 import torch
+from bench_adapters import QUESTIONS  # the same prompts, so the two benchmarks compare
 
 from populora_nb.config import load_config
 from populora_nb.lowrank import LoRAFactors, LoRAPair
@@ -71,16 +72,6 @@ from populora_nb.model.base import load_base
 from populora_nb.model.batch import left_pad
 from populora_nb.model.multilora import decode
 
-QUESTIONS = [
-    "Write a Python function that reverses a string.",
-    "What is 2 + 2? Explain.",
-    "Explain recursion briefly.",
-    "Name three prime numbers and say why they are prime.",
-    "Write a haiku about the sea.",
-    "What does f('abc') return for def f(a): return a[::-1]?",
-    "List the planets of the solar system.",
-    "Why is the sky blue?",
-]
 WAYS = ("base", "one adapter", "mixed")
 CORES = sorted(os.sched_getaffinity(0))
 
