@@ -13,12 +13,14 @@ LEGACY = Path(__file__).parent / "fixtures" / "legacy_policy"
 names.json mapping the loop's names to them): members T0, S0 of the tiny preset; one update of S0;
 then T0 replaced by "teacher-s1-0", a "copy" child of S0 born at step 1."""
 LEGACY_TOKENS = [
-    [21521, 26322, 17844, 5781, 4173, 43305],
-    [15032, 25704, 25580, 15630, 8598, 9785],
+    [48999, 26322, 39770, 5781, 4173, 43305],
+    [15032, 4201, 25580, 15630, 8598, 9785],
     [38770, 1115, 22712, 15981, 13618, 1836],
 ]
-"""What that code sampled from the loaded checkpoint: generate(["teacher-s1-0", "S0",
-"teacher-s1-0"], ["hello", "hi", "def f(x):"], 6, seed=3)."""
+"""What the loaded checkpoint samples: generate(["teacher-s1-0", "S0", "teacher-s1-0"], ["hello",
+"hi", "def f(x):"], 6, seed=3). Recorded first from the pre-#15 code itself; re-recorded from this
+loader when the tiny model's heads became size 32 (#16: vLLM serves no smaller), which changes the
+base under the same factors (3 of 18 tokens moved)."""
 
 
 def _snapshot(policy, name):
