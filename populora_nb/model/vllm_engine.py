@@ -197,6 +197,7 @@ class VLLMEngine:
         from vllm.lora.request import LoRARequest
 
         started = time.perf_counter()
+        self.wake()  # the sync follows the step's updates: load adapters into an awake engine
         old = self._adapters.get(name)
         inplace = self.rollout.sync == "inplace" and old is not None
         lora_id = old.lora_int_id if old is not None and inplace else self._next_id
