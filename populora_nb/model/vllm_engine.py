@@ -149,8 +149,9 @@ class VLLMEngine:
             seed=seed,
             logprobs_mode="processed_logprobs",
             enable_prefix_caching=False,  # adapters change every step: nothing to reuse, and it keeps runs exact
-            # One worker inside the engine-core process: no executor process and no shared-memory
-            # queue (vLLM's multiprocessing executor leaves ~400 MB in /dev/shm when a run is killed).
+            # On a GPU: the worker inside the engine-core process, no executor process. On a CPU vLLM
+            # overrides this with its multiprocessing executor, whose shared-memory queues (psm_* in
+            # /dev/shm, ~400 MB) a run killed with SIGKILL leaves behind (README: rollout engine).
             distributed_executor_backend="uni",
         )
         if self.cuda:
