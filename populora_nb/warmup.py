@@ -220,20 +220,23 @@ def run_warmup(config: ExperimentConfig, out: str | Path, say: Callable[[str], N
         run=dataclasses.replace(config.run, agent="baseline"),
     )
     policy = LoRAPolicy.create(cfg, [(MEMBER, MEMBER)])
-    with Verifier.from_config(cfg.verifier) as verifier:
-        buffers = initial_state(cfg, verifier).buffers
-        before = measure(cfg, policy, verifier, buffers)
-        say(f"[warmup] valid rate before: {before.accepted}/{before.total}")
-        examples, collected = collect(
-            cfg, policy, verifier, buffers, lambda r, n: say(f"[warmup] round {r}: {n} accepted distinct proposals")
-        )
-        losses = fine_tune(policy, examples, cfg, seed=cfg.run.seed) if examples else []
-        after = measure(cfg, policy, verifier, buffers)
-        say(
-            f"[warmup] valid rate after: {after.accepted}/{after.total} ({len(examples)} examples, {len(losses)} steps)"
-        )
+    try:  # closes a rollout engine the policy started, however the stage ends
+        with Verifier.from_config(cfg.verifier) as verifier:
+            buffers = initial_state(cfg, verifier).buffers
+            before = measure(cfg, policy, verifier, buffers)
+            say(f"[warmup] valid rate before: {before.accepted}/{before.total}")
+            examples, collected = collect(
+                cfg, policy, verifier, buffers, lambda r, n: say(f"[warmup] round {r}: {n} accepted distinct proposals")
+            )
+            losses = fine_tune(policy, examples, cfg, seed=cfg.run.seed) if examples else []
+            after = measure(cfg, policy, verifier, buffers)
+            say(
+                f"[warmup] valid rate after: {after.accepted}/{after.total} "
+                f"({len(examples)} examples, {len(losses)} steps)"
+            )
+    finally:
+        policy.close()
     save_factors(out / FACTORS, policy.population.factors(MEMBER), cfg)
-    policy.close()
     with open(out / EXAMPLES, "w") as fh:
         for e in examples:
             fh.write(json.dumps({"kind": e.kind, "program": e.program, "inputs": list(e.inputs)}) + "\n")

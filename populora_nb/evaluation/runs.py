@@ -36,13 +36,22 @@ def greedy(
     policy: LoRAPolicy, max_new_tokens: int, rows_per_batch: int = 16
 ) -> Callable[[Mapping[str, list[str]]], dict[str, list[str]]]:
     """{member: prompts} -> {member: completions}: all members' rows share mixed-adapter batches."""
+    return by_member(lambda ms, ps: policy.generate_greedy(ms, ps, max_new_tokens), rows_per_batch)
+
+
+def by_member(
+    generate_rows: Callable[[list[str], list[str]], list[str]], rows_per_batch: int | None = None
+) -> Callable[[Mapping[str, list[str]]], dict[str, list[str]]]:
+    """{member: prompts} -> {member: completions} from a function of (one member per row, prompts),
+    called on mixed chunks of ``rows_per_batch`` rows (None: all rows at once)."""
 
     def generate(jobs: Mapping[str, list[str]]) -> dict[str, list[str]]:
         rows = [(m, p) for m, prompts in jobs.items() for p in prompts]
+        step = rows_per_batch or max(len(rows), 1)
         texts: list[str] = []
-        for lo in range(0, len(rows), rows_per_batch):
-            chunk = rows[lo : lo + rows_per_batch]
-            texts += policy.generate_greedy([m for m, _ in chunk], [p for _, p in chunk], max_new_tokens)
+        for lo in range(0, len(rows), step):
+            chunk = rows[lo : lo + step]
+            texts += generate_rows([m for m, _ in chunk], [p for _, p in chunk])
         out: dict[str, list[str]] = {m: [] for m in jobs}
         for (m, _), t in zip(rows, texts):
             out[m].append(t)
@@ -150,13 +159,9 @@ def evaluate_on_engine(
             engine.push(name, f)
         tok, max_new = base.tokenizer, config.eval.max_new_tokens
 
-        def generate(jobs: Mapping[str, list[str]]) -> dict[str, list[str]]:
-            rows = [(m, tok(p, add_special_tokens=False)["input_ids"]) for m, prompts in jobs.items() for p in prompts]
-            outs = engine.generate([None if m == "base" else m for m, _ in rows], [ids for _, ids in rows], max_new)
-            texts: dict[str, list[str]] = {m: [] for m in jobs}
-            for (m, _), o in zip(rows, outs):
-                texts[m].append(o.text)
-            return texts
+        def rows(members: list[str], prompts: list[str]) -> list[str]:  # the engine schedules all rows itself
+            ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+            return [o.text for o in engine.generate([None if m == "base" else m for m in members], ids, max_new)]
 
-        evaluate(names, benches, generate_joint=generate, **common)
+        evaluate(names, benches, generate_joint=by_member(rows), **common)
     return members
