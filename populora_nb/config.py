@@ -193,6 +193,11 @@ class RLConfig:
     within (member, role, kind), so with 1 a proposer's group is a singleton: advantage 0, no update."""
     rollouts: int = 4
     """k: solver samples per valid task; the solve rate rho is their pass fraction."""
+    advantage_scale: Literal["role", "group"] = "role"
+    """TRR++ centres each reward on its (member, role, kind) group's mean (AZR). "role": then divides by one
+    scale per (member, role), the RMS of its centred rewards over all kinds, as REINFORCE++'s global
+    normalisation does, so a validity gap (-1 vs 0) stays twice a difficulty gap (0 vs 0.5) in groups of 2.
+    "group": by each group's own std, AZR's exact TRR++ (a group of 2 is then +-1 whatever its gap)."""
     kl_coef: float = 0.0
     """KL to the frozen base; AZR uses none."""
     ppo_epochs: int = 1
@@ -230,12 +235,12 @@ class MatchmakingConfig:
     """Exponent of pfsp_hard's weight (1 - p)^gamma, p the teacher's TrueSkill win probability."""
     floor: float = 0.1
     """Fraction of probability mass spread uniformly so no pairing starves."""
-    win_threshold: float = 0.5
-    """The teacher wins a valid match only when 0 < rho < this (learnable and mostly failed, the
-    tasks its reward 1 - rho pays for); rho = 0 or rho >= this is a student win. An invalid task is
-    a teacher loss to a fixed prior-rated reference and never moves the student's rating
-    (matchmaking.match_winner). The former `invalid_policy` knob is gone: scoring an invalid task
-    as a student win rated students for tasks they never saw."""
+    win_threshold: float = 1.0
+    """The teacher's band: a failed rollout of a valid task with 0 < rho < this is a game the teacher wins;
+    one of a task with rho = 0 or rho >= this is lost by both sides; a solved rollout is the student's; an
+    invalid task loses 2k games to a fixed prior-rated reference (matchmaking.match_games). 1: every contested
+    task, as the teacher reward 1 - rho pays for all of them. The band must hold a reachable rho = j/k
+    (checked against rl.rollouts)."""
     mu: float = 25.0
     """TrueSkill prior mean of every member's rating (TrueSkill's default)."""
     sigma: float = 25.0 / 3
@@ -245,12 +250,12 @@ class MatchmakingConfig:
     tau: float = 25.0 / 300
     """TrueSkill dynamics: added to sigma before each update so ratings keep moving (default sigma / 100)."""
     draw_probability: float = 0.0
-    """TrueSkill draw probability; 0, as every match is a win or a loss (matchmaking.match_winner)."""
+    """TrueSkill draw probability; 0, as every game has a winner (matchmaking.match_games)."""
 
     def __post_init__(self) -> None:
         _positive(self, "sigma", "beta")
-        if not 0 <= self.floor <= 1 or not 0 <= self.win_threshold <= 1:
-            raise ConfigError("floor and win_threshold must lie in [0, 1]")
+        if not 0 <= self.floor <= 1 or not 0 < self.win_threshold <= 1:
+            raise ConfigError("floor must lie in [0, 1] and win_threshold in (0, 1]")
 
 
 @dataclass
@@ -266,18 +271,22 @@ class EvolutionConfig:
     tournament_size: int = 2
     """Candidates drawn (uniformly, without replacement) per parent pick; the fittest is the parent."""
     grace_steps: int | None = None
-    """A child younger than this many steps is not culled: its inflated sigma lowers mu - k sigma, so
-    without grace the newborn is the next one replaced. None: one evolution interval (``every``)."""
+    """A child younger than this many steps is not culled. None: two evolution intervals (2 x ``every``),
+    so a newborn always trains through one whole interval and is first judged at the second event
+    after its birth, on a rating built from its own games (evolution.plan_replacement says why)."""
     operators: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PAPER_OPERATORS, 1.0))
     """Operator name (populora_nb.operators.OPERATORS) -> weight in the mix a child's operator is drawn from."""
-    sigma_inflation: float = 2.0
-    """A child's sigma: its parents' largest sigma times this, capped at the prior sigma."""
+    sigma_inflation: float = 1.0
+    """A child's sigma: its parents' largest sigma times this, capped at the prior sigma. 1: as well known as
+    its parents until its own games say otherwise; at 2 a newborn's mu moved faster in its first games and, among
+    members of equal skill, was culled at its first eligible event 0.46-0.49 of the time against a chance rate
+    of 0.33 (evolution.newborn_fate, 400 events), at 1 0.35."""
     inherit_optimizer: bool = False
     """Start a child's AdamW state from its first parent's (default: fresh)."""
 
     @property
     def grace(self) -> int:
-        return self.every if self.grace_steps is None else self.grace_steps
+        return 2 * self.every if self.grace_steps is None else self.grace_steps
 
     def __post_init__(self) -> None:
         _positive(self, "every", "tournament_size", "sigma_inflation")
@@ -440,12 +449,35 @@ def load_config(
     preset: str | None = None,
     overrides: Mapping[str, Any] | None = None,
     yaml_path: str | Path | None = None,
+    recorded: bool = False,
 ) -> ExperimentConfig:
     """Build a validated config: preset (argument, else $POPULORA_PRESET, else smoke), then the
-    YAML file's values, then `overrides` (nested dicts or dotted keys like ``"rl.rollouts": 8``)."""
+    YAML file's values, then `overrides` (nested dicts or dotted keys like ``"rl.rollouts": 8``).
+
+    ``recorded``: the config of a run already on disk, read to analyse its records (`RunDir.load_config`):
+    the checks that keep a *new* run from measuring nothing (`check_mechanisms`) are skipped, so runs
+    recorded under earlier rules still load; running one again goes through them."""
     from populora_nb.presets import build_config  # presets imports this module: import it late
 
-    return build_config(preset, overrides, yaml_path)
+    config = build_config(preset, overrides, yaml_path)
+    if not recorded:
+        check_mechanisms(config)
+    return config
+
+
+def check_mechanisms(config: ExperimentConfig) -> None:
+    """Refuse a config under which a mechanism of the population could never act (issue #27): a
+    teacher band 0 < rho < win_threshold that holds no reachable rho = j/k."""
+    from populora_nb.matchmaking import reachable_band  # trueskill: imported only when validating
+
+    k, threshold = config.rl.rollouts, config.matchmaking.win_threshold
+    if not reachable_band(k, threshold):
+        fewest = int(1 / threshold) + 1  # the smallest k with 1/k < threshold
+        raise ConfigError(
+            f"matchmaking.win_threshold={threshold} with rl.rollouts={k}: no solve rate rho = j/{k} lies in the "
+            f"teacher's band 0 < rho < {threshold}, so no teacher could ever win a game; set rl.rollouts >= "
+            f"{fewest} or raise matchmaking.win_threshold above {1 / k:g}"
+        )
 
 
 def save_config(config: ExperimentConfig, path: str | Path) -> None:

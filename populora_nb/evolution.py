@@ -19,6 +19,7 @@ import torch
 
 from populora_nb.config import PAPER_OPERATORS
 from populora_nb.lowrank import LoRAFactors
+from populora_nb.matchmaking import Rating
 from populora_nb.operators import (
     OPERATORS,
     Operator,
@@ -105,10 +106,15 @@ def plan_replacement(
     """In each role, the `num_replaced` weakest members by μ − kσ are replaced by children of
     parents chosen by tournament among the rest of that role, with operators drawn from `mix`.
 
-    Members younger than `grace_steps` are not replaced: a child's inflated σ lowers its μ − kσ, so
-    without grace it is often the next one culled before it has played enough games to be judged.
-    Children are named "{role}-s{step}-{j}". Crossover parents come fitter first; a crossover is
-    only drawn when the role has two possible parents.
+    Members younger than `grace_steps` are not replaced. A child starts with an inflated σ
+    (`inherit_rating`), so its μ − kσ is low until its own games shrink σ; judged at the very next
+    event it is the weakest by construction (issue #27: 6 of 6 children were culled there). The
+    config's default grace is two evolution intervals: a child trains and plays through one whole
+    interval, and is first judged at the second event after its birth, when its σ has come down
+    to its peers' (every rollout is a rating game, so a member plays tens of games per interval)
+    and its μ reflects its own play. `newborn_fate` measures that a newborn of equal skill is then
+    culled at the chance rate. Children are named "{role}-s{step}-{j}". Crossover parents come
+    fitter first; a crossover is only drawn when the role has two possible parents.
     """
     ids = [m.member_id for m in members]
     if len(set(ids)) != len(ids):
@@ -135,13 +141,15 @@ def plan_replacement(
 def inherit_rating(
     parents: Sequence[tuple[float, float]],
     *,
-    sigma_inflation: float = 2.0,
+    sigma_inflation: float = 1.0,
     prior: tuple[float, float] = TRUESKILL_PRIOR,
     from_prior: bool = False,
 ) -> tuple[float, float]:
     """A child's starting (μ, σ): its parents' mean μ with the larger parent σ times
-    `sigma_inflation`, capped at the prior σ (a child is less known than its parents, but not less
-    than a stranger); or the prior itself when `from_prior`."""
+    `sigma_inflation`, capped at the prior σ (never less known than a stranger); or the prior itself
+    when `from_prior`. The default 1 keeps the parents' σ: an inflated σ makes the child's μ move
+    faster in its first games, so among equals it lands in the bottom tail, and is culled, more
+    often than chance (`newborn_fate`; the numbers are in `EvolutionConfig.sigma_inflation`)."""
     if from_prior:
         return prior
     mu = sum(m for m, _ in parents) / len(parents)
@@ -194,6 +202,80 @@ def simulate_lineage(
             population[birth.child] = MemberRating(birth.child, birth.role, mu, sigma, born=step)
         records.extend(births)
     return records
+
+
+@dataclass(frozen=True)
+class NewbornFate:
+    """One child at the first evolution event where it could be replaced."""
+
+    child: str
+    replaced: bool
+    eligible: int  # members of its role that event could replace (the chance rate is num_replaced / eligible)
+
+
+def newborn_fate(
+    *,
+    events: int,
+    every: int,
+    rng: random.Random,
+    members_per_role: int = 4,
+    rollouts: int = 4,
+    tasks_per_step: int = 4,
+    solve_probability: float = 0.5,
+    valid_probability: float = 0.8,
+    grace_steps: int | None = None,
+    sigma_inflation: float = 1.0,
+    k: float = 3.0,
+) -> list[NewbornFate]:
+    """Replacement among members of equal skill, with the real rating rule: every step each teacher
+    plays `tasks_per_step` matches against a randomly matched student (valid with
+    `valid_probability`, each of `rollouts` rollouts solved with `solve_probability`, the same for
+    everyone), rated by `matchmaking.update_ratings`; every `every` steps `plan_replacement` (grace
+    `grace_steps`, default 2 × every) replaces one member per role and the child inherits its
+    parents' rating as `loop.evolve` does. Returns, for each child, whether it was replaced at its
+    first eligible event. Among equals that should happen at the chance rate 1 / eligible."""
+    from populora_nb.matchmaking import Match, initial_ratings, make_trueskill, update_ratings
+
+    env = make_trueskill()
+    grace = 2 * every if grace_steps is None else grace_steps
+    roles = {f"T{i}": "teacher" for i in range(members_per_role)} | {
+        f"S{i}": "student" for i in range(members_per_role)
+    }
+    ratings, born = initial_ratings(list(roles), env), dict.fromkeys(roles, 0)
+    waiting: dict[str, str] = {}  # child -> role, not yet judged at an eligible event
+    fates: list[NewbornFate] = []
+    step = 0
+    while len(fates) < events:
+        for _ in range(every):
+            teachers = [m for m, r in roles.items() if r == "teacher"]
+            students = [m for m, r in roles.items() if r == "student"]
+            rng.shuffle(students)
+            matches = []
+            for t, s in zip(teachers, students):
+                for _ in range(tasks_per_step):
+                    if rng.random() < valid_probability:
+                        solved = sum(rng.random() < solve_probability for _ in range(rollouts))
+                        matches.append(Match(t, s, True, solved / rollouts, rollouts))
+                    else:
+                        matches.append(Match(t, s, False, rollouts=rollouts))
+            ratings = update_ratings(ratings, matches, env)
+            step += 1
+        members = [MemberRating(m, roles[m], ratings[m].mu, ratings[m].sigma, born[m]) for m in roles]
+        plan = plan_replacement(members, step=step, rng=rng, grace_steps=grace, k=k)
+        replaced = {b.replaced for b in plan}
+        for child, role in list(waiting.items()):
+            if step - born[child] >= grace:
+                eligible = sum(1 for m in members if m.role == role and step - m.born >= grace)
+                fates.append(NewbornFate(child, child in replaced, eligible))
+                del waiting[child]
+        for birth in plan:
+            parents = [(ratings[p].mu, ratings[p].sigma) for p in birth.parents]
+            mu, sigma = inherit_rating(parents, sigma_inflation=sigma_inflation, prior=(env.mu, env.sigma))
+            del ratings[birth.replaced], roles[birth.replaced], born[birth.replaced]
+            waiting.pop(birth.replaced, None)  # replaced before it was ever judged: cannot happen with grace
+            ratings[birth.child] = Rating(mu, sigma)
+            roles[birth.child], born[birth.child], waiting[birth.child] = birth.role, step, birth.role
+    return fates[:events]
 
 
 def lineage_parents(records: Sequence[Lineage]) -> dict[str, tuple[str, ...]]:

@@ -28,6 +28,7 @@ from populora_nb.lowrank import relative_change
 from populora_nb.matchmaking import (
     Match,
     Rating,
+    contested,
     pfsp_pairs,
     round_robin_pairs,
     update_ratings,
@@ -87,7 +88,7 @@ def baseline_step(policy: Policy, verifier: Verifier, state: RunState, config: E
             jobs = solve_jobs({"agent": list(range(len(out.proposals)))}, out.proposals, state.buffers, config, step)
         out.attempts = solve(policy, verifier, jobs, config, step, worked_examples(state.buffers))
         out.proposals = solve_rates(out.proposals, out.attempts)
-    out.samples = reward_samples(out.proposals, out.attempts, proposer_reward=azr_proposer_reward)
+    out.samples = reward_samples(out.proposals, out.attempts, azr_proposer_reward, config.rl.advantage_scale)
     with Timer(out.timings, "update_s"):
         out.update_stats = update(policy, out.samples, ["agent"])
     with Timer(out.timings, "sync_s"):
@@ -142,16 +143,24 @@ def population_step(policy: Policy, verifier: Verifier, state: RunState, config:
         jobs = solve_jobs(assignments, out.proposals, state.buffers, config, step)
         out.attempts = solve(policy, verifier, jobs, config, step, worked_examples(state.buffers))
         out.proposals = solve_rates(out.proposals, out.attempts)
-    out.samples = reward_samples(out.proposals, out.attempts, proposer_reward=teacher_reward)
+    out.samples = reward_samples(out.proposals, out.attempts, teacher_reward, config.rl.advantage_scale)
     with Timer(out.timings, "update_s"):
         out.update_stats = update(policy, out.samples, list(state.roster))
     with Timer(out.timings, "sync_s"):
         sync_engine(policy)
     # rho is None unless the partner attempted the task (always so for an invalid one): Match.played.
-    matches = [Match(p.proposer, partner[p.proposer], isinstance(p.result, Task), p.rho) for p in out.proposals]
-    state.ratings = update_ratings(state.ratings, matches, trueskill_env(config), config.matchmaking.win_threshold)
+    state.ratings = update_ratings(
+        state.ratings, step_matches(out, config), trueskill_env(config), config.matchmaking.win_threshold
+    )
     grow_buffers(state.buffers, out.proposals)
     return out
+
+
+def step_matches(out: StepOutcome, config: ExperimentConfig) -> list[Match]:
+    """The step's matches, one per proposal, in proposal order; rho is None unless the partner
+    attempted the task (always so for an invalid one): Match.played."""
+    k = config.rl.rollouts
+    return [Match(p.proposer, p.solver or "", isinstance(p.result, Task), p.rho, k) for p in out.proposals]
 
 
 def evolve(policy: Policy, state: RunState, config: ExperimentConfig) -> list[dict]:
@@ -271,18 +280,22 @@ def run(
             rd.append("tasks", task_rows(step, out.proposals))
             rd.append("metrics", rows)
             if config.run.agent == "population":
+                threshold = config.matchmaking.win_threshold
                 rd.append(
                     "matches",
                     [
                         {
                             "step": step,
-                            "teacher": p.proposer,
-                            "student": p.solver,
+                            "teacher": m.teacher,
+                            "student": m.student,
                             "kind": p.kind,
-                            "valid": isinstance(p.result, Task),
-                            "rho": p.rho,
+                            "valid": m.valid,
+                            "rho": m.rho,
+                            "rollouts": m.rollouts,
+                            # the teacher won games on it (0 < rho < win_threshold): the mechanism is live
+                            "contested": contested(m, threshold),
                         }
-                        for p in out.proposals
+                        for p, m in zip(out.proposals, step_matches(out, config))
                     ],
                 )
             # No evolution after the last step: its children would never train or play.

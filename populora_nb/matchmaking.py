@@ -1,17 +1,32 @@
-"""Matchmaking: TrueSkill ratings and prioritized fictitious self-play (PopuLoRA §3, issue 5).
+"""Matchmaking: TrueSkill ratings and prioritized fictitious self-play (PopuLoRA §3, issue 5, #27).
 
 Every member, teacher or student, holds one TrueSkill rating on a shared scale. A *match* is one
-proposed task. Its outcome follows the teacher reward (``rewards.teacher_reward``: −1 invalid,
-0 when ρ = 0, else 1 − ρ), so that a rating ranks members the way training rewards them:
+proposed task with its k rollouts by the matched student. A rating must rank the members of each
+role the way that role's own reward does (issue #27), so a match is scored as **games, one per
+rollout, for each role apart** (``teacher_games``, ``student_games``; partial play: a game moves
+one member, against an opponent held fixed):
 
-* valid, 0 < ρ < ``threshold``: the teacher wins. The task is learnable (some rollout solved it)
-  and mostly failed: the only case the teacher reward pays more than 1 − threshold for.
-* valid, ρ = 0 or ρ ≥ ``threshold``: the student wins. ρ = 0 earns the teacher 0 (an unsolvable
-  task teaches nothing), ρ ≥ threshold earns it at most 1 − threshold.
-* invalid: the teacher loses (its −1 reward) to a fixed *reference opponent* at the prior rating,
-  never updated. The student never saw the task, so its rating does not move.
-* valid but never attempted (ρ is None): no outcome at all. ``reward_samples`` gives such a task
-  no reward, and a rating outcome would invent one; the student did not play either.
+* The student plays the teacher (as it stood before the match): it wins each rollout it solved and
+  loses each it failed. Fails all < solves some < solves all; failing is never rated up.
+* The teacher of a *contested* task (0 < ρ < ``threshold``: learnable and mostly failed) plays the
+  student (as it stood before the match): it wins each rollout the student failed and loses each
+  one it solved, the student's games mirrored, so on contested tasks the games are zero-sum and
+  P(teacher beats student) ≈ 1 − ρ (PFSP's "near-balanced" p ≈ ½ is a pair whose tasks the student
+  solves about half the time).
+* The teacher of a task that teaches nothing (ρ = 0, or ρ ≥ ``threshold`` when it is below 1;
+  reward 0) loses k games to a fixed *reference opponent* at the prior, and of an invalid task
+  (reward −1) 2k: the student, who beat or failed a task that was no contest, is not the teacher's
+  opponent there, and two losses inside one pair would drag both down together (a spiral measured in
+  tests/test_matchmaking.py).
+* A valid task never attempted (ρ is None) plays no game (``reward_samples`` gives it no reward).
+
+Against identical opponents the teacher's order is then invalid < unsolvable = trivial < contested,
+lower contested ρ better; tests/test_matchmaking.py checks that property, not the rule.
+
+The rule the earlier version used, one game per match won by the teacher only for 0 < ρ <
+threshold and by the student otherwise, rated a student that failed every rollout (ρ = 0) up and
+one that solved a quarter down, and at 2 rollouts with threshold ½ no teacher could ever win
+(issue #27). ``reachable_band`` is the config's check that the teacher's band holds a ρ = j/k.
 
 PFSP (AlphaStar, Vinyals et al. 2019) then samples each step's pairing with weight f(p), p the
 rated probability that the teacher beats that student: f_var(p) = p(1 − p) favours near-balanced
@@ -50,7 +65,7 @@ class Rating:
 
 @dataclass(frozen=True)
 class Match:
-    """One proposed task between a teacher and its matched student."""
+    """One proposed task between a teacher and its matched student, with its k rollouts."""
 
     teacher: MemberId
     student: MemberId
@@ -59,17 +74,40 @@ class Match:
     rho: float | None = None
     """The student's solve rate on the task; None when the student never attempted it (always so
     for an invalid task)."""
+    rollouts: int | None = None
+    """k: the student's rollouts at the task (rho is a multiple of 1/k). An invalid task costs the
+    teacher 2k lost games: its reward -1 lies as far below 0 as 0 below a contested task's best.
+    Needed to rate the match; None only when reading records written before matches carried it."""
 
     def __post_init__(self) -> None:
         if not self.valid and self.rho is not None:
             raise ValueError("an invalid task is never shown to the student: its rho must be None")
         if self.rho is not None and not 0.0 <= self.rho <= 1.0:
             raise ValueError(f"rho must lie in [0, 1], got {self.rho!r}")
+        if self.rollouts is not None:
+            if self.rollouts < 1:
+                raise ValueError(f"rollouts must be >= 1, got {self.rollouts}")
+            if self.rho is not None and abs(self.rho * self.rollouts - round(self.rho * self.rollouts)) > 1e-9:
+                raise ValueError(f"rho={self.rho!r} is not a whole number of {self.rollouts} rollouts")
 
     @property
     def played(self) -> bool:
         """The student attempted the task: only then may the match move the student's rating."""
         return self.valid and self.rho is not None
+
+    @property
+    def k(self) -> int:
+        """The rollouts, which rating a match needs."""
+        if self.rollouts is None:
+            raise ValueError(
+                f"match {self.teacher}-{self.student} has no rollouts: pass Match(..., rollouts=k) to rate it"
+            )
+        return self.rollouts
+
+    @property
+    def solved(self) -> int:
+        """Rollouts the student solved (0 when it did not play)."""
+        return round(self.rho * self.k) if self.rho is not None else 0
 
 
 def make_trueskill(
@@ -79,10 +117,9 @@ def make_trueskill(
     tau: float = 25.0 / 300.0,
     draw_probability: float = 0.0,
 ) -> trueskill.TrueSkill:
-    """A TrueSkill environment with the package's defaults, except no draws.
-
-    A match outcome is a win or a loss (``match_winner``), so ``draw_probability`` is 0.
-    """
+    """A TrueSkill environment with the package's defaults, except no draws: every game of
+    ``teacher_games`` and ``student_games`` has a winner (a draw would pull a member towards its
+    opponent's rating whatever its reward)."""
     return trueskill.TrueSkill(mu=mu, sigma=sigma, beta=beta, tau=tau, draw_probability=draw_probability)
 
 
@@ -103,39 +140,71 @@ def win_probability(a: Rating, b: Rating, env: trueskill.TrueSkill) -> float:
     return 0.5 * math.erfc(-z / math.sqrt(2.0))
 
 
-Winner = Literal["teacher", "student", "reference"]
-
-
 def reference_rating(env: trueskill.TrueSkill) -> Rating:
-    """The fixed opponent an invalid task is lost to: the prior (mu, sigma), never updated."""
+    """The fixed opponent an invalid task is lost to: the prior (mu, sigma), never updated. The
+    prior, not the partner, so an invalid task costs the same whoever the partner was."""
     return Rating(float(env.mu), float(env.sigma))
 
 
-def match_winner(match: Match, threshold: float = 0.5) -> Winner | None:
-    """Who wins ``match`` (see the module docstring): "teacher" when 0 < ρ < threshold, "student"
-    when ρ = 0 or ρ ≥ threshold, "reference" for an invalid task, None for a valid task the
-    student never attempted (it earns no reward, so it has no outcome)."""
+def reachable_band(rollouts: int, threshold: float) -> list[float]:
+    """The solve rates ρ = j/k a task can reach with 0 < ρ < ``threshold``: the teacher's band.
+    Empty when threshold ≤ 1/k (e.g. k = 2, threshold ½: no teacher could ever win a game)."""
+    return [j / rollouts for j in range(1, rollouts) if j / rollouts < threshold]
+
+
+def contested(match: Match, threshold: float = 1.0) -> bool:
+    """A played task in the teacher's band, 0 < ρ < threshold: the only tasks a teacher wins games on."""
+    return match.played and 0 < match.solved and (match.rho or 0.0) < threshold
+
+
+class Game(NamedTuple):
+    """One game a member plays in a match: won or lost, against its partner or the reference."""
+
+    won: bool
+    against: Literal["partner", "reference"]
+
+
+def teacher_games(match: Match, threshold: float = 1.0) -> list[Game]:
+    """The teacher's games in ``match`` (module docstring): against the student, a win per failed
+    and a loss per solved rollout of a contested task; against the reference, k losses for a task
+    that teaches nothing and 2k for an invalid one; none for a task never attempted. Outcomes are
+    spread evenly through the games (TrueSkill's sequential updates depend slightly on order)."""
     if not match.valid:
-        return "reference"
-    if match.rho is None:
-        return None
-    return "teacher" if 0.0 < match.rho < threshold else "student"
+        return [Game(False, "reference")] * (2 * match.k)
+    if not match.played:
+        return []
+    if not contested(match, threshold):
+        return [Game(False, "reference")] * match.k
+    return [Game(not solved, "partner") for solved in _spread(match.solved, match.k)]
+
+
+def student_games(match: Match) -> list[Game]:
+    """The student's games in ``match``: against the teacher, a win per solved rollout and a loss per
+    failed one; none when it did not play (an invalid task, or one never attempted)."""
+    if not match.played:
+        return []
+    return [Game(solved, "partner") for solved in _spread(match.solved, match.k)]
+
+
+def _spread(j: int, k: int) -> list[bool]:
+    """k flags, j of them True, spread evenly (j = 2, k = 4: F T F T)."""
+    return [(i + 1) * j // k > i * j // k for i in range(k)]
 
 
 def update_ratings(
     ratings: Mapping[MemberId, Rating],
     matches: Sequence[Match],
     env: trueskill.TrueSkill,
-    threshold: float = 0.5,
+    threshold: float = 1.0,
 ) -> dict[MemberId, Rating]:
     """New ratings after ``matches``; the input mapping is not modified.
 
-    Matches are applied one at a time in the order given (TrueSkill updates are sequential, so
-    order matters slightly; the loop passes them in proposal order: teacher by teacher, task by
-    task). A match the student did not play leaves the student's rating exactly as it was.
+    Matches, and the games within one, are applied one at a time in the order given (TrueSkill
+    updates are sequential; the loop passes matches in proposal order: teacher by teacher, task by
+    task). A member no game moved is returned exactly as given.
     """
-    if not 0.0 <= threshold <= 1.0:
-        raise ValueError(f"threshold is a solve rate and must lie in [0, 1], got {threshold}")
+    if not 0.0 < threshold <= 1.0:
+        raise ValueError(f"threshold is a solve rate and must lie in (0, 1], got {threshold}")
     current = {m: env.create_rating(mu=r.mu, sigma=r.sigma) for m, r in ratings.items()}
     reference = env.create_rating(mu=env.mu, sigma=env.sigma)  # reference_rating(env), never updated
     moved: set[MemberId] = set()
@@ -146,27 +215,28 @@ def update_ratings(
                 raise KeyError(f"member {member!r} has no rating; start it with initial_ratings")
         if t == s:
             raise ValueError(f"member {t!r} cannot play itself")
-        winner = match_winner(match, threshold)
-        # Winner first. The module-level function with env= is the supported form;
-        # the TrueSkill.rate_1vs1 method is deprecated since trueskill 0.4.
-        if winner == "reference":
-            # A reference opponent rather than trueskill's partial-play weights (rate(...,
-            # weights=[(1,), (0,)])): trueskill clamps a weight of 0 to 1e-4, which scales the
-            # student's performance to ~0 (a teacher at the prior then drops from 25 to ~2.7 after
-            # one loss), and its tau still inflates the student's sigma. The prior is the
-            # reference, not the partner's rating, so an invalid task costs the same whoever the
-            # partner was.
-            _, current[t] = trueskill.rate_1vs1(reference, current[t], env=env)
-            moved.add(t)
-        elif winner == "student":
-            current[s], current[t] = trueskill.rate_1vs1(current[s], current[t], env=env)
-            moved.update((t, s))
-        elif winner == "teacher":
-            current[t], current[s] = trueskill.rate_1vs1(current[t], current[s], env=env)
-            moved.update((t, s))
-    # A rating that no match moved is returned as given: trueskill stores a Gaussian as
+        before = {t: current[s], s: current[t]}  # each side plays the other as it stood before the match
+        for member, games in ((t, teacher_games(match, threshold)), (s, student_games(match))):
+            for game in games:
+                opponent = before[member] if game.against == "partner" else reference
+                current[member] = _rated(current[member], opponent, won=game.won, env=env)
+            if games:
+                moved.add(member)
+    # A rating that no game moved is returned as given: trueskill stores a Gaussian as
     # (pi, tau) = (1/sigma², mu/sigma²), and that round trip alone can change mu in the last bit.
     return {m: Rating(float(current[m].mu), float(current[m].sigma)) if m in moved else r for m, r in ratings.items()}
+
+
+def _rated(
+    member: trueskill.Rating, opponent: trueskill.Rating, *, won: bool, env: trueskill.TrueSkill
+) -> trueskill.Rating:
+    """``member`` after one game against ``opponent``, whose rating this game does not change. The
+    module-level rate_1vs1 with env= is the supported form (the TrueSkill.rate_1vs1 method is
+    deprecated since trueskill 0.4); it takes the winner first. Partial play through trueskill's
+    weights=(1, 0) instead clamps the 0 to 1e-4 and still inflates the held side's sigma by tau."""
+    if won:
+        return trueskill.rate_1vs1(member, opponent, env=env)[0]
+    return trueskill.rate_1vs1(opponent, member, env=env)[1]
 
 
 def pfsp_weights(

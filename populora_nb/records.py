@@ -78,7 +78,7 @@ class RunDir:
         path = self.path / "config.yaml"
         try:
             data = yaml.safe_load(path.read_text())
-            return load_config(data.pop("preset"), data)
+            return load_config(data.pop("preset"), data, recorded=True)
         except (OSError, yaml.YAMLError, AttributeError, KeyError, TypeError, ValueError) as e:
             raise CorruptRunError(f"{path} does not load ({_one_line(e)})") from None
 

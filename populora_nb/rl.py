@@ -27,6 +27,7 @@ def trr_plus_plus_advantages(
     rewards: Sequence[float] | torch.Tensor,
     group_keys: Sequence[Hashable],
     eps: float = 1e-6,
+    scale_keys: Sequence[Hashable] | None = None,
 ) -> torch.Tensor:
     """Whiten scalar rewards within each group: ``(r − mean) / (std + eps)``. Returns (B,) float32.
 
@@ -40,6 +41,12 @@ def trr_plus_plus_advantages(
     and std exactly 1 up to ``eps``; verl's ``masked_whiten`` uses the unbiased estimate, which
     differs by a factor sqrt(n / (n − 1)) — a learning-rate rescale, not a change of direction.
 
+    ``scale_keys`` (one per reward, e.g. ``(member, role)``) keep the group's mean as the baseline
+    but divide by one scale per scale key: the root mean square of the centred rewards over all its
+    samples, as REINFORCE++'s global normalisation does over a whole batch. A group of 2 whitened
+    on its own is ±1 whatever its gap, so a validity gap (−1 vs 0) and a difficulty gap (0 vs 0.5)
+    teach the same amount; over a member's whole role batch their sizes survive (issue #27).
+
     Degenerate groups get advantage 0: a group of size 1 has no baseline to compare with (its
     sample would otherwise get 0 / eps), and a group whose rewards are all equal carries no
     preference between its samples.
@@ -47,20 +54,31 @@ def trr_plus_plus_advantages(
     r = torch.as_tensor(rewards, dtype=torch.float64).flatten()
     if r.numel() != len(group_keys):
         raise ValueError(f"need one group key per reward: {r.numel()} rewards vs {len(group_keys)} keys")
+    if scale_keys is not None and len(scale_keys) != len(group_keys):
+        raise ValueError(f"need one scale key per reward: {len(scale_keys)} scale keys vs {len(group_keys)} keys")
     if not torch.isfinite(r).all():
         raise ValueError("rewards must be finite")
-    groups: dict[Hashable, list[int]] = defaultdict(list)
-    for i, key in enumerate(group_keys):
-        groups[key].append(i)
-
-    adv = torch.zeros_like(r)
-    for idx in groups.values():
+    centred = torch.zeros_like(r)
+    scale = torch.ones_like(r)
+    for idx in _indices(group_keys).values():
         if len(idx) < 2:
             continue
-        g = r[idx]
         # float64 so groups of identical rewards give exactly 0, not rounding noise / eps.
-        adv[idx] = (g - g.mean()) / (g.std(correction=0) + eps)
-    return adv.to(torch.float32)
+        g = r[idx]
+        centred[idx] = g - g.mean()
+        scale[idx] = g.std(correction=0)
+    if scale_keys is not None:
+        for idx in _indices(scale_keys).values():
+            # every group's centred values sum to 0, so their RMS is the std over the whole scale set
+            scale[idx] = centred[idx].square().mean().sqrt()
+    return (centred / (scale + eps)).to(torch.float32)
+
+
+def _indices(keys: Sequence[Hashable]) -> dict[Hashable, list[int]]:
+    groups: dict[Hashable, list[int]] = defaultdict(list)
+    for i, key in enumerate(keys):
+        groups[key].append(i)
+    return groups
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor, aggregation: Aggregation) -> torch.Tensor:

@@ -376,11 +376,15 @@ def solve_rates(proposals: Sequence[Proposed], attempts: Sequence[Attempt]) -> l
 
 
 def reward_samples(
-    proposals: list[Proposed], attempts: list[Attempt], proposer_reward: Callable[[bool, float | None], float]
+    proposals: list[Proposed],
+    attempts: list[Attempt],
+    proposer_reward: Callable[[bool, float | None], float],
+    advantage_scale: str = "role",
 ) -> list[Sample]:
-    """Teacher/proposer and student samples with their rewards and TRR++ advantages, grouped by
-    (member, role, kind). ``proposer_reward(valid, rho)``: ``rewards.teacher_reward`` (PopuLoRA's
-    -1 / 0 / 1-rho) or ``rewards.azr_proposer_reward``."""
+    """Teacher/proposer and student samples with their rewards and TRR++ advantages, centred per
+    (member, role, kind); scaled per (member, role) (``advantage_scale="role"``) or per group
+    ("group", AZR's exact TRR++; `config.RLConfig.advantage_scale`). ``proposer_reward(valid, rho)``:
+    ``rewards.teacher_reward`` (PopuLoRA's -1 / 0 / 1-rho) or ``rewards.azr_proposer_reward``."""
     samples = []
     for p in proposals:
         valid = isinstance(p.result, Task)
@@ -405,7 +409,10 @@ def reward_samples(
             )
     if not samples:
         return []
-    adv = trr_plus_plus_advantages([s.reward for s in samples], [s.group for s in samples])
+    if advantage_scale not in ("role", "group"):
+        raise ValueError(f"advantage_scale must be 'role' or 'group', got {advantage_scale!r}")
+    scale_keys = [s.group[:2] for s in samples] if advantage_scale == "role" else None
+    adv = trr_plus_plus_advantages([s.reward for s in samples], [s.group for s in samples], scale_keys=scale_keys)
     return [dataclasses.replace(s, advantage=float(a)) for s, a in zip(samples, adv)]
 
 

@@ -57,11 +57,14 @@ def test_population_step_teacher_rewards_follow_the_students(verifier, tokenizer
     # Every member got its own update, and only with its own samples.
     assert sorted(m for m, _ in policy.updates) == sorted(state.roster)
     assert all(all(s.member == m for s in samples) for m, samples in policy.updates)
-    # rho is 0 or 1 here, never in (0, win_threshold): every played match is a student win (the teacher
-    # reward is 0 either way), and an invalid task costs its teacher rating without touching the student.
+    # rho is 0 or 1 here, never contested: a teacher wins no game (its reward is 0 either way) and
+    # loses k games per invalid task; a student wins its solved rollouts and loses its failed ones.
     prior = cfg.matchmaking.mu
-    assert all(state.ratings[s].mu > prior for s in state.students)
-    assert all(state.ratings[t].mu < prior for t in state.teachers)
+    played = {p.solver for p in out.proposals if p.rho is not None}
+    for s in played:
+        even = int(s[1:]) % 2 == 0
+        assert (state.ratings[s].mu > prior) if even else (state.ratings[s].mu < prior), s
+    assert all(state.ratings[t].mu < prior for t in state.teachers)  # every teacher wrote an invalid task
 
 
 class CrashingPolicy(ScriptedPolicy):

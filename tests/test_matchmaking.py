@@ -1,5 +1,6 @@
 """TrueSkill ratings, PFSP pairing and the solve-rate matrix."""
 
+import itertools
 import math
 import random
 from collections import Counter
@@ -11,19 +12,24 @@ import trueskill
 from populora_nb.config import ConfigError, load_config
 from populora_nb.evolution import fitness
 from populora_nb.matchmaking import (
+    Game,
     Match,
     Rating,
+    contested,
     initial_ratings,
     make_trueskill,
-    match_winner,
     pfsp_pairs,
     pfsp_weights,
+    reachable_band,
     reference_rating,
     round_robin_pairs,
     solve_rate_matrix,
+    student_games,
+    teacher_games,
     update_ratings,
     win_probability,
 )
+from populora_nb.rewards import teacher_reward
 
 # Chi-square critical value, 4 degrees of freedom, p = 0.001.
 CHI2_CRIT_DF4 = 18.467
@@ -60,60 +66,138 @@ def test_make_trueskill_leaves_the_global_environment_alone():
 # ---------------------------------------------------------------- rating updates
 
 
-def test_student_win_and_teacher_win_move_mu_in_the_right_directions(env):
-    r0 = initial_ratings(["T", "S"], env)
-    student_won = update_ratings(r0, [Match("T", "S", valid=True, rho=0.75)], env)
-    assert student_won["S"].mu > r0["S"].mu and student_won["T"].mu < r0["T"].mu
-    teacher_won = update_ratings(r0, [Match("T", "S", valid=True, rho=0.25)], env)
-    assert teacher_won["S"].mu < r0["S"].mu and teacher_won["T"].mu > r0["T"].mu
-    for r in (student_won, teacher_won):
-        assert r["S"].sigma < r0["S"].sigma and r["T"].sigma < r0["T"].sigma
-    assert r0 == initial_ratings(["T", "S"], env)  # input not modified
+def _conservative(r: Rating) -> float:
+    return fitness(r.mu, r.sigma, 3.0)  # evolution's fitness, mu - 3 sigma
 
 
-def test_outcomes_follow_the_teacher_reward():
-    # Teacher reward: -1 invalid, 0 at rho = 0, else 1 - rho. The teacher wins only the learnable,
-    # mostly failed tasks (0 < rho < threshold); the threshold is inclusive for the student.
-    assert match_winner(Match("T", "S", True, 0.0), threshold=0.5) == "student"  # nobody solves it
-    assert match_winner(Match("T", "S", True, 0.125), threshold=0.5) == "teacher"
-    assert match_winner(Match("T", "S", True, 0.49), threshold=0.5) == "teacher"
-    assert match_winner(Match("T", "S", True, 0.5), threshold=0.5) == "student"
-    assert match_winner(Match("T", "S", True, 0.25), threshold=0.25) == "student"
-    assert match_winner(Match("T", "S", False), threshold=0.5) == "reference"
-    assert match_winner(Match("T", "S", True, None), threshold=0.5) is None  # never attempted
+def _rated_against_a_fixed_opponent(env, role: str, match_args: tuple, opponent: Rating, matches: int = 120) -> Rating:
+    """The member's rating after `matches` identical matches against an opponent whose rating is
+    reset before every match: identical opponents for every member compared."""
+    me, other = ("T", "S") if role == "teacher" else ("S", "T")
+    ratings = initial_ratings(["T", "S"], env)
+    for _ in range(matches):
+        ratings[other] = opponent
+        ratings = update_ratings(ratings, [Match("T", "S", *match_args)], env)
+    return ratings[me]
+
+
+@pytest.mark.parametrize("k", [4, 8])
+def test_teacher_ratings_follow_the_teacher_reward(env, k):
+    """invalid (-1) < unsolvable (0) = trivial (0) < contested (1 - rho), lower contested rho better."""
+    opponent = Rating(25.0, 3.0)
+    behaviours = {"invalid": (False, None, k), "unsolvable": (True, 0.0, k), "trivial": (True, 1.0, k)}
+    behaviours |= {f"rho={j}/{k}": (True, j / k, k) for j in range(k - 1, 0, -1)}  # reward rising
+    got = {
+        name: _conservative(_rated_against_a_fixed_opponent(env, "teacher", b, opponent))
+        for name, b in behaviours.items()
+    }
+    assert got["invalid"] < got["unsolvable"] - 1.0
+    assert got["unsolvable"] == got["trivial"]  # both k losses to the reference
+    ordered = ["trivial"] + [f"rho={j}/{k}" for j in range(k - 1, 0, -1)]
+    assert all(got[a] < got[b] for a, b in zip(ordered, ordered[1:])), got
+    rewards = [teacher_reward(*b[:2]) for b in behaviours.values()]
+    ratings = list(got.values())
+    # the whole order, ties included: a higher reward never rates lower
+    assert all(ra <= rb for (wa, ra), (wb, rb) in itertools.product(zip(rewards, ratings), repeat=2) if wa < wb)
+
+
+@pytest.mark.parametrize("k", [4, 8])
+def test_student_ratings_follow_the_student_reward(env, k):
+    """fails all < solves some (more is better) < solves all; failing is never rated up."""
+    opponent = Rating(25.0, 3.0)
+    got = [
+        _conservative(_rated_against_a_fixed_opponent(env, "student", (True, j / k, k), opponent)) for j in range(k + 1)
+    ]
+    assert all(a < b for a, b in zip(got, got[1:])), got
+    fails_all = _rated_against_a_fixed_opponent(env, "student", (True, 0.0, k), opponent, matches=5)
+    assert fails_all.mu < env.mu  # the old rule rated this student up to mu ~ 42
+
+
+def test_a_threshold_below_one_caps_the_band(env):
+    opponent = Rating(25.0, 3.0)
+
+    def rated(rho, threshold):
+        ratings = initial_ratings(["T", "S"], env)
+        for _ in range(10):
+            ratings["S"] = opponent
+            ratings = update_ratings(ratings, [Match("T", "S", True, rho, 4)], env, threshold)
+        return ratings["T"].mu
+
+    assert rated(0.5, 0.5) < rated(0.25, 0.5)  # rho = threshold is out of the band
+    assert rated(0.5, 0.5) == rated(1.0, 0.5)  # rated like a trivial task
+    assert rated(0.5, 1.0) > rated(1.0, 1.0) + 1.0  # at the default threshold 1 every contested task gains
+
+
+def test_games_per_rollout():
+    lost_to_reference, won, lost = Game(False, "reference"), Game(True, "partner"), Game(False, "partner")
+    assert teacher_games(Match("T", "S", False, rollouts=4)) == [lost_to_reference] * 8
+    assert teacher_games(Match("T", "S", True, 0.0, 4)) == [lost_to_reference] * 4
+    assert teacher_games(Match("T", "S", True, 1.0, 4)) == [lost_to_reference] * 4
+    assert teacher_games(Match("T", "S", True, 0.25, 4)) == [won, won, won, lost]
+    assert teacher_games(Match("T", "S", True, 0.5, 4), threshold=0.5) == [lost_to_reference] * 4
+    assert teacher_games(Match("T", "S", True, None, 4)) == []  # never attempted
+    assert student_games(Match("T", "S", True, 0.5, 4)) == [lost, won, lost, won]
+    assert student_games(Match("T", "S", True, 0.0, 2)) == [lost, lost]
+    assert student_games(Match("T", "S", False, rollouts=2)) == []
+    assert contested(Match("T", "S", True, 0.25, 4)) and not contested(Match("T", "S", True, 1.0, 4))
+    with pytest.raises(ValueError, match="whole number"):
+        Match("T", "S", True, 0.3, 4)
+
+
+def test_reachable_band_and_the_config_refusal():
+    assert reachable_band(2, 0.5) == [] and reachable_band(4, 0.5) == [0.25]
+    assert reachable_band(2, 1.0) == [0.5] and reachable_band(1, 1.0) == []
+    with pytest.raises(ConfigError, match=r"win_threshold=0.5 with rl.rollouts=2.*rl.rollouts >= 3"):
+        load_config("tiny", {"rl.rollouts": 2, "matchmaking.win_threshold": 0.5})
+    with pytest.raises(ConfigError, match=r"rl.rollouts >= 2"):
+        load_config("tiny", {"rl.rollouts": 1})
+    load_config("tiny", {"rl.rollouts": 4, "matchmaking.win_threshold": 0.5})
 
 
 def test_match_played_only_when_valid_and_attempted():
     assert Match("T", "S", True, 0.0).played
+    with pytest.raises(ValueError, match="no rollouts"):
+        update_ratings(initial_ratings(["T", "S"], make_trueskill()), [Match("T", "S", True, 0.0)], make_trueskill())
     assert not Match("T", "S", True).played
     assert not Match("T", "S", False).played
     with pytest.raises(ValueError, match="never shown"):
         Match("T", "S", valid=False, rho=0.5)
 
 
-def test_unsolvable_tasks_are_teacher_losses(env):
-    r0 = initial_ratings(["T", "S"], env)
-    got = update_ratings(r0, [Match("T", "S", True, 0.0)], env)
-    assert got["T"].mu < r0["T"].mu and got["S"].mu > r0["S"].mu
-
-
 def test_invalid_task_moves_only_the_teacher_against_a_fixed_reference(env):
     r0 = {"T": Rating(27.0, 6.0), "S": Rating(31.0, 2.5), "U": Rating(12.0, 4.0), "V": Rating(20.0, 3.0)}
-    got = update_ratings(r0, [Match("T", "S", valid=False)] * 5, env)
+    got = update_ratings(r0, [Match("T", "S", valid=False, rollouts=2)] * 5, env)  # 2k = 4 games each
     assert got["S"] == r0["S"]  # exactly: mu and sigma, no tau inflation either
     assert got["U"] == r0["U"] and got["V"] == r0["V"]  # bystanders untouched
-    # The teacher lost five times to the prior-rated reference, whoever its partner was.
+    # The teacher lost 5 x 4 games to the prior-rated reference, whoever its partner was.
     t = env.create_rating(27.0, 6.0)
-    for _ in range(5):
+    for _ in range(20):
         _, t = trueskill.rate_1vs1(env.create_rating(env.mu, env.sigma), t, env=env)
     assert got["T"] == Rating(t.mu, t.sigma)
-    assert update_ratings(r0, [Match("T", "U", valid=False)] * 5, env)["T"] == got["T"]
+    assert update_ratings(r0, [Match("T", "U", valid=False, rollouts=2)] * 5, env)["T"] == got["T"]
     assert reference_rating(env) == Rating(env.mu, env.sigma)
 
 
 def test_unattempted_task_moves_nobody(env):
     r0 = {"T": Rating(27.0, 6.0), "S": Rating(31.0, 2.5)}
-    assert update_ratings(r0, [Match("T", "S", valid=True, rho=None)] * 3, env) == r0
+    assert update_ratings(r0, [Match("T", "S", valid=True, rho=None, rollouts=4)] * 3, env) == r0
+
+
+def test_each_side_plays_the_other_as_it_stood_before_the_match(env):
+    r0 = {"T": Rating(27.0, 6.0), "S": Rating(31.0, 2.5)}
+    got = update_ratings(r0, [Match("T", "S", True, 0.5, 2), Match("T", "S", True, 0.0, 2)], env)
+    t0, s0 = (env.create_rating(r0[m].mu, r0[m].sigma) for m in ("T", "S"))
+    ref = env.create_rating(env.mu, env.sigma)
+    t = trueskill.rate_1vs1(t0, s0, env=env)[0]  # the contested task: a failed rollout, the teacher's win
+    t = trueskill.rate_1vs1(s0, t, env=env)[1]  # and a solved one, its loss, both against S as it stood
+    s = trueskill.rate_1vs1(t0, s0, env=env)[1]
+    s = trueskill.rate_1vs1(s, t0, env=env)[0]
+    t1, s1 = t, s
+    for _ in range(2):  # the unsolvable task: the teacher loses to the reference, the student to T as it stood
+        t = trueskill.rate_1vs1(ref, t, env=env)[1]
+        s = trueskill.rate_1vs1(t1, s, env=env)[1]
+    assert got["T"] == Rating(t.mu, t.sigma) and got["S"] == Rating(s.mu, s.sigma)
+    assert s1 is not s
 
 
 def test_student_whose_partner_only_wrote_invalid_tasks_keeps_its_rating(env):
@@ -121,53 +205,45 @@ def test_student_whose_partner_only_wrote_invalid_tasks_keeps_its_rating(env):
     r = initial_ratings(teachers + students, env)
     r0 = dict(r)
     for _ in range(20):  # s2 only ever meets C, whose tasks are all invalid
-        r = update_ratings(r, [Match("A", "s0", True, 0.0), Match("B", "s1", True, 0.25), Match("C", "s2", False)], env)
+        r = update_ratings(
+            r,
+            [Match("A", "s0", True, 1.0, 4), Match("B", "s1", True, 0.25, 4), Match("C", "s2", False, rollouts=4)],
+            env,
+        )
     assert r["s2"] == r0["s2"]
     assert r["s0"].mu > r0["s0"].mu and r["s1"].mu < r0["s1"].mu  # the students who played moved
     assert r["s0"].sigma < r0["s0"].sigma and r["s1"].sigma < r0["s1"].sigma
 
 
-def test_ratings_rank_teachers_as_their_rewards_do(env):
+def test_ratings_rank_teachers_as_their_rewards_do_in_a_shared_pool(env):
     """A writes valid tasks nobody solves (reward 0), B tasks solved a quarter of the time
     (reward 0.75), C only invalid ones (reward -1); all meet a common pool of students by PFSP.
-    B must rate clearly above A and C, in mu and in mu - 3 sigma."""
+    B must rate clearly above A, and A above C, in mu and in mu - 3 sigma."""
     teachers, students = ["A", "B", "C"], ["s0", "s1", "s2", "s3"]
-    behaviour = {"A": (True, 0.0), "B": (True, 0.25), "C": (False, None)}
+    behaviour = {"A": (True, 0.0, 4), "B": (True, 0.25, 4), "C": (False, None, 4)}
     ratings, rng = initial_ratings(teachers + students, env), random.Random(0)
     for _ in range(60):
         pairs = pfsp_pairs(teachers, students, ratings, env, rng)
         matches = [Match(t, s, *behaviour[t]) for t, s in pairs for _ in range(4)]
         ratings = update_ratings(ratings, matches, env)
     a, b, c = ratings["A"], ratings["B"], ratings["C"]
-    assert b.mu > a.mu + env.beta and b.mu > c.mu + env.beta
-    fa, fb, fc = (fitness(r.mu, r.sigma, 3.0) for r in (a, b, c))  # evolution's fitness, mu - 3 sigma
-    assert fb > fa + env.beta and fb > fc + env.beta
+    assert b.mu > a.mu + env.beta and a.mu > c.mu + 1.0  # A and C only lose (to the reference): both sink
+    assert _conservative(b) > _conservative(a) + env.beta and _conservative(a) > _conservative(c) + 1.0
 
 
 def test_matches_apply_sequentially_in_the_given_order(env):
     r0 = initial_ratings(["T1", "T2", "S"], env)
-    matches = [
-        Match("T1", "S", True, 1.0),
-        Match("T1", "S", True, 0.0),
-        Match("T2", "S", True, 0.25),
-    ]
+    matches = [Match("T1", "S", True, 1.0, 2), Match("T1", "S", True, 0.0, 2), Match("T2", "S", True, 0.5, 2)]
     got = update_ratings(r0, matches, env)
-    t1, t2, s = (env.create_rating(r0[m].mu, r0[m].sigma) for m in ("T1", "T2", "S"))
-    s, t1 = trueskill.rate_1vs1(s, t1, env=env)
-    s, t1 = trueskill.rate_1vs1(s, t1, env=env)
-    t2, s = trueskill.rate_1vs1(t2, s, env=env)
-    assert got["T1"] == Rating(t1.mu, t1.sigma)
-    assert got["T2"] == Rating(t2.mu, t2.sigma)
-    assert got["S"] == Rating(s.mu, s.sigma)
     assert update_ratings(r0, matches[::-1], env)["S"] != got["S"]  # order matters
 
 
 def test_update_rejects_unknown_members_and_bad_matches(env):
     r0 = initial_ratings(["T", "S"], env)
     with pytest.raises(KeyError, match="no rating"):
-        update_ratings(r0, [Match("T", "X", True, 0.5)], env)
+        update_ratings(r0, [Match("T", "X", True, 0.5, 2)], env)
     with pytest.raises(ValueError, match="itself"):
-        update_ratings(r0, [Match("T", "T", True, 0.5)], env)
+        update_ratings(r0, [Match("T", "T", True, 0.5, 2)], env)
     with pytest.raises(ValueError, match="threshold"):
         update_ratings(r0, [], env, threshold=1.5)
 

@@ -204,7 +204,8 @@ def plot_solve_matrix(run_dir: str | Path, last_steps: int | None = None, ax: Ax
     if last_steps is not None and rows:
         cutoff = max(r["step"] for r in rows) - last_steps
         rows = [r for r in rows if r["step"] > cutoff]
-    matches = [Match(r["teacher"], r["student"], r["valid"], r["rho"]) for r in rows]
+    # runs recorded before matches carried their rollouts: rho alone is all this plot reads
+    matches = [Match(r["teacher"], r["student"], r["valid"], r["rho"], r.get("rollouts")) for r in rows]
     teachers, students = sorted({str(m.teacher) for m in matches}), sorted({str(m.student) for m in matches})
     mat = solve_rate_matrix(matches, teachers, students)
     ax.set(xlabel="student", ylabel="teacher", title="Solve rate ρ of valid tasks, per pair")
