@@ -191,6 +191,14 @@ class RLConfig:
     proposals_per_kind: int = 2
     """Tasks each teacher (or the baseline agent) proposes per kind per step. TRR++ whitens rewards
     within (member, role, kind), so with 1 a proposer's group is a singleton: advantage 0, no update."""
+    teacher_proposals_per_kind: int | None = None
+    """Tasks each population teacher proposes per kind per step; None: proposals_per_kind (the agent's). The
+    agent trains on its proposals and a solver batch, a teacher on its proposals only, so a teacher matches
+    the agent's trained tokens per step at about proposals_per_kind x (1 + solve length / propose length)
+    (analysis.compute measures the ratio; the presets say which lengths chose it)."""
+    student_tasks_per_kind: int | None = None
+    """Tasks per kind each student solves per step: its teachers' valid fresh tasks, topped up from the buffer
+    to this many (top-ups train but play no match). None: proposals_per_kind."""
     rollouts: int = 4
     """k: solver samples per valid task; the solve rate rho is their pass fraction."""
     advantage_scale: Literal["role", "group"] = "role"
@@ -210,6 +218,20 @@ class RLConfig:
 
     def __post_init__(self) -> None:
         _positive(self, "proposals_per_kind", "rollouts", "ppo_epochs", "micro_batch")
+        for name in ("teacher_proposals_per_kind", "student_tasks_per_kind"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ConfigError(f"{name} must be > 0 or null (the agent's proposals_per_kind), got {value!r}")
+
+    @property
+    def teacher_proposals(self) -> int:
+        """Tasks per kind a population teacher proposes per step."""
+        return self.teacher_proposals_per_kind or self.proposals_per_kind
+
+    @property
+    def student_tasks(self) -> int:
+        """Tasks per kind a population student solves per step (fresh first, then buffer top-ups)."""
+        return self.student_tasks_per_kind or self.proposals_per_kind
         if self.kl_coef < 0 or self.clip_epsilon <= 0:
             raise ConfigError("kl_coef must be >= 0 and clip_epsilon > 0")
 

@@ -131,7 +131,7 @@ def population_step(policy: Policy, verifier: Verifier, state: RunState, config:
     out, step = StepOutcome(), state.step
     partner = pair(state, config)
     with Timer(out.timings, "propose_s"):
-        out.proposals = propose(policy, state.teachers, state.buffers, config, step)
+        out.proposals = propose(policy, state.teachers, state.buffers, config, step, config.rl.teacher_proposals)
     # the matched student, set once: it is known before anything is solved
     out.proposals = [dataclasses.replace(p, solver=partner[p.proposer]) for p in out.proposals]
     with Timer(out.timings, "validate_s"):

@@ -29,8 +29,9 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "lora.rank": 4,  # tiny hidden size (64)
             "sampling.propose_max_new_tokens": 32,  # random weights never write a valid task anyway
             "sampling.solve_max_new_tokens": 16,
-            "rl.rollouts": 2,
-            "rl.proposals_per_kind": 1,
+            # k = 4: rho in {0, 1/4, ..., 1}, so the teacher's band 0 < rho < 1 holds three values (issue #27)
+            "rl.rollouts": 4,
+            "rl.proposals_per_kind": 2,  # TRR++ centres per (member, role, kind): 1 would leave every A = 0
             "run.steps": 3,
             "run.checkpoint_every": 1,
             "evolution.every": 2,  # so a 3-step run exercises one evolution event
@@ -42,8 +43,15 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "sampling.temperature": 0.7,  # 135M writes runnable code ~6/20 at 0.7, ~never at 1.0
             "sampling.propose_max_new_tokens": 96,  # measured: 4T+4S step ~55-170 s on 2 cores
             "sampling.solve_max_new_tokens": 32,
-            "rl.rollouts": 2,
-            "rl.proposals_per_kind": 2,  # TRR++ whitens per (member, role, kind): 1 would leave teachers at A = 0
+            # Issue #27. k = 4 puts three solve rates in the teacher's band (at 2 only rho = 1/2). Compute per
+            # adapter: the agent trains on 3 proposals + 3 solver answers per kind, a teacher on its 4 proposals,
+            # a student on 3-4 tasks x 4 rollouts; at the lengths the cpu protocol measured (37 / 13 tokens per
+            # proposal / answer, valid rate 0.8) each member trains on 0.99-1.09x the agent's tokens
+            # (tests/test_compute.py). Cost: about 2.5x the former 2-proposal, 2-rollout step.
+            "rl.rollouts": 4,
+            "rl.proposals_per_kind": 3,
+            "rl.teacher_proposals_per_kind": 4,
+            "rl.student_tasks_per_kind": 3,
             "rl.micro_batch": 2,  # measured: peak RSS 3.9 GB instead of 7.2 GB, same s/step
             "tasks.kinds": ["code_o", "code_i"],  # code_f prompts are long; too slow for the CPU budget
             "tasks.n_references": 2,  # shorter prompts for a 135M model on CPU
@@ -61,8 +69,12 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "sampling.temperature": 0.7,  # as smoke: 135M writes runnable code at 0.7, ~never at 1.0
             "sampling.propose_max_new_tokens": 72,  # a 135M proposal is a short function + one input
             "sampling.solve_max_new_tokens": 24,  # an output or input literal
-            "rl.rollouts": 2,
-            "rl.proposals_per_kind": 2,  # TRR++ needs >= 2 per (member, role, kind)
+            # As smoke (issue #27): k = 4 for a reachable teacher band, counts that match per-adapter trained
+            # tokens at this preset's measured lengths (37 / 13 tokens); issue #31's pilot revisits them.
+            "rl.rollouts": 4,
+            "rl.proposals_per_kind": 3,
+            "rl.teacher_proposals_per_kind": 4,
+            "rl.student_tasks_per_kind": 3,
             "rl.micro_batch": 4,
             "tasks.kinds": ["code_o", "code_i"],
             "tasks.n_references": 2,

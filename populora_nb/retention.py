@@ -133,7 +133,7 @@ def student_train_and_score(
     def samples_at(step: int) -> list[Sample]:
         jobs = [SolveJob(member, task, None, rollouts) for task in draw_tasks(pool, tasks_per_step, seed, step)]
         attempts: list[Attempt] = solve(policy, verifier, jobs, cfg, step, dict(examples or {}))
-        return reward_samples([], attempts, proposer_reward=teacher_reward)
+        return reward_samples([], attempts, teacher_reward, config.rl.advantage_scale)
 
     return lambda child, num_steps: _retrain(policy, member, child, num_steps, samples_at)
 
@@ -150,7 +150,7 @@ def teacher_train_and_score(
     seed: int = 0,
 ) -> TrainAndScore:
     """`train_and_score(child, n)` for a teacher child in `member`'s slot: each step it proposes
-    `rl.proposals_per_kind` tasks of each kind (references drawn from the fixed `buffers`, which do
+    `rl.teacher_proposals` tasks of each kind (references drawn from the fixed `buffers`, which do
     not grow), `student` solves the valid ones with `rollouts` samples and is never updated, and
     the child gets the PopuLoRA teacher reward. Score: the mean teacher reward of the step."""
     cfg = _solve_config(config, rollouts, seed)
@@ -159,13 +159,14 @@ def teacher_train_and_score(
     n_inputs = config.tasks.code_f_inputs
 
     def samples_at(step: int) -> list[Sample]:
-        proposals = propose(policy, [member], fixed, cfg, step)
+        proposals = propose(policy, [member], fixed, cfg, step, config.rl.teacher_proposals)
         proposals = validate(verifier, proposals, n_inputs)
         # No buffers for top-ups: only the child's own tasks are solved, and the student does not learn.
         jobs = solve_jobs({student: list(range(len(proposals)))}, proposals, {}, cfg, step)
         attempts = solve(policy, verifier, jobs, cfg, step, examples)
         proposals = solve_rates(proposals, attempts)
-        return [s for s in reward_samples(proposals, attempts, proposer_reward=teacher_reward) if s.member == member]
+        samples = reward_samples(proposals, attempts, teacher_reward, config.rl.advantage_scale)
+        return [s for s in samples if s.member == member]
 
     return lambda child, num_steps: _retrain(policy, member, child, num_steps, samples_at)
 
@@ -206,7 +207,7 @@ def run_retention(
     child trains in the parent's slot. A run without members of `role` (the AZR baseline) uses its
     single agent as parent and partner. `config` gives the model, sampling and verifier settings
     (use the run's own: `RunDir(run_dir).load_config()`). Defaults: `tasks_per_step` = a student's
-    tasks per loop step (proposals_per_kind × kinds), `rollouts` = rl.rollouts.
+    tasks per loop step (rl.student_tasks × kinds), `rollouts` = rl.rollouts.
     Returns operator name → n_steps + 1 scores."""
     own_verifier = verifier is None
     if verifier is None:
@@ -220,7 +221,7 @@ def run_retention(
         n_rollouts = rollouts or config.rl.rollouts
         if role == "student":
             pool = retention_pool(state.buffers, config.tasks.kinds)
-            per_step = tasks_per_step or config.rl.proposals_per_kind * len(config.tasks.kinds)
+            per_step = tasks_per_step or config.rl.student_tasks * len(config.tasks.kinds)
             train_and_score = student_train_and_score(
                 policy,
                 verifier,

@@ -200,9 +200,16 @@ def seed_for(seed: int, step: int, purpose: str) -> int:
 
 
 def propose(
-    policy: Policy, proposers: Sequence[str], buffers: dict[str, TaskBuffer], config: ExperimentConfig, step: int
+    policy: Policy,
+    proposers: Sequence[str],
+    buffers: dict[str, TaskBuffer],
+    config: ExperimentConfig,
+    step: int,
+    per_kind: int | None = None,
 ) -> list[Proposed]:
-    """Every proposer writes `proposals_per_kind` tasks of each kind, all in one mixed-adapter batch."""
+    """Every proposer writes `per_kind` tasks of each kind (default `rl.proposals_per_kind`, the
+    agent's; population teachers pass `rl.teacher_proposals`), all in one mixed-adapter batch."""
+    per_kind = per_kind or config.rl.proposals_per_kind
     rng = rng_for(config.run.seed, step, "references")
     tc = config.tasks
     program_buffer = buffers.get("code_o") or buffers.get("code_i")
@@ -211,7 +218,7 @@ def propose(
     jobs: list[tuple[str, str, str, str]] = []  # (member, kind, prompt, reference program)
     for member in proposers:
         for kind in tc.kinds:
-            for _ in range(config.rl.proposals_per_kind):
+            for _ in range(per_kind):
                 if kind == "code_f":
                     refs = program_buffer.sample(1, rng, tc.reference_sampling)  # type: ignore[union-attr]  # checked above
                     text = propose_prompt("code_f", refs, n_inputs=tc.code_f_inputs)
@@ -268,16 +275,17 @@ def solve_jobs(
     step: int,
 ) -> list[SolveJob]:
     """PopuLoRA's student batch: k rollouts of every valid task proposed to each solver, topped up
-    from the buffers to `proposals_per_kind` tasks of each kind per solver (compute matching), all
-    trained on."""
+    from the buffers to `rl.student_tasks` tasks of each kind per solver (compute matching; the
+    `own_rollouts` baseline's quota is its own `proposals_per_kind`), all trained on."""
     rng = rng_for(config.run.seed, step, "topup")
     k = config.rl.rollouts
+    quota = config.rl.student_tasks if config.run.agent == "population" else config.rl.proposals_per_kind
     jobs: list[SolveJob] = []
     for solver, indices in assignments.items():
         for kind in config.tasks.kinds:
             mine = [i for i in indices if isinstance(proposals[i].result, Task) and proposals[i].kind == kind]
             jobs += [SolveJob(solver, proposals[i].result, i, k) for i in mine]  # type: ignore[arg-type]
-            missing = config.rl.proposals_per_kind - len(mine)
+            missing = quota - len(mine)
             if missing > 0 and kind in buffers:
                 jobs += [SolveJob(solver, t, None, k) for t in buffers[kind].sample(missing, rng)]
     return jobs

@@ -93,7 +93,8 @@ def test_run_writes_records_and_a_crashed_run_resumes_to_the_same_records(tmp_pa
     assert {r["step"] for r in rows} == {0, 1, 2, 3} and len(rows) == 4 * cfg.n_members
     assert full.latest_checkpoint()[0] == 4
     assert all(r["time/step_s"] > 0 and r["memory/peak_rss_gb"] > 0.01 for r in rows)  # the report's cost columns
-    assert len(full.read("tasks")) == 4 * cfg.population.n_teachers * len(cfg.tasks.kinds)
+    per_step = cfg.population.n_teachers * len(cfg.tasks.kinds) * cfg.rl.teacher_proposals
+    assert len(full.read("tasks")) == 4 * per_step
 
     calls_per_step = ScriptedPolicy(tokenizer)
     run(cfg, tmp_path / "probe", policy=calls_per_step, progress=False)

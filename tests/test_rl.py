@@ -3,6 +3,8 @@
 import pytest
 import torch
 
+from populora_nb.config import load_config
+from populora_nb.presets import PRESETS
 from populora_nb.rl import (
     completion_entropy,
     completion_logprobs,
@@ -292,3 +294,52 @@ def test_tempered_logprobs_keep_gradients_and_bf16_precision():
     logits.requires_grad_(True)
     completion_logprobs(logits, input_ids, mask, 0.7).sum().backward()
     assert logits.grad is not None and logits.grad.abs().sum() > 0
+
+
+# ---------------------------------------------------------------- advantage magnitudes (issue #27)
+
+
+def test_role_scale_keeps_the_size_of_a_gap_where_groups_of_two_do_not():
+    # kind A: a validity gap (-1 vs 0); kind B: a difficulty gap (0 vs 0.5); one teacher's batch
+    rewards = [-1.0, 0.0, 0.0, 0.5]
+    groups = [("T", "propose", "code_o")] * 2 + [("T", "propose", "code_i")] * 2
+    per_group = trr_plus_plus_advantages(rewards, groups)
+    assert per_group[0].abs().item() == pytest.approx(per_group[2].abs().item(), rel=1e-4)  # both +-1: a sign
+    scaled = trr_plus_plus_advantages(rewards, groups, scale_keys=[g[:2] for g in groups])
+    assert (scaled[1] - scaled[0]).item() == pytest.approx(2 * (scaled[3] - scaled[2]).item(), rel=1e-4)  # ratio kept
+    assert scaled[:2].sum().item() == pytest.approx(0.0, abs=1e-6) and scaled.square().mean().item() == pytest.approx(
+        1.0, rel=1e-4
+    )
+
+
+def test_role_scale_leaves_degenerate_groups_at_zero_and_other_members_alone():
+    rewards = [0.0, 0.0, 1.0, -0.5, 3.0]
+    groups = [("T", "propose", "a")] * 2 + [("T", "propose", "b")] * 2 + [("U", "propose", "a")]
+    adv = trr_plus_plus_advantages(rewards, groups, scale_keys=[g[:2] for g in groups])
+    assert adv[:2].tolist() == [0.0, 0.0] and adv[4].item() == 0.0  # all equal; a singleton
+    assert adv[2].item() > 0 > adv[3].item()
+    with pytest.raises(ValueError, match="scale key"):
+        trr_plus_plus_advantages(rewards, groups, scale_keys=["x"])
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_each_preset_keeps_a_difficulty_gap_and_a_validity_gap_apart(preset):
+    """At the preset's own group sizes (proposals per kind x kinds), a teacher batch with one invalid
+    task, one contested task (rho = 1/2) and the rest teaching nothing gives the invalid and the
+    contested task advantages of different size: the update sees the validity gap (-1) as larger
+    than the difficulty gap (0.5)."""
+    cfg = load_config(preset)
+    n, kinds = cfg.rl.proposals_per_kind, cfg.tasks.kinds
+    rewards = [0.0] * (n * len(kinds))
+    groups = [("T", "propose", k) for k in kinds for _ in range(n)]
+    rewards[0] = -1.0  # invalid, in the first kind's group
+    rewards[1 if n >= 3 else n] = 0.5  # contested: the same group when it has room for a third value
+    scale = [g[:2] for g in groups] if cfg.rl.advantage_scale == "role" else None
+    adv = trr_plus_plus_advantages(rewards, groups, scale_keys=scale)
+    nothing = [i for i in range(len(rewards)) if rewards[i] == 0.0 and groups[i] == groups[0]]
+    invalid_gap = (adv[nothing[0]] - adv[0]).item()
+    contested_index = 1 if n >= 3 else n
+    same_group = [i for i in range(len(rewards)) if rewards[i] == 0.0 and groups[i] == groups[contested_index]]
+    contested_gap = (adv[contested_index] - adv[same_group[0]]).item()
+    assert invalid_gap > 0 and contested_gap > 0
+    assert invalid_gap == pytest.approx(2 * contested_gap, rel=0.05), (invalid_gap, contested_gap)
