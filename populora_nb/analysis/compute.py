@@ -1,12 +1,19 @@
-"""Compute matching between the single AZR agent and the population (PopuLoRA §4).
+"""Compute matching between the single AZR agent and the population (PopuLoRA §4, issue #27).
 
-The paper compares the two *per adapter*: every population member gets about the generation and
-training budget the single agent gets, so the population as a whole spends about n_T times the
-baseline's total (n_T teacher-student pairs each doing what the agent does alone). Nothing here
-assumes that: the loop records, per member and step, the completion tokens it generated
-(``compute/generated_tokens``: proposals and every rollout, trained on or not, e.g. AZR's
-learnability rollouts) and the completion tokens it trained on (``compute/trained_tokens``), and
-this module sums them so the report states the measured ratio next to the claim.
+The paper compares the two *per adapter*: its baseline is "per-adapter compute-matched". Read
+literally, each population member gets what the single agent gets, so the population as a whole
+spends about n times the baseline (n = n_T + n_S adapters). The loop records, per member and step,
+the completion tokens it generated (``compute/generated_tokens``: proposals and every rollout,
+trained on or not, e.g. AZR's learnability rollouts) and the completion tokens it trained on
+(``compute/trained_tokens``: the samples of an update that ran; an all-zero-advantage update is
+skipped and trains on nothing), and this module sums them per role and per step, so the report
+states the measured ratio next to the claim, with the ±15% band the presets aim for.
+
+The band applies to *trained* tokens, which decide how much each evaluated adapter learned. Matching
+generated tokens per adapter as well is impossible with AZR's recipe: the agent generates k
+learnability rollouts per proposal that it never trains on, while every rollout a population
+student generates is also trained on (and scores its teacher), so a member generating as much as the
+agent would train on ~1.5-2x its tokens. The table shows the generated ratio beside the trained one.
 """
 
 from __future__ import annotations
@@ -18,11 +25,13 @@ from pathlib import Path
 from populora_nb.records import RunDir
 
 KEYS = ("compute/generated_tokens", "compute/trained_tokens")
+BAND = 0.15
+"""Per-adapter trained tokens within ±15% of the agent's count as matched (issue #27)."""
 
 
 @dataclass(frozen=True)
 class RunCompute:
-    """One run's measured compute, in completion tokens summed over every step and member."""
+    """One run's (or one role's) measured compute, in completion tokens summed over every step and member."""
 
     name: str
     adapters: int
@@ -32,17 +41,20 @@ class RunCompute:
 
     @property
     def generated_per_adapter(self) -> float:
-        """Completion tokens generated per adapter (the paper matches compute per adapter)."""
-        return self.generated / self.adapters
+        """Completion tokens generated per adapter and step."""
+        return self.generated / self.adapters / self.steps
 
     @property
     def trained_per_adapter(self) -> float:
-        """Completion tokens trained on per adapter."""
-        return self.trained / self.adapters
+        """Completion tokens trained on per adapter and step."""
+        return self.trained / self.adapters / self.steps
 
 
-def run_compute(name: str, rows: list[dict]) -> RunCompute | None:
-    """Sum a run's metrics rows; None for a run recorded before token counts existed."""
+def run_compute(name: str, rows: list[dict], role: str | None = None) -> RunCompute | None:
+    """Sum a run's metrics rows (only ``role``'s members when given); None for a run recorded
+    before token counts existed, or with no member of that role."""
+    if role is not None:
+        rows = [r for r in rows if r.get("role") == role]
     if not any(KEYS[0] in r for r in rows):
         return None
     return RunCompute(
@@ -63,50 +75,85 @@ def _roster_size(rows: list[dict]) -> int:
     return max(per_step.values())
 
 
+def per_adapter_ratios(runs: Mapping[str, list[dict]]) -> dict[str, tuple[float, float]]:
+    """Per role of the population ("teacher", "student") and for all its members ("population"):
+    (generated, trained) tokens per adapter and step divided by the baseline agent's. Needs a
+    "baseline" and a "population" run; a ratio whose baseline is 0 is NaN."""
+    base = run_compute("baseline", runs["baseline"])
+    if base is None:
+        return {}
+    out = {}
+    for role in ("teacher", "student", None):
+        c = run_compute("population", runs["population"], role)
+        if c is not None:
+            out[role or "population"] = (
+                _div(c.generated_per_adapter, base.generated_per_adapter),
+                _div(c.trained_per_adapter, base.trained_per_adapter),
+            )
+    return out
+
+
+def _div(a: float, b: float) -> float:
+    return a / b if b else float("nan")
+
+
 def compute_table(runs: Mapping[str, str | Path]) -> list[list[str]]:
-    """Rows for the report: per run, total and per-adapter generated / trained tokens, and for the
-    population the ratio of its per-adapter compute to the baseline agent's (1.0 is the paper's
-    per-adapter matching) and of its total (about n_T under that matching)."""
-    measured = {name: run_compute(name, RunDir(Path(path)).read("metrics")) for name, path in runs.items()}
-    rows = [
-        [
-            "run",
-            "adapters",
-            "steps",
-            "generated tokens",
-            "trained tokens",
-            "generated / adapter",
-            "trained / adapter",
-            "per-adapter ratio to baseline (gen / train)",
-            "total ratio to baseline (gen / train)",
-        ]
+    """Rows for the report: per run (and per role of the population), adapters, steps, total tokens,
+    tokens per adapter and step, and the per-adapter ratio to the baseline agent with whether its
+    trained tokens lie in the ±15% band; the population's total ratio (about n adapters under
+    per-adapter matching) on its own row."""
+    records = {name: RunDir(Path(path)).read("metrics") for name, path in runs.items()}
+    header = [
+        "run",
+        "adapters",
+        "steps",
+        "generated tokens",
+        "trained tokens",
+        "generated / adapter / step",
+        "trained / adapter / step",
+        "per-adapter ratio to the agent (gen / train)",
+        f"trained within ±{BAND:.0%}",
+        "total ratio to the agent (gen / train)",
     ]
-    base = measured.get("baseline")
-    for name, c in measured.items():
-        if c is None:
-            rows.append([name] + ["not recorded"] * 8)
-            continue
-        per = total = "reference" if name == "baseline" else "n/a (no baseline run)"
-        if base is not None and name != "baseline":
-            generated = _ratio(c.generated_per_adapter, base.generated_per_adapter)
-            per = f"{generated} / {_ratio(c.trained_per_adapter, base.trained_per_adapter)}"
-            total = f"{_ratio(c.generated, base.generated)} / {_ratio(c.trained, base.trained)}"
-        rows.append(
-            [
-                name,
-                str(c.adapters),
-                str(c.steps),
-                f"{c.generated:.0f}",
-                f"{c.trained:.0f}",
-                f"{c.generated_per_adapter:.0f}",
-                f"{c.trained_per_adapter:.0f}",
-                per,
-                total,
-            ]
-        )
+    rows = [header]
+    base = run_compute("baseline", records["baseline"]) if "baseline" in records else None
+    for name, metrics in records.items():
+        roles = [None, "teacher", "student"] if name != "baseline" and any("role" in r for r in metrics) else [None]
+        for role in roles:
+            c = run_compute(name, metrics, role)
+            label = name if role is None else f"{name} · {role}s"
+            if c is None:
+                if role is None:
+                    rows.append([label] + ["not recorded"] * (len(header) - 1))
+                continue
+            per = total = band = "reference" if name == "baseline" else "n/a (no baseline run)"
+            if base is not None and name != "baseline":
+                gen = _div(c.generated_per_adapter, base.generated_per_adapter)
+                train = _div(c.trained_per_adapter, base.trained_per_adapter)
+                per = f"{_fmt(gen)} / {_fmt(train)}"
+                band = "n/a" if train != train else ("yes" if abs(train - 1) <= BAND else "no")
+                total = (
+                    ""
+                    if role is not None
+                    else f"{_fmt(_div(c.generated, base.generated))} / {_fmt(_div(c.trained, base.trained))}"
+                )
+            rows.append(
+                [
+                    label,
+                    str(c.adapters),
+                    str(c.steps),
+                    f"{c.generated:.0f}",
+                    f"{c.trained:.0f}",
+                    f"{c.generated_per_adapter:.0f}",
+                    f"{c.trained_per_adapter:.0f}",
+                    per,
+                    band,
+                    total,
+                ]
+            )
     return rows
 
 
-def _ratio(a: float, b: float) -> str:
+def _fmt(x: float) -> str:
     # A baseline that trained on nothing (every update skipped: all advantages 0) has no ratio.
-    return f"{a / b:.2f}" if b else "n/a"
+    return "n/a" if x != x else f"{x:.2f}"
