@@ -21,6 +21,7 @@ from populora_nb.analysis.complexity import analyse_run, detect_collapse
 from populora_nb.analysis.compute import compute_table
 from populora_nb.analysis.coverage import COVERAGE_KINDS, rarefaction_curves
 from populora_nb.analysis.figures import save_figure
+from populora_nb.analysis.liveness import liveness
 from populora_nb.analysis.runs import find_runs
 from populora_nb.evolution import Lineage
 from populora_nb.records import RunDir
@@ -106,15 +107,27 @@ def sections(out: Path) -> list[Section]:
             table=_run_table(out, runs),
         )
     ]
+    if "population" in runs:
+        live = liveness(runs["population"])
+        secs.append(
+            Section(
+                "Is the mechanism live?",
+                "Read before any curve (DESIGN.md): teachers win rating games only on contested tasks "
+                "(0 < ρ < win_threshold), tasks in 0 < ρ < 1 are the only ones whose rollouts carry a "
+                "difficulty signal, and a child that is culled at the next evolution event never learned. "
+                + live.summary(),
+            )
+        )
     secs.append(
         Section(
             "Compute",
-            "Measured, in completion tokens summed over steps and members "
-            "(`compute/generated_tokens`: proposals and every rollout, including AZR's learnability "
-            "rollouts that are not trained on; `compute/trained_tokens`). The paper matches compute per "
-            "adapter: each population member spends about what the single agent does, so a per-adapter "
-            "ratio near 1 is the paper's setting and the population's total is then about n_T times the "
-            "baseline's.",
+            "Measured, in completion tokens (`compute/generated_tokens`: proposals and every rollout, "
+            "including AZR's learnability rollouts that are not trained on; `compute/trained_tokens`: the "
+            "samples of updates that ran). The paper's baseline is per-adapter compute-matched: read literally, "
+            "each population member trains on about what the single agent trains on (a per-adapter trained "
+            "ratio within ±15%, column 'trained within'), so the population's total is about n times the "
+            "baseline's. Generated tokens cannot match as well: the agent's learnability rollouts are never "
+            "trained on, a student's rollouts always are (analysis/compute.py).",
             table=compute_table(runs),
         )
     )
