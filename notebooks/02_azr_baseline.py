@@ -12,8 +12,10 @@
 # rollouts are not trained on) → AZR's proposer reward (1 − s for 0 < s < 1, −0.5 at s ∈ {0, 1},
 # −1 invalid) → the agent's solver answers its own batch of `rl.proposals_per_kind` buffer tasks
 # per kind (recency-weighted: mostly the last steps' tasks), one response each, with the student
-# reward (+1 / −0.5 / −1) → TRR++ advantages per (role × kind) → one policy-gradient step on the
-# agent's LoRA. `run.baseline_solver = "own_rollouts"` is the variant that trains the solver on the
+# reward (+1 / −0.5 / −1) → TRR++ advantages, centred per (role × kind) and scaled per role
+# (`rl.advantage_scale = "role"`: with 3 proposals per kind a group whitened alone would turn a
+# validity gap and a difficulty gap into the same ±1; `"group"` is AZR's exact TRR++) → one
+# policy-gradient step on the agent's LoRA. `run.baseline_solver = "own_rollouts"` is the variant that trains the solver on the
 # learnability rollouts instead, as a PopuLoRA student trains on its matched tasks.
 #
 # The headline solve rate is ρ of the fresh proposals; the solver's buffer batch is plotted apart.
@@ -80,11 +82,17 @@ plt.show()
 
 # %% [markdown]
 # ## What "compute-matched" means here
-# The paper matches compute **per adapter**: each population member gets about the generation and
-# training budget of this single agent, so the population as a whole spends about n_T times as
-# much. The loop measures it in completion tokens (generated: proposals and every rollout,
-# learnability rollouts included; trained: what the updates learned from). When the population
-# run of this experiment exists (notebook 03, `make run`), its row and the ratios appear too.
+# The paper's baseline is "per-adapter compute-matched". Read literally, each population member
+# trains on about what this single agent trains on (its proposals plus its solver batch), so the
+# population as a whole spends about n times as much. A teacher trains only on proposals and a student
+# only on rollouts, so the presets give teachers more proposals per kind than the agent
+# (`rl.teacher_proposals_per_kind`) and students a task quota (`rl.student_tasks_per_kind`), chosen so
+# that at the lengths the cpu protocol measured each member trains on 0.99-1.04x the agent's tokens.
+# The loop measures it in completion tokens (generated: proposals and every rollout, learnability
+# rollouts included; trained: what the updates learned from); the table says whether each role's
+# trained tokens lie within ±15%. Generated tokens cannot also match: this agent's learnability
+# rollouts are never trained on, while every student rollout is. When the population run of this
+# experiment exists (notebook 03, `make run`), its rows and the ratios appear too.
 
 # %%
 from populora_nb.analysis.compute import compute_table

@@ -71,10 +71,13 @@ plt.show()
 
 # %% [markdown]
 # ## Ratings, matchups and valid rates
-# Each task is one TrueSkill match, scored as the teacher reward scores it: the teacher wins only a
-# learnable, mostly failed task (0 < ρ < `win_threshold`); ρ = 0 (nobody solves it) and
-# ρ ≥ threshold are student wins; an invalid task is a teacher loss to a fixed prior-rated
-# reference and leaves the student's rating untouched, since the student never saw it.
+# Each task is one TrueSkill match of k games, one per rollout, and each role is rated by its own
+# reward (`matchmaking.py`): the student wins the rollouts it solved and loses the ones it failed; the
+# teacher of a contested task (0 < ρ < `win_threshold`, by default every learnable one) wins the
+# rollouts the student failed and loses the ones it solved; a task that teaches nothing (ρ = 0 or
+# ρ = 1, reward 0) costs its teacher k games against a fixed prior-rated reference, an invalid one 2k,
+# and the student, who never saw an invalid task, is not moved by it. So a student is never rated up
+# for failing, and a teacher rises only on tasks its student sometimes solves.
 #
 # What to look for: whether teacher and student ratings separate or keep crossing (an arms race),
 # which teacher–student pairs PFSP chose and how hard their tasks were (ρ; blank where a pair
@@ -90,6 +93,17 @@ fig.tight_layout()
 if out_dir:
     save_figure(fig, experiment / "03_population.png", close=False)
 plt.show()
+
+# %% [markdown]
+# ## Is the mechanism live?
+# Before reading any curve: did teachers win games, did tasks land in 0 < ρ < 1, and did children live
+# through the evolution event after their birth? A zero here means the curves above were made by the
+# settings, not by an arms race.
+
+# %%
+from populora_nb.analysis.liveness import liveness
+
+print(liveness(run_dir).summary())
 
 # %% [markdown]
 # ## Lineage
@@ -119,7 +133,7 @@ assert len([r for r in metrics if r["step"] == 0]) == config.n_members
 assert all("rating/mu" in r for r in metrics)
 assert len(
     result.read("matches")
-) == config.run.steps * config.population.n_teachers * config.rl.proposals_per_kind * len(config.tasks.kinds)
+) == config.run.steps * config.population.n_teachers * config.rl.teacher_proposals * len(config.tasks.kinds)
 if config.evolution.enabled and config.run.steps > config.evolution.every:
     assert births, "evolution should have replaced members"
 print(f"{len(metrics)} member-steps, {len(result.read('matches'))} matches, {len(births)} children")
