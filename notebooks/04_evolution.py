@@ -41,7 +41,7 @@ from populora_nb.analysis.runs import find_runs
 from populora_nb.config import load_config
 from populora_nb.evolution import MemberRating, OperatorMix, ancestors, simulate_lineage
 from populora_nb.lowrank import lora_rank, relative_change, singular_values
-from populora_nb.operators import CONTROLS, OPERATORS, PAPER_IDS, arity, synthetic_factors
+from populora_nb.operators import CONTROLS, OPERATORS, PAPER_IDS, arity, dare_identical_change, synthetic_factors
 from populora_nb.records import RunDir
 from populora_nb.retention import run_retention
 
@@ -119,6 +119,50 @@ fig.tight_layout()
 if figures:
     save_figure(fig, figures / "04_operator_spectra.png", close=False)  # still shown below
 plt.show()
+
+# %% [markdown]
+# ## Crossovers of identical and of near-identical parents
+# A crossover of a member with itself should give that member back, and one of two near-identical
+# members a near-identical child: otherwise it restarts rather than combines. Each crossover is
+# run on (parent 1, parent 1) and on (parent 1, parent 1 nudged by a small M4), and the bars give
+# the child's change against parent 1 (log scale; on these float32 factors `relative_change` reads
+# anything below ~2e-4 as rounding, and exact copies as 0). What to look for: X2, X3, X4 and
+# linear_0_5 give parent 1 back to that floor and move the nudged pair by at most about the
+# parents' own distance (dotted). X1 DARE's random drop moves even a self-cross, by about
+# `dare_identical_change(p)` (dashed).
+
+# %%
+nudged = OPERATORS["full_gaussian"](parent_1, generator=torch.Generator().manual_seed(seed + 1), epsilon=0.015)
+apart = relative_change(parent_1, nudged)
+second_parents = {"parent 2 = parent 1": parent_1, "parent 2 = parent 1 + small M4": nudged}
+crossovers = [name for name in OPERATORS if arity(name) == 2]
+moved_from = {pair: {} for pair in second_parents}  # pair -> crossover -> change against parent 1
+for pair, second in second_parents.items():
+    for name in crossovers:
+        child = OPERATORS[name](parent_1, second, generator=torch.Generator().manual_seed(seed))
+        moved_from[pair][name] = relative_change(parent_1, child)
+self_moved, near_moved = moved_from.values()
+dare_p = inspect.signature(OPERATORS["dare"]).parameters["p"].default
+dare_expected = dare_identical_change(dare_p)
+
+fig, ax = plt.subplots(figsize=(9, 3.5))
+where = range(len(crossovers))
+floor = 1e-8  # where a change of exactly 0 (a copy) is drawn on the log scale
+for offset, (pair, changes) in zip((-0.2, 0.2), moved_from.items()):
+    ax.bar([i + offset for i in where], [max(changes[n], floor) for n in crossovers], width=0.4, label=pair)
+ax.axhline(apart, ls=":", color="0.3", label=f"parents' distance {apart:.3f}")
+ax.axhline(dare_expected, ls="--", color="C3", label=f"DARE's expected change, p = {dare_p}: {dare_expected:.2f}")
+ax.set_xticks(list(where), [name if name in CONTROLS else f"{PAPER_IDS[name]} {name}" for name in crossovers])
+ax.set_yscale("log")
+ax.set_ylim(floor / 2, 2)
+ax.set_ylabel("change against parent 1")
+ax.legend(fontsize=8, loc="lower right")
+fig.tight_layout()
+if figures:
+    save_figure(fig, figures / "04_crossover_identity.png", close=False)
+plt.show()
+for name in crossovers:
+    print(f"{name:>14}: identical parents {self_moved[name]:.1e}, parents {apart:.3f} apart {near_moved[name]:.4f}")
 
 # %% [markdown]
 # ## A lineage over a few generations
@@ -239,8 +283,10 @@ for name, scores in curves.items():
 # %% [markdown]
 # ## Verify it is real
 # Every child has its parent's rank and shapes and no NaN, copy_parent is the parent exactly, the
-# operators that should move ΔW did, the lineage only ever uses living members as parents, and
-# every operator's retrained child has a reward before training and after each step.
+# operators that should move ΔW did, every crossover but DARE gives identical parents back and
+# near-identical ones a near-identical child (DARE moves them by its stated expectation), the
+# lineage only ever uses living members as parents, and every operator's retrained child has a
+# reward before training and after each step.
 
 # %%
 for name, child in children.items():
@@ -251,6 +297,9 @@ for name, child in children.items():
 assert all(torch.equal(children["copy_parent"][m].B, parent_1[m].B) for m in parent_1)
 moved = {name: relative_change(parent_1, child) for name, child in children.items()}
 assert all(change > 1e-3 for name, change in moved.items() if name != "copy_parent"), moved
+assert all(self_moved[n] < 1e-3 for n in crossovers if n != "dare"), self_moved  # parent 1 back
+assert all(near_moved[n] < min(0.1, 1.5 * apart) for n in crossovers if n != "dare"), near_moved
+assert abs(self_moved["dare"] / dare_expected - 1) < 0.15, (self_moved["dare"], dare_expected)
 masking_rho = inspect.signature(OPERATORS["component_masking"]).parameters["rho"].default
 assert (singular_values(children["component_masking"])[shown] == 0).sum() == round(masking_rho * rank)
 alive = {m.member_id for m in founders}
@@ -262,6 +311,6 @@ assert len(records) <= generations * 2 * ec.replace_per_role and len(records) > 
 assert list(curves) == list(retained) and all(len(c) == n_retrain + 1 for c in curves.values())
 assert all(-1.0 <= s <= 1.0 for c in curves.values() for s in c), curves  # student rewards lie in [-1, 1]
 if figures:
-    for png in ("04_operator_spectra.png", "04_lineage.png", "04_retention.png"):
+    for png in ("04_operator_spectra.png", "04_crossover_identity.png", "04_lineage.png", "04_retention.png"):
         assert (figures / png).stat().st_size > 0, png
 print("verified:", len(children), "operators,", len(records), "births,", len(curves), "retention curves")

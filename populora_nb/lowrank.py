@@ -2,7 +2,7 @@
 PopuLoRA's evolution operators (`populora_nb.operators`).
 
 For each module ΔW = B @ A has rank ≤ r; it is never formed. Its SVD comes from the r×r Gram
-matrices of the factors (see `stacked_svd`), folded into r×r coefficient matrices, so the only big
+matrices of the factors (see `gram_svd`), folded into r×r coefficient matrices, so the only big
 work per module is the Gram products and two (d × r)·(r × r) products. The Grams run in the
 factors' precision (float32 by default) and the r×r eigen-decompositions in float64, batched over
 modules. Why not float64 Grams: they cost 3–6× the time here and, measured on near-collinear
@@ -129,48 +129,76 @@ def factored_svd(parents: Sequence[LoRAFactors], weights: Sequence[float] = (1.0
 
 def stacked_svd(stacked: LoRAFactors, weights: Sequence[float] = (1.0,)) -> FactoredSVD:
     """SVD of Σ_i weights[i]·B_i A_i for every module of a `stack_parents` stack of p = len(weights)
-    parents (rank blocks of equal size r), from Gram matrices.
-
-    With A_cat = [A_1; …; A_p], B_w = [w_1 B_1 … w_p B_p] and G_A = A_cat A_catᵀ = W Λ Wᵀ:
-    A_catᵀ = Q_A R_A with R_A = Λ^½ Wᵀ; the right singular vectors of ΔW are Q_A V_c where
-    V_c diag(S²) V_cᵀ = R_A (B_wᵀ B_w) R_Aᵀ, and U = ΔW V / S = B_w R_Aᵀ V_c / S. Eigen-
-    decompositions stand in for QR and SVD: Cholesky fails on rank-deficient factors (a fresh LoRA's
-    B = 0, or two identical parents stacked to rank 2r), and two batched eighs cost less than the
-    eigh + eigh + SVD of the textbook route. Null directions get a zero pseudo-inverse, which is
-    exact because they carry nothing. A Gram's rounding error ε·S_max² swamps S_i² below
-    √ε·S_max, so those components are set empty (S = 0, U = 0).
-    """
-    names = list(stacked)
+    parents (rank blocks of equal size r), from Gram matrices (`gram_svd` of A_cat = [A_1; …; A_p]
+    and B_w = [w_1 B_1 … w_p B_p])."""
     n_parents = len(weights)
     r = lora_rank(stacked) // n_parents
-    grams_a = torch.stack([_gram([stacked[n].A], dim=0) for n in names])  # (M, q, q)
-    grams_b = torch.stack([_gram([stacked[n].B], dim=1) for n in names])  # (M, q, q)
-    rtol = max(torch.finfo(work_dtype(stacked)).eps, 1e-12)  # the Grams' rounding level
+    grams_a, grams_b = stacked_grams([stacked])
     w = torch.tensor(weights, dtype=torch.float64, device=grams_a.device).repeat_interleave(r)  # (q,)
+    u_coef, S, v_coef = gram_svd(grams_a, grams_b * w[:, None] * w[None, :], dtype=work_dtype(stacked))
+    gauge, a_row_rms = factor_balance(grams_a, grams_b, n_parents)
+    return FactoredSVD(w[:, None] * u_coef, S, v_coef, gauge, a_row_rms)
 
+
+def stacked_grams(blocks: Sequence[LoRAFactors]) -> tuple[Tensor, Tensor]:
+    """Grams (M, q, q), float64, of every module's factors concatenated over `blocks` (parents or
+    stacks) along the rank axis: G_A = A_cat A_catᵀ and G_B = B_catᵀ B_cat, no copy of the factors."""
+    names = check_parents(blocks)
+    grams_a = torch.stack([_gram([block[n].A for block in blocks], dim=0) for n in names])
+    grams_b = torch.stack([_gram([block[n].B for block in blocks], dim=1) for n in names])
+    return grams_a, grams_b
+
+
+def gram_svd(
+    grams_a: Tensor, grams_b: Tensor, *, dtype: torch.dtype, scale: Tensor | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """SVD of ΔW = B A for every module from its Grams G_A = A Aᵀ and G_B = Bᵀ B (M, q, q) alone:
+    (u_coef (M, q, q), S (M, q) descending, v_coef (M, q, q)), float64, with U = B u_coef and
+    V = Aᵀ v_coef. B and A may be any linear combinations of stored factors, known only through
+    their Grams. `dtype`: the precision the Grams were accumulated in; `scale` (M,): the size of
+    the matrix they were computed from (default: this ΔW's largest singular value). Together they
+    set which components count as empty: a projection of a bigger ΔW passes that ΔW's size, so
+    what the projection removed, down to rounding, is not mistaken for signal.
+
+    With G_A = W Λ Wᵀ: Aᵀ = Q_A R_A with R_A = Λ^½ Wᵀ; the right singular vectors of ΔW are Q_A V_c
+    where V_c diag(S²) V_cᵀ = R_A G_B R_Aᵀ, and U = ΔW V / S = B R_Aᵀ V_c / S. Eigen-decompositions
+    stand in for QR and SVD: Cholesky fails on rank-deficient factors (a fresh LoRA's B = 0, or two
+    identical parents stacked to rank 2r), and two batched eighs cost less than the eigh + eigh +
+    SVD of the textbook route. Null directions get a zero pseudo-inverse, which is exact because
+    they carry nothing. A Gram's rounding error ε·S_max² swamps S_i² below √ε·S_max, so those
+    components are set empty (S = 0, U = 0).
+    """
+    rtol = max(torch.finfo(dtype).eps, 1e-12)  # the Grams' rounding level
     lam_a, w_a = _eigh(grams_a)
     keep = lam_a > rtol * lam_a.amax(dim=-1, keepdim=True)
     root_a = torch.where(keep, lam_a.clamp_min(0).sqrt(), 0.0)
     inv_root_a = torch.where(keep, 1.0 / torch.where(keep, root_a, 1.0), 0.0)
     r_a_t = w_a * root_a[..., None, :]  # R_Aᵀ = W Λ^½, (M, q, q)
-    core = r_a_t.mT @ (grams_b * w[:, None] * w[None, :]) @ r_a_t  # CᵀC, symmetric PSD
-    s2, v_c = _eigh((core + core.mT) / 2)  # ascending
-    s2, v_c = s2.flip(-1), v_c.flip(-1)
+    core = r_a_t.mT @ grams_b @ r_a_t  # CᵀC, symmetric PSD, zero outside the kept block
+    # + τ on the kept block shifts its eigenvalues and leaves its eigenvectors alone, so empty
+    # components take directions A has (unit V, trainable A rows) before its null ones (V = 0).
+    tau = core.diagonal(dim1=-2, dim2=-1).amax(dim=-1, keepdim=True) if scale is None else scale[:, None] ** 2
+    tau = torch.where(tau > 0, tau, 1.0)  # (M, 1), ≈ S_max²: far above the rounding, 1 for an empty ΔW
+    s2, v_c = _eigh((core + core.mT) / 2 + torch.diag_embed(tau * keep))  # ascending
+    s2, v_c = s2.flip(-1) - tau, v_c.flip(-1)
     S = s2.clamp_min(0).sqrt()
-    alive = S > math.sqrt(rtol) * S[..., :1]
-    u_coef = w[:, None] * (r_a_t @ v_c) * torch.where(alive, 1.0 / torch.where(alive, S, 1.0), 0.0)[..., None, :]
+    alive = S > math.sqrt(rtol) * (S[..., :1] if scale is None else scale[..., None])
+    u_coef = (r_a_t @ v_c) * torch.where(alive, 1.0 / torch.where(alive, S, 1.0), 0.0)[..., None, :]
     v_coef = (w_a * inv_root_a[..., None, :]) @ v_c
-    S = torch.where(alive, S, 0.0)
+    return u_coef, torch.where(alive, S, 0.0), v_coef
 
-    blocks = torch.arange(n_parents * r, device=w.device) // r  # parent index of each rank slot
-    norm2_a = torch.zeros(len(names), n_parents, dtype=torch.float64, device=w.device)
+
+def factor_balance(grams_a: Tensor, grams_b: Tensor, n_parents: int) -> tuple[Tensor, Tensor]:
+    """(gauge, a_row_rms), each (M,), of `FactoredSVD` from the Grams of n_parents stacked parents."""
+    M, q = grams_a.shape[:2]
+    blocks = torch.arange(q, device=grams_a.device) // (q // n_parents)  # parent index of each rank slot
+    norm2_a = torch.zeros(M, n_parents, dtype=torch.float64, device=grams_a.device)
     norm2_b = torch.zeros_like(norm2_a)
     norm2_a.index_add_(1, blocks, grams_a.diagonal(dim1=-2, dim2=-1))
     norm2_b.index_add_(1, blocks, grams_b.diagonal(dim1=-2, dim2=-1))
     ratio = torch.where((norm2_a > 0) & (norm2_b > 0), (norm2_b / norm2_a.clamp_min(1e-300)) ** 0.25, 1.0)
     gauge = ratio.log().mean(dim=1).exp()  # geometric mean over parents of sqrt(‖B‖/‖A‖)
-    a_row_rms = (norm2_a.sum(dim=1) / (n_parents * r)).sqrt()
-    return FactoredSVD(u_coef, S, v_coef, gauge, a_row_rms)
+    return gauge, (norm2_a.sum(dim=1) / q).sqrt()
 
 
 def a_row_norms(S: Tensor, gauge: Tensor, a_row_rms: Tensor) -> Tensor:
@@ -223,8 +251,10 @@ def singular_values(factors: LoRAFactors) -> dict[str, Tensor]:
 def relative_change(parent: LoRAFactors, child: LoRAFactors) -> float:
     """‖ΔW_child − ΔW_parent‖_F / ‖ΔW_parent‖_F over all modules, from Grams (no ΔW formed).
 
-    The squared norms are differences of Gram traces, so the result has a floor of ~1e-8 (√eps of
-    float64): it measures how far an operator moved, not whether two children are bit-identical."""
+    The squared norms are differences of Gram traces in the factors' precision, so the result has
+    a floor of about √eps of it: ~1e-8 for float64 factors, ~2e-4 for float32 (measured: true
+    changes of 1e-5 and 1e-4 read 0–2e-4, 1e-3 reads right). It measures how far an operator moved,
+    not whether two children are bit-identical."""
     diff2, base2 = 0.0, 0.0
     for name in check_parents([parent, child]):
         ga = _gram([parent[name].A, child[name].A], dim=0)  # [A_p; A_c][A_p; A_c]ᵀ

@@ -37,6 +37,7 @@ from populora_nb.operators import (
     crossover_dare,
     crossover_extrapolative,
     crossover_svd_subspace,
+    dare_identical_change,
     linear_0_5,
     mutation_component_masking,
     mutation_full_gaussian,
@@ -179,13 +180,89 @@ def test_svd_subspace_with_k_equal_r_is_parent_1_and_k_0_is_parent_2(parents):
         crossover_svd_subspace(*parents, generator=gen, k=R + 1)
 
 
-def test_svd_subspace_takes_top_k_triplets_from_each_parent(parents):
+def test_svd_subspace_takes_parent_1s_top_k_and_the_rest_of_parent_2(parents):
     child = crossover_svd_subspace(*parents, generator=torch.Generator().manual_seed(0), k=2)
     for m in child:
         U1, S1, V1 = lora_svd(parents[0][m])
-        U2, S2, V2 = lora_svd(parents[1][m])
-        target = (U1[:, :2] * S1[:2]) @ V1[:, :2].mT + (U2[:, : R - 2] * S2[: R - 2]) @ V2[:, : R - 2].mT
+        W2 = delta_weight(parents[1][m])
+        rest = (torch.eye(W2.shape[0], dtype=W2.dtype) - U1[:, :2] @ U1[:, :2].mT) @ W2
+        rest = rest @ (torch.eye(W2.shape[1], dtype=W2.dtype) - V1[:, :2] @ V1[:, :2].mT)  # off U_k and V_k
+        U2, S2, V2h = torch.linalg.svd(rest)
+        top_2, rest_r = (U1[:, :2] * S1[:2]) @ V1[:, :2].mT, (U2[:, : R - 2] * S2[: R - 2]) @ V2h[: R - 2]
+        target = top_2 + rest_r
         assert float((delta_weight(child[m]) - target).norm() / target.norm()) < 1e-10
+        # The two parts are orthogonal, so the child's spectrum is parent_1's top 2 and the rest's top R − 2.
+        spectrum = torch.cat([S1[:2], S2[: R - 2]]).sort(descending=True).values
+        assert torch.allclose(torch.linalg.svdvals(delta_weight(child[m]))[:R], spectrum, atol=1e-10)
+
+
+CROSSOVERS_THAT_KEEP_A_PARENT = {  # every crossover but DARE, whose random drop moves even a self-cross
+    "layer_swap": {},
+    "svd_subspace": {},
+    "svd_subspace_k1": {"k": 1},
+    "svd_subspace_k3": {"k": 3},
+    "svd_subspace_k5": {"k": R - 1},
+    "extrapolative": {},
+    "linear_0_5": {},
+}
+
+
+def _cross(case: str, parent_1, parent_2, seed: int = 0):
+    name = case.split("_k")[0]
+    return OPERATORS[name](
+        parent_1, parent_2, generator=torch.Generator().manual_seed(seed), **CROSSOVERS_THAT_KEEP_A_PARENT[case]
+    )
+
+
+@pytest.mark.parametrize("case", list(CROSSOVERS_THAT_KEEP_A_PARENT))
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float64, 1e-8), (torch.float32, 1e-3)], ids=["f64", "f32"])
+def test_crossover_of_identical_parents_is_that_parent(case, dtype, tolerance):
+    parent = _factors(1, dtype=dtype)
+    for seed in range(3):  # layer_swap's coins and X3's random k differ by seed
+        assert _max_delta_error(_cross(case, parent, parent, seed), parent) < tolerance
+
+
+@pytest.mark.parametrize("case", list(CROSSOVERS_THAT_KEEP_A_PARENT))
+def test_crossover_of_near_identical_parents_stays_near_parent_1(case):
+    """Parents 2% apart give a child within about that distance of parent_1. X3's first definition
+    (ΔW_2's own top r − k triplets) moved this child by 0.64–1.0."""
+    parent_1 = _factors(1)
+    parent_2 = mutation_full_gaussian(parent_1, generator=torch.Generator().manual_seed(5), epsilon=0.015)
+    apart = relative_change(parent_1, parent_2)
+    assert 0.01 < apart < 0.04
+    moved = relative_change(parent_1, _cross(case, parent_1, parent_2))
+    assert moved < min(0.1, 1.5 * apart), (moved, apart)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.2, 0.3])
+def test_dare_of_identical_parents_moves_by_its_stated_expectation(p):
+    shapes = {f"l{i}.{m}": (128, 128) for i in range(6) for m in ("q", "v")}
+    parent = synthetic_factors(shapes, 8, generator=torch.Generator().manual_seed(0))
+    moved = [
+        relative_change(parent, crossover_dare(parent, parent, generator=torch.Generator().manual_seed(s), p=p))
+        for s in range(3)
+    ]
+    assert sum(moved) / 3 == pytest.approx(dare_identical_change(p), rel=0.1)
+    assert dare_identical_change(0.0) == 0.0 and dare_identical_change(0.2) == pytest.approx(0.4988, abs=1e-4)
+
+
+@pytest.mark.parametrize("name", ["svd_subspace", "linear_0_5", "extrapolative"])
+def test_crossover_keeps_empty_components_trainable(name, parents):
+    """Parents with empty components (M3's zeroed B columns): a self-cross keeps them, and it and a
+    cross where parent_2 lies inside parent_1's subspace (X3's projection of it is then empty) give
+    every empty component an A row of about the parents' RMS norm, so it can regrow. Before, the
+    self-crosses of linear_0_5 and X4 left those A rows at 0."""
+    masked = mutation_component_masking(parents[0], generator=torch.Generator().manual_seed(0), rho=0.5)
+    empties = 0
+    for pair in ((masked, masked), (parents[0], masked)):
+        for seed in range(3):
+            child = OPERATORS[name](*pair, generator=torch.Generator().manual_seed(seed))
+            for m, (A, B) in child.items():
+                empty = B.norm(dim=0) == 0
+                rms = float(pair[1][m].A.norm()) / R**0.5
+                assert (A.norm(dim=1)[empty] > 0.5 * rms).all(), (m, A.norm(dim=1), rms)
+                empties += int(empty.sum())
+    assert empties >= 3 * len(SHAPES) * round(0.5 * R)  # at least the self-crosses' empty components
 
 
 def test_extrapolative_follows_the_fitter_parent(parents):
