@@ -15,8 +15,9 @@
 # reward (+1 / −0.5 / −1) → TRR++ advantages, centred per (role × kind) and scaled per role
 # (`rl.advantage_scale = "role"`: with 3 proposals per kind a group whitened alone would turn a
 # validity gap and a difficulty gap into the same ±1; `"group"` is AZR's exact TRR++) → one
-# policy-gradient step on the agent's LoRA. `run.baseline_solver = "own_rollouts"` is the variant that trains the solver on the
-# learnability rollouts instead, as a PopuLoRA student trains on its matched tasks.
+# policy-gradient step on the agent's LoRA. `run.baseline_solver = "own_rollouts"` is the variant
+# that trains the solver on the learnability rollouts instead, as a PopuLoRA student trains on its
+# matched tasks.
 #
 # The headline solve rate is ρ of the fresh proposals; the solver's buffer batch is plotted apart.
 

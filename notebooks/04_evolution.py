@@ -50,7 +50,7 @@ ec = config.evolution
 print(
     f"preset {config.preset}: evolution every {ec.every} steps, {ec.replace_per_role} replaced per role, "
     f"fitness mu - {ec.fitness_k} sigma, tournament of {ec.tournament_size}, "
-    f"grace {ec.every if ec.grace_steps is None else ec.grace_steps} steps"
+    f"grace {ec.grace} steps, child sigma x{ec.sigma_inflation}"
 )
 print("operator mix:", {PAPER_IDS[name]: weight for name, weight in ec.operators.items()})
 figures = Path(out_dir) if out_dir else None
@@ -169,9 +169,9 @@ for name in crossovers:
 # `simulate_lineage` stands in for training and games (μ random-walks, σ shrinks 10% per step) and
 # calls the same `plan_replacement` as the training loop, with this preset's operator mix. What to
 # look for: each event replaces the weakest teacher and student by children of the stronger ones.
-# A child starts with its parents' σ doubled, so its μ − 3σ is low: without `grace_steps` it is
-# usually the next one culled and one slot churns while the tree stays one generation deep. Here
-# grace lasts two evolution intervals, so children live long enough to become parents.
+# A child starts with its parents' mean μ and their larger σ (`evolution.sigma_inflation` = 1), and
+# the config's grace lasts two evolution intervals: it trains through one whole interval and is first
+# judged at the second event after its birth (founders are never in grace).
 
 # %%
 founders = [
@@ -184,7 +184,7 @@ records = simulate_lineage(
     rng=random.Random(seed),
     num_replaced=ec.replace_per_role,
     mix=OperatorMix(ec.operators),
-    grace_steps=2 * ec.every,
+    grace_steps=ec.grace,
 )
 fig, ax = plt.subplots(figsize=(12, 4.5))
 fig = plot_lineage(records, ax=ax, founders={m.member_id: m.role for m in founders})
@@ -195,6 +195,27 @@ plt.show()
 for record in records[-2:]:
     lineage = sorted(ancestors(record.child, records))
     print(f"{record.child} ← {record.operator}{record.parents}, ancestors: {lineage}")
+
+# %% [markdown]
+# ## Does a newborn get a fair chance?
+# Replacement is only evolution if a child can outlive its first judgement. `newborn_fate` plays
+# members of equal skill against each other with the real rating rule (every rollout a game) and
+# asks how often a child is replaced at its first eligible event; among equals the chance rate is
+# 1 / (members that event could replace). What to look for: the package's child σ near chance, a
+# doubled σ (the earlier default) well above it: its μ moves faster in its first games and lands in
+# the bottom tail more often.
+
+# %%
+from populora_nb.evolution import newborn_fate
+
+for inflation in (ec.sigma_inflation, 2.0):
+    fates = newborn_fate(events=200, every=5, rng=random.Random(seed), sigma_inflation=inflation)
+    culled = sum(f.replaced for f in fates) / len(fates)
+    chance = sum(1 / f.eligible for f in fates) / len(fates)
+    print(
+        f"child sigma x{inflation}: culled at its first eligible event {culled:.2f} (n={len(fates)}), "
+        f"chance {chance:.2f}"
+    )
 
 # %% [markdown]
 # ## Retention: do children recover parent-level reward?

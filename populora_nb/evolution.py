@@ -37,7 +37,12 @@ class MemberRating:
     role: str  # "teacher" or "student" (any label: replacement works within each role)
     mu: float
     sigma: float
-    born: int = 0  # step at which the member entered the population
+    born: int | None = None
+    """The step at which evolution made the member; None for a founding member (never in grace)."""
+
+    def in_grace(self, step: int, grace_steps: int) -> bool:
+        """A child younger than `grace_steps` at `step` is not replaced."""
+        return self.born is not None and step - self.born < grace_steps
 
 
 def fitness(mu: float, sigma: float, k: float = 3.0) -> float:
@@ -106,7 +111,8 @@ def plan_replacement(
     """In each role, the `num_replaced` weakest members by μ − kσ are replaced by children of
     parents chosen by tournament among the rest of that role, with operators drawn from `mix`.
 
-    Members younger than `grace_steps` are not replaced. A child starts with an inflated σ
+    Children younger than `grace_steps` are not replaced (founding members never are in grace, so
+    the first event replaces as any other does). A child starts with an inflated σ
     (`inherit_rating`), so its μ − kσ is low until its own games shrink σ; judged at the very next
     event it is the weakest by construction (issue #27: 6 of 6 children were culled there). The
     config's default grace is two evolution intervals: a child trains and plays through one whole
@@ -124,7 +130,7 @@ def plan_replacement(
         pool = sorted((m for m in members if m.role == role), key=lambda m: (fitness(m.mu, m.sigma, k), m.member_id))
         if num_replaced >= len(pool):
             raise ValueError(f"role {role!r} has {len(pool)} members; num_replaced={num_replaced} must be smaller")
-        weakest = [m for m in pool if step - m.born >= grace_steps][:num_replaced]
+        weakest = [m for m in pool if not m.in_grace(step, grace_steps)][:num_replaced]
         survivors = [m for m in pool if m not in weakest]
         for j, weak in enumerate(weakest):
             operator = mix.sample(rng, max_parents=min(2, len(survivors)))
@@ -241,7 +247,8 @@ def newborn_fate(
     roles = {f"T{i}": "teacher" for i in range(members_per_role)} | {
         f"S{i}": "student" for i in range(members_per_role)
     }
-    ratings, born = initial_ratings(list(roles), env), dict.fromkeys(roles, 0)
+    ratings = initial_ratings(list(roles), env)
+    born: dict[str, int | None] = dict.fromkeys(roles)  # founders: None
     waiting: dict[str, str] = {}  # child -> role, not yet judged at an eligible event
     fates: list[NewbornFate] = []
     step = 0
@@ -264,8 +271,8 @@ def newborn_fate(
         plan = plan_replacement(members, step=step, rng=rng, grace_steps=grace, k=k)
         replaced = {b.replaced for b in plan}
         for child, role in list(waiting.items()):
-            if step - born[child] >= grace:
-                eligible = sum(1 for m in members if m.role == role and step - m.born >= grace)
+            if not next(m for m in members if m.member_id == child).in_grace(step, grace):
+                eligible = sum(1 for m in members if m.role == role and not m.in_grace(step, grace))
                 fates.append(NewbornFate(child, child in replaced, eligible))
                 del waiting[child]
         for birth in plan:

@@ -168,7 +168,7 @@ def evolve(policy: Policy, state: RunState, config: ExperimentConfig) -> list[di
     parents (evolution.plan_replacement), made in LoRA weight space; returns the lineage rows."""
     ec, step = config.evolution, state.step
     members = [
-        MemberRating(m, role, state.ratings[m].mu, state.ratings[m].sigma, state.born.get(m, 0))
+        MemberRating(m, role, state.ratings[m].mu, state.ratings[m].sigma, state.born.get(m))
         for m, role in state.roster.items()
     ]
     births = plan_replacement(

@@ -4,6 +4,7 @@ import json
 
 from populora_nb.analysis.liveness import liveness
 from populora_nb.config import load_config, save_config
+from tests.scripted import ScriptedPolicy
 
 
 def _run(path, matches, lineage, threshold=1.0):
@@ -38,4 +39,51 @@ def test_a_live_run_counts_its_wins_band_and_survivors(tmp_path):
     live = liveness(_run(tmp_path / "live", matches, lineage))
     assert live.contested == 2 and live.teacher_win_share == 0.5 and live.band_share == 0.5
     assert (live.judged_next, live.survived_next) == (2, 1)  # c1 lived through step 4; c2 died at 6
+    assert live.summary().endswith("Every part acted.")
+
+
+class HalfSolvingLoRA(ScriptedPolicy):
+    """Scripted completions (half the proposals valid) whose students solve every other rollout of a
+    code_o task (rho = 1/2: contested), on a real tiny LoRA population so evolution can act."""
+
+    def __init__(self, lora):
+        super().__init__(lora.tokenizer)
+        self.lora = lora
+
+    def generate(self, member_ids, prompts, max_new_tokens, seed):
+        out = super().generate(["agent"] * len(prompts), prompts, max_new_tokens, seed)  # children's ids too
+        for i, p in enumerate(prompts):
+            if "What does f return" in p:
+                x = p.split("```input\n")[-1].split("\n")[0]
+                out[i] = f"```output\n{3 * int(x) if x.isdigit() and i % 2 == 0 else -1}\n```"
+        return out
+
+    def factors(self, name):
+        return self.lora.factors(name)
+
+    def replace(self, *args, **kwargs):
+        self.lora.replace(*args, **kwargs)
+
+    def save(self, path):
+        super().save(path)
+        self.lora.save(path / "lora")
+
+    def load(self, path):
+        super().load(path)
+        self.lora.load(path / "lora")
+
+
+def test_a_tiny_population_run_is_live(tmp_path, tiny_base):
+    """The tiny preset's settings, scripted play: teachers win games on contested tasks and a child
+    lives through the evolution event after its birth (issue #27: none did under the earlier rules)."""
+    from populora_nb.loop import run
+    from populora_nb.model.policy import LoRAPolicy
+    from populora_nb.state import roster_for
+
+    cfg = load_config("tiny", {"run.steps": 6, "tasks.kinds": ["code_o", "code_i"], "run.checkpoint_every": 0})
+    policy = HalfSolvingLoRA(LoRAPolicy.create(cfg, list(roster_for(cfg).items()), base=tiny_base))
+    rd = run(cfg, tmp_path / "run", policy=policy, progress=False)
+    live = liveness(rd.path)
+    assert live.contested > 0 and live.teacher_win_share > 0.1, live
+    assert live.survived_next >= 1, live
     assert live.summary().endswith("Every part acted.")
