@@ -258,11 +258,11 @@ class MatchmakingConfig:
     floor: float = 0.1
     """Fraction of probability mass spread uniformly so no pairing starves."""
     win_threshold: float = 1.0
-    """The teacher's band: a failed rollout of a valid task with 0 < rho < this is a game the teacher wins;
-    one of a task with rho = 0 or rho >= this is lost by both sides; a solved rollout is the student's; an
-    invalid task loses 2k games to a fixed prior-rated reference (matchmaking.match_games). 1: every contested
-    task, as the teacher reward 1 - rho pays for all of them. The band must hold a reachable rho = j/k
-    (checked against rl.rollouts)."""
+    """The teacher's band: on a valid task with 0 < rho < this the teacher wins each rollout its student
+    failed and loses each solved one; a task with rho = 0 or rho >= this costs it k losses to a fixed
+    prior-rated reference, an invalid one 2k (matchmaking.teacher_games). 1: every contested task, as the
+    teacher reward 1 - rho pays for all of them. The band must hold a reachable rho = j/k (checked against
+    rl.rollouts)."""
     mu: float = 25.0
     """TrueSkill prior mean of every member's rating (TrueSkill's default)."""
     sigma: float = 25.0 / 3
@@ -272,7 +272,7 @@ class MatchmakingConfig:
     tau: float = 25.0 / 300
     """TrueSkill dynamics: added to sigma before each update so ratings keep moving (default sigma / 100)."""
     draw_probability: float = 0.0
-    """TrueSkill draw probability; 0, as every game has a winner (matchmaking.match_games)."""
+    """TrueSkill draw probability; 0, as every game has a winner (matchmaking.teacher_games, student_games)."""
 
     def __post_init__(self) -> None:
         _positive(self, "sigma", "beta")
