@@ -141,6 +141,12 @@ class Proposed:
     solver: str | None = None
     rho: float | None = None
     token_ids: TokenIds | None = None
+    references: tuple[str, ...] = ()
+    """The reference programs its prompt showed (code_o / code_i; a code_f prompt shows a program to
+    write inputs for, not inputs), so a copy of one can be told apart (`copies.mark_copies`)."""
+    copy: str | None = None
+    """For a valid task: "new", "reference" (a shown reference's program) or "earlier" (a seed's, a
+    warm-up example's or an earlier proposal's of the run); see `populora_nb.copies`."""
 
 
 @dataclass(frozen=True)
@@ -215,18 +221,19 @@ def propose(
     program_buffer = buffers.get("code_o") or buffers.get("code_i")
     if "code_f" in tc.kinds and program_buffer is None:
         raise ValueError("code_f proposals need a code_o or code_i buffer for their reference programs")
-    jobs: list[tuple[str, str, str, str]] = []  # (member, kind, prompt, reference program)
+    jobs: list[tuple[str, str, str, str, tuple[str, ...]]] = []  # (member, kind, prompt, program, shown)
     for member in proposers:
         for kind in tc.kinds:
             for _ in range(per_kind):
                 if kind == "code_f":
                     refs = program_buffer.sample(1, rng, tc.reference_sampling)  # type: ignore[union-attr]  # checked above
                     text = propose_prompt("code_f", refs, n_inputs=tc.code_f_inputs)
-                    program = refs[0].program
+                    program, shown = refs[0].program, ()
                 else:
                     refs = buffers[kind].sample(tc.n_references, rng, tc.reference_sampling)
                     text, program = propose_prompt(kind, refs), ""  # type: ignore[arg-type]  # kinds checked by config
-                jobs.append((member, kind, render(text, policy.tokenizer, tc.prompt_format), program))
+                    shown = tuple(r.program for r in refs)
+                jobs.append((member, kind, render(text, policy.tokenizer, tc.prompt_format), program, shown))
     completions = map(
         as_completion,
         policy.generate(
@@ -244,8 +251,9 @@ def propose(
             c.text,
             parse_proposal(c.text, k, tc.prompt_format, program=prog),  # type: ignore[arg-type]
             token_ids=c.token_ids,
+            references=shown,
         )
-        for (m, k, p, prog), c in zip(jobs, completions)
+        for (m, k, p, prog, shown), c in zip(jobs, completions)
     ]
 
 
