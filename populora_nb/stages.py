@@ -228,7 +228,7 @@ def propose(
                 if kind == "code_f":
                     refs = program_buffer.sample(1, rng, tc.reference_sampling)  # type: ignore[union-attr]  # checked above
                     text = propose_prompt("code_f", refs, n_inputs=tc.code_f_inputs)
-                    program, shown = refs[0].program, ()
+                    program, shown = refs[0].program, tuple[str, ...]()
                 else:
                     refs = buffers[kind].sample(tc.n_references, rng, tc.reference_sampling)
                     text, program = propose_prompt(kind, refs), ""  # type: ignore[arg-type]  # kinds checked by config
