@@ -1,16 +1,27 @@
 """Task buffers: the validated tasks a proposer sees as references (AZR §3.3.1), and the seeds.
 
-One buffer per task kind. AZR keeps the first 16,384 entries and then stops storing, so after about
-250 steps its references freeze; here a full buffer instead drops its oldest non-seed entry (FIFO),
-so references keep tracking what the population writes now, while the seeds are never evicted.
-References are drawn uniformly, or recency-weighted with weight proportional to insertion rank
-(the newest entry is n times as likely as the oldest).
+One buffer per task kind, kept apart as AZR keeps them: its `DatasetManager` (trainer/ppo/
+azr_ray_trainer.py) holds an 'input' (code_i), an 'output' (code_o) and a 'problem' (code_f) list;
+a gen_code_i step's valid programs go to 'input' only (`add_input_batch`), a gen_code_o step's to
+'output' only (`add_output_batch`); only the seeds are put in both, before step 1.
+
+AZR keeps the first 16,384 entries and then stops storing, so after about 250 steps its references
+freeze; here a full buffer instead drops its oldest non-seed entry (FIFO), so references keep
+tracking what the population writes now, while the seeds are never evicted. References are drawn
+uniformly (AZR's `gen_data_probabilities_strategy = "uniform"`, `get_gen_code_io_data`), or
+recency-weighted with weight proportional to insertion rank (the newest entry is n times as likely
+as the oldest).
+
+The AZR solver's batch (`sample_max_new`) is AZR's `pred_data_mix_strategy = "max_new"`: every task
+the previous step added first, then uniform draws from the whole buffer; a buffer remembers how many
+of its newest entries the last batch added (`n_recent`, AZR's `get_recent_additions`).
 """
 
 from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -30,21 +41,54 @@ class TaskBuffer:
     """The first n_seeds entries are seeds and are never evicted."""
     n_added: int = 0
     """Every task ever added, evicted or not (a counter for curves)."""
+    n_recent: int = 0
+    """How many of the newest entries the latest batch added (`add_batch`: one step's valid tasks;
+    before the first step, the seeds and whatever else was added one at a time). AZR's
+    `get_recent_additions(key, step, past_epoch_window=1)`: the entries of the previous step."""
 
     def __len__(self) -> int:
         return len(self.tasks)
 
     def add(self, task: Task, seed: bool = False) -> None:
+        """One task, counted into the latest batch (a seed only while no written task follows it)."""
         if task.kind != self.kind and not (seed and {task.kind, self.kind} <= {"code_o", "code_i"}):
             raise ValueError(f"a {task.kind} task does not belong in the {self.kind} buffer")
         if seed:
+            at_end = self.n_seeds == len(self.tasks)
             self.tasks.insert(self.n_seeds, task)
             self.n_seeds += 1
         else:
+            at_end = True
             self.tasks.append(task)
+        self.n_recent += at_end  # the latest batch is always the buffer's last n_recent entries
         self.n_added += 1
         if len(self.tasks) > self.cap and len(self.tasks) > self.n_seeds:
+            if self.n_seeds >= len(self.tasks) - self.n_recent:  # the evicted entry is in the latest batch
+                self.n_recent -= 1
             del self.tasks[self.n_seeds]  # the oldest non-seed entry
+
+    def add_batch(self, tasks: Sequence[Task]) -> None:
+        """One step's valid tasks of this kind (possibly none): they become the latest batch, as
+        AZR's `add_input_batch(entries, global_step)` / `add_output_batch` stamp them with the step."""
+        self.n_recent = 0
+        for task in tasks:
+            self.add(task)
+
+    @property
+    def recent(self) -> list[Task]:
+        """The latest batch's entries (the previous step's valid tasks once a run has stepped)."""
+        return self.tasks[len(self.tasks) - self.n_recent :]
+
+    def sample_max_new(self, k: int, rng: random.Random) -> list[Task]:
+        """AZR's solver batch, `CodeIORayPPOTrainer._create_train_code_pred_dataloader` with
+        `pred_data_mix_strategy = "max_new"` (its default and every released self-play script's):
+        up to k of the latest batch's tasks without replacement (`random.sample(new_programs, ...)`),
+        then the rest of the k uniformly without replacement from the whole buffer, the new tasks
+        included (`random.sample(full_dataset, remaining)`), so a new task can be drawn twice.
+        Where AZR would fail (fewer than k entries in all; it asserts its seeds outnumber a batch),
+        this returns fewer than k."""
+        new = rng.sample(self.recent, min(k, len(self.recent)))
+        return new + rng.sample(self.tasks, min(k - len(new), len(self.tasks)))
 
     def sample(self, k: int, rng: random.Random, mode: Literal["uniform", "recency"] = "uniform") -> list[Task]:
         """k distinct references (fewer if the buffer is smaller)."""
@@ -68,6 +112,7 @@ class TaskBuffer:
             "cap": self.cap,
             "n_seeds": self.n_seeds,
             "n_added": self.n_added,
+            "n_recent": self.n_recent,
             "tasks": [task_to_json(t) for t in self.tasks],
         }
 
@@ -78,6 +123,7 @@ class TaskBuffer:
             cap=data["cap"],
             n_seeds=data["n_seeds"],
             n_added=data["n_added"],
+            n_recent=data.get("n_recent", 0),  # a checkpoint from before it was kept: no batch is recent
             tasks=[task_from_json(t) for t in data["tasks"]],
         )
 

@@ -310,15 +310,19 @@ def learnability_jobs(solver: str, proposals: list[Proposed], rollouts: int) -> 
 
 
 def buffer_jobs(solver: str, buffers: dict[str, TaskBuffer], config: ExperimentConfig, step: int) -> list[SolveJob]:
-    """AZR's solver batch: `proposals_per_kind` tasks of each kind drawn from the buffer as it
-    stood before this step's proposals, recency-weighted (so mostly the last steps' tasks), one
-    response each, trained on (AZR: n = 1 response per solver prompt, REINFORCE++ across the batch)."""
+    """AZR's solver batch: `proposals_per_kind` tasks of each kind from the buffer as it stood
+    before this step's proposals, one response each, trained on (AZR: n = 1 response per solver
+    prompt, REINFORCE++ across the batch). As AZR's `fit` builds it at the top of each step with
+    `_create_train_code_pred_dataloader` (`pred_data_mix_strategy = "max_new"`,
+    `past_epoch_window = 1`): every task of that kind the previous step validated comes first,
+    the rest is drawn uniformly from the whole buffer (`TaskBuffer.sample_max_new`). So the solver
+    trains mostly on what the proposer just wrote: all of it when every proposal was valid."""
     rng = rng_for(config.run.seed, step, "solver_batch")
     return [
         SolveJob(solver, t, None, 1)
         for kind in config.tasks.kinds
-        if kind in buffers and len(buffers[kind])
-        for t in buffers[kind].sample(config.rl.proposals_per_kind, rng, "recency")
+        if kind in buffers
+        for t in buffers[kind].sample_max_new(config.rl.proposals_per_kind, rng)
     ]
 
 
@@ -443,13 +447,9 @@ def update(policy: Policy, samples: list[Sample], members: Sequence[str]) -> dic
 
 
 def grow_buffers(buffers: dict[str, TaskBuffer], proposals: Sequence[Proposed]) -> None:
-    """Add this step's valid tasks to the run's buffers, in place (the buffers are the run's state)."""
-    for p in proposals:
-        if isinstance(p.result, Task):
-            buffers[p.kind].add(p.result)
-            if p.kind in ("code_o", "code_i"):
-                # A code_o triplet is also a code_i triplet: both buffers hold (program, input, output).
-                other = "code_i" if p.kind == "code_o" else "code_o"
-                if other in buffers:
-                    r = p.result
-                    buffers[other].add(Task(other, r.program, r.inputs, r.outputs, r.message, r.meta))  # type: ignore[arg-type]
+    """Add this step's valid tasks to the run's buffers, in place (the buffers are the run's state):
+    each kind's to its own buffer only, as one batch (the next step's solver batch starts from it,
+    `buffer_jobs`). AZR keeps the kinds apart: `_compute_batch` adds a gen_code_i step's valid
+    programs with `add_input_batch` and a gen_code_o step's with `add_output_batch`, never both."""
+    for kind, buffer in buffers.items():
+        buffer.add_batch([p.result for p in proposals if p.kind == kind and isinstance(p.result, Task)])
