@@ -14,6 +14,9 @@ The stage (``experiment --stages warmup``; `run_warmup`) measures the valid-task
 proposer prompts, collects up to ``warmup.examples`` distinct accepted proposals, fine-tunes one
 LoRA adapter on them (token-mean negative log-likelihood of the completion, the base frozen), and
 measures again on the same held-out prompts with the same sampling seeds (a paired before/after).
+Held out means other references too: the seed programs are split in two disjoint halves
+(`split_seeds`), collection prompts show only the one and measurement prompts only the other, so
+the after-rate is not read on the very references the examples were written from.
 It writes ``EXP/warmup/``: ``factors.safetensors`` (the adapter), ``examples.jsonl``, ``report.json``.
 Baseline and population then both start every member from those factors (``lora.warmup``), so the
 comparison stays fair: the warm-up is shared, only what follows differs.
@@ -132,6 +135,34 @@ def collect(
     return examples[: wc.examples], ValidRate(accepted, total)
 
 
+def split_seeds(buffers: dict[str, TaskBuffer], seed: int) -> tuple[dict[str, TaskBuffer], dict[str, TaskBuffer]]:
+    """The seed buffers cut in two by program: (collection, measurement), disjoint, covering every
+    seed, the measurement half the smaller one when the count is odd. A program is in the same half
+    in every kind's buffer (code_o and code_i hold the same seeds). Deterministic in ``seed``: the
+    programs are sorted, then shuffled by a generator of their own (no other draw moves it)."""
+    programs = sorted({t.program for b in buffers.values() for t in b.tasks})
+    if len(programs) < 2:
+        raise UserInputError(
+            f"the warm-up needs at least 2 distinct seed programs to keep its measurement prompts' "
+            f"references apart from its collection prompts'; the seed buffer holds {len(programs)}: "
+            f"add seeds to tasks.seeds_path or set warmup.enabled=false"
+        )
+    random.Random(f"{seed}:warmup_split").shuffle(programs)
+    held_out = set(programs[: len(programs) // 2])
+
+    def part(measurement: bool) -> dict[str, TaskBuffer]:
+        out = {}
+        for kind, b in buffers.items():
+            half = TaskBuffer(b.kind, b.cap)
+            for i, t in enumerate(b.tasks):
+                if (t.program in held_out) == measurement:
+                    half.add(t, seed=i < b.n_seeds)
+            out[kind] = half
+        return out
+
+    return part(False), part(True)
+
+
 def fine_tune(policy, examples: Sequence[Example], config: ExperimentConfig, seed: int) -> list[float]:
     """Supervised fine-tuning of the warm-up adapter on the examples: ``warmup.epochs`` shuffled
     passes of ``warmup.sft_batch`` examples per AdamW step, each step minimising the token-mean
@@ -222,14 +253,18 @@ def run_warmup(config: ExperimentConfig, out: str | Path, say: Callable[[str], N
     policy = LoRAPolicy.create(cfg, [(MEMBER, MEMBER)])
     try:  # closes a rollout engine the policy started, however the stage ends
         with Verifier.from_config(cfg.verifier) as verifier:
-            buffers = initial_state(cfg, verifier).buffers
-            before = measure(cfg, policy, verifier, buffers)
+            collect_buffers, measure_buffers = split_seeds(initial_state(cfg, verifier).buffers, cfg.run.seed)
+            before = measure(cfg, policy, verifier, measure_buffers)
             say(f"[warmup] valid rate before: {before.accepted}/{before.total}")
             examples, collected = collect(
-                cfg, policy, verifier, buffers, lambda r, n: say(f"[warmup] round {r}: {n} accepted distinct proposals")
+                cfg,
+                policy,
+                verifier,
+                collect_buffers,
+                lambda r, n: say(f"[warmup] round {r}: {n} accepted distinct proposals"),
             )
             losses = fine_tune(policy, examples, cfg, seed=cfg.run.seed) if examples else []
-            after = measure(cfg, policy, verifier, buffers)
+            after = measure(cfg, policy, verifier, measure_buffers)
             say(
                 f"[warmup] valid rate after: {after.accepted}/{after.total} "
                 f"({len(examples)} examples, {len(losses)} steps)"
@@ -246,6 +281,11 @@ def run_warmup(config: ExperimentConfig, out: str | Path, say: Callable[[str], N
         "after": dataclasses.asdict(after) | {"rate": after.rate},
         "collected": dataclasses.asdict(collected) | {"rate": collected.rate},
         "examples": len(examples),
+        # the seed programs each half's prompts drew their references from (disjoint, `split_seeds`)
+        "seed_programs": {
+            "collect": len({t.program for b in collect_buffers.values() for t in b.tasks}),
+            "measure": len({t.program for b in measure_buffers.values() for t in b.tasks}),
+        },
         "kinds": {k: sum(e.kind == k for e in examples) for k in cfg.tasks.kinds},
         "sft_steps": len(losses),
         "nll_first": losses[0] if losses else None,

@@ -158,3 +158,36 @@ def test_the_warmup_gain_is_paired_by_seed_and_reported(tmp_path):
     record = json.loads((tmp_path / "report" / "seeds.json").read_text())
     assert record["warmup"]["gain"]["mean"] == pytest.approx(0.125)
     assert (tmp_path / "report" / "seeds_warmup.png").is_file()
+
+
+def test_measurement_prompts_show_other_seed_references_than_collection_prompts(verifier, tokenizer):
+    """Issue #28: the held-out rounds draw their references from a disjoint half of the seeds,
+    the same half in every kind's buffer, the same split for the same run seed."""
+    config = load_config("tiny", {"tasks.kinds": ["code_o", "code_i"], "tasks.n_references": 3, "warmup.batch": 8})
+    buffers = initial_state(config, verifier).buffers
+    seeds = {t.program for t in buffers["code_o"].tasks}
+    collect_b, measure_b = warmup.split_seeds(buffers, seed=0)
+    halves = [{k: {t.program for t in b.tasks} for k, b in part.items()} for part in (collect_b, measure_b)]
+    for half in halves:
+        assert half["code_o"] == half["code_i"]  # one split for both kinds
+    c, m = halves[0]["code_o"], halves[1]["code_o"]
+    assert not c & m and c | m == seeds and len(m) == len(seeds) // 2
+    assert all(b.n_seeds == len(b) and all(t.kind == k for t in b.tasks) for k, b in collect_b.items())
+    again = warmup.split_seeds(buffers, seed=0)[1]
+    assert {t.program for t in again["code_o"].tasks} == m  # deterministic
+    assert {t.program for t in warmup.split_seeds(buffers, seed=1)[1]["code_o"].tasks} != m  # and drawn per seed
+
+    policy = ScriptedPolicy(tokenizer)
+    shown = lambda proposals: {r for p in proposals for r in p.references}  # noqa: E731
+    collected = shown(warmup.proposal_round(config, policy, verifier, collect_b, warmup.COLLECT_STEP))
+    measured = shown(warmup.proposal_round(config, policy, verifier, measure_b, warmup.MEASURE_STEP))
+    assert collected and measured and collected <= c and measured <= m
+
+
+def test_split_seeds_refuses_a_single_seed():
+    from populora_nb.buffers import TaskBuffer
+
+    b = TaskBuffer("code_o")
+    b.add(Task("code_o", "def f(a):\n    return a", ("1",), ("1",)), seed=True)
+    with pytest.raises(UserInputError, match="at least 2 distinct seed programs"):
+        warmup.split_seeds({"code_o": b}, seed=0)
