@@ -1,21 +1,26 @@
-"""The seed protocol: a comparison that separates runs only when the seeds' spread allows it, coverage
-that volume alone cannot raise, the rating spread, and the report (seeds.md, seeds.json, figures).
+"""The seed protocol: a comparison that separates runs only when the paired t allows it, coverage
+that volume alone cannot raise, the rating spread, and the report (seeds.md, seeds.json, figures),
+whose every sentence about a rise, fall or difference is backed by a t-interval that excludes 0.
 The interval arithmetic itself is tested in test_seed_stats.py."""
 
 import json
 import math
 import random
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from populora_nb.analysis.coverage import rarefy
 from populora_nb.analysis.protocol import (
+    COLUMNS,
     HEADLINE,
     band,
     compare,
     comparison_table,
     end_value,
+    finding_lines,
     start_value,
     write_seed_report,
 )
@@ -52,11 +57,16 @@ def test_a_difference_within_the_seed_spread_is_not_separated(tmp_path):
     )
     (c,) = compare(exps, keys=("student/solve_rate",), window=1)
     assert c.baseline == (0.3, 0.6, 0.2) and c.population == (0.4, 0.3, 0.5) and c.paired
-    assert not c.separated and c.low < 0 < c.high and not c.t_separated
+    assert not c.separated and c.low < 0 < c.high and c.t_low < c.low and c.estimate.t_kind == "paired t"
     # Start and change: every seed rises by 0.1 in the baseline, so its change is separated.
     base = c.runs["baseline"]
     assert base.start == pytest.approx((0.2, 0.5, 0.1)) and base.change.mean == pytest.approx(0.1)
-    assert base.change.separated and base.change.low == pytest.approx(0.1)
+    assert base.change.separated and base.change.t_low == pytest.approx(0.1) == base.change.low
+    row = comparison_table([c])[1]
+    assert row[-1] == "no detectable difference" and row[6] == "paired t"
+    (said,) = finding_lines([c])
+    assert "no detectable difference between population and baseline" in said and "baseline rose" in said
+    assert "population shows no detectable change" in said  # 0.1, -0.1 and ... straddle 0
 
 
 def test_a_consistent_difference_is_separated_and_tabled(tmp_path):
@@ -64,10 +74,10 @@ def test_a_consistent_difference_is_separated_and_tabled(tmp_path):
         tmp_path, baseline=[[0.1, 0.2], [0.15, 0.2], [0.1, 0.25]], population=[[0.5, 0.6], [0.55, 0.65], [0.5, 0.62]]
     )
     (c,) = compare(exps, keys=("student/solve_rate",), window=2)
-    assert c.separated and c.low > 0 and c.t_separated
+    assert c.separated and c.t_low > 0 and c.low > 0
     row = comparison_table([c])[1]
-    assert row[0] == "fresh-task solve rate ρ" and row[1] == "3 / 3" and row[-2] == "paired"
-    assert row[-1] == "yes (t: yes)"
+    assert row[0] == "fresh-task solve rate ρ" and row[1] == "3 / 3" and row[6] == "paired t"
+    assert row[5].startswith("range [+") and row[-1] == "population higher"  # a family of 1: Holm keeps it
     b = band([e / "population" for e in exps], "student/solve_rate")
     assert list(b.steps) == [0, 1] and list(b.n_seeds) == [3, 3] and b.low[0] < b.mean[0] < b.high[0]
     assert end_value(exps[0] / "baseline", "student/solve_rate", window=2) == pytest.approx(0.15)
@@ -82,7 +92,8 @@ def test_runs_at_different_seeds_are_compared_unpaired(tmp_path):
     (exps[0] / "population" / "metrics.jsonl").unlink()  # seed-0's population never logged
     (c,) = compare(exps, keys=("student/solve_rate",), window=1)
     assert not c.paired and c.baseline == (0.1, 0.2, 0.15) and c.population == (0.6, 0.55)
-    assert c.difference == pytest.approx(0.575 - 0.15)
+    assert c.difference == pytest.approx(0.575 - 0.15) and c.estimate.t_kind == "Welch t"
+    assert comparison_table([c])[1][6] == "Welch t (unpaired)"
 
 
 # ----------------------------------------------------------------------------- coverage
@@ -161,8 +172,8 @@ def _rated_run(path, seed, n_steps=12, loser=True):
     rows = []
     for step in range(n_steps):
         pairs = (("T0", "S0"), ("T1", "S1"), ("T0", "S1"), ("T1", "S0"), ("T2", "S1"))
-        matches = [Match(t, s, valid=True, rho=rng.choice([0.25, 0.75])) for t, s in pairs]
-        matches[-1] = Match("T2", "S1", valid=False) if loser else matches[-1]
+        matches = [Match(t, s, valid=True, rho=rng.choice([0.25, 0.75]), rollouts=4) for t, s in pairs]
+        matches[-1] = Match("T2", "S1", valid=False, rollouts=4) if loser else matches[-1]
         ratings = update_ratings(ratings, matches, env)
         rows += [
             {"step": step, "member": m, "role": "teacher" if m[0] == "T" else "student", "rating/mu": r.mu}
@@ -198,11 +209,14 @@ def test_a_member_that_always_loses_ranks_last_and_spreads_the_ratings(tmp_path)
 def test_the_report_writes_tables_numbers_and_a_figure_per_series(tmp_path):
     exps = [write_synthetic_experiment(tmp_path / f"seed-{k}", n_steps=8, seed=k) for k in range(3)]
     md = write_seed_report(exps, tmp_path / "report", window=3, n_resamples=2000).read_text()
-    assert "n = 3 seeds" in md and "10 distinct resamples" in md
+    assert "n = 3 seeds" in md and "the 95% percentile bootstrap is the seeds' own range" in md
+    assert "about 0.4 would exclude 0 by chance" in md and "| Holm p |" in md and "conservative" not in md
+    assert "| paired t |" in md and "## What the seeds show" in md
     assert md.count("| series | seeds (baseline / population) |") == 1 and "| series | run | seeds |" in md
     for meaning in HEADLINE.values():
         assert f"| {meaning}" in md
-    assert "- **t 95% (Welch)**:" in md and "- **change end − start**:" in md
+    assert "- **population − baseline [95% t]**:" in md and "- **change end − start**:" in md
+    assert "## Smallest detectable difference" in md and "seeds needed" not in md.lower()
 
     def no_nan(token):
         raise AssertionError(f"{token} in seeds.json: not strict JSON")
@@ -214,9 +228,12 @@ def test_the_report_writes_tables_numbers_and_a_figure_per_series(tmp_path):
     assert base["seeds"] == ["seed-0", "seed-1", "seed-2"]
     assert base["end"]["seed-1"] == pytest.approx(end_value(exps[1] / "baseline", "complexity/sloc", window=3))
     assert base["start"]["seed-1"] == pytest.approx(start_value(exps[1] / "baseline", "complexity/sloc", window=3))
-    low, high = base["end_interval"]["bootstrap"]
+    low, high = base["end_interval"]["t"]
     assert low <= base["end_interval"]["mean"] <= high and len(base["per_step"]["seed-0"]) == 8
     assert sloc["difference"]["paired"] and sloc["difference"]["separated"] and sloc["difference"]["mean"] > 0
+    assert sloc["difference"]["t_kind"] == "paired t" and 0 <= sloc["difference"]["holm_p"] <= 1
+    assert "range" in sloc["difference"] and "bootstrap" not in sloc["difference"]
+    assert all(p is None or "mdd" in p for p in record["power"])
     coverage = record["series"]["coverage/ngrams"]
     assert coverage["n_units"] >= 2 and len(coverage["runs"]["population"]["end"]) == 3
     assert record["series"]["reward/propose_mean"]["difference"]["mean"] is None  # synthetic runs log none
@@ -253,3 +270,38 @@ def test_rarefied_coverage_is_bit_identical_whatever_the_order_of_units():
     random.Random(1).shuffle(shuffled)
     assert expected_distinct(units, 9) == expected_distinct(shuffled, 9)
     assert expected_distinct(units, 9) == expected_distinct(units[::-1], 9)
+
+
+# ----------------------------------------------------------------------------- the committed protocol
+PROTOCOL = Path(__file__).resolve().parents[1] / "docs" / "results" / "cpu-protocol"
+COMMITTED = [PROTOCOL / f"seed{k}" for k in range(3)]
+
+
+def test_the_committed_valid_rate_difference_is_the_paired_t_of_the_issue():
+    """Issue #28: across the 3 committed seeds the runs are negatively correlated, so the paired t
+    [-0.080, +0.205] is wider than the Welch interval [-0.02, +0.15] the report used to print."""
+    (c,) = compare(COMMITTED, keys=("teacher/valid_rate",))
+    row = dict(zip(COLUMNS, comparison_table([c])[1]))
+    assert row["test"] == "paired t" and row["population − baseline [95% t]"] == "+0.062 [-0.080, +0.205]"
+    assert row["spread of the per-seed differences"] == "range [+0.013, +0.125]"
+    assert row["verdict"] == "no detectable difference"
+
+
+def _intervals(sentence: str) -> list[tuple[float, float]]:
+    return [(float(lo), float(hi)) for lo, hi in re.findall(r"t \[([-+]?[\d.]+), ([-+]?[\d.]+)\]", sentence)]
+
+
+def test_no_sentence_of_the_committed_report_claims_more_than_its_interval():
+    md = (PROTOCOL / "seeds.md").read_text()
+    claims = [line for line in md.splitlines() if line.startswith("- **") and "t [" in line]
+    assert len(claims) >= 9 and "The warm-up raised the held-out valid rate" in md
+    for line in claims + [line for line in md.splitlines() if line.startswith("The warm-up")]:
+        for part in line.split(";"):
+            (low, high), *_ = _intervals(part) or [(math.nan, math.nan)]
+            if math.isnan(low):
+                continue
+            moved = re.search(r"\b(rose|fell|higher|lower|raised|lowered)\b", part.split("(")[0])
+            assert bool(moved) == (low > 0 or high < 0), part
+    # The regenerated report is what the analysis writes from the committed records.
+    lines = finding_lines(compare(COMMITTED))
+    assert all(line in md for line in lines)

@@ -1,28 +1,56 @@
-"""Intervals over seeds: the t family has its stated coverage, the percentile bootstrap is right where
-it can be (many seeds) and honestly narrow where it cannot (3 seeds), and pairing is used."""
+"""Intervals over seeds: the t family equals the textbook and has its stated coverage, the percentile
+bootstrap is right where it can be (many seeds) and is the seeds' range at 3 (so it is named so),
+pairing is used, Holm and the minimum detectable difference equal hand computations, and the words
+a report may use follow the t-interval."""
 
 import math
 import random
 
 import numpy as np
 import pytest
+from scipy import stats
 
+from populora_nb.analysis.power import mdd_factor, minimum_detectable_difference, power_lines, power_row, sd_factors
 from populora_nb.analysis.seed_stats import (
     bootstrap_difference,
     bootstrap_interval,
+    claim,
     difference_estimate,
+    holm,
+    how_to_read,
     mean_estimate,
     paired_bootstrap_difference,
     paired_t_interval,
+    seed_spread,
     t_interval,
-    t_quantile,
+    verdict,
     welch_interval,
 )
 
+# Student's sleep data (Cushny & Peebles 1905; R's `sleep`): extra hours of sleep of 10 patients
+# under each of two drugs. R: t.test(extra ~ group, data = sleep, paired = TRUE) gives
+# mean difference -1.58, 95% CI [-2.4598858, -0.7001142], p = 0.002833; unpaired (Welch)
+# [-3.3654832, 0.2054832], p = 0.07939.
+SLEEP_1 = [0.7, -1.6, -0.2, -1.2, -0.1, 3.4, 3.7, 0.8, 0.0, 2.0]
+SLEEP_2 = [1.9, 0.8, 1.1, 0.1, -0.1, 4.4, 5.5, 1.6, 4.6, 3.4]
 
-@pytest.mark.parametrize("dof,expected", [(1, 12.706205), (2, 4.302653), (3, 3.182446), (10, 2.228139), (30, 2.042272)])
-def test_t_quantile_matches_the_table(dof, expected):
-    assert t_quantile(0.975, dof) == pytest.approx(expected, abs=1e-5)
+
+def test_paired_t_equals_the_textbook_sleep_data_and_welch_ignores_the_pairing():
+    d, low, high = paired_t_interval(SLEEP_2, SLEEP_1)  # b − a = drug 1 − drug 2
+    assert (d, low, high) == pytest.approx((-1.58, -2.4598858, -0.7001142), abs=1e-6)
+    e = difference_estimate(SLEEP_2, SLEEP_1, paired=True, rng=np.random.default_rng(0))
+    assert e.t_kind == "paired t" and e.p == pytest.approx(0.002833, abs=1e-6) and e.separated
+    assert welch_interval(SLEEP_2, SLEEP_1)[1:] == pytest.approx((-3.3654832, 0.2054832), abs=1e-6)
+    w = difference_estimate(SLEEP_2, SLEEP_1, paired=False, rng=np.random.default_rng(0))
+    assert w.t_kind == "Welch t" and w.p == pytest.approx(0.07939, abs=1e-5) and not w.separated
+
+
+def test_paired_t_at_3_seeds_is_the_hand_computation():
+    """Per-seed differences 0.05, 0.06, 0.04: mean 0.05, SD 0.01, half-width t_{0.975,2}·0.01/√3."""
+    a, b = [0.10, 0.50, 0.90], [0.15, 0.56, 0.94]
+    half = 4.302652729911275 * 0.01 / math.sqrt(3)
+    assert paired_t_interval(a, b) == pytest.approx((0.05, 0.05 - half, 0.05 + half))
+    assert stats.ttest_rel(b, a).confidence_interval().low == pytest.approx(0.05 - half)
 
 
 def test_t_interval_covers_the_true_mean_about_95_percent_of_the_time():
@@ -35,10 +63,14 @@ def test_t_interval_covers_the_true_mean_about_95_percent_of_the_time():
     assert 0.93 <= hits / 2000 <= 0.97
 
 
-def test_one_seed_has_no_interval_and_welch_handles_zero_variance():
+def test_one_seed_has_no_interval_and_zero_variance_a_zero_width_one():
     m, low, high = t_interval([0.5])
     assert m == 0.5 and math.isnan(low) and math.isnan(high)
     assert welch_interval([0.2, 0.2], [0.5, 0.5]) == pytest.approx((0.3, 0.3, 0.3))
+    same = difference_estimate([0.1, 0.2, 0.3], [0.2, 0.3, 0.4], paired=True, rng=np.random.default_rng(0))
+    assert same.t_low == same.t_high == pytest.approx(0.1) and same.p == 0.0 and same.separated
+    none = mean_estimate([0.0, 0.0, 0.0], rng=np.random.default_rng(0))
+    assert none.p == 1.0 and not none.separated
 
 
 def test_bootstrap_interval_of_normal_data_is_mean_plus_minus_1_96_se():
@@ -59,18 +91,33 @@ def test_bootstrap_covers_about_95_percent_with_30_seeds():
     assert 0.89 <= hits / 200 <= 0.99
 
 
-def test_with_3_seeds_the_bootstrap_under_covers_and_stays_inside_the_sample():
-    """The caveat in the docstring, measured: the t-interval is the conservative companion."""
+def test_with_3_seeds_the_bootstrap_is_the_sample_range_and_the_report_says_range():
+    """1 resample in 27 repeats the smallest value three times: more than the 2.5% the percentile cuts."""
     rng = np.random.default_rng(4)
-    boot = t_hits = 0
-    for _ in range(400):
-        x = rng.normal(0.0, 1.0, size=3)
-        _, low, high = bootstrap_interval(x, n_resamples=1000, rng=rng)
-        assert x.min() - 1e-12 <= low <= high <= x.max() + 1e-12  # means of resamples: rounding only
-        boot += low <= 0.0 <= high
-        _, t_low, t_high = t_interval(x)
-        t_hits += t_low <= 0.0 <= t_high
-    assert boot / 400 < 0.85 < 0.92 < t_hits / 400
+    for _ in range(20):
+        x = rng.normal(size=3)
+        assert bootstrap_interval(x, rng=rng)[1:] == pytest.approx((x.min(), x.max()))
+        a, b = rng.normal(size=3), rng.normal(size=3)
+        assert paired_bootstrap_difference(a, b, rng=rng)[1:] == pytest.approx(((b - a).min(), (b - a).max()))
+    assert seed_spread([1.0, 3.0, 2.0], rng=rng) == ("range", 1.0, 3.0)
+    assert seed_spread([1.0, 3.0, 2.0, 2.5], rng=rng)[0] == "bootstrap"
+    e = difference_estimate([0.0, 0.0, 0.0], [0.1, -0.2, 0.3], paired=True, rng=rng)
+    assert (e.spread, e.low, e.high) == ("range", -0.2, 0.3) and "range" in e.as_dict()
+
+
+def test_with_3_seeds_a_null_range_excludes_0_a_quarter_of_the_time_and_t_5_percent():
+    """The claim the report makes: three seeds share a sign with probability 1/4 under a symmetric null."""
+    rng = np.random.default_rng(5)
+    trials, range_hits, t_hits = 4000, 0, 0
+    for _ in range(trials):
+        e = mean_estimate(rng.normal(size=3), rng=rng)
+        range_hits += e.spread_separated
+        t_hits += e.separated
+    assert range_hits / trials == pytest.approx(0.25, abs=0.02)
+    assert t_hits / trials == pytest.approx(0.05, abs=0.012)
+    assert "probability 0.25" in how_to_read(3, [(8, "differences", "beside them")])
+    assert "90% for at least one of 8" in how_to_read(3, [(8, "differences", "beside them")])
+    assert "about 0.4 would exclude 0 by chance" in how_to_read(3, [(8, "differences", "beside them")])
 
 
 def test_bootstrap_is_deterministic_given_the_generator():
@@ -108,35 +155,60 @@ def test_pairing_cancels_what_a_seed_shares_with_its_pair():
     # The pairing is by position: shuffling one side breaks it.
     _, low3, _ = paired_bootstrap_difference(a, b[::-1], rng=np.random.default_rng(0))
     assert low3 < 0.0
-
-
-def test_estimates_report_both_verdicts():
-    a, b = [0.10, 0.50, 0.90], [0.15, 0.56, 0.94]
-    paired = difference_estimate(a, b, True, rng=np.random.default_rng(0))
-    unpaired = difference_estimate(a, b, False, rng=np.random.default_rng(0))
-    assert paired.separated and paired.t_separated  # per-pair differences 0.05, 0.06, 0.04
-    assert not unpaired.separated and not unpaired.t_separated
-    e = mean_estimate([1.0, 2.0, 3.0], rng=np.random.default_rng(0))
-    assert e.mean == 2.0 and 1.0 <= e.low < e.high <= 3.0 and e.t_low < e.low and e.t_high > e.high
     with pytest.raises(ValueError, match="equal lengths"):
         paired_bootstrap_difference([1.0, 2.0], [1.0], rng=np.random.default_rng(0))
 
 
-def test_seeds_needed_matches_the_t_sample_size_equation():
-    from populora_nb.analysis.power import power_row, seeds_needed
+def test_negatively_correlated_pairs_make_the_paired_t_wider_than_welch():
+    """Why Welch is no conservative companion: when a seed's good baseline comes with a poor
+    population, the per-seed differences vary more than either side."""
+    a, b = [0.80, 0.85, 0.80], [0.925, 0.8625, 0.85]
+    _, p_low, p_high = paired_t_interval(a, b)
+    _, w_low, w_high = welch_interval(a, b)
+    assert p_high - p_low > w_high - w_low
 
-    # d = 1 SD: the textbook paired t-test needs 10 pairs for 80% power at alpha = 0.05.
-    assert seeds_needed(1.0, 1.0) == 10
-    assert seeds_needed(1.0, 0.5) > 30 and seeds_needed(1.0, 2.0) < 6  # smaller effects need more seeds
-    assert seeds_needed(1.0, -1.0) == seeds_needed(1.0, 1.0)
-    assert math.isinf(seeds_needed(1.0, 0.0)) and math.isnan(seeds_needed(math.nan, 1.0))
+
+def test_holm_equals_the_hand_computation():
+    # sorted: 0.005·4 = 0.02, 0.01·3 = 0.03, 0.03·2 = 0.06, 0.04·1 = 0.04 -> running max 0.06
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    adjusted = holm([0.5, math.nan, 0.02])  # NaN is not in the family: m = 2
+    assert adjusted[0] == pytest.approx(0.5) and math.isnan(adjusted[1]) and adjusted[2] == pytest.approx(0.04)
+    assert holm([0.9, 0.8]) == pytest.approx([1.0, 1.0]) and holm([0.6, 0.7, 0.9]) == pytest.approx([1.0, 1.0, 1.0])
+
+
+def test_the_words_follow_the_t_interval():
+    rng = np.random.default_rng(0)
+    rise = difference_estimate([0.1, 0.5, 0.9], [0.15, 0.56, 0.94], paired=True, rng=rng)
+    flat = difference_estimate([0.1, 0.5, 0.9], [0.2, 0.4, 0.95], paired=True, rng=rng)
+    assert verdict(rise, "rose", "fell", "no detectable change") == "rose"
+    assert flat.spread_separated is False and verdict(flat, "rose", "fell", "no detectable change") == (
+        "no detectable change"
+    )
+    said = claim(rise, "rose", "fell", "no detectable change", holm_p=0.3, family="19 changes")
+    assert said.startswith("rose (+0.050, paired t [+0.025, +0.075], p = 0.0") and "not kept by Holm" in said
+    assert "Holm" not in claim(flat, "rose", "fell", "no detectable change", holm_p=1.0, family="19 changes")
+
+
+def test_mdd_is_the_exact_noncentral_t_answer():
+    # The textbook (G*Power, paired t, d_z = 1, α = 0.05 two-sided): 10 pairs give power 0.803,
+    # 9 give less than 0.8, so the MDD in SDs is just under 1 at n = 10 and above 1 at n = 9.
+    assert mdd_factor(10) == pytest.approx(0.99600, abs=1e-4) and mdd_factor(9) > 1.0
+    df, critical = 9, stats.t.ppf(0.975, 9)
+    assert stats.nct.sf(critical, df, math.sqrt(10)) == pytest.approx(0.803, abs=1e-3)
+    # At n = 3: 3.264 SDs, against 3.097 from (t_{0.975,2} + t_{0.8,2})/√3, the approximation.
+    approx = (stats.t.ppf(0.975, 2) + stats.t.ppf(0.8, 2)) / math.sqrt(3)
+    assert mdd_factor(3) == pytest.approx(3.2640, abs=1e-4) and approx == pytest.approx(3.0965, abs=1e-4)
+    assert mdd_factor(30) == pytest.approx((stats.t.ppf(0.975, 29) + stats.t.ppf(0.8, 29)) / math.sqrt(30), rel=1e-3)
+    assert minimum_detectable_difference(0.5, 3) == pytest.approx(0.5 * mdd_factor(3))
+    assert math.isnan(minimum_detectable_difference(math.nan, 3)) and math.isnan(mdd_factor(1))
+    assert sd_factors(3) == pytest.approx((0.5207, 6.2847), abs=1e-4)
+
+
+def test_the_power_section_reports_the_mdd_in_the_series_units():
     row = power_row("x", [0.0, 1.0, 2.0], [1.0, 1.5, 3.5])  # differences 1.0, 0.5, 1.5
     assert row["mean_difference"] == pytest.approx(1.0) and row["sd_difference"] == pytest.approx(0.5)
-    assert row["seeds_needed"] == seeds_needed(0.5, 1.0)
-
-
-def test_the_power_section_names_its_seed_count_and_a_null_difference():
-    from populora_nb.analysis.power import power_lines, power_row
-
-    lines = "\n".join(power_lines([power_row("same", [0.5, 0.5], [0.5, 0.5]), power_row("x", [0.0, 1.0], [1.0, 1.5])]))
-    assert "With 2 seeds" in lines and "| same | 2 | +0 | 0 | never (no difference) |" in lines
+    assert row["mdd"] == pytest.approx(0.5 * mdd_factor(3)) and "seeds_needed" not in row
+    lines = "\n".join(power_lines([row, power_row("same", [0.5, 0.5, 0.5], [0.5, 0.5, 0.5])]))
+    assert "MDD = 3.26 × the SD of the per-seed differences" in lines and "from 0.52 to 6.3 times" in lines
+    assert "| x | 3 | +1 | 0.5 | 1.63 |" in lines and "| same | 3 | +0 | 0 | 0 |" in lines
+    assert "10 seeds 1.00" in lines

@@ -7,14 +7,20 @@ one config but ``run.seed``; the series and how each is read: `populora_nb.analy
 
 Per series and run, each seed gives a start value (mean over its first ``window`` logged steps) and
 an end value (its last ``window``); coverage gives its rarefied count in those two windows. Over
-seeds (`populora_nb.analysis.seed_stats`):
-  start, end         mean with a 95% percentile-bootstrap interval, and the t-interval beside it;
-  change             end − start paired by seed (each seed is its own control);
+seeds (`populora_nb.analysis.seed_stats`), each with a 95% t-interval (the headline and the only
+verdict) and beside it the seeds' range (n <= 3, where that is what the percentile bootstrap is) or
+the percentile bootstrap (n >= 4):
+  start, end         the mean over seeds (one-sample t);
+  change             end − start, paired by seed (paired t: each seed is its own control);
   population − base  the end values' difference, paired by seed when both runs exist for the same
-                     seeds (they share the seed and the warm-up), else unpaired; bootstrap interval
-                     and Welch's t-interval. "Separated": the bootstrap interval excludes 0; the
-                     t verdict beside it (with 3 seeds the bootstrap under-covers, t is wide).
-Also: the warm-up's gain (`warmup_gain`) and the seeds a paired test would need (`power`).
+                     seeds (they share the seed and the warm-up): the paired t; else unpaired: Welch.
+The report's words follow the intervals (`seed_stats.verdict`): a rise, fall or difference is said
+only where its t-interval excludes 0, else "no detectable change/difference"; the series of a table
+are one family, so it says how many false separations chance alone would give and adds Holm-adjusted
+p-values. Also: the warm-up's gain (`warmup_gain`) and the minimum detectable difference (`power`).
+
+Long because the report is written from one `Comparison` type read three ways, tables, sentences
+and figures, which share its labels and its Holm families.
 """
 
 from __future__ import annotations
@@ -49,7 +55,20 @@ from populora_nb.analysis.protocol_series import (
     seed_values,
     start_value,
 )
-from populora_nb.analysis.seed_stats import Estimate, difference_estimate, excludes_zero, mean_estimate, welch_interval
+from populora_nb.analysis.seed_stats import (
+    MISSING,
+    Estimate,
+    claim,
+    difference_estimate,
+    estimate_cell,
+    fmt_interval,
+    fmt_p,
+    holm,
+    how_to_read,
+    mean_estimate,
+    scale_of,
+    verdict,
+)
 from populora_nb.analysis.warmup_gain import plot_warmup_gain, warmup_gain, warmup_json, warmup_lines
 
 if TYPE_CHECKING:  # matplotlib is imported only when a figure is drawn
@@ -85,27 +104,21 @@ class Comparison:
     baseline: tuple[float, ...]
     population: tuple[float, ...]
     """End values per seed (``runs[...].end``)."""
-    difference: float
-    low: float
-    high: float
-    """95% percentile-bootstrap interval of the difference (paired by seed when ``paired``)."""
-    t_low: float
-    t_high: float
-    """Welch's 95% t-interval of the difference (ignores pairing)."""
+    estimate: Estimate
+    """population − baseline: paired t (Welch t when unpaired) with the seeds' spread beside it."""
     paired: bool
     runs: Mapping[str, RunSummary]
     n_units: int | None = None
     """Coverage only: the common number of programs every window is rarefied to."""
 
-    @property
-    def separated(self) -> bool:
-        """The bootstrap interval excludes 0: the runs differ beyond what the seeds' spread explains."""
-        return excludes_zero(self.low, self.high)
-
-    @property
-    def t_separated(self) -> bool:
-        """Welch's interval excludes 0 as well."""
-        return excludes_zero(self.t_low, self.t_high)
+    # The difference's numbers under the names `sweep.cross_table` reads.
+    difference = property(lambda self: self.estimate.mean)
+    low = property(lambda self: self.estimate.low, doc="the companion: the seeds' range at n <= 3, else bootstrap")
+    high = property(lambda self: self.estimate.high)
+    t_low = property(lambda self: self.estimate.t_low, doc="the headline: paired t (Welch when unpaired)")
+    t_high = property(lambda self: self.estimate.t_high)
+    separated = property(lambda self: self.estimate.separated, doc="the t-interval excludes 0")
+    t_separated = separated  # the headline is t: one verdict under both names
 
 
 def _rng(seed: int, key: str, what: str) -> np.random.Generator:
@@ -146,72 +159,64 @@ def compare(
         base, pop = values["baseline"], values["population"]
         paired = bool(base) and base.keys() == pop.keys()  # same seeds: each pair shares seed and warm-up
         a, b = [base[s][1] for s in base], [pop[s][1] for s in (base if paired else pop)]
-        if key in WITHIN_RUN_ONLY:  # two different definitions: no difference to report
-            d, t_low, t_high = Estimate(*[math.nan] * 5), math.nan, math.nan
-        else:
-            d = difference_estimate(a, b, paired, level, n_resamples, rng=_rng(seed, key, "difference"))
-            _, t_low, t_high = welch_interval(a, b, level)  # the companion assumes nothing about pairing
-        out.append(Comparison(key, tuple(a), tuple(b), d.mean, d.low, d.high, t_low, t_high, paired, runs, n_units))
+        d = (
+            MISSING  # two different definitions: no difference to report
+            if key in WITHIN_RUN_ONLY
+            else difference_estimate(a, b, paired, level, n_resamples, rng=_rng(seed, key, "difference"))
+        )
+        out.append(Comparison(key, tuple(a), tuple(b), d, paired, runs, n_units))
     return out
 
 
+def difference_holm(comparisons: Sequence[Comparison]) -> dict[str, float]:
+    """Holm-adjusted p of each population − baseline difference, the table's series as one family."""
+    return dict(zip((c.key for c in comparisons), holm([c.estimate.p for c in comparisons])))
+
+
+def change_holm(comparisons: Sequence[Comparison]) -> dict[tuple[str, str], float]:
+    """Holm-adjusted p of each end − start change, every (series, run) of the table as one family."""
+    keys = [(c.key, run) for c in comparisons for run in RUNS if c.runs[run].seeds]
+    by_key = {c.key: c for c in comparisons}
+    return dict(zip(keys, holm([by_key[k].runs[run].change.p for k, run in keys])))
+
+
 # ----------------------------------------------------------------------------- tables
-def _num(x: float, signed: bool = False, scale: float | None = None) -> str:
-    """``x`` with the decimals that suit ``scale`` (default: its own size): rates, rewards, μ, lengths."""
-    if math.isnan(x):
-        return "n/a"
-    size = abs(x) if scale is None else scale
-    digits = 0 if size >= 100 else 1 if size >= 10 else 3
-    return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
-
-
-def _interval(low: float, high: float, signed: bool = False, scale: float | None = None) -> str:
-    scale = max(abs(low), abs(high)) if scale is None else scale
-    return "" if math.isnan(low) else f"[{_num(low, signed, scale)}, {_num(high, signed, scale)}]"
-
-
-def _estimate_cell(e: Estimate, signed: bool = False, t_inline: bool = True) -> str:
-    """``mean [bootstrap low, high] (t: low, high)`` at one precision; the t part only when ``t_inline``."""
-    if math.isnan(e.mean):
-        return "n/a"
-    scale = max(abs(v) for v in (e.mean, e.low, e.high) if not math.isnan(v))
-    cell = f"{_num(e.mean, signed, scale)} {_interval(e.low, e.high, signed, scale)}".strip()
-    if t_inline and not math.isnan(e.t_low):
-        cell += f" (t: {_num(e.t_low, signed, scale)}, {_num(e.t_high, signed, scale)})"
-    return cell
-
-
 def series_label(c: Comparison) -> str:
     """The series' one-line meaning, with the common n for coverage."""
     label = HEADLINE.get(c.key, c.key)
     return label if c.n_units is None else f"{label}, n = {c.n_units}"
 
 
-def _verdict(c: Comparison) -> str:
-    if math.isnan(c.low):
+def difference_verdict(c: Comparison, holm_p: float) -> str:
+    """ "population higher/lower" only where the t-interval excludes 0 (and says when Holm's
+    family-wise correction does not keep it), else "no detectable difference"."""
+    if math.isnan(c.estimate.t_low):
         return "n/a"
-    return f"{'yes' if c.separated else 'no'} (t: {'yes' if c.t_separated else 'no'})"
+    words = verdict(c.estimate, "population higher", "population lower", "no detectable difference")
+    return words + (" (not after Holm)" if c.separated and not holm_p < 0.05 else "")
 
 
 def comparison_table(comparisons: Sequence[Comparison]) -> list[list[str]]:
     """Rows for a report, one per series: end values of both runs, then population − baseline with
-    its bootstrap and Welch intervals and whether they exclude 0 (``COLUMNS`` explains each)."""
+    its t-interval, the seeds' spread, p, Holm's p over the table and the verdict (``COLUMNS``)."""
+    adjusted = difference_holm(comparisons)
     rows = [list(COLUMNS)]
     for c in comparisons:
-        base = c.runs["baseline"].end_est
-        diff = Estimate(c.difference, c.low, c.high, c.t_low, c.t_high)
+        e = c.estimate
         rows.append(
             [
                 series_label(c),
                 f"{len(c.baseline)} / {len(c.population)}",
-                "n/a (no ratings)" if c.key in POPULATION_ONLY else _estimate_cell(base, t_inline=False),
-                _estimate_cell(c.runs["population"].end_est, t_inline=False),
-                f"n/a ({WITHIN_RUN_ONLY[c.key]})"
-                if c.key in WITHIN_RUN_ONLY
-                else _estimate_cell(diff, signed=True, t_inline=False),
-                _interval(c.t_low, c.t_high, signed=True) or "n/a",
-                ("paired" if c.paired else "unpaired") if not math.isnan(c.difference) else "n/a",
-                _verdict(c),
+                "n/a (no ratings)"
+                if c.key in POPULATION_ONLY
+                else estimate_cell(c.runs["baseline"].end_est, spread=False),
+                estimate_cell(c.runs["population"].end_est, spread=False),
+                f"n/a ({WITHIN_RUN_ONLY[c.key]})" if c.key in WITHIN_RUN_ONLY else estimate_cell(e, True, False),
+                "n/a" if math.isnan(e.low) else f"{e.spread} {fmt_interval(e.low, e.high, True, scale_of(e))}",
+                "n/a" if math.isnan(e.mean) else e.t_kind + ("" if c.paired else " (unpaired)"),
+                fmt_p(e.p),
+                fmt_p(adjusted[c.key]),
+                difference_verdict(c, adjusted[c.key]),
             ]
         )
     return rows
@@ -220,20 +225,26 @@ def comparison_table(comparisons: Sequence[Comparison]) -> list[list[str]]:
 COLUMNS: Mapping[str, str] = {
     "series": "what is measured (coverage: n = the common number of programs rarefied to)",
     "seeds (baseline / population)": "seeds with a value, per run",
-    "baseline end": "mean over seeds of each seed's last-window value [95% bootstrap interval]",
-    "population end": "the same for the population",
-    "population − baseline [95% bootstrap]": "difference of end values, bootstrap over seeds",
-    "t 95% (Welch)": "Welch's t-interval of the same difference (ignores pairing; conservative)",
-    "pairing": "paired: both runs at the same seeds, resampled as pairs; unpaired: each side alone",
-    "separated? (t)": "the bootstrap interval excludes 0; in parentheses, whether Welch's does too",
+    "baseline end [95% t]": "mean over seeds of each seed's last-window value [95% t-interval]",
+    "population end [95% t]": "the same for the population",
+    "population − baseline [95% t]": "difference of end values [95% t-interval: paired t when both runs have "
+    "the same seeds, the t-interval of the per-seed differences]",
+    "spread of the per-seed differences": "range: the smallest and largest per-seed difference (at n <= 3 this "
+    "is exactly the 95% percentile bootstrap, so it is named for what it is: excluding 0 only means the seeds "
+    "share a sign); bootstrap: the 95% percentile bootstrap over seeds, pairs resampled together (n >= 4)",
+    "test": "paired t (both runs at the same seeds); Welch t (unpaired) when they are not",
+    "p": "two-sided p of that t-test against no difference",
+    "Holm p": "p adjusted by Holm's step-down Bonferroni over the series of this table (family-wise error 0.05)",
+    "verdict": "population higher / lower only where the t-interval excludes 0, else no detectable difference; "
+    "(not after Holm) where the Holm p is not below 0.05",
 }
 RUN_COLUMNS: Mapping[str, str] = {
     "series": "what is measured",
     "run": "baseline or population",
     "seeds": "seeds with a value",
-    "start": "mean over seeds of the first-window value [95% bootstrap] (t: 95% t-interval)",
+    "start": "mean over seeds of the first-window value [95% t-interval] (range or bootstrap of the seeds' values)",
     "end": "the same over the last window",
-    "change end − start": "per-seed end − start, paired by seed [95% bootstrap] (t: paired t)",
+    "change end − start": "per-seed end − start [95% paired t] (range or bootstrap of the per-seed changes)",
 }
 
 
@@ -244,9 +255,32 @@ def run_table(comparisons: Sequence[Comparison]) -> list[list[str]]:
         for run, s in c.runs.items():
             if not s.seeds:
                 continue
-            cells = [_estimate_cell(s.start_est), _estimate_cell(s.end_est), _estimate_cell(s.change, signed=True)]
+            cells = [estimate_cell(s.start_est), estimate_cell(s.end_est), estimate_cell(s.change, signed=True)]
             rows.append([series_label(c), run, str(len(s.seeds)), *cells])
     return rows
+
+
+def finding_lines(comparisons: Sequence[Comparison]) -> list[str]:
+    """Per series, what the seeds show about population − baseline and each run's change."""
+    diff_p, change_p = difference_holm(comparisons), change_holm(comparisons)
+    families = f"{sum(not math.isnan(p) for p in diff_p.values())} differences", f"{len(change_p)} changes"
+    lines = []
+    for c in comparisons:
+        said = []
+        if not math.isnan(c.estimate.t_low):
+            up, down = "population ends higher than baseline", "population ends lower than baseline"
+            none = "no detectable difference between population and baseline at the end"
+            said.append(claim(c.estimate, up, down, none, diff_p[c.key], families[0]))
+        for run in RUNS:
+            e, none = c.runs[run].change, "shows no detectable change from start to end"
+            if not math.isnan(e.t_low):
+                said_run = claim(
+                    e, "rose from start to end", "fell from start to end", none, change_p[(c.key, run)], families[1]
+                )
+                said.append(f"{run} {said_run}")
+        if said:
+            lines.append(f"- **{series_label(c)}**: " + "; ".join(said) + ".")
+    return lines
 
 
 # ----------------------------------------------------------------------------- machine-readable
@@ -261,9 +295,15 @@ def _clean(x: Any) -> Any:
     return x.item() if isinstance(x, np.generic) else x
 
 
-def comparison_json(c: Comparison, experiments: Sequence[str | Path]) -> dict[str, Any]:
+def comparison_json(
+    c: Comparison,
+    experiments: Sequence[str | Path],
+    holm_p: float = math.nan,
+    change_p: Mapping[tuple[str, str], float] | None = None,
+) -> dict[str, Any]:
     """Every number of one series: per run and seed the start, end and per-step values, the
-    intervals, the difference, and for the rating spread each seed's final ranking."""
+    intervals, the difference, and for the rating spread each seed's final ranking; with the
+    Holm-adjusted p of the difference and of each run's change where the report's families give them."""
     runs: dict[str, Any] = {}
     for run, s in c.runs.items():
         dirs = run_dirs(experiments, run)
@@ -273,20 +313,19 @@ def comparison_json(c: Comparison, experiments: Sequence[str | Path]) -> dict[st
             "end": dict(zip(s.seeds, s.end)),
             "start_interval": s.start_est.as_dict(),
             "end_interval": s.end_est.as_dict(),
-            "change": s.change.as_dict(),
+            "change": {**s.change.as_dict(), "holm_p": (change_p or {}).get((c.key, run), math.nan)},
         }
         if not is_coverage(c.key):
             entry["per_step"] = {n: load_run(dirs[n]).series(c.key) for n in s.seeds}
         if c.key in POPULATION_ONLY:
             entry["final_ranking"] = {n: final_ranking(load_run(dirs[n]).metrics) for n in s.seeds}
         runs[run] = entry
-    diff = Estimate(c.difference, c.low, c.high, c.t_low, c.t_high)
     return _clean(
         {
             "label": HEADLINE.get(c.key, c.key),
             "n_units": c.n_units,
             "runs": runs,
-            "difference": {**diff.as_dict(), "paired": c.paired, "t_kind": "Welch"},
+            "difference": {**c.estimate.as_dict(), "paired": c.paired, "holm_p": holm_p},
         }
     )
 
@@ -317,7 +356,7 @@ def plot_coverage(
     comparison: Comparison | None = None,
 ) -> Figure:
     """Coverage ``key`` in the first and last ``window`` steps, per run: each seed's rarefied value
-    (dots) and the mean over seeds with its 95% bootstrap interval (bars)."""
+    (dots) and the mean over seeds with its 95% t-interval (bars)."""
     from populora_nb.analysis.figures import axes_or_new, say_empty
 
     c = comparison or compare(experiments, (key,), window)[0]
@@ -332,14 +371,14 @@ def plot_coverage(
         for start, end in zip(s.start, s.end):
             ax.plot(x, [start, end], color=COLORS[run], alpha=0.3, marker=".", lw=0.8)
         means = np.array([s.start_est.mean, s.end_est.mean])
-        bars = np.array([[s.start_est.low, s.end_est.low], [s.start_est.high, s.end_est.high]])
+        bars = np.array([[s.start_est.t_low, s.end_est.t_low], [s.start_est.t_high, s.end_est.t_high]])
         err = np.nan_to_num(np.abs(bars - means), nan=0.0)  # no bar from one seed
         ax.errorbar(
             x, means, yerr=err, color=COLORS[run], marker="o", capsize=4, label=f"{run} (n = {len(s.seeds)} seeds)"
         )
     ax.set_xticks([0, 1], [f"first {window} steps", f"last {window} steps"])
     ax.set_xlim(-0.5, 1.5)
-    ax.set(ylabel="expected distinct features", title=f"{series_label(c)}\nmean over seeds, 95% bootstrap")
+    ax.set(ylabel="expected distinct features", title=f"{series_label(c)}\nmean over seeds, 95% t")
     if drawn:
         ax.legend(fontsize=8)
     else:
@@ -358,7 +397,7 @@ def _md_table(rows: Sequence[Sequence[str]]) -> list[str]:
 def write_seed_report(
     experiments: Sequence[str | Path], out_dir: str | Path, window: int = 5, *, seed: int = 0, n_resamples: int = 10_000
 ) -> Path:
-    """``out_dir/seeds.md`` (the tables, what each column means, the 3-seed caveat),
+    """``out_dir/seeds.md`` (the findings, the tables, what each column means, how to read n seeds),
     ``out_dir/seeds.json`` (every number) and one figure per series (``out_dir/seeds_<series>.png``);
     returns the markdown path."""
     from populora_nb.analysis.figures import save_figure
@@ -366,18 +405,34 @@ def write_seed_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     comparisons = compare(experiments, window=window, n_resamples=n_resamples, seed=seed)
+    diff_p, change_p = difference_holm(comparisons), change_holm(comparisons)
     lines = [
         f"# Seed protocol: {len(experiments)} seeds",
         "",
         f"n = {len(experiments)} seeds (experiment directories: {', '.join(seed_names(experiments))}). Start: a "
         f"run's mean over its first {window} logged steps; end: over its last {window}. Coverage is the expected "
         "number of distinct AST n-grams among n written programs of that window, one n for every run, seed and "
-        "window, so writing more programs does not count as covering more. Intervals are 95%: percentile "
-        f"bootstrap over seeds ({n_resamples} resamples, seed {seed}) as the headline, Student t beside it.",
+        "window, so writing more programs does not count as covering more. Intervals are 95%: Student t over "
+        "seeds is the headline (paired t for differences at the same seeds); beside it, the seeds' range up to 3 "
+        f"seeds, the percentile bootstrap from 4 (pairs resampled together; {n_resamples} resamples, seed {seed}).",
         "",
-        "**Caveat.** With 3 seeds the percentile bootstrap has only 10 distinct resamples and can never be "
-        "wider than the seeds' own range: it under-covers (about 75% rather than 95% for normal data). The "
-        "t-interval is the conservative companion; a difference is solid when both exclude 0.",
+        how_to_read(
+            len(experiments),
+            [
+                (
+                    sum(not math.isnan(p) for p in diff_p.values()),
+                    "population − baseline differences",
+                    "in the table's Holm p column",
+                ),
+                (len(change_p), "start-to-end changes", "in the sentence of each change its t-interval separates"),
+            ],
+        ),
+        "",
+        "## What the seeds show",
+        "",
+        "Each sentence follows its own t-interval: a rise, fall or difference only where it excludes 0.",
+        "",
+        *finding_lines(comparisons),
         "",
         "## Population − baseline at the end",
         "",
@@ -410,7 +465,8 @@ def write_seed_report(
         "level": 0.95,
         "n_resamples": n_resamples,
         "bootstrap_seed": seed,
-        "series": {c.key: comparison_json(c, experiments) for c in comparisons},
+        "headline": "t (paired t for paired differences); p two-sided; holm_p over each table's family",
+        "series": {c.key: comparison_json(c, experiments, diff_p[c.key], change_p) for c in comparisons},
         "warmup": None if gain is None else warmup_json(gain),
         "power": power_json(power),
     }

@@ -1,23 +1,31 @@
 """Intervals over seeds: pure statistics for the seed protocol (`populora_nb.analysis.protocol`).
 
 One number per seed goes in (a run's start or end value of a series, or a difference between two
-runs at the same seed); a mean and a 95% interval for it come out. Two families, reported side by
-side because with the 3 seeds a reproduction can afford neither is right on its own:
+runs at the same seed); a mean, a 95% interval and a p-value for it come out. Two intervals are
+computed, and only one carries the verdict:
 
-  percentile bootstrap  ``bootstrap_interval``, ``paired_bootstrap_difference``, ``bootstrap_difference``:
-                        resample the seeds with replacement, take the mean of each resample, read
-                        the 2.5th and 97.5th percentiles. No normality assumption, which is why the
-                        issue asks for it as the headline. Its caveat: it can only recombine the
-                        seeds it has. With n = 3 there are 27 ordered resamples but only 10
-                        distinct multisets, and the interval can never reach beyond the sample's
-                        own min and max, so it UNDER-covers (about 75% for normal data, not 95%).
-  Student t             ``t_interval``, ``paired_t_interval``, ``welch_interval``: assumes the seed
-                        values are normal; its quantile (4.30 at 2 degrees of freedom) pays for
-                        estimating the spread from 3 values. The conservative companion: when the
-                        bootstrap separates two runs and t does not, 3 seeds are not enough.
+  Student t (the headline)  ``t_interval``, ``paired_t_interval``, ``welch_interval`` (scipy.stats'
+                            one-sample, paired and Welch t-tests). Assumes the seed values are
+                            normal and pays for estimating their spread from n values (quantile 4.30
+                            at 2 degrees of freedom); under that assumption it has its stated 95%
+                            coverage at any n. Two runs at the same seeds are compared by the PAIRED
+                            t, the t-interval of the per-seed differences: the two runs of a seed can
+                            be correlated either way (across the protocol's seeds they are negatively
+                            correlated), so an unpaired interval is neither right nor conservative.
+                            Every verdict (``Estimate.separated``) is this interval's.
+  spread of the seeds       ``seed_spread``: the companion, no normality assumed. At n <= 3 it is
+                            the seeds' RANGE (min, max): that is what the 95% percentile bootstrap
+                            of 3 values is (1 resample in 27 repeats the smallest value three times,
+                            more than the 2.5% the percentile cuts), so the bootstrap is named for
+                            what it is and computed exactly. "Excludes 0" then only says the seeds
+                            share a sign, which 3 seeds of a null, symmetric effect do 1 time in 4.
+                            At n >= 4, the percentile bootstrap (``bootstrap_interval``,
+                            ``paired_bootstrap_difference``: scipy.stats.bootstrap, pairs resampled
+                            together); it still under-covers at few seeds.
 
-Every bootstrap takes an explicit, seeded ``numpy.random.Generator`` (never the global RNG), so a
-report is reproducible to the digit. No scipy: the t quantile is computed here.
+A family of series tested together is corrected with ``holm`` (Holm 1979: step-down Bonferroni,
+family-wise error at most α). Every bootstrap takes an explicit, seeded ``numpy.random.Generator``
+(never the global RNG), so a report is reproducible to the digit.
 """
 
 from __future__ import annotations
@@ -27,91 +35,72 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 Triple = tuple[float, float, float]
 """(estimate, low, high); low and high are NaN when the data cannot give an interval."""
 _NAN3: Triple = (math.nan, math.nan, math.nan)
 
+RANGE_MAX_N = 3
+"""Up to this many seeds the companion interval is the seeds' range (= their percentile bootstrap)."""
+
 
 # ----------------------------------------------------------------------------- Student t
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the regularized incomplete beta (modified Lentz; Numerical Recipes 6.4)."""
-    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        m2 = 2 * m
-        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
-            d = 1.0 + aa * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + aa / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
+def _constant(x: np.ndarray) -> bool:
+    """All values equal up to float rounding (0.3 − 0.2 against 0.2 − 0.1): their spread is 0, and
+    scipy's moments would lose all precision dividing rounding error by rounding error."""
+    return bool(np.ptp(x) <= 1e-12 * np.abs(x).max())
 
 
-def _betainc(a: float, b: float, x: float) -> float:
-    """I_x(a, b), the regularized incomplete beta function."""
-    if x <= 0.0 or x >= 1.0:
-        return 0.0 if x <= 0.0 else 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def t_quantile(p: float, dof: float) -> float:
-    """The p-quantile of Student's t with ``dof`` (real, > 0) degrees of freedom, by bisection on its
-    CDF (1 − ½ I_{dof/(dof+t²)}(dof/2, ½) for t > 0)."""
-    if not 0.5 <= p < 1.0 or dof <= 0:
-        raise ValueError(f"need 0.5 <= p < 1 and dof > 0, got p={p}, dof={dof}")
-    lo, hi = 0.0, 1.0
-    while 1.0 - 0.5 * _betainc(dof / 2, 0.5, dof / (dof + hi * hi)) < p:
-        hi *= 2.0
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        if 1.0 - 0.5 * _betainc(dof / 2, 0.5, dof / (dof + mid * mid)) < p:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
+def _t_test(x: np.ndarray, level: float, before: np.ndarray | None = None) -> tuple[float, float, float, float]:
+    """(mean, low, high, two-sided p against 0) of the one-sample t over ``x``, or with ``before``
+    the paired t of ``x`` against it (``ttest_rel``; the one-sample t of ``x − before``). Identical
+    values have a zero-width interval and p = 0 (1 when they are all 0): scipy would divide 0 by 0."""
+    d = x if before is None else x - before
+    m = float(d.mean()) if len(d) else math.nan
+    if len(d) < 2:
+        return m, math.nan, math.nan, math.nan
+    if _constant(d):
+        return m, m, m, 1.0 if m == 0 else 0.0
+    res = stats.ttest_1samp(d, 0.0) if before is None else stats.ttest_rel(x, before)
+    ci = res.confidence_interval(level)
+    return m, float(ci.low), float(ci.high), float(res.pvalue)
 
 
 def t_interval(values: Sequence[float], level: float = 0.95) -> Triple:
     """(mean, low, high) of a Student-t interval for the mean over seeds; NaN bounds for n < 2.
     Measures where the mean of the seeds' distribution lies, assuming the values are normal."""
-    x = np.asarray(values, dtype=float)
-    m = float(x.mean()) if len(x) else math.nan
-    if len(x) < 2:
-        return m, math.nan, math.nan
-    half = t_quantile(0.5 + level / 2, len(x) - 1) * float(x.std(ddof=1)) / math.sqrt(len(x))
-    return m, m - half, m + half
+    m, low, high, _ = _t_test(np.asarray(values, dtype=float), level)
+    return m, low, high
 
 
 def paired_t_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Triple:
-    """(mean(b − a), low, high): the t-interval of the per-pair differences (same seed in both)."""
+    """(mean(b − a), low, high): the paired t-interval, i.e. the t-interval of the per-pair
+    differences (``scipy.stats.ttest_rel(b, a)`` gives the same)."""
     x, y = _pairs(a, b)
-    return t_interval(y - x, level)
+    m, low, high, _ = _t_test(y, level, before=x)
+    return m, low, high
 
 
-def welch_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Triple:
-    """(mean(b) − mean(a), low, high): Welch's interval for a difference of means with unequal
-    variances, ignoring any pairing; NaN bounds when either side has fewer than 2 values. Zero
-    variance on both sides gives a zero-width interval."""
+def _welch(a: Sequence[float], b: Sequence[float], level: float) -> tuple[float, float, float, float]:
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     d = float(y.mean() - x.mean()) if len(x) and len(y) else math.nan
     if len(x) < 2 or len(y) < 2:
-        return d, math.nan, math.nan
-    vx, vy = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
-    se = math.sqrt(vx + vy)
-    if se == 0.0:
-        return d, d, d
-    dof = (vx + vy) ** 2 / (vx**2 / (len(x) - 1) + vy**2 / (len(y) - 1))
-    half = t_quantile(0.5 + level / 2, dof) * se
-    return d, d - half, d + half
+        return d, math.nan, math.nan, math.nan
+    if _constant(x) and _constant(y):
+        return d, d, d, 1.0 if d == 0 else 0.0
+    res = stats.ttest_ind(y, x, equal_var=False)
+    ci = res.confidence_interval(level)
+    return d, float(ci.low), float(ci.high), float(res.pvalue)
+
+
+def welch_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Triple:
+    """(mean(b) − mean(a), low, high): Welch's interval for a difference of means of UNPAIRED
+    samples with unequal variances; NaN bounds when either side has fewer than 2 values. Zero
+    variance on both sides gives a zero-width interval. For runs at the same seeds use
+    ``paired_t_interval``: Welch ignores the pairing and is then not conservative either."""
+    d, low, high, _ = _welch(a, b, level)
+    return d, low, high
 
 
 # ----------------------------------------------------------------------------- percentile bootstrap
@@ -122,17 +111,6 @@ def _check(level: float, n_resamples: int) -> None:
         raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
 
 
-def _percentiles(means: np.ndarray, level: float) -> tuple[float, float]:
-    """The central ``level`` range of the resampled means (the percentile method)."""
-    low, high = np.percentile(means, [50 * (1 - level), 50 * (1 + level)])
-    return float(low), float(high)
-
-
-def _resampled_means(x: np.ndarray, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """(n_resamples,) means of ``x`` resampled with replacement, each resample as long as ``x``."""
-    return x[rng.integers(0, len(x), size=(n_resamples, len(x)))].mean(axis=1)
-
-
 def _pairs(a: Sequence[float], b: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if x.shape != y.shape:
@@ -140,16 +118,32 @@ def _pairs(a: Sequence[float], b: Sequence[float]) -> tuple[np.ndarray, np.ndarr
     return x, y
 
 
-def bootstrap_interval(
-    values: Sequence[float], level: float = 0.95, n_resamples: int = 10_000, *, rng: np.random.Generator
-) -> Triple:
-    """(mean, low, high): the percentile-bootstrap interval of the mean over seeds.
+def _mean_diff(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(b, axis=axis) - np.mean(a, axis=axis)
 
-    Measures where the seeds' mean would land had training been rerun with other seeds, using only
-    the spread of the seeds at hand. NaN bounds for n < 2 (one seed says nothing about spread);
-    constant values give a zero-width interval. Caveat (module docstring): with 3 seeds it has 10
-    distinct resamples, cannot be wider than the sample's range and under-covers; read it with
-    ``t_interval``."""
+
+def _percentile_bootstrap(
+    data: tuple[np.ndarray, ...], statistic, paired: bool, level: float, n_resamples: int, rng: np.random.Generator
+) -> tuple[float, float]:
+    ci = stats.bootstrap(
+        data,
+        statistic,
+        paired=paired,
+        vectorized=True,
+        n_resamples=n_resamples,
+        confidence_level=level,
+        method="percentile",  # BCa's acceleration is undefined on 3 values; the percentile is honest about it
+        rng=rng,
+    ).confidence_interval
+    return float(ci.low), float(ci.high)
+
+
+def bootstrap_interval(
+    values: Sequence[float] | np.ndarray, level: float = 0.95, n_resamples: int = 10_000, *, rng: np.random.Generator
+) -> Triple:
+    """(mean, low, high): the percentile-bootstrap interval of the mean over seeds
+    (``scipy.stats.bootstrap``). NaN bounds for n < 2 (one seed says nothing about spread); constant
+    values give a zero-width interval. At n = 3 it is the sample's range (module docstring)."""
     _check(level, n_resamples)
     x = np.asarray(values, dtype=float)
     if len(x) == 0:
@@ -157,7 +151,9 @@ def bootstrap_interval(
     m = float(x.mean())
     if len(x) < 2:
         return m, math.nan, math.nan
-    return (m, *_percentiles(_resampled_means(x, n_resamples, rng), level))
+    if _constant(x):
+        return m, m, m
+    return (m, *_percentile_bootstrap((x,), np.mean, False, level, n_resamples, rng))
 
 
 def paired_bootstrap_difference(
@@ -168,13 +164,19 @@ def paired_bootstrap_difference(
     *,
     rng: np.random.Generator,
 ) -> Triple:
-    """(mean(b − a), low, high) over paired items: ``a[i]`` and ``b[i]`` share seed i (the same
-    run's start and end, or baseline and population of one experiment, which share the seed and
-    the warm-up). Resamples whole pairs, so what the two sides share (a lucky seed lifts both)
-    cancels: the interval is that of the per-seed differences. NaN bounds for fewer than 2 pairs;
-    the 3-seed caveat of ``bootstrap_interval`` applies."""
+    """(mean(b − a), low, high) over paired items: ``a[i]`` and ``b[i]`` share seed i. Resamples
+    whole pairs (``scipy.stats.bootstrap(paired=True)``), so what the two sides share cancels: the
+    interval is that of the per-seed differences. NaN bounds for fewer than 2 pairs."""
+    _check(level, n_resamples)
     x, y = _pairs(a, b)
-    return bootstrap_interval(y - x, level, n_resamples, rng=rng)
+    if len(x) == 0:
+        return _NAN3
+    d = float((y - x).mean())
+    if len(x) < 2:
+        return d, math.nan, math.nan
+    if _constant(y - x):
+        return d, d, d
+    return (d, *_percentile_bootstrap((x, y), _mean_diff, True, level, n_resamples, rng))
 
 
 def bootstrap_difference(
@@ -187,8 +189,7 @@ def bootstrap_difference(
 ) -> Triple:
     """(mean(b) − mean(a), low, high) for unpaired samples: each side resampled independently
     (the two-sample percentile bootstrap). Use it when the sides do not share seeds; it keeps the
-    between-seed variance that pairing would cancel, so it is wider. NaN bounds when either side
-    has fewer than 2 values; the 3-seed caveat of ``bootstrap_interval`` applies to each side."""
+    between-seed variance that pairing would cancel. NaN bounds when either side has < 2 values."""
     _check(level, n_resamples)
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if not len(x) or not len(y):
@@ -196,8 +197,24 @@ def bootstrap_difference(
     d = float(y.mean() - x.mean())
     if len(x) < 2 or len(y) < 2:
         return d, math.nan, math.nan
-    diffs = _resampled_means(y, n_resamples, rng) - _resampled_means(x, n_resamples, rng)
-    return (d, *_percentiles(diffs, level))
+    if _constant(x) and _constant(y):
+        return d, d, d
+    return (d, *_percentile_bootstrap((x, y), _mean_diff, False, level, n_resamples, rng))
+
+
+def seed_spread(
+    values: Sequence[float] | np.ndarray, level: float = 0.95, n_resamples: int = 10_000, *, rng: np.random.Generator
+) -> tuple[str, float, float]:
+    """(kind, low, high): the companion interval of the mean of ``values`` (per-seed values or
+    per-seed differences). kind "range" at n <= `RANGE_MAX_N` (the exact value of the percentile
+    bootstrap there), "bootstrap" above."""
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2:
+        return "range", math.nan, math.nan
+    if len(x) <= RANGE_MAX_N:
+        return "range", float(x.min()), float(x.max())
+    _, low, high = bootstrap_interval(x, level, n_resamples, rng=rng)
+    return "bootstrap", low, high
 
 
 def excludes_zero(low: float, high: float) -> bool:
@@ -205,46 +222,72 @@ def excludes_zero(low: float, high: float) -> bool:
     return not (math.isnan(low) or math.isnan(high)) and (low > 0 or high < 0)
 
 
-# ----------------------------------------------------------------------------- both, side by side
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values (step-down Bonferroni): reject where the adjusted p < α and the
+    family-wise error rate is at most α. NaN entries stay NaN and do not count in the family."""
+    idx = [i for i, p in enumerate(pvalues) if not math.isnan(p)]
+    out = [math.nan] * len(pvalues)
+    running = 0.0
+    for rank, i in enumerate(sorted(idx, key=lambda i: pvalues[i])):
+        running = max(running, min(1.0, (len(idx) - rank) * pvalues[i]))
+        out[i] = running
+    return out
+
+
+# ----------------------------------------------------------------------------- the headline and its companion
 @dataclass(frozen=True)
 class Estimate:
-    """A mean over seeds (or of per-seed differences) with its 95% percentile-bootstrap interval
-    (the headline) and a t-interval (the conservative companion); NaN bounds from < 2 seeds."""
+    """A mean over seeds (or of per-seed differences): its 95% t-interval (the headline: paired t
+    for a paired difference), the two-sided t-test's p against 0, and the companion interval
+    (``spread``: the seeds' range at n <= 3, else the percentile bootstrap); NaN from < 2 seeds."""
 
     mean: float
-    low: float
-    high: float
     t_low: float
     t_high: float
+    p: float
+    t_kind: str
+    """"t" (a mean), "paired t" (a difference at the same seeds) or "Welch t" (unpaired)."""
+    low: float
+    high: float
+    spread: str
+    """What ``low``, ``high`` are: "range" (of the seeds' values or differences) or "bootstrap"."""
+    n: int
 
     @property
     def separated(self) -> bool:
-        """The bootstrap interval excludes 0."""
-        return excludes_zero(self.low, self.high)
-
-    @property
-    def t_separated(self) -> bool:
-        """The t-interval excludes 0."""
+        """The headline t-interval excludes 0: the only verdict the report states."""
         return excludes_zero(self.t_low, self.t_high)
 
+    @property
+    def spread_separated(self) -> bool:
+        """The companion excludes 0 (at n <= 3: the seeds share a sign). Not a test."""
+        return excludes_zero(self.low, self.high)
+
     def as_dict(self) -> dict[str, object]:
-        """The numbers and both verdicts, for a JSON record (NaN stays NaN: the writer decides)."""
+        """The numbers and the verdict, for a JSON record (NaN stays NaN: the writer decides)."""
         return {
             "mean": self.mean,
-            "bootstrap": [self.low, self.high],
+            "n": self.n,
             "t": [self.t_low, self.t_high],
+            "t_kind": self.t_kind,
+            "p": self.p,
             "separated": self.separated,
-            "t_separated": self.t_separated,
+            self.spread: [self.low, self.high],
         }
+
+
+MISSING = Estimate(math.nan, math.nan, math.nan, math.nan, "t", math.nan, math.nan, "range", 0)
+"""No value: a series that cannot be estimated (no seeds, or a difference that is not computed)."""
 
 
 def mean_estimate(
     values: Sequence[float], level: float = 0.95, n_resamples: int = 10_000, *, rng: np.random.Generator
 ) -> Estimate:
-    """The mean over seeds: ``bootstrap_interval`` with ``t_interval`` beside it."""
-    m, low, high = bootstrap_interval(values, level, n_resamples, rng=rng)
-    _, t_low, t_high = t_interval(values, level)
-    return Estimate(m, low, high, t_low, t_high)
+    """The mean over seeds: ``t_interval`` with ``seed_spread`` beside it."""
+    x = np.asarray(values, dtype=float)
+    m, t_low, t_high, p = _t_test(x, level)
+    kind, low, high = seed_spread(x, level, n_resamples, rng=rng)
+    return Estimate(m, t_low, t_high, p, "t", low, high, kind, len(x))
 
 
 def difference_estimate(
@@ -256,12 +299,98 @@ def difference_estimate(
     *,
     rng: np.random.Generator,
 ) -> Estimate:
-    """b − a over seeds. Paired (``a[i]``, ``b[i]`` share seed i): ``paired_bootstrap_difference``
-    with ``paired_t_interval``; unpaired: ``bootstrap_difference`` with ``welch_interval``."""
+    """b − a over seeds. Paired (``a[i]``, ``b[i]`` share seed i): the paired t with the spread of
+    the per-seed differences; unpaired: Welch's t with the two-sample bootstrap."""
     if paired:
-        m, low, high = paired_bootstrap_difference(a, b, level, n_resamples, rng=rng)
-        _, t_low, t_high = paired_t_interval(a, b, level)
-    else:
-        m, low, high = bootstrap_difference(a, b, level, n_resamples, rng=rng)
-        _, t_low, t_high = welch_interval(a, b, level)
-    return Estimate(m, low, high, t_low, t_high)
+        x, y = _pairs(a, b)
+        m, t_low, t_high, p = _t_test(y, level, before=x)
+        kind, low, high = seed_spread(y - x, level, n_resamples, rng=rng)
+        return Estimate(m, t_low, t_high, p, "paired t", low, high, kind, len(x))
+    d, t_low, t_high, p = _welch(a, b, level)
+    _, low, high = bootstrap_difference(a, b, level, n_resamples, rng=rng)
+    return Estimate(d, t_low, t_high, p, "Welch t", low, high, "bootstrap", min(len(a), len(b)))
+
+
+# ----------------------------------------------------------------------------- the words an interval allows
+def fmt_number(x: float, signed: bool = False, scale: float | None = None) -> str:
+    """``x`` with the decimals that suit ``scale`` (default: its own size): rates, rewards, μ, lengths."""
+    if math.isnan(x):
+        return "n/a"
+    size = abs(x) if scale is None else scale
+    digits = 0 if size >= 100 else 1 if size >= 10 else 3
+    return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
+
+
+def fmt_interval(low: float, high: float, signed: bool = False, scale: float | None = None) -> str:
+    """``[low, high]`` at one precision; empty when there is no interval."""
+    scale = max(abs(low), abs(high)) if scale is None else scale
+    return "" if math.isnan(low) else f"[{fmt_number(low, signed, scale)}, {fmt_number(high, signed, scale)}]"
+
+
+def fmt_p(p: float) -> str:
+    return "n/a" if math.isnan(p) else f"{p:.2g}" if p >= 0.001 else "< 0.001"
+
+
+def scale_of(e: Estimate) -> float:
+    """The size that sets an estimate's decimals: the largest of its numbers."""
+    return max((abs(v) for v in (e.mean, e.t_low, e.t_high, e.low, e.high) if not math.isnan(v)), default=0.0)
+
+
+def estimate_cell(e: Estimate, signed: bool = False, spread: bool = True) -> str:
+    """``mean [t low, t high] (range: low, high)`` at one precision; the spread part only when ``spread``."""
+    if math.isnan(e.mean):
+        return "n/a"
+    scale = scale_of(e)
+    cell = f"{fmt_number(e.mean, signed, scale)} {fmt_interval(e.t_low, e.t_high, signed, scale)}".strip()
+    if spread and not math.isnan(e.low):
+        cell += f" ({e.spread}: {fmt_number(e.low, signed, scale)}, {fmt_number(e.high, signed, scale)})"
+    return cell
+
+
+def verdict(e: Estimate, up: str, down: str, none: str) -> str:
+    """The words a report may use for ``e``: ``up`` or ``down`` only when the headline t-interval
+    excludes 0, else ``none`` ("no detectable change")."""
+    if not e.separated:
+        return none
+    return up if e.mean > 0 else down
+
+
+def claim(e: Estimate, up: str, down: str, none: str, holm_p: float, family: str) -> str:
+    """A sentence worded by ``verdict`` with the numbers behind it; a rise, fall or difference also
+    says whether Holm's correction over ``family`` ("8 differences") keeps it."""
+    scale = scale_of(e)
+    said = f"{verdict(e, up, down, none)} ({fmt_number(e.mean, True, scale)}, {e.t_kind} "
+    said += f"{fmt_interval(e.t_low, e.t_high, True, scale)}, p = {fmt_p(e.p)}"
+    if e.separated:
+        said += f"; {'kept' if holm_p < 0.05 else 'not kept'} by Holm over the {family}: p = {fmt_p(holm_p)}"
+    return said + ")"
+
+
+def how_to_read(n: int, families: Sequence[tuple[int, str, str]], alpha: float = 0.05) -> str:
+    """A paragraph on what n seeds allow: the range that the bootstrap is at n <= 3 and the chance
+    that it excludes 0, the t quantile, and per family of ``(size, what, where Holm is reported)``
+    the false separations chance alone gives at ``alpha`` per test."""
+    if n < 2:
+        return f"**How to read {n} seed.** One seed says nothing about the spread: no interval, no verdict."
+    text = f"**How to read {n} seeds.** "
+    if n <= RANGE_MAX_N:
+        sign = 2 * 0.5**n  # a null, symmetric effect: all n seeds above 0 or all below
+        k = families[0][0] if families else 1
+        text += (
+            f"With {n} seeds the 95% percentile bootstrap is the seeds' own range (1 resample in {n**n} is the "
+            f"smallest value {n} times over, more than the 2.5% the percentile cuts), so the tables print it as the "
+            f"range it is. A range that excludes 0 says only that the {n} seeds share a sign, which they do with "
+            f"probability {sign:.2f} when there is no effect at all ({1 - (1 - sign) ** k:.0%} for at least one of "
+            f"{k} independent series): no verdict rests on it. "
+        )
+    text += (
+        "Every verdict is the 95% t-interval's (paired t for a difference at the same seeds; at "
+        f"{n - 1} degrees of freedom its quantile is {stats.t.ppf(0.975, n - 1):.2f}, the price of estimating the "
+        f"spread from {n} values)."
+    )
+    for k, what, where in families:
+        text += (
+            f" {k} {what} are tested: at α = {alpha} each, about {alpha * k:.1f} would exclude 0 by chance if "
+            f"none differed, so Holm's correction over the {k} (family-wise error {alpha}) is given {where}."
+        )
+    return text

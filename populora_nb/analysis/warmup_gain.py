@@ -3,9 +3,10 @@ and after the rejection-sampling fine-tuning (`populora_nb.warmup`), one pair pe
 
 Each seed's experiment ran its own warm-up (its own collection, fine-tuning and held-out prompts),
 so the seeds are independent replicates of the whole stage. The gain after − before is paired by
-seed (the same prompts and sampling seeds before and after), with the 95% percentile bootstrap and
-the paired t-interval over seeds (`seed_stats`). The per-seed rates are binomial counts; the
-interval over seeds covers both that sampling noise and the variation between warm-ups.
+seed (the same prompts and sampling seeds before and after): the paired t-interval over seeds is
+the headline, the seeds' range (their percentile bootstrap at n <= 3) beside it (`seed_stats`). The
+per-seed rates are binomial counts; the interval over seeds covers both that sampling noise and the
+variation between warm-ups.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from populora_nb.analysis.seed_stats import Estimate, difference_estimate, mean_estimate
+from populora_nb.analysis.seed_stats import Estimate, difference_estimate, mean_estimate, verdict
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -67,14 +68,16 @@ def warmup_gain(experiments: Sequence[str | Path], n_resamples: int = 10_000, se
     )
 
 
-def _cell(e: Estimate) -> str:
+def _cell(e: Estimate, sign: str = "") -> str:
+    """``mean [95% t] (range: low, high)``."""
     if np.isnan(e.low):
-        return f"{e.mean:.3f}"
-    return f"{e.mean:.3f} [{e.low:.3f}, {e.high:.3f}] (t: [{e.t_low:.3f}, {e.t_high:.3f}])"
+        return f"{e.mean:{sign}.3f}"
+    return f"{e.mean:{sign}.3f} [{e.t_low:{sign}.3f}, {e.t_high:{sign}.3f}] ({e.spread}: {e.low:.3f}, {e.high:.3f})"
 
 
 def warmup_lines(g: WarmupGain) -> list[str]:
-    """A markdown section: the per-seed rates and the mean gain with its intervals."""
+    """A markdown section: the per-seed rates, the mean gain with its intervals, and one sentence
+    worded by the gain's paired t-interval."""
     rows = [
         f"| {name} | {n} | {b:.3f} | {a:.3f} | {a - b:+.3f} | {k} |"
         for name, n, b, a, k in zip(g.seeds, g.proposals, g.before, g.after, g.examples)
@@ -83,12 +86,19 @@ def warmup_lines(g: WarmupGain) -> list[str]:
         "## The warm-up: valid-task rate before and after",
         "",
         "Each seed's warm-up fine-tuned on its own accepted proposals and measured the valid rate on the same "
-        "held-out proposer prompts (same sampling seeds) before and after; the gain is paired by seed.",
+        "held-out proposer prompts (same sampling seeds) before and after; the gain is paired by seed. Cells: "
+        "mean [95% t; paired t for the gain] (range, or from 4 seeds bootstrap, of the seeds' values).",
         "",
         "| seed | held-out proposals | before | after | gain | examples |",
         "|---|---|---|---|---|---|",
         *rows,
-        f"| **mean over {len(g.seeds)} seeds** | | {_cell(g.before_est)} | {_cell(g.after_est)} | {_cell(g.gain)} | |",
+        f"| **mean over {len(g.seeds)} seeds** | | {_cell(g.before_est)} | {_cell(g.after_est)} | "
+        f"{_cell(g.gain, '+')} | |",
+        "",
+        "One seed: no interval, so no claim about the gain."
+        if np.isnan(g.gain.t_low)
+        else f"The warm-up {verdict(g.gain, 'raised', 'lowered', 'left no detectable change in')} the held-out "
+        f"valid rate: {g.gain.mean:+.3f}, paired t [{g.gain.t_low:+.3f}, {g.gain.t_high:+.3f}], p = {g.gain.p:.2g}.",
     ]
 
 
@@ -106,17 +116,17 @@ def warmup_json(g: WarmupGain) -> dict:
 
 
 def plot_warmup_gain(g: WarmupGain) -> Figure:
-    """Each seed's valid rate before and after (lines), the means with 95% bootstrap bars."""
+    """Each seed's valid rate before and after (lines), the means with 95% t bars."""
     from populora_nb.analysis.figures import axes_or_new
 
     fig, ax = axes_or_new(None, figsize=(4.5, 3.5))
     for b, a in zip(g.before, g.after):
         ax.plot([0, 1], [b, a], color="tab:blue", alpha=0.35, marker=".")
     means = np.array([g.before_est.mean, g.after_est.mean])
-    bars = np.array([[g.before_est.low, g.after_est.low], [g.before_est.high, g.after_est.high]])
+    bars = np.array([[g.before_est.t_low, g.after_est.t_low], [g.before_est.t_high, g.after_est.t_high]])
     ax.errorbar([0, 1], means, yerr=np.nan_to_num(np.abs(bars - means)), color="tab:blue", marker="o", capsize=4)
     ax.set_xticks([0, 1], ["before warm-up", "after warm-up"])
     ax.set_xlim(-0.4, 1.4)
-    ax.set(ylabel="valid-task rate (held-out prompts)", title=f"warm-up over {len(g.seeds)} seeds, 95% bootstrap")
+    ax.set(ylabel="valid-task rate (held-out prompts)", title=f"warm-up over {len(g.seeds)} seeds, 95% t")
     fig.tight_layout()
     return fig
