@@ -156,12 +156,13 @@ def test_hash_seeds_are_random_distinct_and_renewed():
 
 
 def test_negative_zero_equals_zero_as_documented():
-    """Decided with evalplus and AZR (==): 0.0 and -0.0 are the same answer; 0 and 0.0 are not."""
+    """Decided with evalplus and AZR (==): 0.0 and -0.0 are the same answer, and so is 0 (issue #28:
+    answers are judged with AZR's ==); as inputs or repeated runs 0 and 0.0 differ (values_equal)."""
     assert values_equal(0.0, -0.0) and values_equal([0.0, 1j], [-0.0, 1j]) and not values_equal(0, 0.0)
     assert "-0.0" in values_equal.__doc__
     with Verifier(timeout_s=1.0, memory_mb=256, workers=1) as v:
         task = v.validate("code_o", "def f(a):\n    return a * 0.0", ["1.0"])
-        assert task.outputs == ("0.0",) and v.check(task, "-0.0") and not v.check(task, "0")
+        assert task.outputs == ("0.0",) and v.check(task, "-0.0") and v.check(task, "0") and not v.check(task, "'0'")
 
 
 # ---------------------------------------------------------------- as an ordinary user, checked from the host

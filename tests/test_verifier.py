@@ -19,6 +19,7 @@ from populora_nb.verify import (
     Invalid,
     Proposal,
     Verifier,
+    outputs_equal,
     parse_arguments,
     parse_literal,
     static_check,
@@ -73,6 +74,37 @@ def test_values_equal_is_type_strict():
     assert values_equal([1, (2, "a")], [1, (2, "a")])
     assert not values_equal(1, 1.0) and not values_equal(1, True) and not values_equal([1], (1,))
     assert values_equal({"a": [1]}, {"a": [1]}) and not values_equal({"a": [1]}, {"a": [True]})
+
+
+def test_outputs_equal_is_azrs_python_equality():
+    """Issue #28: an answer passes when its value is == to the gold output's, as in AZR's executor."""
+    assert outputs_equal(1, 1.0) and outputs_equal(1, True) and outputs_equal(1.0, True)
+    assert outputs_equal([1, (2.0, True), {"a": 0}], [1.0, (2, 1), {"a": False}])
+    assert outputs_equal(0.0, -0.0) and outputs_equal({1: "a"}, {True: "a"})
+    assert not outputs_equal((1,), [1]) and not outputs_equal("1", 1) and not outputs_equal([1, 2], [2, 1])
+    assert not outputs_equal(2, 2.0000001)
+
+
+def test_answers_are_judged_with_azrs_equality(verifier):
+    """code_o, code_i and code_f answers equal to the gold output under == pass (1, 1.0, True;
+    nested lists); a tuple for a list, a string for an int, or nan do not."""
+    code_o = verifier.validate("code_o", "def f(a):\n    return [a, [a * 2, a > 0]]", ["1"])
+    assert code_o.outputs == ("[1, [2, True]]",)
+    answers = ["[1, [2, True]]", "[1.0, [2.0, 1]]", "[True, [2, 1.0]]", "[1, (2, True)]", "['1', [2, True]]", "nan"]
+    assert [v.status for v in verifier.judge_many([(code_o, a) for a in answers])] == [
+        "pass",
+        "pass",
+        "pass",
+        "wrong",
+        "wrong",
+        "answer_not_literal",
+    ]
+    code_i = verifier.validate("code_i", IDENTITY, ["1"])
+    assert verifier.check_many([(code_i, a) for a in ("1", "1.0", "True", "'1'", "[1]")]) == [True] * 3 + [False] * 2
+    code_f = verifier.validate("code_f", "def f(a):\n    return a * 2", ["1", "2", "3", "4"], "double it")
+    floats = "def f(a):\n    return a * 2.0"
+    nan = "def f(a):\n    return float('nan')"  # a run that returns nan never passes
+    assert [v.status for v in verifier.judge_many([(code_f, floats), (code_f, nan)])] == ["pass", "output_not_literal"]
 
 
 # ---------------------------------------------------------------- rejection reasons
@@ -248,7 +280,8 @@ def test_code_i_answers(verifier):
     task = verifier.validate("code_i", "def f(a, b=0):\n    return a * 2 + b", ["3"])
     assert task.outputs == ("6",)
     answers = ["3", "2, b=2", "4", "'zz') or (True", "__import__('os').system('touch /tmp/populora_pwned')", "3.0"]
-    assert verifier.check_many([(task, a) for a in answers]) == [True, True, False, False, False, False]
+    # "3.0": f gives 6.0, which is == 6 (AZR's `gold == f(answer)`)
+    assert verifier.check_many([(task, a) for a in answers]) == [True, True, False, False, False, True]
     assert not os.path.exists("/tmp/populora_pwned")
 
 

@@ -13,7 +13,7 @@ Importing this package loads no third-party module (the zygotes start only on `V
 """
 
 from populora_nb.tasks import Proposal, Task
-from populora_nb.verify.literals import parse_arguments, parse_literal, values_equal
+from populora_nb.verify.literals import outputs_equal, parse_arguments, parse_literal, values_equal
 from populora_nb.verify.rules import RunResult, ScriptResult, Verdict
 from populora_nb.verify.static_policy import (
     BENCHMARK_POLICY,
@@ -43,6 +43,7 @@ __all__ = [
     "Task",
     "Verdict",
     "Verifier",
+    "outputs_equal",
     "parse_arguments",
     "parse_literal",
     "static_check",

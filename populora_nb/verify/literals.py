@@ -90,12 +90,29 @@ def parse_arguments(text: str) -> tuple[tuple, dict]:
         raise ValueError(f"argument is not a literal ({type(e).__name__})") from None
 
 
+def outputs_equal(gold, answer) -> bool:
+    """Does an answer's value equal the gold output's? AZR's rule: Python ``==`` on the two values
+    (its `PythonExecutor.eval_output_prediction` tests ``eval(gold_output) == eval(agent_output)``,
+    `eval_input_prediction` runs ``{gold_output} == f({agent_input})``), so ``1``, ``1.0`` and
+    ``True`` are equal, and ``[1, (2, True)]`` equals ``[1.0, (2, 1)]``; ``(1,)`` and ``[1]`` or
+    ``'1'`` and ``1`` are not. Safe because both sides are parsed literals of exact built-in types
+    (`parse_literal`; program results cross the sandbox only as `literal_repr`), so no ``__eq__`` a
+    model wrote runs. nan never reaches here: it has no literal form, so a task whose output is nan
+    is invalid and a run that returns nan fails (in AZR both never pass either: ``nan == x`` is
+    False, and a gold written ``nan`` is a NameError in its template). One difference is left: AZR
+    evaluates an answer such as ``[0] * 3`` or ``f(1)``; here an answer must be a literal.
+    """
+    return gold == answer
+
+
 def values_equal(a, b) -> bool:
-    """Equality of parsed literals that also requires equal types, recursively (1 != 1.0 != True).
+    """Equality of parsed literals that also requires equal types, recursively (1 != 1.0 != True):
+    what tells two inputs or two runs of one program apart (`rules`); answers are judged with
+    AZR's looser `outputs_equal`.
 
     Set members and dict keys compare with ``==`` (hashing has already merged 1 and True there).
-    Floats compare with ``==`` too, as evalplus and AZR do: ``0.0`` and ``-0.0`` are equal (an
-    answer ``-0.0`` passes gold ``0.0``); nan never reaches here (it is not a literal).
+    Floats compare with ``==`` too, as evalplus and AZR do: ``0.0`` and ``-0.0`` are equal (two
+    runs giving ``0.0`` and ``-0.0`` agree); nan never reaches here (it is not a literal).
     """
     if type(a) is not type(b):
         return False

@@ -1,8 +1,9 @@
 """AZR's validity rules and the verdicts on answers, as pure functions of run results (no processes).
 
 What makes a proposal a task (inputs that differ, the input counts code_f needs, both hash-seed runs
-succeeding and agreeing as values) and what makes an answer pass (equal as values to the gold
-output, on every hidden pair). The `verifier` applies them to what the `pool` ran.
+succeeding and agreeing as values of the same types, `values_equal`) and what makes an answer pass
+(``==`` to the gold output's value as AZR compares them, `outputs_equal`, on every hidden pair).
+The `verifier` applies them to what the `pool` ran.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from populora_nb.tasks import Proposal, Task
-from populora_nb.verify.literals import parse_literal, values_equal
+from populora_nb.verify.literals import outputs_equal, parse_literal, values_equal
 from populora_nb.verify.static_policy import Invalid, SandboxPolicy
 
 
@@ -96,23 +97,23 @@ def combine_runs(p: Proposal, run_a: list[dict], run_b: list[dict]) -> Task | In
 
 # ---------------------------------------------------------------- verdicts (answers)
 def judge_output(gold: str, answer: str, policy: SandboxPolicy) -> Verdict:
-    """A code_o answer: a literal equal to the gold output as a value (never executed)."""
+    """A code_o answer: a literal whose value is ``==`` to the gold output's (never executed)."""
     if len(answer) > 2 * policy.max_output_chars:
         return Verdict(False, "answer_too_long")
     try:
         value = parse_literal(answer)
     except ValueError as e:
         return Verdict(False, "answer_not_literal", str(e))
-    return Verdict(True, "pass") if values_equal(value, parse_literal(gold)) else Verdict(False, "wrong")
+    return Verdict(True, "pass") if outputs_equal(parse_literal(gold), value) else Verdict(False, "wrong")
 
 
 def judge_runs(results: list[dict], gold: Sequence[str]) -> Verdict:
-    """A code_i or code_f answer from its runs: every run ok and equal as a value to its gold output."""
+    """A code_i or code_f answer from its runs: every run ok and its value ``==`` to its gold output's."""
     for r, g in zip(results, gold):
         if r["status"] != "ok":
             return Verdict(False, r["status"], r["detail"])
         try:
-            if not values_equal(parse_literal(r["output"]), parse_literal(g)):
+            if not outputs_equal(parse_literal(g), parse_literal(r["output"])):
                 return Verdict(False, "wrong")
         except ValueError:
             return Verdict(False, "output_not_literal")

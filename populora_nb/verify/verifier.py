@@ -13,8 +13,9 @@ Two layers stand between a model's program and the machine:
      no OS-level isolation ("none": not root, no user namespaces) `start` refuses unless
      ``allow_unsafe_no_isolation=True``.
 The parent never executes model text: inputs, answers and outputs are parsed with ``ast`` only,
-and compared as values (`values_equal`), so ``'zz') or (True`` and objects with an always-true
-``__eq__`` cannot pass. The result lines come from the child, where the program also runs: a
+and compared as values (answers with AZR's ``==``, `outputs_equal`: 1, 1.0 and True are equal;
+inputs and repeated runs type-strictly, `values_equal`), so ``'zz') or (True`` and objects with an
+always-true ``__eq__`` cannot pass. The result lines come from the child, where the program also runs: a
 program that escapes the in-process layer can write its own lines, which is choosing its own
 output, as ``return`` does; so every line is treated as data: capped by the zygote (it reads at
 most the cap for the run's inputs) and again here, parsed as literals, one per input, for that
