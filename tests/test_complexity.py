@@ -293,6 +293,47 @@ def test_rarefaction_ranks_the_more_diverse_run_higher_at_equal_n():
     assert compared.leader == "diverse" and "diverse covers more" in compared.summary()
 
 
+# The same problems, one run's code twice as long: each long program is its short twin plus a block
+# of other node types (a list, a subscript, an if), so it holds more n-grams but the same I/O pair.
+LENGTHEN = "    b = [a, a]\n    if b[0] == b[1]:\n        a = b[0]\n"
+IO_POOL = [("1", "2"), ("'ab'", "'ba'"), ("[1, 2]", "3"), ("'x', 2", "'xx'"), ("{'k': 1}", "True")]
+
+
+def twin_runs(n: int = 60) -> tuple[cx.RunAnalysis, cx.RunAnalysis]:
+    draw = random.Random(4)
+    short, long = [], []
+    for i in range(n):
+        program, (x, y) = shape_program(draw.randrange(256)), draw.choice(IO_POOL)
+        longer = program.replace("def f(a):\n", "def f(a):\n" + LENGTHEN, 1)
+        short.append(record(program, step=i, inputs=(x,), outputs=(y,)))
+        long.append(record(longer, step=i, inputs=(x,), outputs=(y,)))
+    return cx.analyse_tasks(short), cx.analyse_tasks(long)
+
+
+def test_program_signature_coverage_ignores_program_size_where_ngram_coverage_does_not():
+    """Issue #28: a size-insensitive measure beside the n-grams, at the same common n."""
+    from populora_nb.analysis.protocol_series import expected_distinct  # the seed protocol's exact rarefaction
+
+    short, long = twin_runs()
+    assert all(b.n_chars > 1.5 * a.n_chars for a, b in zip(short.programs, long.programs))
+    assert all(len(u) == 1 for u in cov.coverage_units(long, "program_signatures"))  # one per program
+    # same units as the n-grams (written programs), so the common n is the n-gram coverage's
+    assert len(cov.coverage_units(long, "program_signatures")) == len(cov.coverage_units(long, "ngrams"))
+    runs = {"short": short, "long": long}
+    compared = cov.compare_at_common_n(runs, ("ngrams", "program_signatures"), np.random.default_rng(0))
+    assert compared["ngrams"].n == compared["program_signatures"].n == 60
+    sig, grams = compared["program_signatures"].at, compared["ngrams"].at
+    assert sig["short"] == sig["long"] and sig["short"].mean == len(IO_POOL)  # the same problems: the same measure
+    assert grams["long"].mean > grams["short"].mean  # longer code: more n-grams
+    for n in (5, 20, 40):  # and at any smaller common n, by the exact expectation
+        units = {name: cov.coverage_units(a, "program_signatures") for name, a in runs.items()}
+        assert expected_distinct(units["short"], n) == pytest.approx(expected_distinct(units["long"], n))
+        grams_at = {name: expected_distinct(cov.coverage_units(a, "ngrams"), n) for name, a in runs.items()}
+        assert grams_at["long"] > grams_at["short"]
+    with pytest.raises(ValueError, match="n must be in"):
+        cov.compare_at_equal_n(cov.rarefaction_curves(runs, "ngrams", np.random.default_rng(0)), n=61)
+
+
 def test_rarefaction_is_seeded_monotone_and_exact_at_the_ends():
     units = cov.coverage_units(shape_run(3, 64, 150), "shapes")
     one, two = (cov.rarefy(units, np.random.default_rng(7), n_resamples=50) for _ in range(2))

@@ -10,9 +10,19 @@ What counts as a distinct problem (our definition; the paper gives none), per pr
   ngrams       node-type n-grams of a written program: every chain of 1..``NGRAM_N`` node types
                along a parent-child path (e.g. ``('For', 'If', 'Return')``).
   signatures   per-pair I/O type signatures such as ``(list[int], str) -> int``.
-Only what a proposer wrote counts (``populora_nb.analysis.complexity``'s docstring says why): shapes and
-ngrams come from valid code_o/code_i programs; signatures from those and from valid code_f tasks,
-whose inputs the proposer wrote for a buffer program. Seed rows are skipped.
+  program_signatures  the same signatures, of the written programs only: one unit per program,
+               as for ngrams, so the two are read at the same n.
+Only what a proposer wrote counts (``populora_nb.analysis.complexity``'s docstring says why): shapes,
+ngrams and program_signatures come from valid code_o/code_i programs; signatures from those and
+from valid code_f tasks, whose inputs the proposer wrote for a buffer program. Seed rows are skipped.
+
+Size. n-gram coverage grows with program size: a longer program holds more distinct chains, so a
+run writing longer programs covers more n-grams at the same n even when it poses no other problems.
+program_signatures does not (issue #28): a program's I/O type signature is the same however long
+its code, so two runs whose programs differ only in length score the same (a test). Its ceiling is
+low (there are few types), which is why it sits beside the n-grams rather than replacing them. AZR
+tracks the same axis in its buffers (`DatasetManager.count_element`: distinct input and output
+types). `compare_at_common_n` reads several kinds at ONE n.
 
 Why rarefaction. A raw cumulative count of distinct features grows with the number of proposals
 alone: a population of 4 teachers proposes 4x what one agent does and would "cover more" even if
@@ -42,12 +52,14 @@ if TYPE_CHECKING:  # complexity imports the features below; only type hints need
 NGRAM_N = 3
 """Longest node-type chain counted as a coverage feature."""
 COVERAGE_KINDS: tuple[str, ...] = ("shapes", "ngrams", "signatures")
+"""The kinds the coverage figures draw (``complexity_plots.COVERAGE_LABELS`` names each)."""
 SAMPLE_UNITS: Mapping[str, str] = {
     "shapes": "written programs (code_o/code_i)",
     "ngrams": "written programs (code_o/code_i)",
     "signatures": "valid proposals (code_f inputs included)",
+    "program_signatures": "written programs (code_o/code_i)",
 }
-"""What one draw of a rarefaction curve is, per kind: its x axis."""
+"""What one draw of a rarefaction curve is, per kind (every kind `coverage_units` knows): its x axis."""
 
 
 # ----------------------------------------------------------------------------- features
@@ -134,15 +146,18 @@ def ngram_features(tree: ast.AST, n: int = NGRAM_N) -> frozenset[tuple[str, ...]
 
 # ----------------------------------------------------------------------------- rarefaction
 def coverage_units(analysis: RunAnalysis, kind: str, proposer: str | None = None) -> list[frozenset[Hashable]]:
-    """One feature set per sampling unit of ``kind`` (``SAMPLE_UNITS``): a written program's shape or
-    n-grams, or a valid proposal's I/O signatures; ``proposer`` keeps one teacher's units only."""
-    if kind not in COVERAGE_KINDS:
-        raise ValueError(f"kind must be one of {COVERAGE_KINDS}, got {kind!r}")
+    """One feature set per sampling unit of ``kind`` (``SAMPLE_UNITS``): a written program's shape,
+    n-grams or I/O signatures, or a valid proposal's I/O signatures; ``proposer`` keeps one
+    teacher's units only."""
+    if kind not in SAMPLE_UNITS:
+        raise ValueError(f"kind must be one of {tuple(SAMPLE_UNITS)}, got {kind!r}")
     programs = [p for p in analysis.programs if proposer in (None, p.proposer)]
     if kind == "shapes":  # an unparsed program has no shape but is still a draw
         return [frozenset() if p.shape is None else frozenset((p.shape,)) for p in programs]
     if kind == "ngrams":
         return [frozenset(p.ngrams) for p in programs]
+    if kind == "program_signatures":  # one signature per I/O pair: code_o/code_i have one pair
+        return [frozenset(p.signatures) for p in programs]
     with_io: list[ProgramMetrics | InputMetrics] = [*programs, *analysis.inputs]
     return [frozenset(t.signatures) for t in with_io if proposer in (None, t.proposer)]
 
@@ -261,11 +276,31 @@ class CoverageComparison:
         return f"at n = {self.n}: {values}; {verdict}"
 
 
-def compare_at_equal_n(curves: Mapping[str, Rarefaction]) -> CoverageComparison:
-    """Read every curve at n = the smallest run's size, the largest n they all reach. There the
-    smallest run's value is exact (all its units; a zero-width band) and the others' bands say how
-    much n of their units vary: a difference outside them is not the larger run's extra volume."""
+def compare_at_equal_n(curves: Mapping[str, Rarefaction], n: int | None = None) -> CoverageComparison:
+    """Read every curve at n = the smallest run's size, the largest n they all reach (or at a given
+    ``n`` no larger). There the smallest run's value is exact (all its units; a zero-width band) and
+    the others' bands say how much n of their units vary: a difference outside them is not the
+    larger run's extra volume."""
     if not curves:
         raise ValueError("no curves to compare")
-    n = min(c.size for c in curves.values())
+    largest = min(c.size for c in curves.values())
+    if n is None:
+        n = largest
+    if not 0 <= n <= largest:
+        raise ValueError(f"n must be in [0, {largest}] (the smallest run's units), got {n}")
     return CoverageComparison(n=n, at={name: c.at(n) for name, c in curves.items()})
+
+
+def compare_at_common_n(
+    analyses: Mapping[str, RunAnalysis],
+    kinds: Sequence[str],
+    rng: np.random.Generator,
+    n_resamples: int = 200,
+    band: tuple[float, float] = (5.0, 95.0),
+) -> dict[str, CoverageComparison]:
+    """Each kind's runs compared at ONE n shared by every kind: the smallest unit count over the
+    runs and kinds. Kinds with the same units (ngrams and program_signatures: written programs)
+    reach the same n anyway, so the size-insensitive measure is read where the n-grams are."""
+    curves = {kind: rarefaction_curves(analyses, kind, rng, n_resamples, band) for kind in kinds}
+    n = min((c.size for per_run in curves.values() for c in per_run.values()), default=0)
+    return {kind: compare_at_equal_n(per_run, n) for kind, per_run in curves.items()}
