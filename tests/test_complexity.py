@@ -205,8 +205,8 @@ def _assert_same_series(a: cx.StepSeries, b: cx.StepSeries) -> None:
 
 
 def test_complexity_counts_only_programs_the_proposer_wrote():
-    # code_f tasks are handed a buffer program (here the identity seed, resampled every step) and a
-    # seed row slips into the log: none of that is the teacher's program.
+    # code_f tasks are handed a buffer program (here the identity seed, resampled every step): it is
+    # not the teacher's program.
     written = [
         record(LOOP, step=0),
         record(THREE_FUNCTIONS, step=1, kind="code_i"),
@@ -216,10 +216,10 @@ def test_complexity_counts_only_programs_the_proposer_wrote():
         record(IDENTITY, step=s, kind="code_f", inputs=("'x'",) * 10, outputs=("'x'",) * 10, solve_rate=1.0)
         for s in range(3)
     ]
-    mixed = cx.analyse_tasks(written + handed + [record(IDENTITY, step=0, proposer="seed")])
+    mixed = cx.analyse_tasks(written + handed)
     alone = cx.analyse_tasks(written)
     assert [p.kind for p in mixed.programs] == ["code_o", "code_i", "code_o"]
-    assert (len(mixed.inputs), mixed.n_seed, mixed.proposers) == (3, 1, ("T0",))
+    assert (len(mixed.inputs), mixed.proposers) == (3, ("T0",))
     for metric in (*cx.COMPLEXITY_FIELDS, "cc_max", "n_chars"):
         _assert_same_series(cx.step_series(mixed.programs, metric), cx.step_series(alone.programs, metric))
         _assert_same_series(mixed.series(metric), alone.series(metric))
@@ -230,6 +230,29 @@ def test_complexity_counts_only_programs_the_proposer_wrote():
     # coverage: shapes from the written programs only; code_f adds its inputs' signatures
     assert len(cov.coverage_units(mixed, "shapes")) == 3
     assert set().union(*cov.coverage_units(mixed, "signatures")) == {"(int) -> int", "(str) -> str"}
+
+
+def test_every_valid_task_is_measured_and_a_copy_of_a_seed_is_the_proposers(verifier, tokenizer):
+    """Issue #28: the old `seed` proposer filter matched no record, since the loop logs proposals
+    only (the seeds sit in the buffers). A proposal copying the identity seed is the proposer's
+    proposal: measured (its copy column says it is a copy), not skipped as if it were the seed."""
+    from scripted import ScriptedPolicy
+
+    from populora_nb.config import load_config
+    from populora_nb.loop import baseline_step
+    from populora_nb.state import initial_state
+    from populora_nb.step_records import task_rows
+
+    cfg = load_config("tiny", {"run.agent": "baseline", "tasks.kinds": ["code_o"], "rl.proposals_per_kind": 2})
+    state = initial_state(cfg, verifier)
+    assert {t.meta.get("proposer") for t in state.buffers["code_o"].tasks} == {"seed"}  # in the buffer...
+    rows = task_rows(0, baseline_step(ScriptedPolicy(tokenizer), verifier, state, cfg).proposals)
+    assert rows and {r["proposer"] for r in rows} == {"agent"}  # ...never in the records
+    assert not hasattr(cx, "SEED_PROPOSER") and not hasattr(cx.RunAnalysis, "n_seed")
+    copied = record(IDENTITY, step=1, proposer="agent")  # the identity seed, written again
+    analysis = cx.analyse_tasks([record(LOOP), copied, record(LOOP, valid=False)])
+    assert [p.n_chars for p in analysis.programs] == [len(LOOP), len(IDENTITY)]
+    assert len(analysis.programs) + len(analysis.inputs) == analysis.n_tasks - analysis.n_invalid
 
 
 def test_complexity_of_a_fake_run_whose_code_f_reuses_buffer_programs(tmp_path):

@@ -11,7 +11,10 @@ What is measured: only what a proposer WROTE. Fig. 4 tracks the programs the pro
                    inputs and the message. Its program is NOT measured; its I/O type signatures
                    (the proposer's inputs and the buffer program's answers to them) feed signature
                    coverage, and its solve rate feeds the per-step solve rate.
-  proposer "seed"  the seed triplets, should they appear in a log, are nobody's work: skipped.
+A run's ``tasks.jsonl`` holds only proposals (``step_records.task_rows``): the seed triplets sit in
+the buffers and are never logged, so there is no seed row to skip. A proposal that copies a seed (or
+a reference, or an earlier program) is still the proposer's proposal and is measured; its ``copy``
+column (``populora_nb.copies``) says which it is.
 Counting code_f programs would pull every run's complexity toward the buffer's mean: early on the
 buffer is the seed and resampled old programs, so both runs would look alike for the wrong reason.
 
@@ -35,7 +38,7 @@ Per-program metrics (``ProgramMetrics``), each over one valid code_o/code_i task
 Coverage features (``shape``, ``ngrams``, ``signatures``) and their counting at equal sample
 sizes are defined in `populora_nb.analysis.coverage`.
 
-A step's solve rate is the mean ``solve_rate`` of its valid proposer tasks (all kinds, seeds aside).
+A step's solve rate is the mean ``solve_rate`` of its valid proposer tasks (all kinds).
 Collapse detector (``detect_collapse``): a run collapses when its solve rate over the last
 ``tail_fraction`` of steps averages at least ``solve_rate_threshold`` (0.9: "approaches 1") *and*
 at least ``min_falling`` of the four complexity metrics (ast_depth, cc_total, sloc, n_variables)
@@ -218,8 +221,6 @@ def program_metrics(task: TaskRecord) -> ProgramMetrics:
 
 WRITTEN_PROGRAM_KINDS: tuple[str, ...] = ("code_o", "code_i")
 """Kinds whose program the proposer wrote. A code_f proposer is handed a buffer program."""
-SEED_PROPOSER = "seed"
-"""The proposer name seed triplets carry (``loop`` puts them in the buffers with it)."""
 
 
 @dataclass(frozen=True)
@@ -249,15 +250,13 @@ class RunAnalysis:
     """What a run's proposers wrote (module docstring), plus the counts of what was left out."""
 
     programs: tuple[ProgramMetrics, ...]
-    """Valid code_o/code_i tasks not by the seed: the programs the proposers wrote."""
+    """Valid code_o/code_i tasks: the programs the proposers wrote."""
     inputs: tuple[InputMetrics, ...]
-    """Valid code_f tasks not by the seed: inputs written for a buffer program."""
+    """Valid code_f tasks: inputs written for a buffer program."""
     steps: tuple[int, ...]
     """Every step with a task record, valid or not, sorted."""
     n_tasks: int
     n_invalid: int
-    n_seed: int
-    """Valid tasks whose proposer is the seed: skipped."""
     n_unparseable: int
     """Written programs the host Python could not parse (metrics NaN)."""
 
@@ -281,8 +280,8 @@ class RunAnalysis:
 
 
 def analyse_tasks(tasks: Sequence[TaskRecord]) -> RunAnalysis:
-    """Split the valid tasks into written programs and code_f inputs; seeds are counted, not kept."""
-    mine = [t for t in tasks if t.valid and t.proposer != SEED_PROPOSER]
+    """Split the valid tasks into written programs and code_f inputs (every valid task is one)."""
+    mine = [t for t in tasks if t.valid]
     programs = tuple(program_metrics(t) for t in mine if t.kind in WRITTEN_PROGRAM_KINDS)
     return RunAnalysis(
         programs=programs,
@@ -290,7 +289,6 @@ def analyse_tasks(tasks: Sequence[TaskRecord]) -> RunAnalysis:
         steps=tuple(sorted({t.step for t in tasks})),
         n_tasks=len(tasks),
         n_invalid=sum(not t.valid for t in tasks),
-        n_seed=sum(t.valid and t.proposer == SEED_PROPOSER for t in tasks),
         n_unparseable=sum(not p.parsed for p in programs),
     )
 

@@ -14,7 +14,7 @@ What counts as a distinct problem (our definition; the paper gives none), per pr
                as for ngrams, so the two are read at the same n.
 Only what a proposer wrote counts (``populora_nb.analysis.complexity``'s docstring says why): shapes,
 ngrams and program_signatures come from valid code_o/code_i programs; signatures from those and
-from valid code_f tasks, whose inputs the proposer wrote for a buffer program. Seed rows are skipped.
+from valid code_f tasks, whose inputs the proposer wrote for a buffer program.
 
 Size. n-gram coverage grows with program size: a longer program holds more distinct chains, so a
 run writing longer programs covers more n-grams at the same n even when it poses no other problems.
