@@ -172,6 +172,10 @@ class TaskConfig:
     hidden. A proposal with another count, or with two equal inputs, is invalid."""
     buffer_cap: int = 4096
     """Per-kind buffer size; when full the oldest non-seed entry is dropped (AZR instead stops storing)."""
+    reject_copies: Literal["none", "reference"] = "none"
+    """"reference": a valid proposal whose program is one of the references its own prompt showed becomes
+    invalid (copy_of_reference). A departure from AZR, which only asks for a different task; no preset uses it:
+    the copy classes (populora_nb.copies) measure copying instead of hiding it."""
     reference_sampling: Literal["uniform", "recency"] = "uniform"
     """How references are drawn from a buffer: uniform, or recency (weight = insertion rank, newest most)."""
     seeds_path: str | None = None

@@ -23,6 +23,7 @@ import torch
 from tqdm import tqdm  # a text bar, not tqdm.auto's widget: see run()
 
 from populora_nb.config import ExperimentConfig
+from populora_nb.copies import mark_copies
 from populora_nb.evolution import MemberRating, OperatorMix, apply_operator, inherit_rating, plan_replacement
 from populora_nb.lowrank import relative_change
 from populora_nb.matchmaking import (
@@ -77,6 +78,7 @@ def baseline_step(policy: Policy, verifier: Verifier, state: RunState, config: E
     out.proposals = [dataclasses.replace(p, solver="agent") for p in out.proposals]
     with Timer(out.timings, "validate_s"):
         out.proposals = validate(verifier, out.proposals, config.tasks.code_f_inputs)
+        out.proposals = mark_copies(out.proposals, state.seen, config.tasks.reject_copies)
     with Timer(out.timings, "solve_s"):
         if config.run.baseline_solver == "azr":
             # AZR: k learnability rollouts per valid proposal set rho (not trained on); the solver
@@ -136,6 +138,7 @@ def population_step(policy: Policy, verifier: Verifier, state: RunState, config:
     out.proposals = [dataclasses.replace(p, solver=partner[p.proposer]) for p in out.proposals]
     with Timer(out.timings, "validate_s"):
         out.proposals = validate(verifier, out.proposals, config.tasks.code_f_inputs)
+        out.proposals = mark_copies(out.proposals, state.seen, config.tasks.reject_copies)
     assignments: dict[str, list[int]] = {s: [] for s in state.students}
     for i, p in enumerate(out.proposals):
         assignments[partner[p.proposer]].append(i)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from populora_nb.buffers import TaskBuffer, load_seed_triplets, make_buffers
 from populora_nb.config import ExperimentConfig
+from populora_nb.copies import known_fingerprints, warmup_fingerprints
 from populora_nb.errors import DataFileError, PathNotFoundError
 from populora_nb.matchmaking import Rating, initial_ratings, make_trueskill
 from populora_nb.records import MANIFEST, CorruptRunError, RunDir, read_json, write_json
@@ -38,6 +39,9 @@ class RunState:
     ratings: dict[str, Rating] = field(default_factory=dict)
     born: dict[str, int] = field(default_factory=dict)
     """Step at which each evolved child entered (initial members: absent, i.e. step 0)."""
+    seen: set[str] = field(default_factory=set)
+    """Fingerprints of every program the run has met (seeds, warm-up examples, valid proposals so far):
+    what a proposal's copy class is judged against (`populora_nb.copies`)."""
 
     @property
     def teachers(self) -> list[str]:
@@ -55,16 +59,21 @@ class RunState:
             "born": self.born,
             "buffers": {k: b.to_json() for k, b in self.buffers.items()},
             "ratings": {m: [r.mu, r.sigma] for m, r in self.ratings.items()},
+            "seen": sorted(self.seen),
         }
 
     @classmethod
     def from_json(cls, d: dict) -> RunState:
+        buffers = {k: TaskBuffer.from_json(b) for k, b in d["buffers"].items()}
+        # A checkpoint written before copies were classed: the buffers hold what the run had met.
+        seen = set(d["seen"]) if "seen" in d else known_fingerprints(t for b in buffers.values() for t in b.tasks)
         return cls(
             step=d["step"],
             roster=dict(d["roster"]),
             born=d["born"],
-            buffers={k: TaskBuffer.from_json(b) for k, b in d["buffers"].items()},
+            buffers=buffers,
             ratings={m: Rating(mu, sigma) for m, (mu, sigma) in d["ratings"].items()},
+            seen=seen,
         )
 
 
@@ -143,7 +152,10 @@ def initial_state(config: ExperimentConfig, verifier: Verifier) -> RunState:
                 buffers[kind].add(Task(kind, t.program, t.inputs, t.outputs, meta={"proposer": "seed"}), seed=True)
     roster = roster_for(config)
     ratings = initial_ratings(list(roster), trueskill_env(config)) if config.run.agent == "population" else {}
-    return RunState(step=0, roster=roster, buffers=buffers, ratings=ratings)
+    seen = known_fingerprints(t for b in buffers.values() for t in b.tasks)
+    if config.lora.warmup is not None:  # a copy of what the warm-up trained on is not new either
+        seen |= warmup_fingerprints(config.lora.warmup)
+    return RunState(step=0, roster=roster, buffers=buffers, ratings=ratings, seen=seen)
 
 
 def resume_or_start(rd: RunDir, policy: Policy, verifier: Verifier, config: ExperimentConfig) -> RunState:

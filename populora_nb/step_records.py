@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 
 from populora_nb.buffers import task_to_json
+from populora_nb.copies import copy_rate
 from populora_nb.prompts import ParseFailure
 from populora_nb.stages import Attempt, Proposed, StepOutcome, TokenIds
 from populora_nb.tasks import Task
@@ -29,6 +30,7 @@ def task_rows(step: int, proposals: Sequence[Proposed]) -> list[dict]:
             "kind": p.kind,
             "solver": p.solver,
             "solve_rate": p.rho,
+            "copy": p.copy,  # new / reference / earlier for a valid task (populora_nb.copies)
             "completion": p.completion[:4000],
         }  # what the teacher wrote, for reading failures
         if isinstance(r, Task):
@@ -55,6 +57,9 @@ def member_metrics(member: str, role: str, outcome: StepOutcome, kinds: Sequence
         row["teacher/valid_rate"] = len(valid) / len(mine)
         rhos = [p.rho for p in valid if p.rho is not None]
         row["teacher/rho_mean"] = sum(rhos) / len(rhos) if rhos else None
+        # copies of a shown reference, a seed / warm-up example or an earlier program, among valid ones
+        row["teacher/copy_rate"] = copy_rate([p.copy for p in valid])
+        row["teacher/reference_copy_rate"] = sum(p.copy == "reference" for p in valid) / len(valid) if valid else None
         for p in mine:
             if isinstance(p.result, Invalid):
                 reason = p.result.reason

@@ -303,7 +303,8 @@ processes), and in call mode ``open`` is stubbed; in script mode only ``open(0)`
 
 @dataclass(frozen=True)
 class Invalid:
-    """Why a proposal was rejected: `reason` is a key of INVALID_REASONS."""
+    """Why a proposal was rejected: `reason` is a key of INVALID_REASONS (the verifier's), or the loop's
+    `copies.COPY_OF_REFERENCE` when `tasks.reject_copies` is on."""
 
     reason: str
     detail: str = ""

@@ -1,0 +1,132 @@
+"""What a proposer newly wrote: every valid proposal classed as a copy or as new (issue #28).
+
+The curriculum curves (complexity, coverage, valid rate) are read as what the teachers *write*. A
+small model copies: in the committed cpu protocol 81–93% of the population's late valid programs
+were character-for-character copies of a shown reference, a warm-up example, a seed or an earlier
+program, so a falling complexity curve mostly measured rising copying. Each valid proposal is
+therefore classed, in proposal order, as
+
+* ``"reference"``: its program is one of the reference programs its own prompt showed (code_o /
+  code_i; a code_f prompt shows a program to write inputs for, and its inputs are never shown);
+* ``"earlier"``: it repeats a seed task's, a warm-up example's, or an earlier valid proposal's of the
+  same run (earlier steps, or earlier in the same step's proposal order);
+* ``"new"``: neither.
+
+What is compared is what the proposer wrote: the program of a code_o / code_i task; the program and
+the inputs of a code_f task (the program was given). Programs are *normalised* first: parsed and
+unparsed with ``ast.unparse``, so formatting, comments and quoting style do not make a copy new; a
+renamed variable does (that is a rewrite, not a copy). A program that does not parse is compared
+after collapsing whitespace. AZR does not reject copies; ``tasks.reject_copies = "reference"``
+makes a copy of a shown reference invalid (a departure from AZR: no preset uses it, since the
+package's job is to measure copying, not to hide it).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from populora_nb.tasks import Task
+from populora_nb.verify import Invalid
+
+if TYPE_CHECKING:
+    from populora_nb.stages import Proposed
+
+CopyClass = Literal["new", "reference", "earlier"]
+COPY_CLASSES: tuple[CopyClass, ...] = ("new", "reference", "earlier")
+COPY_OF_REFERENCE = "copy_of_reference"
+"""The Invalid reason of a shown reference's copy when ``tasks.reject_copies = "reference"``."""
+
+
+def normalise(program: str) -> str:
+    """The program as ``ast.unparse`` writes it (formatting and comments dropped), or its
+    whitespace-collapsed text if it does not parse."""
+    try:
+        return ast.unparse(ast.parse(program))
+    except (SyntaxError, ValueError, RecursionError):
+        return " ".join(program.split())
+
+
+def fingerprint(kind: str, program: str, inputs: Sequence[str] = ()) -> str:
+    """A short digest of what a proposer of ``kind`` wrote: the normalised program, plus the inputs
+    for code_f. Programs of code_o and code_i share one space (a code_o program copied into a code_i
+    task is still a copy)."""
+    written = normalise(program) + ("\0" + "\0".join(inputs) if kind == "code_f" else "")
+    space = "f" if kind == "code_f" else "p"
+    return space + hashlib.sha1(written.encode()).hexdigest()[:16]
+
+
+def task_fingerprint(task: Task) -> str:
+    return fingerprint(task.kind, task.program, task.inputs)
+
+
+def known_fingerprints(tasks: Iterable[Task]) -> set[str]:
+    """The fingerprints of tasks a run starts with (seeds, warm-up examples)."""
+    return {task_fingerprint(t) for t in tasks}
+
+
+def warmup_fingerprints(directory: str | Path) -> set[str]:
+    """The fingerprints of a warm-up directory's examples (``warmup.EXAMPLES``: the accepted
+    proposals it fine-tuned on), so that writing one of them again is not counted as new."""
+    from populora_nb.warmup import EXAMPLES  # the warm-up imports the stages: imported only when needed
+
+    path = Path(directory) / EXAMPLES
+    if not path.is_file():
+        return set()
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {fingerprint(r["kind"], r["program"], r.get("inputs", ())) for r in rows}
+
+
+def classify(kind: str, program: str, inputs: Sequence[str], shown: Sequence[str], seen: set[str]) -> CopyClass:
+    """The copy class of one valid proposal (module docstring), given the programs its prompt
+    showed and the fingerprints seen so far in the run."""
+    if kind != "code_f" and normalise(program) in {normalise(r) for r in shown}:
+        return "reference"
+    return "earlier" if fingerprint(kind, program, inputs) in seen else "new"
+
+
+def mark_copies(proposals: Sequence[Proposed], seen: set[str], reject: str = "none") -> list[Proposed]:
+    """The proposals with ``copy`` set on every valid one, in order; ``seen`` (the run's state)
+    gains each valid task's fingerprint. With ``reject="reference"`` a copy of a shown reference
+    becomes ``Invalid("copy_of_reference")`` (its class is still recorded)."""
+    out = []
+    for p in proposals:
+        task = p.result
+        if not isinstance(task, Task):
+            out.append(p)
+            continue
+        cls = classify(p.kind, task.program, task.inputs, p.references, seen)
+        seen.add(task_fingerprint(task))
+        verdict: Task | Invalid = task
+        if reject == "reference" and cls == "reference":
+            verdict = Invalid(COPY_OF_REFERENCE, "the program is one of the references its prompt showed")
+        out.append(dataclasses.replace(p, result=verdict, copy=cls))
+    return out
+
+
+def copy_rate(classes: Sequence[str | None]) -> float | None:
+    """Share of classed proposals that are copies (reference or earlier); None when none is classed."""
+    classed = [c for c in classes if c is not None]
+    return sum(c != "new" for c in classed) / len(classed) if classed else None
+
+
+def classify_rows(rows: Sequence[dict], start: Iterable[str] = ()) -> list[str | None]:
+    """The copy class of each tasks.jsonl row: the recorded one, or, for runs recorded before the
+    loop classed proposals, "copy" (a shown reference or an earlier program: the prompt's references
+    were not recorded, so the two cannot be told apart) or "new", from the rows' order and ``start``
+    (the fingerprints of the seeds and warm-up examples). None for an invalid row."""
+    seen = set(start)
+    out: list[str | None] = []
+    for r in rows:
+        if not r.get("valid"):
+            out.append(r.get("copy"))
+            continue
+        fp = fingerprint(r["kind"], r["program"], r.get("inputs", ()))
+        out.append(r["copy"] if r.get("copy") else ("copy" if fp in seen else "new"))
+        seen.add(fp)
+    return out

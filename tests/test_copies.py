@@ -1,0 +1,90 @@
+"""What a proposer newly wrote: copy classes of valid proposals (populora_nb.copies, issue #28)."""
+
+import dataclasses
+
+from populora_nb.config import load_config
+from populora_nb.copies import (
+    COPY_OF_REFERENCE,
+    classify,
+    classify_rows,
+    copy_rate,
+    fingerprint,
+    mark_copies,
+    normalise,
+)
+from populora_nb.loop import run
+from populora_nb.prompts import ParseFailure
+from populora_nb.stages import Proposed
+from populora_nb.tasks import Task
+from populora_nb.verify import Invalid, Proposal
+from tests.scripted import ScriptedPolicy
+
+DOUBLE = "def f(x):\n    return x * 2"
+
+
+def test_normalising_ignores_formatting_and_comments_but_not_a_rewrite():
+    assert normalise("def f(x):  # doubles\n    return (x*2)") == normalise(DOUBLE)
+    assert normalise("def f( x ):\n\n    return x *2\n") == normalise(DOUBLE)
+    assert normalise("def f(y):\n    return y * 2") != normalise(DOUBLE)  # renamed: rewritten, not copied
+    assert normalise("def f(:  x") == "def f(: x"  # unparsable: whitespace collapsed
+
+
+def test_classes_reference_earlier_and_new():
+    seen = {fingerprint("code_o", "def f(a):\n    return a")}
+    assert classify("code_o", DOUBLE + "  # mine", ["0"], [DOUBLE], seen) == "reference"
+    assert classify("code_i", "def f(a):  return a", ["1"], [DOUBLE], seen) == "earlier"  # code_o and code_i share
+    assert classify("code_o", "def f(a):\n    return -a", ["1"], [DOUBLE], seen) == "new"
+    # code_f: the program was given; what it wrote is its inputs
+    seen_f = {fingerprint("code_f", DOUBLE, ["1", "2"])}
+    assert classify("code_f", DOUBLE, ["1", "2"], [], seen_f) == "earlier"
+    assert classify("code_f", DOUBLE, ["1", "3"], [], seen_f) == "new"
+
+
+def _proposed(program, refs=(), valid=True):
+    task = Task("code_o", program, ("1",), ("2",))
+    result = task if valid else Invalid("runtime_error")
+    return Proposed("T0", "code_o", "prompt", "text", Proposal("code_o", program, ("1",)), result, references=refs)
+
+
+def test_mark_copies_classes_in_proposal_order_and_can_reject_reference_copies():
+    seen: set[str] = set()
+    batch = [
+        _proposed(DOUBLE, refs=(DOUBLE,)),
+        _proposed("def f(x):\n    return x - 1"),
+        _proposed("def f(x):\n    return x - 1"),
+    ]
+    batch.append(_proposed("def f(x): return 0", valid=False))
+    batch.append(
+        dataclasses.replace(batch[1], parsed=ParseFailure("no_python_block"), result=ParseFailure("no_python_block"))
+    )
+    marked = mark_copies(batch, seen)
+    assert [p.copy for p in marked] == ["reference", "new", "earlier", None, None]
+    assert len(seen) == 2 and marked[0].result == batch[0].result
+    rejected = mark_copies(batch, set(), reject="reference")
+    assert isinstance(rejected[0].result, Invalid) and rejected[0].result.reason == COPY_OF_REFERENCE
+    assert rejected[0].copy == "reference" and rejected[1].result == batch[1].result
+    assert copy_rate([p.copy for p in marked]) == 2 / 3 and copy_rate([None]) is None
+
+
+def test_records_of_earlier_runs_are_classed_from_their_order():
+    rows = [
+        {"valid": True, "kind": "code_o", "program": DOUBLE, "inputs": ["1"]},
+        {"valid": False, "kind": "code_o", "program": "x", "inputs": []},
+        {"valid": True, "kind": "code_i", "program": DOUBLE + "\n", "inputs": ["3"]},
+        {"valid": True, "kind": "code_o", "program": "def f(a):\n    return a", "inputs": ["1"]},
+        {"valid": True, "kind": "code_o", "program": "def f(b):\n    return b", "inputs": ["1"], "copy": "reference"},
+    ]
+    seed = {fingerprint("code_o", "def f(a):\n    return a")}
+    assert classify_rows(rows, seed) == ["new", None, "copy", "copy", "reference"]
+
+
+def test_the_loop_records_each_valid_proposals_class(tmp_path, tokenizer):
+    # The scripted teachers write one program (x * 3) with different inputs: new once, then copies
+    # (of a reference once it is in the buffer and shown, else of an earlier proposal).
+    cfg = load_config("tiny", {"run.steps": 2, "evolution.enabled": False, "tasks.kinds": ["code_o", "code_i"]})
+    rows = run(cfg, tmp_path / "r", policy=ScriptedPolicy(tokenizer), progress=False).read("tasks")
+    classes = [r["copy"] for r in rows if r["valid"]]
+    assert classes[0] == "new" and set(classes[1:]) == {"earlier", "reference"}
+    assert all(r["copy"] is None for r in rows if not r["valid"])
+    metrics = run(cfg, tmp_path / "r", policy=ScriptedPolicy(tokenizer), progress=False).read("metrics")
+    assert all(0.0 <= r["teacher/copy_rate"] <= 1.0 for r in metrics if r.get("teacher/copy_rate") is not None)
