@@ -82,6 +82,22 @@ def warmup_fingerprints(directory: str | Path) -> set[str]:
     return {fingerprint(r["kind"], r["program"], r.get("inputs", ())) for r in rows}
 
 
+def start_fingerprints(run_dir: str | Path) -> set[str]:
+    """What a recorded run had met before its first proposal: its seed tasks and, when it started
+    from a warm-up, the warm-up's examples (``classify_rows`` reads old records with it)."""
+    from populora_nb.buffers import load_seed_triplets
+    from populora_nb.errors import UserInputError
+    from populora_nb.records import RunDir
+
+    try:
+        config = RunDir(Path(run_dir)).load_config()
+        seeds_path, warmup = config.tasks.seeds_path, config.lora.warmup
+    except (OSError, UserInputError):  # records without a config (a synthetic run): the packaged seeds
+        seeds_path, warmup = None, None
+    seen = {fingerprint("code_o", s["program"]) for s in load_seed_triplets(seeds_path)}
+    return seen | (warmup_fingerprints(warmup) if warmup else set())
+
+
 def classify(kind: str, program: str, inputs: Sequence[str], shown: Sequence[str], seen: set[str]) -> CopyClass:
     """The copy class of one valid proposal (module docstring), given the programs its prompt
     showed and the fingerprints seen so far in the run."""

@@ -503,7 +503,8 @@ def test_load_tasks_reads_rows_and_drops_a_truncated_last_line(tmp_path):
     run = _write(tmp_path / "run" / "tasks.jsonl", whole + json.dumps(ROW)[:40])
     tasks = cx.load_tasks(run)
     assert [t.step for t in tasks] == [0, 1]
-    assert tasks[0] == cx.TaskRecord(0, "T0", "code_o", IDENTITY, True, ("1",), ("1",), "", None, "S0", 0.25)
+    # recorded before the loop classed copies: the identity seed's program is a copy (of the seed)
+    assert tasks[0] == cx.TaskRecord(0, "T0", "code_o", IDENTITY, True, ("1",), ("1",), "", None, "S0", 0.25, "copy")
     assert not tasks[1].valid and tasks[1].outputs == ()
 
 

@@ -1,6 +1,9 @@
 """What a proposer newly wrote: copy classes of valid proposals (populora_nb.copies, issue #28)."""
 
 import dataclasses
+import json
+
+import numpy as np
 
 from populora_nb.config import load_config
 from populora_nb.copies import (
@@ -88,3 +91,40 @@ def test_the_loop_records_each_valid_proposals_class(tmp_path, tokenizer):
     assert all(r["copy"] is None for r in rows if not r["valid"])
     metrics = run(cfg, tmp_path / "r", policy=ScriptedPolicy(tokenizer), progress=False).read("metrics")
     assert all(0.0 <= r["teacher/copy_rate"] <= 1.0 for r in metrics if r.get("teacher/copy_rate") is not None)
+
+
+def test_copying_that_rises_does_not_make_new_programs_look_simpler(tmp_path):
+    """A synthetic run: new programs of one fixed complexity every step, and a rising share of copies
+    of the identity seed (depth 3). Measured over new programs, complexity stays flat while the copy
+    rate rises; measured over every valid program (the earlier rule), it falls: the bias."""
+    from populora_nb.analysis.complexity import analyse_run
+
+    rows, fresh = [], 0
+    for step in range(10):
+        for i in range(10):
+            copied = i < step  # 0 copies at step 0, 9 of 10 at step 9
+            new_one = f"def f(x):\n    if x > {fresh}:\n        return x - {fresh}\n    return x"
+            program = "def f(a):\n    return a" if copied else new_one
+            fresh += not copied
+            rows.append(
+                {
+                    "step": step,
+                    "proposer": "agent",
+                    "kind": "code_o",
+                    "program": program,
+                    "valid": True,
+                    "inputs": ["1"],
+                    "outputs": ["1"],
+                    "solve_rate": 0.5,
+                }
+            )
+    path = tmp_path / "run"
+    path.mkdir()
+    (path / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    new, every = analyse_run(path), analyse_run(path, written="all")
+    depth = new.series("ast_depth")
+    assert np.allclose(depth.mean, depth.mean[0])  # flat
+    copies = new.copy_series()
+    assert copies.mean[0] == 0.0 and copies.mean[-1] == 0.9 and np.all(np.diff(copies.mean) > 0)
+    assert every.series("ast_depth").mean[-1] < every.series("ast_depth").mean[0] - 1.0  # what copying did before
+    assert new.n_copies == 45 and len(new.programs) == 55

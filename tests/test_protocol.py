@@ -229,7 +229,8 @@ def test_the_report_writes_tables_numbers_and_a_figure_per_series(tmp_path):
     assert base["end"]["seed-1"] == pytest.approx(end_value(exps[1] / "baseline", "complexity/sloc", window=3))
     assert base["start"]["seed-1"] == pytest.approx(start_value(exps[1] / "baseline", "complexity/sloc", window=3))
     low, high = base["end_interval"]["t"]
-    assert low <= base["end_interval"]["mean"] <= high and len(base["per_step"]["seed-0"]) == 8
+    # per step with a newly written program (a step of copies only has no complexity value)
+    assert low <= base["end_interval"]["mean"] <= high and 0 < len(base["per_step"]["seed-0"]) <= 8
     assert sloc["difference"]["paired"] and sloc["difference"]["separated"] and sloc["difference"]["mean"] > 0
     assert sloc["difference"]["t_kind"] == "paired t" and 0 <= sloc["difference"]["holm_p"] <= 1
     assert "range" in sloc["difference"] and "bootstrap" not in sloc["difference"]

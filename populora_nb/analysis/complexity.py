@@ -1,5 +1,8 @@
 """Task complexity over what each proposer wrote, and the collapse detector (PopuLoRA §5, Fig. 4).
 
+Long because the measurement's definitions (what counts as written, each metric) are stated here,
+where the code that computes them can be checked against them.
+
 The paper's central picture: the single AZR agent's programs get shallower, simpler, shorter and
 use fewer variables while its solve rate nears 100% (collapse); a population's keep growing while
 its solve rates oscillate (arms race). Coverage of the problem space is in `populora_nb.analysis.coverage`.
@@ -12,9 +15,11 @@ What is measured: only what a proposer WROTE. Fig. 4 tracks the programs the pro
                    (the proposer's inputs and the buffer program's answers to them) feed signature
                    coverage, and its solve rate feeds the per-step solve rate.
 A run's ``tasks.jsonl`` holds only proposals (``step_records.task_rows``): the seed triplets sit in
-the buffers and are never logged, so there is no seed row to skip. A proposal that copies a seed (or
-a reference, or an earlier program) is still the proposer's proposal and is measured; its ``copy``
-column (``populora_nb.copies``) says which it is.
+the buffers and are never logged, so there is no seed row to skip. What is measured is what the
+proposer NEWLY wrote (issue #28): a proposal that copies a shown reference, a seed, a warm-up example
+or an earlier program (its ``copy`` class, ``populora_nb.copies``) is counted in the copy rate
+(``RunAnalysis.copy_series``) and left out of the complexity and coverage measurements, which would
+otherwise fall because copying rises (``analyse_tasks(..., written="all")`` measures every one).
 Counting code_f programs would pull every run's complexity toward the buffer's mean: early on the
 buffer is the seed and resampled old programs, so both runs would look alike for the wrong reason.
 
@@ -55,12 +60,14 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from radon.complexity import ComplexityVisitor
 from radon.raw import analyze as radon_raw
 
 from populora_nb.analysis.coverage import ast_shape, identifier, io_signature, ngram_features
+from populora_nb.copies import classify_rows, start_fingerprints
 from populora_nb.records import RunDir
 
 COMPLEXITY_FIELDS: tuple[str, ...] = ("ast_depth", "cc_total", "sloc", "n_variables")
@@ -87,6 +94,9 @@ class TaskRecord:
     solver: str | None = None
     solve_rate: float | None = None
     """Fraction of the matched solver's rollouts that passed; None when invalid or unsolved."""
+    copy: str | None = None
+    """A valid task's copy class (`populora_nb.copies`): "new", "reference", "earlier", or "copy" for
+    runs recorded before the loop classed them (reference and earlier not told apart); None if invalid."""
 
 
 def load_tasks(run_dir: str | Path) -> list[TaskRecord]:
@@ -96,7 +106,9 @@ def load_tasks(run_dir: str | Path) -> list[TaskRecord]:
     if not path.is_file():
         raise FileNotFoundError(f"no task records at {path}: is {run_dir} a run directory?")
     records = []
-    for number, row in enumerate(RunDir(Path(run_dir)).read("tasks"), start=1):
+    rows = RunDir(Path(run_dir)).read("tasks")
+    classes = classify_rows([r for r in rows if isinstance(r, dict)], start_fingerprints(run_dir))
+    for number, (row, copy) in enumerate(zip(rows, classes), start=1):
         if not isinstance(row, dict):
             raise ValueError(f"{path}: row {number} is not a JSON object")
         missing = [key for key in _REQUIRED if key not in row]
@@ -116,6 +128,7 @@ def load_tasks(run_dir: str | Path) -> list[TaskRecord]:
                 reason=row.get("reason"),
                 solver=row.get("solver"),
                 solve_rate=None if rate is None else float(rate),
+                copy=copy,
             )
         )
     if not records:
@@ -165,6 +178,16 @@ def variable_count(tree: ast.AST) -> int:
         }
         - {None}
     )
+
+
+@dataclass(frozen=True)
+class CopyMark:
+    """One valid task's copy class (`populora_nb.copies`), for the copy-rate series."""
+
+    step: int
+    proposer: str
+    kind: str
+    copy: str
 
 
 @dataclass(frozen=True)
@@ -259,6 +282,30 @@ class RunAnalysis:
     n_invalid: int
     n_unparseable: int
     """Written programs the host Python could not parse (metrics NaN)."""
+    classes: tuple[CopyMark, ...] = ()
+    """Every valid task's copy class, in record order (``programs`` / ``inputs`` may hold the new ones only)."""
+
+    @property
+    def n_copies(self) -> int:
+        """Valid tasks that copied a shown reference, a seed, a warm-up example or an earlier program."""
+        return sum(c.copy != "new" for c in self.classes)
+
+    def copy_series(self, window: int = 1, proposer: str | None = None) -> StepSeries:
+        """The copy rate over steps: per step, the share of valid tasks (pooled over ``window``
+        steps) whose class is not "new"; the band is that share's binomial ±1 SE."""
+        marks = [c for c in self.classes if proposer in (None, c.proposer)]
+        by_step: dict[int, list[float]] = {}
+        for c in marks:
+            by_step.setdefault(c.step, []).append(float(c.copy != "new"))
+        steps = np.array(sorted(by_step), dtype=np.int64)
+        rows = []
+        for st in steps:
+            pooled = [v for t in range(st - window + 1, st + 1) for v in by_step.get(int(t), ())]
+            rate, n = float(np.mean(pooled)), len(pooled)
+            se = math.sqrt(rate * (1 - rate) / n)
+            rows.append((rate, max(0.0, rate - se), min(1.0, rate + se), n))
+        table = np.array(rows, dtype=np.float64).reshape(-1, 4)
+        return StepSeries(steps=steps, mean=table[:, 0], lo=table[:, 1], hi=table[:, 2], count=table[:, 3])
 
     @property
     def proposers(self) -> tuple[str, ...]:
@@ -279,9 +326,14 @@ class RunAnalysis:
         return step_series(items, metric, window=window, band=band)
 
 
-def analyse_tasks(tasks: Sequence[TaskRecord]) -> RunAnalysis:
-    """Split the valid tasks into written programs and code_f inputs (every valid task is one)."""
-    mine = [t for t in tasks if t.valid]
+def analyse_tasks(tasks: Sequence[TaskRecord], written: Literal["new", "all"] = "new") -> RunAnalysis:
+    """Split the valid tasks into written programs and code_f inputs (every valid task is one). With
+    ``written="new"`` (the default) only what the proposer newly wrote is measured: copies of a shown
+    reference, a seed, a warm-up example or an earlier program (`populora_nb.copies`) are counted in
+    ``classes`` (the copy rate) but left out of ``programs`` and ``inputs``, so complexity and coverage
+    do not fall because copying rises. A task recorded without a class counts as new."""
+    valid = [t for t in tasks if t.valid]
+    mine = [t for t in valid if written == "all" or t.copy in (None, "new")]
     programs = tuple(program_metrics(t) for t in mine if t.kind in WRITTEN_PROGRAM_KINDS)
     return RunAnalysis(
         programs=programs,
@@ -290,12 +342,13 @@ def analyse_tasks(tasks: Sequence[TaskRecord]) -> RunAnalysis:
         n_tasks=len(tasks),
         n_invalid=sum(not t.valid for t in tasks),
         n_unparseable=sum(not p.parsed for p in programs),
+        classes=tuple(CopyMark(t.step, t.proposer, t.kind, t.copy or "new") for t in valid),
     )
 
 
-def analyse_run(run_dir: str | Path) -> RunAnalysis:
+def analyse_run(run_dir: str | Path, written: Literal["new", "all"] = "new") -> RunAnalysis:
     """``analyse_tasks`` over the task records of one run directory (``tasks.jsonl``)."""
-    return analyse_tasks(load_tasks(run_dir))
+    return analyse_tasks(load_tasks(run_dir), written)
 
 
 # ----------------------------------------------------------------------------- over steps

@@ -9,9 +9,12 @@ From ``metrics.jsonl`` (per step, the mean over the members that logged the key,
   reward/propose_mean     the proposer's (teacher's) mean reward, what its policy gradient climbs
   lengths/propose_chars   characters per proposal: a response-length proxy (AZR and the paper
                           track response length as the model's "thinking" growing or shrinking)
-From ``tasks.jsonl`` (``complexity.analyse_run``: valid code_o/code_i programs a proposer wrote; seed
-rows and code_f programs, which the proposer was handed, excluded):
-  complexity/<field>      per step, the mean over that step's written programs of each field of
+From ``tasks.jsonl`` (``complexity.analyse_run``: valid code_o/code_i programs a proposer newly wrote;
+copies (``populora_nb.copies``) and code_f programs, which the proposer was handed, excluded):
+  copies/copy_rate        per step, the share of valid proposals that copy a shown reference, a seed,
+                          a warm-up example or an earlier program of the run: read beside the curves
+                          below, which count only new programs (copying rising cannot make them fall)
+  complexity/<field>      per step, the mean over that step's newly written programs of each field of
                           ``complexity.COMPLEXITY_FIELDS`` (AST depth, total McCabe complexity,
                           SLOC, variables): the four curves of the paper's Fig. 4, whose fall with
                           ρ → 1 is the collapse and whose growth is the arms race.
@@ -67,11 +70,14 @@ METRIC_SERIES: Mapping[str, str] = {
     "lengths/propose_chars": "proposal length (chars)",
 }
 COMPLEXITY_SERIES: Mapping[str, str] = {
-    "complexity/ast_depth": "AST depth of written programs",
-    "complexity/cc_total": "McCabe complexity (total) of written programs",
-    "complexity/sloc": "SLOC of written programs",
-    "complexity/n_variables": "variables of written programs",
+    "complexity/ast_depth": "AST depth of newly written programs",
+    "complexity/cc_total": "McCabe complexity (total) of newly written programs",
+    "complexity/sloc": "SLOC of newly written programs",
+    "complexity/n_variables": "variables of newly written programs",
 }
+COPY_KEY = "copies/copy_rate"
+"""Share of valid proposals that copy a shown reference, a seed, a warm-up example or an earlier program
+(`populora_nb.copies`): read beside complexity and coverage, which count only new programs."""
 assert tuple(k.split("/", 1)[1] for k in COMPLEXITY_SERIES) == COMPLEXITY_FIELDS, "one series per field"
 SPREAD_KEY = "rating/mu_spread"
 COVERAGE_SERIES: Mapping[str, str] = {"coverage/ngrams": "distinct AST n-grams at equal n (rarefied)"}
@@ -89,6 +95,7 @@ HEADLINE: Mapping[str, str] = {
     **METRIC_SERIES,
     **COMPLEXITY_SERIES,
     SPREAD_KEY: "within-role spread of TrueSkill μ",
+    COPY_KEY: "copy rate of valid proposals",
     **COVERAGE_SERIES,
 }
 """Every series the protocol reports, key -> a one-line meaning (the module docstring says more)."""
@@ -117,6 +124,8 @@ class RunRecords:
             return rating_spread_series(self.metrics)
         if key in COMPLEXITY_SERIES:
             return {} if self.analysis is None else complexity_series(self.analysis, key.split("/", 1)[1])
+        if key == COPY_KEY:
+            return {} if self.analysis is None else copy_rate_series(self.analysis)
         return metric_series(self.metrics, key)
 
 
@@ -160,6 +169,12 @@ def complexity_series(analysis: RunAnalysis, field: str) -> dict[int, float]:
         if not math.isnan(value):
             by_step.setdefault(p.step, []).append(value)
     return {s: float(np.mean(v)) for s, v in sorted(by_step.items())}
+
+
+def copy_rate_series(analysis: RunAnalysis) -> dict[int, float]:
+    """step -> the share of that step's valid proposals that are copies (any class but "new")."""
+    series = analysis.copy_series()
+    return {int(st): float(m) for st, m in zip(series.steps, series.mean)}
 
 
 def _mu_by_step(rows: Sequence[dict]) -> dict[int, dict[str, float]]:
