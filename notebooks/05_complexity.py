@@ -9,8 +9,11 @@
 #
 # Only what a proposer **wrote** is measured: code_o and code_i programs. A code_f proposer is
 # handed a buffer program (a seed or an older task) and writes only its inputs, so a code_f task
-# adds its I/O type signatures and its solve rate, never its program; seed rows are skipped.
-# Programs are only parsed (`ast`, radon), never executed.
+# adds its I/O type signatures and its solve rate, never its program. And only what it **newly**
+# wrote: a valid proposal that copies a reference shown in its prompt, a seed, a warm-up example or
+# an earlier program of the run (`populora_nb.copies`; programs compared after `ast.unparse`) is
+# counted in the copy rate and left out of complexity and coverage, which would otherwise fall
+# because copying rises. Programs are only parsed (`ast`, radon), never executed.
 
 # %% tags=["parameters"]
 import os
@@ -74,8 +77,19 @@ for name, a in analyses.items():
     print(
         f"{name:>12}: {a.n_tasks} proposed tasks over {len(a.steps)} steps, {a.n_invalid} invalid, "
         f"{len(a.programs)} written programs ({a.n_unparseable} did not parse), {len(a.inputs)} code_f "
-        f"input sets, {a.n_seed} seed rows skipped; proposers {a.proposers}"
+        f"input sets newly written, {a.n_copies} copies; proposers {a.proposers}"
     )
+
+# %% [markdown]
+# ## How much of it was copied
+# What to look for: the share of valid proposals that repeat a shown reference, a seed, a warm-up
+# example or an earlier program. A small model copies more as it learns what the verifier accepts;
+# the curves below count only the rest, so read them beside this one (band: ±1 binomial SE).
+
+# %%
+fig = complexity_plots.plot_copy_rate(analyses, window=window, title=f"copy rate of valid proposals{tag}")
+save(fig, "copy_rate")
+plt.show()
 
 # %% [markdown]
 # ## Complexity over steps
@@ -172,8 +186,8 @@ for name, a in analyses.items():
 
 # %% [markdown]
 # ## Verify it is real
-# Every valid task of every run was sorted into a written program, a code_f input set or a seed
-# row; rarefaction curves never decrease and end at the run's raw distinct count; the saved figures
+# Every valid task of every run was sorted into a newly written program, a code_f input set or a
+# copy; rarefaction curves never decrease and end at the run's raw distinct count; the saved figures
 # exist. On the synthetic demo the detector must flag the scripted collapse and not the scripted
 # arms race.
 
@@ -181,7 +195,7 @@ for name, a in analyses.items():
 # A short run of a small (or, in `tiny`, random) model may have no valid program at all: then its
 # curves are empty, which is a result, not a failure. Every valid task must have been measured.
 assert analyses and all(a.n_tasks > 0 for a in analyses.values()), "a run has no task records"
-assert all(len(a.programs) + len(a.inputs) + a.n_seed == a.n_tasks - a.n_invalid for a in analyses.values())
+assert all(len(a.programs) + len(a.inputs) + a.n_copies == a.n_tasks - a.n_invalid for a in analyses.values())
 assert all(p.kind in ("code_o", "code_i") for a in analyses.values() for p in a.programs)
 if synthetic:
     assert all(a.programs for a in analyses.values()), "the synthetic demo writes valid programs"

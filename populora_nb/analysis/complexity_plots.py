@@ -63,6 +63,29 @@ def plot_program_metric(
     return fig
 
 
+def plot_copy_rate(
+    runs: Mapping[str, RunAnalysis], window: int = 5, ax: Axes | None = None, title: str | None = None
+) -> Figure:
+    """One line per run: the share of valid proposals that copy a shown reference, a seed, a warm-up
+    example or an earlier program (``RunAnalysis.copy_series``, pooled over ``window`` steps), with a
+    ±1 binomial SE band: the curve to read beside complexity and coverage, which count new programs."""
+    fig, ax = axes_or_new(ax)
+    drawn = 0
+    for name, analysis in runs.items():
+        series = analysis.copy_series(window=window)
+        if len(series.steps):
+            (line,) = ax.plot(series.steps, series.mean, label=name)
+            ax.fill_between(series.steps, series.lo, series.hi, color=line.get_color(), alpha=0.2, lw=0)
+            drawn += 1
+    ax.set(xlabel="step", ylabel="copy rate", ylim=(-0.02, 1.02))
+    ax.set_title(title or f"copies among valid proposals (rolling {window}-step share, ±1 SE)")
+    if drawn:
+        ax.legend(fontsize="small")
+    else:
+        say_empty(ax, f"no valid proposal in {', '.join(runs) or 'any run'}: nothing to plot")
+    return fig
+
+
 def plot_program_metrics(
     runs: Mapping[str, RunAnalysis],
     metrics: Sequence[str] = (*COMPLEXITY_FIELDS, "solve_rate"),
@@ -73,7 +96,7 @@ def plot_program_metrics(
     fig, axes = plt.subplots(1, len(metrics), figsize=(3.6 * len(metrics), 3.4), sharex=True)
     for ax, metric in zip(axes if len(metrics) > 1 else [axes], metrics):
         plot_program_metric(runs, metric, window=window, ax=ax, title=LABELS.get(metric, metric))
-    fig.suptitle(title or f"complexity of written programs over steps (rolling {window}-step mean, IQR band)")
+    fig.suptitle(title or f"complexity of newly written programs over steps (rolling {window}-step mean, IQR band)")
     fig.tight_layout()
     return fig
 

@@ -78,6 +78,7 @@ def make_figures(out: str | Path) -> list[Path]:
             paths.append(_save(plots.plot_lineage(births), out, "lineage.png"))
     analyses = {name: analyse_run(path) for name, path in runs.items()}
     window = max(1, min(5, max(len(a.steps) for a in analyses.values()) // 4))
+    paths.append(_save(complexity_plots.plot_copy_rate(analyses, window=window), out, "copy_rate.png"))
     paths.append(_save(complexity_plots.plot_program_metrics(analyses, window=window), out, "complexity.png"))
     # Coverage at equal sample sizes (rarefaction), never raw cumulative counts: the population
     # proposes several times the baseline's volume. A fixed seed keeps the report reproducible.
@@ -168,11 +169,13 @@ def sections(out: Path) -> list[Section]:
     secs.append(
         Section(
             "Complexity and coverage",
-            "AST depth, cyclomatic complexity, lines of code, variables of the programs the proposers "
-            "wrote (code_o/code_i; a code_f program is a buffer program, only its inputs count); "
-            "distinct AST shapes, node n-grams and I/O type signatures against the number of proposals "
-            "drawn (rarefaction, compared at equal n; definitions: populora_nb/analysis/complexity.py, coverage.py).",
-            fig("complexity.png") + fig("coverage.png") + fig("complexity_per_teacher.png"),
+            "First the copy rate: the share of valid proposals that repeat a reference shown in their "
+            "prompt, a seed, a warm-up example or an earlier program (populora_nb/copies.py). Then, over the "
+            "rest (what the proposers newly wrote), AST depth, cyclomatic complexity, lines of code, variables "
+            "(code_o/code_i; a code_f program is a buffer program, only its inputs count), and distinct AST "
+            "shapes, node n-grams and I/O type signatures against the number of proposals drawn (rarefaction, "
+            "compared at equal n; definitions: populora_nb/analysis/complexity.py, coverage.py).",
+            fig("copy_rate.png") + fig("complexity.png") + fig("coverage.png") + fig("complexity_per_teacher.png"),
             table=_collapse_table(runs),
         )
     )
