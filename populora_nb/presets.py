@@ -45,13 +45,14 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "sampling.solve_max_new_tokens": 32,
             # Issue #27. k = 4 puts three solve rates in the teacher's band (at 2 only rho = 1/2). Compute per
             # adapter: the agent trains on 3 proposals + 3 solver answers per kind, a teacher on its 4 proposals,
-            # a student on 3-4 tasks x 4 rollouts; at the lengths the cpu protocol measured (37 / 13 tokens per
-            # proposal / answer, valid rate 0.8) each member trains on 0.99-1.09x the agent's tokens
-            # (tests/test_compute.py). Cost: about 2.5x the former 2-proposal, 2-rollout step.
+            # a student on >= 4 tasks x 4 rollouts. Measured in docs/results/smoke-27 (5 steps, students at 3
+            # tasks): proposals 48 / answers 14 tokens, trained tokens per adapter 0.87x (teachers) and 0.71x
+            # (students) the agent's; 4 student tasks project students to ~0.95x. Cost: a population step of
+            # ~8 min on 2 busy cores (~100 s at the former 2 proposals and 2 rollouts), a baseline step ~55 s.
             "rl.rollouts": 4,
             "rl.proposals_per_kind": 3,
             "rl.teacher_proposals_per_kind": 4,
-            "rl.student_tasks_per_kind": 3,
+            "rl.student_tasks_per_kind": 4,
             "rl.micro_batch": 2,  # measured: peak RSS 3.9 GB instead of 7.2 GB, same s/step
             "tasks.kinds": ["code_o", "code_i"],  # code_f prompts are long; too slow for the CPU budget
             "tasks.n_references": 2,  # shorter prompts for a 135M model on CPU
@@ -69,8 +70,9 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "sampling.temperature": 0.7,  # as smoke: 135M writes runnable code at 0.7, ~never at 1.0
             "sampling.propose_max_new_tokens": 72,  # a 135M proposal is a short function + one input
             "sampling.solve_max_new_tokens": 24,  # an output or input literal
-            # As smoke (issue #27): k = 4 for a reachable teacher band, counts that match per-adapter trained
-            # tokens at this preset's measured lengths (37 / 13 tokens); issue #31's pilot revisits them.
+            # Issue #27: k = 4 for a reachable teacher band; counts that match per-adapter trained tokens at
+            # this preset's measured lengths (37 / 13 tokens per proposal / answer: teachers 0.99x, students
+            # 1.04x the agent's, tests/test_compute.py); issue #31's pilot revisits them and their cost.
             "rl.rollouts": 4,
             "rl.proposals_per_kind": 3,
             "rl.teacher_proposals_per_kind": 4,

@@ -84,7 +84,7 @@ def _ratios(tmp_path, tokenizer, counts: dict) -> dict:
     return per_adapter_ratios(records)
 
 
-@pytest.mark.parametrize("preset", ["smoke", "cpu"])
+@pytest.mark.parametrize("preset", ["cpu"])  # smoke's counts were chosen at its own run's lengths (presets.py)
 def test_each_member_trains_on_about_what_the_agent_trains_on(tmp_path, tokenizer, preset):
     """At the lengths the cpu preset measured, the preset's counts give every teacher and every
     student trained tokens per step within ±15% of the baseline agent's (issue #27, the literal
