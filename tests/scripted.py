@@ -54,3 +54,26 @@ class ScriptedPolicy:
 
     def load(self, path: Path) -> None:
         self.calls = json.loads((path / "scripted.json").read_text())["calls"]
+
+
+class ScriptedLoRA(ScriptedPolicy):
+    """Scripted completions, but checkpoints also hold a real tiny LoRA population (safetensors), and
+    evolution acts on its factors."""
+
+    def __init__(self, lora) -> None:
+        super().__init__(lora.tokenizer)
+        self.lora = lora
+
+    def factors(self, name: str):
+        return self.lora.factors(name)
+
+    def replace(self, *args, **kwargs) -> None:
+        self.lora.replace(*args, **kwargs)
+
+    def save(self, path: Path) -> None:
+        super().save(path)
+        self.lora.save(path / "lora")
+
+    def load(self, path: Path) -> None:
+        super().load(path)
+        self.lora.load(path / "lora")

@@ -4,7 +4,7 @@ import json
 
 from populora_nb.analysis.liveness import liveness
 from populora_nb.config import load_config, save_config
-from tests.scripted import ScriptedPolicy
+from tests.scripted import ScriptedLoRA
 
 
 def _run(path, matches, lineage, threshold=1.0):
@@ -42,13 +42,9 @@ def test_a_live_run_counts_its_wins_band_and_survivors(tmp_path):
     assert live.summary().endswith("Every part acted.")
 
 
-class HalfSolvingLoRA(ScriptedPolicy):
+class HalfSolvingLoRA(ScriptedLoRA):
     """Scripted completions (half the proposals valid) whose students solve every other rollout of a
     code_o task (rho = 1/2: contested), on a real tiny LoRA population so evolution can act."""
-
-    def __init__(self, lora):
-        super().__init__(lora.tokenizer)
-        self.lora = lora
 
     def generate(self, member_ids, prompts, max_new_tokens, seed):
         out = super().generate(["agent"] * len(prompts), prompts, max_new_tokens, seed)  # children's ids too
@@ -57,20 +53,6 @@ class HalfSolvingLoRA(ScriptedPolicy):
                 x = p.split("```input\n")[-1].split("\n")[0]
                 out[i] = f"```output\n{3 * int(x) if x.isdigit() and i % 2 == 0 else -1}\n```"
         return out
-
-    def factors(self, name):
-        return self.lora.factors(name)
-
-    def replace(self, *args, **kwargs):
-        self.lora.replace(*args, **kwargs)
-
-    def save(self, path):
-        super().save(path)
-        self.lora.save(path / "lora")
-
-    def load(self, path):
-        super().load(path)
-        self.lora.load(path / "lora")
 
 
 def test_a_tiny_population_run_is_live(tmp_path, tiny_base):

@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from scripted import ScriptedPolicy
+from scripted import ScriptedLoRA, ScriptedPolicy
 
 from populora_nb.config import load_config
 from populora_nb.loop import run
@@ -83,22 +83,6 @@ def test_kill_9_and_resume_gives_the_same_records(tmp_path, engine):
 CFG_OVERRIDES = {"run.agent": "population", "evolution.enabled": False}
 # Checkpoints after every step; the run keeps the newest two (step_000003, step_000004).
 CFG = load_config("tiny", {**CFG_OVERRIDES, "run.steps": 4, "run.checkpoint_every": 1})
-
-
-class ScriptedLoRA(ScriptedPolicy):
-    """Scripted completions, but checkpoints also hold a real tiny LoRA population (safetensors)."""
-
-    def __init__(self, lora):
-        super().__init__(lora.tokenizer)
-        self.lora = lora
-
-    def save(self, path):
-        super().save(path)
-        self.lora.save(path / "lora")
-
-    def load(self, path):
-        super().load(path)
-        self.lora.load(path / "lora")
 
 
 @pytest.fixture(scope="module")
