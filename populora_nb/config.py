@@ -165,6 +165,10 @@ class TaskConfig:
     (find an input giving an output), code_f (write the program from input/output pairs)."""
     prompt_format: Literal["chat", "r1"] = "chat"
     """chat: the tokenizer's chat template (SmolLM2 needs it); r1: AZR's `User: ... Assistant: <think>`."""
+    prompt_style: Literal["azr", "short"] = "azr"
+    """The code_o / code_i proposer's wording. azr: every criterion of AZR's proposer prompts (docs/methodology.md,
+    "AZR's proposer and solver criteria"); short: a two-sentence instruction, for a 135M model, which wrote a valid
+    task for 2/64 azr prompts and 23/64 short ones. Solver and code_f prompts carry AZR's criteria in both."""
     n_references: int = 6
     """K reference tasks from the buffer shown to a code_o / code_i proposer (AZR: 6)."""
     code_f_inputs: int = 10

@@ -56,6 +56,9 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "rl.micro_batch": 2,  # measured: peak RSS 3.9 GB instead of 7.2 GB, same s/step
             "tasks.kinds": ["code_o", "code_i"],  # code_f prompts are long; too slow for the CPU budget
             "tasks.n_references": 2,  # shorter prompts for a 135M model on CPU
+            # 135M loses the format under AZR's full criteria: 23/64 valid tasks with the short proposer prompt,
+            # 2/64 with the full one (issue #28; docs/methodology.md)
+            "tasks.prompt_style": "short",
             "run.steps": 5,
             "run.checkpoint_every": 2,
             "evolution.every": 2,  # two evolution events in 5 steps
@@ -80,6 +83,7 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "rl.micro_batch": 4,
             "tasks.kinds": ["code_o", "code_i"],
             "tasks.n_references": 2,
+            "tasks.prompt_style": "short",  # as smoke (measured at 96 new tokens; the full prompt ran out of them)
             "run.steps": 40,
             "run.checkpoint_every": 5,  # resumable: at most 5 steps lost to a kill
             "evolution.every": 10,

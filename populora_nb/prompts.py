@@ -1,15 +1,19 @@
 """Propose and solve prompts for the three task kinds, and parsers for what the model writes.
 
-Follows Absolute Zero (AZR §3.3 and its released prompts): a code_o / code_i proposer writes a
-```` ```python ```` block defining ``f`` and an ```` ```input ```` block, shown K reference tasks;
-a code_f proposer gets one existing program and writes several ```` ```input ```` blocks plus a
-```` ```message ```` hint. Solvers answer in ```` ```output ````, ```` ```input ```` or
-```` ```python ```` blocks.
+Follows Absolute Zero (AZR §3.3 and its released prompts, absolute_zero_reasoner/data_construction/
+prompts.py): every criterion of AZR's proposer and solver prompts is stated here in this package's
+own words (docs/methodology.md, "AZR's proposer and solver criteria", maps each one to its line). A
+code_o / code_i proposer writes a ```` ```python ```` block defining ``f`` and an ```` ```input ````
+block, shown K reference tasks; a code_f proposer gets one existing program and writes several
+```` ```input ```` blocks plus a ```` ```message ```` hint. Solvers answer in ```` ```output ````,
+```` ```input ```` or ```` ```python ```` blocks.
 
-Two prompt formats: ``r1``, AZR's ``User: ... Assistant: <think>`` with the answer inside the last
-``<answer>...</answer>``; and ``chat``, the tokenizer's chat template (a 135M instruct model only
-follows its own template). Parsers return a typed result or a `ParseFailure` naming the reason;
-model text is never evaluated here.
+Two styles of the code_o / code_i proposer prompt (``tasks.prompt_style``): ``azr``, those criteria,
+and ``short``, two sentences for a 135M model, which loses the answer format under the full text
+(measured in the same section). Two prompt formats: ``r1``, AZR's ``User: ... Assistant: <think>``
+with the answer inside the last ``<answer>...</answer>``; and ``chat``, the tokenizer's chat
+template (a 135M instruct model only follows its own template). Parsers return a typed result or a
+`ParseFailure` naming the reason; model text is never evaluated here.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from populora_nb.tasks import Proposal, Task, TaskKind
+from populora_nb.verify.static_policy import AZR_BANNED_MODULES
 
 PromptFormat = Literal["chat", "r1"]
+PromptStyle = Literal["azr", "short"]
 
 R1_TEMPLATE = (
     "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. "
@@ -56,9 +62,44 @@ class Dialogue:
 
 PROPOSE_TRIPLET = (
     "Write a new Python puzzle: a ```python block defining a function f, then an ```input block with the "
-    "arguments of one call as Python literals (e.g. [1, 2], 'a'). Use only the standard library; no randomness, "
-    "time, files or printing."
+    "arguments of one call as Python literals (e.g. [1, 2], 'a')."
 )
+"""The first line of a code_o / code_i proposer prompt, and the user turn of each reference shown
+before it (the criteria follow only in the question, so K references do not repeat them K times)."""
+
+SHORT_TRIPLET = PROPOSE_TRIPLET + " Use only the standard library; no randomness, time, files or printing."
+"""The ``short`` style's whole code_o / code_i instruction (the package's prompt before issue #28):
+SmolLM2-135M writes a valid task for 23/64 of these prompts and 2/64 of the full ones
+(docs/methodology.md, "AZR's proposer and solver criteria")."""
+
+PROGRAM_RULES = (
+    "- Name the entry function f; helper functions may be nested inside f, and classes defined before it.",
+    "- f takes at least one argument and returns a value.",
+    "- f is deterministic: the same arguments always give the same result.",
+    "- Nothing random, no dates or clocks, no files, network or other input/output, no printing or "
+    "logging, no state from outside the program.",
+    "- It finishes within a few seconds.",
+    "- Imports and class definitions come first, and the program ends with the return of f: anything "
+    "after it is dropped.",
+    # AZR rejects its list as substrings of the code; the verifier here rejects importing them (and
+    # os, sys...), so the prompt states the rule that is applied.
+    f"- Import only standard-library modules, and none of: {', '.join(sorted(AZR_BANNED_MODULES))}, os, sys.",
+)
+"""AZR's code requirements, shared by the code_o / code_i proposer and the code_f solver."""
+
+_LITERALS = "several arguments are separated by commas, and strings go in quotes"
+
+_PUZZLE = {
+    # kind: (what the solver is shown and must do, what must be hard to deduce)
+    "code_o": (
+        "a solver will see f and your input and must deduce, without running it, what f returns",
+        "the output from f and your input",
+    ),
+    "code_i": (
+        "a solver will see f and what it returns for your input, and must find an input that gives that output",
+        "an input that gives that output, from f and the output alone",
+    ),
+}
 
 # A fixed worked example for code_f solvers (the buffers' seeds are single-input triplets).
 CODE_F_EXAMPLE = Task(
@@ -74,43 +115,98 @@ def _triplet_answer(task: Task) -> str:
     return f"```python\n{task.program.strip()}\n```\n```input\n{task.inputs[0]}\n```"
 
 
-def propose_prompt(kind: TaskKind, references: Sequence[Task], n_inputs: int = 10) -> Dialogue:
+def _propose_triplet(kind: TaskKind) -> str:
+    task, hard = _PUZZLE[kind]
+    rules = "\n".join(PROGRAM_RULES)
+    return (
+        f"{PROPOSE_TRIPLET}\n"
+        f"It is a reasoning test: {task}. The puzzles shown earlier are references; yours must be new.\n\n"
+        f"The program:\n{rules}\n"
+        "- It needs long, multi-step reasoning: state tracked through several transformations of the data.\n\n"
+        f"The input:\n- Exactly one call's arguments: {_LITERALS}.\n\n"
+        "It is judged on:\n"
+        "- Running: f runs without error on your input.\n"
+        f"- Difficulty: deducing {hard} takes real work. Get it from algorithmic depth or intricate logic, e.g. "
+        "a data structure (stack, queue, heap, tree, graph) or control flow such as recursion, dynamic "
+        "programming, greedy choices, backtracking or divide and conquer.\n"
+        "- Creativity: it differs clearly from the reference puzzles.\n\n"
+        "Plan first: how your puzzle will be hard, and how it differs from the references. Then write the two blocks."
+    )
+
+
+def _propose_inputs(program: str, n_inputs: int) -> str:
+    # The first "Write " is followed by the count (tests/scripted.py reads it from there).
+    return (
+        "Here is a Python function f; each input you give is passed to it as f(<input>):\n"
+        f"```python\n{program}\n```\n"
+        f"Write {n_inputs} different inputs for f, each in its own ```input block holding the arguments as "
+        "Python literals (e.g. [1, 2], 'a'), then a ```message block.\n"
+        "It is a reasoning test: a solver sees half of your inputs with the outputs f returns for them, and "
+        "your message, and must deduce f; the other half checks the solver's answer.\n\n"
+        "The inputs:\n"
+        f"- All {n_inputs} are valid: f runs without error on each.\n"
+        f"- In each, {_LITERALS}.\n"
+        "- Coverage: together they exercise everything f does (each branch, the edge cases), enough to "
+        "deduce f from the pairs.\n"
+        "- Creativity: they differ clearly from one another and give varied outputs.\n\n"
+        "The message:\n"
+        "- A hint that helps the solver deduce f, in any form: a plain description of what f does, or a "
+        "coding question.\n"
+        "- It must not contain the code of f.\n\n"
+        "Together the inputs and the message make a task that is challenging for the solver, yet solvable.\n"
+        "Plan first: understand f, then choose inputs that cover it and make the task hard. Then give the "
+        f"{n_inputs} ```input blocks and the ```message block."
+    )
+
+
+def _propose_triplet_short(kind: TaskKind) -> str:
+    goal = "predict its output" if kind == "code_o" else "find an input that gives its output"
+    return f"{SHORT_TRIPLET} A solver will have to {goal}. Make it different from your earlier puzzles."
+
+
+def propose_prompt(
+    kind: TaskKind, references: Sequence[Task], n_inputs: int = 10, style: PromptStyle = "azr"
+) -> Dialogue:
     """The teacher's instruction. code_o / code_i: a new program + input, after the K references
-    shown as earlier answers; code_f: ``n_inputs`` inputs and a message for the first reference's program."""
+    shown as earlier answers; code_f: ``n_inputs`` inputs and a message for the first reference's program.
+
+    ``style`` (``tasks.prompt_style``): "azr" states every criterion of AZR's prompts; "short" keeps
+    the code_o / code_i instruction to two sentences, for a 135M model, which loses the format under
+    the full criteria (measured; docs/methodology.md). code_f was not measured, so it keeps the criteria."""
+    if style not in ("azr", "short"):
+        raise ValueError(f"prompt style {style!r}: use 'azr' or 'short'")
     if kind == "code_f":
         if not references:
             raise ValueError("a code_f proposal needs one existing program to write inputs for")
-        program = references[0].program.strip()
-        return Dialogue(
-            "Here is a Python function f:\n"
-            f"```python\n{program}\n```\n"
-            f"Write {n_inputs} different inputs for f, each in its own ```input block holding the arguments "
-            "as Python literals (e.g. [1, 2], 'a'). Pick inputs that reveal what f does. Then write a "
-            "```message block with a short hint that helps someone rewrite f from its input/output pairs."
-        )
-    goal = "predict its output" if kind == "code_o" else "find an input that gives its output"
+        return Dialogue(_propose_inputs(references[0].program.strip(), n_inputs))
+    if style == "short":
+        return Dialogue(_propose_triplet_short(kind), tuple((SHORT_TRIPLET, _triplet_answer(t)) for t in references))
     shots = tuple((PROPOSE_TRIPLET, _triplet_answer(t)) for t in references)
-    return Dialogue(
-        f"{PROPOSE_TRIPLET} A solver will have to {goal}. Make it different from your earlier puzzles.", shots
-    )
+    return Dialogue(_propose_triplet(kind), shots)
 
 
 def _solve_question(task: Task) -> str:
     program = task.program.strip()
+    think = "Think it through step by step, then give"
     if task.kind == "code_o":
         return (
             f"```python\n{program}\n```\n```input\n{task.inputs[0]}\n```\n"
-            "What does f return for this input? Answer with the output as a Python literal in an ```output block."
+            f"What does f return for this input? {think} the output as a Python literal in an ```output block "
+            "(strings in quotes, several returned values as one tuple)."
         )
     if task.kind == "code_i":
         return (
             f"```python\n{program}\n```\n```output\n{task.outputs[0]}\n```\n"
-            "Find arguments for f that give this output. Answer with them as Python literals in an ```input block."
+            f"Find arguments for f that give this output. {think} one such input in an ```input block: the "
+            f"arguments as Python literals, where {_LITERALS}."
         )
     shown = "\n".join(f"f({i}) == {o}" for i, o in task.shown_pairs)
+    rules = "\n".join(PROGRAM_RULES)
     return (
         f"Message: {task.message.strip()}\nExamples:\n{shown}\n"
-        "Write the function f that satisfies these examples, in a ```python block."
+        "Deduce the function f that produced these input/output pairs: hidden inputs check that it gives "
+        f"the original outputs too. {think} f in a ```python block, which is what gets checked; try it on "
+        f"each pair and revise it until all of them hold.\nThe program:\n{rules}\nName the function f."
     )
 
 
