@@ -26,6 +26,7 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
     {
         "tiny": {
             "model.name": TINY_MODEL,  # random 2-layer Llama: a population step in seconds
+            "model.max_seq_len": 2048,  # AZR's full proposer criteria + K = 6 references: ~1,000 prompt tokens
             "lora.rank": 4,  # tiny hidden size (64)
             "sampling.propose_max_new_tokens": 32,  # random weights never write a valid task anyway
             "sampling.solve_max_new_tokens": 16,

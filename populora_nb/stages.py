@@ -227,11 +227,12 @@ def propose(
             for _ in range(per_kind):
                 if kind == "code_f":
                     refs = program_buffer.sample(1, rng, tc.reference_sampling)  # type: ignore[union-attr]  # checked above
-                    text = propose_prompt("code_f", refs, n_inputs=tc.code_f_inputs)
+                    text = propose_prompt("code_f", refs, n_inputs=tc.code_f_inputs, style=tc.prompt_style)
                     program, shown = refs[0].program, tuple[str, ...]()
                 else:
                     refs = buffers[kind].sample(tc.n_references, rng, tc.reference_sampling)
-                    text, program = propose_prompt(kind, refs), ""  # type: ignore[arg-type]  # kinds checked by config
+                    text = propose_prompt(kind, refs, style=tc.prompt_style)  # type: ignore[arg-type]  # kinds checked
+                    program = ""
                     shown = tuple(r.program for r in refs)
                 jobs.append((member, kind, render(text, policy.tokenizer, tc.prompt_format), program, shown))
     completions = map(

@@ -256,9 +256,6 @@ def test_answers_in_the_prompted_format_parse(fmt):
     assert parse_answer(wrap("```python\ndef f(x):\n    return x\n```"), "code_f", fmt) == "def f(x):\n    return x"
 
 
-@pytest.mark.xfail(
-    strict=True, reason="stages.propose must pass style=tasks.prompt_style (issue #28): drop this mark then"
-)
 def test_the_configured_style_reaches_the_proposer(tiny_base):
     from populora_nb.buffers import TaskBuffer
     from populora_nb.config import load_config
