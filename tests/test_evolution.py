@@ -425,7 +425,7 @@ def test_operator_mix_validates_and_samples_in_proportion():
 def test_inherit_rating():
     assert inherit_rating([(30.0, 2.0), (20.0, 3.0)]) == (25.0, 3.0)  # the parents' sigma: see newborn_fate
     assert inherit_rating([(30.0, 2.0), (20.0, 3.0)], sigma_inflation=2.0) == (25.0, 6.0)
-    assert inherit_rating([(30.0, 6.0)]) == (30.0, 25 / 3)  # capped at the prior σ
+    assert inherit_rating([(30.0, 6.0)], sigma_inflation=2.0) == (30.0, 25 / 3)  # capped at the prior σ
     assert inherit_rating([(30.0, 2.0)], from_prior=True) == (25.0, 25 / 3)
 
 

@@ -20,7 +20,7 @@ def test_rows_round_trip_and_torn_last_line_is_skipped(tmp_path):
 def test_reopening_with_a_different_config_refuses(tmp_path):
     RunDir.create(tmp_path / "r", load_config("tiny"))
     RunDir.create(tmp_path / "r", load_config("tiny"))
-    with pytest.raises(ValueError, match="rl.rollouts: 2 -> 5"):
+    with pytest.raises(ValueError, match="rl.rollouts: 4 -> 5"):
         RunDir.create(tmp_path / "r", load_config("tiny", {"rl.rollouts": 5}))
 
 

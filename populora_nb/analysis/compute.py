@@ -133,7 +133,7 @@ def compute_table(runs: Mapping[str, str | Path]) -> list[list[str]]:
                 per = f"{_fmt(gen)} / {_fmt(train)}"
                 band = "n/a" if train != train else ("yes" if abs(train - 1) <= BAND else "no")
                 total = (
-                    ""
+                    "(see the run's row)"
                     if role is not None
                     else f"{_fmt(_div(c.generated, base.generated))} / {_fmt(_div(c.trained, base.trained))}"
                 )
