@@ -368,7 +368,7 @@ def _coverage_values(experiments: Sequence[str | Path], key: str, window: int) -
     return values, n
 
 
-RATES: frozenset[str] = frozenset({"teacher/valid_rate", "student/solve_rate"})
+RATES: frozenset[str] = frozenset({"teacher/valid_rate", "student/solve_rate", COPY_KEY})
 """Series bounded to [0, 1]: their bands are clipped there (a t-interval from 3 seeds can leave the range)."""
 
 
