@@ -152,9 +152,8 @@ def population_step(policy: Policy, verifier: Verifier, state: RunState, config:
     with Timer(out.timings, "sync_s"):
         sync_engine(policy)
     # rho is None unless the partner attempted the task (always so for an invalid one): Match.played.
-    state.ratings = update_ratings(
-        state.ratings, step_matches(out, config), trueskill_env(config), config.matchmaking.win_threshold
-    )
+    out.matches = step_matches(out, config)
+    state.ratings = update_ratings(state.ratings, out.matches, trueskill_env(config), config.matchmaking.win_threshold)
     grow_buffers(state.buffers, out.proposals)
     return out
 
@@ -298,7 +297,7 @@ def run(
                             # the teacher won games on it (0 < rho < win_threshold): the mechanism is live
                             "contested": contested(m, threshold),
                         }
-                        for p, m in zip(out.proposals, step_matches(out, config))
+                        for p, m in zip(out.proposals, out.matches)
                     ],
                 )
             # No evolution after the last step: its children would never train or play.

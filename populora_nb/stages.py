@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from populora_nb.buffers import TaskBuffer
 from populora_nb.config import ExperimentConfig
+from populora_nb.matchmaking import Match
 from populora_nb.prompts import (
     CODE_F_EXAMPLE,
     ParseFailure,
@@ -191,6 +192,8 @@ class StepOutcome:
     samples: list[Sample] = field(default_factory=list)
     update_stats: dict[str, dict[str, float]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    matches: list[Match] = field(default_factory=list)
+    """A population step's rating matches, one per proposal in proposal order (none for the baseline)."""
 
 
 def rng_for(seed: int, step: int, purpose: str) -> random.Random:
@@ -222,13 +225,14 @@ def propose(
     if "code_f" in tc.kinds and program_buffer is None:
         raise ValueError("code_f proposals need a code_o or code_i buffer for their reference programs")
     jobs: list[tuple[str, str, str, str, tuple[str, ...]]] = []  # (member, kind, prompt, program, shown)
+    shown: tuple[str, ...]
     for member in proposers:
         for kind in tc.kinds:
             for _ in range(per_kind):
                 if kind == "code_f":
                     refs = program_buffer.sample(1, rng, tc.reference_sampling)  # type: ignore[union-attr]  # checked above
                     text = propose_prompt("code_f", refs, n_inputs=tc.code_f_inputs, style=tc.prompt_style)
-                    program, shown = refs[0].program, tuple[str, ...]()
+                    program, shown = refs[0].program, ()
                 else:
                     refs = buffers[kind].sample(tc.n_references, rng, tc.reference_sampling)
                     text = propose_prompt(kind, refs, style=tc.prompt_style)  # type: ignore[arg-type]  # kinds checked
