@@ -426,6 +426,26 @@ class RolloutConfig:
 
 
 @dataclass
+class ProbeConfig:
+    every: int = 0
+    """Run the fixed difficulty probe (`populora_nb.probe`) at the top of every N-th step, step 0
+    included (0: never). It scores every proposer's tasks on one scale: the same fixed prompts, the
+    same seeds, one frozen solver, nothing trained on."""
+    prompts_per_kind: int = 2
+    """Fixed proposer prompts of each task kind that every proposer answers at each probe."""
+    rollouts: int = 8
+    """The frozen solver's samples per valid probe task: its rate moves in steps of 1/rollouts."""
+    seed: int = 0
+    """Seeds the probe's references and its sampling; not the run's seed, so the runs of an
+    experiment and every seed of a protocol answer the same prompts under the same draws."""
+
+    def __post_init__(self) -> None:
+        if self.every < 0:
+            raise ConfigError(f"probe.every must be >= 0 (0 disables the probe), got {self.every!r}")
+        _positive(self, "prompts_per_kind", "rollouts")
+
+
+@dataclass
 class ExperimentConfig:
     preset: str = "smoke"
     """The preset this config started from (populora_nb.presets.PRESETS); saved, so a reload starts there."""
@@ -455,6 +475,8 @@ class ExperimentConfig:
     """An optional fine-tuning pass on the model's own accepted proposals before RL (the experiment's warmup stage)."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     """Which engine samples rollouts and evaluation completions (native, or vLLM multi-LoRA)."""
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
+    """The fixed difficulty probe: every proposer's tasks scored by one frozen solver (issue #28)."""
 
     def __post_init__(self) -> None:
         ec, pc = self.evolution, self.population

@@ -26,6 +26,7 @@ from populora_nb.config import ExperimentConfig
 from populora_nb.copies import mark_copies
 from populora_nb.evolution import MemberRating, OperatorMix, apply_operator, inherit_rating, plan_replacement
 from populora_nb.lowrank import relative_change
+from populora_nb.probe import probe_due, probe_metrics, probe_rows, run_probe
 from populora_nb.matchmaking import (
     Match,
     Rating,
@@ -53,7 +54,15 @@ from populora_nb.stages import (
     validate,
     worked_examples,
 )
-from populora_nb.state import RunState, initial_state, resume_or_start, roster_for, trueskill_env, write_checkpoint
+from populora_nb.state import (
+    RunState,
+    initial_state,
+    resume_or_start,
+    roster_for,
+    seed_buffers,
+    trueskill_env,
+    write_checkpoint,
+)
 from populora_nb.step_records import (
     Timer,
     member_metrics,
@@ -257,9 +266,16 @@ def run(
         bar.update(state.step)
         evolving = config.run.agent == "population" and config.evolution.enabled
         step_fn = baseline_step if config.run.agent == "baseline" else population_step
+        probe_refs: dict | None = None  # the probe's fixed references, built at its first event
         for step in range(state.step, config.run.steps):
             bar.set_description_str(f"{agent} · step {step} running")
             state.step = step
+            probed: dict[str, dict] = {}
+            if probe_due(step, config):  # before the step trains: the members as the last step left them
+                bar.set_description_str(f"{agent} · step {step} difficulty probe")
+                probe_refs = probe_refs or seed_buffers(config, verifier)
+                probed = difficulty_probe(policy, verifier, state, config, probe_refs, rd)
+                bar.set_description_str(f"{agent} · step {step} running")
             reset_peak_memory()
             started = time.perf_counter()
             out = step_fn(policy, verifier, state, config)
@@ -271,6 +287,7 @@ def run(
                     **member_metrics(m, r, out, config.tasks.kinds),
                     **cost,
                     **tokens.get(m, {}),
+                    **probed.get(m, {}),
                     **(
                         {"rating/mu": state.ratings[m].mu, "rating/sigma": state.ratings[m].sigma}
                         if m in state.ratings
@@ -320,6 +337,19 @@ def run(
         close = getattr(policy, "close", None)
         if own_policy and close is not None:  # a rollout engine this run started (its own process)
             close()
+
+
+def difficulty_probe(
+    policy: Policy, verifier: Verifier, state: RunState, config: ExperimentConfig, references: dict, rd: RunDir
+) -> dict[str, dict]:
+    """One event of the fixed difficulty probe (`populora_nb.probe`): its rows go to probe.jsonl and
+    each proposer's probe metrics (with the event's seconds, ``time/probe_s``) to its metrics row."""
+    proposers = ["agent"] if config.run.agent == "baseline" else state.teachers
+    started = time.perf_counter()
+    probe = run_probe(policy, verifier, proposers, references, config)
+    seconds = time.perf_counter() - started
+    rd.append("probe", probe_rows(state.step, probe, config))
+    return {m: {**probe_metrics(probe, m), "time/probe_s": seconds} for m in proposers}
 
 
 def grow_seeds(

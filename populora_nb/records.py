@@ -33,7 +33,7 @@ from typing import Any
 from populora_nb.config import ExperimentConfig, load_config, save_config
 from populora_nb.errors import UserInputError
 
-STREAMS = ("metrics", "tasks", "matches", "lineage")
+STREAMS = ("metrics", "tasks", "matches", "lineage", "probe")
 MANIFEST = "manifest.json"
 RESUME_FIX = "rerun the same command to resume from the newest checkpoint that verifies, or restore the file"
 

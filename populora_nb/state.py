@@ -135,8 +135,9 @@ def roster_for(config: ExperimentConfig) -> dict[str, str]:
     return {**{f"T{i}": "teacher" for i in range(pc.n_teachers)}, **{f"S{i}": "student" for i in range(pc.n_students)}}
 
 
-def initial_state(config: ExperimentConfig, verifier: Verifier) -> RunState:
-    """Seed buffers hold the seed triplets, re-validated in the sandbox (seeds are data, not trusted)."""
+def seed_buffers(config: ExperimentConfig, verifier: Verifier) -> dict[str, TaskBuffer]:
+    """Buffers holding only the seed triplets, re-validated in the sandbox (seeds are data, not
+    trusted): a run's starting buffers, and the difficulty probe's fixed references (`probe`)."""
     buffers = make_buffers(config.tasks.kinds, config.tasks.buffer_cap)
     seeds = load_seed_triplets(config.tasks.seeds_path)
     verdicts = verifier.validate_many([Proposal("code_o", s["program"], tuple(s["inputs"][:1])) for s in seeds])
@@ -150,6 +151,12 @@ def initial_state(config: ExperimentConfig, verifier: Verifier) -> RunState:
         if kind in buffers:
             for t in good:
                 buffers[kind].add(Task(kind, t.program, t.inputs, t.outputs, meta={"proposer": "seed"}), seed=True)
+    return buffers
+
+
+def initial_state(config: ExperimentConfig, verifier: Verifier) -> RunState:
+    """A run at step 0: the seed buffers (`seed_buffers`), prior ratings, the seeds' and warm-up's fingerprints."""
+    buffers = seed_buffers(config, verifier)
     roster = roster_for(config)
     ratings = initial_ratings(list(roster), trueskill_env(config)) if config.run.agent == "population" else {}
     seen = known_fingerprints(t for b in buffers.values() for t in b.tasks)

@@ -22,12 +22,13 @@ from typing import cast
 
 import torch
 
-from populora_nb.config import ExperimentConfig
-from populora_nb.lowrank import LoRAFactors
+from populora_nb.config import ConfigError, ExperimentConfig
+from populora_nb.lowrank import LoRAFactors, LoRAPair
 from populora_nb.model.adapters import Population, Role
 from populora_nb.model.base import Base, load_base
 from populora_nb.model.batch import Generation, TrainBatch, aligned_logprobs, train_batch
 from populora_nb.model.vllm_engine import VLLMEngine
+from populora_nb.probe import PROBE_SOLVER
 from populora_nb.rl import policy_gradient_loss
 from populora_nb.stages import Completion, Sample, TokenIds
 
@@ -58,12 +59,12 @@ class LoRAPolicy:
                 self.base,
                 self.config.lora,
                 self.config.rollout,
-                max_loras=len(self.members),
+                max_loras=len(self.population.ids()),
                 max_model_len=self.config.model.max_seq_len,
                 seed=self.config.run.seed,
             )
             self._owns_engine = True
-            self._stale = set(self.members)
+            self._stale = set(self.population.ids())
         return self._engine
 
     def close(self) -> None:
@@ -89,9 +90,9 @@ class LoRAPolicy:
         engine = self.engine
         assert engine is not None
         started = time.perf_counter()
-        for gone in set(engine.adapters) - set(self.members):
+        for gone in set(engine.adapters) - set(self.population.ids()):
             engine.drop(gone)
-        for m in self.members:
+        for m in self.population.ids():
             if m in self._stale:
                 engine.push(m, self.factors(m))
         self._stale.clear()
@@ -117,6 +118,8 @@ class LoRAPolicy:
                     hf_logging.enable_progress_bar()
         # Population.create rejects a role that is not a Role.
         roles = {name: cast(Role, role) for name, role in roster}
+        if config.probe.every > 0:  # the difficulty probe's frozen solver: a slot of its own, never trained
+            roles[PROBE_SOLVER] = "student"
         population = Population.create(base, roles, config.lora, seed=config.run.seed)
         if config.lora.warmup is not None:  # every member starts from the shared warm-up adapter
             from populora_nb.warmup import load_factors
@@ -124,12 +127,16 @@ class LoRAPolicy:
             warm = load_factors(config.lora.warmup, config)
             for name in population.ids():
                 population.set_factors(name, warm)
+        elif config.probe.every > 0:  # the starting adapter all members share: zero ΔW, the base model
+            zero = {n: LoRAPair(f.A, torch.zeros_like(f.B)) for n, f in population.factors(PROBE_SOLVER).items()}
+            population.set_factors(PROBE_SOLVER, zero)
         return cls(config, base, population)
 
     @property
     def members(self) -> list[str]:
-        """The members' ids in the population's (slot) order, which is the loop roster's."""
-        return self.population.ids()
+        """The members' ids in the population's (slot) order, which is the loop roster's; the
+        difficulty probe's frozen solver (`probe.PROBE_SOLVER`) is not one of them."""
+        return [m for m in self.population.ids() if m != PROBE_SOLVER]
 
     def generate(
         self, member_ids: Sequence[str], prompts: Sequence[str], max_new_tokens: int, seed: int
@@ -289,6 +296,10 @@ class LoRAPolicy:
         """Replace the population by the one checkpointed at ``path`` (a checkpoint written before
         issue #15, with names.json, loads too)."""
         self.population = Population.load(self.base, path)
+        if self.config.probe.every > 0 and PROBE_SOLVER not in self.population.ids():
+            raise ConfigError(
+                f"{path} was written without the difficulty probe's frozen solver; resume it with probe.every=0"
+            )
         self._stale = set(self.population.ids())
 
 

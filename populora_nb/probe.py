@@ -1,0 +1,120 @@
+"""The fixed difficulty probe: every proposer's tasks scored on one scale (issue #28).
+
+A run's own solve rate rho mixes two things: how hard the teacher's tasks are and how good the
+matched student has become. A falling rho can mean harder tasks or a weaker student, and the
+baseline's rate (4 proposals a step) moves in steps of 0.25. Neither AZR nor PopuLoRA report a
+measure that separates the two; the paper's claim ("teachers propose harder tasks as students
+improve") is about the first. The probe measures it apart from the second:
+
+- **fixed prompts**: every proposer (the baseline's agent, every teacher) answers the same
+  ``probe.prompts_per_kind`` proposer prompts of each kind, their references drawn once from the
+  packaged seed tasks with ``probe.seed`` (not the run's seed and not the run's growing buffers), so
+  the two runs of an experiment and every seed of a protocol are asked the same questions;
+- **seeded sampling**: the same generation seed at every probe event, so two events differ by the
+  adapters only (common random numbers);
+- **one frozen solver**: the shared starting adapter (the warm-up adapter when ``lora.warmup`` is
+  set, else zero ΔW, i.e. the base model), held apart from the population (`PROBE_SOLVER`) and
+  never trained, attempts every valid probe task ``probe.rollouts`` times;
+- **nothing trained on, nothing stored**: the probe's tasks enter no buffer, no rating and no
+  update; its records go to their own stream (``probe.jsonl``).
+
+What a probe event gives per proposer (`probe_metrics`): the valid rate of its probe answers,
+``probe/rho`` (the frozen solver's mean solve rate over its valid probe tasks: lower is harder for a
+fixed reader), the share of them in 0 < rho < 1, and the share that are not copies of the shown
+references. Its cost is stated per step (``time/probe_s`` at a probe step; docs/methodology.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from statistics import fmean
+
+from populora_nb.buffers import TaskBuffer
+from populora_nb.config import ExperimentConfig
+from populora_nb.copies import known_fingerprints, mark_copies
+from populora_nb.stages import (
+    Policy,
+    Proposed,
+    SolveJob,
+    propose,
+    solve,
+    solve_rates,
+    validate,
+    worked_examples,
+)
+from populora_nb.step_records import task_rows
+from populora_nb.tasks import Task
+from populora_nb.verify import Verifier
+
+PROBE_SOLVER = "probe-solver"
+"""The frozen solver's member id: a population slot holding the starting adapter, never trained,
+never rated, not one of the loop's members (`LoRAPolicy.members` leaves it out)."""
+
+
+def probe_due(step: int, config: ExperimentConfig) -> bool:
+    """Whether the probe runs at the top of ``step`` (every ``probe.every`` steps from step 0)."""
+    every = config.probe.every
+    return every > 0 and step % every == 0
+
+
+def fixed_config(config: ExperimentConfig) -> ExperimentConfig:
+    """The run's config with the probe's seed in place of the run's: `propose` and `solve` draw the
+    references and the samples from it, so every probe event (and every run) draws the same."""
+    return dataclasses.replace(config, run=dataclasses.replace(config.run, seed=config.probe.seed))
+
+
+def run_probe(
+    policy: Policy,
+    verifier: Verifier,
+    proposers: Sequence[str],
+    references: dict[str, TaskBuffer],
+    config: ExperimentConfig,
+) -> list[Proposed]:
+    """One probe event: every proposer answers the fixed prompts, the verifier validates, the frozen
+    solver attempts each valid task ``probe.rollouts`` times. Returns the proposals with their rho
+    (the frozen solver's) and copy class (against the shown references and the seeds only, not the
+    run's history: the probe's scale must not depend on what a run wrote before)."""
+    fixed, pc = fixed_config(config), config.probe
+    proposals = propose(policy, proposers, references, fixed, 0, pc.prompts_per_kind)
+    proposals = validate(verifier, proposals, config.tasks.code_f_inputs)
+    seen = known_fingerprints(t for b in references.values() for t in b.tasks)
+    proposals = mark_copies(proposals, seen)
+    proposals = [dataclasses.replace(p, solver=PROBE_SOLVER) for p in proposals]
+    jobs = [
+        SolveJob(PROBE_SOLVER, p.result, i, pc.rollouts, train=False)
+        for i, p in enumerate(proposals)
+        if isinstance(p.result, Task)
+    ]
+    attempts = solve(policy, verifier, jobs, fixed, 0, worked_examples(references))
+    return solve_rates(proposals, attempts)
+
+
+def probe_rows(step: int, proposals: Sequence[Proposed], config: ExperimentConfig) -> list[dict]:
+    """The probe.jsonl rows of one event: a tasks.jsonl row per probe proposal (`task_rows`), with
+    the prompt it answered (the same index means the same prompt at every event) and the rollouts."""
+    per_prompt = config.probe.prompts_per_kind
+    rows = task_rows(step, proposals)
+    for i, row in enumerate(rows):
+        # propose() orders jobs by member, then kind, then prompt: the index within a (member, kind)
+        row["prompt_index"] = i % per_prompt
+        row["rollouts"] = config.probe.rollouts
+    return rows
+
+
+def probe_metrics(proposals: Sequence[Proposed], member: str) -> dict[str, float | None]:
+    """One proposer's probe metrics (module docstring), namespaced ``probe/``; empty when it did not
+    take part. Rates over valid tasks are None when none was valid."""
+    mine = [p for p in proposals if p.proposer == member]
+    if not mine:
+        return {}
+    valid = [p for p in mine if isinstance(p.result, Task)]
+    rhos = [p.rho for p in valid if p.rho is not None]
+    return {
+        "probe/n_asked": float(len(mine)),
+        "probe/n_valid": float(len(valid)),
+        "probe/valid_rate": len(valid) / len(mine),
+        "probe/rho": fmean(rhos) if rhos else None,
+        "probe/band_rate": sum(0 < r < 1 for r in rhos) / len(rhos) if rhos else None,
+        "probe/new_rate": sum(p.copy == "new" for p in valid) / len(valid) if valid else None,
+    }

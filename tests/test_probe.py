@@ -1,0 +1,124 @@
+"""The fixed difficulty probe (issue #28): one frozen solver scores every proposer's tasks on one
+scale, from the same prompts under the same draws, and nothing it makes is trained on."""
+
+import dataclasses
+import random
+
+import pytest
+
+from populora_nb.config import ProbeConfig, load_config
+from populora_nb.probe import PROBE_SOLVER, probe_due, probe_metrics, probe_rows, run_probe
+from populora_nb.state import seed_buffers
+
+EASY = "```python\ndef f(x):\n    return x + 1\n```\n```input\n{n}\n```"
+HARD = "```python\ndef f(x):\n    return (x * 7 + 3) % 11\n```\n```input\n{n}\n```"
+BROKEN = "```python\nimport os\ndef f(x):\n    return os.getcwd()\n```\n```input\n1\n```"
+
+
+class KnownDifficulty:
+    """Proposers of known difficulty: T0 writes tasks the frozen solver always solves, T1 tasks it
+    solves with probability 1/4 per rollout (seeded by the call's seed), T2 nothing valid. Only the
+    probe's solver answers; a solve prompt from any other member is a bug in the probe."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.solvers: set[str] = set()
+
+    def generate(self, member_ids, prompts, max_new_tokens, seed):
+        rng = random.Random(seed)
+        out = []
+        for i, (m, p) in enumerate(zip(member_ids, prompts)):
+            if "Write a new Python puzzle" in p:
+                template = {"T0": EASY, "T1": HARD}.get(m, BROKEN)
+                out.append(template.format(n=i % 5 + 2))
+            elif "What does f return" in p:
+                self.solvers.add(m)
+                question = p.split("```python\n")[-1]
+                x = int(question.split("```input\n")[-1].split("\n")[0])
+                easy = "return x + 1" in question
+                right = x + 1 if easy else (x * 7 + 3) % 11
+                solved = easy or rng.random() < 0.25
+                out.append(f"```output\n{right if solved else -99}\n```")
+            else:
+                out.append("no")
+        return out
+
+
+@pytest.fixture(scope="module")
+def probed(verifier, tokenizer):
+    config = load_config("tiny", {"tasks.kinds": ["code_o"], "probe.every": 2, "probe.prompts_per_kind": 6})
+    policy = KnownDifficulty(tokenizer)
+    refs = seed_buffers(config, verifier)
+    before = {k: len(b) for k, b in refs.items()}
+    first = run_probe(policy, verifier, ["T0", "T1", "T2"], refs, config)
+    again = run_probe(policy, verifier, ["T0", "T1", "T2"], refs, config)
+    return config, policy, refs, before, first, again
+
+
+def test_the_probe_orders_proposers_by_the_difficulty_they_were_built_with(probed):
+    config, policy, *_, first, _ = probed
+    easy, hard, broken = (probe_metrics(first, m) for m in ("T0", "T1", "T2"))
+    assert easy["probe/valid_rate"] == hard["probe/valid_rate"] == 1.0 and broken["probe/valid_rate"] == 0.0
+    assert easy["probe/rho"] == 1.0 and easy["probe/band_rate"] == 0.0
+    # 6 tasks x 8 rollouts at p = 1/4: rho ~ 0.25, far below the easy proposer's 1.0
+    assert 0.05 < hard["probe/rho"] < 0.5 and hard["probe/band_rate"] > 0.5
+    assert broken["probe/rho"] is None and broken["probe/n_asked"] == 6.0
+    assert policy.solvers == {PROBE_SOLVER}  # the frozen solver alone answers
+
+
+def test_every_event_asks_the_same_prompts_under_the_same_draws(probed):
+    *_, first, again = probed
+    assert [p.prompt for p in first] == [p.prompt for p in again]
+    assert [p.rho for p in first] == [p.rho for p in again]
+    rows = probe_rows(4, first, probed[0])
+    assert [r["prompt_index"] for r in rows[:6]] == list(range(6)) and rows[0]["rollouts"] == 8
+    assert {r["solver"] for r in rows} == {PROBE_SOLVER} and rows[0]["step"] == 4
+
+
+def test_the_probe_stores_nothing(probed):
+    _, _, refs, before, *_ = probed
+    assert {k: len(b) for k, b in refs.items()} == before
+
+
+def test_the_probe_runs_every_n_steps_from_step_zero():
+    config = load_config("tiny", {"probe.every": 3})
+    assert [s for s in range(8) if probe_due(s, config)] == [0, 3, 6]
+    assert not any(probe_due(s, load_config("tiny")) for s in range(8))
+
+
+def test_a_run_records_its_probe_and_never_trains_on_it(tmp_path, tiny_base):
+    """A tiny population run with the probe on (scripted text on a real tiny population): probe.jsonl
+    rows at each probe step, teachers' metrics carry probe/ keys there, no update is the frozen
+    solver's and no sample is a probe prompt's."""
+    from populora_nb.loop import run
+    from populora_nb.model.policy import LoRAPolicy
+    from populora_nb.records import RunDir
+    from populora_nb.state import roster_for
+    from tests.scripted import ScriptedLoRA
+
+    class Probing(ScriptedLoRA):
+        def generate(self, member_ids, prompts, max_new_tokens, seed):
+            return super().generate(["agent"] * len(prompts), prompts, max_new_tokens, seed)
+
+    cfg = load_config("tiny", {"run.steps": 3, "probe.every": 2, "probe.rollouts": 2, "run.checkpoint_every": 0})
+    lora = LoRAPolicy.create(cfg, list(roster_for(cfg).items()), base=tiny_base)
+    assert PROBE_SOLVER not in lora.members and PROBE_SOLVER in lora.population.ids()
+    assert all(int((f.B != 0).sum()) == 0 for f in lora.factors(PROBE_SOLVER).values())  # zero ΔW: the base
+    policy = Probing(lora)
+    rd = RunDir(run(cfg, tmp_path / "run", policy=policy, progress=False).path)
+    rows = rd.read("probe")
+    per_event = cfg.population.n_teachers * len(cfg.tasks.kinds) * cfg.probe.prompts_per_kind
+    assert sorted({r["step"] for r in rows}) == [0, 2] and len(rows) == 2 * per_event
+    assert any(r["valid"] for r in rows) and all(r["solver"] == PROBE_SOLVER for r in rows)
+    teacher_rows = [r for r in rd.read("metrics") if r["role"] == "teacher"]
+    assert {r["step"] for r in teacher_rows if "probe/valid_rate" in r} == {0, 2}
+    assert all(r["time/probe_s"] > 0 for r in teacher_rows if "probe/valid_rate" in r)
+    assert PROBE_SOLVER not in {m for m, _ in policy.updates}
+    # the same run without the probe trains on exactly the same samples: the probe changes nothing
+    off = Probing(LoRAPolicy.create(cfg, list(roster_for(cfg).items()), base=tiny_base))
+    run(dataclasses.replace(cfg, probe=ProbeConfig()), tmp_path / "off", policy=off, progress=False)
+    assert _samples(off.updates) == _samples(policy.updates)
+
+
+def _samples(updates):
+    return [(m, [(s.prompt, s.completion, s.reward, s.advantage) for s in samples]) for m, samples in updates]
