@@ -106,6 +106,24 @@ from populora_nb.analysis.liveness import liveness
 print(liveness(run_dir).summary())
 
 # %% [markdown]
+# ## The difficulty probe
+# The matches' ρ above mixes how hard each teacher's tasks are with how good its student has become.
+# The probe holds the solver and the prompts fixed: every `probe.every` steps each teacher answers the
+# same prompts under the same seeds, and the frozen starting adapter attempts each valid task
+# `probe.rollouts` times. What to look for: the teachers' probe ρ falling means their tasks got harder
+# for a reader that did not learn. Step 0 is before any training.
+
+# %%
+from populora_nb.analysis.difficulty_probe import plot_probe, probe_table
+
+fig = plot_probe({"population": run_dir})
+if out_dir:
+    save_figure(fig, experiment / "03_difficulty_probe.png", close=False)
+plt.show()
+for row in probe_table({"population": run_dir}):
+    print(" | ".join(row))
+
+# %% [markdown]
 # ## Lineage
 # Each evolution event replaces the weakest teacher and student; the tree shows who descends from whom.
 

@@ -92,6 +92,25 @@ save(fig, "copy_rate")
 plt.show()
 
 # %% [markdown]
+# ## How hard the tasks are for a fixed reader
+# A run's own ρ mixes the tasks' difficulty with the students' skill: a falling ρ can mean harder
+# tasks or a weaker student. The difficulty probe (`populora_nb.probe`) holds the rest fixed: every
+# few steps each proposer answers the same prompts under the same seeds, and one frozen solver (the
+# starting adapter, never trained) attempts each valid task. What to look for: the baseline's probe ρ
+# climbing (easier tasks: collapse) while the teachers' falls (harder tasks: the arms race); curves
+# that do not move say the run's own ρ moved with its students. Bands: 95% t over an event's tasks.
+
+# %%
+from populora_nb.analysis.difficulty_probe import plot_probe, probe_table
+
+fig = plot_probe(runs)
+fig.suptitle(f"difficulty probe{tag}", y=1.02)
+save(fig, "difficulty_probe")
+plt.show()
+for row in probe_table(runs):
+    print(" | ".join(row))
+
+# %% [markdown]
 # ## Complexity over steps
 # What to look for: the baseline's four complexity curves falling together while its solve rate
 # climbs towards 1; the population's rising. Lines are rolling means over `window` steps, bands

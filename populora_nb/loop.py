@@ -26,7 +26,6 @@ from populora_nb.config import ExperimentConfig
 from populora_nb.copies import mark_copies
 from populora_nb.evolution import MemberRating, OperatorMix, apply_operator, inherit_rating, plan_replacement
 from populora_nb.lowrank import relative_change
-from populora_nb.probe import probe_due, probe_metrics, probe_rows, run_probe
 from populora_nb.matchmaking import (
     Match,
     Rating,
@@ -35,6 +34,7 @@ from populora_nb.matchmaking import (
     round_robin_pairs,
     update_ratings,
 )
+from populora_nb.probe import probe_due, probe_metrics, probe_rows, run_probe
 from populora_nb.records import RunDir
 from populora_nb.rewards import azr_proposer_reward, teacher_reward
 from populora_nb.stages import (

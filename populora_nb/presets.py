@@ -36,6 +36,7 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "run.steps": 3,
             "run.checkpoint_every": 1,
             "evolution.every": 2,  # so a 3-step run exercises one evolution event
+            "probe.every": 2,  # the difficulty probe at steps 0 and 2, so the notebooks draw its curve
             "verifier.timeout_s": 2.0,
             "eval.limit": 2,
             "eval.max_new_tokens": 16,
@@ -63,6 +64,7 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "run.steps": 5,
             "run.checkpoint_every": 2,
             "evolution.every": 2,  # two evolution events in 5 steps
+            "probe.every": 4,  # the difficulty probe before training (step 0) and at step 4 (cost: methodology.md)
             "eval.limit": 2,  # 10 models (base, baseline, 8 members): eval dominates on CPU
             "eval.benchmarks": ["humanevalplus", "gsm8k"],  # one code and one math set for the CPU budget
             "eval.max_new_tokens": 96,
@@ -88,6 +90,7 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "run.steps": 40,
             "run.checkpoint_every": 5,  # resumable: at most 5 steps lost to a kill
             "evolution.every": 10,
+            "probe.every": 5,  # 8 probe events in 40 steps; cost per step measured in docs/methodology.md
             "warmup.enabled": True,  # rejection-sampling fine-tuning before RL, shared by both runs
             "eval.limit": 4,
             "eval.benchmarks": ["humanevalplus", "gsm8k"],
@@ -102,6 +105,8 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "rl.proposals_per_kind": 8,
             "rl.rollouts": 4,
             "run.steps": 200,
+            "probe.every": 10,  # 20 events; 4 prompts x 3 kinds per teacher, generated only: ~5% of a step (estimate)
+            "probe.prompts_per_kind": 4,
             "run.checkpoint_every": 10,
             "model.max_seq_len": 6144,  # a code_o/code_i prompt with K = 6 references + 2048 new
             "rollout.engine": "vllm",  # multi-LoRA rollouts: the paper's 1.31x population overhead
@@ -118,6 +123,8 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "rl.proposals_per_kind": 16,
             "rl.rollouts": 8,  # AZR estimates solve rates over 8 samples
             "run.steps": 500,
+            "probe.every": 20,  # 25 events; generated only, never trained on: a few % of a step (estimate)
+            "probe.prompts_per_kind": 8,
             "run.checkpoint_every": 25,
             "model.max_seq_len": 14240,  # AZR: max_prompt_length 6144 + max_response_length 8096
             "rollout.engine": "vllm",  # multi-LoRA rollouts: the paper's 1.31x population overhead

@@ -83,7 +83,7 @@ def test_the_probe_stores_nothing(probed):
 def test_the_probe_runs_every_n_steps_from_step_zero():
     config = load_config("tiny", {"probe.every": 3})
     assert [s for s in range(8) if probe_due(s, config)] == [0, 3, 6]
-    assert not any(probe_due(s, load_config("tiny")) for s in range(8))
+    assert not any(probe_due(s, load_config("tiny", {"probe.every": 0})) for s in range(8))
 
 
 def test_a_run_records_its_probe_and_never_trains_on_it(tmp_path, tiny_base):
@@ -122,3 +122,21 @@ def test_a_run_records_its_probe_and_never_trains_on_it(tmp_path, tiny_base):
 
 def _samples(updates):
     return [(m, [(s.prompt, s.completion, s.reward, s.advantage) for s in samples]) for m, samples in updates]
+
+
+def test_the_probe_analysis_reads_a_scripted_difficulty_the_right_way_round(tmp_path):
+    """Synthetic records whose probe difficulty is known (baseline easier, teachers harder over
+    time): the events, the figure and the table say so; a run without a probe has no row."""
+    from populora_nb.analysis.difficulty_probe import plot_probe, probe_events, probe_table
+    from populora_nb.analysis.synthetic import write_synthetic_experiment
+
+    exp = write_synthetic_experiment(tmp_path / "exp", n_steps=40, seed=0)
+    base, pop = probe_events(exp / "baseline"), probe_events(exp / "population")
+    assert [e.step for e in base] == list(range(0, 40, 5)) and len(pop) == 8
+    assert base[-1].rho[0] > base[0].rho[0] + 0.2 and pop[-1].rho[0] < pop[0].rho[0] - 0.1
+    assert pop[0].asked == 16 and 0 < pop[0].valid <= 16  # 4 teachers pooled, 4 prompts each
+    table = probe_table({"baseline": exp / "baseline", "population": exp / "population", "none": tmp_path})
+    assert [r[0] for r in table[1:]] == ["baseline", "population"]
+    assert table[1][5].startswith("+") and table[2][5].startswith("-")  # last − first, each way round
+    fig = plot_probe({"baseline": exp / "baseline", "population": exp / "population"})
+    assert len(fig.axes[0].lines) == 2 and len(fig.axes[1].lines) == 2

@@ -28,6 +28,12 @@ copies (``populora_nb.copies``) and code_f programs, which the proposer was hand
                           (the population proposes 4x what one agent does). n-grams rather than
                           shapes: almost every program has its own normalised shape, so shape
                           counts at equal n saturate at n and say nothing.
+From ``metrics.jsonl`` at difficulty-probe events (``populora_nb.probe``; none when probe.every = 0):
+  probe/rho               the frozen starting adapter's solve rate of the valid tasks each proposer
+                          wrote for the same fixed prompts under the same draws: difficulty on one
+                          scale for both runs (a weaker student cannot lower it); start and end are
+                          the first and the last event
+  probe/valid_rate        the share of the fixed prompts answered with a valid task
 From ``metrics.jsonl`` ``rating/mu`` (population only; the baseline plays no matches):
   rating/mu_spread        per step, the standard deviation (ddof = 0: the members present, not an
                           estimate of a larger population) of TrueSkill μ within each role,
@@ -79,6 +85,12 @@ COPY_KEY = "copies/copy_rate"
 """Share of valid proposals that copy a shown reference, a seed, a warm-up example or an earlier program
 (`populora_nb.copies`): read beside complexity and coverage, which count only new programs."""
 assert tuple(k.split("/", 1)[1] for k in COMPLEXITY_SERIES) == COMPLEXITY_FIELDS, "one series per field"
+PROBE_SERIES: Mapping[str, str] = {
+    "probe/rho": "probe ρ: frozen solver on fixed prompts",
+    "probe/valid_rate": "valid rate on the probe's fixed prompts",
+}
+"""The difficulty probe's series (`populora_nb.probe`), logged at probe events only: their start and end
+are the first and the last event (step 0 is before any training, the same adapter in both runs)."""
 SPREAD_KEY = "rating/mu_spread"
 COVERAGE_SERIES: Mapping[str, str] = {"coverage/ngrams": "distinct AST n-grams at equal n (rarefied)"}
 COVERAGE_KIND: Mapping[str, str] = {"coverage/ngrams": "ngrams"}
@@ -97,6 +109,7 @@ HEADLINE: Mapping[str, str] = {
     SPREAD_KEY: "within-role spread of TrueSkill μ",
     COPY_KEY: "copy rate of valid proposals",
     **COVERAGE_SERIES,
+    **PROBE_SERIES,
 }
 """Every series the protocol reports, key -> a one-line meaning (the module docstring says more)."""
 
@@ -343,7 +356,7 @@ def seed_values(experiments: Sequence[str | Path], key: str, window: int = 5) ->
     values: SeedValues = {run: {} for run in RUNS}
     for run in RUNS:
         for name, d in run_dirs(experiments, run).items():
-            start, end = window_values(load_run(d).series(key), window)
+            start, end = window_values(load_run(d).series(key), 1 if key in PROBE_SERIES else window)
             if not math.isnan(end):
                 values[run][name] = (start, end)
     return values, None
@@ -368,7 +381,7 @@ def _coverage_values(experiments: Sequence[str | Path], key: str, window: int) -
     return values, n
 
 
-RATES: frozenset[str] = frozenset({"teacher/valid_rate", "student/solve_rate", COPY_KEY})
+RATES: frozenset[str] = frozenset({"teacher/valid_rate", "student/solve_rate", COPY_KEY, *PROBE_SERIES})
 """Series bounded to [0, 1]: their bands are clipped there (a t-interval from 3 seeds can leave the range)."""
 
 

@@ -20,6 +20,7 @@ from populora_nb.analysis import complexity_plots, plots
 from populora_nb.analysis.complexity import analyse_run, detect_collapse
 from populora_nb.analysis.compute import compute_table
 from populora_nb.analysis.coverage import COVERAGE_KINDS, rarefaction_curves
+from populora_nb.analysis.difficulty_probe import plot_probe, probe_events, probe_table
 from populora_nb.analysis.figures import save_figure
 from populora_nb.analysis.liveness import liveness
 from populora_nb.analysis.runs import find_runs
@@ -76,6 +77,8 @@ def make_figures(out: str | Path) -> list[Path]:
         ]
         if births:
             paths.append(_save(plots.plot_lineage(births), out, "lineage.png"))
+    if any(probe_events(path) for path in runs.values()):
+        paths.append(_save(plot_probe(runs), out, "difficulty_probe.png"))
     analyses = {name: analyse_run(path) for name, path in runs.items()}
     window = max(1, min(5, max(len(a.steps) for a in analyses.values()) // 4))
     paths.append(_save(complexity_plots.plot_copy_rate(analyses, window=window), out, "copy_rate.png"))
@@ -132,6 +135,7 @@ def sections(out: Path) -> list[Section]:
             table=compute_table(runs),
         )
     )
+    secs.append(_probe_section(runs, fig("difficulty_probe.png")))
     secs.append(
         Section(
             "Solve rates per task kind",
@@ -181,6 +185,29 @@ def sections(out: Path) -> list[Section]:
     )
     secs.append(_benchmark_section(out))
     return secs
+
+
+def _probe_section(runs: dict[str, Path], images: list[str]) -> Section:
+    """The difficulty probe (`populora_nb.probe`): ρ of a run's own matches mixes the tasks' difficulty
+    with the students' skill; the probe holds the solver and the prompts fixed."""
+    table = probe_table(runs)
+    if len(table) == 1:
+        return Section(
+            "Difficulty probe",
+            "Not run (probe.every = 0): the runs' ρ cannot be split into task difficulty and student skill.",
+        )
+    return Section(
+        "Difficulty probe",
+        "Every few steps each proposer (the agent; every teacher, pooled) answers the same fixed proposer "
+        "prompts under the same seeds, and one frozen solver (the starting adapter, never trained) attempts "
+        "each valid task `probe.rollouts` times. Its solve rate, probe ρ, is difficulty on one scale for both "
+        "runs: lower is harder, and a weaker student cannot move it. Step 0 is before any training (the "
+        "same adapter in both runs). Intervals: 95% t over an event's tasks; last − first: Welch; "
+        "descriptive within one run (the seed protocol compares seeds). Cost per step: the probe's seconds "
+        "over the training steps' seconds.",
+        images,
+        table,
+    )
 
 
 def _run_table(out: Path, runs: dict[str, Path]) -> list[list[str]]:

@@ -2,8 +2,9 @@
 
 ``write_synthetic_experiment(dir)`` writes ``dir/baseline`` and ``dir/population``; each holds
 ``tasks.jsonl`` (one row per proposed task, the columns ``populora_nb.analysis.complexity.load_tasks``
-reads), ``metrics.jsonl`` (per step and proposer: ``teacher/valid_rate``, ``student/solve_rate``) and
-a stub ``config.yaml`` (``agent``, ``preset: synthetic``, ``seed``, ``steps``; not a full config, so
+reads), ``metrics.jsonl`` (per step and proposer: ``teacher/valid_rate``, ``student/solve_rate``),
+``probe.jsonl`` (a scripted difficulty probe, `synthetic_probe_rows`) and a stub ``config.yaml``
+(``agent``, ``preset: synthetic``, ``seed``, ``steps``; not a full config, so
 ``RunDir.load_config`` does not read it). Nothing here trains or runs a model: it is useful where
 there is no real run yet, to see how the complexity and coverage analysis (notebook 05) reads, and
 as a fixture with a known answer for the tests. Every figure drawn from it shows data that is made
@@ -166,7 +167,39 @@ def write_synthetic_run(
     )
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
     (run_dir / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    probe = synthetic_probe_rows(agent, proposers, n_steps, random.Random(f"{seed}:probe"))
+    (run_dir / "probe.jsonl").write_text("".join(json.dumps(r) + "\n" for r in probe))
     return run_dir
+
+
+def synthetic_probe_rows(
+    agent: str, proposers: list[str], n_steps: int, rng: random.Random, every: int = 5, prompts: int = 4
+) -> list[dict]:
+    """probe.jsonl rows (`populora_nb.probe`) of a scripted difficulty: the frozen solver's rate on the
+    baseline's probe tasks climbs from 0.5 towards 0.9 (easier tasks), on the teachers' it falls
+    towards 0.2 (harder ones); 8 rollouts per valid task, 80% valid. Its own stream of draws, so the
+    tasks and metrics above do not depend on it."""
+    rows = []
+    for step in range(0, n_steps, every):
+        progress = step / max(1, n_steps - 1)
+        p = 0.5 + 0.4 * progress if agent == "baseline" else 0.5 - 0.3 * progress
+        for proposer in proposers:
+            for index in range(prompts):
+                valid = rng.random() < 0.8
+                solved = sum(rng.random() < p for _ in range(8))
+                rows.append(
+                    {
+                        "step": step,
+                        "proposer": proposer,
+                        "kind": "code_o",
+                        "solver": "probe-solver",
+                        "valid": valid,
+                        "solve_rate": solved / 8 if valid else None,
+                        "prompt_index": index,
+                        "rollouts": 8,
+                    }
+                )
+    return rows
 
 
 def write_synthetic_experiment(exp_dir: str | Path, n_steps: int = 30, seed: int = 0) -> Path:

@@ -1,0 +1,150 @@
+"""The fixed difficulty probe's records (``probe.jsonl``, `populora_nb.probe`) as series, a figure
+and the report's table.
+
+What it measures: at each probe event, the proposers' answers to the same fixed prompts, judged by
+one frozen solver (the starting adapter) with ``probe.rollouts`` samples per valid task. Its solve
+rate ``probe ρ`` is therefore a difficulty on one scale for both runs and every step: it cannot fall
+because a student got weaker (the solver never trains), and the baseline's and the population's
+tasks are scored at the same n of rollouts. The paper's arms race predicts the teachers' probe ρ to
+fall (harder tasks for a fixed reader) while the baseline's rises or stays (AZR's collapse to easy
+tasks); a probe ρ that does not move says the run's own ρ moved with the students, not the tasks.
+
+Per event the teachers' probe tasks are pooled (evolution renames teachers; the claim is about the
+role). Intervals are 95% t-intervals over an event's valid tasks' ρ; the first-to-last change is a
+Welch interval over the two events' tasks. Tasks of one event share prompts and proposers, so these
+are descriptive intervals within one run; across seeds the seed protocol compares ``probe/rho``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from populora_nb.analysis.figures import figure_of, say_empty
+from populora_nb.analysis.seed_stats import fmt_interval, t_interval, welch_interval
+from populora_nb.records import RunDir
+
+
+@dataclass(frozen=True)
+class ProbeEvent:
+    """One probe event of one run, its proposers pooled."""
+
+    step: int
+    asked: int
+    valid: int
+    rhos: tuple[float, ...]
+    """The frozen solver's solve rate of each valid probe task."""
+
+    @property
+    def valid_rate(self) -> float:
+        return self.valid / self.asked if self.asked else math.nan
+
+    @property
+    def rho(self) -> tuple[float, float, float]:
+        """(mean, low, high) of the valid tasks' probe ρ; NaN bounds under 2 tasks, NaN mean under 1."""
+        return t_interval(self.rhos) if self.rhos else (math.nan, math.nan, math.nan)
+
+    @property
+    def band_rate(self) -> float:
+        """Share of valid probe tasks with 0 < ρ < 1: tasks the frozen solver sometimes solves."""
+        return sum(0 < r < 1 for r in self.rhos) / len(self.rhos) if self.rhos else math.nan
+
+
+def probe_events(run_dir: str | Path) -> list[ProbeEvent]:
+    """The run's probe events in step order (empty when the probe never ran)."""
+    by_step: dict[int, list[dict]] = {}
+    for r in RunDir(Path(run_dir)).read("probe"):
+        by_step.setdefault(int(r["step"]), []).append(r)
+    return [
+        ProbeEvent(
+            step,
+            len(rows),
+            sum(bool(r["valid"]) for r in rows),
+            tuple(float(r["solve_rate"]) for r in rows if r["valid"] and r.get("solve_rate") is not None),
+        )
+        for step, rows in sorted(by_step.items())
+    ]
+
+
+def probe_cost(run_dir: str | Path) -> float | None:
+    """The probe's seconds over the training steps' seconds, whole run: its cost per step as a
+    fraction (the design aims at <= 0.10). None when the probe never ran."""
+    probe: dict[int, float] = {}
+    steps: dict[int, float] = {}
+    for r in RunDir(Path(run_dir)).read("metrics"):
+        if r.get("time/probe_s") is not None:
+            probe[r["step"]] = float(r["time/probe_s"])  # one event per step, logged on each proposer's row
+        if r.get("time/step_s") is not None:
+            steps[r["step"]] = float(r["time/step_s"])
+    if not probe or not steps:
+        return None
+    return sum(probe.values()) / sum(steps.values())
+
+
+def plot_probe(runs: Mapping[str, str | Path], axes: Sequence[Axes] | None = None) -> Figure:
+    """Left: each run's probe ρ per event with its 95% interval (lower = harder for the fixed
+    solver). Right: the valid rate of the answers to the fixed prompts."""
+    if axes is None:
+        _, axs = plt.subplots(1, 2, figsize=(11, 3.6))
+        axes = list(axs)
+    fig = figure_of(axes[0])
+    drawn = False
+    for name, path in runs.items():
+        events = probe_events(path)
+        if not events:
+            continue
+        drawn = True
+        steps = [e.step for e in events]
+        mean, low, high = zip(*(e.rho for e in events))
+        (line,) = axes[0].plot(steps, mean, marker="o", ms=4, label=name)
+        axes[0].fill_between(steps, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+        axes[1].plot(steps, [e.valid_rate for e in events], marker="o", ms=4, label=name, color=line.get_color())
+    axes[0].set(xlabel="step", ylabel="probe ρ (frozen solver)", title="Difficulty probe: fixed prompts, one solver")
+    axes[1].set(xlabel="step", ylabel="valid rate", title="Valid answers to the probe's prompts")
+    for ax in axes:
+        ax.set_ylim(-0.03, 1.03)
+        if drawn:
+            ax.legend(fontsize=8)
+        else:
+            say_empty(ax, "no probe event recorded (probe.every = 0)")
+    fig.tight_layout()
+    return fig
+
+
+def probe_table(runs: Mapping[str, str | Path]) -> list[list[str]]:
+    """The report's probe table: per run, the events, valid answers, probe ρ at the first and last
+    event with intervals, their difference (Welch, 95%) and the probe's cost per step."""
+    rows = [["run", "events", "valid / asked", "probe ρ first", "probe ρ last", "last − first", "cost per step"]]
+    for name, path in runs.items():
+        events = probe_events(path)
+        if not events:
+            continue
+        first, last = events[0], events[-1]
+        cost = probe_cost(path)
+        diff = welch_interval(first.rhos, last.rhos) if len(events) > 1 else (math.nan, math.nan, math.nan)
+        rows.append(
+            [
+                name,
+                f"{len(events)} (steps {first.step}–{last.step})",
+                f"{sum(e.valid for e in events)}/{sum(e.asked for e in events)}",
+                _cell(first.rho),
+                _cell(last.rho),
+                _cell(diff, signed=True),
+                "n/a" if cost is None else f"{100 * cost:.1f}%",
+            ]
+        )
+    return rows
+
+
+def _cell(triple: tuple[float, float, float], signed: bool = False) -> str:
+    mean, low, high = triple
+    if math.isnan(mean):
+        return "n/a"
+    text = f"{mean:+.2f}" if signed else f"{mean:.2f}"
+    return text + (f" {fmt_interval(low, high, signed=signed)}" if not math.isnan(low) else "")
