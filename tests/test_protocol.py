@@ -210,7 +210,7 @@ def test_the_report_writes_tables_numbers_and_a_figure_per_series(tmp_path):
     exps = [write_synthetic_experiment(tmp_path / f"seed-{k}", n_steps=8, seed=k) for k in range(3)]
     md = write_seed_report(exps, tmp_path / "report", window=3, n_resamples=2000).read_text()
     assert "n = 3 seeds" in md and "the 95% percentile bootstrap is the seeds' own range" in md
-    assert "about 0.4 would exclude 0 by chance" in md and "| Holm p |" in md and "conservative" not in md
+    assert "about 0.5 would exclude 0 by chance" in md and "| Holm p |" in md and "conservative" not in md
     assert "| paired t |" in md and "## What the seeds show" in md
     assert md.count("| series | seeds (baseline / population) |") == 1 and "| series | run | seeds |" in md
     for meaning in HEADLINE.values():

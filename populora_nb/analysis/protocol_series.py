@@ -28,6 +28,10 @@ copies (``populora_nb.copies``) and code_f programs, which the proposer was hand
                           (the population proposes 4x what one agent does). n-grams rather than
                           shapes: almost every program has its own normalised shape, so shape
                           counts at equal n saturate at n and say nothing.
+  coverage/signatures     the same, of distinct I/O type signatures of the written programs, e.g.
+                          ``(list[int], str) -> int`` (``coverage`` kind ``program_signatures``):
+                          one per program whatever its length, so a run whose programs only grow
+                          longer does not score higher, as it can on n-grams
 From ``metrics.jsonl`` at difficulty-probe events (``populora_nb.probe``; none when probe.every = 0):
   probe/rho               the frozen starting adapter's solve rate of the valid tasks each proposer
                           wrote for the same fixed prompts under the same draws: difficulty on one
@@ -92,8 +96,11 @@ PROBE_SERIES: Mapping[str, str] = {
 """The difficulty probe's series (`populora_nb.probe`), logged at probe events only: their start and end
 are the first and the last event (step 0 is before any training, the same adapter in both runs)."""
 SPREAD_KEY = "rating/mu_spread"
-COVERAGE_SERIES: Mapping[str, str] = {"coverage/ngrams": "distinct AST n-grams at equal n (rarefied)"}
-COVERAGE_KIND: Mapping[str, str] = {"coverage/ngrams": "ngrams"}
+COVERAGE_SERIES: Mapping[str, str] = {
+    "coverage/ngrams": "distinct AST n-grams at equal n (rarefied)",
+    "coverage/signatures": "distinct I/O type signatures of written programs at equal n (rarefied)",
+}
+COVERAGE_KIND: Mapping[str, str] = {"coverage/ngrams": "ngrams", "coverage/signatures": "program_signatures"}
 """The ``coverage.coverage_units`` kind behind each coverage series."""
 POPULATION_ONLY: frozenset[str] = frozenset({SPREAD_KEY})
 """Series the baseline cannot have (no matches, no ratings)."""
