@@ -487,6 +487,13 @@ class ExperimentConfig:
     """Which engine samples rollouts and evaluation completions (native, or vLLM multi-LoRA)."""
 
     def __post_init__(self) -> None:
+        for new_tokens in ("propose_max_new_tokens", "solve_max_new_tokens"):
+            if getattr(self.sampling, new_tokens) >= self.model.max_seq_len:
+                raise ConfigError(
+                    f"sampling.{new_tokens}={getattr(self.sampling, new_tokens)} leaves no room for a prompt in "
+                    f"model.max_seq_len={self.model.max_seq_len}; raise model.max_seq_len or lower "
+                    f"sampling.{new_tokens}"
+                )
         ec, pc = self.evolution, self.population
         smallest = min(pc.n_teachers, pc.n_students)
         if self.run.agent == "population" and ec.enabled and ec.replace_per_role >= smallest:
@@ -496,6 +503,17 @@ class ExperimentConfig:
                 f"({pc.n_teachers} teachers, {pc.n_students} students); lower it, or set evolution.enabled=false "
                 f"for a population this small (e.g. the paper's 1+1 setting)"
             )
+
+    @property
+    def propose_prompt_budget(self) -> int:
+        """Tokens a proposer prompt may take: ``model.max_seq_len`` less the completion's room (a vLLM
+        engine rejects a whole batch over one prompt of its max_model_len; `prompts.bounded_propose_prompt`)."""
+        return self.model.max_seq_len - self.sampling.propose_max_new_tokens
+
+    @property
+    def solve_prompt_budget(self) -> int:
+        """Tokens a solver prompt may take: ``model.max_seq_len`` less the answer's room."""
+        return self.model.max_seq_len - self.sampling.solve_max_new_tokens
 
     @property
     def n_members(self) -> int:
