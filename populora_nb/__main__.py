@@ -177,7 +177,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         results = rescore_results(
             eval_dir,
             config.eval.data_dir,
-            workers=config.verifier.workers,
+            workers=config.verifier.n_workers,
             allow_unsafe_no_isolation=config.verifier.allow_unsafe_no_isolation,
             say=say,
         )

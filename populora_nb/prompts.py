@@ -19,10 +19,11 @@ template (a 135M instruct model only follows its own template). Parsers return a
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from populora_nb.errors import UserInputError
 from populora_nb.tasks import Proposal, Task, TaskKind
 from populora_nb.verify.static_policy import AZR_BANNED_MODULES
 
@@ -183,6 +184,70 @@ def propose_prompt(
         return Dialogue(_propose_triplet_short(kind), tuple((SHORT_TRIPLET, _triplet_answer(t)) for t in references))
     shots = tuple((PROPOSE_TRIPLET, _triplet_answer(t)) for t in references)
     return Dialogue(_propose_triplet(kind), shots)
+
+
+class PromptTooLongError(UserInputError):
+    """Even the shortest prompt of a kind exceeds the prompt budget (``model.max_seq_len`` minus the
+    completion's ``sampling.*_max_new_tokens``); the message names both settings."""
+
+
+def _too_long(what: str, tokens: int, budget: int, new_tokens: str) -> PromptTooLongError:
+    return PromptTooLongError(
+        f"{what} is {tokens} tokens, over the prompt budget of {budget} (model.max_seq_len minus "
+        f"sampling.{new_tokens}); raise model.max_seq_len or lower sampling.{new_tokens}"
+    )
+
+
+def bounded_propose_prompt(
+    kind: TaskKind,
+    references: Sequence[Task],
+    count: Callable[[Dialogue], int],
+    budget: int,
+    n_inputs: int = 10,
+    style: PromptStyle = "azr",
+) -> tuple[Dialogue, tuple[Task, ...]]:
+    """`propose_prompt` that fits in ``budget`` tokens (``count``: a prompt's length once rendered and
+    tokenised), and the references it shows. A rollout engine rejects a whole batch over one prompt of
+    its ``max_model_len`` (vLLM), so prompts fit by construction: code_o / code_i drop their longest
+    reference until the prompt fits (a cut program is no program, so none is truncated; the caller
+    records how many went); code_f takes the first candidate program whose prompt fits. Raises
+    `PromptTooLongError` when even no reference (code_f: no candidate) fits."""
+    if kind == "code_f":
+        lengths = []
+        for ref in references:
+            prompt = propose_prompt(kind, [ref], n_inputs, style)
+            lengths.append(count(prompt))
+            if lengths[-1] <= budget:
+                return prompt, (ref,)
+        raise _too_long(
+            f"every code_f proposer prompt tried ({len(lengths)})",
+            min(lengths, default=0),
+            budget,
+            "propose_max_new_tokens",
+        )
+    kept = list(references)
+    while True:
+        prompt = propose_prompt(kind, kept, n_inputs, style)
+        tokens = count(prompt)
+        if tokens <= budget:
+            return prompt, tuple(kept)
+        if not kept:
+            raise _too_long(f"a {kind} proposer prompt without references", tokens, budget, "propose_max_new_tokens")
+        kept.remove(max(kept, key=lambda t: len(_triplet_answer(t))))
+
+
+def bounded_solve_prompt(
+    task: Task, example: Task | None, count: Callable[[Dialogue], int], budget: int
+) -> Dialogue | None:
+    """`solve_prompt` within ``budget`` tokens: with the worked example when it fits, else without;
+    None when the question alone does not fit (the task then goes unsolved this step, as veRL, which
+    AZR runs on, drops an overlong prompt)."""
+    if example is not None:
+        prompt = solve_prompt(task, example)
+        if count(prompt) <= budget:
+            return prompt
+    prompt = solve_prompt(task)
+    return prompt if count(prompt) <= budget else None
 
 
 def _solve_question(task: Task) -> str:

@@ -32,11 +32,12 @@ from populora_nb.matchmaking import Match
 from populora_nb.prompts import (
     CODE_F_EXAMPLE,
     ParseFailure,
+    PromptTooLongError,
+    bounded_propose_prompt,
+    bounded_solve_prompt,
     parse_answer,
     parse_proposal,
-    propose_prompt,
     render,
-    solve_prompt,
 )
 from populora_nb.rewards import student_reward
 from populora_nb.rl import trr_plus_plus_advantages
@@ -145,6 +146,9 @@ class Proposed:
     references: tuple[str, ...] = ()
     """The reference programs its prompt showed (code_o / code_i; a code_f prompt shows a program to
     write inputs for, not inputs), so a copy of one can be told apart (`copies.mark_copies`)."""
+    references_dropped: int = 0
+    """References drawn but left out so the prompt fits ``config.propose_prompt_budget`` (code_f: 1
+    when the drawn program was too long and a shorter one of the buffer was shown instead)."""
     copy: str | None = None
     """For a valid task: "new", "reference" (a shown reference's program) or "earlier" (a seed's, a
     warm-up example's or an earlier proposal's of the run); see `populora_nb.copies`."""
@@ -224,21 +228,32 @@ def propose(
     program_buffer = buffers.get("code_o") or buffers.get("code_i")
     if "code_f" in tc.kinds and program_buffer is None:
         raise ValueError("code_f proposals need a code_o or code_i buffer for their reference programs")
-    jobs: list[tuple[str, str, str, str, tuple[str, ...]]] = []  # (member, kind, prompt, program, shown)
+    count = token_counter(policy.tokenizer, tc.prompt_format)
+    budget = config.propose_prompt_budget
+    # (member, kind, prompt, program, shown, references dropped to fit the budget)
+    jobs: list[tuple[str, str, str, str, tuple[str, ...], int]] = []
     shown: tuple[str, ...]
     for member in proposers:
         for kind in tc.kinds:
             for _ in range(per_kind):
                 if kind == "code_f":
                     refs = program_buffer.sample(1, rng, tc.reference_sampling)  # type: ignore[union-attr]  # checked above
-                    text = propose_prompt("code_f", refs, n_inputs=tc.code_f_inputs, style=tc.prompt_style)
-                    program, shown = refs[0].program, ()
+                    try:
+                        text, used = bounded_propose_prompt(
+                            "code_f", refs, count, budget, tc.code_f_inputs, tc.prompt_style
+                        )
+                    except PromptTooLongError:  # a program too long to show: the buffer's shortest instead
+                        shortest = sorted(program_buffer.tasks, key=lambda t: len(t.program))[:4]  # type: ignore[union-attr]
+                        text, used = bounded_propose_prompt(
+                            "code_f", shortest, count, budget, tc.code_f_inputs, tc.prompt_style
+                        )
+                    program, shown, dropped = used[0].program, (), int(used[0] is not refs[0])
                 else:
                     refs = buffers[kind].sample(tc.n_references, rng, tc.reference_sampling)
-                    text = propose_prompt(kind, refs, style=tc.prompt_style)  # type: ignore[arg-type]  # kinds checked
-                    program = ""
-                    shown = tuple(r.program for r in refs)
-                jobs.append((member, kind, render(text, policy.tokenizer, tc.prompt_format), program, shown))
+                    text, used = bounded_propose_prompt(kind, refs, count, budget, style=tc.prompt_style)  # type: ignore[arg-type]  # kinds checked
+                    program, dropped = "", len(refs) - len(used)
+                    shown = tuple(r.program for r in used)
+                jobs.append((member, kind, render(text, policy.tokenizer, tc.prompt_format), program, shown, dropped))
     completions = map(
         as_completion,
         policy.generate(
@@ -257,9 +272,16 @@ def propose(
             parse_proposal(c.text, k, tc.prompt_format, program=prog),  # type: ignore[arg-type]
             token_ids=c.token_ids,
             references=shown,
+            references_dropped=dropped,
         )
-        for (m, k, p, prog, shown), c in zip(jobs, completions)
+        for (m, k, p, prog, shown, dropped), c in zip(jobs, completions)
     ]
+
+
+def token_counter(tokenizer: Any, fmt: str) -> Callable[[Any], int]:
+    """A prompt's length in tokens as the policy will see it: rendered, then tokenised as
+    `model.policy` tokenises it (no special tokens added)."""
+    return lambda prompt: len(tokenizer(render(prompt, tokenizer, fmt), add_special_tokens=False)["input_ids"])  # type: ignore[arg-type]
 
 
 def validate(verifier: Verifier, proposals: Sequence[Proposed], code_f_inputs: int) -> list[Proposed]:
@@ -350,11 +372,10 @@ def solve(
     """Every job's rollouts in one mixed-adapter batch, then the verifier judges each parsed answer."""
     fmt = config.tasks.prompt_format
     examples = examples or {}
-    rows = [
-        (j, render(solve_prompt(j.task, examples.get(j.task.kind)), policy.tokenizer, fmt))
-        for j in jobs
-        for _ in range(j.rollouts)
-    ]
+    count, budget = token_counter(policy.tokenizer, fmt), config.solve_prompt_budget
+    # A task whose question alone exceeds the budget goes unsolved this step (no rho, no match played).
+    prompts = [(j, bounded_solve_prompt(j.task, examples.get(j.task.kind), count, budget)) for j in jobs]
+    rows = [(j, render(d, policy.tokenizer, fmt)) for j, d in prompts if d is not None for _ in range(j.rollouts)]
     if not rows:
         return []
     completions = [

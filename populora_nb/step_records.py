@@ -31,6 +31,7 @@ def task_rows(step: int, proposals: Sequence[Proposed]) -> list[dict]:
             "solver": p.solver,
             "solve_rate": p.rho,
             "copy": p.copy,  # new / reference / earlier for a valid task (populora_nb.copies)
+            "references_dropped": p.references_dropped,  # left out so the prompt fits its token budget
             "completion": p.completion[:4000],
         }  # what the teacher wrote, for reading failures
         if isinstance(r, Task):
@@ -54,6 +55,7 @@ def member_metrics(member: str, role: str, outcome: StepOutcome, kinds: Sequence
     if mine:
         valid = [p for p in mine if isinstance(p.result, Task)]
         row["teacher/n_proposed"] = len(mine)
+        row["teacher/references_dropped"] = sum(p.references_dropped for p in mine)
         row["teacher/valid_rate"] = len(valid) / len(mine)
         rhos = [p.rho for p in valid if p.rho is not None]
         row["teacher/rho_mean"] = sum(rhos) / len(rhos) if rhos else None

@@ -47,3 +47,47 @@ def test_bundled_smollm2_answers_a_chat_prompt(smol_base):
     assert smol_base.dtype == torch.float32
     reply = chat(smol_base, "What is 2 + 3? Answer with a number.", max_new_tokens=16)
     assert reply.strip(), "SmolLM2 returned empty text"
+
+
+# ---- one model source (issue #29) ----------------------------------------------------------------
+
+
+def _model_dir(tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    return tmp_path / "m"
+
+
+def test_the_source_is_the_name_exactly_or_the_directory_it_names(tmp_path, monkeypatch):
+    from populora_nb.model.base import model_source
+
+    monkeypatch.chdir(tmp_path)
+    _model_dir(tmp_path)
+    assert model_source(load_config("tiny").model) is None  # built in code
+    assert model_source(load_config("tiny", {"model.name": "Qwen/Qwen2.5-Coder-1.5B-Instruct"}).model) == (
+        "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+    )
+    assert model_source(load_config("tiny", {"model.name": "./m"}).model) == str(tmp_path / "m")
+
+
+def test_unsloth_is_told_to_load_the_id_as_given(monkeypatch, tiny_base):
+    """Unsloth maps Qwen/... to unsloth/... unless `use_exact_model_name`; vLLM loads the id as given."""
+    import sys
+    import types
+
+    import populora_nb.model.base as base_module
+
+    seen = {}
+
+    def from_pretrained(**kwargs):
+        seen.update(kwargs)
+        return tiny_base.model, tiny_base.tokenizer
+
+    fake = types.ModuleType("unsloth")
+    fake.FastLanguageModel = types.SimpleNamespace(from_pretrained=from_pretrained)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "unsloth", fake)
+    monkeypatch.setattr(base_module, "resolve_backend", lambda mc: "unsloth")
+    monkeypatch.setattr(base_module, "hub_snapshot", lambda source: None)
+    base = load_base(load_config("tiny", {"model.name": "Qwen/Qwen2.5-Coder-1.5B-Instruct"}))
+    assert seen["model_name"] == "Qwen/Qwen2.5-Coder-1.5B-Instruct" and seen["use_exact_model_name"] is True
+    assert base.source == "Qwen/Qwen2.5-Coder-1.5B-Instruct"

@@ -125,3 +125,39 @@ def test_a_checkpoint_written_before_one_member_id_loads_under_the_names(tiny_co
     again.load(tmp_path / "p")
     assert again.population.members == policy.population.members
     assert again.generate(["teacher-s1-0", "S0", "teacher-s1-0"], prompts, 6, seed=3) == outs
+
+
+def test_a_log_prob_gap_far_beyond_rounding_stops_the_update_before_it_trains(tiny_base):
+    """An engine that sampled from other weights (here: log-probs of -30 per token, against ~-11 for
+    the tiny model's) stops the run with one line, before any optimizer step; below the limit it is
+    recorded only."""
+    import dataclasses
+
+    import pytest
+
+    from populora_nb.config import load_config
+    from populora_nb.model.policy import LogprobGapError
+
+    config = load_config("tiny")
+    policy = LoRAPolicy.create(config, [("T0", "teacher")], base=tiny_base)
+    prompts = ["def f(a):", "Write a function"]
+    outs = policy.generate(["T0", "T0"], prompts, max_new_tokens=6, seed=1)
+    samples = [
+        Sample("T0", p, c.text, r, ("T0", "propose", "code_o"), r, token_ids=c.token_ids)
+        for p, c, r in zip(prompts, outs, [1.0, -1.0])
+    ]
+
+    def engine_sampled():  # what the engine would have reported for these samples
+        for c in outs:
+            assert c.token_ids is not None
+            policy._sampled[("T0", c.token_ids)] = (-30.0,) * len(c.token_ids[1])
+
+    before = _snapshot(policy, "T0")
+    engine_sampled()
+    with pytest.raises(LogprobGapError) as e:
+        policy.update("T0", samples)
+    assert "rollout.logp_gap_limit" in str(e.value) and "\n" not in str(e.value)
+    assert all(torch.equal(before[k][1], v[1]) for k, v in _snapshot(policy, "T0").items())  # not trained on
+    policy.config = dataclasses.replace(config, rollout=dataclasses.replace(config.rollout, logp_gap_limit=None))
+    engine_sampled()
+    assert policy.update("T0", samples)["rollout/logp_diff_mean"] > 10

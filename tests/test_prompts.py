@@ -277,3 +277,50 @@ def test_the_configured_style_reaches_the_proposer(tiny_base):
         propose(policy, ["agent"], {"code_o": buffer}, cfg, step=0, per_kind=1)  # type: ignore[arg-type]
     azr, short = policy.prompts
     assert "Plan first" in azr and "Plan first" not in short and SHORT_TRIPLET in short
+
+
+# ---- prompts fit their token budget by construction (issue #29) ---------------------------------
+
+
+def _long_task(i: int, lines: int) -> Task:
+    body = "\n".join(f"    a = a + {j}" for j in range(lines))
+    return Task("code_o", f"def f(a):\n{body}\n    return a + {i}", ("1",), ("2",))
+
+
+def test_a_proposer_prompt_over_its_budget_drops_its_longest_references(tokenizer):
+    from populora_nb.prompts import PromptTooLongError, bounded_propose_prompt
+    from populora_nb.stages import token_counter
+
+    count = token_counter(tokenizer, "r1")
+    refs = [_long_task(0, 5), _long_task(1, 400), _long_task(2, 5), _long_task(3, 300)]  # two of ~3k chars
+    full = count(propose_prompt("code_o", refs))
+    prompt, shown = bounded_propose_prompt("code_o", refs, count, full)
+    assert shown == tuple(refs)  # it fits: nothing dropped
+    small = count(propose_prompt("code_o", [refs[0], refs[2]]))
+    prompt, shown = bounded_propose_prompt("code_o", refs, count, small)
+    assert shown == (refs[0], refs[2]) and count(prompt) <= small  # the two long ones went, order kept
+    with pytest.raises(PromptTooLongError, match="raise model.max_seq_len or lower sampling.propose_max_new_tokens"):
+        bounded_propose_prompt("code_o", refs, count, 20)
+    # code_f shows one program: the first candidate that fits
+    long_f = count(propose_prompt("code_f", [refs[1]]))
+    _, shown = bounded_propose_prompt("code_f", [refs[1], refs[0]], count, long_f - 1)
+    assert shown == (refs[0],)
+
+
+def test_a_solve_prompt_drops_its_worked_example_before_the_task(tokenizer):
+    from populora_nb.prompts import bounded_solve_prompt
+    from populora_nb.stages import token_counter
+
+    count = token_counter(tokenizer, "chat")
+    task, example = _long_task(0, 5), _long_task(1, 300)
+    assert bounded_solve_prompt(task, example, count, 10_000) == solve_prompt(task, example)
+    bare = count(solve_prompt(task))
+    assert bounded_solve_prompt(task, example, count, bare) == solve_prompt(task)
+    assert bounded_solve_prompt(task, example, count, bare - 1) is None  # unsolved this step, no engine error
+
+
+def test_no_completion_room_is_refused_at_load():
+    from populora_nb.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="sampling.propose_max_new_tokens=2048 leaves no room"):
+        load_config("tiny", {"sampling.propose_max_new_tokens": 2048})

@@ -167,3 +167,68 @@ def test_factors_trained_outside_update_reach_the_engine_once_marked_changed(pol
     after = policy.generate_greedy([member], PROMPTS[:1], 12)
     assert after == _native(policy, lambda: policy.generate_greedy([member], PROMPTS[:1], 12))
     assert after != before
+
+
+@pytest.mark.slow
+def test_proposer_prompts_over_the_engines_length_are_bounded_not_rejected(policy):
+    """References long enough to push a prompt past max_model_len: vLLM rejects such a prompt (and
+    with it the whole batch); the propose stage drops references until each prompt fits, and records it."""
+    from populora_nb.buffers import TaskBuffer
+    from populora_nb.stages import propose
+    from populora_nb.tasks import Task
+
+    config = policy.config
+    body = "\n".join(f"    a = a + {j}" for j in range(200))  # ~1,400 tokens per reference
+    buffers = {kind: TaskBuffer(kind) for kind in ("code_o", "code_i")}
+    for kind, buffer in buffers.items():
+        for i in range(6):  # five long programs and a short one (a code_f prompt shows one program)
+            buffer.add(Task(kind, f"def f(a):\n{body if i else ''}\n    return a + {i}", ("1",), ("2",)))
+    tok = policy.tokenizer
+    too_long = tok("x " * config.model.max_seq_len, add_special_tokens=False)["input_ids"]
+    with pytest.raises(Exception, match="maximum context length"):  # what an unbounded prompt does to generate
+        policy.engine.generate([None], [too_long], 4)
+    teachers = policy.members[:2]
+    out = propose(policy, teachers, buffers, config, step=0, per_kind=1)
+    assert len(out) == 2 * len(config.tasks.kinds)
+    assert all(p.references_dropped > 0 for p in out if p.kind != "code_f")
+    assert all(len(tok(p.prompt, add_special_tokens=False)["input_ids"]) <= config.propose_prompt_budget for p in out)
+    assert policy.engine.runner == "v1"  # the runner CI tests, pinned by rollout.model_runner
+
+
+def test_the_engine_loads_the_very_source_the_trainer_loaded(monkeypatch, tmp_path, tiny_base):
+    """One model source (issue #29): the trainer's loader and the engine are handed the same path."""
+    import types
+
+    import vllm
+
+    import populora_nb.model.base as base_module
+
+    model_dir = tmp_path / "qwen-copy"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{}")
+    handed = {}
+
+    def load_transformers(source, dtype):
+        handed["trainer"] = source
+        return tiny_base.model, tiny_base.tokenizer
+
+    class FakeLLM:
+        def __init__(self, **kwargs):
+            handed["engine"] = kwargs["model"]
+            config = types.SimpleNamespace(use_v2_model_runner=False)
+            core = types.SimpleNamespace(shutdown=lambda: None)
+            self.llm_engine = types.SimpleNamespace(vllm_config=config, engine_core=core)
+
+    monkeypatch.setattr(base_module, "_load_transformers", load_transformers)
+    monkeypatch.setattr(vllm, "LLM", FakeLLM)
+    config = load_config("tiny", {**OVERRIDES, "model.name": str(model_dir)})
+    base = base_module.load_base(config)
+    with VLLMEngine(base, config.lora, config.rollout, max_loras=2, max_model_len=256) as engine:
+        assert engine.runner == "v1"
+    assert handed["trainer"] == handed["engine"] == str(model_dir.resolve())
+    # A hub id: the trainer gets the id exactly, the engine the snapshot of it the trainer just read.
+    monkeypatch.setattr(base_module, "hub_snapshot", lambda source: str(model_dir))
+    base = base_module.load_base(load_config("tiny", {**OVERRIDES, "model.name": "Qwen/Qwen2.5-Coder-1.5B-Instruct"}))
+    with VLLMEngine(base, config.lora, config.rollout, max_loras=2, max_model_len=256):
+        pass
+    assert handed["trainer"] == "Qwen/Qwen2.5-Coder-1.5B-Instruct" and handed["engine"] == str(model_dir)

@@ -12,6 +12,7 @@ plain transformers (+ peft for adapters). Unsloth is never imported on CPU.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -45,8 +46,9 @@ class Base:
     """"transformers" or "unsloth"."""
     name: str
     source: str | None = None
-    """The directory or hub id the weights were loaded from (None: built in code, the tiny model); a
-    rollout engine (`model.vllm_engine`) loads the same weights from it."""
+    """The directory the weights were loaded from (`model_source`; a hub id's cached snapshot, else the
+    id), None when built in code (the tiny model); the rollout engine (`model.vllm_engine`) loads the
+    same weights from it."""
 
     @property
     def device(self) -> torch.device:
@@ -66,21 +68,49 @@ def load_base(config: ExperimentConfig | ModelConfig, seed: int = 0) -> Base:
     mc = config.model if isinstance(config, ExperimentConfig) else config
     backend = resolve_backend(mc)
     dtype = resolve_dtype(mc)
-    source: Path | str | None = None
-    if mc.name == TINY_MODEL:
+    source = model_source(mc)
+    if source is None:
         model, tokenizer = _build_tiny(mc, dtype, seed)
     else:
-        source = bundled_model_dir(mc) if mc.name == BUNDLED_MODEL else mc.name
         if backend == "unsloth":
-            model, tokenizer = _load_unsloth(str(source), mc, dtype)
+            model, tokenizer = _load_unsloth(source, mc, dtype)
         else:
-            model, tokenizer = _load_transformers(str(source), dtype)
+            model, tokenizer = _load_transformers(source, dtype)
+        source = hub_snapshot(source) or source  # the engine reads the very files the trainer read
     _prepare_tokenizer(tokenizer)
     model.requires_grad_(False)
     model.eval()
     if backend == "transformers" and torch.cuda.is_available():
         model.to("cuda")
-    return Base(model=model, tokenizer=tokenizer, backend=backend, name=mc.name, source=str(source) if source else None)
+    return Base(model=model, tokenizer=tokenizer, backend=backend, name=mc.name, source=source)
+
+
+def model_source(mc: ModelConfig) -> str | None:
+    """The one place the base's weights, tokenizer and generation config are read from, by the trainer
+    and the rollout engine alike (issue #29): the bundled model's cached float copy, a local directory
+    as its absolute path, a hub id exactly as written (never Unsloth's `unsloth/...` copy of it:
+    `_load_unsloth`); None for the tiny model, which is built in code."""
+    if mc.name == TINY_MODEL:
+        return None
+    if mc.name == BUNDLED_MODEL:
+        return str(bundled_model_dir(mc))
+    local = Path(mc.name).expanduser()
+    return str(local.resolve()) if local.is_dir() else mc.name
+
+
+def hub_snapshot(source: str) -> str | None:
+    """The local snapshot directory (one commit) a hub id was just loaded from, or None (a local
+    directory, or files not in the Hugging Face cache). Handing it to the engine means it reads the
+    same commit the trainer read, even if the repository moved on in between."""
+    if Path(source).is_dir():
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    with contextlib.suppress(ValueError):  # not a valid repo id: nothing cached under it
+        found = try_to_load_from_cache(source, "config.json")
+        if isinstance(found, str):
+            return str(Path(found).parent)
+    return None
 
 
 def resolve_backend(mc: ModelConfig) -> str:
@@ -244,8 +274,15 @@ def _load_transformers(source: str, dtype: torch.dtype) -> tuple[torch.nn.Module
 def _load_unsloth(source: str, mc: ModelConfig, dtype: torch.dtype) -> tuple[torch.nn.Module, Any]:
     from unsloth import FastLanguageModel  # CUDA only: importing it patches transformers globally
 
+    # use_exact_model_name: Unsloth otherwise maps e.g. Qwen/Qwen2.5-Coder-1.5B-Instruct to its own
+    # unsloth/Qwen2.5-Coder-1.5B-Instruct (loader.py, get_model_name), a second repository whose
+    # tokenizer or generation config can differ from the one the vLLM engine loads.
     model, tokenizer = FastLanguageModel.from_pretrained(
-        model_name=source, max_seq_length=mc.max_seq_len, dtype=dtype, load_in_4bit=mc.load_in_4bit
+        model_name=source,
+        max_seq_length=mc.max_seq_len,
+        dtype=dtype,
+        load_in_4bit=mc.load_in_4bit,
+        use_exact_model_name=True,
     )
     return model, tokenizer
 

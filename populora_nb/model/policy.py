@@ -10,7 +10,8 @@ the frozen base), with every log-prob taken at the sampling temperature it was d
 With ``rollout.engine="vllm"`` a `VLLMEngine` samples instead (started on the first generation):
 each member is an adapter in it, pushed again after every update (`sync`, timed by the loop as
 ``time/sync_s``) and whenever evolution or a checkpoint changes it. The trainer still recomputes every
-log-prob it trains on; it records how far the engine's were (``rollout/logp_diff_mean``, ``_max``).
+log-prob it trains on; it records how far the engine's were (``rollout/logp_diff_mean``, ``_max``),
+and stops the run when they are far beyond rounding (``rollout.logp_gap_limit``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from populora_nb.lowrank import LoRAFactors, LoRAPair
 from populora_nb.model.adapters import Population, Role
 from populora_nb.model.base import Base, load_base
 from populora_nb.model.batch import Generation, TrainBatch, aligned_logprobs, train_batch
-from populora_nb.model.vllm_engine import VLLMEngine
+from populora_nb.model.vllm_engine import EngineError, VLLMEngine
 from populora_nb.probe import PROBE_SOLVER
 from populora_nb.rl import policy_gradient_loss
 from populora_nb.stages import Completion, Sample, TokenIds
@@ -213,7 +214,7 @@ class LoRAPolicy:
         if self._engine is not None:
             self._engine.sleep()  # on a GPU: the KV cache makes room for training
             self._stale.add(member_id)
-        mismatch = Mismatch()
+        mismatch = Mismatch(limit=self.config.rollout.logp_gap_limit)
         if rl.kl_coef > 0:
             batch.ref_logprobs = self.population.logprobs(None, batch)
         if rl.ppo_epochs > 1:
@@ -303,16 +304,24 @@ class LoRAPolicy:
         self._stale = set(self.population.ids())
 
 
+class LogprobGapError(EngineError):
+    """The engine's log-probs are far from the trainer's: it sampled from other weights. The run
+    stops before the optimizer step, so nothing trains on those samples (a one-line CLI error)."""
+
+
 class Mismatch:
     """Training–inference mismatch of one update, as TRL and veRL monitor it: |logp_engine −
     logp_train| over the completion tokens, with the trainer's log-probs taken before its optimizer
     step (the weights the engine sampled with) at the sampling temperature. In fp32 the two differ
     only by kernel rounding; a large value means the engine sampled from other weights (a missed
-    sync) or another distribution."""
+    sync, an adapter that stopped applying after a wake) or another distribution. A mean gap over
+    ``limit`` (``rollout.logp_gap_limit``) raises `LogprobGapError` from the first micro-batch that
+    shows it, inside the loss, so before any optimizer step."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: float | None = None) -> None:
         self.total, self.count, self.max = 0.0, 0, 0.0
         self.active = True
+        self.limit = limit
 
     def add(self, logprobs: torch.Tensor, batch: TrainBatch) -> None:
         if not self.active or batch.sampler_logprobs is None:
@@ -323,6 +332,15 @@ class Mismatch:
             self.total += float(diff.sum())
             self.count += diff.numel()
             self.max = max(self.max, float(diff.max()))
+        if self.limit is not None and self.count and self.total / self.count > self.limit:
+            raise LogprobGapError(
+                f"the engine's log-probs differ from the trainer's by {self.total / self.count:.3g} nats per token "
+                f"on average (rollout.logp_gap_limit={self.limit:g}; measured in fp32: 7e-5 at most), so the engine "
+                f"sampled from other weights than the trainer's (an adapter that did not load or stopped applying "
+                f"after a wake); nothing was trained on it. Fix: rerun to resume from the last checkpoint, and if it "
+                f"recurs set rollout.sleep_during_training=false or rollout.sync=new_id (or raise the limit when a "
+                f"gap is expected, e.g. a quantized base)"
+            )
 
     def stats(self) -> dict[str, float]:
         if not self.count:

