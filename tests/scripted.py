@@ -19,7 +19,8 @@ def code_f(n: int) -> str:
 
 class ScriptedPolicy:
     """Member T*/agent proposals alternate good and bad; solvers answer code_o correctly only when
-    their member id ends in an even digit (or is 'agent'), and answer code_i with a malformed text."""
+    their member id ends in an even digit (or is 'agent', or another id such as the difficulty
+    probe's solver), and answer code_i with a malformed text."""
 
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
@@ -36,7 +37,8 @@ class ScriptedPolicy:
                 out.append(code_f(int(p.split("Write ")[1].split()[0])))
             elif "What does f return" in p:
                 text = p.split("```input\n")[-1].split("\n")[0]  # the question, after the worked example
-                good = text.isdigit() and (m == "agent" or int(m[1:]) % 2 == 0)
+                # "agent" and ids that are not T<n>/S<n> (the difficulty probe's solver) answer correctly
+                good = text.isdigit() and (not m[1:].isdigit() or int(m[1:]) % 2 == 0)
                 out.append(f"```output\n{3 * int(text) if good else -1}\n```")
             elif "Find arguments for f" in p:
                 out.append("I do not know")

@@ -48,6 +48,8 @@ class LoRAPolicy:
         self._owns_engine = False
         self._stale: set[str] = set(population.ids())
         """Members whose factors the engine has not seen yet."""
+        self._loaded_from: Path | None = None
+        """The checkpoint `load` read, named if it lacks the difficulty probe's solver."""
         self._sampled: dict[tuple[str, TokenIds], tuple[float, ...]] = {}
         """The engine's log-probs of what it sampled since the last sync, by (member, token ids)."""
 
@@ -145,6 +147,11 @@ class LoRAPolicy:
         """One completion per (member, prompt), sampled in one mixed-adapter batch; each carries the
         token ids it was sampled as, which `update` scores."""
         sc = self.config.sampling
+        if PROBE_SOLVER in member_ids and PROBE_SOLVER not in self.population.ids():
+            raise ConfigError(
+                f"{self._loaded_from or 'this population'} holds no difficulty-probe solver (it was "
+                "written before the probe or with probe.every=0); run it with probe.every=0"
+            )
         if self.engine is not None:
             return self._engine_generate(member_ids, prompts, max_new_tokens, sc.temperature, seed)
         generator = torch.Generator(device=self.base.device).manual_seed(seed)
@@ -297,10 +304,7 @@ class LoRAPolicy:
         """Replace the population by the one checkpointed at ``path`` (a checkpoint written before
         issue #15, with names.json, loads too)."""
         self.population = Population.load(self.base, path)
-        if self.config.probe.every > 0 and PROBE_SOLVER not in self.population.ids():
-            raise ConfigError(
-                f"{path} was written without the difficulty probe's frozen solver; resume it with probe.every=0"
-            )
+        self._loaded_from = path
         self._stale = set(self.population.ids())
 
 
