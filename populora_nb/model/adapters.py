@@ -254,7 +254,7 @@ class Population:
             return completion_logprobs(logits, b.input_ids, b.completion_mask, b.temperature)
 
         if member_id is None:
-            with self._slot_engine.bare() if self._slot_engine is not None else contextlib.nullcontext():
+            with self._slot_engine.bare() if self._slot_engine is not None else self.multi.bare():
                 yield logprobs
         elif self._slot_engine is not None:
             with self._slot_engine.member(self.multi, self.member(member_id).slot, self.lora.gradient_checkpointing):

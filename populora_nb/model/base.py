@@ -47,6 +47,9 @@ class Base:
     source: str | None = None
     """The directory or hub id the weights were loaded from (None: built in code, the tiny model); a
     rollout engine (`model.vllm_engine`) loads the same weights from it."""
+    peft_model: Any = None
+    """On Unsloth: the peft model wrapped around ``model`` in place by the first population's slot
+    (`model.unsloth_slot`) and shared by every later population on this base (issue #29)."""
 
     @property
     def device(self) -> torch.device:
