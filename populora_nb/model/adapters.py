@@ -36,8 +36,8 @@ from populora_nb.lowrank import LoRAFactors, LoRAPair
 from populora_nb.model.base import Base, decode_text
 from populora_nb.model.batch import Generation, LossFn, TrainBatch, left_pad
 from populora_nb.model.checkpoint import SavedPopulation, read_population, write_peft_adapter, write_population
-from populora_nb.model.multilora import MultiLoRA, checkpointing, decode, forward_kwarg_names, position_ids_from_mask
-from populora_nb.rl import completion_logprobs
+from populora_nb.model.multilora import MultiLoRA, checkpointing, decode
+from populora_nb.model.scoring import lm_completion_logprobs
 
 Role = Literal["teacher", "student", "agent"]
 
@@ -241,17 +241,9 @@ class Population:
         bare base), at the batch's sampling temperature. The route stays open until the caller's
         backward is done (checkpointing)."""
         model = self.base.model
-        _, keep_kw = forward_kwarg_names(model)
 
         def logprobs(b: TrainBatch) -> Tensor:
-            logits = model(
-                input_ids=b.input_ids,
-                attention_mask=b.attention_mask,
-                use_cache=False,
-                position_ids=position_ids_from_mask(b.attention_mask),
-                **{keep_kw: b.logits_to_keep},
-            ).logits  # (B, L, V): only completion rows
-            return completion_logprobs(logits, b.input_ids, b.completion_mask, b.temperature)
+            return lm_completion_logprobs(model, b)  # without the (tokens × vocab) logits (model.scoring)
 
         if member_id is None:
             with self._slot_engine.bare() if self._slot_engine is not None else self.multi.bare():
