@@ -254,12 +254,17 @@ def logprob_temperature(temperature: float) -> float:
     return float(temperature) if temperature > 0 else 1.0
 
 
+CHUNK_ROWS = 64
+"""Rows per log-prob chunk: at Qwen's 152k vocabulary one (64, V) float32 buffer is 39 MB, and a chunk
+makes about five; the head's weight is read once per chunk, a small cost beside the backbone's."""
+
+
 def completion_logprobs(
     logits: torch.Tensor,
     input_ids: torch.Tensor,
     completion_mask: torch.Tensor,
     temperature: float = 1.0,
-    chunk_rows: int = 256,
+    chunk_rows: int = CHUNK_ROWS,
 ) -> torch.Tensor:
     """Log-prob of each taken token on completion positions; (B, T) float32, 0 elsewhere.
 
@@ -291,7 +296,7 @@ def completion_logprobs_from_hidden(
     input_ids: torch.Tensor,
     completion_mask: torch.Tensor,
     temperature: float = 1.0,
-    chunk_rows: int = 256,
+    chunk_rows: int = CHUNK_ROWS,
 ) -> torch.Tensor:
     """``completion_logprobs(head(hidden), ...)`` without the logits: (B, T) float32, 0 elsewhere.
 
@@ -311,7 +316,7 @@ def token_logprobs(
     taken: torch.Tensor,
     temperature: float = 1.0,
     head: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    chunk_rows: int = 256,
+    chunk_rows: int = CHUNK_ROWS,
 ) -> torch.Tensor:
     """``log softmax(head(rows) / T)[taken]`` row by row: (N,) float32 from ``rows`` (N, D), ``taken`` (N,).
 
@@ -319,14 +324,15 @@ def token_logprobs(
     time, and while a gradient is recorded each chunk runs under non-reentrant activation
     checkpointing: its (chunk, V) float32 logits are freed once the chunk's log-probs are out and
     recomputed chunk by chunk in the backward pass, so only ``rows`` themselves are kept. Every row's
-    value is the unchunked one (the reductions run along V, row by row)."""
+    value is the unchunked one (the reductions run along V, row by row). A single chunk is not
+    checkpointed: what it keeps is bounded by the chunk anyway, and the first checkpoint of a process
+    costs seconds (torch imports its compiler stack for it)."""
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
     t = logprob_temperature(temperature)
+    recompute = torch.is_grad_enabled() and rows.shape[0] > chunk_rows
     parts = [
-        checkpoint(_chunk_logprobs, r, k, t, head, use_reentrant=False)
-        if torch.is_grad_enabled()
-        else _chunk_logprobs(r, k, t, head)
+        checkpoint(_chunk_logprobs, r, k, t, head, use_reentrant=False) if recompute else _chunk_logprobs(r, k, t, head)
         for r, k in zip(rows.split(chunk_rows), taken.split(chunk_rows))
     ]
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float32, device=rows.device)
@@ -350,7 +356,7 @@ def completion_entropy(
     input_ids: torch.Tensor,
     completion_mask: torch.Tensor,
     temperature: float = 1.0,
-    chunk_rows: int = 256,
+    chunk_rows: int = CHUNK_ROWS,
 ) -> torch.Tensor:
     """Entropy of the next-token distribution that produced each completion token, at the sampling
     ``temperature`` (as ``completion_logprobs``); (B, T), 0 elsewhere. For logging only: computed

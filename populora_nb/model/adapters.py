@@ -275,10 +275,10 @@ class Population:
         weight_by: Literal["rows", "tokens"] = "rows",
     ) -> dict[str, float]:
         """One AdamW step on this member's LoRA factors only; the base and every other member stay
-        bit-identical. ``micro_batch_size`` accumulates gradients over row chunks, each chunk's loss
-        weighted by its share of the batch's rows or completion tokens: ``weight_by`` must match the
-        loss's mean ("rows" for a per-sequence mean, "tokens" for a token mean) for the step to equal
-        the unchunked one. Returns the loss_fn's stats averaged over chunks plus ``optim/*``, ``time/*``."""
+        bit-identical. ``micro_batch_size`` accumulates gradients over row chunks (rows sorted by
+        length, each chunk padded to its own longest), each chunk's loss weighted by its share of the
+        batch's rows or completion tokens: ``weight_by`` must match the loss's mean ("rows" for a
+        per-sequence mean, "tokens" for a token mean) for the step to equal the unchunked one. Returns the loss_fn's stats averaged over chunks plus ``optim/*``, ``time/*``."""
         if weight_by not in ("rows", "tokens"):
             raise ValueError(f"weight_by must be 'rows' or 'tokens', got {weight_by!r}")
         start = time.perf_counter()
@@ -289,12 +289,14 @@ class Population:
         batch = batch.to(self.base.device)
         n = batch.input_ids.shape[0]
         step = micro_batch_size or n
+        if step < n:  # similar lengths share a micro-batch, each padded to its own longest (trimmed below)
+            batch = batch.rows(batch.attention_mask.sum(dim=1).argsort(descending=True, stable=True))
         size = (lambda b: b.input_ids.shape[0]) if weight_by == "rows" else (lambda b: float(b.completion_mask.sum()))
         total = max(size(batch), 1e-9)
         stats: dict[str, float] = {}
         with self._member_forward(member_id) as forward:
             for lo in range(0, n, step):
-                chunk = batch.rows(slice(lo, lo + step))
+                chunk = batch.rows(slice(lo, lo + step)).trimmed()
                 weight = size(chunk) / total
                 loss, chunk_stats = loss_fn(forward(chunk), chunk)
                 (loss * weight).backward()
