@@ -278,7 +278,8 @@ class Population:
         bit-identical. ``micro_batch_size`` accumulates gradients over row chunks (rows sorted by
         length, each chunk padded to its own longest), each chunk's loss weighted by its share of the
         batch's rows or completion tokens: ``weight_by`` must match the loss's mean ("rows" for a
-        per-sequence mean, "tokens" for a token mean) for the step to equal the unchunked one. Returns the loss_fn's stats averaged over chunks plus ``optim/*``, ``time/*``."""
+        per-sequence mean, "tokens" for a token mean) for the step to equal the unchunked one.
+        Returns the loss_fn's stats averaged over chunks plus ``optim/*``, ``time/*``."""
         if weight_by not in ("rows", "tokens"):
             raise ValueError(f"weight_by must be 'rows' or 'tokens', got {weight_by!r}")
         start = time.perf_counter()
