@@ -238,7 +238,8 @@ class RLConfig:
     """PPO clip range of the probability ratio to the sampling policy (acts only when ppo_epochs > 1)."""
     micro_batch: int = 8
     """Sequences per forward/backward in a member's update (gradients accumulate, weighted by
-    completion tokens, so the update does not depend on it; peak memory does)."""
+    completion tokens, so the update does not depend on it; peak memory does). Rows are sorted by
+    length and each micro-batch is padded to its own longest row."""
 
     def __post_init__(self) -> None:
         _positive(self, "proposals_per_kind", "rollouts", "ppo_epochs", "micro_batch")

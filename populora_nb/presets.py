@@ -104,6 +104,9 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "sampling.solve_max_new_tokens": 2048,
             "rl.proposals_per_kind": 8,
             "rl.rollouts": 4,
+            # Issue #29: <= 2 x 6,144 tokens x ~2.7 MB of saved bf16 activations per token (28 layers, no
+            # checkpointing; docs/performance.md) ~ 33 GB, beside ~5 GB fixed and the engine's 30% of 80 GB
+            "rl.micro_batch": 2,
             "run.steps": 200,
             "probe.every": 10,  # 20 events; 4 prompts x 3 kinds per teacher, generated only: ~5% of a step (estimate)
             "probe.prompts_per_kind": 4,
@@ -122,6 +125,9 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "lora.gradient_checkpointing": True,  # 8k-token completions on a 7B base
             "rl.proposals_per_kind": 16,
             "rl.rollouts": 8,  # AZR estimates solve rates over 8 samples
+            # Issue #29: <= 2 x 14,240 tokens x ~0.4 MB per token (checkpointed layer inputs + one layer's
+            # recompute, 7B bf16) ~ 11 GB, beside ~23 GB fixed and the engine's 45% of 80 GB, even awake
+            "rl.micro_batch": 2,
             "run.steps": 500,
             "probe.every": 20,  # 25 events; generated only, never trained on: a few % of a step (estimate)
             "probe.prompts_per_kind": 8,

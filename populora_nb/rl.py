@@ -9,16 +9,19 @@ PPO's ratio clipping (several epochs over one batch) and a k3 KL penalty to a re
 
 Nothing here touches a model: inputs are tensors of log-probabilities, outputs a loss and a dict of
 floats for logging. ``completion_logprobs`` turns logits into those log-probabilities at the
-temperature the completions were sampled at, so every log-prob is of the policy that sampled.
+temperature the completions were sampled at, so every log-prob is of the policy that sampled;
+``completion_logprobs_from_hidden`` does the same from the final hidden states and the output
+layer, a chunk of rows at a time, so the (tokens × vocabulary) logits are never held whole.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Literal
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 Aggregation = Literal["token_mean", "sequence_mean"]
 
@@ -207,9 +210,9 @@ def _completion_positions(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Indices (batch, token position, logit row) of every completion token.
 
-    ``logits`` (B, L, V) may cover only the last L positions of ``input_ids`` (B, T), as with
-    transformers' ``logits_to_keep=L``; logit row j sits at position T − L + j and predicts the
-    token at position T − L + j + 1.
+    ``logits`` (B, L, V), or the hidden states (B, L, D) they come from, may cover only the last L
+    positions of ``input_ids`` (B, T), as with transformers' ``logits_to_keep=L``; logit row j sits
+    at position T − L + j and predicts the token at position T − L + j + 1.
     """
     if input_ids.dim() != 2 or completion_mask.shape != input_ids.shape:
         raise ValueError(
@@ -218,7 +221,7 @@ def _completion_positions(
         )
     batch, length = input_ids.shape
     if logits.dim() != 3 or logits.shape[0] != batch or not 0 < logits.shape[1] <= length:
-        raise ValueError(f"logits must be (B={batch}, L<= T={length}, V), got {tuple(logits.shape)}")
+        raise ValueError(f"logits (or hidden states) must be (B={batch}, L<= T={length}, V), got {tuple(logits.shape)}")
     offset = length - logits.shape[1]  # position of logit row 0
     b, t = completion_mask.bool().nonzero(as_tuple=True)
     if t.numel() and int(t.min()) < offset + 1:
@@ -251,16 +254,17 @@ def logprob_temperature(temperature: float) -> float:
     return float(temperature) if temperature > 0 else 1.0
 
 
-def _completion_logits(
-    logits: torch.Tensor, input_ids: torch.Tensor, completion_mask: torch.Tensor, temperature: float
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(batch, position) of every completion token and its predicting logits / T, (N, V) float32."""
-    b, t, row = _completion_positions(logits, input_ids, completion_mask)
-    return b, t, logits[b, row].float() / logprob_temperature(temperature)  # upcast first (bf16)
+CHUNK_ROWS = 64
+"""Rows per log-prob chunk: at Qwen's 152k vocabulary one (64, V) float32 buffer is 39 MB, and a chunk
+makes about five; the head's weight is read once per chunk, a small cost beside the backbone's."""
 
 
 def completion_logprobs(
-    logits: torch.Tensor, input_ids: torch.Tensor, completion_mask: torch.Tensor, temperature: float = 1.0
+    logits: torch.Tensor,
+    input_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    temperature: float = 1.0,
+    chunk_rows: int = CHUNK_ROWS,
 ) -> torch.Tensor:
     """Log-prob of each taken token on completion positions; (B, T) float32, 0 elsewhere.
 
@@ -275,26 +279,95 @@ def completion_logprobs(
 
     Only the N completion rows of ``logits`` are gathered and normalised: the log-softmax costs
     (N, V) instead of (B, T, V), which matters when prompts are long and the vocabulary is 49k+
-    (DESIGN: "log-probs only on completion tokens"). The rows are upcast to float32 so bf16
-    logits do not lose the small differences the ratio depends on. Gradients flow to ``logits``.
+    (DESIGN: "log-probs only on completion tokens"), and those rows go ``chunk_rows`` at a time
+    (``token_logprobs``), so no (N, V) float32 copy is made or kept for the backward pass. The rows
+    are upcast to float32 so bf16 logits do not lose the small differences the ratio depends on.
+    Gradients flow to ``logits``. Given the hidden states instead of the logits,
+    ``completion_logprobs_from_hidden`` also leaves out the (B, L, V) logits themselves.
     """
-    b, t, selected = _completion_logits(logits, input_ids, completion_mask, temperature)  # (N, V)
-    taken = input_ids[b, t]  # (N,)
-    token_logp = selected.gather(1, taken[:, None]).squeeze(1) - torch.logsumexp(selected, dim=-1)
-    out = torch.zeros(input_ids.shape, dtype=torch.float32, device=logits.device)
-    return out.index_put((b, t), token_logp)
+    b, t, row = _completion_positions(logits, input_ids, completion_mask)
+    token_logp = token_logprobs(logits[b, row], input_ids[b, t], temperature, chunk_rows=chunk_rows)  # (N,)
+    return _place(token_logp, b, t, input_ids.shape)
+
+
+def completion_logprobs_from_hidden(
+    hidden: torch.Tensor,
+    head: Callable[[torch.Tensor], torch.Tensor],
+    input_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    temperature: float = 1.0,
+    chunk_rows: int = CHUNK_ROWS,
+) -> torch.Tensor:
+    """``completion_logprobs(head(hidden), ...)`` without the logits: (B, T) float32, 0 elsewhere.
+
+    ``hidden`` (B, L, D) are the last L positions' final hidden states and ``head`` the output layer
+    that maps them to logits (an LM's ``lm_head``). Only the N completion rows go through ``head``,
+    ``chunk_rows`` at a time with activation checkpointing, so what a scored token keeps for the
+    backward pass is its D hidden values, not V logits: the memory per scored token no longer grows
+    with the vocabulary (issue #29: ≈ 2.4 MB per token at Qwen's 152k before; benchmarks/bench_logprobs.py).
+    Gradients flow to ``hidden`` (and to ``head``'s weights if they require one)."""
+    b, t, row = _completion_positions(hidden, input_ids, completion_mask)
+    token_logp = token_logprobs(hidden[b, row], input_ids[b, t], temperature, head=head, chunk_rows=chunk_rows)
+    return _place(token_logp, b, t, input_ids.shape)
+
+
+def token_logprobs(
+    rows: torch.Tensor,
+    taken: torch.Tensor,
+    temperature: float = 1.0,
+    head: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    chunk_rows: int = CHUNK_ROWS,
+) -> torch.Tensor:
+    """``log softmax(head(rows) / T)[taken]`` row by row: (N,) float32 from ``rows`` (N, D), ``taken`` (N,).
+
+    ``head`` maps rows to logits (None: ``rows`` are the logits). The rows go ``chunk_rows`` at a
+    time, and while a gradient is recorded each chunk runs under non-reentrant activation
+    checkpointing: its (chunk, V) float32 logits are freed once the chunk's log-probs are out and
+    recomputed chunk by chunk in the backward pass, so only ``rows`` themselves are kept. Every row's
+    value is the unchunked one (the reductions run along V, row by row). A single chunk is not
+    checkpointed: what it keeps is bounded by the chunk anyway, and the first checkpoint of a process
+    costs seconds (torch imports its compiler stack for it)."""
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    t = logprob_temperature(temperature)
+    recompute = torch.is_grad_enabled() and rows.shape[0] > chunk_rows
+    parts = [
+        checkpoint(_chunk_logprobs, r, k, t, head, use_reentrant=False) if recompute else _chunk_logprobs(r, k, t, head)
+        for r, k in zip(rows.split(chunk_rows), taken.split(chunk_rows))
+    ]
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float32, device=rows.device)
+
+
+def _chunk_logprobs(
+    rows: torch.Tensor, taken: torch.Tensor, temperature: float, head: Callable[[torch.Tensor], torch.Tensor] | None
+) -> torch.Tensor:
+    logits = (rows if head is None else head(rows)).float() / temperature  # (c, V) float32: upcast first (bf16)
+    return logits.gather(1, taken[:, None]).squeeze(1) - torch.logsumexp(logits, dim=-1)
+
+
+def _place(values: torch.Tensor, b: torch.Tensor, t: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """(B, T) float32 holding ``values`` at positions (b, t), 0 elsewhere (differentiable)."""
+    out = torch.zeros(shape, dtype=torch.float32, device=values.device)
+    return out.index_put((b, t), values)
 
 
 def completion_entropy(
-    logits: torch.Tensor, input_ids: torch.Tensor, completion_mask: torch.Tensor, temperature: float = 1.0
+    logits: torch.Tensor,
+    input_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    temperature: float = 1.0,
+    chunk_rows: int = CHUNK_ROWS,
 ) -> torch.Tensor:
     """Entropy of the next-token distribution that produced each completion token, at the sampling
     ``temperature`` (as ``completion_logprobs``); (B, T), 0 elsewhere. For logging only: computed
-    without gradient, same positions as ``completion_logprobs``."""
+    without gradient, same positions as ``completion_logprobs``, ``chunk_rows`` rows at a time so the
+    (N, V) log-softmax is never whole."""
     with torch.no_grad():
-        b, t, selected = _completion_logits(logits, input_ids, completion_mask, temperature)
-        logp = torch.log_softmax(selected, dim=-1)  # (N, V)
-        ent = -(logp.exp() * logp).sum(dim=-1)
-        out = torch.zeros(input_ids.shape, dtype=torch.float32, device=logits.device)
-        out[b, t] = ent
-    return out
+        b, t, row = _completion_positions(logits, input_ids, completion_mask)
+        scale = logprob_temperature(temperature)
+        parts = []
+        for rows in logits[b, row].split(chunk_rows):
+            logp = torch.log_softmax(rows.float() / scale, dim=-1)  # (c, V)
+            parts.append(-(logp.exp() * logp).sum(dim=-1))
+        ent = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float32, device=logits.device)
+        return _place(ent, b, t, input_ids.shape)

@@ -186,6 +186,29 @@ def test_gradient_checkpointing_and_micro_batches_give_the_same_update(base, cfg
             torch.testing.assert_close(pair.A, results[0][1][name].A, rtol=1e-4, atol=1e-6)
 
 
+def test_each_micro_batch_is_padded_to_its_own_longest_row_and_the_update_is_unchanged(base, cfg):
+    # Issue #29: rows sorted by length, each micro-batch trimmed to its longest, same gradient.
+    tok = base.tokenizer
+    prompts = ["x", PROMPTS[3] * 3, "y =", PROMPTS[1]]
+    gens = [Generation("T0", tok(p)["input_ids"], [5, 6, 7], "", True) for p in prompts]
+    lengths = sorted((len(g.prompt_ids) + 3 for g in gens), reverse=True)
+    widths, norms = [], []
+    for micro in (None, 2):
+        pop = Population.create(base, roles_for(1, 1), cfg.lora, seed=0, random_b_std=0.5)
+        batch = train_batch(gens, [1.0, -1.0, 0.5, -0.5], tok.pad_token_id)
+
+        def loss(logprobs, b):
+            widths.append(b.input_ids.shape[1])
+            return pg_loss(logprobs, b)
+
+        norms.append(pop.train_step("T0", batch, loss, micro_batch_size=micro)["optim/grad_norm"])
+    assert widths == [lengths[0], lengths[0], lengths[2]]  # whole batch; then its two micro-batches
+    assert norms[1] == pytest.approx(norms[0], rel=1e-4)
+    trimmed = batch.rows(slice(0, 1)).trimmed()  # "x" alone: every padding column dropped
+    assert trimmed.input_ids.shape[1] == len(gens[0].prompt_ids) + 3 and bool(trimmed.attention_mask.all())
+    assert trimmed.advantages.shape == (1,)
+
+
 def test_micro_batches_weighted_by_tokens_reproduce_a_token_mean_step(base, cfg):
     def token_loss(logprobs, batch):
         return policy_gradient_loss(logprobs, batch.completion_mask, batch.advantages, aggregation="token_mean")

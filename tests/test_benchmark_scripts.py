@@ -11,6 +11,7 @@ BENCHMARKS = sorted((Path(__file__).resolve().parents[1] / "benchmarks").glob("b
 PRINTS = {
     "bench_adapters.py": "(a) mixed 8-member batch / single-member batch",
     "bench_evolution.py": "| X1 dare |",
+    "bench_logprobs.py": "before #29 / fused head, bytes per scored token:",
     "bench_step.py": "population step / baseline step =",
     "bench_cpu_dtype.py": "bf16/fp32",
     "bench_scoring.py": "project / evalplus candidates per second:",

@@ -8,6 +8,7 @@ from populora_nb.presets import PRESETS
 from populora_nb.rl import (
     completion_entropy,
     completion_logprobs,
+    completion_logprobs_from_hidden,
     logprob_temperature,
     policy_gradient_loss,
     trr_plus_plus_advantages,
@@ -250,6 +251,47 @@ def test_completion_entropy_matches_naive():
     naive = -(logp.exp() * logp).sum(-1)  # (B, T) entropy at each logit row
     assert torch.allclose(ent[:, 1:][mask[:, 1:]], naive[:, :-1][mask[:, 1:]], atol=1e-5)
     assert torch.equal(ent[~mask], torch.zeros(int((~mask).sum())))
+
+
+# ---------------------------------------------------------------- chunks of rows (issue #29)
+
+
+def test_chunked_logprobs_and_entropy_equal_the_unchunked_with_the_same_gradient():
+    logits, input_ids, mask = _lm_batch(seed=8)
+    whole = logits.clone().requires_grad_(True)
+    chunked = logits.clone().requires_grad_(True)
+    lp_whole = completion_logprobs(whole, input_ids, mask, 0.7)
+    lp_chunked = completion_logprobs(chunked, input_ids, mask, 0.7, chunk_rows=2)  # 5 chunks, the last of 1
+    assert torch.equal(lp_chunked, lp_whole)
+    (lp_whole * torch.arange(7.0)).sum().backward()
+    (lp_chunked * torch.arange(7.0)).sum().backward()
+    torch.testing.assert_close(chunked.grad, whole.grad, atol=1e-7, rtol=0)
+    ent = completion_entropy(logits, input_ids, mask, 0.7)
+    assert torch.equal(completion_entropy(logits, input_ids, mask, 0.7, chunk_rows=3), ent)
+    with pytest.raises(ValueError, match="chunk_rows"):
+        completion_logprobs(logits, input_ids, mask, chunk_rows=0)
+
+
+@pytest.mark.parametrize("keep", [7, 6])
+def test_logprobs_from_hidden_states_equal_those_of_the_heads_logits(keep):
+    logits, input_ids, mask = _lm_batch(seed=9)
+    g = torch.Generator().manual_seed(9)
+    head = torch.nn.Linear(5, 11, bias=False)
+    with torch.no_grad():
+        head.weight.copy_(torch.randn(11, 5, generator=g))
+    head.requires_grad_(False)  # frozen, as the LM head is under LoRA
+    hidden = torch.randn(3, 7, 5, generator=g)[:, -keep:]  # like logits_to_keep
+    via_logits, fused = hidden.clone().requires_grad_(True), hidden.clone().requires_grad_(True)
+    expected = completion_logprobs(head(via_logits), input_ids, mask, 0.7)
+    got = completion_logprobs_from_hidden(fused, head, input_ids, mask, 0.7, chunk_rows=2)
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+    expected.sum().backward()
+    got.sum().backward()
+    torch.testing.assert_close(fused.grad, via_logits.grad, atol=1e-6, rtol=0)
+    with torch.no_grad():  # no gradient recorded: no checkpointing, same numbers
+        assert torch.equal(
+            completion_logprobs_from_hidden(hidden, head, input_ids, mask, 0.7, chunk_rows=2), got.detach()
+        )
 
 
 # ---------------------------------------------------------------- sampling temperature

@@ -13,12 +13,14 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 import torch
 
 from populora_nb.config import load_config
+from populora_nb.model import vllm_engine
 from populora_nb.model.adapters import roles_for
 from populora_nb.model.policy import LoRAPolicy
 from populora_nb.model.vllm_engine import EngineError, VLLMEngine, lora_slot_rank
@@ -118,6 +120,33 @@ def test_engine_errors_name_the_fix(monkeypatch, tiny_base):
     assert lora_slot_rank(4) == 8 and lora_slot_rank(32) == 32
     with pytest.raises(EngineError, match="largest LoRA rank"):
         lora_slot_rank(1024)
+
+
+def test_cached_memory_is_released_before_the_engine_wakes_or_starts(monkeypatch, tiny_base):
+    # Issue #29: the trainer's cached CUDA blocks must go back to the device before vLLM maps its memory.
+    order = []
+    monkeypatch.setattr(vllm_engine, "release_cached_memory", lambda: order.append("release"))
+    engine = VLLMEngine.__new__(VLLMEngine)  # an asleep engine without its process
+    engine.asleep, engine.llm = True, types.SimpleNamespace(wake_up=lambda: order.append("wake_up"))
+    engine.wake()
+    engine.wake()  # awake: nothing to map
+    assert order == ["release", "wake_up"]
+    order.clear()
+    monkeypatch.setattr(VLLMEngine, "_start", lambda self, *args: order.append("start"))
+    config = load_config("tiny", OVERRIDES)
+    VLLMEngine(tiny_base, config.lora, config.rollout, max_loras=2, max_model_len=256).close()
+    assert order == ["release", "start"]
+
+
+def test_release_cached_memory_empties_the_cuda_cache_only_with_cuda(monkeypatch):
+    emptied = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(True))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    vllm_engine.release_cached_memory()
+    assert emptied == []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    vllm_engine.release_cached_memory()
+    assert emptied == [True]
 
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks"

@@ -36,8 +36,8 @@ from populora_nb.lowrank import LoRAFactors, LoRAPair
 from populora_nb.model.base import Base, decode_text
 from populora_nb.model.batch import Generation, LossFn, TrainBatch, left_pad
 from populora_nb.model.checkpoint import SavedPopulation, read_population, write_peft_adapter, write_population
-from populora_nb.model.multilora import MultiLoRA, checkpointing, decode, forward_kwarg_names, position_ids_from_mask
-from populora_nb.rl import completion_logprobs
+from populora_nb.model.multilora import MultiLoRA, checkpointing, decode
+from populora_nb.model.scoring import lm_completion_logprobs
 
 Role = Literal["teacher", "student", "agent"]
 
@@ -241,20 +241,12 @@ class Population:
         bare base), at the batch's sampling temperature. The route stays open until the caller's
         backward is done (checkpointing)."""
         model = self.base.model
-        _, keep_kw = forward_kwarg_names(model)
 
         def logprobs(b: TrainBatch) -> Tensor:
-            logits = model(
-                input_ids=b.input_ids,
-                attention_mask=b.attention_mask,
-                use_cache=False,
-                position_ids=position_ids_from_mask(b.attention_mask),
-                **{keep_kw: b.logits_to_keep},
-            ).logits  # (B, L, V): only completion rows
-            return completion_logprobs(logits, b.input_ids, b.completion_mask, b.temperature)
+            return lm_completion_logprobs(model, b)  # without the (tokens × vocab) logits (model.scoring)
 
         if member_id is None:
-            with self._slot_engine.bare() if self._slot_engine is not None else contextlib.nullcontext():
+            with self._slot_engine.bare() if self._slot_engine is not None else self.multi.bare():
                 yield logprobs
         elif self._slot_engine is not None:
             with self._slot_engine.member(self.multi, self.member(member_id).slot, self.lora.gradient_checkpointing):
@@ -283,10 +275,11 @@ class Population:
         weight_by: Literal["rows", "tokens"] = "rows",
     ) -> dict[str, float]:
         """One AdamW step on this member's LoRA factors only; the base and every other member stay
-        bit-identical. ``micro_batch_size`` accumulates gradients over row chunks, each chunk's loss
-        weighted by its share of the batch's rows or completion tokens: ``weight_by`` must match the
-        loss's mean ("rows" for a per-sequence mean, "tokens" for a token mean) for the step to equal
-        the unchunked one. Returns the loss_fn's stats averaged over chunks plus ``optim/*``, ``time/*``."""
+        bit-identical. ``micro_batch_size`` accumulates gradients over row chunks (rows sorted by
+        length, each chunk padded to its own longest), each chunk's loss weighted by its share of the
+        batch's rows or completion tokens: ``weight_by`` must match the loss's mean ("rows" for a
+        per-sequence mean, "tokens" for a token mean) for the step to equal the unchunked one.
+        Returns the loss_fn's stats averaged over chunks plus ``optim/*``, ``time/*``."""
         if weight_by not in ("rows", "tokens"):
             raise ValueError(f"weight_by must be 'rows' or 'tokens', got {weight_by!r}")
         start = time.perf_counter()
@@ -297,12 +290,14 @@ class Population:
         batch = batch.to(self.base.device)
         n = batch.input_ids.shape[0]
         step = micro_batch_size or n
+        if step < n:  # similar lengths share a micro-batch, each padded to its own longest (trimmed below)
+            batch = batch.rows(batch.attention_mask.sum(dim=1).argsort(descending=True, stable=True))
         size = (lambda b: b.input_ids.shape[0]) if weight_by == "rows" else (lambda b: float(b.completion_mask.sum()))
         total = max(size(batch), 1e-9)
         stats: dict[str, float] = {}
         with self._member_forward(member_id) as forward:
             for lo in range(0, n, step):
-                chunk = batch.rows(slice(lo, lo + step))
+                chunk = batch.rows(slice(lo, lo + step)).trimmed()
                 weight = size(chunk) / total
                 loss, chunk_stats = loss_fn(forward(chunk), chunk)
                 (loss * weight).backward()

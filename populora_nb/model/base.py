@@ -49,6 +49,9 @@ class Base:
     """The directory the weights were loaded from (`model_source`; a hub id's cached snapshot, else the
     id), None when built in code (the tiny model); the rollout engine (`model.vllm_engine`) loads the
     same weights from it."""
+    peft_model: Any = None
+    """On Unsloth: the peft model wrapped around ``model`` in place by the first population's slot
+    (`model.unsloth_slot`) and shared by every later population on this base (issue #29)."""
 
     @property
     def device(self) -> torch.device:

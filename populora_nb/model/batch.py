@@ -74,8 +74,16 @@ class TrainBatch:
         cols = self.completion_mask.bool().any(dim=0).nonzero()
         return self.input_ids.shape[1] - int(cols.min()) + 1 if cols.numel() else 1
 
-    def rows(self, index: slice) -> TrainBatch:
+    def rows(self, index: slice | Tensor) -> TrainBatch:
         return map_tensors(self, lambda t: t[index])
+
+    def trimmed(self) -> TrainBatch:
+        """This batch without the leading columns that are padding in every row, so a micro-batch is
+        as wide as its own longest sequence rather than the whole batch's (issue #29). The kept
+        tokens' positions and masks are unchanged: padding is on the left, positions count real tokens."""
+        real = self.attention_mask.bool().any(dim=0).nonzero()
+        start = int(real.min()) if real.numel() else 0
+        return map_tensors(self, lambda t: t[:, start:] if t.dim() == 2 else t) if start else self
 
     def to(self, device: torch.device) -> TrainBatch:
         return map_tensors(self, lambda t: t.to(device))

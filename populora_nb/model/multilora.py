@@ -14,6 +14,9 @@ and no other slot's rows are ever written.
 
 Routing. Forward hooks on the target modules add the LoRA term to the base output. They exist only
 inside a ``route_*`` context, so outside one the model is the untouched base (and peft can wrap it).
+A base peft has already wrapped (Unsloth's ``get_peft_model`` swaps each target ``nn.Linear`` for a
+peft ``lora.Linear`` in place) is adapted through the ``base_layer`` inside each peft layer, under
+the same names, with peft's own adapter switched off for the route (issue #29).
   * one slot for all rows: two plain matmuls, ``x @ A_mᵀ`` then ``@ B_mᵀ`` (with autograd, for
     training); the base output gets the term added in place when no gradient is recorded;
   * mixed rows, B ≤ N: each row's factors are gathered once per context (``index_select``), then
@@ -37,7 +40,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Iterator, Sequence
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -66,6 +69,9 @@ class MultiLoRA:
         self.alpha = alpha
         self.scale = alpha / rank
         self.modules: dict[str, nn.Linear] = find_target_modules(model, target_modules)
+        # peft layers wrapping a target (base already wrapped by peft / Unsloth): their adapters are
+        # switched off while a route's hooks sit on the base layers inside them.
+        self._peft_layers = [m for n, m in model.named_modules() if n in self.modules and m is not self.modules[n]]
         device = next(model.parameters()).device
         self.A: dict[str, Tensor] = {}  # (N, r, d_in)
         self.Bt: dict[str, Tensor] = {}  # (N, r, d_out)
@@ -114,6 +120,12 @@ class MultiLoRA:
             return hook
 
         with self._hooks(make_hook):
+            yield
+
+    @contextlib.contextmanager
+    def bare(self) -> Iterator[None]:
+        """The untouched base: no route, and the adapters of peft layers wrapping the targets off."""
+        with peft_adapters_off(self._peft_layers):
             yield
 
     @contextlib.contextmanager
@@ -173,7 +185,8 @@ class MultiLoRA:
             raise RuntimeError("a MultiLoRA route is already active; routes do not nest")
         try:
             self._handles = [mod.register_forward_hook(make_hook(name)) for name, mod in self.modules.items()]
-            yield
+            with peft_adapters_off(self._peft_layers):
+                yield
         finally:
             for h in self._handles:
                 h.remove()
@@ -181,15 +194,54 @@ class MultiLoRA:
 
 
 def find_target_modules(model: nn.Module, target_modules: Sequence[str]) -> dict[str, nn.Linear]:
-    """Linear layers whose name ends in one of ``target_modules`` (peft's suffix rule), by full name."""
-    found = {
-        name: mod
-        for name, mod in model.named_modules()
-        if isinstance(mod, nn.Linear) and name.rsplit(".", 1)[-1] in target_modules
-    }
+    """Linear layers whose name ends in one of ``target_modules`` (peft's suffix rule), by full name.
+
+    A target peft has already wrapped (plain ``get_peft_model``, or Unsloth's, which calls it) is a
+    peft layer holding the original ``nn.Linear`` as its ``base_layer``: that linear is found, under
+    the wrapper's name, so every population on one base adapts the same weights under the same names
+    (and checkpoint keys) whether or not an Unsloth slot has wrapped it first."""
+    found: dict[str, nn.Linear] = {}
+    for name, mod in model.named_modules():
+        linear = base_linear(mod) if name.rsplit(".", 1)[-1] in target_modules else None
+        if linear is not None:
+            found[name] = linear
     if not found:
         raise ValueError(f"no nn.Linear named like {list(target_modules)} in the model; check lora target_modules")
     return found
+
+
+def base_linear(module: nn.Module) -> nn.Linear | None:
+    """``module`` when it is an ``nn.Linear``, else the ``nn.Linear`` a peft layer wraps (its
+    ``base_layer``, followed through nested wrappers), else None."""
+    while not isinstance(module, nn.Linear):
+        inner = getattr(module, "base_layer", None)
+        if not isinstance(inner, nn.Module):
+            return None
+        module = inner
+    return module
+
+
+@contextlib.contextmanager
+def peft_adapters_off(layers: Sequence[nn.Module]) -> Iterator[None]:
+    """peft layers' forward is their base layer's alone inside the context; restored on exit.
+
+    A route's hook sits on the base layer inside a peft layer, whose forward would then add its own
+    active adapter's delta (e.g. whichever member an Unsloth slot last loaded) on top of the routed
+    member's: peft 0.21's ``lora.Linear.forward`` returns ``base_layer(x)`` alone only when
+    ``disable_adapters`` is set (unmerging first if merged). ``enable_adapters`` is peft's switch (what
+    ``PeftModel.disable_adapter`` uses); it also rewrites the adapters' ``requires_grad``, so those
+    flags are put back as they were."""
+    on = [layer for layer in layers if not getattr(layer, "disable_adapters", True)]
+    flags = [(p, p.requires_grad) for layer in on for p in layer.parameters()]
+    for layer in on:
+        cast(Any, layer).enable_adapters(False)
+    try:
+        yield
+    finally:
+        for layer in on:
+            cast(Any, layer).enable_adapters(True)
+        for p, flag in flags:
+            p.requires_grad_(flag)
 
 
 # ---- activation checkpointing ------------------------------------------------------------------

@@ -8,7 +8,13 @@ bypassed. Its training forward likewise fuses the LoRA matmuls of the active ada
 (``apply_lora_qkv`` / ``apply_lora_mlp``). So on Unsloth one member runs at a time: a mixed batch
 is split into one sub-batch per distinct member, each decoded with Unsloth's fast ``generate``.
 The population's factors (the masters, float32) stay in ``MultiLoRA``'s stacks and each member
-keeps its own AdamW state; the slot is only a compute buffer. For mixed-batch-heavy workloads on a
+keeps its own AdamW state; the slot is only a compute buffer.
+
+One peft model per base, shared by every population on it (the doctor's population and baseline,
+a policy ``load_run`` loads into): ``get_peft_model`` wraps the base's layers in place, and a
+second call re-creates the "default" adapter's modules (plain peft 0.21, which Unsloth calls
+underneath), so an earlier population's slot would write into weights no forward reads. Every use
+loads its member first, so sharing the slot between populations is safe. For mixed-batch-heavy workloads on a
 GPU, ``model.backend=transformers`` keeps the batched multi-LoRA path.
 
 UNTESTED on a GPU in this repository's sessions (no CUDA machine was available); written from
@@ -18,7 +24,8 @@ Unsloth's ``models/llama.py`` (get_peft_model, for_training / for_inference, Cau
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -38,16 +45,7 @@ class UnslothSlot:
         # Unsloth's own checkpointing acts only in train() mode, which also makes its forward drop
         # the attention mask (it assumes right padding); our batches are left-padded, so we train
         # in eval() mode and checkpoint with multilora.checkpointing instead.
-        self.peft_model = FastLanguageModel.get_peft_model(
-            base.model,
-            r=lora.rank,
-            lora_alpha=lora.alpha,
-            target_modules=list(lora.target_modules),
-            lora_dropout=0.0,
-            bias="none",
-            use_gradient_checkpointing=False,
-            random_state=0,
-        )
+        self.peft_model = shared_peft_model(base, lora, FastLanguageModel.get_peft_model)
         self.slot: dict[str, tuple[torch.nn.Parameter, torch.nn.Parameter]] = {}
         for name, mod in self.peft_model.named_modules():
             if hasattr(mod, "lora_A") and "default" in getattr(mod, "lora_A", {}):
@@ -142,3 +140,30 @@ class UnslothSlot:
             tokens[rows, :n] = out
             lengths[rows] = first
         return tokens, lengths
+
+
+def shared_peft_model(base: Base, lora: LoRAConfig, get_peft_model: Callable[..., Any]) -> Any:
+    """The base's one peft model: wrapped with ``get_peft_model`` (Unsloth's) on first use and kept on
+    ``base.peft_model``; a later population reuses it when its LoRA shape is the same, and is refused
+    otherwise (one peft slot holds one rank and module set)."""
+    if base.peft_model is None:
+        base.peft_model = get_peft_model(
+            base.model,
+            r=lora.rank,
+            lora_alpha=lora.alpha,
+            target_modules=list(lora.target_modules),
+            lora_dropout=0.0,
+            bias="none",
+            use_gradient_checkpointing=False,
+            random_state=0,
+        )
+        return base.peft_model
+    have = base.peft_model.peft_config["default"]
+    theirs = (have.r, float(have.lora_alpha), set(have.target_modules))
+    if theirs != (lora.rank, float(lora.alpha), set(lora.target_modules)):
+        raise ValueError(
+            f"this Unsloth base already holds a LoRA slot of rank {have.r}, alpha {have.lora_alpha}, modules "
+            f"{sorted(have.target_modules)}; a population with lora.rank={lora.rank}, lora.alpha={lora.alpha} "
+            "needs its own base (load_base) or the same lora settings"
+        )
+    return base.peft_model

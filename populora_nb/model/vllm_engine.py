@@ -23,6 +23,7 @@ patched ``torch.set_num_threads`` then stay out of the trainer's process.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib.util
 import shutil
 import time
@@ -94,6 +95,7 @@ class VLLMEngine:
         self._next_id = 1
         self.asleep = False
         started = time.perf_counter()
+        release_cached_memory()  # vLLM's start checks the card's free memory, which the trainer's cache hides
         try:
             self.llm = self._start(max_loras, max_model_len, seed)
         except BaseException:
@@ -237,7 +239,10 @@ class VLLMEngine:
             self.asleep = True
 
     def wake(self) -> None:
+        """Map the engine's memory back (a GPU engine asleep), first handing it what the trainer's
+        allocator still caches."""
         if self.asleep:
+            release_cached_memory()
             self.llm.wake_up()
             self.asleep = False
 
@@ -254,6 +259,20 @@ class VLLMEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def release_cached_memory() -> None:
+    """Give the CUDA memory this process's caching allocator holds but no tensor uses back to the
+    device, so vLLM (a process of its own) can map it; a no-op without CUDA.
+
+    torch keeps freed blocks reserved for reuse: after an update the trainer's peak (activations,
+    log-prob buffers) stays reserved, and the engine's ``wake_up`` (42 GiB at ``gpu``, 63 GiB at
+    ``paper``) or a new engine's free-memory check then fails with an out-of-memory (issue #29).
+    ``gc.collect`` first, so tensors held only by reference cycles (an autograd graph's closures)
+    are freed before the cache is emptied. Called before every wake and every engine start."""
+    if torch.cuda.is_available():
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 def row_seed(seed: int, row: int) -> int:
