@@ -27,6 +27,7 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
+import ipywidgets as widgets
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -149,6 +150,14 @@ def task_html(task: dict[str, Any]) -> str:
     )
 
 
+class Controls(widgets.VBox):
+    """The explorer's controls. Its text form says what it is: that is what an exported notebook
+    (nbconvert) shows in its place, instead of a ``VBox(children=...)`` repr."""
+
+    def __repr__(self) -> str:
+        return "explorer controls: live with a running kernel; the record below is their last selection"
+
+
 class Explorer:
     """One run or two side by side (module docstring); ``frames`` from `load_frames`."""
 
@@ -158,9 +167,10 @@ class Explorer:
                 f"the explorer shows one run or two side by side; these frames hold {len(frames.config)} runs: "
                 f"pick them with frames.select(seed=..., run=...)"
             )
-        import ipywidgets as w
+        w = widgets
 
         self.frames, self.window, self.max_rows = frames, window, max_rows
+        self._quiet: bool = False  # set while _refilter resets the task list: one render per change
         tasks = frames.tasks
         last = int(
             max(tasks["step"].max() if len(tasks) else 0, frames.metrics["step"].max() if len(frames.metrics) else 0)
@@ -186,9 +196,9 @@ class Explorer:
             control.observe(self._refilter, names="value")
         for control in (self.task, self.step, self.lineage):
             control.observe(lambda _: None if self._quiet else self._render(), names="value")
-        self.controls = w.VBox([w.HBox(filters[:3]), w.HBox(filters[3:]), w.HBox([self.task, self.step, self.lineage])])
+        rows = [filters[:3], filters[3:], [self.task, self.step, self.lineage]]
+        self.controls = Controls([w.HBox(row) for row in rows])
         self._handles: dict[str, Any] = {}
-        self._quiet = False
         self._refilter()
 
     # ---- what is selected ------------------------------------------------------------------------
