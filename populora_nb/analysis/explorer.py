@@ -95,9 +95,7 @@ def ancestry(lineage: pd.DataFrame, member: str) -> pd.DataFrame:
 
 
 def verdict(row: dict[str, Any]) -> str:
-    if not row["valid"]:
-        return f"rejected: {row['reason']}"
-    return "valid" if pd.isna(row["rho"]) else f"valid, ρ {row['rho']:.2f}"
+    return "valid" if row["valid"] else f"rejected: {row['reason']}"
 
 
 def tasks_table(tasks: pd.DataFrame, max_rows: int = 20) -> str:
@@ -114,9 +112,10 @@ def tasks_table(tasks: pd.DataFrame, max_rows: int = 20) -> str:
             "rho": "" if pd.isna(r["rho"]) else f"{r['rho']:.2f}",
         }
         cells["ast_depth"] = "" if pd.isna(r["ast_depth"]) else f"{r['ast_depth']:.0f}"
-        first = " ".join(str(r["program"] or "(nothing parsable)").split())[:70]  # the program on one line
+        first = " ".join(str(r["program"] or "(nothing parsable)").split())[:60]  # the program on one line
         tds = "".join(f"<td>{html.escape(_text(cells[c]))}</td>" for c in TABLE_COLUMNS)
-        rows.append(f"<tr>{tds}<td style='text-align:left'><code>{html.escape(first)}</code></td></tr>")
+        code = f"<td style='text-align:left;white-space:nowrap'><code>{html.escape(first)}</code></td>"
+        rows.append(f"<tr>{tds}{code}</tr>")
     head = "".join(f"<th>{c}</th>" for c in (*TABLE_COLUMNS, "program"))
     more = f"<p><i>… and {len(tasks) - max_rows} more</i></p>" if len(tasks) > max_rows else ""
     return f"<table class='populora-explorer'><tr>{head}</tr>{''.join(rows)}</table>{more}"
@@ -134,6 +133,8 @@ def task_html(task: dict[str, Any]) -> str:
     )
     if pd.isna(task["rho"]):
         attempts = "not attempted" if task["valid"] else "not attempted (invalid)"
+    elif pd.isna(task["n_solved"]):  # a record without its rollout count
+        attempts = f"{task['solver']} solved ρ = {task['rho']:.2f} of its attempts (how many: not recorded)"
     else:
         attempts = f"{task['solver']} solved {task['n_solved']} of {task['rollouts']} attempts (ρ = {task['rho']:.2f})"
     metrics = ", ".join(f"{c} {_text(task.get(c))}" for c in COMPLEXITY_COLUMNS if _text(task.get(c)))
@@ -161,7 +162,7 @@ class Controls(widgets.VBox):
 class Explorer:
     """One run or two side by side (module docstring); ``frames`` from `load_frames`."""
 
-    def __init__(self, frames: RunFrames, window: int = 5, max_rows: int = 20) -> None:
+    def __init__(self, frames: RunFrames, window: int = 5, max_rows: int = 8) -> None:
         if len(frames.runs) > 2 or ("seed" in frames.tasks.columns and frames.tasks["seed"].nunique() > 1):
             raise ValueError(
                 f"the explorer shows one run or two side by side; these frames hold {len(frames.config)} runs: "
@@ -231,14 +232,10 @@ class Explorer:
         columns = []
         for run in self.frames.runs:
             mine, total = sel[sel["run"] == run], int((self.frames.tasks["run"] == run).sum())
-            columns.append(
-                f"<td style='vertical-align:top'><b>{html.escape(run)}</b>: {len(mine)} of {total} tasks match"
-                f"{tasks_table(mine, self.max_rows)}</td>"
-            )
-        return (
-            f"<p><b>Explorer</b> · {html.escape(self.describe())} · at step {self.step.value}</p>"
-            f"<table><tr>{''.join(columns)}</tr></table>"
-        )
+            count = f"<p><b>{html.escape(run)}</b>: {len(mine)} of {total} tasks match</p>"
+            columns.append(count + tasks_table(mine, self.max_rows))
+        # one run under the other: two tables of ten columns side by side overflow a notebook's width
+        return f"<p><b>Explorer</b> · {html.escape(self.describe())} · at step {self.step.value}</p>" + "".join(columns)
 
     def detail_html(self) -> str:
         parts = []
