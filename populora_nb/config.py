@@ -364,11 +364,23 @@ class RunConfig:
     """Directory new run directories are created in (the CLI's --out names one instead)."""
     checkpoint_every: int = 5
     """Save adapters, optimizer states, ratings, buffers and RNG states every N steps (0: never)."""
+    report_to: str | tuple[str, ...] = "none"
+    """Trackers that also get every step's metrics per member, the config and the report's figures
+    (TRL's setting and values): "none", "tensorboard" (RUN/tensorboard), "wandb" (RUN/wandb, offline
+    unless WANDB_MODE is set), or a list of them. The JSONL records are written either way
+    (`populora_nb.tracking`; the backends are the [track] extra)."""
 
     def __post_init__(self) -> None:
         _positive(self, "steps")
         if self.checkpoint_every < 0:
             raise ConfigError("checkpoint_every must be >= 0 (0 disables checkpoints)")
+        names = (self.report_to,) if isinstance(self.report_to, str) else self.report_to
+        unknown = [n for n in names if n not in ("none", "tensorboard", "wandb")] or ([] if names else ["[]"])
+        if unknown:
+            raise ConfigError(
+                f"report_to: unknown tracker {unknown[0]!r}; one of none, tensorboard, wandb, or a list of them "
+                f"(e.g. run.report_to=[tensorboard,wandb])"
+            )
 
 
 @dataclass

@@ -8,6 +8,7 @@ complexity and coverage analysis, and the report.
     EXP/eval/          one JSON per (model, benchmark), table.md, benchmarks.png
     EXP/figures/       every PNG the report shows
     EXP/report.md, EXP/report.html
+    EXP/tensorboard/, EXP/wandb/   the report's figures, with run.report_to set (tracking.py)
     EXP/stages.json    which stages are complete
 
 Each stage is resumable: training resumes from its latest checkpoint, evaluation skips the
@@ -128,9 +129,13 @@ def _analysis(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -
 
 def _report(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> None:
     from populora_nb.analysis.report import write_report
+    from populora_nb.tracking import log_report, trackers
 
     md, html = write_report(out)
     say(f"[report] {md} and {html}")
+    if trackers(config.run.report_to):  # the figures to TensorBoard / W&B too, in a run named "report"
+        n = log_report(config.run.report_to, out, config.to_dict())
+        say(f"[report] {n} figures to {', '.join(trackers(config.run.report_to))} under {out}")
 
 
 STAGE_FUNCTIONS = {

@@ -14,6 +14,7 @@ population_step: PFSP pairs each teacher with a student → teachers propose (on
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -73,6 +74,7 @@ from populora_nb.step_records import (
     token_counts,
 )
 from populora_nb.tasks import Task
+from populora_nb.tracking import open_tracker
 from populora_nb.verify import Verifier
 
 # ---- the two steps ------------------------------------------------------------------------------
@@ -246,15 +248,24 @@ def run(
 ) -> RunDir:
     """Run ``config.run.steps`` steps into ``run_dir``, resuming from its latest checkpoint."""
     rd = RunDir.create(run_dir, config)
+    # run.report_to's trackers (none by default): a missing backend fails here, in one line, before any work
+    tracker = open_tracker(config.run.report_to, rd.path, config.to_dict())
     own_verifier = verifier is None
     if verifier is None:
         verifier = Verifier.from_config(config.verifier)
-        verifier.start()
+        try:
+            verifier.start()
+        except BaseException:
+            tracker.close()
+            raise
     # One progress line from the first second: loading, then the running step (0-based, as in the
     # records) and the count of steps done. A text bar, not a widget: in a notebook its last line
-    # is still there after the kernel stops, and in an exported or reopened one.
+    # is still there after the kernel stops, and in an exported or reopened one. On stdout: JupyterLab
+    # paints stderr as a pink error box under the cell, which a newcomer reads as a failure.
     agent = config.run.agent
-    bar = tqdm(total=config.run.steps, desc=f"{agent}: loading the model", unit="step", disable=not progress)
+    bar = tqdm(
+        total=config.run.steps, desc=f"{agent}: loading the model", unit="step", disable=not progress, file=sys.stdout
+    )
     own_policy = policy is None
     try:
         if policy is None:
@@ -324,6 +335,7 @@ def run(
             every = config.run.checkpoint_every
             if (every and state.step % every == 0) or state.step == config.run.steps:
                 write_checkpoint(rd, policy, state)
+            tracker.log_step(step, rows)
             if on_step is not None:
                 on_step(step, rows)
             bar.set_postfix_str(step_summary(step, rows, config.tasks.kinds), refresh=False)
@@ -332,6 +344,7 @@ def run(
         return rd
     finally:
         bar.close()
+        tracker.close()
         if own_verifier:
             verifier.close()
         close = getattr(policy, "close", None)

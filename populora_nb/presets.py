@@ -228,8 +228,13 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        inner = [a for a in args if a is not type(None)]
-        return _coerce(value, inner[0], where)
+        errors = []
+        for arm in (a for a in args if a is not type(None)):  # the first arm the value fits (str | tuple)
+            try:
+                return _coerce(value, arm, where)
+            except ConfigError as e:
+                errors.append(e)
+        raise errors[0]
     if origin is Literal:
         if value not in args:
             raise ConfigError(f"{where} must be one of {', '.join(map(repr, args))}, got {value!r}")

@@ -1,8 +1,10 @@
-"""Notebook 03 as a user meets it: JupyterLab 4 in headless Chromium, the tiny preset.
+"""Notebooks 03 and 08 as a user meets them: JupyterLab 4 in headless Chromium, the tiny preset.
 
-It opens without a "Select Kernel" dialog, Run All shows the dashboard as a figure and a table
-(not a widget repr, no "Error displaying widget", no error output), and after save, kernel
-shutdown and reopening, the dashboard cell still shows its figure and "run complete".
+Notebook 03 opens without a "Select Kernel" dialog, Run All shows the dashboard as a figure and a
+table (not a widget repr, no "Error displaying widget", no error output), and after save, kernel
+shutdown and reopening, the dashboard cell still shows its figure and "run complete". Notebook 08's
+explorer renders its controls and record, a filter changes the table, and the reopened notebook
+still shows the record of the last selection.
 
 Needs Debian's `chromium` (`make test` installs it when root) and the `playwright` package (the
 `dev` extra); `playwright install` is never run: the system Chromium is launched by path.
@@ -109,8 +111,8 @@ def lab(tmp_path):
         log.close()
 
 
-def _open(page, base: str) -> None:
-    page.goto(f"{base}/lab/tree/{NOTEBOOK}?token={TOKEN}&reset")
+def _open(page, base: str, notebook: str = NOTEBOOK) -> None:
+    page.goto(f"{base}/lab/tree/{notebook}?token={TOKEN}&reset")
     page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
     # The kernel starts from the notebook's kernelspec: the toolbar names it; no dialog asks for one.
     page.wait_for_function(
@@ -183,6 +185,88 @@ def test_notebook_03_in_jupyterlab_runs_and_keeps_its_dashboard(lab):
             page.screenshot(path=SHOTS / "05_reopened_page.png")
         except Exception:
             page.screenshot(path=SHOTS / "failure.png", full_page=True)
+            raise
+        finally:
+            browser.close()
+
+
+def _top(locator) -> None:
+    """Scroll ``locator`` to the top of the notebook's viewport (a cell taller than the window
+    cannot be shot whole: the notebook panel scrolls, not the page)."""
+    locator.evaluate("e => e.scrollIntoView({block: 'start'})")
+    locator.page.wait_for_timeout(500)
+
+
+def _explorer_cell(page):
+    return page.locator(".jp-CodeCell", has_text="ex = Explorer(").first
+
+
+def test_notebook_08_explorer_filters_live_and_leaves_its_record(lab):
+    from playwright.sync_api import sync_playwright
+
+    base, root = lab
+    notebook = "08_explore.ipynb"
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        try:
+            _open(page, base, notebook)
+            # the kernel must be idle (connected) first, or Run All may find no kernel to send the cells to
+            page.wait_for_function(
+                "() => document.querySelector('.jp-StatusBar-TextItem')?.textContent.includes('Idle') ||"
+                " [...document.querySelectorAll('.jp-StatusBar-TextItem')].some(e => e.textContent.includes('Idle'))",
+                timeout=60_000,
+            )
+            page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.jp-OutputArea-output')]"
+                ".some(e => e.textContent.includes('task rows ='))",
+                timeout=240_000,
+            )  # the last cell's line: every cell ran
+            cell = _explorer_cell(page)
+            cell.locator(".widget-dropdown").first.wait_for(timeout=30_000)  # the live controls
+            record = cell.locator(".jp-OutputArea-output", has_text="tasks match").first
+            before = record.inner_text()
+            assert "validity valid" in before and "population" in before
+            cell.locator(".jp-OutputArea-output img").first.wait_for(timeout=30_000)
+            assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']").count() == 0
+            _top(cell.locator(".jp-OutputArea-child").first)
+            page.screenshot(path=SHOTS / "08_explorer_live.png")
+
+            # a filter changes the table: only T1's code_o tasks
+            cell.locator(".widget-dropdown", has_text="kind").locator("select").select_option("code_o")
+            cell.locator(".widget-dropdown", has_text="member").locator("select").select_option("T1")
+            cell.get_by_text("member T1, kind code_o").first.wait_for(timeout=30_000)
+            after = cell.locator(".jp-OutputArea-output", has_text="tasks match").first.inner_text()
+            assert after != before and "baseline: 0 of" in after
+            rows = cell.locator("table.populora-explorer tr")
+            assert rows.count() > 1 and "code_i" not in cell.locator("table.populora-explorer").last.inner_text()
+            page.wait_for_timeout(1000)
+            _top(cell.locator(".jp-OutputArea-child").first)
+            page.screenshot(path=SHOTS / "08_explorer_filtered.png")
+            _top(cell.locator(".jp-OutputArea-output img").first)
+            page.screenshot(path=SHOTS / "08_explorer_filtered_figure.png")
+
+            # save, stop the kernel, reopen: the record of the last selection is still there
+            page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
+            page.wait_for_timeout(2000)
+            for kernel in _api(base, "/api/kernels"):
+                _api(base, f"/api/kernels/{kernel['id']}", method="DELETE")
+            page.evaluate("window.jupyterapp.commands.execute('application:close-all')")
+            page.wait_for_timeout(1000)
+            saved = json.loads((root / notebook).read_text())
+            outputs = [o for c in saved["cells"] if "ex = Explorer(" in "".join(c["source"]) for o in c["outputs"]]
+            assert any("member T1, kind code_o" in "".join(o.get("data", {}).get("text/html", "")) for o in outputs)
+            _open(page, base, notebook)
+            cell = _explorer_cell(page)
+            cell.locator(".jp-OutputArea-output img").first.wait_for(timeout=30_000)
+            text = cell.locator(".jp-OutputArea").inner_text()
+            assert "member T1, kind code_o" in text and "tasks match" in text
+            _top(cell.locator(".jp-OutputArea-child").first)
+            page.screenshot(path=SHOTS / "08_explorer_reopened.png")
+        except Exception:
+            page.screenshot(path=SHOTS / "08_failure.png", full_page=True)
             raise
         finally:
             browser.close()

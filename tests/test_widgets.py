@@ -256,11 +256,12 @@ def test_run_shows_one_progress_line_from_the_start(tmp_path, capsys):
 
     cfg = load_config("tiny", {"run.agent": "baseline", "run.steps": 2})
     run(cfg, tmp_path / "b", policy=ScriptedPolicy(bundled_tokenizer(cfg.model)))
-    err = capsys.readouterr().err
-    assert err.index("loading the model") < err.index("step 0 running") < err.index("step 1 running")
-    assert "run complete" in err and "2/2" in err
+    # on stdout: JupyterLab paints stderr as a pink error box under the cell
+    out, err = capsys.readouterr()
+    assert out.index("loading the model") < out.index("step 0 running") < out.index("step 1 running")
+    assert "run complete" in out and "2/2" in out and "running" not in err
     run(cfg, tmp_path / "b", policy=ScriptedPolicy(bundled_tokenizer(cfg.model)))  # finished: nothing to do
-    assert "run complete" in capsys.readouterr().err
+    assert "run complete" in capsys.readouterr().out
 
 
 # ---- the executed notebook, exported --------------------------------------------------------

@@ -2,6 +2,8 @@
 and the report. Nothing here trains; everything reads a run directory's records.
 
   runs              find_runs: the run directories an experiment (or notebook) reads
+  frames            load_frames: a run, an experiment, a seed protocol or a sweep as pandas tables
+  explorer          ipywidgets filters over those tables that leave a static record (notebook 08)
   complexity        per-program metrics of what proposers wrote, the collapse detector
   coverage          problem-space coverage at equal sample sizes (rarefaction)
   compute           tokens generated and trained, per run and per adapter

@@ -123,10 +123,19 @@ def _task(
 
 
 def write_synthetic_run(
-    run_dir: str | Path, agent: str, n_steps: int = 30, seed: int = 0, n_teachers: int = 4, tasks_per_step: int = 4
+    run_dir: str | Path,
+    agent: str,
+    n_steps: int = 30,
+    seed: int = 0,
+    n_teachers: int = 4,
+    tasks_per_step: int = 4,
+    matches: bool = False,
 ) -> Path:
     """Write ``config.yaml``, ``metrics.jsonl`` and ``tasks.jsonl`` for one synthetic run of ``agent``
-    (``baseline``: a scripted collapse; ``population``: a scripted arms race) over ``n_steps``."""
+    (``baseline``: a scripted collapse; ``population``: a scripted arms race) over ``n_steps``.
+    ``matches`` (population only): students ``S0..`` solve the tasks in turn, and the run also gets
+    ``matches.jsonl``, TrueSkill-like ratings of every member and a ``lineage.jsonl`` birth every 10
+    steps, drawn from a separate random stream (the tasks are the same either way)."""
     if agent not in ("baseline", "population"):
         raise ValueError(f"agent must be 'baseline' or 'population', got {agent!r}")
     rng = random.Random(seed)
@@ -162,6 +171,8 @@ def write_synthetic_run(
                     "student/solve_rate": sum(r["solve_rate"] for r in valid) / max(1, len(valid)),
                 }
             )
+    if matches and agent == "population":
+        _add_matches(tasks, metrics, run_dir, n_teachers, random.Random(seed + 7919))
     (run_dir / "config.yaml").write_text(
         yaml.safe_dump({"agent": agent, "preset": "synthetic", "seed": seed, "steps": n_steps})
     )
@@ -202,9 +213,53 @@ def synthetic_probe_rows(
     return rows
 
 
-def write_synthetic_experiment(exp_dir: str | Path, n_steps: int = 30, seed: int = 0) -> Path:
-    """``exp_dir/baseline`` (a collapse) and ``exp_dir/population`` (an arms race), side by side."""
+def _add_matches(tasks: list[dict], metrics: list[dict], run_dir: Path, n: int, rng: random.Random) -> None:
+    """Students S0.. in turn for each step's tasks, one match per task, ratings per member and step,
+    and a birth every 10 steps (a child of the best teacher replacing the worst)."""
+    students, mu = [f"S{i}" for i in range(n)], {f"{r}{i}": 25.0 for r in "TS" for i in range(n)}
+    rows, births = [], []
+    for step in sorted({t["step"] for t in tasks}):
+        for t in (t for t in tasks if t["step"] == step):
+            t["solver"] = students[(int(t["proposer"][1:]) + step) % n] if t["valid"] else None
+            rows.append(
+                {
+                    **{k: t[k] for k in ("step", "kind", "valid")},
+                    "teacher": t["proposer"],
+                    "student": t["solver"] or students[0],
+                    "rho": t["solve_rate"],
+                    "rollouts": 8,
+                    "contested": t["valid"] and 0 < t["solve_rate"] < 1,
+                }
+            )
+        mu = {m: v + rng.gauss(0, 0.8) for m, v in mu.items()}
+        metrics += [
+            {"step": step, "member": s, "role": "student", "rating/mu": mu[s], "rating/sigma": 8.3 / (1 + step) ** 0.5}
+            for s in students
+        ]
+        for m in metrics:
+            if m["step"] == step and m["role"] == "teacher":
+                m.update({"rating/mu": mu[m["member"]], "rating/sigma": 8.3 / (1 + step) ** 0.5})
+        if step and step % 10 == 0:
+            teachers = sorted((m for m in mu if m.startswith("T")), key=mu.__getitem__)
+            child = f"teacher-s{step + 1}-0"
+            births.append(
+                {
+                    "step": step,
+                    "birth_step": step + 1,
+                    "child": child,
+                    "parents": [teachers[-1]],
+                    "replaced": teachers[0],
+                }
+                | {"operator": "svd_structured", "role": "teacher"}
+            )
+    (run_dir / "matches.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run_dir / "lineage.jsonl").write_text("".join(json.dumps(b) + "\n" for b in births))
+
+
+def write_synthetic_experiment(exp_dir: str | Path, n_steps: int = 30, seed: int = 0, matches: bool = False) -> Path:
+    """``exp_dir/baseline`` (a collapse) and ``exp_dir/population`` (an arms race), side by side;
+    ``matches``: the population with students, matches, ratings and lineage (`write_synthetic_run`)."""
     exp_dir = Path(exp_dir)
     write_synthetic_run(exp_dir / "baseline", "baseline", n_steps=n_steps, seed=seed)
-    write_synthetic_run(exp_dir / "population", "population", n_steps=n_steps, seed=seed + 1)
+    write_synthetic_run(exp_dir / "population", "population", n_steps=n_steps, seed=seed + 1, matches=matches)
     return exp_dir

@@ -1,0 +1,265 @@
+"""A run, an experiment, a seed protocol or a sweep as pandas DataFrames, for questions of one's own.
+
+    frames = load_frames("runs/notebooks-smoke")          # an experiment: baseline/ and population/
+    late = frames.tasks.query("run == 'population' and step >= 10 and valid")
+    late.groupby("proposer")[["rho", "ast_depth"]].mean()
+
+The records are JSONL files (`populora_nb.records`); every question used to start with parsing them
+by hand. ``load_frames(path)`` finds every run directory at or under ``path`` and returns one
+`RunFrames`: five frames, each with the labels of where its rows came from (``run``: the run
+directory's name; ``seed`` for a seed protocol's ``seed<S>/`` or a sweep's ``seed-<k>/``; ``point``
+for a sweep's grid point), so a run, an experiment, a protocol and a sweep read the same way.
+
+``tasks``     one row per tasks.jsonl record (`TASK_COLUMNS`): what was proposed, its verdict, the
+              matched solver's ρ and rollouts, its copy class, and the complexity metrics of a written
+              program (`populora_nb.analysis.complexity`; NaN where the proposer did not write one).
+``metrics``   one row per metrics.jsonl record: ``step``, ``member``, ``role`` and the namespaced keys.
+``matches``   one row per matches.jsonl record (population runs): teacher, student, kind, valid, ρ.
+``lineage``   one row per lineage.jsonl record: each child evolution made, its parents and operator.
+``config``    one row per run: its config.yaml flattened to dotted keys (``rl.rollouts``).
+
+pandas is imported here, not by ``import populora_nb``; ``populora_nb.load_frames`` reaches this
+module lazily. Nothing here writes or trains: the run directories are read as they are.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from populora_nb.analysis.complexity import WRITTEN_PROGRAM_KINDS, TaskRecord, program_metrics
+from populora_nb.analysis.runs import is_run_dir
+from populora_nb.copies import classify_rows, start_fingerprints
+from populora_nb.records import RunDir
+
+LABELS = ("point", "seed", "run")
+"""Where a row came from, as far as the layout says: a sweep's grid point, a seed, the run's name."""
+COMPLEXITY_COLUMNS = ("parsed", "ast_depth", "cc_max", "cc_total", "sloc", "n_variables", "n_chars", "io_profile")
+TASK_COLUMNS = (
+    "run",
+    "task",
+    "step",
+    "proposer",
+    "solver",
+    "kind",
+    "program",
+    "inputs",
+    "outputs",
+    "message",
+    "valid",
+    "reason",
+    "rho",
+    "rollouts",
+    "n_solved",
+    "copy",
+    "written",
+    "measured",
+    *COMPLEXITY_COLUMNS,
+    "completion",
+)
+"""The documented columns of ``RunFrames.tasks`` (plus ``seed``/``point`` where the layout has them):
+
+  task       the record's row number in its run's tasks.jsonl (0-based): a stable id within a run
+  rho        the matched solver's solve rate ρ (tasks.jsonl ``solve_rate``); NaN when invalid or unsolved
+  rollouts   attempts behind ρ (the match's ``rollouts``, else the run's ``rl.rollouts``)
+  n_solved   attempts that passed: round(ρ × rollouts)
+  copy       new / reference / earlier (``populora_nb.copies``; "copy" for runs recorded before the
+             loop classed them); None for an invalid task
+  written    a valid code_o/code_i task: the proposer wrote the program (complexity is measured)
+  measured   written and new: what the complexity and coverage analysis counts
+"""
+_SKIP_DIRS = {"checkpoints", "figures", "eval", "tune", "warmup"}
+_SEED = re.compile(r"^seed-?(\d+)$")
+
+
+@dataclass(frozen=True)
+class RunFrames:
+    """A run (or several) as tables; see the module docstring for what each frame holds."""
+
+    tasks: pd.DataFrame
+    metrics: pd.DataFrame
+    matches: pd.DataFrame
+    lineage: pd.DataFrame
+    config: pd.DataFrame
+
+    @property
+    def runs(self) -> list[str]:
+        """The run names, in the order they were loaded."""
+        return list(dict.fromkeys(self.config["run"])) if len(self.config) else []
+
+    def select(self, **labels: Any) -> RunFrames:
+        """The rows of every frame whose labels equal ``labels`` (e.g. ``select(run="population", seed=1)``)."""
+        unknown = [k for k in labels if k not in LABELS]
+        if unknown:
+            raise ValueError(f"select() takes the labels {', '.join(LABELS)}, not {', '.join(unknown)}")
+
+        def keep(df: pd.DataFrame) -> pd.DataFrame:
+            mask = pd.Series(True, index=df.index)
+            for key, value in labels.items():
+                if key in df.columns:
+                    mask &= df[key] == value
+            return df[mask].reset_index(drop=True)
+
+        return RunFrames(*(keep(getattr(self, name)) for name in ("tasks", "metrics", "matches", "lineage", "config")))
+
+
+def find_run_dirs(path: str | Path, depth: int = 3) -> list[Path]:
+    """Every run directory at or under ``path`` (a run, an experiment, ``seed<S>/`` experiments, a
+    sweep's ``<point>/seed-<k>/`` experiments), sorted; ``depth`` levels down at most."""
+    root = Path(path)
+    if is_run_dir(root):
+        return [root]
+    if depth == 0 or not root.is_dir():
+        return []
+    found: list[Path] = []
+    for child in sorted(root.iterdir()):
+        if child.is_dir() and child.name not in _SKIP_DIRS and not child.name.startswith("."):
+            found += find_run_dirs(child, depth - 1)
+    return found
+
+
+def labels_of(run_dir: Path, root: Path) -> dict[str, Any]:
+    """``run`` (the directory's name), ``seed`` from a ``seed<S>`` / ``seed-<k>`` folder on the way,
+    and ``point`` from the folder above a seed's (a sweep's grid point)."""
+    parts = run_dir.relative_to(root).parts if run_dir != root else ()
+    labels: dict[str, Any] = {"run": run_dir.name}
+    for i, part in enumerate(parts[:-1]):
+        m = _SEED.match(part)
+        if m:
+            labels["seed"] = int(m.group(1))
+            if i > 0:
+                labels["point"] = parts[i - 1]
+    return labels
+
+
+def load_frames(path: str | Path) -> RunFrames:
+    """Every run at or under ``path`` as one `RunFrames` (module docstring). A path that holds no run
+    raises FileNotFoundError naming it."""
+    root = Path(path)
+    dirs = find_run_dirs(root)
+    if not dirs:
+        raise FileNotFoundError(f"no run directory (metrics.jsonl or tasks.jsonl) at or under {root}")
+    parts: dict[str, list[pd.DataFrame]] = {k: [] for k in ("tasks", "metrics", "matches", "lineage", "config")}
+    for run_dir in dirs:
+        labels = labels_of(run_dir, root)
+        for name, frame in _run_frames(run_dir).items():
+            parts[name].append(_labelled(frame, labels))
+    frames = {name: _concat(dfs) for name, dfs in parts.items()}
+    frames["tasks"] = frames["tasks"].reindex(columns=_ordered(frames["tasks"].columns, TASK_COLUMNS))
+    return RunFrames(**frames)
+
+
+def _labelled(df: pd.DataFrame, labels: dict[str, Any]) -> pd.DataFrame:
+    """``df`` with the label columns first (point, seed, run: those the layout gave)."""
+    df = df.copy()
+    for key in reversed(LABELS):
+        if key in labels:
+            if key in df.columns:
+                df = df.drop(columns=key)
+            df.insert(0, key, labels[key])
+    return df
+
+
+def _concat(dfs: list[pd.DataFrame]) -> pd.DataFrame:
+    dfs = [d for d in dfs if len(d.columns)]
+    return pd.concat(dfs, ignore_index=True) if dfs else pd.DataFrame()
+
+
+def _ordered(columns: pd.Index, first: tuple[str, ...]) -> list[str]:
+    """The labels a layout gave, then every documented column (added empty if absent), then the rest."""
+    labels = [c for c in ("point", "seed") if c in columns]
+    return labels + list(first) + [c for c in columns if c not in first and c not in labels]
+
+
+def _run_frames(run_dir: Path) -> dict[str, pd.DataFrame]:
+    rd = RunDir(run_dir)
+    config = _config(run_dir)
+    matches = rd.read("matches")
+    return {
+        "tasks": task_frame(run_dir, rd.read("tasks"), matches, config.get("rl.rollouts")),
+        "metrics": pd.DataFrame(rd.read("metrics")),
+        "matches": pd.DataFrame(matches),
+        "lineage": pd.DataFrame(rd.read("lineage")),
+        "config": pd.DataFrame([config]),
+    }
+
+
+def _config(run_dir: Path) -> dict[str, Any]:
+    """config.yaml flattened to dotted keys; empty when the run has none (a synthetic stub is read as is)."""
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return {}
+    data = yaml.safe_load(path.read_text()) or {}
+    return _flatten(data) if isinstance(data, dict) else {}
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value and all(isinstance(k, str) for k in value):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def task_frame(run_dir: Path, rows: list[dict], matches: list[dict], rollouts: int | None = None) -> pd.DataFrame:
+    """The tasks frame of one run from its records: each row's fields, ρ and its attempts, the copy
+    class and the complexity of a written program. A population step records its matches in the
+    order of its task rows (`loop.run`), so the i-th task of a step is the i-th match of that step."""
+    classes = classify_rows(rows, start_fingerprints(run_dir))
+    by_step: dict[int, list[dict]] = {}
+    for m in matches:
+        by_step.setdefault(m["step"], []).append(m)
+    seen_in_step: dict[int, int] = {}
+    out = []
+    for number, (row, copy) in enumerate(zip(rows, classes)):
+        step = int(row["step"])
+        i = seen_in_step.get(step, 0)
+        seen_in_step[step] = i + 1
+        match = by_step.get(step, [])[i] if i < len(by_step.get(step, [])) else {}
+        rho = row.get("solve_rate")
+        k = match.get("rollouts") or rollouts
+        valid = bool(row.get("valid"))
+        written = valid and row.get("kind") in WRITTEN_PROGRAM_KINDS
+        record = {
+            **row,
+            "task": number,
+            "step": step,
+            "rho": float("nan") if rho is None else float(rho),
+            "rollouts": k,
+            "n_solved": round(rho * k) if rho is not None and k else None,
+            "copy": copy,
+            "written": written,
+            "measured": written and copy == "new",
+            "inputs": list(row.get("inputs") or []),
+            "outputs": list(row.get("outputs") or []),
+        }
+        record.pop("solve_rate", None)
+        record.update(_complexity(row) if written else dict.fromkeys(COMPLEXITY_COLUMNS))
+        out.append(record)
+    df = pd.DataFrame(out, columns=None if out else [c for c in TASK_COLUMNS if c != "run"])
+    for col in ("rollouts", "n_solved"):
+        if col in df.columns:
+            df[col] = df[col].astype("Int64")  # whole counts with missing values, not floats
+    return df
+
+
+def _complexity(row: dict) -> dict[str, Any]:
+    m = program_metrics(
+        TaskRecord(
+            step=int(row["step"]),
+            proposer=str(row["proposer"]),
+            kind=str(row["kind"]),
+            program=str(row.get("program") or ""),
+            valid=True,
+            inputs=tuple(row.get("inputs") or ()),
+            outputs=tuple(row.get("outputs") or ()),
+        )
+    )
+    return {c: getattr(m, c) for c in COMPLEXITY_COLUMNS}
