@@ -35,7 +35,7 @@ from matplotlib.ticker import MaxNLocator
 
 from populora_nb.analysis.dashboard import in_notebook
 from populora_nb.analysis.figures import say_empty
-from populora_nb.analysis.frames import COMPLEXITY_COLUMNS, RunFrames
+from populora_nb.analysis.frames import COMPLEXITY_COLUMNS, FRAMES, RunFrames
 
 ALL = "all"
 TABLE_COLUMNS = ("task", "step", "proposer", "solver", "kind", "verdict", "rho", "attempts", "copy", "ast_depth")
@@ -351,13 +351,10 @@ class Explorer:
 
 def explore(frames: RunFrames, runs: Sequence[str] | None = None, window: int = 5) -> Explorer:
     """An `Explorer` of ``runs`` (default: every run the frames hold, at most two), shown."""
-    chosen = frames if runs is None else RunFrames(*(_only(getattr(frames, n), runs) for n in _FRAMES))
+    chosen = frames if runs is None else RunFrames(*(_only(getattr(frames, n), runs) for n in FRAMES))
     ex = Explorer(chosen, window=window)
     ex.show()
     return ex
-
-
-_FRAMES = ("tasks", "metrics", "matches", "lineage", "config")
 
 
 def _only(df: pd.DataFrame, runs: Sequence[str]) -> pd.DataFrame:

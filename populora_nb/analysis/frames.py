@@ -6,7 +6,7 @@
 
 The records are JSONL files (`populora_nb.records`); every question used to start with parsing them
 by hand. ``load_frames(path)`` finds every run directory at or under ``path`` and returns one
-`RunFrames`: five frames, each with the labels of where its rows came from (``run``: the run
+`RunFrames`: six frames, each with the labels of where its rows came from (``run``: the run
 directory's name; ``seed`` for a seed protocol's ``seed<S>/`` or a sweep's ``seed-<k>/``; ``point``
 for a sweep's grid point), so a run, an experiment, a protocol and a sweep read the same way.
 
@@ -16,6 +16,8 @@ for a sweep's grid point), so a run, an experiment, a protocol and a sweep read 
 ``metrics``   one row per metrics.jsonl record: ``step``, ``member``, ``role`` and the namespaced keys.
 ``matches``   one row per matches.jsonl record (population runs): teacher, student, kind, valid, ρ.
 ``lineage``   one row per lineage.jsonl record: each child evolution made, its parents and operator.
+``probe``     one row per probe.jsonl record (`populora_nb.probe`): a proposer's answer to a fixed probe
+              prompt, its verdict and the frozen solver's ρ (empty when the probe never ran).
 ``config``    one row per run: its config.yaml flattened to dotted keys (``rl.rollouts``).
 
 pandas is imported here, not by ``import populora_nb``; ``populora_nb.load_frames`` reaches this
@@ -77,6 +79,10 @@ _SKIP_DIRS = {"checkpoints", "figures", "eval", "tune", "warmup"}
 _SEED = re.compile(r"^seed-?(\d+)$")
 
 
+FRAMES = ("tasks", "metrics", "matches", "lineage", "config", "probe")
+"""`RunFrames`' frames, in field order."""
+
+
 @dataclass(frozen=True)
 class RunFrames:
     """A run (or several) as tables; see the module docstring for what each frame holds."""
@@ -86,6 +92,7 @@ class RunFrames:
     matches: pd.DataFrame
     lineage: pd.DataFrame
     config: pd.DataFrame
+    probe: pd.DataFrame
 
     @property
     def runs(self) -> list[str]:
@@ -105,7 +112,7 @@ class RunFrames:
                     mask &= df[key] == value
             return df[mask].reset_index(drop=True)
 
-        return RunFrames(*(keep(getattr(self, name)) for name in ("tasks", "metrics", "matches", "lineage", "config")))
+        return RunFrames(*(keep(getattr(self, name)) for name in FRAMES))
 
 
 def find_run_dirs(path: str | Path, depth: int = 3) -> list[Path]:
@@ -144,7 +151,7 @@ def load_frames(path: str | Path) -> RunFrames:
     dirs = find_run_dirs(root)
     if not dirs:
         raise FileNotFoundError(f"no run directory (metrics.jsonl or tasks.jsonl) at or under {root}")
-    parts: dict[str, list[pd.DataFrame]] = {k: [] for k in ("tasks", "metrics", "matches", "lineage", "config")}
+    parts: dict[str, list[pd.DataFrame]] = {k: [] for k in FRAMES}
     for run_dir in dirs:
         labels = labels_of(run_dir, root)
         for name, frame in _run_frames(run_dir).items():
@@ -186,6 +193,7 @@ def _run_frames(run_dir: Path) -> dict[str, pd.DataFrame]:
         "matches": pd.DataFrame(matches),
         "lineage": pd.DataFrame(rd.read("lineage")),
         "config": pd.DataFrame([config]),
+        "probe": pd.DataFrame(rd.read("probe")),
     }
 
 
