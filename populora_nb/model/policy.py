@@ -147,6 +147,7 @@ class LoRAPolicy:
             temperature=sc.temperature,
             top_p=sc.top_p,
             generator=generator,
+            stop_token_ids=[] if sc.ignore_eos else None,
         )
         return [Completion(g.text, (tuple(g.prompt_ids), tuple(g.completion_ids))) for g in gens]
 
@@ -155,7 +156,10 @@ class LoRAPolicy:
         batch: what evaluation scores."""
         if self.engine is not None:
             return [c.text for c in self._engine_generate(member_ids, prompts, max_new_tokens, 0.0, None)]
-        gens = self.population.generate(member_ids, list(prompts), max_new_tokens=max_new_tokens, temperature=0.0)
+        stops = [] if self.config.sampling.ignore_eos else None
+        gens = self.population.generate(
+            member_ids, list(prompts), max_new_tokens=max_new_tokens, temperature=0.0, stop_token_ids=stops
+        )
         return [g.text for g in gens]
 
     def _engine_generate(
@@ -174,8 +178,10 @@ class LoRAPolicy:
         prompt_ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
         if not all(prompt_ids):
             raise ValueError("every prompt needs at least one token")
+        sc = self.config.sampling
+        stops = [] if sc.ignore_eos else None  # fixed lengths: run every row to its budget
         outs = engine.generate(
-            list(member_ids), prompt_ids, max_new_tokens, temperature, self.config.sampling.top_p, seed=seed
+            list(member_ids), prompt_ids, max_new_tokens, temperature, sc.top_p, seed=seed, stop_token_ids=stops
         )
         completions = []
         for m, o in zip(member_ids, outs):

@@ -154,6 +154,8 @@ class VLLMEngine:
             # /dev/shm, ~400 MB) a run killed with SIGKILL leaves behind (README: rollout engine).
             distributed_executor_backend="uni",
         )
+        if getattr(self.base, "weights", "pretrained") == "random":
+            kwargs["load_format"] = "dummy"  # the same shapes, vLLM's own random values (model.weights)
         if self.cuda:
             kwargs |= dict(
                 gpu_memory_utilization=self.rollout.gpu_memory_utilization,
