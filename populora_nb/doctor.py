@@ -141,8 +141,8 @@ class DoctorReport:
                 "",
             ),
         ]
-        cuda = self.device not in ("", "CPU")
-        peak, free = ("peak reserved (GB)", "free on the card (GB)") if cuda else ("peak RSS (GB)", "RAM available (GB)")
+        cpu = self.device in ("", "CPU")
+        peak, free = ("peak RSS", "RAM available") if cpu else ("peak reserved", "free on the card")
         lines = [
             f"PopuLoRA doctor · preset {self.preset} · {self.weights} weights · rollout engine {self.engine} "
             f"· {self.device}",
@@ -157,7 +157,7 @@ class DoctorReport:
             "Peak memory is the trainer's process (the vLLM engine runs in its own). Mixed ÷ single: one engine call "
             f"of {MIXED_ROWS} rows over {MIXED_ROWS} members' adapters against the same rows on one adapter.",
             "",
-            f"| memory after stage | {peak} | {free} |",
+            f"| memory after stage | {peak} (GB) | {free} (GB) |",
             "|---|---|---|",
             *(f"| {m['stage']} | {f(m['peak_reserved_gb'])} | {f(m['free_gb'])} |" for m in self.memory),
             "",
@@ -212,7 +212,6 @@ class _Stage:
     def __init__(self, marks: list[dict[str, Any]] | None = None) -> None:
         self.name = "config"
         self.marks = marks
-        """Where `step_records.memory_mark` notes each stage's end (None: nowhere)."""
 
     @contextmanager
     def __call__(self, name: str, say: Callable[[str], None]) -> Iterator[None]:
@@ -370,7 +369,7 @@ def _train_on_every_sample(policy: LoRAPolicy) -> None:
         signed = [dataclasses.replace(s, advantage=1.0 if i % 2 == 0 else -1.0) for i, s in enumerate(samples)]
         return inner(member_id, signed)
 
-    setattr(policy, "update", update)  # an instance attribute: the class's method is untouched
+    policy.update = update  # type: ignore[method-assign]  # this instance only: the class is untouched
 
 
 def _mixed_vs_single(policy: LoRAPolicy, n_new: int) -> tuple[float, float]:
