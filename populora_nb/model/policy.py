@@ -156,7 +156,7 @@ class LoRAPolicy:
         batch: what evaluation scores."""
         if self.engine is not None:
             return [c.text for c in self._engine_generate(member_ids, prompts, max_new_tokens, 0.0, None)]
-        stops = [] if self.config.sampling.ignore_eos else None
+        stops: list[int] | None = [] if self.config.sampling.ignore_eos else None
         gens = self.population.generate(
             member_ids, list(prompts), max_new_tokens=max_new_tokens, temperature=0.0, stop_token_ids=stops
         )
@@ -179,7 +179,7 @@ class LoRAPolicy:
         if not all(prompt_ids):
             raise ValueError("every prompt needs at least one token")
         sc = self.config.sampling
-        stops = [] if sc.ignore_eos else None  # fixed lengths: run every row to its budget
+        stops: list[int] | None = [] if sc.ignore_eos else None  # fixed lengths: every row to its budget
         outs = engine.generate(
             list(member_ids), prompt_ids, max_new_tokens, temperature, sc.top_p, seed=seed, stop_token_ids=stops
         )
