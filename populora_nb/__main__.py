@@ -9,6 +9,8 @@ sweep       seeds x a grid of overrides, each an experiment, as Ray Tune trials 
 seed        grow a seed task buffer with the current model
 notebooks   execute the numbered notebooks with papermill into a run directory
 doctor      a short check of this machine: load, 2+2 steps, a table of times and memory
+
+(Long because every command's arguments and handler live here, side by side.)
 """
 
 from __future__ import annotations
@@ -344,13 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="2 population + 2 baseline steps, then a table of times and memory")
     _add_config_args(p)
     p.add_argument("--out", type=Path, default=None, help="folder for doctor.md and doctor.json")
-    p.add_argument(
-        "--weights",
-        choices=["pretrained", "random"],
-        default="pretrained",
-        help="random: the preset's architecture with random weights and fixed generation lengths, no download "
-        "(memory and step times only; shorten a CPU check with --set model.random_layers=1)",
-    )
+    p.add_argument("--weights", choices=["pretrained", "random"], default="pretrained", help="random: no download")
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("notebooks", help="execute the numbered notebooks with papermill")
