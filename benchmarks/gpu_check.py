@@ -165,7 +165,7 @@ def full_length_update(config: ExperimentConfig, base: Base) -> dict[str, Any]:
             sync()
             attempts.append({"rows": rows, "ok": True, "s": time.perf_counter() - started, **memory()})
             break
-        except torch.OutOfMemoryError as e:
+        except torch.cuda.OutOfMemoryError as e:  # the card is full: try half the rows
             attempts.append({"rows": rows, "ok": False, "error": str(e).splitlines()[0], **memory()})
             rows //= 2
         finally:
