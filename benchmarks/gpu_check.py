@@ -111,7 +111,8 @@ def synthetic_step(config: ExperimentConfig, base: Base, roster: dict, size: dic
     vocab = len(base.tokenizer)
     prompts = random_ids(size["rows"] * len(members), size["prompt"], vocab, seed=1)
     rows_of = [m for m in members for _ in range(size["rows"])]
-    out: dict[str, Any] = {"adapters": len(members), "rows": len(rows_of), **size}
+    out: dict[str, Any] = {"adapters": len(members), "prompt": size["prompt"], "new": size["new"]}
+    out |= {"rows_per_adapter": size["rows"], "rows": len(rows_of)}
     release()
     reset_peak()
     started = time.perf_counter()
