@@ -9,6 +9,8 @@ sweep       seeds x a grid of overrides, each an experiment, as Ray Tune trials 
 seed        grow a seed task buffer with the current model
 notebooks   execute the numbered notebooks with papermill into a run directory
 doctor      a short check of this machine: load, 2+2 steps, a table of times and memory
+
+(Long because every command's arguments and handler live here, side by side.)
 """
 
 from __future__ import annotations
@@ -243,7 +245,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from populora_nb.doctor import run_doctor
 
     overrides = dict(parse_override(o) for o in args.overrides)
-    report = run_doctor(args.preset, overrides, args.out, lambda m: print(m, flush=True), args.config)
+    report = run_doctor(args.preset, overrides, args.out, lambda m: print(m, flush=True), args.config, args.weights)
     if report.preset:  # the config loaded: a table of what ran
         print(report.table(), flush=True)
     if not report.ok:
@@ -344,6 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="2 population + 2 baseline steps, then a table of times and memory")
     _add_config_args(p)
     p.add_argument("--out", type=Path, default=None, help="folder for doctor.md and doctor.json")
+    p.add_argument("--weights", choices=["pretrained", "random"], default="pretrained", help="random: no download")
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("notebooks", help="execute the numbered notebooks with papermill")

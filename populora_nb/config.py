@@ -67,9 +67,21 @@ class ModelConfig:
     """Hidden size of the `tiny` model; its MLP is twice as wide, its heads of size 32 (vLLM serves no smaller)."""
     cache_dir: str | None = None
     """Where the dequantised GGUF copy is kept; default: the user's cache dir (~/.cache/populora_nb)."""
+    weights: Literal["pretrained", "random"] = "pretrained"
+    """random: the architecture of ``name`` (a shape shipped in populora_nb/data/architectures, or a local
+    directory's config.json) with random weights, and vLLM's dummy weights in the engine: memory and
+    timings with no download (`doctor --weights random`, benchmarks/gpu_check.py); outputs are noise."""
+    random_layers: int | None = None
+    """With weights=random: keep only this many decoder layers (None: the architecture's own), to run
+    a 7B-wide model on a CPU in a test."""
 
     def __post_init__(self) -> None:
         _positive(self, "max_seq_len", "tiny_layers", "tiny_hidden")
+        if self.random_layers is not None and (self.random_layers < 1 or self.weights != "random"):
+            raise ConfigError(
+                f"random_layers={self.random_layers!r} needs weights=random and at least 1 layer "
+                "(set model.weights=random, or drop model.random_layers)"
+            )
         # A hub id is "org/name"; anything rooted or deeper is a local path and must exist.
         looks_like_path = self.name.startswith(("/", ".", "~")) or self.name.count("/") > 1
         if looks_like_path and not Path(self.name).expanduser().exists():
@@ -127,6 +139,9 @@ class SamplingConfig:
     """Token budget of a proposer's completion (the task it writes); a longer one is cut off there."""
     solve_max_new_tokens: int = 128
     """Token budget of a solver's completion (its answer); a longer one is cut off there."""
+    ignore_eos: bool = False
+    """Every completion runs to its token budget (no stop token): fixed lengths, so the doctor's
+    random-weights timings mean something. Never for training a real model."""
 
     def __post_init__(self) -> None:
         _positive(self, "propose_max_new_tokens", "solve_max_new_tokens")

