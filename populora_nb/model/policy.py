@@ -227,7 +227,9 @@ class LoRAPolicy:
         if self._engine is not None:
             self._engine.sleep()  # on a GPU: the KV cache makes room for training
             self._stale.add(member_id)
-        mismatch = Mismatch(limit=self.config.rollout.logp_gap_limit)
+        # random weights (doctor --weights random): the engine's dummy weights are not the trainer's by design
+        random = self.base.weights == "random"
+        mismatch = Mismatch(limit=None if random else self.config.rollout.logp_gap_limit)
         if rl.kl_coef > 0:
             batch.ref_logprobs = self.population.logprobs(None, batch)
         if rl.ppo_epochs > 1:
