@@ -125,6 +125,7 @@ SHORT = {
     "rl.rollouts": 2,
     "rl.micro_batch": 2,
     "run.steps": 1,
+    "probe.every": 0,  # the difficulty probe is not what this times (its cost is in the run's records)
 }
 
 
