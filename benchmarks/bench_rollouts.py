@@ -193,7 +193,8 @@ def main() -> None:
 
         print(f"vLLM is not installed ({install_hint()}): native numbers only")
     else:
-        from populora_nb.model.vllm_engine import VLLMEngine, core_list
+        from populora_nb.model.vllm_engine import VLLMEngine
+        from populora_nb.model.vllm_setup import core_list
 
         if args.vllm_bind == "all":
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", core_list(CORES))
