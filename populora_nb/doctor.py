@@ -42,8 +42,9 @@ if TYPE_CHECKING:
     from populora_nb.model.policy import LoRAPolicy
     from populora_nb.verify import Verifier
 
-DEFAULTS: dict[str, Any] = {"rollout.engine": "vllm", "run.steps": 2, "run.checkpoint_every": 0}
-"""What the doctor runs unless told otherwise: vLLM rollouts, two steps, one checkpoint (the last)."""
+DEFAULTS: dict[str, Any] = {"rollout.engine": "vllm", "run.steps": 2, "run.checkpoint_every": 0, "probe.every": 0}
+"""What the doctor runs unless told otherwise: vLLM rollouts, two steps, one checkpoint (the last), no
+difficulty probe (its generation is not a step's; a run's report states its cost)."""
 RANDOM_WEIGHTS: dict[str, Any] = {"model.weights": "random", "sampling.ignore_eos": True}
 """What ``weights="random"`` adds: the architecture with random weights, every completion at its budget."""
 MIXED_ROWS = 8
