@@ -1,6 +1,6 @@
 """The series the seed protocol compares, read from one run directory (`populora_nb.analysis.protocol`
 compares them over seeds). Every series is a number per logged step, except coverage, which is a
-number per window of steps.
+number per window of steps. Long because each series' definition is stated here beside its code.
 
 From ``metrics.jsonl`` (per step, the mean over the members that logged the key, as ``plots.step_mean``):
   teacher/valid_rate      share of proposals the verifier accepted (AZR's format/validity reward gate)
