@@ -124,6 +124,17 @@ def _open(page, base: str, notebook: str = NOTEBOOK) -> None:
     assert dialogs.count() == 0, f"a dialog opened with the notebook: {dialogs.first.inner_text()}"
 
 
+def _save_and_stop(page, base: str, path: Path) -> dict:
+    """Save the open notebook, stop every kernel, close every tab; the notebook as saved on disk."""
+    page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
+    page.wait_for_timeout(2000)
+    for kernel in _api(base, "/api/kernels"):
+        _api(base, f"/api/kernels/{kernel['id']}", method="DELETE")
+    page.evaluate("window.jupyterapp.commands.execute('application:close-all')")
+    page.wait_for_timeout(1000)
+    return json.loads(path.read_text())
+
+
 def _dashboard_cell(page):
     return page.locator(".jp-CodeCell", has_text="dash = Dashboard(").first
 
@@ -167,13 +178,7 @@ def test_notebook_03_in_jupyterlab_runs_and_keeps_its_dashboard(lab):
             cell.screenshot(path=SHOTS / "03_finished_dashboard.png")
 
             # save, stop the kernel, reopen: the record is still there
-            page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
-            page.wait_for_timeout(2000)
-            for kernel in _api(base, "/api/kernels"):
-                _api(base, f"/api/kernels/{kernel['id']}", method="DELETE")
-            page.evaluate("window.jupyterapp.commands.execute('application:close-all')")
-            page.wait_for_timeout(1000)
-            saved = json.loads((root / NOTEBOOK).read_text())
+            saved = _save_and_stop(page, base, root / NOTEBOOK)
             assert saved["metadata"]["kernelspec"]["name"] == "python3"
             _open(page, base)
             cell = _dashboard_cell(page)
@@ -249,13 +254,7 @@ def test_notebook_08_explorer_filters_live_and_leaves_its_record(lab):
             page.screenshot(path=SHOTS / "08_explorer_filtered_figure.png")
 
             # save, stop the kernel, reopen: the record of the last selection is still there
-            page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
-            page.wait_for_timeout(2000)
-            for kernel in _api(base, "/api/kernels"):
-                _api(base, f"/api/kernels/{kernel['id']}", method="DELETE")
-            page.evaluate("window.jupyterapp.commands.execute('application:close-all')")
-            page.wait_for_timeout(1000)
-            saved = json.loads((root / notebook).read_text())
+            saved = _save_and_stop(page, base, root / notebook)
             outputs = [o for c in saved["cells"] if "ex = Explorer(" in "".join(c["source"]) for o in c["outputs"]]
             assert any("member T1, kind code_o" in "".join(o.get("data", {}).get("text/html", "")) for o in outputs)
             _open(page, base, notebook)
