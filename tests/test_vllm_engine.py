@@ -107,7 +107,9 @@ def test_an_evolved_child_replaces_its_adapter_in_the_engine(policy):
     factors = policy.factors(policy.members[1])
     policy.replace(old, "child", factors, [policy.members[1]], "copy", step=1)
     child_out = policy.generate_greedy(["child"], PROMPTS[:1], 12)
-    assert sorted(policy.engine.adapters) == sorted(policy.members)
+    # Every slot is an adapter: the members and the difficulty probe's frozen solver (tiny runs the probe).
+    assert sorted(policy.engine.adapters) == sorted(policy.population.ids())
+    assert old not in policy.engine.adapters and "child" in policy.engine.adapters
     assert child_out == policy.generate_greedy([policy.members[1]], PROMPTS[:1], 12)
 
 
