@@ -35,7 +35,12 @@ def test_missing_model_path_is_a_one_line_config_error():
 
 
 def test_unreachable_hub_id_says_how_to_supply_a_model(monkeypatch):
+    import huggingface_hub.constants
+
+    # huggingface_hub reads HF_HUB_OFFLINE once, at import: the environment alone would come too late
+    # here, and each lookup would then wait on the closed network's retries (46 s measured).
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(ModelLoadError, match="model.name=DIR"):
         load_base(load_config("tiny", {"model.name": "nobody-here/no-such-model-xyz"}))
 
