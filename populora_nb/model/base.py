@@ -217,12 +217,29 @@ def bundled_model_dir(mc: ModelConfig) -> Path:
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
+        _publish(tmp, target, ("config.json", "model.safetensors"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _publish(tmp: Path, target: Path, files: tuple[str, ...]) -> None:
+    """Move the finished directory ``tmp`` to ``target`` unless another process (a second notebook, a
+    parallel test worker) published a complete one first: that one may be in use, so it is kept and
+    ours dropped. An incomplete leftover (a killed writer from before the atomic rename) is replaced."""
+
+    def complete() -> bool:
+        return all((target / f).is_file() for f in files)
+
+    if complete():
+        return
+    if target.exists():
+        shutil.rmtree(target, ignore_errors=True)
+    try:
+        tmp.rename(target)
+    except OSError:  # renamed by another process between the check and ours
+        if not complete():
+            raise
 
 
 def bundled_tokenizer(mc: ModelConfig) -> PreTrainedTokenizerBase:
@@ -233,10 +250,11 @@ def bundled_tokenizer(mc: ModelConfig) -> PreTrainedTokenizerBase:
         tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-tok-", dir=target.parent))
-        tok.save_pretrained(tmp)
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
+        try:
+            tok.save_pretrained(tmp)
+            _publish(tmp, target, ("tokenizer.json",))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return AutoTokenizer.from_pretrained(target)
 
 
