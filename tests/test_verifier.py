@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -442,6 +443,25 @@ def test_dead_zygote_is_replaced(verifier):
     verifier._zygotes[0].proc.kill()
     verifier._zygotes[0].proc.wait()
     assert isinstance(verifier.validate("code_o", IDENTITY, ["5"]), Task)
+
+
+def test_replies_that_arrive_together_are_each_read_at_once(monkeypatch):
+    """A zygote answers two pipelined runs before the pool reads (the pool busy, as on a loaded
+    machine): both replies are read as they come and no zygote is given up on. A buffered read took
+    the second reply with the first; select() then never fired for it, and the pool waited out the
+    zygote's deadline (2 x timeout + 30 s) and replaced it: 34 s stalls whenever the machine was busy."""
+    with Verifier(timeout_s=1.0, memory_mb=256, workers=2) as v:
+        receive, replace_zygote, replaced = v._receive, v._replace, []
+
+        def late_receive(zi, job):
+            time.sleep(0.3)  # the zygote's next pipelined reply reaches the pipe meanwhile
+            return receive(zi, job)
+
+        monkeypatch.setattr(v, "_receive", late_receive)
+        monkeypatch.setattr(v, "_replace", lambda zi, lost, queues: replaced.append(zi) or replace_zygote(zi, lost, queues))
+        verdicts = v.validate_many([Proposal("code_o", f"def f(a):\n    return a + {i}", ("1",)) for i in range(8)])
+    assert replaced == []
+    assert [t.outputs[0] for t in verdicts] == [str(1 + i) for i in range(8)]
 
 
 def test_failed_start_leaves_nothing(monkeypatch):

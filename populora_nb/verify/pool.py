@@ -27,6 +27,7 @@ from populora_nb.verify.zygote import (
     isolation_of,
     module_paths,
     random_hash_seeds,
+    read_exactly,
     shutdown,
     spawn_zygote,
 )
@@ -250,7 +251,9 @@ class ZygotePool:
             cap = reply_cap(job.mode, job.n, self.policy.max_output_chars, self.policy.max_stdout_chars)
             if not 0 <= int(size) <= cap:  # the zygote enforces the cap: anything else is not a zygote reply
                 return False
-            data = stream.read(int(size))
+            data = read_exactly(stream, int(size))
+            if len(data) != int(size):  # EOF inside the reply: the zygote died
+                return False
         except ValueError:  # EOF or garbage: the zygote died
             return False
         job.results = decode_run(

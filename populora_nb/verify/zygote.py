@@ -4,6 +4,7 @@ hello line, and shut it down; and what isolation the zygotes reported (`Isolatio
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import secrets
@@ -11,7 +12,7 @@ import selectors
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, cast
 
 from populora_nb.errors import UserInputError
 from populora_nb.verify.isolation import LEVELS, remove_tree
@@ -112,9 +113,23 @@ class Zygote:
 
     @property
     def replies(self) -> IO[bytes]:
-        """The zygote's stdout, where its hello line and replies come from."""
+        """The zygote's stdout, where its hello line and replies come from: unbuffered, so a read
+        takes no byte past the reply it reads. (A buffered reader would also swallow the next
+        pipelined reply; select() on the pipe then never fires for it and the pool waited out the
+        zygote's deadline, 2 x timeout + 30 s, a 34 s stall seen whenever the machine was busy.)"""
         assert self.proc.stdout is not None  # spawned with stdout=PIPE
-        return self.proc.stdout
+        return cast(IO[bytes], cast(io.BufferedReader, self.proc.stdout).raw)
+
+
+def read_exactly(stream: IO[bytes], size: int) -> bytes:
+    """``size`` bytes from an unbuffered pipe (one read may return fewer); fewer only at EOF."""
+    data = bytearray()
+    while len(data) < size:
+        chunk = stream.read(size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return bytes(data)
 
 
 def spawn_zygote(cfg: dict, hash_seed: int, seed_class: int, memory_mb: int) -> Zygote:
