@@ -458,7 +458,9 @@ def test_replies_that_arrive_together_are_each_read_at_once(monkeypatch):
             return receive(zi, job)
 
         monkeypatch.setattr(v, "_receive", late_receive)
-        monkeypatch.setattr(v, "_replace", lambda zi, lost, queues: replaced.append(zi) or replace_zygote(zi, lost, queues))
+        monkeypatch.setattr(
+            v, "_replace", lambda zi, lost, queues: replaced.append(zi) or replace_zygote(zi, lost, queues)
+        )
         verdicts = v.validate_many([Proposal("code_o", f"def f(a):\n    return a + {i}", ("1",)) for i in range(8)])
     assert replaced == []
     assert [t.outputs[0] for t in verdicts] == [str(1 + i) for i in range(8)]
