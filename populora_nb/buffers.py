@@ -19,9 +19,10 @@ of its newest entries the last batch added (`n_recent`, AZR's `get_recent_additi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -148,6 +149,34 @@ def task_from_json(data: dict) -> Task:
         message=data.get("message", ""),
         meta=data.get("meta", {}),
     )
+
+
+def snippet_pool(buffers: Mapping[str, TaskBuffer]) -> TaskBuffer | None:
+    """The programs a code_f proposer is shown (one, to write inputs for): the code_o and code_i
+    buffers' programs merged, each program once, as AZR draws them (`_create_train_code_gen_dataloader`:
+    "For code_f we use merged snippets from all datasets", `dataset_manager.get_snippets`). Seeds
+    first, then the written programs alternating between the two buffers oldest first, so
+    ``reference_sampling="recency"`` still weights the newest most. None when neither buffer exists."""
+    parts = [buffers[k] for k in ("code_o", "code_i") if k in buffers]
+    if not parts:
+        return None
+    pool = TaskBuffer("code_o", cap=sum(b.cap for b in parts))
+    seen: set[str] = set()
+
+    def take(task: Task, seed: bool) -> None:
+        if task.program not in seen:  # a code_i triplet is a program with its I/O, as a code_o one
+            seen.add(task.program)
+            pool.add(dataclasses.replace(task, kind="code_o"), seed=seed)
+
+    for b in parts:
+        for task in b.tasks[: b.n_seeds]:
+            take(task, seed=True)
+    written = [b.tasks[b.n_seeds :] for b in parts]
+    for i in range(max(len(w) for w in written)):
+        for w in written:
+            if i < len(w):
+                take(w[i], seed=False)
+    return pool
 
 
 def load_seed_triplets(path: str | Path | None = None) -> list[dict]:

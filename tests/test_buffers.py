@@ -140,3 +140,24 @@ def test_code_o_and_code_i_buffers_stay_apart():
     assert all(t.kind == k for k, b in buffers.items() for t in b.tasks) and not buffers["code_f"].tasks
     with pytest.raises(ValueError):  # only a seed may be shared between them
         buffers["code_i"].add(task(0))
+
+
+def test_code_f_references_come_from_both_buffers_each_program_once():
+    """AZR shows a code_f proposer a program from the merged snippets of every buffer
+    (`get_snippets`), not the code_o buffer alone."""
+    from populora_nb.buffers import snippet_pool
+
+    def t(kind: str, program: str) -> Task:
+        return Task(kind, program, ("1",), ("1",))
+
+    o, i = TaskBuffer("code_o"), TaskBuffer("code_i")
+    o.add(t("code_o", "def f(a):\n    return a"), seed=True)
+    i.add(t("code_i", "def f(a):\n    return a"), seed=True)  # the same seed in both: once in the pool
+    o.add_batch([t("code_o", "def f(a):\n    return a + 1"), t("code_o", "def f(a):\n    return a + 2")])
+    i.add_batch([t("code_i", "def f(a):\n    return a * 3")])
+    pool = snippet_pool({"code_o": o, "code_i": i})
+    assert pool is not None and pool.n_seeds == 1
+    assert [p.program.split("return ")[1] for p in pool.tasks] == ["a", "a + 1", "a * 3", "a + 2"]
+    assert snippet_pool({"code_f": TaskBuffer("code_f")}) is None
+    drawn = {pool.sample(1, random.Random(s))[0].program for s in range(60)}
+    assert "def f(a):\n    return a * 3" in drawn  # the code_i buffer's program is shown too
