@@ -12,9 +12,11 @@ decoder, transformers + peft):
 
 * a synthetic step at per-adapter compute matching, for the single AZR agent (1 adapter) and the
   4T + 4S population (8 adapters, 8x the rows): one mixed-adapter generation of ``rows`` rows per
-  adapter at fixed lengths (``prompt`` tokens in, ``new`` tokens out, no stop token), then each
-  member's real `LoRAPolicy.update` on its rows (alternating +-1 advantages: random weights would tie
-  every reward); seconds per stage, population / baseline, peak reserved memory per stage;
+  adapter at fixed lengths (``prompt`` tokens in, ``new`` tokens out, no stop token), then every
+  member's real update on its rows (`LoRAPolicy.update_members`, alternating +-1 advantages: random
+  weights would tie every reward), the population's once one member at a time and once in one
+  batched pass (``rl.update``, issue #30); seconds per stage, population / baseline for each, peak
+  reserved memory per stage;
 * the update at the preset's full length (prompt budget + its max new tokens, one micro-batch of
   ``rl.micro_batch`` rows, the preset's gradient checkpointing): the peak memory that decides
   whether a preset fits, halving the micro-batch after an out-of-memory error until one fits.
@@ -22,8 +24,7 @@ decoder, transformers + peft):
 Where vLLM imports, the same population's mixed vs single-adapter generation on a vLLM engine with
 dummy weights; where Unsloth imports, a note (it loads weights from a directory: use the doctor with
 real weights). Every section that fails is recorded as its error and the rest still runs, so one
-JSON comes back either way. ``--batched KEY=VALUE`` names the setting of issue #30's batched update
-(none exists yet: the JSON then says "batched: not available") to time that update stage as well.
+JSON comes back either way.
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ from populora_nb.config import ExperimentConfig, load_config  # noqa: E402
 from populora_nb.model.adapters import Population, roles_for  # noqa: E402
 from populora_nb.model.base import Base, load_base  # noqa: E402
 from populora_nb.model.policy import LoRAPolicy  # noqa: E402
-from populora_nb.presets import parse_override  # noqa: E402
 from populora_nb.stages import Sample  # noqa: E402
 
 GPU_SHAPES = {"gpu": {"rows": 8, "prompt": 1024, "new": 256}, "paper": {"rows": 8, "prompt": 1024, "new": 256}}
@@ -124,20 +124,21 @@ def synthetic_step(config: ExperimentConfig, base: Base, roster: dict, size: dic
     out["generate_s"] = time.perf_counter() - started
     out["generate_memory"] = memory()
     out["new_tokens"] = sum(len(g.completion_ids) for g in gens)
+    rows = {
+        m: signed_samples(
+            m, [g.prompt_ids for g in gens if g.member_id == m], [g.completion_ids for g in gens if g.member_id == m]
+        )
+        for m in members
+    }
     release()
     reset_peak()
     started = time.perf_counter()
-    per_member = []
-    for m in members:
-        mine = [g for g in gens if g.member_id == m]
-        t0 = time.perf_counter()
-        stats = policy.update(m, signed_samples(m, [g.prompt_ids for g in mine], [g.completion_ids for g in mine]))
-        sync()
-        per_member.append(time.perf_counter() - t0)
-        if stats.get("optim/skipped"):
-            raise RuntimeError(f"member {m}'s update was skipped")
+    stats = policy.update_members(rows)
+    sync()
     out["train_s"] = time.perf_counter() - started
-    out["train_s_per_member"] = per_member
+    out["update"] = config.rl.update
+    if any(s.get("optim/skipped") for s in stats.values()) or stats.keys() != rows.keys():
+        raise RuntimeError("every member's update must take a step")
     out["train_memory"] = memory()
     out["step_s"] = out["generate_s"] + out["train_s"]
     out["memory_mib"] = population.memory()
@@ -230,7 +231,7 @@ def section(result: dict[str, Any], name: str, fn: Any, *args: Any) -> None:
     print(f"[gpu_check] {name} done in {time.perf_counter() - started:.1f}s", flush=True)
 
 
-def check_shape(preset: str, size: dict, cpu: bool, batched: dict[str, Any] | None, deadline: float) -> dict:
+def check_shape(preset: str, size: dict, cpu: bool, deadline: float) -> dict:
     overrides: dict[str, Any] = {"evolution.enabled": False}
     # CPU: the tiny model's 2,048-token rows would take the fallback past a few seconds
     overrides |= {"model.max_seq_len": 160, "rl.micro_batch": 2} if cpu else {"model.weights": "random"}
@@ -246,20 +247,17 @@ def check_shape(preset: str, size: dict, cpu: bool, batched: dict[str, Any] | No
         "dtype": str(base.dtype),
         **memory(),
     }
-    agents = {
-        "baseline": {"agent": "agent"},
-        "population": roles_for(config.population.n_teachers, config.population.n_students),
-    }
-    for agent, roster in agents.items():
-        section(result, agent, synthetic_step, config, base, roster, size)
-    pop, bl = result.get("population", {}), result.get("baseline", {})
-    if "step_s" in pop and "step_s" in bl:
-        result["population_over_baseline"] = {k: pop[k] / bl[k] for k in ("step_s", "generate_s", "train_s")}
-    if batched is None:
-        result["batched"] = "not available"
-    else:
-        cfg = load_config(preset, {**overrides, **batched})
-        section(result, "population_batched", synthetic_step, cfg, base, agents["population"], size)
+    population = roles_for(config.population.n_teachers, config.population.n_students)
+    runs = {"baseline": ({"agent": "agent"}, "sequential"), "population": (population, "sequential")}
+    runs["population_batched"] = (population, "batched")  # issue #30: every member's update in one pass
+    for name, (roster, update) in runs.items():
+        cfg = load_config(preset, {**overrides, "rl.update": update})
+        section(result, name, synthetic_step, cfg, base, roster, size)
+    bl = result.get("baseline", {})
+    for name in ("population", "population_batched"):
+        pop = result.get(name, {})
+        if "step_s" in pop and "step_s" in bl:
+            result[f"{name}_over_baseline"] = {k: pop[k] / bl[k] for k in ("step_s", "generate_s", "train_s")}
     if time.perf_counter() < deadline:
         section(result, "full_length_update", full_length_update, config, base)
     else:
@@ -294,11 +292,9 @@ def main() -> int:
     ap.add_argument("--cpu", action="store_true", help="the CPU fallback (also taken when CUDA is absent)")
     ap.add_argument("--presets", nargs="*", default=None, help="a subset of: gpu paper")
     ap.add_argument("--budget-s", type=float, default=480.0, help="skip later sections past this many seconds")
-    ap.add_argument("--batched", action="append", default=[], metavar="KEY=VALUE", help="issue #30's setting")
     args = ap.parse_args()
     cpu = args.cpu or not torch.cuda.is_available()
     shapes = CPU_SHAPES if cpu else {p: GPU_SHAPES[p] for p in (args.presets or GPU_SHAPES)}
-    batched = dict(parse_override(o) for o in args.batched) or None
     started = time.perf_counter()
     report: dict[str, Any] = {
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "CPU",
@@ -310,7 +306,7 @@ def main() -> int:
         print(f"[gpu_check] shape {preset}", flush=True)
         deadline = started + args.budget_s
         try:
-            report["shapes"][preset] = check_shape(preset, size, cpu, batched, deadline)
+            report["shapes"][preset] = check_shape(preset, size, cpu, deadline)
         except Exception as e:  # noqa: BLE001 - a shape that cannot even load is data too
             report["shapes"][preset] = {"error": f"{type(e).__name__}: {' '.join(str(e).split())[:500]}"}
             traceback.print_exc()
@@ -319,8 +315,10 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     for preset, r in report["shapes"].items():
-        ratio = r.get("population_over_baseline", {}).get("step_s")
-        print(f"[gpu_check] {preset}: population / baseline step = {ratio if ratio is None else f'{ratio:.2f}x'}")
+        for name in ("population", "population_batched"):
+            ratios = r.get(f"{name}_over_baseline", {})
+            said = ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()) or "not measured"
+            print(f"[gpu_check] {preset}: {name} / baseline: {said}")
     print(f"[gpu_check] wrote {args.out} in {report['total_s']:.0f}s")
     return 0
 

@@ -255,6 +255,13 @@ class RLConfig:
     """Sequences per forward/backward in a member's update (gradients accumulate, weighted by
     completion tokens, so the update does not depend on it; peak memory does). Rows are sorted by
     length and each micro-batch is padded to its own longest row."""
+    update: Literal["auto", "batched", "sequential"] = "auto"
+    """How a population step trains its members (issue #30). "batched": one pass for all, each
+    micro-batch of ``micro_batch`` rows mixing members, each row through its own member's LoRA, then
+    each member's own AdamW step (model.batched_update); "sequential": one update per member in turn.
+    Both give the same factors and AdamW moments (tests/test_batched_update.py). "auto": batched on
+    the transformers backend, sequential on Unsloth (its kernels serve one adapter at a time);
+    benchmarks/bench_update.py measures the two (docs/performance.md)."""
 
     def __post_init__(self) -> None:
         _positive(self, "proposals_per_kind", "rollouts", "ppo_epochs", "micro_batch")
@@ -262,6 +269,8 @@ class RLConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ConfigError(f"{name} must be > 0 or null (the agent's proposals_per_kind), got {value!r}")
+        if self.kl_coef < 0 or self.clip_epsilon <= 0:
+            raise ConfigError("kl_coef must be >= 0 and clip_epsilon > 0")
 
     @property
     def teacher_proposals(self) -> int:
@@ -272,8 +281,6 @@ class RLConfig:
     def student_tasks(self) -> int:
         """Tasks per kind a population student solves per step (fresh first, then buffer top-ups)."""
         return self.student_tasks_per_kind or self.proposals_per_kind
-        if self.kl_coef < 0 or self.clip_epsilon <= 0:
-            raise ConfigError("kl_coef must be >= 0 and clip_epsilon > 0")
 
 
 @dataclass

@@ -364,13 +364,16 @@ def _train_on_every_sample(policy: LoRAPolicy) -> None:
     """Random weights tie every reward, so every advantage is 0 and `update` would skip the step:
     give this policy's samples alternating ±1 advantages instead, so each update does the work a real
     step's does (module docstring). Only this policy object is changed."""
-    inner = policy.update
+    inner = policy.update_members
 
-    def update(member_id: str, samples: Any) -> dict[str, float]:
-        signed = [dataclasses.replace(s, advantage=1.0 if i % 2 == 0 else -1.0) for i, s in enumerate(samples)]
-        return inner(member_id, signed)
+    def update_members(samples: Any) -> dict[str, dict[str, float]]:
+        signed = {
+            m: [dataclasses.replace(s, advantage=1.0 if i % 2 == 0 else -1.0) for i, s in enumerate(mine)]
+            for m, mine in samples.items()
+        }
+        return inner(signed)
 
-    policy.update = update  # type: ignore[method-assign]  # this instance only: the class is untouched
+    policy.update_members = update_members  # type: ignore[method-assign]  # this instance only
 
 
 def _mixed_vs_single(policy: LoRAPolicy, n_new: int) -> tuple[float, float]:

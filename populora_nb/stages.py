@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from populora_nb.buffers import TaskBuffer
+from populora_nb.buffers import TaskBuffer, snippet_pool
 from populora_nb.config import ExperimentConfig
 from populora_nb.matchmaking import Match
 from populora_nb.prompts import (
@@ -99,8 +99,9 @@ class Policy(Protocol):
         """One completion per (member, prompt) row, sampled with that member's adapter."""
         ...
 
-    def update(self, member_id: str, samples: Sequence[Sample]) -> dict[str, float]:
-        """One policy-gradient step of `member_id`'s adapter on its samples; returns statistics."""
+    def update_members(self, samples: Mapping[str, Sequence[Sample]]) -> dict[str, dict[str, float]]:
+        """One policy-gradient step of each member's adapter on its own samples (all members in one
+        batched pass, or one after another); returns each member's statistics."""
         ...
 
     def save(self, path: Path) -> None: ...
@@ -225,7 +226,7 @@ def propose(
     per_kind = per_kind or config.rl.proposals_per_kind
     rng = rng_for(config.run.seed, step, "references")
     tc = config.tasks
-    program_buffer = buffers.get("code_o") or buffers.get("code_i")
+    program_buffer = snippet_pool(buffers) if "code_f" in tc.kinds else None
     if "code_f" in tc.kinds and program_buffer is None:
         raise ValueError("code_f proposals need a code_o or code_i buffer for their reference programs")
     count = token_counter(policy.tokenizer, tc.prompt_format)
@@ -463,13 +464,10 @@ def reward_samples(
 
 
 def update(policy: Policy, samples: list[Sample], members: Sequence[str]) -> dict[str, dict[str, float]]:
-    """One policy-gradient update per member, only on its own samples and its own LoRA."""
-    stats = {}
-    for m in members:
-        mine = [s for s in samples if s.member == m]
-        if mine:
-            stats[m] = policy.update(m, mine)
-    return stats
+    """One policy-gradient update per member, only on its own samples and its own LoRA (the policy
+    runs them as one batched pass or one by one: `rl.update`); members without samples are left out."""
+    mine = {m: [s for s in samples if s.member == m] for m in members}
+    return policy.update_members({m: s for m, s in mine.items() if s})
 
 
 def grow_buffers(buffers: dict[str, TaskBuffer], proposals: Sequence[Proposed]) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from populora_nb.stages import Sample
@@ -46,9 +46,12 @@ class ScriptedPolicy:
                 out.append("```python\ndef f(a):\n    return a\n```")
         return out
 
-    def update(self, member_id: str, samples: Sequence[Sample]) -> dict[str, float]:
-        self.updates.append((member_id, list(samples)))
-        return {"loss/total": float(sum(s.advantage * s.reward for s in samples))}
+    def update_members(self, samples: Mapping[str, Sequence[Sample]]) -> dict[str, dict[str, float]]:
+        out = {}
+        for member_id, mine in samples.items():
+            self.updates.append((member_id, list(mine)))
+            out[member_id] = {"loss/total": float(sum(s.advantage * s.reward for s in mine))}
+        return out
 
     def save(self, path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)

@@ -284,9 +284,7 @@ class Population:
             raise ValueError(f"weight_by must be 'rows' or 'tokens', got {weight_by!r}")
         start = time.perf_counter()
         member = self.member(member_id)
-        params = self.multi.parameters(member.slot)
-        opt = self._optimizer(member_id)
-        opt.zero_grad(set_to_none=True)
+        self.zero_grad(member_id)
         batch = batch.to(self.base.device)
         n = batch.input_ids.shape[0]
         step = micro_batch_size or n
@@ -305,17 +303,23 @@ class Population:
                     stats[k] = stats.get(k, 0.0) + weight * v
         if self._slot_engine is not None:
             self._slot_engine.grads_to(self.multi, member.slot)
+        stats |= self.optimizer_step(member_id)
+        stats["time/train_step_s"] = time.perf_counter() - start
+        return stats
+
+    def zero_grad(self, member_id: str) -> None:
+        """Clear the member's gradients (before accumulating a step's micro-batches)."""
+        self._optimizer(member_id).zero_grad(set_to_none=True)
+
+    def optimizer_step(self, member_id: str) -> dict[str, float]:
+        """Clip the member's accumulated gradient to ``lora.grad_clip`` and take its own AdamW step;
+        its gradients are then cleared. Returns ``optim/grad_norm`` (before clipping), ``optim/lr``."""
+        params = self.multi.parameters(self.member(member_id).slot)
+        opt = self._optimizer(member_id)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.lora.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        stats.update(
-            {
-                "optim/grad_norm": float(grad_norm),
-                "optim/lr": self.lora.lr,
-                "time/train_step_s": time.perf_counter() - start,
-            }
-        )
-        return stats
+        return {"optim/grad_norm": float(grad_norm), "optim/lr": self.lora.lr}
 
     def _optimizer(self, member_id: str) -> torch.optim.AdamW:
         # One AdamW per member: with a shared one, momentum would keep moving members whose

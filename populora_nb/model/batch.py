@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from populora_nb.rl import logprob_temperature
@@ -103,6 +104,30 @@ def train_batch(
         if g.completion_ids:
             comp[i, -len(g.completion_ids) :] = 1
     return TrainBatch(ids, attn, comp, torch.as_tensor(advantages, dtype=torch.float32), temperature=temperature)
+
+
+def concat(batches: Sequence[TrainBatch]) -> TrainBatch:
+    """The rows of every batch in order, left-padded to the widest: several members' batches as one
+    (the batched update, `Population.train_step_batched`). Padding is masked out everywhere and
+    positions count real tokens, so a row scores the same in any batch. An optional field (old,
+    reference or engine log-probs) must be present in all batches or in none."""
+    if not batches:
+        raise ValueError("concat needs at least one batch")
+    temperatures = {b.temperature for b in batches}
+    if len(temperatures) > 1:
+        raise ValueError(f"batches sampled at different temperatures {sorted(temperatures)} cannot share a pass")
+    width = max(b.input_ids.shape[1] for b in batches)
+
+    def column(name: str) -> Tensor | None:
+        parts = [getattr(b, name) for b in batches]
+        if all(p is None for p in parts):
+            return None
+        if any(p is None for p in parts):
+            raise ValueError(f"{name} is set in some batches and not in others")
+        return torch.cat([F.pad(p, (width - p.shape[1], 0)) if p.dim() == 2 else p for p in parts])
+
+    fields: dict[str, Any] = {f.name: column(f.name) for f in dataclasses.fields(TrainBatch) if f.name != "temperature"}
+    return TrainBatch(**fields, temperature=batches[0].temperature)
 
 
 def aligned_logprobs(batch: TrainBatch, rows: Sequence[Sequence[float]]) -> Tensor:

@@ -29,6 +29,9 @@ the same names, with peft's own adapter switched off for the route (issue #29).
     gathers, one module at a time.
   Either way a mixed batch is a constant number of batched ops per module, against peft's loop
   of one sub-batch per adapter.
+  * training several members at once (``route_groups``, the batched update of issue #30): rows
+    grouped by member, each group through its own member's factors with autograd, so every
+    member's parameters get exactly the gradient of their own rows.
 
 ``decode`` is a plain KV-cache sampling loop (temperature, top-p, stop tokens) driven by an explicit
 ``torch.Generator``; ``checkpointing`` wraps the decoder layers in non-reentrant activation
@@ -116,6 +119,42 @@ class MultiLoRA:
                 xa = x.reshape(-1, x.shape[-1]) @ a_t  # (B·T, r)
                 out.view(-1, out.shape[-1]).addmm_(xa, bt_d, alpha=scale)
                 return out
+
+            return hook
+
+        with self._hooks(make_hook):
+            yield
+
+    @contextlib.contextmanager
+    def route_groups(self, slots: Sequence[int]) -> Iterator[None]:
+        """Row i uses slot ``slots[i]``, the rows of each slot contiguous; differentiable with respect
+        to every used slot's parameters: the batched update of several members (issue #30).
+
+        Each module adds ``x[rows_m] @ A_mᵀ @ Bt_m`` per member m, the very ops `route_slot` runs on a
+        member's own batch, so each member's gradient is the one it would get alone. One pair of small
+        matmuls per member and module; no gathered (B, r, d_in) copy of the factors, which autograd
+        would keep per module for the backward pass."""
+        runs: list[tuple[int, int, int]] = []  # (slot, first row, end row)
+        for i, slot in enumerate(slots):
+            if runs and runs[-1][0] == slot:
+                runs[-1] = (slot, runs[-1][1], i + 1)
+            elif any(r[0] == slot for r in runs):
+                raise ValueError(f"route_groups needs each slot's rows contiguous; slot {slot} recurs at row {i}")
+            else:
+                runs.append((slot, i, i + 1))
+        if len(runs) == 1:
+            with self.route_slot(runs[0][0]):
+                yield
+            return
+        scale, cdt = self.scale, self.compute_dtype
+
+        def make_hook(name: str):
+            pairs = [(self.slot_params[slot][name], lo, hi) for slot, lo, hi in runs]
+
+            def hook(module: nn.Module, args: tuple, out: Tensor) -> Tensor:
+                x = args[0]  # (B, T, d_in)
+                delta = torch.cat([F.linear(x[lo:hi], a.to(cdt)) @ bt.to(cdt) for (a, bt), lo, hi in pairs])
+                return out + scale * delta  # (B, T, d_out)
 
             return hook
 

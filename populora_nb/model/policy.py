@@ -17,7 +17,7 @@ and stops the run when they are far beyond rounding (``rollout.logp_gap_limit``)
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import cast
 
@@ -27,7 +27,7 @@ from populora_nb.config import ConfigError, ExperimentConfig
 from populora_nb.lowrank import LoRAFactors, LoRAPair
 from populora_nb.model.adapters import Population, Role
 from populora_nb.model.base import Base, load_base
-from populora_nb.model.batch import Generation, TrainBatch, aligned_logprobs, train_batch
+from populora_nb.model.batch import Generation, LossFn, TrainBatch, aligned_logprobs, train_batch
 from populora_nb.model.vllm_engine import EngineError, VLLMEngine
 from populora_nb.probe import PROBE_SOLVER
 from populora_nb.rl import policy_gradient_loss
@@ -206,36 +206,99 @@ class LoRAPolicy:
             completions.append(Completion(o.text, ids))
         return completions
 
+    @property
+    def batched_update(self) -> bool:
+        """Whether `update_members` trains all members in one pass (``rl.update``; "auto": yes on the
+        transformers backend, no on Unsloth, whose kernels serve one adapter at a time)."""
+        mode = self.config.rl.update
+        if mode == "batched" and self.base.backend == "unsloth":
+            raise ConfigError("rl.update=batched needs the transformers backend; on Unsloth set rl.update=auto")
+        return mode == "batched" or (mode == "auto" and self.base.backend != "unsloth")
+
+    def update_members(self, samples: Mapping[str, Sequence[Sample]]) -> dict[str, dict[str, float]]:
+        """One policy-gradient update of each member on its own samples, in one batched pass over all
+        members' rows or one member at a time (`batched_update`): the same factors and AdamW moments
+        either way. A member whose advantages are all 0 takes no step (``optim/skipped`` 1) and costs
+        nothing; a member without samples gets no entry."""
+        if not self.batched_update:
+            return {m: self.update(m, mine) for m, mine in samples.items() if mine}
+        out: dict[str, dict[str, float]] = {}
+        todo: dict[str, tuple[TrainBatch, Mismatch, int]] = {}
+        for m, mine in samples.items():
+            if not mine:
+                continue
+            if all(s.advantage == 0 for s in mine):
+                out[m] = {"optim/skipped": 1.0}
+            else:
+                batch, mismatch = self._prepare(m, mine)
+                todo[m] = (batch, mismatch, len(mine))
+        if not todo:
+            return out
+        from populora_nb.model.batched_update import train_members
+
+        rl = self.config.rl
+        loss_fns = {m: self._loss_fn(mismatch) for m, (_, mismatch, _) in todo.items()}
+        stats: dict[str, dict[str, float]] = {}
+        for epoch in range(rl.ppo_epochs):
+            for _, mismatch, _ in todo.values():
+                mismatch.active = epoch == 0  # before any optimizer step: the weights the engine sampled with
+            batches = {m: batch for m, (batch, _, _) in todo.items()}
+            stats = train_members(
+                self.population, batches, loss_fns, micro_batch_size=rl.micro_batch, weight_by="tokens"
+            )
+        for m, (_, mismatch, n) in todo.items():
+            out[m] = stats[m] | mismatch.stats() | {"optim/skipped": 0.0, "optim/n_samples": float(n)}
+        return {m: out[m] for m in samples if m in out}  # in the caller's order
+
     def update(self, member_id: str, samples: Sequence[Sample]) -> dict[str, float]:
         """PPO-clip / REINFORCE update of one member on its own samples; returns the step's stats
         (``optim/skipped`` 1 when every advantage is 0 and no step was taken)."""
-        gens = [self._generation(member_id, s) for s in samples]
-        advantages = [s.advantage for s in samples]
-        if all(a == 0 for a in advantages):
+        if all(s.advantage == 0 for s in samples):
             # Zero advantages carry no gradient, but an AdamW step would still move the factors
             # along their momentum: skip the step entirely.
             return {"optim/skipped": 1.0}
         rl = self.config.rl
+        batch, mismatch = self._prepare(member_id, samples)
+        loss_fn = self._loss_fn(mismatch)
+        stats: dict[str, float] = {}
+        for epoch in range(rl.ppo_epochs):
+            mismatch.active = epoch == 0  # before any optimizer step: the weights the engine sampled with
+            stats = self.population.train_step(
+                member_id, batch, loss_fn, micro_batch_size=rl.micro_batch, weight_by="tokens"
+            )
+        stats |= mismatch.stats()
+        stats["optim/skipped"] = 0.0
+        stats["optim/n_samples"] = float(len(samples))
+        return stats
+
+    def _prepare(self, member_id: str, samples: Sequence[Sample]) -> tuple[TrainBatch, Mismatch]:
+        """The member's samples as a batch to train on (with the engine's log-probs to compare, the
+        reference and old log-probs the config asks for), and the mismatch monitor of its update."""
+        gens = [self._generation(member_id, s) for s in samples]
         # Score at the temperature the samples were drawn at: old, new and reference log-probs are
         # then those of the policy that sampled (rl.logprob_temperature says why, and what 0 does).
         # With top_p < 1 they stay those of the untruncated distribution (rl.completion_logprobs).
         temperature = self.config.sampling.temperature
-        batch = train_batch(gens, advantages, self.tokenizer.pad_token_id, temperature=temperature)
+        batch = train_batch(gens, [s.advantage for s in samples], self.tokenizer.pad_token_id, temperature=temperature)
         sampled = [self._sampled.pop((member_id, s.token_ids), None) if s.token_ids else None for s in samples]
         if all(lp is not None for lp in sampled):  # every sample came from the engine: compare
             batch.sampler_logprobs = aligned_logprobs(batch, [lp or () for lp in sampled])
         if self._engine is not None:
             self._engine.sleep()  # on a GPU: the KV cache makes room for training
             self._stale.add(member_id)
+        if self.config.rl.kl_coef > 0:
+            batch.ref_logprobs = self.population.logprobs(None, batch)
+        if self.config.rl.ppo_epochs > 1:
+            batch.old_logprobs = self.population.logprobs(member_id, batch)
         # random weights (doctor --weights random): the engine's dummy weights are not the trainer's by design
         random = self.base.weights == "random"
-        mismatch = Mismatch(limit=None if random else self.config.rollout.logp_gap_limit)
-        if rl.kl_coef > 0:
-            batch.ref_logprobs = self.population.logprobs(None, batch)
-        if rl.ppo_epochs > 1:
-            batch.old_logprobs = self.population.logprobs(member_id, batch)
+        return batch, Mismatch(limit=None if random else self.config.rollout.logp_gap_limit)
 
-        def loss_fn(logprobs, b):  # token mean (AZR's verl default): micro-batches are weighted by tokens
+    def _loss_fn(self, mismatch: Mismatch) -> LossFn:
+        rl = self.config.rl
+
+        def loss_fn(logprobs: torch.Tensor, b: TrainBatch) -> tuple[torch.Tensor, dict[str, float]]:
+            # token mean (AZR's verl default): micro-batches are weighted by tokens
             mismatch.add(logprobs, b)
             return policy_gradient_loss(
                 logprobs,
@@ -248,16 +311,7 @@ class LoRAPolicy:
                 aggregation="token_mean",
             )
 
-        stats: dict[str, float] = {}
-        for epoch in range(rl.ppo_epochs):
-            mismatch.active = epoch == 0  # before any optimizer step: the weights the engine sampled with
-            stats = self.population.train_step(
-                member_id, batch, loss_fn, micro_batch_size=rl.micro_batch, weight_by="tokens"
-            )
-        stats |= mismatch.stats()
-        stats["optim/skipped"] = 0.0
-        stats["optim/n_samples"] = float(len(samples))
-        return stats
+        return loss_fn
 
     def _generation(self, member_id: str, s: Sample) -> Generation:
         if s.token_ids is not None:  # sampled by a model: score exactly those tokens

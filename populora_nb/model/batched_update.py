@@ -1,0 +1,96 @@
+"""The whole population's update in one pass: every member's rows share each forward and backward.
+
+PopuLoRA's efficiency claim (8 adapters at ~1.31x one agent's wall clock) needs training batched as
+generation is: one pass over mixed rows, each row through its own member's LoRA factors, where a loop
+of one update per member runs N small passes (issue #30). Here the members' batches are concatenated,
+sorted by length and cut into micro-batches of ``rl.micro_batch`` rows across members (so a pass
+needs no more activation memory than one member's micro-batch in the loop); inside a micro-batch the
+rows are grouped by member and routed with `MultiLoRA.route_groups`.
+
+Each member's loss is normalised exactly as in its own update (`Population.train_step`): a token
+(or row) mean over *its* samples, each micro-batch's part weighted by its share of the member's
+tokens (or rows). Summing the members' losses before one backward gives each member's factors the
+gradient of its own loss alone, since no other loss depends on them; then each member clips its own
+gradient and takes its own AdamW step, its optimizer state in the same layout as the loop's (so
+checkpoints and evolution's optimizer inheritance are unchanged). The loop stays for the Unsloth
+backend, whose kernels serve one active adapter (`rl.update`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from populora_nb.model.adapters import Population
+from populora_nb.model.batch import LossFn, TrainBatch, concat
+from populora_nb.model.multilora import checkpointing
+from populora_nb.model.scoring import lm_completion_logprobs
+
+
+def train_members(
+    population: Population,
+    batches: Mapping[str, TrainBatch],
+    loss_fns: Mapping[str, LossFn],
+    micro_batch_size: int | None = None,
+    weight_by: Literal["rows", "tokens"] = "rows",
+) -> dict[str, dict[str, float]]:
+    """One AdamW step for each member of ``batches`` on its own batch and loss, the rows of all
+    members sharing each micro-batch of ``micro_batch_size`` rows. Every other member and the base
+    stay bit-identical. Returns per member its loss_fn's stats averaged over its micro-batches (as
+    `Population.train_step` does), ``optim/*``, and ``time/train_step_s``: its share (by rows) of the
+    pass's seconds."""
+    if weight_by not in ("rows", "tokens"):
+        raise ValueError(f"weight_by must be 'rows' or 'tokens', got {weight_by!r}")
+    if population.base.backend == "unsloth":
+        raise ValueError("the batched update needs the transformers backend (Unsloth serves one adapter at a time)")
+    start = time.perf_counter()
+    members = list(batches)
+    if not members:
+        return {}
+    for m in members:
+        population.zero_grad(m)
+    device = population.base.device
+    combined = concat([batches[m] for m in members]).to(device)
+    owner = torch.cat([torch.full((batches[m].input_ids.shape[0],), i) for i, m in enumerate(members)])
+    slot_of = [population.member(m).slot for m in members]
+    n = combined.input_ids.shape[0]
+    step = micro_batch_size or n
+    order = combined.attention_mask.sum(dim=1).cpu().argsort(descending=True, stable=True)
+
+    def size(b: TrainBatch) -> float:
+        return float(b.input_ids.shape[0]) if weight_by == "rows" else float(b.completion_mask.sum())
+
+    totals = [max(size(batches[m]), 1e-9) for m in members]
+    stats: list[dict[str, float]] = [{} for _ in members]
+    model = population.base.model
+    for lo in range(0, n, step):
+        rows = order[lo : lo + step]
+        rows = rows[owner[rows].argsort(stable=True)]  # each member's rows together, for route_groups
+        chunk = combined.rows(rows.to(device)).trimmed()
+        chunk_owner = owner[rows].tolist()
+        with (
+            population.multi.route_groups([slot_of[i] for i in chunk_owner]),
+            checkpointing(model, population.lora.gradient_checkpointing),
+        ):
+            logprobs = lm_completion_logprobs(model, chunk)  # (B, T)
+            loss: Tensor | float = 0.0
+            for i in sorted(set(chunk_owner)):
+                first, end = chunk_owner.index(i), len(chunk_owner) - chunk_owner[::-1].index(i)
+                part = chunk.rows(slice(first, end))
+                weight = size(part) / totals[i]
+                member_loss, part_stats = loss_fns[members[i]](logprobs[first:end], part)
+                loss = loss + member_loss * weight
+                for k, v in part_stats.items():
+                    stats[i][k] = stats[i].get(k, 0.0) + weight * v
+            assert isinstance(loss, Tensor)
+            loss.backward()
+    seconds = time.perf_counter() - start
+    out = {}
+    for i, m in enumerate(members):
+        share = batches[m].input_ids.shape[0] / n
+        out[m] = stats[i] | population.optimizer_step(m) | {"time/train_step_s": seconds * share}
+    return out
