@@ -14,9 +14,11 @@ decoder, transformers + peft):
   4T + 4S population (8 adapters, 8x the rows): one mixed-adapter generation of ``rows`` rows per
   adapter at fixed lengths (``prompt`` tokens in, ``new`` tokens out, no stop token), then every
   member's real update on its rows (`LoRAPolicy.update_members`, alternating +-1 advantages: random
-  weights would tie every reward), the population's once one member at a time and once in one
-  batched pass (``rl.update``, issue #30); seconds per stage, population / baseline for each, peak
-  reserved memory per stage;
+  weights would tie every reward); seconds per stage, population / baseline, peak reserved memory
+  per stage;
+* the update stage alone (issue #30) on the same fixed-length rows: the agent's, and the population's
+  one member at a time, in one batched pass (``rl.update``) at the preset's micro-batch, and batched
+  at N times it; each over the agent's (the GPU model of docs/performance.md reads these);
 * the update at the preset's full length (prompt budget + its max new tokens, one micro-batch of
   ``rl.micro_batch`` rows, the preset's gradient checkpointing): the peak memory that decides
   whether a preset fits, halving the micro-batch after an out-of-memory error until one fits.
@@ -137,6 +139,7 @@ def synthetic_step(config: ExperimentConfig, base: Base, roster: dict, size: dic
     sync()
     out["train_s"] = time.perf_counter() - started
     out["update"] = config.rl.update
+    out["micro_batch"] = config.rl.micro_batch
     if any(s.get("optim/skipped") for s in stats.values()) or stats.keys() != rows.keys():
         raise RuntimeError("every member's update must take a step")
     out["train_memory"] = memory()
@@ -144,6 +147,52 @@ def synthetic_step(config: ExperimentConfig, base: Base, roster: dict, size: dic
     out["memory_mib"] = population.memory()
     del policy, population, gens
     release()
+    return out
+
+
+def update_stage(preset: str, overrides: dict[str, Any], base: Base, roster: dict, size: dict) -> dict[str, Any]:
+    """Issue #30: the update stage alone on the same fixed-length rows (``rows`` per adapter), the agent's
+    and the population's, the latter one member at a time, in one batched pass at the preset's
+    micro-batch (one member's memory per pass), and batched at N times it (as many passes as the agent's).
+    Seconds, peak memory, and each population mode over the agent: docs/performance.md's GPU model reads
+    the last (if it is near 1, the agent's passes leave the card mostly idle)."""
+    n, mb = len(roster), load_config(preset, overrides).rl.micro_batch
+    vocab = len(base.tokenizer)
+    modes = {
+        "agent": ({"agent": "agent"}, {"rl.update": "sequential"}),
+        "sequential": (roster, {"rl.update": "sequential"}),
+        "batched": (roster, {"rl.update": "batched"}),
+        "batched_wide": (roster, {"rl.update": "batched", "rl.micro_batch": n * mb}),
+    }
+    out: dict[str, Any] = {"rows_per_adapter": size["rows"], "prompt": size["prompt"], "new": size["new"]}
+    for name, (members, settings) in modes.items():
+        cfg = load_config(preset, {**overrides, **settings})
+        population = Population.create(base, members, cfg.lora, seed=cfg.run.seed)
+        policy = LoRAPolicy(cfg, base, population)
+        rows = {
+            m: signed_samples(
+                m,
+                random_ids(size["rows"], size["prompt"], vocab, seed=10 + i),
+                random_ids(size["rows"], size["new"], vocab, seed=20 + i),
+            )
+            for i, m in enumerate(population.ids())
+        }
+        release()
+        reset_peak()
+        try:
+            started = time.perf_counter()
+            policy.update_members(rows)
+            sync()
+            out[name] = {"train_s": time.perf_counter() - started, "micro_batch": cfg.rl.micro_batch, **memory()}
+        except torch.cuda.OutOfMemoryError as e:  # a wide pass may not fit: that is an answer too
+            out[name] = {"error": str(e).splitlines()[0], "micro_batch": cfg.rl.micro_batch, **memory()}
+        finally:
+            del policy, population
+            release()
+    agent = out["agent"].get("train_s")
+    out["over_agent"] = {
+        k: out[k]["train_s"] / agent for k in ("sequential", "batched", "batched_wide") if agent and "train_s" in out[k]
+    }
     return out
 
 
@@ -248,16 +297,12 @@ def check_shape(preset: str, size: dict, cpu: bool, deadline: float) -> dict:
         **memory(),
     }
     population = roles_for(config.population.n_teachers, config.population.n_students)
-    runs = {"baseline": ({"agent": "agent"}, "sequential"), "population": (population, "sequential")}
-    runs["population_batched"] = (population, "batched")  # issue #30: every member's update in one pass
-    for name, (roster, update) in runs.items():
-        cfg = load_config(preset, {**overrides, "rl.update": update})
-        section(result, name, synthetic_step, cfg, base, roster, size)
-    bl = result.get("baseline", {})
-    for name in ("population", "population_batched"):
-        pop = result.get(name, {})
-        if "step_s" in pop and "step_s" in bl:
-            result[f"{name}_over_baseline"] = {k: pop[k] / bl[k] for k in ("step_s", "generate_s", "train_s")}
+    for name, roster in (("baseline", {"agent": "agent"}), ("population", population)):
+        section(result, name, synthetic_step, config, base, roster, size)
+    pop, bl = result.get("population", {}), result.get("baseline", {})
+    if "step_s" in pop and "step_s" in bl:
+        result["population_over_baseline"] = {k: pop[k] / bl[k] for k in ("step_s", "generate_s", "train_s")}
+    section(result, "update_stage", update_stage, preset, overrides, base, population, size)
     if time.perf_counter() < deadline:
         section(result, "full_length_update", full_length_update, config, base)
     else:
@@ -315,10 +360,11 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     for preset, r in report["shapes"].items():
-        for name in ("population", "population_batched"):
-            ratios = r.get(f"{name}_over_baseline", {})
-            said = ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()) or "not measured"
-            print(f"[gpu_check] {preset}: {name} / baseline: {said}")
+        ratio = r.get("population_over_baseline", {}).get("step_s")
+        print(f"[gpu_check] {preset}: population / baseline step = {ratio if ratio is None else f'{ratio:.2f}x'}")
+        updates = r.get("update_stage", {}).get("over_agent", {})
+        said = ", ".join(f"{k} {v:.2f}x" for k, v in updates.items()) or "not measured"
+        print(f"[gpu_check] {preset}: update stage / the agent's, equal rows per adapter: {said}")
     print(f"[gpu_check] wrote {args.out} in {report['total_s']:.0f}s")
     return 0
 

@@ -232,6 +232,21 @@ def cmd_protocol(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pilot(args: argparse.Namespace) -> int:
+    from populora_nb.pilot import CANDIDATES, run_pilot, write_pilot
+
+    known = {c.name: c for c in CANDIDATES}
+    unknown = [n for n in args.only or [] if n not in known]
+    if unknown:
+        raise UserInputError(f"unknown pilot candidates {unknown}; candidates are {', '.join(known)}")
+    chosen = [known[n] for n in args.only] if args.only else list(CANDIDATES)
+    preset = args.preset or "cpu"
+    extra = dict(parse_override(o) for o in args.overrides)
+    rows = run_pilot(preset, args.out, args.steps, chosen, extra, say=lambda m: print(m, flush=True))
+    print(f"[pilot] {write_pilot(rows, args.table or args.out, preset, args.steps)}", flush=True)
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from populora_nb.analysis.report import make_figures, write_report
 
@@ -307,6 +322,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--window", type=int, default=5, help="steps averaged for a run's start and end values")
     p.set_defaults(func=cmd_protocol)
+
+    p = sub.add_parser(
+        "pilot", help="a few steps of each candidate setting: band share, teacher wins, cost (issue #31)"
+    )
+    p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: cpu")
+    p.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="for every candidate"
+    )
+    p.add_argument("--out", type=Path, required=True, help="pilot directory, one experiment per candidate (resumable)")
+    p.add_argument("--steps", type=int, default=4, help="steps of each run")
+    p.add_argument("--only", nargs="*", default=None, help="candidate names (default: all, in order)")
+    p.add_argument("--table", type=Path, default=None, help="where pilot.md and pilot.json go (default: --out)")
+    p.set_defaults(func=cmd_pilot)
 
     p = sub.add_parser("sweep", help="seeds x a grid of overrides as Ray Tune trials, each an experiment (resumable)")
     _add_config_args(p)

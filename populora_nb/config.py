@@ -444,9 +444,20 @@ class WarmupConfig:
     """Examples per optimizer step of the fine-tuning."""
     lr: float = 2e-4
     """AdamW learning rate of the fine-tuning (the LoRA factors only; the base stays frozen)."""
+    solver: bool = False
+    """Then a solver warm-up on the same adapter (`populora_nb.solver_warmup`): the model's own answers
+    that the verifier judged correct, on the accepted proposals and the collection seeds, fine-tuned
+    on; the solve rate measured before and after on held-out tasks (issue #31)."""
+    solver_samples: int = 4
+    """Answers sampled per task by the solver warm-up (collection and measurement alike)."""
+    solver_examples: int = 96
+    """At most this many distinct correct (task, answer) examples for the solver fine-tuning."""
 
     def __post_init__(self) -> None:
-        _positive(self, "examples", "max_rounds", "batch", "measure_rounds", "epochs", "sft_batch", "lr")
+        _positive(
+            self, "examples", "max_rounds", "batch", "measure_rounds", "epochs", "sft_batch", "lr", "solver_samples"
+        )
+        _positive(self, "solver_examples")
 
 
 @dataclass

@@ -83,6 +83,22 @@ def run_experiment(
     return out
 
 
+def adopt_warmup(out: str | Path, source: str | Path) -> None:
+    """Give the experiment ``out`` the finished warm-up of the experiment ``source`` (a copy of its
+    ``warmup/`` directory) and mark its warmup stage complete, so experiments whose warm-up settings
+    agree share one warm-up (the pilot's candidates, `pilot.run_pilot`). The caller checks they agree."""
+    import shutil
+
+    out, source = Path(out), Path(source)
+    if "warmup" in _done(out):
+        return
+    if "warmup" not in _done(source):
+        raise UserInputError(f"{source} has no finished warm-up to share (its warmup stage is not complete)")
+    shutil.rmtree(out / "warmup", ignore_errors=True)
+    shutil.copytree(source / "warmup", out / "warmup")
+    _mark(out, "warmup", 0.0)
+
+
 def _train(agent: str) -> Callable[[ExperimentConfig, Path, Callable[[str], None]], None]:
     def stage(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> None:
         from populora_nb.loop import run
@@ -108,9 +124,15 @@ def _warmup(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> 
     from populora_nb.warmup import run_warmup
 
     r = run_warmup(config, out / "warmup", say)
+    solver = r.get("solver")
+    solved = (
+        f"; solve rate {solver['before']['rate']:.3f} -> {solver['after']['rate']:.3f} on held-out tasks"
+        if solver
+        else ""
+    )
     say(
         f"[warmup] valid rate {r['before']['rate']:.3f} -> {r['after']['rate']:.3f} on held-out prompts, "
-        f"{r['examples']} examples, {r['seconds']:.0f}s"
+        f"{r['examples']} examples{solved}, {r['seconds']:.0f}s"
     )
 
 

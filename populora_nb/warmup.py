@@ -17,7 +17,10 @@ measures again on the same held-out prompts with the same sampling seeds (a pair
 Held out means other references too: the seed programs are split in two disjoint halves
 (`split_seeds`), collection prompts show only the one and measurement prompts only the other, so
 the after-rate is not read on the very references the examples were written from.
-It writes ``EXP/warmup/``: ``factors.safetensors`` (the adapter), ``examples.jsonl``, ``report.json``.
+With ``warmup.solver`` the same adapter then goes through the solver warm-up (`populora_nb.solver_warmup`:
+the model's own verified answers, fine-tuned on, the solve rate measured before and after on held-out tasks).
+It writes ``EXP/warmup/``: ``factors.safetensors`` (the adapter), ``examples.jsonl`` (and
+``solver_examples.jsonl``), ``report.json``.
 Baseline and population then both start every member from those factors (``lora.warmup``), so the
 comparison stays fair: the warm-up is shared, only what follows differs.
 """
@@ -45,6 +48,7 @@ COLLECT_STEP, MEASURE_STEP = 1_000_000, 2_000_000
 """Step ids the warm-up's prompt draws and sampling seeds are derived from (`stages.rng_for`): far
 from any RL step, so the warm-up never sees an RL step's prompts, and measurement never sees collection's."""
 FACTORS, REPORT, EXAMPLES = "factors.safetensors", "report.json", "examples.jsonl"
+SOLVER_EXAMPLES = "solver_examples.jsonl"
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,8 @@ class Example:
     token_ids: TokenIds | None
     program: str
     inputs: tuple[str, ...]
+    task: Task | None = None
+    """The accepted task (a proposal example) or the task solved (a solver example)."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +90,7 @@ def accepted_examples(proposals: Sequence[Proposed], seen: set[tuple[str, str, t
         if key in seen:
             continue
         seen.add(key)
-        out.append(Example(p.kind, p.prompt, p.completion, p.token_ids, task.program, tuple(task.inputs)))
+        out.append(Example(p.kind, p.prompt, p.completion, p.token_ids, task.program, tuple(task.inputs), task))
     return out
 
 
@@ -101,12 +107,21 @@ def proposal_round(
     return validate(verifier, propose(policy, [MEMBER], buffers, cfg, step), config.tasks.code_f_inputs)
 
 
-def measure(config: ExperimentConfig, policy: Policy, verifier, buffers: dict[str, TaskBuffer]) -> ValidRate:
-    """The valid rate on the held-out rounds (`MEASURE_STEP` + i): the same prompts and seeds each call."""
-    rates = [
-        valid_rate(proposal_round(config, policy, verifier, buffers, MEASURE_STEP + i))
-        for i in range(config.warmup.measure_rounds)
+def measure(
+    config: ExperimentConfig,
+    policy: Policy,
+    verifier,
+    buffers: dict[str, TaskBuffer],
+    accepted: list[Task] | None = None,
+) -> ValidRate:
+    """The valid rate on the held-out rounds (`MEASURE_STEP` + i): the same prompts and seeds each
+    call. The tasks they accepted are appended to ``accepted`` when given."""
+    rounds = [
+        proposal_round(config, policy, verifier, buffers, MEASURE_STEP + i) for i in range(config.warmup.measure_rounds)
     ]
+    if accepted is not None:
+        accepted += [p.result for r in rounds for p in r if isinstance(p.result, Task)]
+    rates = [valid_rate(r) for r in rounds]
     return ValidRate(sum(r.accepted for r in rates), sum(r.total for r in rates))
 
 
@@ -254,7 +269,8 @@ def run_warmup(config: ExperimentConfig, out: str | Path, say: Callable[[str], N
     try:  # closes a rollout engine the policy started, however the stage ends
         with Verifier.from_config(cfg.verifier) as verifier:
             collect_buffers, measure_buffers = split_seeds(initial_state(cfg, verifier).buffers, cfg.run.seed)
-            before = measure(cfg, policy, verifier, measure_buffers)
+            held_out: list[Task] = []  # tasks the held-out proposer rounds accepted: the solver warm-up's measure
+            before = measure(cfg, policy, verifier, measure_buffers, held_out)
             say(f"[warmup] valid rate before: {before.accepted}/{before.total}")
             examples, collected = collect(
                 cfg,
@@ -264,17 +280,35 @@ def run_warmup(config: ExperimentConfig, out: str | Path, say: Callable[[str], N
                 lambda r, n: say(f"[warmup] round {r}: {n} accepted distinct proposals"),
             )
             losses = fine_tune(policy, examples, cfg, seed=cfg.run.seed) if examples else []
-            after = measure(cfg, policy, verifier, measure_buffers)
+            after = measure(cfg, policy, verifier, measure_buffers, held_out)
             say(
                 f"[warmup] valid rate after: {after.accepted}/{after.total} "
                 f"({len(examples)} examples, {len(losses)} steps)"
             )
+            solver: dict | None = None
+            solved: list[Example] = []
+            if cfg.warmup.solver:
+                from populora_nb.solver_warmup import run_solver_warmup
+
+                solver, solved = run_solver_warmup(
+                    cfg, policy, verifier, examples, collect_buffers, measure_buffers, held_out, MEMBER
+                )
+                b, a = solver["before"], solver["after"]
+                say(
+                    f"[warmup] solver: solve rate on {solver['held_out_tasks']} held-out tasks {b['correct']}/"
+                    f"{b['total']} -> {a['correct']}/{a['total']} ({len(solved)} solved examples)"
+                )
     finally:
         policy.close()
     save_factors(out / FACTORS, policy.population.factors(MEMBER), cfg)
     with open(out / EXAMPLES, "w") as fh:
         for e in examples:
             fh.write(json.dumps({"kind": e.kind, "program": e.program, "inputs": list(e.inputs)}) + "\n")
+    if cfg.warmup.solver:  # what the solver warm-up fine-tuned on: the task and the model's correct answer
+        with open(out / SOLVER_EXAMPLES, "w") as fh:
+            for e in solved:
+                row = {"kind": e.kind, "program": e.program, "inputs": list(e.inputs), "answer": e.completion}
+                fh.write(json.dumps(row) + "\n")
     report = {
         "seed": cfg.run.seed,
         "before": dataclasses.asdict(before) | {"rate": before.rate},
@@ -290,6 +324,7 @@ def run_warmup(config: ExperimentConfig, out: str | Path, say: Callable[[str], N
         "sft_steps": len(losses),
         "nll_first": losses[0] if losses else None,
         "nll_last": losses[-1] if losses else None,
+        "solver": solver,
         "seconds": round(time.time() - t0, 1),
     }
     (out / REPORT).write_text(json.dumps(report, indent=1))

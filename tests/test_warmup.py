@@ -113,6 +113,8 @@ def test_experiment_warmup_stage_is_shared_by_both_runs(tmp_path):
             "warmup.max_rounds": 1,
             "warmup.batch": 2,
             "warmup.measure_rounds": 1,
+            "warmup.solver": True,
+            "warmup.solver_samples": 1,
             "run.steps": 1,
         },
     )
@@ -121,6 +123,9 @@ def test_experiment_warmup_stage_is_shared_by_both_runs(tmp_path):
     out = run_experiment(config, tmp_path / "exp", stages=("warmup", "baseline", "population"), say=lambda m: None)
     report = json.loads((out / "warmup" / warmup.REPORT).read_text())
     assert report["before"]["total"] == report["after"]["total"] == 3  # 2 rounded up to one per kind
+    solver = report["solver"]  # the solver warm-up ran on the same adapter, measured on held-out tasks
+    assert solver["held_out_tasks"] > 0 and solver["before"]["total"] == solver["after"]["total"] > 0
+    assert (out / "warmup" / warmup.SOLVER_EXAMPLES).is_file()
     for run in ("baseline", "population"):
         saved = load_config(None, yaml_path=out / run / "config.yaml")
         assert saved.lora.warmup == str((out / "warmup").resolve())
@@ -191,3 +196,51 @@ def test_split_seeds_refuses_a_single_seed():
     b.add(Task("code_o", "def f(a):\n    return a", ("1",), ("1",)), seed=True)
     with pytest.raises(UserInputError, match="at least 2 distinct seed programs"):
         warmup.split_seeds({"code_o": b}, seed=0)
+
+
+def test_the_solver_warmup_fine_tunes_on_correct_answers_and_measures_on_held_out_programs(
+    monkeypatch, verifier, tokenizer
+):
+    """Issue #31's solver warm-up: only answers the verifier judged correct become examples, on the
+    training tasks (accepted proposals and collection seeds); the solve rate is measured before and
+    after on the same held-out tasks, none of whose programs is a training task's."""
+    from populora_nb import solver_warmup
+
+    config = load_config("tiny", {"tasks.kinds": ["code_o"], "warmup.solver": True, "warmup.solver_samples": 2})
+    collect_buffers, measure_buffers = warmup.split_seeds(initial_state(config, verifier).buffers, config.run.seed)
+    triple = Task("code_o", "def f(x):\n    return x * 3", ("4",), ("12",))
+    proposal = warmup.Example("code_o", "p", GOOD_PROGRAM.format(n=4), None, triple.program, ("4",), triple)
+    # accepted by a held-out proposer round, but its program is a training task's: never measured on
+    seen_in_training = Task("code_o", triple.program, ("5",), ("15",))
+    tuned: list = []
+    monkeypatch.setattr(warmup, "fine_tune", lambda policy, examples, cfg, seed: tuned.append(examples) or [1.0, 0.5])
+    policy = ScriptedPolicy(tokenizer)  # answers f(x) = 3x questions right, every seed question wrong
+    report, examples = solver_warmup.run_solver_warmup(
+        config, policy, verifier, [proposal], collect_buffers, measure_buffers, [seen_in_training], warmup.MEMBER
+    )
+    n_collect, n_measure = (len(b.tasks) for b in (collect_buffers["code_o"], measure_buffers["code_o"]))
+    assert report["train_tasks"] == 1 + n_collect and report["held_out_tasks"] == n_measure
+    assert [e.program for e in examples] == [triple.program]  # 2 samples, one distinct correct answer
+    assert tuned == [examples] and report["sft_steps"] == 2
+    for when in ("before", "after"):  # the same held-out tasks and draws: a paired measurement
+        assert report[when]["total"] == 2 * n_measure and report[when]["correct"] == 0
+    assert report["collected"]["correct"] == 2
+
+
+def test_solved_examples_keep_correct_distinct_answers_up_to_the_limit():
+    from populora_nb import solver_warmup
+    from populora_nb.stages import Attempt
+
+    task = Task("code_o", "def f(x):\n    return x", ("1",), ("1",))
+    attempts = [
+        Attempt("agent", task, "q", "```output\n1\n```", "correct", None),
+        Attempt("agent", task, "q", "```output\n1\n```", "correct", None),  # the same answer again
+        Attempt("agent", task, "q", "```output\n2\n```", "wrong", None),
+        Attempt("agent", task, "q", "I think ```output\n1\n```", "correct", None),
+        Attempt("agent", task, "q", "", "malformed", None),
+    ]
+    got = solver_warmup.solved_examples(attempts, limit=5)
+    assert [e.completion for e in got] == ["```output\n1\n```", "I think ```output\n1\n```"]
+    assert solver_warmup.solved_examples(attempts, limit=1) == got[:1]
+    rate = solver_warmup.solve_rate(attempts)
+    assert (rate.correct, rate.total, rate.tasks) == (3, 5, 1)

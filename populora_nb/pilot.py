@@ -1,0 +1,261 @@
+"""The pilot before a seed protocol (issue #31): a few steps of each candidate setting, to choose a
+preset under which the mechanism is live before hours go into seeds.
+
+Both AZR's collapse and PopuLoRA's arms race run on tasks that their matched solver *sometimes*
+solves. The first laptop protocol had almost none (86% of the population's valid fresh tasks at
+ρ = 0, no teacher win), so its curves could not show the contrast whatever happened. A pilot runs each
+candidate for ``steps`` steps, baseline and population, on one seed, and reads from the records:
+
+* the **band share**: valid fresh tasks with 0 < ρ < 1 out of those the matched solver attempted
+  (`tasks.jsonl`; the issue aims at >= 20% in both runs), beside the ρ = 0 share;
+* the **teacher-win share**: valid matches whose teacher won rating games, 0 < ρ < win_threshold
+  (`analysis.liveness`; the aim: >= 10%);
+* the **cost**: seconds per step of each run, and of the warm-up.
+
+Candidates that share a warm-up setting share one warm-up (`experiment.adopt_warmup`): the first
+candidate to need it runs it, the others copy its directory, so a candidate's rows differ from another's
+only in what the candidate changes. One seed and a few steps give counts, not estimates with intervals:
+the table prints the counts behind every share, and the choice it supports is of a setting for the
+protocol, which then measures with intervals.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from populora_nb.config import ExperimentConfig, load_config
+from populora_nb.records import RunDir
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One setting the pilot tries: overrides of the preset, and why it is a candidate."""
+
+    name: str
+    overrides: Mapping[str, Any]
+    why: str
+
+
+SOLVER = {"warmup.solver": True}
+CANDIDATES: tuple[Candidate, ...] = (
+    Candidate("preset", {}, "the cpu preset as it stands: k = 4, code_o + code_i, the proposer warm-up"),
+    Candidate("solver-warmup", SOLVER, "a solver warm-up beside the proposer warm-up (solver_warmup.py)"),
+    Candidate("k8", {**SOLVER, "rl.rollouts": 8}, "8 rollouts: rho in steps of 1/8, a wider band to land in"),
+    Candidate(
+        "code_i-only",
+        {**SOLVER, "tasks.kinds": ["code_i"]},
+        "code_i tasks only: in the first protocol they landed in 0 < rho < 1 5x as often as code_o",
+    ),
+    Candidate(
+        "small-groups",
+        {**SOLVER, "rl.teacher_proposals_per_kind": 2, "rl.student_tasks_per_kind": 2},
+        "teacher groups of 2 (and 2 tasks per student): half the cost per step, the same number of matches per pair",
+    ),
+    Candidate(
+        "2T2S",
+        {**SOLVER, "population.n_teachers": 2, "population.n_students": 2},
+        "a 2T + 2S population: about half the population's cost per step, so more steps for the budget",
+    ),
+)
+"""The candidates of issue #31's pilot, in the order they run (those sharing a warm-up run after the first)."""
+
+
+@dataclass
+class RunFacts:
+    """What one run's records say: the band counts, the teacher's wins (population), the cost."""
+
+    played: int = 0
+    """Valid fresh tasks the matched solver attempted (rho recorded)."""
+    in_band: int = 0
+    """... with 0 < rho < 1."""
+    at_zero: int = 0
+    """... with rho = 0 (no solver rollout passed)."""
+    valid: int = 0
+    proposals: int = 0
+    valid_matches: int | None = None
+    teacher_wins: int | None = None
+    steps: int = 0
+    seconds_per_step: float = float("nan")
+
+    @property
+    def band_share(self) -> float:
+        return self.in_band / self.played if self.played else float("nan")
+
+    @property
+    def zero_share(self) -> float:
+        return self.at_zero / self.played if self.played else float("nan")
+
+    @property
+    def win_share(self) -> float | None:
+        if self.valid_matches is None or self.teacher_wins is None:
+            return None
+        return self.teacher_wins / self.valid_matches if self.valid_matches else float("nan")
+
+
+def run_facts(run_dir: str | Path) -> RunFacts:
+    """Count one run's band, its teacher wins (a population) and its seconds per step."""
+    rd = RunDir(Path(run_dir))
+    tasks = rd.read("tasks")
+    played = [t for t in tasks if t.get("valid") and t.get("solve_rate") is not None]
+    facts = RunFacts(
+        played=len(played),
+        in_band=sum(0 < t["solve_rate"] < 1 for t in played),
+        at_zero=sum(t["solve_rate"] == 0 for t in played),
+        valid=sum(bool(t.get("valid")) for t in tasks),
+        proposals=len(tasks),
+    )
+    per_step: dict[int, float] = {}
+    for row in rd.read("metrics"):
+        if row.get("time/step_s") is not None:
+            per_step.setdefault(row["step"], row["time/step_s"])  # one value per step, on every member's row
+    facts.steps = len(per_step)
+    if per_step:
+        facts.seconds_per_step = sum(per_step.values()) / len(per_step)
+    if (rd.path / "matches.jsonl").exists():
+        from populora_nb.analysis.liveness import liveness
+
+        live = liveness(rd.path)
+        facts.valid_matches, facts.teacher_wins = live.valid_matches, live.contested
+    return facts
+
+
+def warmup_key(config: ExperimentConfig) -> str:
+    """The settings a warm-up depends on (the model, the adapter's shape, the task kinds and prompts,
+    sampling, the warm-up's own section and the seed), hashed: equal keys, interchangeable warm-ups."""
+    c = config.to_dict()
+    relevant = {k: c[k] for k in ("model", "lora", "tasks", "sampling", "warmup", "verifier")} | {
+        "seed": c["run"]["seed"]
+    }
+    relevant["lora"] = {k: v for k, v in relevant["lora"].items() if k != "warmup"}
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass
+class PilotRow:
+    candidate: Candidate
+    baseline: RunFacts
+    population: RunFacts
+    warmup: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def run_pilot(
+    preset: str,
+    out: str | Path,
+    steps: int,
+    candidates: Sequence[Candidate] = CANDIDATES,
+    extra: Mapping[str, Any] | None = None,
+    say: Callable[[str], None] = print,
+) -> list[PilotRow]:
+    """Each candidate as an experiment directory ``out/<name>`` (warm-up, baseline, population;
+    resumable: a rerun finishes what is missing), then its facts. ``extra`` overrides every candidate
+    (e.g. ``{"run.seed": 1}``)."""
+    from populora_nb.experiment import adopt_warmup, run_experiment
+
+    out = Path(out)
+    warmups: dict[str, Path] = {}
+    rows = []
+    for cand in candidates:
+        # the probe measures difficulty on a fixed scale: not what a pilot reads, and not free
+        settings = {**cand.overrides, **(extra or {}), "run.steps": steps, "probe.every": 0}
+        config = load_config(preset, settings)
+        exp = out / cand.name
+        key = warmup_key(config)
+        if config.warmup.enabled and key in warmups and warmups[key] != exp:
+            RunDir.create(exp, config)
+            adopt_warmup(exp, warmups[key])
+        say(f"[pilot] {cand.name}: {cand.why}")
+        started = time.time()
+        run_experiment(config, exp, stages=("warmup", "baseline", "population"), say=say)
+        if config.warmup.enabled:
+            warmups.setdefault(key, exp)
+        report = exp / "warmup" / "report.json"
+        rows.append(
+            PilotRow(
+                cand,
+                run_facts(exp / "baseline"),
+                run_facts(exp / "population"),
+                json.loads(report.read_text()) if report.exists() else {},
+                time.time() - started,
+            )
+        )
+    return rows
+
+
+def _share(n: int, d: int) -> str:
+    return f"{n / d:.0%} ({n}/{d})" if d else "n/a (0 played)"
+
+
+def pilot_table(rows: Sequence[PilotRow]) -> str:
+    """The pilot's table (markdown): per candidate and run, the band and zero shares with their
+    counts, the teacher-win share, the warm-up's effect and the cost."""
+    lines = [
+        "| candidate | run | valid / proposals | 0 < ρ < 1 | ρ = 0 | teacher wins / valid matches | s/step | "
+        "warm-up: valid rate, solve rate (held out, before → after) |",
+        "|---|---|---|---|---|---|---:|---|",
+    ]
+    for r in rows:
+        w, solver = r.warmup, r.warmup.get("solver")
+        warm = (
+            f"{w['before']['rate']:.2f} → {w['after']['rate']:.2f}"
+            + (f"; {solver['before']['rate']:.2f} → {solver['after']['rate']:.2f}" if solver else "; no solver warm-up")
+            if w
+            else "none"
+        )
+        for run, f in (("baseline", r.baseline), ("population", r.population)):
+            wins = "—" if f.valid_matches is None or f.teacher_wins is None else _share(f.teacher_wins, f.valid_matches)
+            lines.append(
+                f"| {r.candidate.name if run == 'baseline' else ''} | {run} | {f.valid}/{f.proposals} | "
+                f"{_share(f.in_band, f.played)} | {_share(f.at_zero, f.played)} | {wins} | "
+                f"{f.seconds_per_step:.0f} | {warm if run == 'baseline' else ''} |"
+            )
+    return "\n".join(lines)
+
+
+def write_pilot(rows: Sequence[PilotRow], out: str | Path, preset: str, steps: int) -> Path:
+    """``pilot.md`` (the table, the candidates and why each) and ``pilot.json`` (every count) in ``out``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    md = [
+        f"# Pilot: {len(rows)} candidates on the `{preset}` preset, {steps} steps each, one seed",
+        "",
+        "Each candidate is an experiment (warm-up, baseline, population); candidates with the same warm-up "
+        "settings share one warm-up. Shares count valid fresh tasks the matched solver attempted (ρ recorded); "
+        "teacher wins count valid matches with 0 < ρ < win_threshold (`analysis.liveness`). One seed and "
+        f"{steps} steps: counts, not estimates; the protocol measures with intervals. Aims (issue #31): "
+        "≥ 20% of played tasks in 0 < ρ < 1 in both runs, teacher wins on ≥ 10% of valid matches.",
+        "",
+        pilot_table(rows),
+        "",
+        "## Candidates",
+        "",
+    ]
+    md += [
+        f"- **{r.candidate.name}** (`{dict(r.candidate.overrides)}`): {r.candidate.why}; {r.seconds / 60:.0f} min"
+        for r in rows
+    ]
+    (out / "pilot.md").write_text("\n".join(md) + "\n")
+    facts = [
+        {
+            "candidate": r.candidate.name,
+            "overrides": dict(r.candidate.overrides),
+            "why": r.candidate.why,
+            "seconds": round(r.seconds, 1),
+            "warmup": r.warmup,
+            **{
+                run: vars(f) | {"band_share": f.band_share, "zero_share": f.zero_share, "win_share": f.win_share}
+                for run, f in (("baseline", r.baseline), ("population", r.population))
+            },
+        }
+        for r in rows
+    ]
+    (out / "pilot.json").write_text(
+        json.dumps({"preset": preset, "steps": steps, "candidates": facts}, indent=1) + "\n"
+    )
+    return out / "pilot.md"

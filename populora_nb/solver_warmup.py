@@ -1,0 +1,140 @@
+"""The solver warm-up: rejection-sampling fine-tuning on the model's own verified solutions, beside
+the proposer warm-up (`populora_nb.warmup`), so that students start able to solve some tasks.
+
+Why (issue #31): the learning signal that both AZR's collapse and PopuLoRA's arms race run on is a
+task its matched solver *sometimes* solves (0 < ρ < 1). In the first laptop protocol 86% of the
+population's valid fresh tasks had ρ = 0: the 135M solver almost never solved anything, so teachers
+had nothing to win and students nothing to learn from. The proposer warm-up raises the valid-task
+rate the same way; this raises the solve rate.
+
+What it does, with the warm-up adapter after its proposer fine-tuning: every training task (the
+accepted proposals the proposer warm-up collected, and the collection half's seeds) is attempted
+``warmup.solver_samples`` times with the run's solver prompt (`stages.solve`: one worked example,
+the run's sampling); an answer the verifier judges correct becomes an example (at most one per
+(task, answer), up to ``warmup.solver_examples``), and the adapter is fine-tuned on them with the
+proposer warm-up's loss (`warmup.fine_tune`). The solve rate is measured before and after on
+held-out tasks with the same prompts and seeds: the measurement half's seeds and the tasks the
+held-out proposer rounds accepted, none of whose programs is a training task's.
+Nothing reads a benchmark; only the verifier decides what is correct.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence, Set
+
+from populora_nb.buffers import TaskBuffer
+from populora_nb.config import ExperimentConfig
+from populora_nb.stages import Attempt, Policy, SolveJob, solve
+from populora_nb.tasks import Task
+
+SOLVE_COLLECT_STEP, SOLVE_MEASURE_STEP = 3_000_000, 4_000_000
+"""Step ids the solver warm-up's sampling seeds derive from (`stages.seed_for`): apart from RL's
+steps and from the proposer warm-up's (1e6, 2e6)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SolveRate:
+    """Correct attempts out of all attempts (malformed answers count as wrong), over ``tasks`` tasks."""
+
+    correct: int
+    total: int
+    tasks: int
+
+    @property
+    def rate(self) -> float:
+        return self.correct / self.total if self.total else float("nan")
+
+
+def distinct_tasks(tasks: Sequence[Task], exclude: Set[str] = frozenset()) -> list[Task]:
+    """One task per (kind, program, inputs), in order, leaving out any whose program is in ``exclude``."""
+    seen, out = set(), []
+    for t in tasks:
+        key = (t.kind, t.program, tuple(t.inputs))
+        if key not in seen and t.program not in exclude:
+            seen.add(key)
+            out.append(t)
+    return out
+
+
+def seed_tasks(buffers: dict[str, TaskBuffer]) -> list[Task]:
+    """The seeds of every kind's buffer (code_o and code_i hold the same programs, asked two ways)."""
+    return [t for b in buffers.values() for t in b.tasks[: b.n_seeds]]
+
+
+def attempt(
+    config: ExperimentConfig,
+    policy: Policy,
+    verifier,
+    tasks: Sequence[Task],
+    step: int,
+    member: str,
+    examples: dict[str, Task],
+) -> list[Attempt]:
+    """``warmup.solver_samples`` attempts at every task by ``member``, each prompt showing its kind's
+    worked example (``examples``, as `stages.worked_examples` gives RL's), judged by the verifier."""
+    jobs = [SolveJob(member, t, None, config.warmup.solver_samples) for t in tasks]
+    return solve(policy, verifier, jobs, config, step, examples)
+
+
+def solve_rate(attempts: Sequence[Attempt]) -> SolveRate:
+    return SolveRate(
+        sum(a.status == "correct" for a in attempts),
+        len(attempts),
+        len({(a.task.kind, a.task.program) for a in attempts}),
+    )
+
+
+def solved_examples(attempts: Sequence[Attempt], limit: int):
+    """The correct attempts as fine-tuning examples, one per (task, answer text), at most ``limit``."""
+    from populora_nb.warmup import Example
+
+    seen, out = set(), []
+    for a in attempts:
+        key = (a.task.kind, a.task.program, tuple(a.task.inputs), a.completion.strip())
+        if a.status != "correct" or key in seen:
+            continue
+        seen.add(key)
+        out.append(
+            Example(a.task.kind, a.prompt, a.completion, a.token_ids, a.task.program, tuple(a.task.inputs), a.task)
+        )
+    return out[:limit]
+
+
+def run_solver_warmup(
+    config: ExperimentConfig,
+    policy: Policy,
+    verifier,
+    proposal_examples: Sequence,
+    collect_buffers: dict[str, TaskBuffer],
+    measure_buffers: dict[str, TaskBuffer],
+    held_out_accepted: Sequence[Task],
+    member: str,
+) -> tuple[dict, list]:
+    """The solver warm-up of the module docstring on ``member``'s adapter; returns its report and
+    the examples it fine-tuned on (``proposal_examples``: the proposer warm-up's accepted proposals,
+    their tasks the training tasks with the collection half's seeds)."""
+    from populora_nb.stages import worked_examples
+    from populora_nb.warmup import fine_tune
+
+    train = distinct_tasks([e.task for e in proposal_examples if e.task is not None] + seed_tasks(collect_buffers))
+    held_out = distinct_tasks([*seed_tasks(measure_buffers), *held_out_accepted], exclude={t.program for t in train})
+    shown = worked_examples(collect_buffers)  # the kind's first collection-half seed, as RL shows its first seed
+    before = solve_rate(attempt(config, policy, verifier, held_out, SOLVE_MEASURE_STEP, member, shown))
+    collected = attempt(config, policy, verifier, train, SOLVE_COLLECT_STEP, member, shown)
+    examples = solved_examples(collected, config.warmup.solver_examples)
+    losses = fine_tune(policy, examples, config, seed=config.run.seed + 1) if examples else []
+    after = solve_rate(attempt(config, policy, verifier, held_out, SOLVE_MEASURE_STEP, member, shown))
+    report = {
+        "before": dataclasses.asdict(before) | {"rate": before.rate},
+        "after": dataclasses.asdict(after) | {"rate": after.rate},
+        "collected": dataclasses.asdict(solve_rate(collected)) | {"rate": solve_rate(collected).rate},
+        "examples": len(examples),
+        "train_tasks": len(train),
+        "held_out_tasks": len(held_out),
+        "kinds": {k: sum(e.kind == k for e in examples) for k in config.tasks.kinds},
+        "sft_steps": len(losses),
+        "nll_first": losses[0] if losses else None,
+        "nll_last": losses[-1] if losses else None,
+    }
+    return report, examples

@@ -1,0 +1,66 @@
+"""The pilot of issue #31: its counts are the records' (band, zero, teacher wins, cost), candidates
+with one warm-up setting share one warm-up, and the table names every count behind a share."""
+
+from __future__ import annotations
+
+import json
+
+from populora_nb.config import load_config
+from populora_nb.pilot import Candidate, run_facts, run_pilot, warmup_key, write_pilot
+from populora_nb.records import RunDir
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_run_facts_count_the_band_the_zeros_and_the_teacher_wins(tmp_path):
+    config = load_config("tiny", {"run.agent": "population"})  # win_threshold 1: every contested task
+    rd = RunDir.create(tmp_path / "population", config)
+    rhos = [0.0, 0.0, 0.25, 0.5, 1.0, None]  # None: valid but never attempted
+    tasks = [{"step": 0, "valid": True, "solve_rate": r} for r in rhos] + [
+        {"step": 0, "valid": False, "solve_rate": None}
+    ]
+    _write(rd.path / "tasks.jsonl", tasks)
+    _write(
+        rd.path / "matches.jsonl",
+        [{"step": 0, "valid": True, "rho": r} for r in rhos] + [{"step": 0, "valid": False, "rho": None}],
+    )
+    _write(
+        rd.path / "metrics.jsonl",
+        [{"step": s, "member": m, "time/step_s": 10.0 * (s + 1)} for s in range(2) for m in ("T0", "S0")],
+    )
+    f = run_facts(rd.path)
+    assert (f.played, f.in_band, f.at_zero, f.valid, f.proposals) == (5, 2, 2, 6, 7)
+    assert f.band_share == 2 / 5 and f.zero_share == 2 / 5
+    assert (f.valid_matches, f.teacher_wins) == (6, 2) and f.win_share == 2 / 6
+    assert f.steps == 2 and f.seconds_per_step == 15.0  # one value per step, not one per member row
+
+
+def test_candidates_with_one_warmup_setting_share_one_warmup_and_the_table_counts(tmp_path):
+    warm = {
+        "warmup.enabled": True,
+        "warmup.examples": 2,
+        "warmup.max_rounds": 1,
+        "warmup.batch": 2,
+        "warmup.measure_rounds": 1,
+        "tasks.kinds": ["code_o"],
+    }
+    candidates = [
+        Candidate("a", {}, "the preset"),
+        Candidate("b", {"rl.rollouts": 2}, "other rollouts, the same warm-up"),
+    ]
+    assert warmup_key(load_config("tiny", warm)) == warmup_key(load_config("tiny", {**warm, "rl.rollouts": 2}))
+    assert warmup_key(load_config("tiny", warm)) != warmup_key(load_config("tiny", {**warm, "warmup.solver": True}))
+    rows = run_pilot("tiny", tmp_path / "pilot", steps=1, candidates=candidates, extra=warm, say=lambda m: None)
+    a, b = (tmp_path / "pilot" / n for n in ("a", "b"))
+    assert json.loads((b / "stages.json").read_text())["warmup"]["seconds"] == 0.0  # adopted, not rerun
+    assert (a / "warmup" / "factors.safetensors").read_bytes() == (b / "warmup" / "factors.safetensors").read_bytes()
+    assert [r.population.steps for r in rows] == [1, 1] and rows[1].population.valid_matches is not None
+    md = write_pilot(rows, tmp_path / "table", "tiny", 1).read_text()
+    assert md.count("| baseline |") == 2 and md.count("| population |") == 2
+    for r in rows:  # every share is printed with the counts it is made of
+        f = r.population
+        assert f"({f.in_band}/{f.played})" in md or f.played == 0
+    saved = json.loads((tmp_path / "table" / "pilot.json").read_text())
+    assert [c["candidate"] for c in saved["candidates"]] == ["a", "b"]
