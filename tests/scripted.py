@@ -82,3 +82,16 @@ class ScriptedLoRA(ScriptedPolicy):
     def load(self, path: Path) -> None:
         super().load(path)
         self.lora.load(path / "lora")
+
+
+def spread_members(policy, scale: float, seed: int) -> None:
+    """Give every member of a LoRA policy its own random B (seeded), so members differ from step 0
+    and a row routed to the wrong adapter changes the output."""
+    import torch
+
+    for i, m in enumerate(policy.members):
+        g = torch.Generator().manual_seed(seed + i)
+        factors = policy.factors(m)
+        for pair in factors.values():
+            pair.B.copy_(torch.randn(pair.B.shape, generator=g) * scale)
+        policy.set_factors(m, factors)

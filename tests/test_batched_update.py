@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from scripted import spread_members
 
 from populora_nb.config import load_config
 from populora_nb.model.adapters import roles_for
@@ -31,12 +32,7 @@ two paths differed by 1-4e-5 in A, scaling with lr); the moments compare the gra
 def _policy(tiny_base, mode: str, **overrides) -> LoRAPolicy:
     config = load_config("tiny", {"rl.update": mode, "lora.lr": LR, "rl.micro_batch": 3, **overrides})
     policy = LoRAPolicy.create(config, ROSTER, base=tiny_base)
-    for i, m in enumerate(policy.members):  # members apart from step 0, so routing a row wrongly shows
-        g = torch.Generator().manual_seed(10 + i)
-        factors = policy.factors(m)
-        for pair in factors.values():
-            pair.B.copy_(torch.randn(pair.B.shape, generator=g) * 0.2)
-        policy.set_factors(m, factors)
+    spread_members(policy, scale=0.2, seed=10)  # members apart from step 0, so routing a row wrongly shows
     return policy
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from scripted import spread_members
 
 from populora_nb.config import load_config
 from populora_nb.model import vllm_engine
@@ -50,12 +51,7 @@ def _native(policy, fn):
 def policy(tiny_base):
     config = load_config("tiny", OVERRIDES)
     p = LoRAPolicy.create(config, list(roles_for(2, 2).items()), base=tiny_base)
-    for i, m in enumerate(p.members):  # members far apart, so a row routed to the wrong adapter shows
-        g = torch.Generator().manual_seed(100 + i)
-        factors = p.factors(m)
-        for pair in factors.values():
-            pair.B.copy_(torch.randn(pair.B.shape, generator=g) * 0.5)
-        p.set_factors(m, factors)
+    spread_members(p, scale=0.5, seed=100)  # members far apart, so a row routed to the wrong adapter shows
     yield p
     p.close()
 
