@@ -71,7 +71,7 @@ if preset == "tiny":
             "warmup.measure_rounds": 1,
         },
     )
-    demo_dir = Path("..") / "runs" / "notebooks-tiny" / "protocol"
+    demo_dir = Path("..") / "runs" / "notebooks-tiny-protocol"  # beside, not inside, notebooks 02/03's experiment
     md = run_protocol(demo, demo_dir, demo_seeds, stages=("warmup", "baseline", "population"), window=1)
     print(f"tiny demo protocol (random weights: mechanics only) in {demo_dir}")
     if protocol_dir is None:
