@@ -188,8 +188,8 @@ def run_pilot(
     return rows
 
 
-def _share(n: int, d: int) -> str:
-    return f"{n / d:.0%} ({n}/{d})" if d else "n/a (0 played)"
+def _share(n: int, d: int, of: str = "played") -> str:
+    return f"{n / d:.0%} ({n}/{d})" if d else f"n/a (0 {of})"
 
 
 def pilot_table(rows: Sequence[PilotRow]) -> str:
@@ -209,11 +209,15 @@ def pilot_table(rows: Sequence[PilotRow]) -> str:
             else "none"
         )
         for run, f in (("baseline", r.baseline), ("population", r.population)):
-            wins = "—" if f.valid_matches is None or f.teacher_wins is None else _share(f.teacher_wins, f.valid_matches)
+            wins = (
+                "—"
+                if f.valid_matches is None or f.teacher_wins is None
+                else _share(f.teacher_wins, f.valid_matches, "valid")
+            )
             lines.append(
                 f"| {r.candidate.name if run == 'baseline' else ''} | {run} | {f.valid}/{f.proposals} | "
                 f"{_share(f.in_band, f.played)} | {_share(f.at_zero, f.played)} | {wins} | "
-                f"{f.seconds_per_step:.0f} | {warm if run == 'baseline' else ''} |"
+                f"{f.seconds_per_step:.3g} | {warm if run == 'baseline' else ''} |"
             )
     return "\n".join(lines)
 
