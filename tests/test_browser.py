@@ -202,6 +202,14 @@ def _top(locator) -> None:
     locator.page.wait_for_timeout(500)
 
 
+def _wait_idle(page) -> None:
+    """Until the status bar says the kernel is idle (every queued execution, widget callbacks included, done)."""
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.jp-StatusBar-TextItem')].some(e => e.textContent.includes('Idle'))",
+        timeout=60_000,
+    )
+
+
 def _explorer_cell(page):
     return page.locator(".jp-CodeCell", has_text="ex = Explorer(").first
 
@@ -217,12 +225,7 @@ def test_notebook_08_explorer_filters_live_and_leaves_its_record(lab):
         page = browser.new_page(viewport={"width": 1400, "height": 1100})
         try:
             _open(page, base, notebook)
-            # the kernel must be idle (connected) first, or Run All may find no kernel to send the cells to
-            page.wait_for_function(
-                "() => document.querySelector('.jp-StatusBar-TextItem')?.textContent.includes('Idle') ||"
-                " [...document.querySelectorAll('.jp-StatusBar-TextItem')].some(e => e.textContent.includes('Idle'))",
-                timeout=60_000,
-            )
+            _wait_idle(page)  # connected first, or Run All may find no kernel to send the cells to
             page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
             page.wait_for_function(
                 "() => [...document.querySelectorAll('.jp-OutputArea-output')]"
@@ -247,7 +250,8 @@ def test_notebook_08_explorer_filters_live_and_leaves_its_record(lab):
             assert after != before and "baseline: 0 of" in after
             rows = cell.locator("table.populora-explorer tr")
             assert rows.count() > 1 and "code_i" not in cell.locator("table.populora-explorer").last.inner_text()
-            page.wait_for_timeout(1000)
+            _wait_idle(page)  # the figure is redrawn after the table: shoot once both show the filter
+            page.wait_for_timeout(500)
             _top(cell.locator(".jp-OutputArea-child").first)
             page.screenshot(path=SHOTS / "08_explorer_filtered.png")
             _top(cell.locator(".jp-OutputArea-output img").first)
