@@ -188,8 +188,27 @@ def run_pilot(
     return rows
 
 
+def share_interval(n: int, d: int) -> tuple[float, float]:
+    """The 95% Wilson score interval of a share n/d (scipy's ``binomtest``). It treats the d items as
+    independent draws; a step's tasks share a proposer, so the true interval is wider: read it as the
+    least uncertainty a pilot's count carries, enough to tell 2/40 from 10/40 and not 8/40 from 10/40."""
+    from scipy.stats import binomtest
+
+    ci = binomtest(n, d).proportion_ci(confidence_level=0.95, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
 def _share(n: int, d: int, of: str = "played") -> str:
-    return f"{n / d:.0%} ({n}/{d})" if d else f"n/a (0 {of})"
+    if not d:
+        return f"n/a (0 {of})"
+    low, high = share_interval(n, d)
+    return f"{n / d:.0%} ({n}/{d}) [{low:.0%}, {high:.0%}]"
+
+
+def _intervals(f: RunFacts) -> dict[str, list[float] | None]:
+    """The 95% Wilson intervals of a run's shares (None where nothing was counted), for pilot.json."""
+    pairs = {"band": (f.in_band, f.played), "zero": (f.at_zero, f.played), "win": (f.teacher_wins, f.valid_matches)}
+    return {f"{k}_interval": list(share_interval(n, d)) if n is not None and d else None for k, (n, d) in pairs.items()}
 
 
 def pilot_table(rows: Sequence[PilotRow]) -> str:
@@ -231,8 +250,10 @@ def write_pilot(rows: Sequence[PilotRow], out: str | Path, preset: str, steps: i
         "",
         "Each candidate is an experiment (warm-up, baseline, population); candidates with the same warm-up "
         "settings share one warm-up. Shares count valid fresh tasks the matched solver attempted (ρ recorded); "
-        "teacher wins count valid matches with 0 < ρ < win_threshold (`analysis.liveness`). One seed and "
-        f"{steps} steps: counts, not estimates; the protocol measures with intervals. Aims (issue #31): "
+        "teacher wins count valid matches with 0 < ρ < win_threshold (`analysis.liveness`). Brackets: the 95% "
+        "Wilson interval of each share, as if its items were independent (a step's tasks share a proposer, so "
+        f"the true interval is wider). One seed and {steps} steps: enough to tell a share near 5% from one "
+        "near 25%, not to rank close candidates; the protocol measures with seeds. Aims (issue #31): "
         "≥ 20% of played tasks in 0 < ρ < 1 in both runs, teacher wins on ≥ 10% of valid matches.",
         "",
         pilot_table(rows),
@@ -253,7 +274,9 @@ def write_pilot(rows: Sequence[PilotRow], out: str | Path, preset: str, steps: i
             "seconds": round(r.seconds, 1),
             "warmup": r.warmup,
             **{
-                run: vars(f) | {"band_share": f.band_share, "zero_share": f.zero_share, "win_share": f.win_share}
+                run: vars(f)
+                | {"band_share": f.band_share, "zero_share": f.zero_share, "win_share": f.win_share}
+                | _intervals(f)
                 for run, f in (("baseline", r.baseline), ("population", r.population))
             },
         }

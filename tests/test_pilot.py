@@ -6,7 +6,16 @@ from __future__ import annotations
 import json
 
 from populora_nb.config import load_config
-from populora_nb.pilot import Candidate, run_facts, run_pilot, warmup_key, write_pilot
+from populora_nb.pilot import (
+    Candidate,
+    RunFacts,
+    _intervals,
+    run_facts,
+    run_pilot,
+    share_interval,
+    warmup_key,
+    write_pilot,
+)
 from populora_nb.records import RunDir
 
 
@@ -64,3 +73,16 @@ def test_candidates_with_one_warmup_setting_share_one_warmup_and_the_table_count
         assert f"({f.in_band}/{f.played})" in md or f.played == 0
     saved = json.loads((tmp_path / "table" / "pilot.json").read_text())
     assert [c["candidate"] for c in saved["candidates"]] == ["a", "b"]
+
+
+def test_a_share_carries_its_wilson_interval():
+    # Wilson's score interval by its formula (z = 1.96): 12 of 39
+    n, d, z = 12, 39, 1.959963984540054
+    p = n / d
+    centre = (p + z * z / (2 * d)) / (1 + z * z / d)
+    half = z / (1 + z * z / d) * (p * (1 - p) / d + z * z / (4 * d * d)) ** 0.5
+    low, high = share_interval(n, d)
+    assert abs(low - (centre - half)) < 1e-9 and abs(high - (centre + half)) < 1e-9
+    assert share_interval(0, 10)[0] == 0.0 and share_interval(0, 10)[1] > 0.2  # no hits is not "surely none"
+    f = RunFacts(played=40, in_band=2, at_zero=30, valid_matches=0, teacher_wins=0)
+    assert _intervals(f)["win_interval"] is None and _intervals(f)["band_interval"][1] < 0.2
