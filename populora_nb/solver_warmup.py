@@ -72,9 +72,20 @@ def attempt(
     examples: dict[str, Task],
 ) -> list[Attempt]:
     """``warmup.solver_samples`` attempts at every task by ``member``, each prompt showing its kind's
-    worked example (``examples``, as `stages.worked_examples` gives RL's), judged by the verifier."""
-    jobs = [SolveJob(member, t, None, config.warmup.solver_samples) for t in tasks]
-    return solve(policy, verifier, jobs, config, step, examples)
+    worked example (``examples``, as `stages.worked_examples` gives RL's), judged by the verifier.
+
+    Generated in chunks of at most ``warmup.batch`` rows, as the proposer warm-up's rounds are: the
+    native decoder's memory grows with the rows of one call (about 67 MB a row at a 438-token prompt
+    on the cpu preset), and the ~500 rows of a cpu warm-up's training tasks in one call took 24 GB
+    and were killed. Chunk i samples with seed step + i, so the before/after measurements, which pass
+    the same tasks and step, draw the same numbers."""
+    samples = config.warmup.solver_samples
+    per_chunk = max(1, config.warmup.batch // samples)
+    attempts: list[Attempt] = []
+    for i in range(0, len(tasks), per_chunk):
+        jobs = [SolveJob(member, t, None, samples) for t in tasks[i : i + per_chunk]]
+        attempts += solve(policy, verifier, jobs, config, step + i // per_chunk, examples)
+    return attempts
 
 
 def solve_rate(attempts: Sequence[Attempt]) -> SolveRate:

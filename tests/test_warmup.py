@@ -244,3 +244,25 @@ def test_solved_examples_keep_correct_distinct_answers_up_to_the_limit():
     assert solver_warmup.solved_examples(attempts, limit=1) == got[:1]
     rate = solver_warmup.solve_rate(attempts)
     assert (rate.correct, rate.total, rate.tasks) == (3, 5, 1)
+
+
+def test_the_solver_warmup_generates_in_chunks_of_the_warmup_batch_with_repeatable_draws(verifier, tokenizer):
+    """~500 rows in one native generate call took 24 GB on the cpu preset and were killed: attempts go
+    in chunks of warmup.batch rows, and a second pass over the same tasks and step draws the same seeds."""
+    from populora_nb import solver_warmup
+
+    config = load_config("tiny", {"tasks.kinds": ["code_o"], "warmup.batch": 6, "warmup.solver_samples": 2})
+    tasks = [Task("code_o", f"def f(x):\n    return x + {n}", ("1",), (str(1 + n),)) for n in range(7)]
+    calls: list[tuple[int, int]] = []
+
+    class Recording(ScriptedPolicy):
+        def generate(self, member_ids, prompts, max_new_tokens, seed):
+            calls.append((len(prompts), seed))
+            return super().generate(member_ids, prompts, max_new_tokens, seed)
+
+    policy = Recording(tokenizer)
+    first = solver_warmup.attempt(config, policy, verifier, tasks, 100, warmup.MEMBER, {})
+    assert len(first) == 14 and [n for n, _ in calls] == [6, 6, 2]  # 3 tasks x 2 samples, twice; then 1 task
+    assert len({s for _, s in calls}) == 3  # each chunk its own draws
+    solver_warmup.attempt(config, policy, verifier, tasks, 100, warmup.MEMBER, {})
+    assert calls[3:] == calls[:3]  # before and after: the same chunks, the same seeds
