@@ -73,8 +73,8 @@ class MeasuredLengthPolicy(ScriptedPolicy):
 CPU_COUNTS = ("rl.rollouts", "rl.proposals_per_kind", "rl.teacher_proposals_per_kind", "rl.student_tasks_per_kind")
 
 
-def _ratios(tmp_path, tokenizer, counts: dict) -> dict:
-    cfg = {"tasks.kinds": ["code_o", "code_i"], "run.steps": 2, "evolution.enabled": False, **counts}
+def _ratios(tmp_path, tokenizer, counts: dict, kinds: list[str]) -> dict:
+    cfg = {"tasks.kinds": kinds, "run.steps": 2, "evolution.enabled": False, **counts}
     records = {}
     for agent in ("baseline", "population"):
         config = load_config("tiny", {**cfg, "run.agent": agent})
@@ -90,10 +90,11 @@ def test_each_member_trains_on_about_what_the_agent_trains_on(tmp_path, tokenize
     student trained tokens per step within ±15% of the baseline agent's (issue #27, the literal
     reading of "per-adapter compute-matched"); the earlier counts (teachers writing what the agent
     writes) left teachers at ~0.74x, and this test fails on them."""
-    rl = load_config(preset).rl
-    counts = {key: getattr(rl, key.split(".")[1]) for key in CPU_COUNTS}
-    ratios = _ratios(tmp_path / "now", tokenizer, counts)
+    config = load_config(preset)
+    counts = {key: getattr(config.rl, key.split(".")[1]) for key in CPU_COUNTS}
+    kinds = list(config.tasks.kinds)
+    ratios = _ratios(tmp_path / "now", tokenizer, counts, kinds)
     for role in ("teacher", "student"):
         assert abs(ratios[role][1] - 1) <= BAND, (role, ratios)
-    earlier = _ratios(tmp_path / "earlier", tokenizer, {**counts, "rl.teacher_proposals_per_kind": None})
+    earlier = _ratios(tmp_path / "earlier", tokenizer, {**counts, "rl.teacher_proposals_per_kind": None}, kinds)
     assert abs(earlier["teacher"][1] - 1) > BAND, earlier

@@ -73,6 +73,9 @@ def test_candidates_with_one_warmup_setting_share_one_warmup_and_the_table_count
         assert f"({f.in_band}/{f.played})" in md or f.played == 0
     saved = json.loads((tmp_path / "table" / "pilot.json").read_text())
     assert [c["candidate"] for c in saved["candidates"]] == ["a", "b"]
+    # Resumed, the pilot still reports each candidate's recorded cost (it used to print 0 min)
+    again = run_pilot("tiny", tmp_path / "pilot", steps=1, candidates=candidates, extra=warm, say=lambda m: None)
+    assert [r.seconds for r in again] == [r.seconds for r in rows] and rows[0].seconds > rows[1].seconds > 0
 
 
 def test_a_share_carries_its_wilson_interval():

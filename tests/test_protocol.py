@@ -274,7 +274,8 @@ def test_rarefied_coverage_is_bit_identical_whatever_the_order_of_units():
 
 
 # ----------------------------------------------------------------------------- the committed protocol
-PROTOCOL = Path(__file__).resolve().parents[1] / "docs" / "results" / "cpu-protocol"
+# The first protocol, under the rules before issue #27: its numbers are pinned as a check of the statistics.
+PROTOCOL = Path(__file__).resolve().parents[1] / "docs" / "results" / "cpu-protocol-before-27"
 COMMITTED = [PROTOCOL / f"seed{k}" for k in range(3)]
 
 
