@@ -17,7 +17,7 @@
 #
 # With the `tiny` preset (CI) this notebook runs a 2-seed, 2-step protocol to show the mechanics:
 # random weights, so its numbers mean nothing. With any preset it then shows the measured laptop
-# result committed in `docs/results/cpu-protocol/`, or a protocol directory you name.
+# result committed in `docs/results/cpu-protocol-before-27/`, or a protocol directory you name.
 
 # %% tags=["parameters"]
 import os
@@ -88,7 +88,7 @@ else:
 # #27 (no teacher could win, every child was culled): read its "no detectable difference" as such.
 
 # %%
-committed = Path("..") / "docs" / "results" / "cpu-protocol"
+committed = Path("..") / "docs" / "results" / "cpu-protocol-before-27"
 if protocol_dir is not None:
     shown = Path(protocol_dir)
 elif preset != "tiny":
