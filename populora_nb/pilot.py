@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from populora_nb.analysis.liveness import share_interval, share_text
 from populora_nb.config import ExperimentConfig, load_config
 from populora_nb.records import RunDir
 
@@ -205,23 +206,6 @@ def recorded_seconds(exp: str | Path) -> float:
     return float(sum(stage.get("seconds", 0.0) for stage in stages.values()))
 
 
-def share_interval(n: int, d: int) -> tuple[float, float]:
-    """The 95% Wilson score interval of a share n/d (scipy's ``binomtest``). It treats the d items as
-    independent draws; a step's tasks share a proposer, so the true interval is wider: read it as the
-    least uncertainty a pilot's count carries, enough to tell 2/40 from 10/40 and not 8/40 from 10/40."""
-    from scipy.stats import binomtest
-
-    ci = binomtest(n, d).proportion_ci(confidence_level=0.95, method="wilson")
-    return float(ci.low), float(ci.high)
-
-
-def _share(n: int, d: int, of: str = "played") -> str:
-    if not d:
-        return f"n/a (0 {of})"
-    low, high = share_interval(n, d)
-    return f"{n / d:.0%} ({n}/{d}) [{low:.0%}, {high:.0%}]"
-
-
 def _intervals(f: RunFacts) -> dict[str, list[float] | None]:
     """The 95% Wilson intervals of a run's shares (None where nothing was counted), for pilot.json."""
     pairs = {"band": (f.in_band, f.played), "zero": (f.at_zero, f.played), "win": (f.teacher_wins, f.valid_matches)}
@@ -248,11 +232,11 @@ def pilot_table(rows: Sequence[PilotRow]) -> str:
             wins = (
                 "—"
                 if f.valid_matches is None or f.teacher_wins is None
-                else _share(f.teacher_wins, f.valid_matches, "valid")
+                else share_text(f.teacher_wins, f.valid_matches, "valid")
             )
             lines.append(
                 f"| {r.candidate.name if run == 'baseline' else ''} | {run} | {f.valid}/{f.proposals} | "
-                f"{_share(f.in_band, f.played)} | {_share(f.at_zero, f.played)} | {wins} | "
+                f"{share_text(f.in_band, f.played)} | {share_text(f.at_zero, f.played)} | {wins} | "
                 f"{f.seconds_per_step:.3g} | {warm if run == 'baseline' else ''} |"
             )
     return "\n".join(lines)

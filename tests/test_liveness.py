@@ -69,3 +69,34 @@ def test_a_tiny_population_run_is_live(tmp_path, tiny_base):
     assert live.contested > 0 and live.teacher_win_share > 0.1, live
     assert live.survived_next >= 1, live
     assert live.summary().endswith("Every part acted.")
+
+
+def _task(rho, valid=True):
+    return {"step": 0, "kind": "code_i", "valid": valid, "solve_rate": rho}
+
+
+def test_the_protocol_report_counts_each_seed_and_names_the_seeds_that_were_not_live(tmp_path):
+    """Issue #31: the seed protocol states, per seed, the band share of both runs (the baseline from
+    its task records: it plays no matches), the teacher wins and the surviving children, and names a
+    seed whose population mechanism did not act."""
+    from populora_nb.analysis.liveness import protocol_liveness
+
+    def seed(name, matches, lineage):
+        exp = tmp_path / name
+        exp.mkdir()
+        pop = _run(exp / "population", matches, lineage)
+        (exp / "baseline").mkdir()
+        base_tasks = [_task(0.5), _task(0.0), _task(1.0), _task(None), _task(0.25, valid=False)]
+        (exp / "baseline" / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in base_tasks))
+        (pop / "tasks.jsonl").write_text("".join(json.dumps(_task(m["rho"])) + "\n" for m in matches))
+        return exp
+
+    live = seed("seed0", [_match(0.25), _match(0.0)], [_birth("c1", "T1", 2), _birth("c2", "T2", 4)])
+    dead = seed("seed1", [_match(0.25), _match(0.0)], [_birth("c1", "T1", 2), _birth("c2", "c1", 4)])
+    lines, records = protocol_liveness([live, dead])
+    text = "\n".join(lines)
+    assert "| seed0 | 33% (1/3) [6%, 79%] | 50% (1/2) [9%, 91%] | 50% (1/2) [9%, 91%] | 1 of 1 (2 born) |" in text
+    assert "| seed1 |" in text and "0 of 1 (2 born)" in text
+    assert text.endswith("Not live in seed1: read those seeds' population curves as produced by construction.")
+    assert records[0]["baseline_band"] == [1, 3] and records[1]["population"]["survived_next"] == 0
+    assert protocol_liveness([live])[0][-1].startswith("Every seed's population mechanism acted")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from populora_nb.analysis.liveness import share_interval
 from populora_nb.config import load_config
 from populora_nb.pilot import (
     Candidate,
@@ -12,7 +13,6 @@ from populora_nb.pilot import (
     _intervals,
     run_facts,
     run_pilot,
-    share_interval,
     warmup_key,
     write_pilot,
 )

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from populora_nb.analysis.liveness import protocol_liveness
 from populora_nb.analysis.power import power_json, power_lines, power_row
 from populora_nb.analysis.protocol_series import (
     COLORS,
@@ -406,6 +407,7 @@ def write_seed_report(
     out.mkdir(parents=True, exist_ok=True)
     comparisons = compare(experiments, window=window, n_resamples=n_resamples, seed=seed)
     diff_p, change_p = difference_holm(comparisons), change_holm(comparisons)
+    live_lines, live_records = protocol_liveness(experiments)
     lines = [
         f"# Seed protocol: {len(experiments)} seeds",
         "",
@@ -427,6 +429,8 @@ def write_seed_report(
                 (len(change_p), "start-to-end changes", "in the sentence of each change its t-interval separates"),
             ],
         ),
+        "",
+        *live_lines,
         "",
         "## What the seeds show",
         "",
@@ -469,6 +473,7 @@ def write_seed_report(
         "series": {c.key: comparison_json(c, experiments, diff_p[c.key], change_p) for c in comparisons},
         "warmup": None if gain is None else warmup_json(gain),
         "power": power_json(power),
+        "liveness": live_records,
     }
     (out / "seeds.json").write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
     path = out / "seeds.md"
