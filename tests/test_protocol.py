@@ -25,6 +25,7 @@ from populora_nb.analysis.protocol import (
     write_seed_report,
 )
 from populora_nb.analysis.protocol_series import (
+    BAND_KEY,
     coverage_window_units,
     expected_distinct,
     final_ranking,
@@ -97,6 +98,30 @@ def test_runs_at_different_seeds_are_compared_unpaired(tmp_path):
 
 
 # ----------------------------------------------------------------------------- coverage
+def _task_run(path, rhos_per_step, program="def f(x):\n    return x + 1"):
+    """A run directory whose tasks.jsonl holds valid fresh tasks of the given solve rates per step, plus an
+    invalid task and a buffer top-up (no rho) each step, which the band share must not count."""
+    path.mkdir(parents=True)
+    (path / "metrics.jsonl").write_text(json.dumps({"step": 0, "member": "agent"}) + "\n")
+    rows = []
+    for step, rhos in enumerate(rhos_per_step):
+        extra = [{"valid": False, "solve_rate": None}, {"valid": True, "solve_rate": None}]
+        for t in [{"valid": True, "solve_rate": r} for r in rhos] + extra:
+            rows.append({"step": step, "kind": "code_i", "program": program, "proposer": "agent", **t})
+    (path / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_the_band_share_counts_played_tasks_in_0_rho_1_per_step_whatever_their_number(tmp_path):
+    """Issue #31: the band share is a share of each step's played tasks, so a run that plays four times
+    as many tasks with the same mix scores the same; ρ = 0 and ρ = 1 are outside the band."""
+    few = load_run(_task_run(tmp_path / "few", [[0.0, 0.5], [1.0, 1.0], [0.25, 0.75, 0.0, 1.0]]))
+    many = load_run(_task_run(tmp_path / "many", [[0.0, 0.5] * 4, [1.0] * 8, [0.25, 0.75, 0.0, 1.0] * 4]))
+    assert few.series(BAND_KEY) == {0: 0.5, 1: 0.0, 2: 0.5}
+    assert many.series(BAND_KEY) == few.series(BAND_KEY)
+    assert BAND_KEY in HEADLINE
+
+
 def test_expected_distinct_is_the_mean_of_random_draws():
     units = [frozenset({"a", "b"}), frozenset({"a"}), frozenset({"c"}), frozenset(), frozenset({"b", "d"})]
     curve = rarefy(units, np.random.default_rng(0), n_resamples=20_000)

@@ -11,6 +11,12 @@ From ``metrics.jsonl`` (per step, the mean over the members that logged the key,
                           track response length as the model's "thinking" growing or shrinking)
 From ``tasks.jsonl`` (``complexity.analyse_run``: valid code_o/code_i programs a proposer newly wrote;
 copies (``populora_nb.copies``) and code_f programs, which the proposer was handed, excluded):
+  band/share              per step, the share of played tasks (valid, fresh, attempted by the matched
+                          solver: ρ recorded) with 0 < ρ < 1: the tasks whose rollouts carry a
+                          difficulty signal, the only ones AZR's learnability reward 1 − ρ pays for.
+                          The collapse story is this share falling as tasks drift to ρ = 1 (or 0);
+                          the arms race keeps it up. A share of each step's tasks, so a run that
+                          plays more tasks does not score higher (issue #31)
   copies/copy_rate        per step, the share of valid proposals that copy a shown reference, a seed,
                           a warm-up example or an earlier program of the run: read beside the curves
                           below, which count only new programs (copying rising cannot make them fall)
@@ -85,6 +91,8 @@ COMPLEXITY_SERIES: Mapping[str, str] = {
     "complexity/sloc": "SLOC of newly written programs",
     "complexity/n_variables": "variables of newly written programs",
 }
+BAND_KEY = "band/share"
+"""Share of played tasks with 0 < ρ < 1 per step (`band_share_series`; the module docstring says why)."""
 COPY_KEY = "copies/copy_rate"
 """Share of valid proposals that copy a shown reference, a seed, a warm-up example or an earlier program
 (`populora_nb.copies`): read beside complexity and coverage, which count only new programs."""
@@ -113,6 +121,7 @@ difference would compare two different definitions: the difference is not comput
 HEADLINE: Mapping[str, str] = {
     **METRIC_SERIES,
     **COMPLEXITY_SERIES,
+    BAND_KEY: "share of played tasks with 0 < ρ < 1",
     SPREAD_KEY: "within-role spread of TrueSkill μ",
     COPY_KEY: "copy rate of valid proposals",
     **COVERAGE_SERIES,
@@ -135,6 +144,8 @@ class RunRecords:
     path: Path
     metrics: tuple[dict, ...]
     analysis: RunAnalysis | None
+    played: tuple[tuple[int, float], ...] = ()
+    """(step, ρ) of every played task: valid, fresh, attempted by its matched solver."""
 
     def series(self, key: str) -> dict[int, float]:
         """step -> the value of per-step series ``key`` (empty when the run never logged it)."""
@@ -146,6 +157,8 @@ class RunRecords:
             return {} if self.analysis is None else complexity_series(self.analysis, key.split("/", 1)[1])
         if key == COPY_KEY:
             return {} if self.analysis is None else copy_rate_series(self.analysis)
+        if key == BAND_KEY:
+            return band_share_series(self.played)
         return metric_series(self.metrics, key)
 
 
@@ -168,7 +181,13 @@ def load_run(run_dir: str | Path) -> RunRecords:
 @functools.lru_cache(maxsize=64)
 def _load(path: Path, metrics_stamp: tuple[int, int], tasks_stamp: tuple[int, int]) -> RunRecords:
     rows = tuple(RunDir(path).read("metrics")) if metrics_stamp != (0, 0) else ()
-    return RunRecords(path, rows, analyse_run(path) if tasks_stamp[1] > 0 else None)
+    if tasks_stamp[1] == 0:
+        return RunRecords(path, rows, None)
+    tasks = RunDir(path).read("tasks")
+    played = tuple(
+        (int(t["step"]), float(t["solve_rate"])) for t in tasks if t.get("valid") and t.get("solve_rate") is not None
+    )
+    return RunRecords(path, rows, analyse_run(path), played)
 
 
 # ----------------------------------------------------------------------------- per-step series
@@ -188,6 +207,14 @@ def complexity_series(analysis: RunAnalysis, field: str) -> dict[int, float]:
         value = float(getattr(p, field))
         if not math.isnan(value):
             by_step.setdefault(p.step, []).append(value)
+    return {s: float(np.mean(v)) for s, v in sorted(by_step.items())}
+
+
+def band_share_series(played: Sequence[tuple[int, float]]) -> dict[int, float]:
+    """step -> the share of that step's played tasks with 0 < ρ < 1 (steps with none played: absent)."""
+    by_step: dict[int, list[float]] = {}
+    for step, rho in played:
+        by_step.setdefault(step, []).append(float(0 < rho < 1))
     return {s: float(np.mean(v)) for s, v in sorted(by_step.items())}
 
 
@@ -388,7 +415,7 @@ def _coverage_values(experiments: Sequence[str | Path], key: str, window: int) -
     return values, n
 
 
-RATES: frozenset[str] = frozenset({"teacher/valid_rate", "student/solve_rate", COPY_KEY, *PROBE_SERIES})
+RATES: frozenset[str] = frozenset({"teacher/valid_rate", "student/solve_rate", BAND_KEY, COPY_KEY, *PROBE_SERIES})
 """Series bounded to [0, 1]: their bands are clipped there (a t-interval from 3 seeds can leave the range)."""
 
 
