@@ -127,6 +127,7 @@ def protocol_liveness(experiments: Sequence[str | Path]) -> tuple[list[str], lis
     rows: list[str] = []
     records: list[dict[str, Any]] = []
     dead: list[str] = []
+    unjudged: list[str] = []  # no child met an evolution event after its birth: survival not measured
     for exp in experiments:
         exp = Path(exp)
         base, pop = exp / "baseline", exp / "population"
@@ -141,8 +142,10 @@ def protocol_liveness(experiments: Sequence[str | Path]) -> tuple[list[str], lis
                 "population": None if live is None else asdict(live),
             }
         )
-        if live is None or not (live.contested and live.learnable and live.survived_next):
+        if live is None or not (live.contested and live.learnable and (live.survived_next or not live.judged_next)):
             dead.append(exp.name)
+        elif not live.judged_next:
+            unjudged.append(exp.name)
         wins = "—" if live is None else share_text(live.contested, live.valid_matches, "valid")
         kids = "—" if live is None else f"{live.survived_next} of {live.judged_next} ({live.children} born)"
         rows.append(f"| {exp.name} | {share_text(*b_band)} | {share_text(*p_band)} | {wins} | {kids} |")
@@ -162,6 +165,11 @@ def protocol_liveness(experiments: Sequence[str | Path]) -> tuple[list[str], lis
         "",
         "Every seed's population mechanism acted: teachers won games, tasks landed in the band and a child "
         "survived the event after its birth."
-        if not dead
-        else f"Not live in {', '.join(dead)}: read those seeds' population curves as produced by construction.",
+        if not dead and not unjudged
+        else " ".join(
+            [f"Not live in {', '.join(dead)}: read those seeds' population curves as produced by construction."]
+            * bool(dead)
+            + [f"No child has met an evolution event after its birth in {', '.join(unjudged)}: survival not measured."]
+            * bool(unjudged)
+        ),
     ], records
