@@ -149,6 +149,17 @@ def protocol_liveness(experiments: Sequence[str | Path]) -> tuple[list[str], lis
         wins = "—" if live is None else share_text(live.contested, live.valid_matches, "valid")
         kids = "—" if live is None else f"{live.survived_next} of {live.judged_next} ({live.children} born)"
         rows.append(f"| {exp.name} | {share_text(*b_band)} | {share_text(*p_band)} | {wins} | {kids} |")
+    notes = []
+    if dead:
+        notes.append(f"Not live in {', '.join(dead)}: read those seeds' population curves as produced by construction.")
+    if unjudged:
+        notes.append(
+            f"No child has met an evolution event after its birth in {', '.join(unjudged)}: survival not measured."
+        )
+    verdict = " ".join(notes) or (
+        "Every seed's population mechanism acted: teachers won games, tasks landed in the band and a child "
+        "survived the event after its birth."
+    )
     return [
         "## Is the mechanism live?",
         "",
@@ -163,13 +174,5 @@ def protocol_liveness(experiments: Sequence[str | Path]) -> tuple[list[str], lis
         "|---|---|---|---|---|",
         *rows,
         "",
-        "Every seed's population mechanism acted: teachers won games, tasks landed in the band and a child "
-        "survived the event after its birth."
-        if not dead and not unjudged
-        else " ".join(
-            [f"Not live in {', '.join(dead)}: read those seeds' population curves as produced by construction."]
-            * bool(dead)
-            + [f"No child has met an evolution event after its birth in {', '.join(unjudged)}: survival not measured."]
-            * bool(unjudged)
-        ),
+        verdict,
     ], records
