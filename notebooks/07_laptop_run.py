@@ -5,8 +5,9 @@
 # collapse to easy tasks while a population enters an arms race?) with SmolLM2-135M, and how sure
 # it can be. Three pieces, all package code:
 #
-# 1. the **`cpu` preset**: the smoke task set made cheaper per sample (bf16 base, short completions)
-#    and run longer;
+# 1. the **`cpu` preset**: smoke's settings made cheaper per sample (bf16 base, short completions),
+#    run longer, on code_i tasks only: the task kind a pilot found in the learnable band 0 < ρ < 1
+#    most often (`docs/results/cpu-pilot/`);
 # 2. a **warm-up** (`populora_nb.warmup`): rejection-sampling fine-tuning on the model's own proposals
 #    that the verifier accepted, shared by baseline and population, so that RL starts where it has
 #    signal;
@@ -84,8 +85,11 @@ else:
 # The table below is the protocol's `seeds.md`: start and end of each series per run, and
 # population − baseline at the end. Read the caveat in it: with 3 seeds a percentile bootstrap is
 # the seeds' own range, so every verdict is the paired t-interval's, and a family of series is
-# reported with Holm's correction. The committed result was measured under the rules before issue
-# #27 (no teacher could win, every child was culled): read its "no detectable difference" as such.
+# reported with Holm's correction. Its first section, "Is the mechanism live?", counts per seed the
+# teacher wins, the tasks in 0 < ρ < 1 and the children that survived: read it before any curve. The
+# committed result shown by default was measured under the rules before issue #27 (no teacher could
+# win, every child was culled; its mechanism check says so): read its "no detectable difference" as
+# such. The protocol at the current preset is in `docs/results/cpu-protocol/` once it finishes.
 
 # %%
 committed = Path("..") / "docs" / "results" / "cpu-protocol-before-27"

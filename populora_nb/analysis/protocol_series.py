@@ -121,7 +121,7 @@ difference would compare two different definitions: the difference is not comput
 HEADLINE: Mapping[str, str] = {
     **METRIC_SERIES,
     **COMPLEXITY_SERIES,
-    BAND_KEY: "share of played tasks with 0 < ρ < 1",
+    BAND_KEY: "share of tasks in 0 < ρ < 1",
     SPREAD_KEY: "within-role spread of TrueSkill μ",
     COPY_KEY: "copy rate of valid proposals",
     **COVERAGE_SERIES,
