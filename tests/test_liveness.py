@@ -100,6 +100,8 @@ def test_the_protocol_report_counts_each_seed_and_names_the_seeds_that_were_not_
     assert text.endswith("Not live in seed1: read those seeds' population curves as produced by construction.")
     assert records[0]["baseline_band"] == [1, 3] and records[1]["population"]["survived_next"] == 0
     assert protocol_liveness([live])[0][-1].startswith("Every seed's population mechanism acted")
+    (tmp_path / "seed3" / "baseline").mkdir(parents=True)  # a protocol still in its baseline
+    assert protocol_liveness([tmp_path / "seed3"])[0][-1] == "No population records in seed3."
     young = seed("seed2", [_match(0.25)], [_birth("c1", "T1", 2)])  # a run stopped before its next event
     assert protocol_liveness([young])[0][-1] == (
         "No child has met an evolution event after its birth in seed2: survival not measured."

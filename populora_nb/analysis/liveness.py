@@ -128,6 +128,7 @@ def protocol_liveness(experiments: Sequence[str | Path]) -> tuple[list[str], lis
     records: list[dict[str, Any]] = []
     dead: list[str] = []
     unjudged: list[str] = []  # no child met an evolution event after its birth: survival not measured
+    unrun: list[str] = []  # no population records (yet)
     for exp in experiments:
         exp = Path(exp)
         base, pop = exp / "baseline", exp / "population"
@@ -142,7 +143,9 @@ def protocol_liveness(experiments: Sequence[str | Path]) -> tuple[list[str], lis
                 "population": None if live is None else asdict(live),
             }
         )
-        if live is None or not (live.contested and live.learnable and (live.survived_next or not live.judged_next)):
+        if live is None:
+            unrun.append(exp.name)
+        elif not (live.contested and live.learnable and (live.survived_next or not live.judged_next)):
             dead.append(exp.name)
         elif not live.judged_next:
             unjudged.append(exp.name)
@@ -156,6 +159,8 @@ def protocol_liveness(experiments: Sequence[str | Path]) -> tuple[list[str], lis
         notes.append(
             f"No child has met an evolution event after its birth in {', '.join(unjudged)}: survival not measured."
         )
+    if unrun:
+        notes.append(f"No population records in {', '.join(unrun)}.")
     verdict = " ".join(notes) or (
         "Every seed's population mechanism acted: teachers won games, tasks landed in the band and a child "
         "survived the event after its birth."
