@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from populora_nb.analysis.liveness import share_interval, share_text
+from populora_nb.analysis.liveness import played_tasks, share_interval, share_text
 from populora_nb.config import ExperimentConfig, load_config
 from populora_nb.records import RunDir
 
@@ -112,7 +112,7 @@ def run_facts(run_dir: str | Path) -> RunFacts:
     """Count one run's band, its teacher wins (a population) and its seconds per step."""
     rd = RunDir(Path(run_dir))
     tasks = rd.read("tasks")
-    played = [t for t in tasks if t.get("valid") and t.get("solve_rate") is not None]
+    played = played_tasks(tasks)
     facts = RunFacts(
         played=len(played),
         in_band=sum(0 < t["solve_rate"] < 1 for t in played),

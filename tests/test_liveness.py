@@ -2,7 +2,7 @@
 
 import json
 
-from populora_nb.analysis.liveness import liveness
+from populora_nb.analysis.liveness import liveness, played_tasks
 from populora_nb.config import load_config, save_config
 from tests.scripted import ScriptedLoRA
 
@@ -106,3 +106,15 @@ def test_the_protocol_report_counts_each_seed_and_names_the_seeds_that_were_not_
     assert protocol_liveness([young])[0][-1] == (
         "No child has met an evolution event after its birth in seed2: survival not measured."
     )
+
+
+def test_a_played_task_is_valid_with_a_measured_rho_and_nothing_else_counts():
+    tasks = [
+        {"valid": True, "solve_rate": 0.0},  # fresh, the solver never solved it: played
+        {"valid": True, "solve_rate": 0.5},
+        {"valid": True, "solve_rate": None},  # drawn from the buffer: no rho
+        {"valid": False, "solve_rate": None},  # rejected by the executor
+        {"valid": False, "solve_rate": 0.0},  # a malformed record must not count either
+        {"solve_rate": 1.0},  # no validity recorded: not played
+    ]
+    assert [t["solve_rate"] for t in played_tasks(tasks)] == [0.0, 0.5]

@@ -27,6 +27,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from populora_nb.analysis.figures import figure_of, say_empty
+from populora_nb.analysis.liveness import played_tasks
 from populora_nb.analysis.seed_stats import fmt_interval, t_interval, welch_interval
 from populora_nb.records import RunDir
 
@@ -66,7 +67,7 @@ def probe_events(run_dir: str | Path) -> list[ProbeEvent]:
             step,
             len(rows),
             sum(bool(r["valid"]) for r in rows),
-            tuple(float(r["solve_rate"]) for r in rows if r["valid"] and r.get("solve_rate") is not None),
+            tuple(float(r["solve_rate"]) for r in played_tasks(rows)),
         )
         for step, rows in sorted(by_step.items())
     ]

@@ -112,11 +112,17 @@ def share_text(n: int, d: int, of: str = "played") -> str:
     return f"{n / d:.0%} ({n}/{d}) [{low:.0%}, {high:.0%}]"
 
 
+def played_tasks(tasks: Sequence[dict]) -> list[dict]:
+    """Task records whose ρ was measured: valid fresh proposals the matched solver attempted. Invalid
+    proposals and buffer draws carry no ρ; every band share, ρ histogram and probe reads this one rule."""
+    return [t for t in tasks if t.get("valid") and t.get("solve_rate") is not None]
+
+
 def task_band(run_dir: str | Path) -> tuple[int, int]:
     """(tasks with 0 < rho < 1, tasks played): valid fresh tasks the matched solver attempted, from
     ``tasks.jsonl``, so the baseline (which plays no matches) is counted the same way as a population."""
     tasks = RunDir(Path(run_dir)).read("tasks")
-    played = [t["solve_rate"] for t in tasks if t.get("valid") and t.get("solve_rate") is not None]
+    played = [t["solve_rate"] for t in played_tasks(tasks)]
     return sum(0 < r < 1 for r in played), len(played)
 
 

@@ -72,6 +72,7 @@ import numpy as np
 
 from populora_nb.analysis.complexity import COMPLEXITY_FIELDS, RunAnalysis, analyse_run
 from populora_nb.analysis.coverage import coverage_units
+from populora_nb.analysis.liveness import played_tasks
 from populora_nb.analysis.seed_stats import t_interval
 from populora_nb.records import RunDir
 
@@ -184,9 +185,7 @@ def _load(path: Path, metrics_stamp: tuple[int, int], tasks_stamp: tuple[int, in
     if tasks_stamp[1] == 0:
         return RunRecords(path, rows, None)
     tasks = RunDir(path).read("tasks")
-    played = tuple(
-        (int(t["step"]), float(t["solve_rate"])) for t in tasks if t.get("valid") and t.get("solve_rate") is not None
-    )
+    played = tuple((int(t["step"]), float(t["solve_rate"])) for t in played_tasks(tasks))
     return RunRecords(path, rows, analyse_run(path), played)
 
 
