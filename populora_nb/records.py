@@ -9,6 +9,9 @@
     RUN/checkpoints/step_N/manifest.json  sha256 and size of every file in it, and of each record stream
     RUN/checkpoints/latest   the name of the newest complete checkpoint
 
+A copy of a finished run kept for reading (the committed results under docs/results/) may hold a
+stream gzip-compressed as ``STREAM.jsonl.gz`` (`gzip -9n`); it reads the same, and is never appended to.
+
 Rows are appended as a step finishes. A run killed mid-step leaves rows for steps after its last
 checkpoint (and maybe a torn last line); resuming cuts each stream back to the bytes the checkpoint's
 manifest recorded, so the resumed run rewrites them exactly. The manifest is written last, before
@@ -20,6 +23,7 @@ no saved RNG state to repeat an uninterrupted one.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import math
@@ -84,9 +88,23 @@ class RunDir:
 
     # ---- row streams ------------------------------------------------------------------------
 
+    def stream_file(self, stream: str) -> Path:
+        """The file holding ``stream``: ``STREAM.jsonl``, or its compressed copy when only that exists."""
+        plain = self.path / f"{stream}.jsonl"
+        packed = self.path / f"{stream}.jsonl.gz"
+        return packed if packed.exists() and not plain.exists() else plain
+
+    def has(self, stream: str) -> bool:
+        return self.stream_file(stream).exists()
+
     def append(self, stream: str, rows: Iterable[dict[str, Any]]) -> None:
         if stream not in STREAMS:
             raise ValueError(f"unknown record stream {stream!r}; one of {STREAMS}")
+        if self.stream_file(stream).suffix == ".gz":
+            # Rows appended beside a compressed archive would hide it from every reader.
+            raise UserInputError(
+                f"{self.path / stream}.jsonl.gz is a compressed copy kept for reading; run in another --out"
+            )
         lines = "".join(json.dumps(_jsonable(r), sort_keys=True) + "\n" for r in rows)
         if not lines:
             return
@@ -97,11 +115,15 @@ class RunDir:
 
     def read(self, stream: str) -> list[dict[str, Any]]:
         """All complete rows of a stream (a torn last line from a kill is skipped)."""
-        p = self.path / f"{stream}.jsonl"
+        p = self.stream_file(stream)
         if not p.exists():
             return []
         rows = []
-        lines = p.read_text().split("\n")
+        try:
+            text = gzip.decompress(p.read_bytes()).decode() if p.suffix == ".gz" else p.read_text()
+        except (OSError, EOFError, UnicodeDecodeError) as e:
+            raise CorruptRunError(f"{p} does not read ({_one_line(e)})") from None
+        lines = text.split("\n")
         for i, line in enumerate(lines):
             if not line.strip():
                 continue

@@ -1,3 +1,4 @@
+import gzip
 import shutil
 
 import pytest
@@ -15,6 +16,22 @@ def test_rows_round_trip_and_torn_last_line_is_skipped(tmp_path):
     assert [r["step"] for r in rows] == [0, 1] and rows[0]["x"] is None
     run.truncate_after(0)
     assert [r["step"] for r in run.read("metrics")] == [0]
+
+
+def test_a_compressed_copy_of_a_stream_reads_the_same_and_refuses_appends(tmp_path):
+    run = RunDir.create(tmp_path / "r", load_config("tiny"))
+    run.append("tasks", [{"step": 0, "valid": True, "solve_rate": 0.5}, {"step": 1, "valid": False}])
+    before = run.read("tasks")
+    plain = run.path / "tasks.jsonl"
+    (run.path / "tasks.jsonl.gz").write_bytes(gzip.compress(plain.read_bytes()))
+    plain.unlink()
+    assert run.has("tasks") and run.read("tasks") == before and not run.has("matches")
+    with pytest.raises(ValueError, match="compressed copy kept for reading"):
+        run.append("tasks", [{"step": 2}])
+    assert run.read("tasks") == before  # nothing appended beside the archive
+    (run.path / "tasks.jsonl.gz").write_bytes(b"\x1f\x8b not really gzip")
+    with pytest.raises(CorruptRunError, match="tasks.jsonl.gz does not read"):
+        run.read("tasks")
 
 
 def test_reopening_with_a_different_config_refuses(tmp_path):

@@ -138,9 +138,9 @@ def protocol_liveness(experiments: Sequence[str | Path]) -> tuple[list[str], lis
     for exp in experiments:
         exp = Path(exp)
         base, pop = exp / "baseline", exp / "population"
-        b_band = task_band(base) if (base / "tasks.jsonl").exists() else (0, 0)
-        p_band = task_band(pop) if (pop / "tasks.jsonl").exists() else (0, 0)
-        live = liveness(pop) if (pop / "matches.jsonl").exists() else None
+        b_band = task_band(base) if RunDir(base).has("tasks") else (0, 0)
+        p_band = task_band(pop) if RunDir(pop).has("tasks") else (0, 0)
+        live = liveness(pop) if RunDir(pop).has("matches") else None
         records.append(
             {
                 "seed": exp.name,

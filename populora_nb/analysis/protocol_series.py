@@ -176,7 +176,8 @@ def load_run(run_dir: str | Path) -> RunRecords:
     """``RunRecords`` of ``run_dir``. Parsing every program (radon) is the slow part, and a report
     reads each run for every series and figure, so the result is cached until a file changes."""
     path = Path(run_dir).resolve()
-    return _load(path, _stamp(path / "metrics.jsonl"), _stamp(path / "tasks.jsonl"))
+    run = RunDir(path)
+    return _load(path, _stamp(run.stream_file("metrics")), _stamp(run.stream_file("tasks")))
 
 
 @functools.lru_cache(maxsize=64)
