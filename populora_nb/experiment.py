@@ -48,9 +48,14 @@ def _done(out: Path) -> dict:
     return json.loads(p.read_text()) if p.exists() else {}
 
 
-def _mark(out: Path, stage: str, seconds: float) -> None:
+def _mark(out: Path, stage: str, seconds: float, resumed: bool = False) -> None:
+    """Record a finished stage. ``seconds`` is the wall time of the invocation that finished it: a
+    stage resumed from a checkpoint (``"resumed": true``) cost more, and its per-step ``time/step_s``
+    in metrics.jsonl is the cost record that survives kills."""
     done = _done(out)
     done[stage] = {"seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
+    if resumed:
+        done[stage]["resumed"] = True
     tmp = out / "stages.json.tmp"
     tmp.write_text(json.dumps(done, indent=1))
     tmp.replace(out / "stages.json")
@@ -76,9 +81,10 @@ def run_experiment(
             say(f"[experiment] {stage}: already complete, skipped")
             continue
         t0 = time.time()
+        resumed = (out / stage / "checkpoints").is_dir()
         say(f"[experiment] {stage} ...")
         STAGE_FUNCTIONS[stage](config, out, say)
-        _mark(out, stage, time.time() - t0)
+        _mark(out, stage, time.time() - t0, resumed)
         say(f"[experiment] {stage} done in {time.time() - t0:.0f}s")
     return out
 

@@ -127,7 +127,7 @@ def run_facts(run_dir: str | Path) -> RunFacts:
     facts.steps = len(per_step)
     if per_step:
         facts.seconds_per_step = sum(per_step.values()) / len(per_step)
-    if (rd.path / "matches.jsonl").exists():
+    if rd.has("matches"):
         from populora_nb.analysis.liveness import liveness
 
         live = liveness(rd.path)
@@ -200,7 +200,8 @@ def run_pilot(
 
 
 def recorded_seconds(exp: str | Path) -> float:
-    """Seconds the experiment's stages took, summed from its stages.json (0 for an adopted warm-up)."""
+    """Seconds the experiment's stages took, summed from its stages.json (0 for an adopted warm-up; a
+    stage resumed after a kill counts only the invocation that finished it, and is marked so)."""
     path = Path(exp) / "stages.json"
     stages = json.loads(path.read_text()) if path.exists() else {}
     return float(sum(stage.get("seconds", 0.0) for stage in stages.values()))
