@@ -63,14 +63,33 @@ def test_t_interval_covers_the_true_mean_about_95_percent_of_the_time():
     assert 0.93 <= hits / 2000 <= 0.97
 
 
-def test_one_seed_has_no_interval_and_zero_variance_a_zero_width_one():
+def test_one_seed_has_no_interval_and_a_level_without_spread_a_zero_width_one():
     m, low, high = t_interval([0.5])
     assert m == 0.5 and math.isnan(low) and math.isnan(high)
-    assert welch_interval([0.2, 0.2], [0.5, 0.5]) == pytest.approx((0.3, 0.3, 0.3))
-    same = difference_estimate([0.1, 0.2, 0.3], [0.2, 0.3, 0.4], paired=True, rng=np.random.default_rng(0))
-    assert same.t_low == same.t_high == pytest.approx(0.1) and same.p == 0.0 and same.separated
+    assert t_interval([0.8, 0.8, 0.8]) == pytest.approx((0.8, 0.8, 0.8))  # what the seeds show
     none = mean_estimate([0.0, 0.0, 0.0], rng=np.random.default_rng(0))
     assert none.p == 1.0 and not none.separated
+
+
+def test_a_difference_every_seed_ties_on_is_not_a_certainty():
+    """The bias this catches: the baseline's 3 proposals a step are all valid at the end (15/15 in
+    every seed's window) and the population's 76/80 in both seeds, so every per-seed difference is
+    exactly -0.05. A zero-spread t would call that p = 0, "kept by Holm"; it is a tie of coarse
+    counts, not a measured spread. No interval, no verdict, and the exact sign test's p."""
+    tie = difference_estimate([1.0, 1.0, 1.0], [0.95, 0.95, 0.95], paired=True, rng=np.random.default_rng(0))
+    assert tie.mean == pytest.approx(-0.05) and math.isnan(tie.t_low) and not tie.separated
+    assert tie.p == 0.25  # all 3 seeds share a sign: 2 * 2^-3
+    said = claim(tie, "higher", "lower", "no detectable difference", holm_p=1.0, family="3 differences")
+    assert said.startswith("no detectable difference (-0.050, no spread over the 3 seeds: paired t undefined")
+    assert "sign test p = 0.25" in said
+    shifted = difference_estimate([0.1, 0.2, 0.3], [0.2, 0.3, 0.4], paired=True, rng=np.random.default_rng(0))
+    assert math.isnan(shifted.t_low) and not shifted.separated
+    zero = difference_estimate([0.1, 0.2], [0.1, 0.2], paired=True, rng=np.random.default_rng(0))
+    assert (zero.t_low, zero.t_high, zero.p) == (0.0, 0.0, 1.0)
+    d, low, high = welch_interval([0.2, 0.2, 0.2], [0.5, 0.5, 0.5])  # unpaired: exact rank test
+    assert d == pytest.approx(0.3) and math.isnan(low) and math.isnan(high)
+    unpaired = difference_estimate([0.2] * 3, [0.5] * 3, paired=False, rng=np.random.default_rng(0))
+    assert unpaired.p == pytest.approx(0.1) and "rank test p = 0.1" in claim(unpaired, "up", "down", "none", 1.0, "f")
 
 
 def test_bootstrap_interval_of_normal_data_is_mean_plus_minus_1_96_se():
@@ -210,5 +229,7 @@ def test_the_power_section_reports_the_mdd_in_the_series_units():
     assert row["mdd"] == pytest.approx(0.5 * mdd_factor(3)) and "seeds_needed" not in row
     lines = "\n".join(power_lines([row, power_row("same", [0.5, 0.5, 0.5], [0.5, 0.5, 0.5])]))
     assert "MDD = 3.26 × the SD of the per-seed differences" in lines and "from 0.52 to 6.3 times" in lines
-    assert "| x | 3 | +1 | 0.5 | 1.63 |" in lines and "| same | 3 | +0 | 0 | 0 |" in lines
+    assert "| x | 3 | +1 | 0.5 | 1.63 |" in lines
+    # Tied seeds measure no spread: an MDD of 0 ("any difference is detectable") would be the bias.
+    assert "| same | 3 | +0 | 0 | n/a (the seeds tie: no spread measured) |" in lines
     assert "10 seeds 1.00" in lines

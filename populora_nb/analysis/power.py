@@ -68,7 +68,9 @@ def power_row(label: str, baseline: Sequence[float], population: Sequence[float]
         "n": len(d),
         "mean_difference": float(d.mean()) if len(d) else math.nan,
         "sd_difference": sd,
-        "mdd": minimum_detectable_difference(sd, len(d)),
+        # Seeds that tie (coarse counts at a ceiling) measure no spread: an MDD of 0 would claim any
+        # difference is detectable, so there is none to state.
+        "mdd": minimum_detectable_difference(sd, len(d)) if sd > 0 else math.nan,
     }
 
 
@@ -99,7 +101,8 @@ def power_lines(rows: Sequence[dict]) -> list[str]:
         "| series | seeds | mean difference | SD of per-seed differences | MDD (80% power, α = 0.05) |",
         "|---|---|---|---|---|",
         *[
-            f"| {r['series']} | {r['n']} | {r['mean_difference']:+.3g} | {r['sd_difference']:.3g} | {r['mdd']:.3g} |"
+            f"| {r['series']} | {r['n']} | {r['mean_difference']:+.3g} | {r['sd_difference']:.3g} | "
+            + ("n/a (the seeds tie: no spread measured) |" if r["sd_difference"] == 0 else f"{r['mdd']:.3g} |")
             for r in rows
         ],
     ]

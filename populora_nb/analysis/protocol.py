@@ -475,7 +475,7 @@ def write_seed_report(
         "power": power_json(power),
         "liveness": live_records,
     }
-    (out / "seeds.json").write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
+    (out / "seeds.json").write_text(json.dumps(_clean(record), indent=1, allow_nan=False) + "\n")
     path = out / "seeds.md"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -52,16 +52,29 @@ def _constant(x: np.ndarray) -> bool:
     return bool(np.ptp(x) <= 1e-12 * np.abs(x).max())
 
 
+def sign_test_p(n: int) -> float:
+    """Two-sided exact sign test p when all ``n`` values share one sign: 2 · 2^-n (0.25 at 3 seeds)."""
+    return min(1.0, 2.0 * 0.5**n)
+
+
 def _t_test(x: np.ndarray, level: float, before: np.ndarray | None = None) -> tuple[float, float, float, float]:
     """(mean, low, high, two-sided p against 0) of the one-sample t over ``x``, or with ``before``
-    the paired t of ``x`` against it (``ttest_rel``; the one-sample t of ``x − before``). Identical
-    values have a zero-width interval and p = 0 (1 when they are all 0): scipy would divide 0 by 0."""
+    the paired t of ``x`` against it (``ttest_rel``; the one-sample t of ``x − before``).
+
+    Identical values (scipy would divide 0 by 0): a level (one-sample) gets a zero-width interval,
+    which is what the seeds show. A difference or change that every seed gave exactly (both runs at
+    a ceiling, or rates of a few proposals that happen to tie) has no measured spread, and a t with
+    zero spread is not certainty but a model that no longer applies: its interval is undefined
+    (NaN, so no verdict rests on it) and its p is the exact sign test's (0.25 at 3 seeds). All-zero
+    differences keep [0, 0] and p = 1."""
     d = x if before is None else x - before
     m = float(d.mean()) if len(d) else math.nan
     if len(d) < 2:
         return m, math.nan, math.nan, math.nan
     if _constant(d):
-        return m, m, m, 1.0 if m == 0 else 0.0
+        if before is None or m == 0:
+            return m, m, m, 1.0 if m == 0 else 0.0
+        return m, math.nan, math.nan, sign_test_p(len(d))
     res = stats.ttest_1samp(d, 0.0) if before is None else stats.ttest_rel(x, before)
     ci = res.confidence_interval(level)
     return m, float(ci.low), float(ci.high), float(res.pvalue)
@@ -88,7 +101,13 @@ def _welch(a: Sequence[float], b: Sequence[float], level: float) -> tuple[float,
     if len(x) < 2 or len(y) < 2:
         return d, math.nan, math.nan, math.nan
     if _constant(x) and _constant(y):
-        return d, d, d, 1.0 if d == 0 else 0.0
+        # No spread on either side (see _t_test): no interval; every b above every a has the exact
+        # two-sided rank-test p 2 / C(n_a + n_b, n_a) (0.1 at 3 and 3 seeds).
+        return (
+            (0.0, 0.0, 0.0, 1.0)
+            if d == 0
+            else (d, math.nan, math.nan, min(1.0, 2 / math.comb(len(x) + len(y), len(x))))
+        )
     res = stats.ttest_ind(y, x, equal_var=False)
     ci = res.confidence_interval(level)
     return d, float(ci.low), float(ci.high), float(res.pvalue)
@@ -97,7 +116,7 @@ def _welch(a: Sequence[float], b: Sequence[float], level: float) -> tuple[float,
 def welch_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Triple:
     """(mean(b) − mean(a), low, high): Welch's interval for a difference of means of UNPAIRED
     samples with unequal variances; NaN bounds when either side has fewer than 2 values. Zero
-    variance on both sides gives a zero-width interval. For runs at the same seeds use
+    variance on both sides gives no interval (NaN; zero width when the means are equal). For runs at the same seeds use
     ``paired_t_interval``: Welch ignores the pairing and is then not conservative either."""
     d, low, high, _ = _welch(a, b, level)
     return d, low, high
@@ -359,8 +378,12 @@ def claim(e: Estimate, up: str, down: str, none: str, holm_p: float, family: str
     """A sentence worded by ``verdict`` with the numbers behind it; a rise, fall or difference also
     says whether Holm's correction over ``family`` ("8 differences") keeps it."""
     scale = scale_of(e)
-    said = f"{verdict(e, up, down, none)} ({fmt_number(e.mean, True, scale)}, {e.t_kind} "
-    said += f"{fmt_interval(e.t_low, e.t_high, True, scale)}, p = {fmt_p(e.p)}"
+    said = f"{verdict(e, up, down, none)} ({fmt_number(e.mean, True, scale)}, "
+    if math.isnan(e.t_low) and e.n >= 2:  # see _t_test: every seed gave this same value
+        exact = "rank test" if e.t_kind == "Welch t" else "sign test"
+        said += f"no spread over the {e.n} seeds: {e.t_kind} undefined, {exact} p = {fmt_p(e.p)}"
+    else:
+        said += f"{e.t_kind} {fmt_interval(e.t_low, e.t_high, True, scale)}, p = {fmt_p(e.p)}"
     if e.separated:
         said += f"; {'kept' if holm_p < 0.05 else 'not kept'} by Holm over the {family}: p = {fmt_p(holm_p)}"
     return said + ")"
