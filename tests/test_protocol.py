@@ -88,6 +88,20 @@ def test_a_consistent_difference_is_separated_and_tabled(tmp_path):
     assert (tmp_path / "report" / "seeds_student_solve_rate.png").stat().st_size > 1000
 
 
+def test_seeds_that_tie_at_a_ceiling_get_a_sentence_but_no_verdict(tmp_path):
+    """The interim records of issue #31's protocol: the baseline's valid rate ends at 1.0 and the
+    population's at 0.95 in every seed. The sentence and the table say so, and claim nothing."""
+    exps = _experiments(tmp_path, baseline=[[0.8, 1.0], [0.9, 1.0], [1.0, 1.0]], population=[[0.9, 0.95]] * 3)
+    (c,) = compare(exps, keys=("student/solve_rate",), window=1)
+    assert not c.separated and c.estimate.p == 0.25
+    row = dict(zip(COLUMNS, comparison_table([c])[1]))
+    assert row["population − baseline [95% t]"] == "-0.050 [none: the seeds tie]"
+    assert row["verdict"] == "no detectable difference"
+    (said,) = finding_lines([c])
+    assert "no detectable difference between population and baseline at the end (-0.050, no spread" in said
+    assert "population shows no detectable change" in said  # +0.05 in every seed: a tie, not a rise
+
+
 def test_runs_at_different_seeds_are_compared_unpaired(tmp_path):
     exps = _experiments(tmp_path, baseline=[[0.1], [0.2], [0.15]], population=[[0.5], [0.6], [0.55]])
     (exps[0] / "population" / "metrics.jsonl").unlink()  # seed-0's population never logged

@@ -160,6 +160,7 @@ def test_the_warmup_gain_is_paired_by_seed_and_reported(tmp_path):
         write_synthetic_experiment(exp, n_steps=4, seed=k)
     md = write_seed_report(exps, tmp_path / "report", window=2, n_resamples=500).read_text()
     assert "## The warm-up: valid-task rate before and after" in md and "| seed1 | 64 | 0.312 | 0.438 | +0.125" in md
+    assert "Every seed gained exactly +0.125: no spread, so no t-interval and no claim" in md  # 8/64 each
     record = json.loads((tmp_path / "report" / "seeds.json").read_text())
     assert record["warmup"]["gain"]["mean"] == pytest.approx(0.125)
     assert (tmp_path / "report" / "seeds_warmup.png").is_file()

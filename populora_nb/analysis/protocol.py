@@ -188,10 +188,15 @@ def series_label(c: Comparison) -> str:
     return label if c.n_units is None else f"{label}, n = {c.n_units}"
 
 
+def estimated(e: Estimate) -> bool:
+    """Two or more seeds gave a value: a sentence is owed, a t-interval or (seeds that tie) none."""
+    return e.n >= 2 and not math.isnan(e.mean)
+
+
 def difference_verdict(c: Comparison, holm_p: float) -> str:
     """ "population higher/lower" only where the t-interval excludes 0 (and says when Holm's
     family-wise correction does not keep it), else "no detectable difference"."""
-    if math.isnan(c.estimate.t_low):
+    if not estimated(c.estimate):
         return "n/a"
     words = verdict(c.estimate, "population higher", "population lower", "no detectable difference")
     return words + (" (not after Holm)" if c.separated and not holm_p < 0.05 else "")
@@ -268,13 +273,13 @@ def finding_lines(comparisons: Sequence[Comparison]) -> list[str]:
     lines = []
     for c in comparisons:
         said = []
-        if not math.isnan(c.estimate.t_low):
+        if estimated(c.estimate):
             up, down = "population ends higher than baseline", "population ends lower than baseline"
             none = "no detectable difference between population and baseline at the end"
             said.append(claim(c.estimate, up, down, none, diff_p[c.key], families[0]))
         for run in RUNS:
             e, none = c.runs[run].change, "shows no detectable change from start to end"
-            if not math.isnan(e.t_low):
+            if estimated(e):
                 said_run = claim(
                     e, "rose from start to end", "fell from start to end", none, change_p[(c.key, run)], families[1]
                 )

@@ -361,6 +361,8 @@ def estimate_cell(e: Estimate, signed: bool = False, spread: bool = True) -> str
         return "n/a"
     scale = scale_of(e)
     cell = f"{fmt_number(e.mean, signed, scale)} {fmt_interval(e.t_low, e.t_high, signed, scale)}".strip()
+    if math.isnan(e.t_low) and e.n >= 2:
+        cell += " [none: the seeds tie]"
     if spread and not math.isnan(e.low):
         cell += f" ({e.spread}: {fmt_number(e.low, signed, scale)}, {fmt_number(e.high, signed, scale)})"
     return cell

@@ -96,6 +96,9 @@ def warmup_lines(g: WarmupGain) -> list[str]:
         f"{_cell(g.gain, '+')} | |",
         "",
         "One seed: no interval, so no claim about the gain."
+        if g.gain.n < 2
+        else f"Every seed gained exactly {g.gain.mean:+.3f}: no spread, so no t-interval and no claim about the "
+        f"gain (sign test p = {g.gain.p:.2g})."
         if np.isnan(g.gain.t_low)
         else f"The warm-up {verdict(g.gain, 'raised', 'lowered', 'left no detectable change in')} the held-out "
         f"valid rate: {g.gain.mean:+.3f}, paired t [{g.gain.t_low:+.3f}, {g.gain.t_high:+.3f}], p = {g.gain.p:.2g}.",
