@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from populora_nb.analysis.coverage import rarefy
+from populora_nb.analysis.liveness import protocol_liveness
 from populora_nb.analysis.protocol import (
     COLUMNS,
     HEADLINE,
@@ -356,3 +357,24 @@ def test_no_sentence_of_the_committed_report_claims_more_than_its_interval():
     # The regenerated report is what the analysis writes from the committed records.
     lines = finding_lines(compare(COMMITTED))
     assert all(line in md for line in lines)
+
+
+# The protocol at the preset issue #31's pilot chose (3 seeds x 40 steps; its README says how it ran).
+CURRENT = PROTOCOL.parent / "cpu-protocol"
+CURRENT_SEEDS = [CURRENT / f"seed{k}" for k in range(3)]
+
+
+def test_the_committed_protocol_is_what_the_analysis_writes_and_claims_only_its_intervals():
+    md = (CURRENT / "seeds.md").read_text()
+    assert _check_claims(md) >= 12
+    assert all(line in md for line in finding_lines(compare(CURRENT_SEEDS)))
+    # Read before any curve: every seed's mechanism acted (the issue asks for at least one child per
+    # run that survives the next evolution event, teacher wins and tasks in the band).
+    _, live = protocol_liveness(CURRENT_SEEDS)
+    for seed in live:
+        assert seed["population"]["survived_next"] >= 1 and seed["population"]["contested"] > 0, seed
+        assert seed["baseline_band"][0] > 0 and seed["population_band"][0] > 0, seed
+    assert "Every seed's population mechanism acted" in md
+    # Streams over 100 KB are committed compressed and read the same.
+    assert (CURRENT_SEEDS[0] / "population" / "tasks.jsonl.gz").is_file()
+    assert load_run(CURRENT_SEEDS[0] / "population").played

@@ -100,9 +100,10 @@ class TaskRecord:
 
 
 def load_tasks(run_dir: str | Path) -> list[TaskRecord]:
-    """Read ``run_dir/tasks.jsonl`` through `RunDir.read` (a torn last line from a kill is dropped);
-    a missing or empty file, or a row that is not a task record, raises an error naming the path."""
-    path = Path(run_dir) / "tasks.jsonl"
+    """Read ``run_dir/tasks.jsonl`` (or ``tasks.jsonl.gz``) through `RunDir.read` (a torn last line
+    from a kill is dropped); a missing or empty file, or a row that is not a task record, raises an
+    error naming the path."""
+    path = RunDir(Path(run_dir)).stream_file("tasks")  # tasks.jsonl, or a committed copy's .jsonl.gz
     if not path.is_file():
         raise FileNotFoundError(f"no task records at {path}: is {run_dir} a run directory?")
     records = []

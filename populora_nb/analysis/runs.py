@@ -10,8 +10,9 @@ RUN_STREAMS = ("metrics.jsonl", "tasks.jsonl")
 
 
 def is_run_dir(path: str | Path) -> bool:
-    """Whether ``path`` holds a run's records (``metrics.jsonl`` or ``tasks.jsonl``)."""
-    return any((Path(path) / stream).is_file() for stream in RUN_STREAMS)
+    """Whether ``path`` holds a run's records (``metrics.jsonl`` or ``tasks.jsonl``, or their
+    compressed copies ``*.jsonl.gz`` in committed results)."""
+    return any((Path(path) / name).is_file() for stream in RUN_STREAMS for name in (stream, stream + ".gz"))
 
 
 def find_runs(*places: str | Path | None, missing_ok: bool = False) -> dict[str, Path]:
