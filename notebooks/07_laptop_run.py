@@ -18,7 +18,9 @@
 #
 # With the `tiny` preset (CI) this notebook runs a 2-seed, 2-step protocol to show the mechanics:
 # random weights, so its numbers mean nothing. With any preset it then shows the measured laptop
-# result committed in `docs/results/cpu-protocol-before-27/`, or a protocol directory you name.
+# result committed in `docs/results/cpu-protocol/` (3 seeds × 40 steps at the `cpu` preset), or a
+# protocol directory you name (the first protocol, under the rules before issue #27, is
+# `docs/results/cpu-protocol-before-27/`).
 
 # %% tags=["parameters"]
 import os
@@ -86,13 +88,13 @@ else:
 # population − baseline at the end. Read the caveat in it: with 3 seeds a percentile bootstrap is
 # the seeds' own range, so every verdict is the paired t-interval's, and a family of series is
 # reported with Holm's correction. Its first section, "Is the mechanism live?", counts per seed the
-# teacher wins, the tasks in 0 < ρ < 1 and the children that survived: read it before any curve. The
-# committed result shown by default was measured under the rules before issue #27 (no teacher could
-# win, every child was culled; its mechanism check says so): read its "no detectable difference" as
-# such. The protocol at the current preset is in `docs/results/cpu-protocol/` once it finishes.
+# teacher wins, the tasks in 0 < ρ < 1 and the children that survived: read it before any curve.
+# Every sentence of a rise, fall or difference follows its own interval; where none excludes 0 the
+# report says so, and its "Smallest detectable difference" section says how large a difference these
+# seeds could have missed.
 
 # %%
-committed = Path("..") / "docs" / "results" / "cpu-protocol-before-27"
+committed = Path("..") / "docs" / "results" / "cpu-protocol"
 if protocol_dir is not None:
     shown = Path(protocol_dir)
 elif preset != "tiny":

@@ -57,7 +57,8 @@ def test_a_baseline_that_trained_on_nothing_has_no_training_ratio(tmp_path):
 
 # ---------------------------------------------------------------- per-adapter matching on a tiny run
 
-PROPOSE_TOKENS, SOLVE_TOKENS = 37, 13  # mean completion lengths the cpu protocol measured (docs/results/cpu-protocol)
+# mean completion lengths the first cpu protocol measured (docs/results/cpu-protocol-before-27)
+PROPOSE_TOKENS, SOLVE_TOKENS = 37, 13
 
 
 class MeasuredLengthPolicy(ScriptedPolicy):
