@@ -103,11 +103,8 @@ def _welch(a: Sequence[float], b: Sequence[float], level: float) -> tuple[float,
     if _constant(x) and _constant(y):
         # No spread on either side (see _t_test): no interval; every b above every a has the exact
         # two-sided rank-test p 2 / C(n_a + n_b, n_a) (0.1 at 3 and 3 seeds).
-        return (
-            (0.0, 0.0, 0.0, 1.0)
-            if d == 0
-            else (d, math.nan, math.nan, min(1.0, 2 / math.comb(len(x) + len(y), len(x))))
-        )
+        exact_p = min(1.0, 2 / math.comb(len(x) + len(y), len(x)))
+        return (0.0, 0.0, 0.0, 1.0) if d == 0 else (d, math.nan, math.nan, exact_p)
     res = stats.ttest_ind(y, x, equal_var=False)
     ci = res.confidence_interval(level)
     return d, float(ci.low), float(ci.high), float(res.pvalue)
