@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from populora_nb.analysis.liveness import played_tasks, share_interval, share_text
+from populora_nb.analysis.liveness import liveness, played_tasks, share_interval, share_text
 from populora_nb.config import ExperimentConfig, load_config
 from populora_nb.records import RunDir
 
@@ -128,8 +128,6 @@ def run_facts(run_dir: str | Path) -> RunFacts:
     if per_step:
         facts.seconds_per_step = sum(per_step.values()) / len(per_step)
     if rd.has("matches"):
-        from populora_nb.analysis.liveness import liveness
-
         live = liveness(rd.path)
         facts.valid_matches, facts.teacher_wins = live.valid_matches, live.contested
     return facts

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from populora_nb.records import RunDir
+
 RUN_STREAMS = ("metrics.jsonl", "tasks.jsonl")
 """A directory holding either of these records is a run directory."""
 
 
 def is_run_dir(path: str | Path) -> bool:
     """Whether ``path`` holds a run's records (``metrics.jsonl`` or ``tasks.jsonl``, or their
-    compressed copies ``*.jsonl.gz`` in committed results)."""
-    return any((Path(path) / name).is_file() for stream in RUN_STREAMS for name in (stream, stream + ".gz"))
+    compressed copies in committed results: `RunDir.has`)."""
+    run = RunDir(Path(path))
+    return any(run.has(stream.removesuffix(".jsonl")) for stream in RUN_STREAMS)
 
 
 def find_runs(*places: str | Path | None, missing_ok: bool = False) -> dict[str, Path]:
