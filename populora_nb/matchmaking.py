@@ -46,10 +46,12 @@ import random
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import numpy as np
-import trueskill
+
+if TYPE_CHECKING:
+    import trueskill
 
 MemberId = str
 PFSPWeighting = Literal["var", "hard"]
@@ -120,6 +122,8 @@ def make_trueskill(
     """A TrueSkill environment with the package's defaults, except no draws: every game of
     ``teacher_games`` and ``student_games`` has a winner (a draw would pull a member towards its
     opponent's rating whatever its reward)."""
+    import trueskill  # where used: stages and the model import this module on machines without it
+
     return trueskill.TrueSkill(mu=mu, sigma=sigma, beta=beta, tau=tau, draw_probability=draw_probability)
 
 
@@ -234,6 +238,8 @@ def _rated(
     module-level rate_1vs1 with env= is the supported form (the TrueSkill.rate_1vs1 method is
     deprecated since trueskill 0.4); it takes the winner first. Partial play through trueskill's
     weights=(1, 0) instead clamps the 0 to 1e-4 and still inflates the held side's sigma by tau."""
+    import trueskill  # where used (see make_trueskill)
+
     if won:
         return trueskill.rate_1vs1(member, opponent, env=env)[0]
     return trueskill.rate_1vs1(opponent, member, env=env)[1]

@@ -10,12 +10,11 @@ import pytest
 import torch
 
 from populora_nb.config import ConfigError, ModelConfig, load_config
-from populora_nb.model.base import ModelLoadError, load_base
+from populora_nb.model.base import ModelLoadError, byte_tokenizer, load_base
 from populora_nb.model.random_base import (
     ARCHITECTURE_DIR,
     ARCHITECTURES,
     architecture,
-    byte_tokenizer,
     parameter_count,
 )
 

