@@ -56,9 +56,7 @@ From ``metrics.jsonl`` ``rating/mu`` (population only; the baseline plays no mat
                           means the population stratifies (some teachers better than others); a
                           spread near 0 means the ratings say no member of a role beats another.
 
-Rarefaction uses the exact expectation (Hurlbert 1971): among n of N units drawn without
-replacement, E[distinct] = Σ_f 1 − C(N − k_f, n) / C(N, n), k_f the units holding feature f. It is
-the mean of ``coverage.rarefy``'s random orders without their Monte Carlo noise or an RNG.
+Coverage windows and their exact rarefaction: `populora_nb.analysis.coverage_windows`.
 """
 
 from __future__ import annotations
@@ -66,16 +64,15 @@ from __future__ import annotations
 import functools
 import math
 import textwrap
-from collections import Counter
-from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from populora_nb.analysis.complexity import COMPLEXITY_FIELDS, RunAnalysis, analyse_tasks, load_tasks
-from populora_nb.analysis.coverage import coverage_units
+from populora_nb.analysis.coverage_windows import coverage_window_units, expected_distinct
 from populora_nb.analysis.repeat_series import REPEAT_SERIES, PlayedTask, pooled_windows, repeat_items, repeat_series
 from populora_nb.analysis.seed_stats import t_interval
 from populora_nb.analysis.windows import complexity_windows, fixed_windows
@@ -114,8 +111,6 @@ COVERAGE_SERIES: Mapping[str, str] = {
     "coverage/ngrams": "distinct AST n-grams at equal n (rarefied)",
     "coverage/signatures": "distinct I/O type signatures of written programs at equal n (rarefied)",
 }
-COVERAGE_KIND: Mapping[str, str] = {"coverage/ngrams": "ngrams", "coverage/signatures": "program_signatures"}
-"""The ``coverage.coverage_units`` kind behind each coverage series."""
 POPULATION_ONLY: frozenset[str] = frozenset({SPREAD_KEY})
 """Series the baseline cannot have (no matches, no ratings)."""
 WITHIN_RUN_ONLY: Mapping[str, str] = {
@@ -286,47 +281,6 @@ def window_values(series: Mapping[int, float], window: int) -> tuple[float, floa
         float(np.mean([series[s] for s in steps[:window]])),
         float(np.mean([series[s] for s in steps[-window:]])),
     )
-
-
-# ----------------------------------------------------------------------------- coverage
-def coverage_window_units(
-    analysis: RunAnalysis, key: str, window: int
-) -> tuple[list[frozenset[Hashable]], list[frozenset[Hashable]]]:
-    """(start units, end units) of coverage series ``key``: ``coverage.coverage_units`` over the
-    tasks of the first ``window`` and of the last ``window`` steps with task records (a step whose
-    every proposal was invalid still counts as a step: it wrote nothing that window)."""
-    if window < 1:
-        raise ValueError(f"window must be >= 1 step, got {window}")
-    kind = COVERAGE_KIND[key]
-
-    def units(steps: Sequence[int]) -> list[frozenset[Hashable]]:
-        keep = set(steps)
-        part = replace(
-            analysis,
-            programs=tuple(p for p in analysis.programs if p.step in keep),
-            inputs=tuple(i for i in analysis.inputs if i.step in keep),
-        )
-        return coverage_units(part, kind)
-
-    return units(analysis.steps[:window]), units(analysis.steps[-window:])
-
-
-def expected_distinct(units: Sequence[frozenset[Hashable]], n: int) -> float:
-    """The expected number of distinct features among ``n`` of ``units`` drawn without replacement
-    (module docstring); NaN when n exceeds the units or is negative."""
-    size = len(units)
-    if not 0 <= n <= size:
-        return math.nan
-    holders = Counter(f for u in units for f in u)  # feature -> k, the units holding it
-    log_all = math.lgamma(size + 1) - math.lgamma(size - n + 1)
-    total = 0.0
-    # Features sharing k share the term; summed in k order so the result does not depend on set
-    # iteration order (string hashing is randomised per process: reports must be bit-reproducible).
-    for k, features in sorted(Counter(holders.values()).items()):
-        rest = size - k
-        missed = math.exp(math.lgamma(rest + 1) - math.lgamma(rest - n + 1) - log_all) if rest >= n else 0.0
-        total += features * (1.0 - missed)
-    return total
 
 
 # ----------------------------------------------------------------------------- experiments: runs over seeds
