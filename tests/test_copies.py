@@ -176,3 +176,26 @@ def test_copying_that_rises_does_not_make_new_programs_look_simpler(tmp_path):
     assert copies.mean[0] == 0.0 and copies.mean[-1] == 0.9 and np.all(np.diff(copies.mean) > 0)
     assert every.series("ast_depth").mean[-1] < every.series("ast_depth").mean[0] - 1.0  # what copying did before
     assert new.n_copies == 45 and len(new.programs) == 55
+
+
+def test_copied_records_find_their_warm_up_beside_them(tmp_path):
+    """A run copied from another machine names a warm-up path that no longer exists: its examples are
+    read from ``warmup/`` beside the run (an experiment directory's layout), so writing one again is a
+    repeat there too."""
+    from populora_nb.config import save_config
+    from populora_nb.copies import start_fingerprints, warmup_fingerprints
+    from populora_nb.warmup import EXAMPLES
+
+    exp = tmp_path / "seed0"
+    (exp / "warmup").mkdir(parents=True)
+    example = {"kind": "code_i", "program": "def f(x):\n    return x * 7", "inputs": ["3"]}
+    (exp / "warmup" / EXAMPLES).write_text(json.dumps(example) + "\n")
+    (exp / "population").mkdir()
+    cfg = load_config("tiny")
+    cfg = dataclasses.replace(cfg, lora=dataclasses.replace(cfg.lora, warmup="/elsewhere/seed0/warmup"))
+    save_config(cfg, exp / "population" / "config.yaml")
+    start = start_fingerprints(exp / "population")
+    assert warmup_fingerprints(exp / "warmup") <= start
+    assert task_fingerprints("code_i", example["program"], ["3"]) <= start
+    row = {**example, "valid": True}
+    assert repeat_rows([row], start) == [True] and repeat_rows([row]) == [False]
