@@ -96,14 +96,32 @@ plt.show()
 
 # %% [markdown]
 # ## Is the mechanism live?
-# Before reading any curve: did teachers win games, did tasks land in 0 < ρ < 1, and did children live
-# through the evolution event after their birth? A zero here means the curves above were made by the
-# settings, not by an arms race.
+# Before reading any curve, each check against its stated threshold (`analysis.liveness`): are most
+# valid tasks new rather than repeats of a task met before (same program and input)? Do new tasks land
+# in 0 < ρ < 1? Do teachers win the games the rating rule scores on them, and most games of some
+# matches? Do children survive their first evolution event outside grace as often as chance would
+# keep them? A failed check means the curves above were made by the settings, not by an arms race;
+# "too few to judge" means the run is too short for that part to be read.
 
 # %%
 from populora_nb.analysis.liveness import liveness
 
 print(liveness(run_dir).summary())
+
+# %% [markdown]
+# ## Repeated tasks, per proposing role
+# What to look for: the share of valid tasks that repeat one met before (program and input), for the
+# teachers here and the agent of notebook 02's baseline when it has run. A repeat's ρ measures
+# memory, not difficulty: a rising repeat rate lifts ρ without any task getting easier (band: ±1 SE).
+
+# %%
+from populora_nb.analysis.complexity import analyse_run
+from populora_nb.analysis.complexity_plots import plot_repeat_rate
+
+fig = plot_repeat_rate({name: analyse_run(path) for name, path in runs.items()}, window=3)
+if out_dir:
+    save_figure(fig, experiment / "03_repeat_rate.png", close=False)
+plt.show()
 
 # %% [markdown]
 # ## The difficulty probe

@@ -92,6 +92,17 @@ save(fig, "copy_rate")
 plt.show()
 
 # %% [markdown]
+# ## How much of it was posed before
+# What to look for: the share of valid tasks that repeat a task met before, program *and* input (a copied
+# program with a new input is a new task; a repeat is not), per proposing role: the teachers of a
+# population, the agent of the baseline. A repeat's solve rate measures memory, not difficulty.
+
+# %%
+fig = complexity_plots.plot_repeat_rate(analyses, window=window, title=f"repeat rate of valid tasks{tag}")
+save(fig, "repeat_rate")
+plt.show()
+
+# %% [markdown]
 # ## How hard the tasks are for a fixed reader
 # A run's own ρ mixes the tasks' difficulty with the students' skill: a falling ρ can mean harder
 # tasks or a weaker student. The difficulty probe (`populora_nb.probe`) holds the rest fixed: every

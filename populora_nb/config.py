@@ -211,6 +211,10 @@ class TaskConfig:
     """"reference": a valid proposal whose program is one of the references its own prompt showed becomes
     invalid (copy_of_reference). A departure from AZR, which only asks for a different task; no preset uses it:
     the copy classes (populora_nb.copies) measure copying instead of hiding it."""
+    reject_repeats: bool = False
+    """True: a valid proposal with the same program and input as a task met before in the run (a seed, a warm-up
+    example, an earlier proposal or a shown reference) becomes invalid (repeat_of_earlier_task). False, like AZR,
+    whose buffers keep every valid proposal and whose reward pays a repeat as a new task (populora_nb.copies)."""
     reference_sampling: Literal["uniform", "recency"] = "uniform"
     """How references are drawn from a buffer: uniform, or recency (weight = insertion rank, newest most)."""
     seeds_path: str | None = None

@@ -12,6 +12,15 @@ therefore classed, in proposal order, as
   same run (earlier steps, or earlier in the same step's proposal order);
 * ``"new"``: neither.
 
+Beside the class, a valid proposal is a **repeat** when it is the same *task* as one met before: the
+same normalised program and the same input (code_f: the same program and input set) as an earlier
+valid proposal of the run, a warm-up example, a seed, or a reference its prompt showed (references
+are drawn from the buffer, which holds only seeds and earlier valid proposals, so these are already
+among the run's fingerprints). A copied program with a new input is a new task; a repeat is not:
+its solve rate measures memory, not difficulty, so fresh-task ρ, the band share and teacher wins
+are also read over non-repeats (`populora_nb.analysis.liveness`). A code_f proposal of class
+"earlier" is always a repeat (its fingerprint already holds the inputs).
+
 What is compared is what the proposer wrote: the program of a code_o / code_i task; the program and
 the inputs of a code_f task (the program was given). Programs are *normalised* first: parsed and
 unparsed with ``ast.unparse``, so formatting, comments and quoting style do not make a copy new; a
@@ -19,6 +28,13 @@ renamed variable does (that is a rewrite, not a copy). A program that does not p
 after collapsing whitespace. AZR does not reject copies; ``tasks.reject_copies = "reference"``
 makes a copy of a shown reference invalid (a departure from AZR: no preset uses it, since the
 package's job is to measure copying, not to hide it).
+
+AZR keeps repeats: ``DatasetManager.add_input_batch`` / ``add_output_batch`` / ``add_problem_batch``
+(absolute_zero_reasoner/trainer/ppo/azr_ray_trainer.py) ``extend`` the buffers with every valid
+proposal without a duplicate check, and ``CodeIORewardManager._get_problem_generator_rewards_and_valid_programs``
+(rewards/reward_managers.py) pays a repeat the same learnability reward 1 − acc as a new task. The
+package's default (``tasks.reject_repeats = False``) follows AZR; ``True`` makes a repeat invalid
+(``repeat_of_earlier_task``), a departure offered so that a run can be made to write new tasks.
 """
 
 from __future__ import annotations
@@ -41,6 +57,8 @@ CopyClass = Literal["new", "reference", "earlier"]
 COPY_CLASSES: tuple[CopyClass, ...] = ("new", "reference", "earlier")
 COPY_OF_REFERENCE = "copy_of_reference"
 """The Invalid reason of a shown reference's copy when ``tasks.reject_copies = "reference"``."""
+REPEAT_OF_EARLIER_TASK = "repeat_of_earlier_task"
+"""The Invalid reason of a repeat (module docstring) when ``tasks.reject_repeats`` is on."""
 
 
 def normalise(program: str) -> str:
@@ -61,13 +79,27 @@ def fingerprint(kind: str, program: str, inputs: Sequence[str] = ()) -> str:
     return space + hashlib.sha1(written.encode()).hexdigest()[:16]
 
 
+def repeat_fingerprint(kind: str, program: str, inputs: Sequence[str]) -> str:
+    """A short digest of a whole task: the normalised program and its inputs, whatever the kind
+    (code_o and code_i share one space: a code_o task with the same program and input as a code_i
+    one is the same triplet). Held in the run's ``seen`` set beside ``fingerprint``'s, prefixed "r"."""
+    written = normalise(program) + "\0" + "\0".join(inputs)
+    space = "rf" if kind == "code_f" else "rp"
+    return space + hashlib.sha1(written.encode()).hexdigest()[:16]
+
+
 def task_fingerprint(task: Task) -> str:
     return fingerprint(task.kind, task.program, task.inputs)
 
 
+def task_fingerprints(kind: str, program: str, inputs: Sequence[str]) -> set[str]:
+    """Both fingerprints of one task: what the proposer wrote (copy classes) and the whole task (repeats)."""
+    return {fingerprint(kind, program, inputs), repeat_fingerprint(kind, program, inputs)}
+
+
 def known_fingerprints(tasks: Iterable[Task]) -> set[str]:
-    """The fingerprints of tasks a run starts with (seeds, warm-up examples)."""
-    return {task_fingerprint(t) for t in tasks}
+    """The fingerprints of tasks a run starts with (seeds, warm-up examples): both kinds."""
+    return {fp for t in tasks for fp in task_fingerprints(t.kind, t.program, t.inputs)}
 
 
 def warmup_fingerprints(directory: str | Path) -> set[str]:
@@ -79,12 +111,14 @@ def warmup_fingerprints(directory: str | Path) -> set[str]:
     if not path.is_file():
         return set()
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return {fingerprint(r["kind"], r["program"], r.get("inputs", ())) for r in rows}
+    return {fp for r in rows for fp in task_fingerprints(r["kind"], r["program"], r.get("inputs", ()))}
 
 
 def start_fingerprints(run_dir: str | Path) -> set[str]:
     """What a recorded run had met before its first proposal: its seed tasks and, when it started
-    from a warm-up, the warm-up's examples (``classify_rows`` reads old records with it)."""
+    from a warm-up, the warm-up's examples (``classify_rows`` and ``repeat_rows`` read records with
+    it). A warm-up path that no longer exists (records copied from another machine) is looked for as
+    ``warmup/`` beside the run, where an experiment directory keeps it."""
     from populora_nb.buffers import load_seed_triplets
     from populora_nb.errors import UserInputError
     from populora_nb.records import RunDir
@@ -94,7 +128,9 @@ def start_fingerprints(run_dir: str | Path) -> set[str]:
         seeds_path, warmup = config.tasks.seeds_path, config.lora.warmup
     except (OSError, UserInputError):  # records without a config (a synthetic run): the packaged seeds
         seeds_path, warmup = None, None
-    seen = {fingerprint("code_o", s["program"]) for s in load_seed_triplets(seeds_path)}
+    seen = {fp for s in load_seed_triplets(seeds_path) for fp in task_fingerprints("code_o", s["program"], s["inputs"])}
+    if warmup and not Path(warmup).is_dir():  # records copied elsewhere: the experiment's own warm-up beside them
+        warmup = str(Path(run_dir).parent / "warmup")
     return seen | (warmup_fingerprints(warmup) if warmup else set())
 
 
@@ -106,10 +142,18 @@ def classify(kind: str, program: str, inputs: Sequence[str], shown: Sequence[str
     return "earlier" if fingerprint(kind, program, inputs) in seen else "new"
 
 
-def mark_copies(proposals: Sequence[Proposed], seen: set[str], reject: str = "none") -> list[Proposed]:
-    """The proposals with ``copy`` set on every valid one, in order; ``seen`` (the run's state)
-    gains each valid task's fingerprint. With ``reject="reference"`` a copy of a shown reference
-    becomes ``Invalid("copy_of_reference")`` (its class is still recorded)."""
+def is_repeat(kind: str, program: str, inputs: Sequence[str], seen: set[str]) -> bool:
+    """The task (program and input) was met before in the run (module docstring)."""
+    return repeat_fingerprint(kind, program, inputs) in seen
+
+
+def mark_copies(
+    proposals: Sequence[Proposed], seen: set[str], reject: str = "none", reject_repeats: bool = False
+) -> list[Proposed]:
+    """The proposals with ``copy`` and ``repeat`` set on every valid one, in order; ``seen`` (the run's
+    state) gains each valid task's fingerprints. With ``reject="reference"`` a copy of a shown reference
+    becomes ``Invalid("copy_of_reference")``, with ``reject_repeats`` a repeat becomes
+    ``Invalid("repeat_of_earlier_task")`` (class and repeat flag are still recorded)."""
     out = []
     for p in proposals:
         task = p.result
@@ -117,11 +161,14 @@ def mark_copies(proposals: Sequence[Proposed], seen: set[str], reject: str = "no
             out.append(p)
             continue
         cls = classify(p.kind, task.program, task.inputs, p.references, seen)
-        seen.add(task_fingerprint(task))
+        repeat = is_repeat(p.kind, task.program, task.inputs, seen)
+        seen.update(task_fingerprints(p.kind, task.program, task.inputs))
         verdict: Task | Invalid = task
         if reject == "reference" and cls == "reference":
             verdict = Invalid(COPY_OF_REFERENCE, "the program is one of the references its prompt showed")
-        out.append(dataclasses.replace(p, result=verdict, copy=cls))
+        elif reject_repeats and repeat:
+            verdict = Invalid(REPEAT_OF_EARLIER_TASK, "the same program and input as a task met before in the run")
+        out.append(dataclasses.replace(p, result=verdict, copy=cls, repeat=repeat))
     return out
 
 
@@ -129,6 +176,22 @@ def copy_rate(classes: Sequence[str | None]) -> float | None:
     """Share of classed proposals that are copies (reference or earlier); None when none is classed."""
     classed = [c for c in classes if c is not None]
     return sum(c != "new" for c in classed) / len(classed) if classed else None
+
+
+def repeat_rows(rows: Sequence[dict], start: Iterable[str] = ()) -> list[bool | None]:
+    """Per tasks.jsonl row, whether the valid task repeats one met before (module docstring), from the
+    rows' order and ``start`` (the fingerprints of the seeds and warm-up examples); None for an
+    invalid row. Read from the triplets, so records written before the flag existed read the same."""
+    seen = set(start)
+    out: list[bool | None] = []
+    for r in rows:
+        if not r.get("valid"):
+            out.append(None)
+            continue
+        fp = repeat_fingerprint(r["kind"], r["program"], r.get("inputs", ()))
+        out.append(fp in seen)
+        seen.add(fp)
+    return out
 
 
 def classify_rows(rows: Sequence[dict], start: Iterable[str] = ()) -> list[str | None]:

@@ -89,7 +89,7 @@ def baseline_step(policy: Policy, verifier: Verifier, state: RunState, config: E
     out.proposals = [dataclasses.replace(p, solver="agent") for p in out.proposals]
     with Timer(out.timings, "validate_s"):
         out.proposals = validate(verifier, out.proposals, config.tasks.code_f_inputs)
-        out.proposals = mark_copies(out.proposals, state.seen, config.tasks.reject_copies)
+        out.proposals = mark_copies(out.proposals, state.seen, config.tasks.reject_copies, config.tasks.reject_repeats)
     with Timer(out.timings, "solve_s"):
         if config.run.baseline_solver == "azr":
             # AZR: k learnability rollouts per valid proposal set rho (not trained on); the solver
@@ -149,7 +149,7 @@ def population_step(policy: Policy, verifier: Verifier, state: RunState, config:
     out.proposals = [dataclasses.replace(p, solver=partner[p.proposer]) for p in out.proposals]
     with Timer(out.timings, "validate_s"):
         out.proposals = validate(verifier, out.proposals, config.tasks.code_f_inputs)
-        out.proposals = mark_copies(out.proposals, state.seen, config.tasks.reject_copies)
+        out.proposals = mark_copies(out.proposals, state.seen, config.tasks.reject_copies, config.tasks.reject_repeats)
     assignments: dict[str, list[int]] = {s: [] for s in state.students}
     for i, p in enumerate(out.proposals):
         assignments[partner[p.proposer]].append(i)

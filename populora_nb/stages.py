@@ -153,6 +153,8 @@ class Proposed:
     copy: str | None = None
     """For a valid task: "new", "reference" (a shown reference's program) or "earlier" (a seed's, a
     warm-up example's or an earlier proposal's of the run); see `populora_nb.copies`."""
+    repeat: bool | None = None
+    """For a valid task: the same program and input as a task met before in the run (`copies.is_repeat`)."""
 
 
 @dataclass(frozen=True)

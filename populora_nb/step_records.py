@@ -31,6 +31,7 @@ def task_rows(step: int, proposals: Sequence[Proposed]) -> list[dict]:
             "solver": p.solver,
             "solve_rate": p.rho,
             "copy": p.copy,  # new / reference / earlier for a valid task (populora_nb.copies)
+            "repeat": p.repeat,  # the same program and input as a task met before (copies.is_repeat)
             "references_dropped": p.references_dropped,  # left out so the prompt fits its token budget
             "completion": p.completion[:4000],
         }  # what the teacher wrote, for reading failures
@@ -61,6 +62,7 @@ def member_metrics(member: str, role: str, outcome: StepOutcome, kinds: Sequence
         row["teacher/rho_mean"] = sum(rhos) / len(rhos) if rhos else None
         # copies of a shown reference, a seed / warm-up example or an earlier program, among valid ones
         row["teacher/copy_rate"] = copy_rate([p.copy for p in valid])
+        row["teacher/repeat_rate"] = sum(bool(p.repeat) for p in valid) / len(valid) if valid else None
         row["teacher/reference_copy_rate"] = sum(p.copy == "reference" for p in valid) / len(valid) if valid else None
         for p in mine:
             if isinstance(p.result, Invalid):

@@ -504,7 +504,9 @@ def test_load_tasks_reads_rows_and_drops_a_truncated_last_line(tmp_path):
     tasks = cx.load_tasks(run)
     assert [t.step for t in tasks] == [0, 1]
     # recorded before the loop classed copies: the identity seed's program is a copy (of the seed)
-    assert tasks[0] == cx.TaskRecord(0, "T0", "code_o", IDENTITY, True, ("1",), ("1",), "", None, "S0", 0.25, "copy")
+    assert tasks[0] == cx.TaskRecord(
+        0, "T0", "code_o", IDENTITY, True, ("1",), ("1",), "", None, "S0", 0.25, "copy", False
+    )
     assert not tasks[1].valid and tasks[1].outputs == ()
 
 
@@ -566,3 +568,37 @@ def test_notebook_runs_on_an_experiment_directory(tmp_path):
     printed = "".join("".join(o.get("text", "")) for c in cells for o in c.get("outputs", ()))
     assert "population: 192 proposed tasks over 12 steps" in printed  # it read our run_dir
     assert "SYNTHETIC" not in printed and printed.rstrip().endswith("ok")
+
+
+def _written_run(path: Path, steps_with_programs: dict[int, int], n_steps: int = 20) -> cx.RunAnalysis:
+    """A run whose steps write ``steps_with_programs[step]`` new programs (each its own constant) and
+    otherwise one invalid proposal."""
+    rows, k = [], 0
+    for step in range(n_steps):
+        for _ in range(steps_with_programs.get(step, 0)):
+            k += 1
+            body = f"return x + {k}" if step < n_steps // 2 else f"y = x * {k}\n    return y"
+            row = {"step": step, "proposer": "agent", "kind": "code_o", "program": f"def f(x):\n    {body}"}
+            rows.append({**row, "valid": True, "inputs": ["1"], "outputs": ["2"], "solve_rate": 0.5})
+        rows.append({"step": step, "proposer": "agent", "kind": "code_o", "program": "", "valid": False})
+    path.mkdir()
+    (path / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return cx.analyse_run(path)
+
+
+def test_complexity_windows_are_fixed_steps_with_counts_and_a_floor(tmp_path):
+    """Two runs of 20 steps: one writes its programs early in each window, one late. Their windows are
+    the same steps (0–4, 15–19) whatever steps happened to hold a program, each with its count; a
+    window under the floor says so instead of giving a number."""
+    from populora_nb.analysis.windows import MIN_PROGRAMS, complexity_windows, fixed_windows
+
+    early = _written_run(tmp_path / "early", {0: 3, 1: 3, 15: 2, 16: 4, 9: 5})
+    late = _written_run(tmp_path / "late", {3: 6, 4: 1, 18: 1, 19: 1})
+    assert fixed_windows(early.steps, 5) == fixed_windows(late.steps, 5) == ((0, 4), (15, 19))
+    start, end = complexity_windows(early, "n_variables", 5)
+    assert (start.n, end.n, start.value, end.value) == (6, 6, 1.0, 2.0)  # step 9's programs in neither
+    start, end = complexity_windows(late, "n_variables", 5)
+    assert (start.n, end.n) == (7, 2) and math.isnan(end.value) and end.n < MIN_PROGRAMS
+    assert end.cell() == "too few new programs (n = 2, steps 15–19)" and start.cell().startswith("1.00 (n = 7")
+    with pytest.raises(ValueError, match="window"):
+        fixed_windows(early.steps, 0)

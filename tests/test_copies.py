@@ -8,12 +8,15 @@ import numpy as np
 from populora_nb.config import load_config
 from populora_nb.copies import (
     COPY_OF_REFERENCE,
+    REPEAT_OF_EARLIER_TASK,
     classify,
     classify_rows,
     copy_rate,
     fingerprint,
     mark_copies,
     normalise,
+    repeat_rows,
+    task_fingerprints,
 )
 from populora_nb.loop import run
 from populora_nb.prompts import ParseFailure
@@ -62,11 +65,51 @@ def test_mark_copies_classes_in_proposal_order_and_can_reject_reference_copies()
     )
     marked = mark_copies(batch, seen)
     assert [p.copy for p in marked] == ["reference", "new", "earlier", None, None]
-    assert len(seen) == 2 and marked[0].result == batch[0].result
+    assert len(seen) == 4 and marked[0].result == batch[0].result  # both fingerprints of 2 tasks
     rejected = mark_copies(batch, set(), reject="reference")
     assert isinstance(rejected[0].result, Invalid) and rejected[0].result.reason == COPY_OF_REFERENCE
     assert rejected[0].copy == "reference" and rejected[1].result == batch[1].result
     assert copy_rate([p.copy for p in marked]) == 2 / 3 and copy_rate([None]) is None
+
+
+def _task(program, inputs=("1",), kind="code_o"):
+    task = Task(kind, program, tuple(inputs), ("2",) * len(inputs))
+    return Proposed("T0", kind, "prompt", "text", Proposal(kind, program, tuple(inputs)), task)
+
+
+def test_a_repeat_is_the_same_program_and_input_and_can_be_rejected():
+    """A copied program with a new input is a new task; the same program (reformatted) with the same
+    input is a repeat, whichever class its program has; a seed's or warm-up example's task counts too."""
+    seed = task_fingerprints("code_o", "def f(a):\n    return a", ["'Hello world'"])
+    batch = [
+        _task(DOUBLE),
+        _task(DOUBLE + "  # again", ["1"]),  # same task reformatted: a repeat (class earlier)
+        _task(DOUBLE, ["5"]),  # same program, new input: a copy, not a repeat
+        _task("def f(a):  return a", ["'Hello world'"], kind="code_i"),  # the seed's triplet, as code_i
+        dataclasses.replace(_task(DOUBLE, ["5"]), references=(DOUBLE,)),  # a shown reference's task again
+    ]
+    marked = mark_copies(batch, set(seed))
+    assert [p.repeat for p in marked] == [False, True, False, True, True]
+    assert [p.copy for p in marked] == ["new", "earlier", "earlier", "earlier", "reference"]
+    rejected = mark_copies(batch, set(seed), reject_repeats=True)
+    assert [isinstance(p.result, Invalid) for p in rejected] == [False, True, False, True, True]
+    assert rejected[1].result.reason == REPEAT_OF_EARLIER_TASK and rejected[1].repeat
+    # code_f: the program was handed to it; the same input set again is a repeat, a new one is not
+    f = [_task(DOUBLE, ["1", "2"], "code_f"), _task(DOUBLE, ["2", "1"], "code_f"), _task(DOUBLE, ["1", "2"], "code_f")]
+    assert [p.repeat for p in mark_copies(f, set())] == [False, False, True]
+
+
+def test_records_are_read_for_repeats_from_their_order():
+    rows = [
+        {"valid": True, "kind": "code_o", "program": DOUBLE, "inputs": ["1"]},
+        {"valid": False, "kind": "code_o", "program": DOUBLE, "inputs": []},
+        {"valid": True, "kind": "code_i", "program": DOUBLE + "\n", "inputs": ["1"], "copy": "earlier"},
+        {"valid": True, "kind": "code_o", "program": DOUBLE, "inputs": ["3"]},
+        {"valid": True, "kind": "code_o", "program": "def f(a):\n    return a", "inputs": ["'Hello world'"]},
+    ]
+    start = task_fingerprints("code_o", "def f(a):\n    return a", ["'Hello world'"])
+    assert repeat_rows(rows, start) == [False, None, True, False, True]
+    assert repeat_rows(rows) == [False, None, True, False, False]
 
 
 def test_records_of_earlier_runs_are_classed_from_their_order():
@@ -89,6 +132,11 @@ def test_the_loop_records_each_valid_proposals_class(tmp_path, tokenizer):
     classes = [r["copy"] for r in rows if r["valid"]]
     assert classes[0] == "new" and set(classes[1:]) == {"earlier", "reference"}
     assert all(r["copy"] is None for r in rows if not r["valid"])
+    assert all(isinstance(r["repeat"], bool) for r in rows if r["valid"]) and any(r["repeat"] for r in rows)
+    strict = dataclasses.replace(cfg, tasks=dataclasses.replace(cfg.tasks, reject_repeats=True))
+    kept = run(strict, tmp_path / "strict", policy=ScriptedPolicy(tokenizer), progress=False).read("tasks")
+    assert not any(r["repeat"] for r in kept if r["valid"])
+    assert any(r["reason"] == REPEAT_OF_EARLIER_TASK for r in kept)
     metrics = run(cfg, tmp_path / "r", policy=ScriptedPolicy(tokenizer), progress=False).read("metrics")
     assert all(0.0 <= r["teacher/copy_rate"] <= 1.0 for r in metrics if r.get("teacher/copy_rate") is not None)
 
@@ -128,3 +176,26 @@ def test_copying_that_rises_does_not_make_new_programs_look_simpler(tmp_path):
     assert copies.mean[0] == 0.0 and copies.mean[-1] == 0.9 and np.all(np.diff(copies.mean) > 0)
     assert every.series("ast_depth").mean[-1] < every.series("ast_depth").mean[0] - 1.0  # what copying did before
     assert new.n_copies == 45 and len(new.programs) == 55
+
+
+def test_copied_records_find_their_warm_up_beside_them(tmp_path):
+    """A run copied from another machine names a warm-up path that no longer exists: its examples are
+    read from ``warmup/`` beside the run (an experiment directory's layout), so writing one again is a
+    repeat there too."""
+    from populora_nb.config import save_config
+    from populora_nb.copies import start_fingerprints, warmup_fingerprints
+    from populora_nb.warmup import EXAMPLES
+
+    exp = tmp_path / "seed0"
+    (exp / "warmup").mkdir(parents=True)
+    example = {"kind": "code_i", "program": "def f(x):\n    return x * 7", "inputs": ["3"]}
+    (exp / "warmup" / EXAMPLES).write_text(json.dumps(example) + "\n")
+    (exp / "population").mkdir()
+    cfg = load_config("tiny")
+    cfg = dataclasses.replace(cfg, lora=dataclasses.replace(cfg.lora, warmup="/elsewhere/seed0/warmup"))
+    save_config(cfg, exp / "population" / "config.yaml")
+    start = start_fingerprints(exp / "population")
+    assert warmup_fingerprints(exp / "warmup") <= start
+    assert task_fingerprints("code_i", example["program"], ["3"]) <= start
+    row = {**example, "valid": True}
+    assert repeat_rows([row], start) == [True] and repeat_rows([row]) == [False]

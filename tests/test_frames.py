@@ -55,6 +55,7 @@ def test_a_tiny_runs_frames_hold_one_row_per_record_and_the_documented_columns(t
     for got, want in zip(tasks["rho"], (r["solve_rate"] for r in rows)):
         assert (math.isnan(got) and want is None) or got == want
     assert _plain(tasks["copy"]) == [r["copy"] for r in rows]
+    assert _plain(tasks["repeat"]) == [r["repeat"] for r in rows]  # what the loop recorded, read again
     # the i-th task of a step is the i-th match of that step: its rollouts and solved attempts
     played = tasks[tasks["rho"].notna()]
     assert (played["rollouts"] == 4).all() and (played["n_solved"] == (played["rho"] * 4).round()).all()

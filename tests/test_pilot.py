@@ -27,8 +27,9 @@ def test_run_facts_count_the_band_the_zeros_and_the_teacher_wins(tmp_path):
     config = load_config("tiny", {"run.agent": "population"})  # win_threshold 1: every contested task
     rd = RunDir.create(tmp_path / "population", config)
     rhos = [0.0, 0.0, 0.25, 0.5, 1.0, None]  # None: valid but never attempted
-    tasks = [{"step": 0, "valid": True, "solve_rate": r} for r in rhos] + [
-        {"step": 0, "valid": False, "solve_rate": None}
+    written = [{"kind": "code_i", "program": f"def f(x):\n    return x + {i}", "inputs": ["1"]} for i in range(7)]
+    tasks = [{"step": 0, "valid": True, "solve_rate": r, **w} for r, w in zip(rhos, written)] + [
+        {"step": 0, "valid": False, "solve_rate": None, **written[-1]}
     ]
     _write(rd.path / "tasks.jsonl", tasks)
     _write(

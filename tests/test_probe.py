@@ -140,3 +140,32 @@ def test_the_probe_analysis_reads_a_scripted_difficulty_the_right_way_round(tmp_
     assert table[1][5].startswith("+") and table[2][5].startswith("-")  # last − first, each way round
     fig = plot_probe({"baseline": exp / "baseline", "population": exp / "population"})
     assert len(fig.axes[0].lines) == 2 and len(fig.axes[1].lines) == 2
+
+
+def test_a_probe_whose_tasks_all_sit_at_rho_zero_is_flagged_floor_bound(tmp_path):
+    """And the step-0-adjusted difference at equal task counts: a population with 4x the tasks of the
+    baseline but the same per-task ρ reads no difference, whatever its raw means."""
+    import json
+
+    from populora_nb.analysis.difficulty_probe import probe_events
+    from populora_nb.analysis.probe_floor import equal_count_difference, floor_bound, floor_share, probe_floor_lines
+
+    def probe(path, rhos_by_step):
+        path.mkdir(parents=True)
+        rows = [
+            {"step": s, "proposer": f"T{i}", "valid": True, "solve_rate": r, "prompt_index": i}
+            for s, rhos in rhos_by_step.items()
+            for i, r in enumerate(rhos)
+        ]
+        (path / "probe.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return probe_events(path)
+
+    floor = probe(tmp_path / "a" / "baseline", {0: [0.0, 0.0], 5: [0.0, 0.0]})
+    assert floor_share(floor) == (4, 4) and floor_bound(floor)
+    pop = probe(tmp_path / "a" / "population", {0: [0.5] * 8, 5: [0.5, 0.5, 0.5, 0.0] * 2})
+    assert not floor_bound(pop) and not floor_bound([])
+    eq = equal_count_difference(floor, pop, n_draws=200)
+    assert eq.counts == (2, 2) and eq.population[0] == pytest.approx(0.5) and eq.adjusted < 0  # a fall, adjusted
+    lines, records = probe_floor_lines([tmp_path / "a"])
+    assert "floor-bound" in lines[6] and "Floor-bound (more than 80%" in lines[-1]
+    assert records[0]["baseline"]["floor_bound"] and not records[0]["population"]["floor_bound"]

@@ -67,7 +67,7 @@ from radon.complexity import ComplexityVisitor
 from radon.raw import analyze as radon_raw
 
 from populora_nb.analysis.coverage import ast_shape, identifier, io_signature, ngram_features
-from populora_nb.copies import classify_rows, start_fingerprints
+from populora_nb.copies import classify_rows, repeat_rows, start_fingerprints
 from populora_nb.records import RunDir
 
 COMPLEXITY_FIELDS: tuple[str, ...] = ("ast_depth", "cc_total", "sloc", "n_variables")
@@ -97,6 +97,8 @@ class TaskRecord:
     copy: str | None = None
     """A valid task's copy class (`populora_nb.copies`): "new", "reference", "earlier", or "copy" for
     runs recorded before the loop classed them (reference and earlier not told apart); None if invalid."""
+    repeat: bool | None = None
+    """A valid task with the same program and input as a task met before (`copies.repeat_rows`)."""
 
 
 def load_tasks(run_dir: str | Path) -> list[TaskRecord]:
@@ -108,8 +110,10 @@ def load_tasks(run_dir: str | Path) -> list[TaskRecord]:
         raise FileNotFoundError(f"no task records at {path}: is {run_dir} a run directory?")
     records = []
     rows = RunDir(Path(run_dir)).read("tasks")
-    classes = classify_rows([r for r in rows if isinstance(r, dict)], start_fingerprints(run_dir))
-    for number, (row, copy) in enumerate(zip(rows, classes), start=1):
+    start = start_fingerprints(run_dir)
+    dicts = [r for r in rows if isinstance(r, dict)]
+    classes, repeats = classify_rows(dicts, start), repeat_rows(dicts, start)
+    for number, (row, copy, repeat) in enumerate(zip(rows, classes, repeats), start=1):
         if not isinstance(row, dict):
             raise ValueError(f"{path}: row {number} is not a JSON object")
         missing = [key for key in _REQUIRED if key not in row]
@@ -130,6 +134,7 @@ def load_tasks(run_dir: str | Path) -> list[TaskRecord]:
                 solver=row.get("solver"),
                 solve_rate=None if rate is None else float(rate),
                 copy=copy,
+                repeat=repeat,
             )
         )
     if not records:
@@ -189,6 +194,8 @@ class CopyMark:
     proposer: str
     kind: str
     copy: str
+    repeat: bool = False
+    """The same program and input as a task met before (`populora_nb.copies`)."""
 
 
 @dataclass(frozen=True)
@@ -294,19 +301,12 @@ class RunAnalysis:
     def copy_series(self, window: int = 1, proposer: str | None = None) -> StepSeries:
         """The copy rate over steps: per step, the share of valid tasks (pooled over ``window``
         steps) whose class is not "new"; the band is that share's binomial ±1 SE."""
-        marks = [c for c in self.classes if proposer in (None, c.proposer)]
-        by_step: dict[int, list[float]] = {}
-        for c in marks:
-            by_step.setdefault(c.step, []).append(float(c.copy != "new"))
-        steps = np.array(sorted(by_step), dtype=np.int64)
-        rows = []
-        for st in steps:
-            pooled = [v for t in range(st - window + 1, st + 1) for v in by_step.get(int(t), ())]
-            rate, n = float(np.mean(pooled)), len(pooled)
-            se = math.sqrt(rate * (1 - rate) / n)
-            rows.append((rate, max(0.0, rate - se), min(1.0, rate + se), n))
-        table = np.array(rows, dtype=np.float64).reshape(-1, 4)
-        return StepSeries(steps=steps, mean=table[:, 0], lo=table[:, 1], hi=table[:, 2], count=table[:, 3])
+        return _share_series([(c, c.copy != "new") for c in self.classes if proposer in (None, c.proposer)], window)
+
+    def repeat_series(self, window: int = 1, proposer: str | None = None) -> StepSeries:
+        """The repeat rate over steps: per step, the share of valid tasks (pooled over ``window`` steps)
+        with the same program and input as a task met before; band: binomial ±1 SE."""
+        return _share_series([(c, c.repeat) for c in self.classes if proposer in (None, c.proposer)], window)
 
     @property
     def proposers(self) -> tuple[str, ...]:
@@ -343,8 +343,24 @@ def analyse_tasks(tasks: Sequence[TaskRecord], written: Literal["new", "all"] = 
         n_tasks=len(tasks),
         n_invalid=sum(not t.valid for t in tasks),
         n_unparseable=sum(not p.parsed for p in programs),
-        classes=tuple(CopyMark(t.step, t.proposer, t.kind, t.copy or "new") for t in valid),
+        classes=tuple(CopyMark(t.step, t.proposer, t.kind, t.copy or "new", bool(t.repeat)) for t in valid),
     )
+
+
+def _share_series(marks: Sequence[tuple[CopyMark, bool]], window: int) -> StepSeries:
+    """Per step, the share of ``marks`` flagged (pooled over ``window`` steps) with a ±1 SE band."""
+    by_step: dict[int, list[float]] = {}
+    for c, flag in marks:
+        by_step.setdefault(c.step, []).append(float(flag))
+    steps = np.array(sorted(by_step), dtype=np.int64)
+    rows = []
+    for st in steps:
+        pooled = [v for t in range(st - window + 1, st + 1) for v in by_step.get(int(t), ())]
+        rate, n = float(np.mean(pooled)), len(pooled)
+        se = math.sqrt(rate * (1 - rate) / n)
+        rows.append((rate, max(0.0, rate - se), min(1.0, rate + se), n))
+    table = np.array(rows, dtype=np.float64).reshape(-1, 4)
+    return StepSeries(steps=steps, mean=table[:, 0], lo=table[:, 1], hi=table[:, 2], count=table[:, 3])
 
 
 def analyse_run(run_dir: str | Path, written: Literal["new", "all"] = "new") -> RunAnalysis:

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from populora_nb.analysis.complexity import COMPLEXITY_FIELDS, RunAnalysis
+from populora_nb.analysis.complexity import COMPLEXITY_FIELDS, RunAnalysis, StepSeries
 from populora_nb.analysis.coverage import COVERAGE_KINDS, SAMPLE_UNITS, Rarefaction, compare_at_equal_n
 from populora_nb.analysis.figures import axes_or_new, say_empty
 
@@ -69,20 +69,40 @@ def plot_copy_rate(
     """One line per run: the share of valid proposals that copy a shown reference, a seed, a warm-up
     example or an earlier program (``RunAnalysis.copy_series``, pooled over ``window`` steps), with a
     ±1 binomial SE band: the curve to read beside complexity and coverage, which count new programs."""
+    title = title or f"copies among valid proposals (rolling {window}-step share, ±1 SE)"
+    return _plot_shares({n: a.copy_series(window=window) for n, a in runs.items()}, "copy rate", title, ax)
+
+
+def plot_repeat_rate(
+    runs: Mapping[str, RunAnalysis], window: int = 5, ax: Axes | None = None, title: str | None = None
+) -> Figure:
+    """One line per run, labelled with the role that proposed (teachers in a population, the agent in
+    the baseline): the share of valid tasks that repeat a task met before, program and input
+    (``RunAnalysis.repeat_series``), with a ±1 binomial SE band. A repeat's ρ measures memory."""
+    title = title or f"repeated tasks among valid proposals (rolling {window}-step share, ±1 SE)"
+    series = {f"{n} ({_proposing_role(a)})": a.repeat_series(window=window) for n, a in runs.items()}
+    return _plot_shares(series, "repeat rate", title, ax)
+
+
+def _proposing_role(analysis: RunAnalysis) -> str:
+    names = {c.proposer for c in analysis.classes}
+    return "agent" if names == {"agent"} else "teachers"
+
+
+def _plot_shares(series: Mapping[str, StepSeries], ylabel: str, title: str, ax: Axes | None) -> Figure:
     fig, ax = axes_or_new(ax)
     drawn = 0
-    for name, analysis in runs.items():
-        series = analysis.copy_series(window=window)
-        if len(series.steps):
-            (line,) = ax.plot(series.steps, series.mean, label=name)
-            ax.fill_between(series.steps, series.lo, series.hi, color=line.get_color(), alpha=0.2, lw=0)
+    for name, s in series.items():
+        if len(s.steps):
+            (line,) = ax.plot(s.steps, s.mean, label=name)
+            ax.fill_between(s.steps, s.lo, s.hi, color=line.get_color(), alpha=0.2, lw=0)
             drawn += 1
-    ax.set(xlabel="step", ylabel="copy rate", ylim=(-0.02, 1.02))
-    ax.set_title(title or f"copies among valid proposals (rolling {window}-step share, ±1 SE)")
+    ax.set(xlabel="step", ylabel=ylabel, ylim=(-0.02, 1.02))
+    ax.set_title(title)
     if drawn:
         ax.legend(fontsize="small")
     else:
-        say_empty(ax, f"no valid proposal in {', '.join(runs) or 'any run'}: nothing to plot")
+        say_empty(ax, f"no valid proposal in {', '.join(series) or 'any run'}: nothing to plot")
     return fig
 
 

@@ -11,7 +11,8 @@ directory's name; ``seed`` for a seed protocol's ``seed<S>/`` or a sweep's ``see
 for a sweep's grid point), so a run, an experiment, a protocol and a sweep read the same way.
 
 ``tasks``     one row per tasks.jsonl record (`TASK_COLUMNS`): what was proposed, its verdict, the
-              matched solver's ρ and rollouts, its copy class, and the complexity metrics of a written
+              matched solver's ρ and rollouts, its copy class, whether it repeats a task met before
+              (program and input, `populora_nb.copies`), and the complexity metrics of a written
               program (`populora_nb.analysis.complexity`; NaN where the proposer did not write one).
 ``metrics``   one row per metrics.jsonl record: ``step``, ``member``, ``role`` and the namespaced keys.
 ``matches``   one row per matches.jsonl record (population runs): teacher, student, kind, valid, ρ.
@@ -36,7 +37,7 @@ import yaml
 
 from populora_nb.analysis.complexity import WRITTEN_PROGRAM_KINDS, TaskRecord, program_metrics
 from populora_nb.analysis.runs import is_run_dir
-from populora_nb.copies import classify_rows, start_fingerprints
+from populora_nb.copies import classify_rows, repeat_rows, start_fingerprints
 from populora_nb.records import RunDir
 
 LABELS = ("point", "seed", "run")
@@ -59,6 +60,7 @@ TASK_COLUMNS = (
     "rollouts",
     "n_solved",
     "copy",
+    "repeat",
     "written",
     "measured",
     *COMPLEXITY_COLUMNS,
@@ -72,6 +74,8 @@ TASK_COLUMNS = (
   n_solved   attempts that passed: round(ρ × rollouts)
   copy       new / reference / earlier (``populora_nb.copies``; "copy" for runs recorded before the
              loop classed them); None for an invalid task
+  repeat     the same program and input as a task met before in the run (``copies.repeat_rows``);
+             None for an invalid task
   written    a valid code_o/code_i task: the proposer wrote the program (complexity is measured)
   measured   written and new: what the complexity and coverage analysis counts
 """
@@ -220,13 +224,14 @@ def task_frame(run_dir: Path, rows: list[dict], matches: list[dict], rollouts: i
     """The tasks frame of one run from its records: each row's fields, ρ and its attempts, the copy
     class and the complexity of a written program. A population step records its matches in the
     order of its task rows (`loop.run`), so the i-th task of a step is the i-th match of that step."""
-    classes = classify_rows(rows, start_fingerprints(run_dir))
+    start = start_fingerprints(run_dir)
+    classes, repeats = classify_rows(rows, start), repeat_rows(rows, start)
     by_step: dict[int, list[dict]] = {}
     for m in matches:
         by_step.setdefault(m["step"], []).append(m)
     seen_in_step: dict[int, int] = {}
     out = []
-    for number, (row, copy) in enumerate(zip(rows, classes)):
+    for number, (row, copy, repeat) in enumerate(zip(rows, classes, repeats)):
         step = int(row["step"])
         i = seen_in_step.get(step, 0)
         seen_in_step[step] = i + 1
@@ -243,6 +248,7 @@ def task_frame(run_dir: Path, rows: list[dict], matches: list[dict], rollouts: i
             "rollouts": k,
             "n_solved": round(rho * k) if rho is not None and k else None,
             "copy": copy,
+            "repeat": repeat,
             "written": written,
             "measured": written and copy == "new",
             "inputs": list(row.get("inputs") or []),

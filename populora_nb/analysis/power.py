@@ -93,7 +93,9 @@ def power_lines(rows: Sequence[dict]) -> list[str]:
         f"would detect with 80% power: MDD = {mdd_factor(n_seeds):.2f} × the SD of the per-seed differences "
         "(exact, from the noncentral t; `analysis/power.py`), in the series' own units. It describes the design, "
         "not the effect: a true difference smaller than the MDD is detected less than 80% of the time, so "
-        '"no detectable difference" in this report does not mean "no difference". With '
+        '"no detectable difference" in this report does not mean "no difference". An MDD excludes nothing: what '
+        "the data allow is each difference's t-interval in the table above, every difference inside it being "
+        "compatible with these seeds (a wide interval around 0 allows a large effect either way). With "
         f"{n_seeds} seeds the SD is itself uncertain (its 95% interval runs from {low:.2f} to {high:.1f} times "
         "the value shown) and the MDD with it."
         + (f" The same SD would give an MDD of (× SD): {more}." if more else ""),

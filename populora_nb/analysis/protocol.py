@@ -35,10 +35,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from populora_nb.analysis.liveness import protocol_liveness
+from populora_nb.analysis.liveness_report import protocol_liveness
 from populora_nb.analysis.power import power_json, power_lines, power_row
+from populora_nb.analysis.probe_floor import probe_floor_lines
 from populora_nb.analysis.protocol_series import (
     COLORS,
+    COMPLEXITY_SERIES,
     HEADLINE,
     POPULATION_ONLY,
     RUNS,
@@ -56,6 +58,7 @@ from populora_nb.analysis.protocol_series import (
     seed_values,
     start_value,
 )
+from populora_nb.analysis.repeat_series import RHO_NON_REPEATS_KEY, RHO_REPEATS_KEY, memory_sentence
 from populora_nb.analysis.seed_stats import (
     MISSING,
     Estimate,
@@ -71,6 +74,7 @@ from populora_nb.analysis.seed_stats import (
     verdict,
 )
 from populora_nb.analysis.warmup_gain import plot_warmup_gain, warmup_gain, warmup_json, warmup_lines
+from populora_nb.analysis.windows import complexity_window_lines
 
 if TYPE_CHECKING:  # matplotlib is imported only when a figure is drawn
     from matplotlib.axes import Axes
@@ -286,7 +290,17 @@ def finding_lines(comparisons: Sequence[Comparison]) -> list[str]:
                 said.append(f"{run} {said_run}")
         if said:
             lines.append(f"- **{series_label(c)}**: " + "; ".join(said) + ".")
-    return lines
+    return lines + memory_lines(comparisons)
+
+
+def memory_lines(comparisons: Sequence[Comparison]) -> list[str]:
+    """Where a run's fresh-task ρ rose, whether its repeats carried the rise (`repeat_series.memory_sentence`)."""
+    by_key = {c.key: c for c in comparisons}
+    keys = ("student/solve_rate", RHO_NON_REPEATS_KEY, RHO_REPEATS_KEY)
+    if not all(k in by_key for k in keys):
+        return []
+    said = [memory_sentence(run, *(by_key[k].runs[run].change for k in keys)) for run in RUNS]
+    return ["", *[s for s in said if s]] if any(said) else []
 
 
 # ----------------------------------------------------------------------------- machine-readable
@@ -412,12 +426,20 @@ def write_seed_report(
     out.mkdir(parents=True, exist_ok=True)
     comparisons = compare(experiments, window=window, n_resamples=n_resamples, seed=seed)
     diff_p, change_p = difference_holm(comparisons), change_holm(comparisons)
-    live_lines, live_records = protocol_liveness(experiments)
+    live_lines, live_records = protocol_liveness(experiments, seed=seed)
+    probe_lines, probe_records = probe_floor_lines(experiments, seed=seed)
+    analyses = {
+        name: {run: a for run, d in ((r, Path(e) / r) for r in RUNS) if d.is_dir() and (a := load_run(d).analysis)}
+        for name, e in zip(seed_names(experiments), experiments)
+    }
+    labels = {k.split("/", 1)[1]: HEADLINE[k].removesuffix(" of newly written programs") for k in COMPLEXITY_SERIES}
     lines = [
         f"# Seed protocol: {len(experiments)} seeds",
         "",
         f"n = {len(experiments)} seeds (experiment directories: {', '.join(seed_names(experiments))}). Start: a "
-        f"run's mean over its first {window} logged steps; end: over its last {window}. Coverage is the expected "
+        f"run's mean over its first {window} logged steps; end: over its last {window}; the complexity, repeat and "
+        f"non-repeat series pool their items over fixed step windows instead (the run's first and last {window} "
+        "steps, the same steps in every run: their steps are sparse). Coverage is the expected "
         "number of distinct AST n-grams among n written programs of that window, one n for every run, seed and "
         "window, so writing more programs does not count as covering more. Intervals are 95%: Student t over "
         "seeds is the headline (paired t for differences at the same seeds); beside it, the seeds' range up to 3 "
@@ -454,6 +476,10 @@ def write_seed_report(
         *_md_table(run_table(comparisons)),
         "",
         *[f"- **{name}**: {meaning}" for name, meaning in RUN_COLUMNS.items()],
+        "",
+        *complexity_window_lines(analyses, window, labels),
+        "",
+        *probe_lines,
     ]
     comparable = [c for c in comparisons if c.paired and c.baseline and c.key not in WITHIN_RUN_ONLY]
     power = [power_row(series_label(c), c.baseline, c.population) for c in comparable]
@@ -479,6 +505,7 @@ def write_seed_report(
         "warmup": None if gain is None else warmup_json(gain),
         "power": power_json(power),
         "liveness": live_records,
+        "probe_floor": probe_records,
     }
     (out / "seeds.json").write_text(json.dumps(_clean(record), indent=1, allow_nan=False) + "\n")
     path = out / "seeds.md"

@@ -23,7 +23,11 @@ copies (``populora_nb.copies``) and code_f programs, which the proposer was hand
   complexity/<field>      per step, the mean over that step's newly written programs of each field of
                           ``complexity.COMPLEXITY_FIELDS`` (AST depth, total McCabe complexity,
                           SLOC, variables): the four curves of the paper's Fig. 4, whose fall with
-                          ρ → 1 is the collapse and whose growth is the arms race.
+                          ρ → 1 is the collapse and whose growth is the arms race. Start and end
+                          are fixed step windows pooled over their programs, with a floor on the
+                          count (`populora_nb.analysis.windows`), not the first and last steps
+                          that happened to have a new program
+  repeats/*, band/share_non_repeats, rho/*   new tasks told from repeats: `analysis.repeat_series`
   coverage/ngrams         in the first and in the last ``window`` steps with task records: the
                           expected number of distinct node-type n-grams (``coverage.ngram_features``)
                           among n written programs (code_o and code_i pooled: both are programs the
@@ -52,9 +56,7 @@ From ``metrics.jsonl`` ``rating/mu`` (population only; the baseline plays no mat
                           means the population stratifies (some teachers better than others); a
                           spread near 0 means the ratings say no member of a role beats another.
 
-Rarefaction uses the exact expectation (Hurlbert 1971): among n of N units drawn without
-replacement, E[distinct] = Σ_f 1 − C(N − k_f, n) / C(N, n), k_f the units holding feature f. It is
-the mean of ``coverage.rarefy``'s random orders without their Monte Carlo noise or an RNG.
+Coverage windows and their exact rarefaction: `populora_nb.analysis.coverage_windows`.
 """
 
 from __future__ import annotations
@@ -62,18 +64,18 @@ from __future__ import annotations
 import functools
 import math
 import textwrap
-from collections import Counter
-from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from populora_nb.analysis.complexity import COMPLEXITY_FIELDS, RunAnalysis, analyse_run
-from populora_nb.analysis.coverage import coverage_units
-from populora_nb.analysis.liveness import played_tasks
+from populora_nb.analysis.complexity import COMPLEXITY_FIELDS, RunAnalysis, analyse_tasks, load_tasks
+from populora_nb.analysis.coverage_windows import coverage_window_units, expected_distinct
+from populora_nb.analysis.repeat_series import REPEAT_SERIES, PlayedTask, pooled_windows, repeat_items, repeat_series
 from populora_nb.analysis.seed_stats import t_interval
+from populora_nb.analysis.windows import complexity_windows, fixed_windows
 from populora_nb.records import RunDir
 
 if TYPE_CHECKING:  # matplotlib is imported only when a figure is drawn
@@ -109,8 +111,6 @@ COVERAGE_SERIES: Mapping[str, str] = {
     "coverage/ngrams": "distinct AST n-grams at equal n (rarefied)",
     "coverage/signatures": "distinct I/O type signatures of written programs at equal n (rarefied)",
 }
-COVERAGE_KIND: Mapping[str, str] = {"coverage/ngrams": "ngrams", "coverage/signatures": "program_signatures"}
-"""The ``coverage.coverage_units`` kind behind each coverage series."""
 POPULATION_ONLY: frozenset[str] = frozenset({SPREAD_KEY})
 """Series the baseline cannot have (no matches, no ratings)."""
 WITHIN_RUN_ONLY: Mapping[str, str] = {
@@ -125,6 +125,7 @@ HEADLINE: Mapping[str, str] = {
     BAND_KEY: "share of tasks in 0 < ρ < 1",
     SPREAD_KEY: "within-role spread of TrueSkill μ",
     COPY_KEY: "copy rate of valid proposals",
+    **REPEAT_SERIES,
     **COVERAGE_SERIES,
     **PROBE_SERIES,
 }
@@ -145,8 +146,10 @@ class RunRecords:
     path: Path
     metrics: tuple[dict, ...]
     analysis: RunAnalysis | None
-    played: tuple[tuple[int, float], ...] = ()
-    """(step, ρ) of every played task: valid, fresh, attempted by its matched solver."""
+    played: tuple[PlayedTask, ...] = ()
+    """(step, ρ, repeat) of every played task: valid, fresh, attempted by its matched solver."""
+    valid: tuple[tuple[int, bool], ...] = ()
+    """(step, repeat) of every valid task."""
 
     def series(self, key: str) -> dict[int, float]:
         """step -> the value of per-step series ``key`` (empty when the run never logged it)."""
@@ -160,6 +163,8 @@ class RunRecords:
             return {} if self.analysis is None else copy_rate_series(self.analysis)
         if key == BAND_KEY:
             return band_share_series(self.played)
+        if key in REPEAT_SERIES:
+            return repeat_series(key, self.played, self.valid)
         return metric_series(self.metrics, key)
 
 
@@ -185,9 +190,10 @@ def _load(path: Path, metrics_stamp: tuple[int, int], tasks_stamp: tuple[int, in
     rows = tuple(RunDir(path).read("metrics")) if metrics_stamp != (0, 0) else ()
     if tasks_stamp[1] == 0:
         return RunRecords(path, rows, None)
-    tasks = RunDir(path).read("tasks")
-    played = tuple((int(t["step"]), float(t["solve_rate"])) for t in played_tasks(tasks))
-    return RunRecords(path, rows, analyse_run(path), played)
+    tasks = load_tasks(path)
+    valid = [t for t in tasks if t.valid]
+    played = tuple(PlayedTask(t.step, t.solve_rate, bool(t.repeat)) for t in valid if t.solve_rate is not None)
+    return RunRecords(path, rows, analyse_tasks(tasks), played, tuple((t.step, bool(t.repeat)) for t in valid))
 
 
 # ----------------------------------------------------------------------------- per-step series
@@ -210,10 +216,10 @@ def complexity_series(analysis: RunAnalysis, field: str) -> dict[int, float]:
     return {s: float(np.mean(v)) for s, v in sorted(by_step.items())}
 
 
-def band_share_series(played: Sequence[tuple[int, float]]) -> dict[int, float]:
+def band_share_series(played: Sequence[tuple[int, float] | PlayedTask]) -> dict[int, float]:
     """step -> the share of that step's played tasks with 0 < ρ < 1 (steps with none played: absent)."""
     by_step: dict[int, list[float]] = {}
-    for step, rho in played:
+    for step, rho, *_ in played:
         by_step.setdefault(step, []).append(float(0 < rho < 1))
     return {s: float(np.mean(v)) for s, v in sorted(by_step.items())}
 
@@ -275,47 +281,6 @@ def window_values(series: Mapping[int, float], window: int) -> tuple[float, floa
         float(np.mean([series[s] for s in steps[:window]])),
         float(np.mean([series[s] for s in steps[-window:]])),
     )
-
-
-# ----------------------------------------------------------------------------- coverage
-def coverage_window_units(
-    analysis: RunAnalysis, key: str, window: int
-) -> tuple[list[frozenset[Hashable]], list[frozenset[Hashable]]]:
-    """(start units, end units) of coverage series ``key``: ``coverage.coverage_units`` over the
-    tasks of the first ``window`` and of the last ``window`` steps with task records (a step whose
-    every proposal was invalid still counts as a step: it wrote nothing that window)."""
-    if window < 1:
-        raise ValueError(f"window must be >= 1 step, got {window}")
-    kind = COVERAGE_KIND[key]
-
-    def units(steps: Sequence[int]) -> list[frozenset[Hashable]]:
-        keep = set(steps)
-        part = replace(
-            analysis,
-            programs=tuple(p for p in analysis.programs if p.step in keep),
-            inputs=tuple(i for i in analysis.inputs if i.step in keep),
-        )
-        return coverage_units(part, kind)
-
-    return units(analysis.steps[:window]), units(analysis.steps[-window:])
-
-
-def expected_distinct(units: Sequence[frozenset[Hashable]], n: int) -> float:
-    """The expected number of distinct features among ``n`` of ``units`` drawn without replacement
-    (module docstring); NaN when n exceeds the units or is negative."""
-    size = len(units)
-    if not 0 <= n <= size:
-        return math.nan
-    holders = Counter(f for u in units for f in u)  # feature -> k, the units holding it
-    log_all = math.lgamma(size + 1) - math.lgamma(size - n + 1)
-    total = 0.0
-    # Features sharing k share the term; summed in k order so the result does not depend on set
-    # iteration order (string hashing is randomised per process: reports must be bit-reproducible).
-    for k, features in sorted(Counter(holders.values()).items()):
-        rest = size - k
-        missed = math.exp(math.lgamma(rest + 1) - math.lgamma(rest - n + 1) - log_all) if rest >= n else 0.0
-        total += features * (1.0 - missed)
-    return total
 
 
 # ----------------------------------------------------------------------------- experiments: runs over seeds
@@ -387,13 +352,39 @@ def seed_values(experiments: Sequence[str | Path], key: str, window: int = 5) ->
     common n (None for a per-step series)."""
     if is_coverage(key):
         return _coverage_values(experiments, key, window)
+    if key in COMPLEXITY_SERIES:
+        return _complexity_values(experiments, key.split("/", 1)[1], window), None
     values: SeedValues = {run: {} for run in RUNS}
+    if key in REPEAT_SERIES:  # sparse steps: pooled over fixed step windows, the same steps in every run
+        for run in RUNS:
+            for name, d in run_dirs(experiments, run).items():
+                rec = load_run(d)
+                if rec.analysis is not None and rec.analysis.steps:
+                    spans = fixed_windows(rec.analysis.steps, window)
+                    start, end = pooled_windows(repeat_items(key, rec.played, rec.valid), spans)
+                    if not (math.isnan(start) or math.isnan(end)):
+                        values[run][name] = (start, end)
+        return values, None
     for run in RUNS:
         for name, d in run_dirs(experiments, run).items():
             start, end = window_values(load_run(d).series(key), 1 if key in PROBE_SERIES else window)
             if not math.isnan(end):
                 values[run][name] = (start, end)
     return values, None
+
+
+def _complexity_values(experiments: Sequence[str | Path], field: str, window: int) -> SeedValues:
+    """Complexity in fixed step windows (`analysis.windows`): a seed whose start or end window holds
+    fewer than ``windows.MIN_PROGRAMS`` new programs is left out of the series."""
+    values: SeedValues = {run: {} for run in RUNS}
+    for run in RUNS:
+        for name, d in run_dirs(experiments, run).items():
+            analysis = load_run(d).analysis
+            if analysis is not None and analysis.steps:
+                start, end = complexity_windows(analysis, field, window)
+                if not (math.isnan(start.value) or math.isnan(end.value)):
+                    values[run][name] = (start.value, end.value)
+    return values
 
 
 def _coverage_values(experiments: Sequence[str | Path], key: str, window: int) -> tuple[SeedValues, int | None]:
@@ -415,7 +406,9 @@ def _coverage_values(experiments: Sequence[str | Path], key: str, window: int) -
     return values, n
 
 
-RATES: frozenset[str] = frozenset({"teacher/valid_rate", "student/solve_rate", BAND_KEY, COPY_KEY, *PROBE_SERIES})
+RATES: frozenset[str] = frozenset(
+    {"teacher/valid_rate", "student/solve_rate", BAND_KEY, COPY_KEY, *PROBE_SERIES, *REPEAT_SERIES}
+)
 """Series bounded to [0, 1]: their bands are clipped there (a t-interval from 3 seeds can leave the range)."""
 
 

@@ -22,7 +22,7 @@ from populora_nb.analysis.compute import compute_table
 from populora_nb.analysis.coverage import COVERAGE_KINDS, rarefaction_curves
 from populora_nb.analysis.difficulty_probe import plot_probe, probe_events, probe_table
 from populora_nb.analysis.figures import save_figure
-from populora_nb.analysis.liveness import liveness
+from populora_nb.analysis.liveness import CHECKS, liveness
 from populora_nb.analysis.runs import find_runs
 from populora_nb.evolution import Lineage
 from populora_nb.records import RunDir
@@ -116,9 +116,10 @@ def sections(out: Path) -> list[Section]:
         secs.append(
             Section(
                 "Is the mechanism live?",
-                "Read before any curve (DESIGN.md): teachers win rating games only on contested tasks "
-                "(0 < ρ < win_threshold), tasks in 0 < ρ < 1 are the only ones whose rollouts carry a "
-                "difficulty signal, and a child that is culled at the next evolution event never learned. "
+                "Read before any curve (DESIGN.md), each check against its threshold (`analysis.liveness`: "
+                + "; ".join(f"{k}: {v}" for k, v in CHECKS.items())
+                + "). A repeat (same program and input as a task met before) measures memory, so the band "
+                "and the teacher's games count non-repeats; a child is judged at its first event outside grace. "
                 + live.summary(),
             )
         )

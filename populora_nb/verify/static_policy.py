@@ -304,7 +304,7 @@ processes), and in call mode ``open`` is stubbed; in script mode only ``open(0)`
 @dataclass(frozen=True)
 class Invalid:
     """Why a proposal was rejected: `reason` is a key of INVALID_REASONS (the verifier's), or the loop's
-    `copies.COPY_OF_REFERENCE` when `tasks.reject_copies` is on."""
+    `copies.COPY_OF_REFERENCE` / `copies.REPEAT_OF_EARLIER_TASK` when `tasks.reject_copies` / `reject_repeats` is on."""
 
     reason: str
     detail: str = ""

@@ -1,0 +1,161 @@
+"""Reading the difficulty probe as recorded: is it floor-bound, and what is left of a difference at
+equal task counts once the step-0 value is taken out?
+
+* **Floor-bound.** The probe's frozen solver reads difficulty only where it sometimes solves a task.
+  When more than ``FLOOR_SHARE`` of a run's valid probe tasks sit at ρ = 0, the probe cannot show
+  tasks getting harder, and a mean over it is a count of the few tasks above 0: the run is flagged.
+* **Equal task counts.** A population answers the probe with every teacher (4 at the cpu preset:
+  ~8 valid tasks an event), the baseline with one agent (~2): a mean over 2 tasks of a mostly-zero
+  probe is 0 most of the time. At each event both runs are read at the same number of tasks, the
+  smaller run's count, by drawing that many of the larger run's valid tasks without replacement
+  (seeded, ``n_draws`` times).
+* **Step 0.** At step 0 both runs' proposers are the same adapter (the shared warm-up), so a
+  difference there is sampling, not training. The comparison is the difference of the two runs'
+  changes from step 0 to the last event, (pop_last − pop_0) − (base_last − base_0), with the 95%
+  range of that difference over the draws: how much of it is which few tasks were drawn.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from populora_nb.analysis.difficulty_probe import ProbeEvent, probe_events
+
+FLOOR_SHARE = 0.8
+"""A run whose valid probe tasks sit at ρ = 0 more often than this is floor-bound."""
+
+
+def floor_share(events: Sequence[ProbeEvent]) -> tuple[int, int]:
+    """(valid probe tasks at ρ = 0, valid probe tasks with ρ measured) over a run's events."""
+    rhos = [r for e in events for r in e.rhos]
+    return sum(r == 0 for r in rhos), len(rhos)
+
+
+def floor_bound(events: Sequence[ProbeEvent], threshold: float = FLOOR_SHARE) -> bool:
+    """More than ``threshold`` of the valid probe tasks at ρ = 0 (no task: not flagged, nothing to read)."""
+    zero, n = floor_share(events)
+    return bool(n) and zero / n > threshold
+
+
+@dataclass(frozen=True)
+class EqualCount:
+    """Both runs at the first and last shared probe event, read at equal task counts."""
+
+    first: int
+    last: int
+    counts: tuple[int, int]
+    """Tasks per run at (first, last): the smaller run's valid count at each."""
+    baseline: tuple[float, float]
+    population: tuple[float, float]
+    """Mean probe ρ at (first, last), averaged over the draws."""
+    adjusted: float
+    """(pop_last − pop_first) − (base_last − base_first), averaged over the draws."""
+    low: float
+    high: float
+    """95% range of the adjusted difference over the draws."""
+
+
+def equal_count_difference(
+    baseline: Sequence[ProbeEvent], population: Sequence[ProbeEvent], *, n_draws: int = 2000, seed: int = 0
+) -> EqualCount | None:
+    """The step-0-adjusted population − baseline probe difference at equal task counts (module
+    docstring); None without two shared events each run answered validly."""
+    b = {e.step: np.asarray(e.rhos) for e in baseline if e.rhos}
+    p = {e.step: np.asarray(e.rhos) for e in population if e.rhos}
+    shared = sorted(b.keys() & p.keys())
+    if len(shared) < 2:
+        return None
+    first, last = shared[0], shared[-1]
+    rng = np.random.default_rng([seed, zlib.crc32(b"probe-equal-count")])
+    means = {}
+    for name, run in (("baseline", b), ("population", p)):
+        for step in (first, last):
+            m = min(len(b[step]), len(p[step]))
+            draws = np.stack([rng.choice(run[step], size=m, replace=False) for _ in range(n_draws)])
+            means[name, step] = draws.mean(axis=1)  # (n_draws,)
+    adjusted = (means["population", last] - means["population", first]) - (
+        means["baseline", last] - means["baseline", first]
+    )
+    low, high = np.percentile(adjusted, [2.5, 97.5])
+    return EqualCount(
+        first,
+        last,
+        (min(len(b[first]), len(p[first])), min(len(b[last]), len(p[last]))),
+        (float(means["baseline", first].mean()), float(means["baseline", last].mean())),
+        (float(means["population", first].mean()), float(means["population", last].mean())),
+        float(adjusted.mean()),
+        float(low),
+        float(high),
+    )
+
+
+def probe_floor_lines(experiments: Sequence[str | Path], *, seed: int = 0) -> tuple[list[str], list[dict[str, Any]]]:
+    """The report's section on the probe as recorded: per seed, each run's share of valid probe tasks
+    at ρ = 0 (floor-bound above ``FLOOR_SHARE``), its tasks per event, and the step-0-adjusted
+    difference at equal counts; markdown lines and the records behind them."""
+    rows: list[str] = []
+    records: list[dict[str, Any]] = []
+    flagged: list[str] = []
+    pooled = {"baseline": [0, 0], "population": [0, 0]}
+    for exp in map(Path, experiments):
+        events = {run: probe_events(exp / run) if (exp / run).is_dir() else [] for run in ("baseline", "population")}
+        if not any(events.values()):
+            continue
+        cells: list[str] = [exp.name]
+        record: dict[str, Any] = {"seed": exp.name}
+        for run, evs in events.items():
+            zero, n = floor_share(evs)
+            pooled[run] = [pooled[run][0] + zero, pooled[run][1] + n]
+            bound = floor_bound(evs)
+            flagged += [f"{exp.name} {run}"] if bound else []
+            per_event = n / len(evs) if evs else math.nan
+            share = f"{zero / n:.0%} ({zero}/{n})" if n else "n/a"
+            cells.append(f"{share}{' floor-bound' if bound else ''}, {per_event:.1f} per event")
+            record[run] = {"at_zero": zero, "valid": n, "events": len(evs), "floor_bound": bound}
+        eq = equal_count_difference(events["baseline"], events["population"], seed=seed)
+        if eq is None:
+            cells += ["n/a"] * 3
+        else:
+            cells += [
+                f"{eq.baseline[0]:.3f} / {eq.population[0]:.3f} (n = {eq.counts[0]})",
+                f"{eq.baseline[1]:.3f} / {eq.population[1]:.3f} (n = {eq.counts[1]})",
+                f"{eq.adjusted:+.3f} [{eq.low:+.3f}, {eq.high:+.3f}]",
+            ]
+            record["equal_count"] = eq.__dict__
+        rows.append("| " + " | ".join(cells) + " |")
+        records.append(record)
+    if not rows:
+        return [], []
+    verdict = (
+        f"Floor-bound (more than {FLOOR_SHARE:.0%} of valid probe tasks at ρ = 0): {', '.join(flagged)}. A floor-bound "
+        "probe cannot show tasks getting harder; its means count the few tasks above 0, so read its rows in the "
+        "tables above as those few tasks, not as difficulty."
+        if flagged
+        else f"No run is floor-bound (at most {FLOOR_SHARE:.0%} of valid probe tasks at ρ = 0)."
+    )
+    return [
+        "## The difficulty probe as recorded",
+        "",
+        "Per seed and run: the share of valid probe tasks the frozen solver never solved (ρ = 0) and the valid "
+        "tasks per probe event; then both runs at the first and last probe event read at equal task counts (the "
+        "smaller run's count per event, the larger run's tasks drawn without replacement, 2000 seeded draws), "
+        "baseline / population, and the difference of their changes from the first event (step 0: the same "
+        "adapter in both runs) to the last, with the 95% range over the draws (`analysis.probe_floor`).",
+        "",
+        "| seed | baseline: at ρ = 0, tasks | population: at ρ = 0, tasks | first event ρ, b / p "
+        "| last event ρ, b / p | (p_last − p_first) − (b_last − b_first) [95% of draws] |",
+        "|---|---|---|---|---|---|",
+        *rows,
+        "",
+        "Over the seeds, valid probe tasks at ρ = 0: "
+        + ", ".join(f"{run} {z / n:.0%} ({z}/{n})" for run, (z, n) in pooled.items() if n)
+        + ". "
+        + verdict,
+    ], records

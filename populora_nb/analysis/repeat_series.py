@@ -1,0 +1,100 @@
+"""The seed protocol's series that tell new tasks from repeats (`populora_nb.copies`: a repeat has the
+same normalised program and input as a task met before in the run).
+
+  repeats/repeat_rate      per step, the share of valid tasks that are repeats: the proposers replaying
+                           their past (or the seeds, the warm-up, a shown reference)
+  band/share_non_repeats   per step, the share of played non-repeat tasks with 0 < ρ < 1: the band
+                           share over what the run newly posed (a repeat's ρ measures memory)
+  rho/non_repeats          per step, the mean ρ of played non-repeat tasks: difficulty of new tasks
+  rho/repeats              per step, the mean ρ of played repeats: a solver remembering an answer
+                           raises it without any task getting easier
+
+A rise of the run's fresh-task ρ that ``rho/repeats`` carries while ``rho/non_repeats`` stays flat is
+memory, not a curriculum drifting to easy tasks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from populora_nb.analysis.seed_stats import Estimate, verdict
+
+
+class PlayedTask(NamedTuple):
+    """A played task (valid, fresh, attempted by the matched solver): its step, ρ and repeat flag."""
+
+    step: int
+    rho: float
+    repeat: bool
+
+
+REPEAT_KEY = "repeats/repeat_rate"
+BAND_NON_REPEATS_KEY = "band/share_non_repeats"
+RHO_NON_REPEATS_KEY = "rho/non_repeats"
+RHO_REPEATS_KEY = "rho/repeats"
+REPEAT_SERIES: Mapping[str, str] = {
+    REPEAT_KEY: "repeat rate of valid tasks",
+    BAND_NON_REPEATS_KEY: "share of non-repeat tasks in 0 < ρ < 1",
+    RHO_NON_REPEATS_KEY: "ρ of non-repeat tasks",
+    RHO_REPEATS_KEY: "ρ of repeated tasks",
+}
+
+
+def per_step(items: Sequence[tuple[int, float]]) -> dict[int, float]:
+    """step -> the mean of that step's values (steps without one: absent)."""
+    by_step: dict[int, list[float]] = {}
+    for step, value in items:
+        by_step.setdefault(int(step), []).append(float(value))
+    return {s: float(np.mean(v)) for s, v in sorted(by_step.items())}
+
+
+def repeat_items(key: str, played: Sequence[PlayedTask], valid: Sequence[tuple[int, bool]]) -> list[tuple[int, float]]:
+    """The (step, value) items series ``key`` of ``REPEAT_SERIES`` averages: one per valid task (repeat
+    rate) or per played task of the right kind (band share, ρ)."""
+    if key == REPEAT_KEY:
+        return [(s, float(r)) for s, r in valid]
+    if key == BAND_NON_REPEATS_KEY:
+        return [(p.step, float(0 < p.rho < 1)) for p in played if not p.repeat]
+    if key == RHO_NON_REPEATS_KEY:
+        return [(p.step, p.rho) for p in played if not p.repeat]
+    if key == RHO_REPEATS_KEY:
+        return [(p.step, p.rho) for p in played if p.repeat]
+    raise ValueError(f"{key} is not a repeat series; use one of {sorted(REPEAT_SERIES)}")
+
+
+def repeat_series(key: str, played: Sequence[PlayedTask], valid: Sequence[tuple[int, bool]]) -> dict[int, float]:
+    """step -> series ``key`` of ``REPEAT_SERIES`` from a run's played tasks and the (step, repeat) of
+    its valid tasks."""
+    return per_step(repeat_items(key, played, valid))
+
+
+def pooled_windows(items: Sequence[tuple[int, float]], spans: Sequence[tuple[int, int]]) -> tuple[float, ...]:
+    """The mean over the items of each fixed step span (inclusive), NaN for a span with none: a series
+    whose steps are sparse (repeats, non-repeats) read over the same steps in every run."""
+    out = []
+    for lo, hi in spans:
+        values = [v for step, v in items if lo <= step <= hi]
+        out.append(float(np.mean(values)) if values else math.nan)
+    return tuple(out)
+
+
+def memory_sentence(run: str, total: Estimate, non_repeats: Estimate, repeats: Estimate) -> str | None:
+    """A sentence for a run whose fresh-task ρ rose from start to end while the ρ of its repeats rose and
+    that of its non-repeats did not (each by its own t-interval): the rise is memory of repeated tasks,
+    not new tasks getting easier. None when the intervals do not say so."""
+    rose = [e.separated and e.mean > 0 for e in (total, repeats, non_repeats)]
+    if not (rose[0] and rose[1]) or rose[2] or math.isnan(non_repeats.mean):
+        return None
+    moved = verdict(non_repeats, "rose", "fell", "shows no detectable change")
+    return (
+        f"In the {run}, the rise of fresh-task ρ comes from repeats: the ρ of repeated tasks rose "
+        f"({repeats.mean:+.3f}, {repeats.t_kind} [{repeats.t_low:+.3f}, {repeats.t_high:+.3f}]) while the ρ of "
+        f"non-repeats {moved} ({non_repeats.mean:+.3f}, {non_repeats.t_kind} "
+        f"[{non_repeats.t_low:+.3f}, {non_repeats.t_high:+.3f}]): a solver answering tasks it has met, not new "
+        "tasks getting easier (each by its own t-interval; whether Holm's correction over the changes keeps them is "
+        "in those series' lines above)."
+    )
