@@ -238,6 +238,11 @@ class RLConfig:
     student_tasks_per_kind: int | None = None
     """Tasks per kind each student solves per step: its teachers' valid fresh tasks, topped up from the buffer
     to this many (top-ups train but play no match). None: proposals_per_kind."""
+    student_rollouts_trained: int | None = None
+    """Of each task's k rollouts, how many a population student trains on (the first ones); all k still
+    give rho, the match and the teacher's reward. None: all k. 1 is AZR's solver batch (one response per
+    task): a student then trains on every task it is given at the agent's cost per task, which keeps the
+    per-adapter band reachable when answers are as long as proposals (the gpu and paper presets)."""
     rollouts: int = 4
     """k: solver samples per valid task; the solve rate rho is their pass fraction."""
     advantage_scale: Literal["role", "group"] = "role"
@@ -269,6 +274,11 @@ class RLConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ConfigError(f"{name} must be > 0 or null (the agent's proposals_per_kind), got {value!r}")
+        trained = self.student_rollouts_trained
+        if trained is not None and not 0 < trained <= self.rollouts:
+            raise ConfigError(
+                f"student_rollouts_trained must be in 1..rollouts ({self.rollouts}) or null, got {trained!r}"
+            )
         if self.kl_coef < 0 or self.clip_epsilon <= 0:
             raise ConfigError("kl_coef must be >= 0 and clip_epsilon > 0")
 
