@@ -481,7 +481,9 @@ class RolloutConfig:
     sync: Literal["new_id", "inplace"] = "new_id"
     """How updated factors reach the engine: "new_id" writes the member's peft adapter to a RAM
     directory and registers it under a fresh adapter id (the old one is dropped); "inplace" reloads it
-    under the same id (vLLM's ``load_inplace``). benchmarks/bench_rollouts.py times both."""
+    under the same id (vLLM's ``load_inplace``). benchmarks/bench_rollouts.py times both. Prefix caching
+    (a task's k rollouts prefilled once) is on with "new_id" only: "inplace" keeps the adapter's name
+    and path, which key vLLM's cached blocks, so it would reuse blocks of the old weights."""
     gpu_memory_utilization: float = 0.35
     """On a GPU: the share of the card vLLM may take for its weights and KV cache; the trainer
     (Unsloth/transformers, the population's factors and AdamW states) needs the rest."""
