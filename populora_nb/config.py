@@ -484,9 +484,11 @@ class RolloutConfig:
     under the same id (vLLM's ``load_inplace``). benchmarks/bench_rollouts.py times both. Prefix caching
     (a task's k rollouts prefilled once) is on with "new_id" only: "inplace" keeps the adapter's name
     and path, which key vLLM's cached blocks, so it would reuse blocks of the old weights."""
-    gpu_memory_utilization: float = 0.35
+    gpu_memory_utilization: float | Literal["auto"] = "auto"
     """On a GPU: the share of the card vLLM may take for its weights and KV cache; the trainer
-    (Unsloth/transformers, the population's factors and AdamW states) needs the rest."""
+    (Unsloth/transformers, the population's factors and AdamW states) needs the rest. "auto": the card
+    less the trainer's peak counted from the model's shapes, at most 0.9 (`model.engine_share`; the
+    doctor prints it, docs/gpu-memory.md tabulates it)."""
     cpu_kv_cache_gib: float = 1.0
     """On a CPU: GiB of RAM for vLLM's KV cache (vLLM's own default takes about half the machine)."""
     sleep_during_training: bool = True
@@ -506,7 +508,7 @@ class RolloutConfig:
     rounding on a GPU is expected around 1e-2. 1.0 is far beyond all three. None: never stop."""
 
     def __post_init__(self) -> None:
-        if not 0 < self.gpu_memory_utilization < 1:
+        if self.gpu_memory_utilization != "auto" and not 0 < self.gpu_memory_utilization < 1:
             raise ConfigError(f"gpu_memory_utilization must be in (0, 1), got {self.gpu_memory_utilization!r}")
         _positive(self, "cpu_kv_cache_gib")
         if self.logp_gap_limit is not None and self.logp_gap_limit <= 0:

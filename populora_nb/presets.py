@@ -116,7 +116,8 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "rl.student_tasks_per_kind": 16,
             "rl.student_rollouts_trained": 1,
             # Issue #29: <= 2 x 6,144 tokens x ~2.7 MB of saved bf16 activations per token (28 layers, no
-            # checkpointing; docs/performance.md) ~ 33 GB, beside ~5 GB fixed and the engine's 30% of 80 GB
+            # checkpointing; docs/performance.md) ~ 33 GB, beside ~5 GB fixed; the engine takes the rest
+            # (rollout.gpu_memory_utilization "auto", docs/gpu-memory.md)
             "rl.micro_batch": 2,
             "run.steps": 200,
             "probe.every": 10,  # 20 events; 4 prompts x 3 kinds per teacher, generated only: ~5% of a step (estimate)
@@ -124,7 +125,6 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "run.checkpoint_every": 10,
             "model.max_seq_len": 6144,  # a code_o/code_i prompt with K = 6 references + 2048 new
             "rollout.engine": "vllm",  # multi-LoRA rollouts: the paper's 1.31x population overhead
-            "rollout.gpu_memory_utilization": 0.3,  # 1.5B bf16 weights + KV cache; the trainer takes the rest
         },
         "paper": {
             "model.name": "Qwen/Qwen2.5-Coder-7B",  # the paper's and AZR's base model
@@ -141,7 +141,7 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "rl.student_tasks_per_kind": 32,
             "rl.student_rollouts_trained": 1,
             # Issue #29: <= 2 x 14,240 tokens x ~0.4 MB per token (checkpointed layer inputs + one layer's
-            # recompute, 7B bf16) ~ 11 GB, beside ~23 GB fixed and the engine's 45% of 80 GB, even awake
+            # recompute, 7B bf16) ~ 11 GB, beside ~23 GB fixed; the engine takes the rest (docs/gpu-memory.md)
             "rl.micro_batch": 2,
             "run.steps": 500,
             "probe.every": 20,  # 25 events; generated only, never trained on: a few % of a step (estimate)
@@ -149,7 +149,6 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "run.checkpoint_every": 25,
             "model.max_seq_len": 14240,  # AZR: max_prompt_length 6144 + max_response_length 8096
             "rollout.engine": "vllm",  # multi-LoRA rollouts: the paper's 1.31x population overhead
-            "rollout.gpu_memory_utilization": 0.45,  # 7B bf16 weights (15 GB) + KV cache for 8k-token responses
         },
     }
 )

@@ -23,7 +23,15 @@ from populora_nb.model.vllm_setup import (
 
 def _args(overrides=(), cuda=False, max_loras=8):
     config = load_config("tiny", dict(overrides))
-    return engine_args("m", torch.float32, config.lora, config.rollout, max_loras, 512, 0, cuda)
+    return engine_args("m", torch.float32, config.lora, config.rollout, max_loras, 512, 0, cuda, 0.5 if cuda else None)
+
+
+def test_on_a_gpu_the_engine_takes_the_share_computed_for_it_unless_one_is_set():
+    assert _args(cuda=True)["gpu_memory_utilization"] == 0.5  # "auto": model.engine_share's
+    assert _args({"rollout.gpu_memory_utilization": 0.3}, cuda=True)["gpu_memory_utilization"] == 0.3
+    config = load_config("tiny")
+    with pytest.raises(ValueError, match="needs the share computed"):
+        engine_args("m", torch.float32, config.lora, config.rollout, 8, 512, 0, True)
 
 
 def test_the_cpu_lora_cache_holds_the_population_and_the_push_in_flight():

@@ -43,6 +43,7 @@ from populora_nb.config import LoRAConfig, RolloutConfig
 from populora_nb.lowrank import LoRAFactors
 from populora_nb.model.base import Base, decode_text, release_cached_memory
 from populora_nb.model.checkpoint import write_peft_adapter
+from populora_nb.model.engine_share import checked_share, trainer_memory
 from populora_nb.model.vllm_setup import (
     VLLM_LORA_RANKS,
     EngineError,
@@ -107,6 +108,7 @@ class VLLMEngine:
         max_loras: int,
         max_model_len: int,
         seed: int = 0,
+        micro_batch: int = 1,
     ) -> None:
         if importlib.util.find_spec("vllm") is None:
             raise EngineError(f"rollout.engine=vllm needs vLLM: {install_hint()}, or set rollout.engine=native")
@@ -125,6 +127,15 @@ class VLLMEngine:
         """Whether the next generate first runs `check_applied` (set at start and by every wake)."""
         started = time.perf_counter()
         release_cached_memory()  # vLLM's start checks the card's free memory, which the trainer's cache hides
+        self.share: float | None = None
+        """The engine's share of the card ("auto": the card less the trainer's counted peak); None on a CPU."""
+        if self.cuda:
+            card = torch.cuda.mem_get_info()[1]
+            trainer = trainer_memory(
+                base.model.config, lora, max_loras, micro_batch, max_model_len, base.dtype.itemsize
+            )
+            requested = rollout.gpu_memory_utilization
+            self.share = checked_share(requested, trainer, card, base.model.config, max_model_len, base.dtype.itemsize)
         try:
             self.llm = self._start(max_loras, max_model_len, seed)
         except BaseException:
@@ -138,7 +149,15 @@ class VLLMEngine:
             from vllm import LLM
 
         kwargs = engine_args(
-            self._model_dir(), self.base.dtype, self.lora, self.rollout, max_loras, max_model_len, seed, self.cuda
+            self._model_dir(),
+            self.base.dtype,
+            self.lora,
+            self.rollout,
+            max_loras,
+            max_model_len,
+            seed,
+            self.cuda,
+            self.share,
         )
         if getattr(self.base, "weights", "pretrained") == "random":
             kwargs["load_format"] = "dummy"  # the same shapes, vLLM's own random values (model.weights)

@@ -75,9 +75,12 @@ def engine_args(
     max_model_len: int,
     seed: int,
     cuda: bool,
+    gpu_share: float | None = None,
 ) -> dict[str, Any]:
     """The keyword arguments of vLLM's ``LLM`` for this engine (a function, so they are testable
-    without starting one). The model runner is pinned in the environment instead (`engine_env`)."""
+    without starting one). The model runner is pinned in the environment instead (`engine_env`).
+    ``gpu_share``: the engine's share of the card when ``rollout.gpu_memory_utilization`` is "auto"
+    (`model.engine_share`, computed by the engine before it starts)."""
     kwargs: dict[str, Any] = dict(
         model=model,
         dtype=str(dtype).removeprefix("torch."),
@@ -96,7 +99,7 @@ def engine_args(
     )
     if cuda:
         kwargs |= dict(
-            gpu_memory_utilization=rollout.gpu_memory_utilization,
+            gpu_memory_utilization=_share(rollout, gpu_share),
             enable_sleep_mode=rollout.sleep_during_training,
         )
     else:
@@ -106,6 +109,14 @@ def engine_args(
         # offset, which a CPU torch.Generator does not have (the engine dies): prefill whole prompts.
         kwargs |= dict(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 2048))
     return kwargs
+
+
+def _share(rollout: RolloutConfig, gpu_share: float | None) -> float:
+    if rollout.gpu_memory_utilization != "auto":
+        return rollout.gpu_memory_utilization
+    if gpu_share is None:
+        raise ValueError('rollout.gpu_memory_utilization="auto" needs the share computed (model.engine_share)')
+    return gpu_share
 
 
 ENGINE_INIT_FAILED = "Engine core initialization failed"
