@@ -13,7 +13,7 @@ import torch
 
 from populora_nb.config import load_config
 from populora_nb.lowrank import LoRAPair
-from populora_nb.model.vllm_engine import AdapterNotApplied, VLLMEngine
+from populora_nb.model.vllm_engine import AdapterNotApplied, VLLMEngine, visible
 from populora_nb.model.vllm_setup import engine_args, prefix_caching
 
 if importlib.util.find_spec("vllm") is None:
@@ -132,3 +132,15 @@ def test_every_wake_makes_the_check_due_again():
     engine.llm = types.SimpleNamespace(wake_up=lambda: calls.append("wake_up"))
     engine.wake()
     assert engine.check_due and calls == ["wake_up"]
+
+
+def test_members_too_close_to_the_base_to_show_are_excepted():
+    """B = 0 is the base by design; a first small update can leave bf16 activations equal to the
+    base's to the bit, which would read as "not applied" and stop a healthy run on a GPU."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(8, 64, generator=g) / 8
+    b = torch.randn(64, 8, generator=g)
+    factors = lambda size: {"q": LoRAPair(a, b * size)}  # noqa: E731
+    assert not visible(factors(0.0), 2.0, torch.float32)
+    assert not visible(factors(1e-5), 2.0, torch.bfloat16) and visible(factors(1e-5), 2.0, torch.float32)
+    assert visible(factors(0.5), 2.0, torch.bfloat16)

@@ -19,9 +19,10 @@ With ``"new_id"`` every push has a fresh path, so prefix caching is on (`vllm_se
 the k rollouts of a task prefill their shared prompt once.
 
 Applied adapters: after the engine starts and after every wake, before it next samples, one short
-greedy probe per member against the bare base in one batch (`check_applied`): a member whose factors
-are not all zero must change the base's log-probs, else the engine (or a wrapper such as Unsloth's
-``fast_generate``) is sampling from the base, and the run stops with one line (`AdapterNotApplied`).
+greedy probe per member against the bare base in one batch (`check_applied`): a member whose update
+can show at the engine's dtype (`visible`; B = 0 cannot) must change the base's log-probs, else the
+engine (or a wrapper such as Unsloth's ``fast_generate``) is sampling from the base, and the run
+stops with one line (`AdapterNotApplied`).
 
 The engine core runs in its own process (vLLM's default): on a CPU its thread binding and its
 patched ``torch.set_num_threads`` then stay out of the trainer's process.
@@ -74,7 +75,7 @@ PROBE_TOKENS = 4
 
 
 class AdapterNotApplied(EngineError):
-    """The engine samples a member from the bare base although its factors are not zero."""
+    """The engine samples a member from the bare base although its adapter is large enough to show."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ class VLLMEngine:
         self.runner = rollout.model_runner
         """vLLM's model runner, as the started engine reports it ("v1" or "v2"; the config pins it)."""
         self._adapters: dict[str, Any] = {}  # name -> the LoRARequest generate uses
-        self._zero: set[str] = set()  # members pushed with every B factor zero: the base's outputs, by design
+        self._zero: set[str] = set()  # members pushed too close to B = 0 to show (`visible`): excepted from the check
         self._next_id = 1
         self.asleep = False
         self.check_due = True
@@ -213,10 +214,10 @@ class VLLMEngine:
                 engine.remove_lora(old.lora_int_id)
                 shutil.rmtree(self.work / "adapters" / f"{old.lora_int_id}", ignore_errors=True)
         self._adapters[name] = LoRARequest(name, lora_id, str(path))
-        if all(not bool(pair.B.any()) for pair in factors.values()):
-            self._zero.add(name)
-        else:
+        if visible(factors, self.lora.alpha / self.lora.rank, self.base.dtype):
             self._zero.discard(name)
+        else:
+            self._zero.add(name)
         return time.perf_counter() - started
 
     def adapter_path(self, name: str) -> str:
@@ -300,7 +301,8 @@ class VLLMEngine:
         """One greedy probe of every member whose factors are not all zero, beside the bare base in
         the same batch (same shapes, so the base's numbers are the same in every row): a member whose
         tokens and log-probs all equal the base's is not applied, and `AdapterNotApplied` stops the
-        run. Members pushed at B = 0 are the base by design and are skipped."""
+        run. Members pushed at B = 0 are the base by design, and members whose update is below the
+        engine's rounding (`visible`) cannot be told from it: both are skipped."""
         from vllm import SamplingParams
 
         self.check_due = False
@@ -327,9 +329,9 @@ class VLLMEngine:
         same = [m for m, probe in zip(members, seen[1:]) if probe == seen[0]]
         if same:
             raise AdapterNotApplied(
-                f"the vLLM engine samples {', '.join(same)} from the bare base although their factors are not "
-                f"zero (a greedy probe's tokens and log-probs equal the base's), so they would train on the base's "
-                f"samples. Fix: rerun to resume from the last checkpoint; if it recurs set "
+                f"the vLLM engine samples {', '.join(same)} from the bare base although their adapters are "
+                f"far from zero (a greedy probe's tokens and log-probs equal the base's), so they would train on the "
+                f"base's samples. Fix: rerun to resume from the last checkpoint; if it recurs set "
                 f"rollout.sleep_during_training=false, or rollout.engine=native"
             )
 
@@ -364,6 +366,16 @@ class VLLMEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def visible(factors: LoRAFactors, scale: float, dtype: torch.dtype) -> bool:
+    """Whether an adapter can move the engine's outputs at its dtype: the largest bound on a module's
+    ``‖ΔW‖₂ ≤ scale · ‖B‖_F · ‖A‖_F`` is at least the dtype's epsilon (bf16: 0.0078). A member at B = 0
+    is not, nor one a first small update barely moved, whose bf16 activations can equal the base's to
+    the bit (it would read as "not applied"); in float32 only B = 0 is below."""
+    eps = torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
+    bound = max((scale * float(p.B.float().norm()) * float(p.A.float().norm()) for p in factors.values()), default=0.0)
+    return bound > 0 and bound >= eps
 
 
 def _tokens_and_logprobs(completion: Any) -> tuple[tuple[int, ...], tuple[float, ...]]:
