@@ -242,6 +242,11 @@ class RLConfig:
     student_tasks_per_kind: int | None = None
     """Tasks per kind each student solves per step: its teachers' valid fresh tasks, topped up from the buffer
     to this many (top-ups train but play no match). None: proposals_per_kind."""
+    student_rollouts_trained: int | None = None
+    """Of each task's k rollouts, how many a population student trains on (the first ones); all k still
+    give rho, the match and the teacher's reward. None: all k. 1 is AZR's solver batch (one response per
+    task): a student then trains on every task it is given at the agent's cost per task, which keeps the
+    per-adapter band reachable when answers are as long as proposals (the gpu and paper presets)."""
     rollouts: int = 4
     """k: solver samples per valid task; the solve rate rho is their pass fraction."""
     advantage_scale: Literal["role", "group"] = "role"
@@ -273,6 +278,11 @@ class RLConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ConfigError(f"{name} must be > 0 or null (the agent's proposals_per_kind), got {value!r}")
+        trained = self.student_rollouts_trained
+        if trained is not None and not 0 < trained <= self.rollouts:
+            raise ConfigError(
+                f"student_rollouts_trained must be in 1..rollouts ({self.rollouts}) or null, got {trained!r}"
+            )
         if self.kl_coef < 0 or self.clip_epsilon <= 0:
             raise ConfigError("kl_coef must be >= 0 and clip_epsilon > 0")
 
@@ -475,10 +485,14 @@ class RolloutConfig:
     sync: Literal["new_id", "inplace"] = "new_id"
     """How updated factors reach the engine: "new_id" writes the member's peft adapter to a RAM
     directory and registers it under a fresh adapter id (the old one is dropped); "inplace" reloads it
-    under the same id (vLLM's ``load_inplace``). benchmarks/bench_rollouts.py times both."""
-    gpu_memory_utilization: float = 0.35
+    under the same id (vLLM's ``load_inplace``). benchmarks/bench_rollouts.py times both. Prefix caching
+    (a task's k rollouts prefilled once) is on with "new_id" only: "inplace" keeps the adapter's name
+    and path, which key vLLM's cached blocks, so it would reuse blocks of the old weights."""
+    gpu_memory_utilization: float | Literal["auto"] = "auto"
     """On a GPU: the share of the card vLLM may take for its weights and KV cache; the trainer
-    (Unsloth/transformers, the population's factors and AdamW states) needs the rest."""
+    (Unsloth/transformers, the population's factors and AdamW states) needs the rest. "auto": the card
+    less the trainer's peak counted from the model's shapes, at most 0.9 (`model.engine_share`; the
+    doctor prints it, docs/gpu-memory.md tabulates it)."""
     cpu_kv_cache_gib: float = 1.0
     """On a CPU: GiB of RAM for vLLM's KV cache (vLLM's own default takes about half the machine)."""
     sleep_during_training: bool = True
@@ -498,7 +512,7 @@ class RolloutConfig:
     rounding on a GPU is expected around 1e-2. 1.0 is far beyond all three. None: never stop."""
 
     def __post_init__(self) -> None:
-        if not 0 < self.gpu_memory_utilization < 1:
+        if self.gpu_memory_utilization != "auto" and not 0 < self.gpu_memory_utilization < 1:
             raise ConfigError(f"gpu_memory_utilization must be in (0, 1), got {self.gpu_memory_utilization!r}")
         _positive(self, "cpu_kv_cache_gib")
         if self.logp_gap_limit is not None and self.logp_gap_limit <= 0:

@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from populora_nb.model.engine_share import GIB, describe, run_share
+
 if TYPE_CHECKING:
     from populora_nb.config import ExperimentConfig
     from populora_nb.model.base import Base
@@ -91,6 +93,8 @@ class DoctorReport:
     mixed_tokens: int = 0
     """New tokens per row in the mixed vs single-adapter measurement."""
     weights: str = "pretrained"
+    engine_share: str = ""
+    """The vLLM engine's share of the card and the trainer's peak it leaves room for (`model.engine_share`)."""
     memory: list[dict[str, Any]] = field(default_factory=list)
     """At each stage's end: {"stage", "peak_reserved_gb", "free_gb"} (`step_records.memory_mark`)."""
     failures: list[str] = field(default_factory=list)
@@ -161,7 +165,7 @@ class DoctorReport:
             f"| memory after stage | {peak} (GB) | {free} (GB) |",
             "|---|---|---|",
             *(f"| {m['stage']} | {f(m['peak_reserved_gb'])} | {f(m['free_gb'])} |" for m in self.memory),
-            "",
+            *([f"vLLM {self.engine_share}", ""] if self.engine_share else [""]),
             "status: OK" if self.ok else "status: FAILED: " + "; ".join(self.failures),
         ]
         return "\n".join(lines)
@@ -283,6 +287,13 @@ def _run(
         started = time.perf_counter()
         base = load_base(config, seed=config.run.seed)
         report.base_load_s = time.perf_counter() - started
+
+    if config.rollout.engine == "vllm":
+        with stage("size the engine", say):
+            card = torch.cuda.mem_get_info()[1] if cuda else 80 * GIB
+            trainer, share = run_share(config, base.model.config, base.dtype.itemsize, card)
+            report.engine_share = describe(trainer, share, card) + ("" if cuda else " (no GPU: an 80 GiB card)")
+            say(f"vLLM {report.engine_share}")
 
     from populora_nb.verify import Verifier
 

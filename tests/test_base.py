@@ -95,4 +95,21 @@ def test_unsloth_is_told_to_load_the_id_as_given(monkeypatch, tiny_base):
     monkeypatch.setattr(base_module, "hub_snapshot", lambda source: None)
     base = load_base(load_config("tiny", {"model.name": "Qwen/Qwen2.5-Coder-1.5B-Instruct"}))
     assert seen["model_name"] == "Qwen/Qwen2.5-Coder-1.5B-Instruct" and seen["use_exact_model_name"] is True
+    assert seen["offload_embedding"] is False  # else embed_tokens may move to the CPU on a full card
     assert base.source == "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+
+
+def test_cached_memory_is_released_before_a_base_loads(monkeypatch, tiny_base):
+    """A second base (the doctor loads several) must find the card as free as it is: gc and the CUDA
+    cache emptied first (stands in for the GPU branch: release_cached_memory is a no-op on CPU)."""
+    import populora_nb.model.base as base_module
+
+    order = []
+    monkeypatch.setattr(base_module, "release_cached_memory", lambda: order.append("release"))
+    monkeypatch.setattr(
+        base_module,
+        "_build_tiny",
+        lambda mc, dtype, seed: order.append("load") or (tiny_base.model, tiny_base.tokenizer),
+    )
+    load_base(load_config("tiny"))
+    assert order == ["release", "load"]

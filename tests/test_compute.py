@@ -7,6 +7,7 @@ import pytest
 from populora_nb.analysis.compute import BAND, compute_table, per_adapter_ratios, run_compute
 from populora_nb.config import load_config
 from populora_nb.loop import run
+from populora_nb.presets import EXPECTED_LENGTHS
 from populora_nb.stages import Completion
 from tests.scripted import ScriptedPolicy
 
@@ -57,45 +58,75 @@ def test_a_baseline_that_trained_on_nothing_has_no_training_ratio(tmp_path):
 
 # ---------------------------------------------------------------- per-adapter matching on a tiny run
 
-# mean completion lengths the first cpu protocol measured (docs/results/cpu-protocol-before-27)
-PROPOSE_TOKENS, SOLVE_TOKENS = 37, 13
-
 
 class MeasuredLengthPolicy(ScriptedPolicy):
-    """The scripted policy (half of the proposals valid) with completions as long, in tokens, as the
-    cpu preset's were: what the per-adapter budget depends on besides the counts."""
+    """The scripted policy (half of the proposals valid) with completions as long, in tokens, as a
+    preset's expected lengths: what the per-adapter budget depends on besides the counts."""
+
+    def __init__(self, tokenizer, lengths: tuple[int, int]) -> None:
+        super().__init__(tokenizer)
+        self.lengths = lengths
 
     def generate(self, member_ids, prompts, max_new_tokens, seed):
         texts = super().generate(member_ids, prompts, max_new_tokens, seed)
-        lengths = [PROPOSE_TOKENS if "Write " in p else SOLVE_TOKENS for p in prompts]
+        lengths = [self.lengths[0] if "Write " in p else self.lengths[1] for p in prompts]
         return [Completion(t, ((), tuple(range(n)))) for t, n in zip(texts, lengths)]
 
 
-CPU_COUNTS = ("rl.rollouts", "rl.proposals_per_kind", "rl.teacher_proposals_per_kind", "rl.student_tasks_per_kind")
+CPU_COUNTS = (
+    "rl.rollouts",
+    "rl.proposals_per_kind",
+    "rl.teacher_proposals_per_kind",
+    "rl.student_tasks_per_kind",
+    "rl.student_rollouts_trained",
+)
+EARLIER = {"rl.teacher_proposals_per_kind": None, "rl.student_rollouts_trained": None}
+"""Counts as they stood before per-adapter matching: teachers write what the agent writes, students
+train on every rollout."""
 
 
-def _ratios(tmp_path, tokenizer, counts: dict, kinds: list[str]) -> dict:
+def _ratios(tmp_path, tokenizer, counts: dict, kinds: list[str], lengths: tuple[int, int]) -> dict:
     cfg = {"tasks.kinds": kinds, "run.steps": 2, "evolution.enabled": False, **counts}
     records = {}
     for agent in ("baseline", "population"):
         config = load_config("tiny", {**cfg, "run.agent": agent})
-        records[agent] = run(config, tmp_path / agent, policy=MeasuredLengthPolicy(tokenizer), progress=False).read(
-            "metrics"
-        )
+        policy = MeasuredLengthPolicy(tokenizer, lengths)
+        records[agent] = run(config, tmp_path / agent, policy=policy, progress=False).read("metrics")
     return per_adapter_ratios(records)
 
 
-@pytest.mark.parametrize("preset", ["cpu"])  # smoke's counts were chosen at its own run's lengths (presets.py)
+# smoke's counts were chosen at its own run's lengths (presets.py); tiny has no science to match
+@pytest.mark.parametrize("preset", sorted(EXPECTED_LENGTHS))
 def test_each_member_trains_on_about_what_the_agent_trains_on(tmp_path, tokenizer, preset):
-    """At the lengths the cpu preset measured, the preset's counts give every teacher and every
-    student trained tokens per step within ±15% of the baseline agent's (issue #27, the literal
-    reading of "per-adapter compute-matched"); the earlier counts (teachers writing what the agent
-    writes) left teachers at ~0.74x, and this test fails on them."""
+    """At a preset's expected lengths (measured at cpu, stated at gpu and paper), its counts give every
+    teacher and every student trained tokens per step within ±15% of the baseline agent's (the
+    literal reading of "per-adapter compute-matched"); the earlier counts (teachers writing what the
+    agent writes, students training on all k rollouts) fall outside, and this test fails on them.
+    The ratios are the same for every kind, so the gpu and paper presets run on code_i alone (the
+    scripted solver answers it without the verifier), at their own counts."""
     config = load_config(preset)
     counts = {key: getattr(config.rl, key.split(".")[1]) for key in CPU_COUNTS}
-    kinds = list(config.tasks.kinds)
-    ratios = _ratios(tmp_path / "now", tokenizer, counts, kinds)
+    kinds = list(config.tasks.kinds) if preset == "cpu" else ["code_i"]
+    lengths = EXPECTED_LENGTHS[preset]
+    ratios = _ratios(tmp_path / "now", tokenizer, counts, kinds, lengths)
     for role in ("teacher", "student"):
         assert abs(ratios[role][1] - 1) <= BAND, (role, ratios)
-    earlier = _ratios(tmp_path / "earlier", tokenizer, {**counts, "rl.teacher_proposals_per_kind": None}, kinds)
-    assert abs(earlier["teacher"][1] - 1) > BAND, earlier
+    earlier = _ratios(tmp_path / "earlier", tokenizer, {**counts, **EARLIER}, kinds, lengths)
+    assert max(abs(earlier[role][1] - 1) for role in ("teacher", "student")) > BAND, earlier
+    if config.rl.student_rollouts_trained:
+        # Counts alone cannot do it: students at the same trained rows per task count as all k rollouts
+        # of fewer tasks still train on every fresh task assigned them (the quota is a floor), ~2x here.
+        rows = config.rl.student_tasks * config.rl.student_rollouts_trained
+        alone = {**counts, "rl.student_rollouts_trained": None, "rl.student_tasks_per_kind": rows // config.rl.rollouts}
+        assert _ratios(tmp_path / "alone", tokenizer, alone, kinds, lengths)["student"][1] > 1 + BAND
+
+
+def test_a_student_trains_on_only_the_rollouts_it_is_given(tmp_path, tokenizer):
+    """rl.student_rollouts_trained = 1 of k = 4: a student's trained tokens are a quarter of what all
+    k give, while its generated tokens (every rollout still scores the teacher) do not change."""
+    counts = {"rl.rollouts": 4, "rl.proposals_per_kind": 2, "rl.student_tasks_per_kind": 2}
+    kinds, lengths = ["code_i"], (30, 30)
+    one = _ratios(tmp_path / "one", tokenizer, {**counts, "rl.student_rollouts_trained": 1}, kinds, lengths)
+    every = _ratios(tmp_path / "all", tokenizer, counts, kinds, lengths)
+    assert one["student"][1] == pytest.approx(every["student"][1] / 4)
+    assert one["student"][0] == pytest.approx(every["student"][0])

@@ -48,6 +48,7 @@ def test_int_is_accepted_for_float():
         ({"verifier.workers": 65}, "verifier.workers must be in 1..64"),
         ({"verifier.workers": 0}, "verifier.workers must be > 0"),
         ({"eval.benchmarks": ["humaneval++"]}, "eval.benchmarks: unknown ['humaneval++']"),
+        ({"rl.student_rollouts_trained": 5}, "rl.student_rollouts_trained must be in 1..rollouts (4)"),
     ],
 )
 def test_bad_values_give_one_line_errors(overrides, fragment):

@@ -24,6 +24,8 @@ from populora_nb.lowrank import LoRAPair
 from populora_nb.model.adapters import Population, roles_for
 from populora_nb.model.base import load_base
 from populora_nb.model.batch import Generation, train_batch
+from populora_nb.model.scoring import lm_completion_logprobs
+from populora_nb.model.unsloth_slot import FP32_GRAD
 from populora_nb.rl import policy_gradient_loss
 
 
@@ -145,3 +147,43 @@ def test_two_populations_on_one_unsloth_base_share_its_peft_slot(cfg, tiny_base,
     assert not torch.allclose(first.logprobs("T0", batch), first.logprobs(None, batch), atol=1e-3)
     with pytest.raises(ValueError, match="its own base"):
         Population.create(base, roles_for(1, 0), dataclasses.replace(cfg.lora, rank=8))
+
+
+def test_the_slot_computes_in_the_bases_dtype_and_its_gradients_sum_in_float32(fake_unsloth):
+    """Unsloth leaves the slot's LoRA weights in float32, so peft would cast every adapted layer's
+    input to float32 and keep the copy for the backward (stands in for Unsloth on a bf16 GPU base):
+    the slot is cast to the base's dtype, the masters stay float32, and a step over two micro-batches
+    sums its gradients in float32, not in the slot's dtype."""
+    cfg = load_config("tiny", {"model.dtype": "bfloat16"})
+    base = fresh_base(cfg, backend="unsloth")
+    pop = Population.create(base, roles_for(1, 0), cfg.lora, seed=0)
+    spread(pop, "T0", 1)
+    slot = pop._slot_engine
+    assert {p.dtype for pair in slot.slot.values() for p in pair} == {torch.bfloat16}
+    assert {p.dtype for pair in pop.factors("T0").values() for p in pair} == {torch.float32}
+    seen = []
+    q = base.model.model.layers[0].self_attn.q_proj
+    handle = q.lora_A["default"].register_forward_pre_hook(lambda mod, args: seen.append(args[0].dtype))
+    batch = batch_of(base.tokenizer)
+    pop.logprobs("T0", batch)
+    handle.remove()
+    assert seen and set(seen) == {torch.bfloat16}, "peft upcast the input: the slot is not in the base's dtype"
+    # Two micro-batches: the master's gradient is the float32 sum of the two bf16 gradients.
+    q_name = "model.layers.0.self_attn.q_proj"
+    a = slot.slot[q_name][0]
+    chunks = [batch.rows(slice(i, i + 1)).trimmed() for i in range(2)]
+
+    def backward(chunks_):
+        with slot.member(pop.multi, pop.member("T0").slot, False):
+            for chunk in chunks_:
+                pg(lm_completion_logprobs(base.model, chunk), chunk)[0].backward()
+            one = getattr(a, FP32_GRAD).clone()
+            slot.grads_to(pop.multi, pop.member("T0").slot)
+        return one
+
+    g1, g2 = backward(chunks[:1]), backward(chunks[1:])
+    assert g1.dtype == torch.float32 and a.grad is None
+    backward(chunks)
+    master = pop.multi.slot_params[pop.member("T0").slot][q_name][0]
+    assert master.grad.dtype == torch.float32 and torch.equal(master.grad, g1 + g2)
+    assert not torch.equal((g1.bfloat16() + g2.bfloat16()).float(), g1 + g2)  # what summing in the slot would give

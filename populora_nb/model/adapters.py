@@ -329,12 +329,15 @@ class Population:
             self.optimizers[member_id] = torch.optim.AdamW(params, lr=self.lora.lr, weight_decay=self.lora.weight_decay)
         return self.optimizers[member_id]
 
-    def _optimizer_state(self, member_id: str) -> dict[str, Tensor]:
-        """The member's AdamW state as flat tensors ``{param_index}.{exp_avg|exp_avg_sq|step}``."""
+    def _optimizer_state(self, member_id: str, device: str | None = None) -> dict[str, Tensor]:
+        """The member's AdamW state as flat tensors ``{param_index}.{exp_avg|exp_avg_sq|step}``, copied
+        (onto ``device`` when given: a checkpoint copies to host memory, not beside the awake engine)."""
         if member_id not in self.optimizers:
             return {}
         state = self.optimizers[member_id].state_dict()["state"]
-        return {f"{i}.{k}": v.detach().clone() for i, s in state.items() for k, v in s.items()}
+        return {
+            f"{i}.{k}": v.detach().to(device or v.device, copy=True) for i, s in state.items() for k, v in s.items()
+        }
 
     def _load_optimizer_state(self, member_id: str, flat: dict[str, Tensor]) -> None:
         if not flat:
@@ -381,7 +384,7 @@ class Population:
         """Checkpoint the whole population: factors, AdamW states and member records."""
         stacks = {f"{n}.A": self.multi.A[n] for n in self.multi.modules}
         stacks |= {f"{n}.Bt": self.multi.Bt[n] for n in self.multi.modules}
-        states = {m: self._optimizer_state(m) for m in self.optimizers}
+        states = {m: self._optimizer_state(m, device="cpu") for m in self.optimizers}
         members = [dataclasses.asdict(m) for m in self.members]
         return write_population(directory, SavedPopulation(self.base.name, self.lora, members, stacks, states))
 

@@ -15,6 +15,7 @@ plain transformers (+ peft for adapters). Unsloth is never imported on CPU.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib.util
 import os
 import shutil
@@ -86,6 +87,7 @@ def load_base(config: ExperimentConfig | ModelConfig, seed: int = 0) -> Base:
     backend = resolve_backend(mc)
     dtype = resolve_dtype(mc)
     source = None if mc.weights == "random" else model_source(mc)
+    release_cached_memory()  # a base loaded after another (the doctor's runs) finds the card as free as it is
     if mc.weights == "random":
         from populora_nb.model.random_base import build_random_base
 
@@ -106,6 +108,21 @@ def load_base(config: ExperimentConfig | ModelConfig, seed: int = 0) -> Base:
     if backend == "transformers" and torch.cuda.is_available():
         model.to("cuda")
     return Base(model=model, tokenizer=tokenizer, backend=backend, name=mc.name, source=source, weights=mc.weights)
+
+
+def release_cached_memory() -> None:
+    """Give the CUDA memory this process's caching allocator holds but no tensor uses back to the
+    device, so another process (the vLLM engine) or a base loaded next can map it; a no-op without
+    CUDA.
+
+    torch keeps freed blocks reserved for reuse: after an update the trainer's peak (activations,
+    log-prob buffers) stays reserved, and the engine's ``wake_up`` (42 GiB at ``gpu``, 63 GiB at
+    ``paper``) or a new engine's free-memory check then fails with an out-of-memory (issue #29).
+    ``gc.collect`` first, so tensors held only by reference cycles (an autograd graph's closures)
+    are freed before the cache is emptied. Called before every base load, engine start and wake."""
+    if torch.cuda.is_available():
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 def model_source(mc: ModelConfig) -> str | None:
@@ -350,6 +367,9 @@ def _load_unsloth(source: str, mc: ModelConfig, dtype: torch.dtype) -> tuple[tor
         dtype=dtype,
         load_in_4bit=mc.load_in_4bit,
         use_exact_model_name=True,
+        # Unsloth may otherwise move embed_tokens to the CPU on a nearly full card: Base.device (read
+        # from the first parameter) is then wrong, and the factors' gradient copies fail.
+        offload_embedding=False,
     )
     return model, tokenizer
 

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor
@@ -89,19 +90,26 @@ def read_population(directory: str | Path, device: str = "cpu") -> SavedPopulati
 
 
 def write_peft_adapter(
-    directory: str | Path, factors: LoRAFactors, lora: LoRAConfig, base_name: str, record: Mapping[str, Any]
+    directory: str | Path,
+    factors: LoRAFactors,
+    lora: LoRAConfig,
+    base_name: str,
+    record: Mapping[str, Any],
+    dtype: torch.dtype | None = None,
 ) -> Path:
     """``factors`` as a peft LoRA adapter (adapter_model.safetensors + adapter_config.json) that
     ``peft.PeftModel.from_pretrained(base_model, directory)`` loads, plus ``record`` (the member's
-    id, role, parents, ...) as populora_member.json."""
+    id, role, parents, ...) as populora_member.json. ``dtype``: the tensors' dtype on disk (None: the
+    factors' own, float32 masters); the vLLM engine is handed its own dtype, which it would cast
+    them to anyway, so a push writes and reads half the bytes at bf16."""
     from peft import LoraConfig  # peft writes its own config so any peft version can read it
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tensors = {}
     for name, pair in factors.items():
-        tensors[f"{PEFT_PREFIX}{name}.lora_A.weight"] = pair.A.contiguous().cpu()
-        tensors[f"{PEFT_PREFIX}{name}.lora_B.weight"] = pair.B.contiguous().cpu()
+        tensors[f"{PEFT_PREFIX}{name}.lora_A.weight"] = pair.A.to(dtype or pair.A.dtype).contiguous().cpu()
+        tensors[f"{PEFT_PREFIX}{name}.lora_B.weight"] = pair.B.to(dtype or pair.B.dtype).contiguous().cpu()
     save_file(tensors, directory / "adapter_model.safetensors", metadata={"format": "pt"})
     LoraConfig(
         r=lora.rank,

@@ -65,6 +65,7 @@ class LoRAPolicy:
                 max_loras=len(self.population.ids()),
                 max_model_len=self.config.model.max_seq_len,
                 seed=self.config.run.seed,
+                micro_batch=self.config.rl.micro_batch,
             )
             self._owns_engine = True
             self._stale = set(self.population.ids())

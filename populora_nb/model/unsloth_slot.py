@@ -8,7 +8,12 @@ bypassed. Its training forward likewise fuses the LoRA matmuls of the active ada
 (``apply_lora_qkv`` / ``apply_lora_mlp``). So on Unsloth one member runs at a time: a mixed batch
 is split into one sub-batch per distinct member, each decoded with Unsloth's fast ``generate``.
 The population's factors (the masters, float32) stay in ``MultiLoRA``'s stacks and each member
-keeps its own AdamW state; the slot is only a compute buffer.
+keeps its own AdamW state; the slot is only a compute buffer, in the base's dtype: Unsloth's
+``get_peft_model`` leaves the LoRA weights in float32, and peft then casts each adapted layer's input
+to float32 (``_cast_input_dtype``) and keeps that copy for the backward, outside the memory budget
+(Qwen2's q/k/v, which carry biases, are not fused by Unsloth and take peft's path). Gradients reach
+the slot in that dtype and are summed into float32 buffers after every backward (micro-batches),
+which `grads_to` hands to the masters.
 
 One peft model per base, shared by every population on it (the doctor's population and baseline,
 a policy ``load_run`` loads into): ``get_peft_model`` wraps the base's layers in place, and a
@@ -35,6 +40,19 @@ from populora_nb.model.base import Base
 from populora_nb.model.checkpoint import PEFT_PREFIX
 from populora_nb.model.multilora import MultiLoRA, checkpointing
 
+FP32_GRAD = "populora_fp32_grad"
+"""The attribute on each slot parameter holding the float32 sum of its gradients since its member was loaded."""
+
+
+def _accumulate(param: Tensor) -> None:
+    """After each backward: add the slot parameter's gradient to its float32 sum, and clear it."""
+    if param.grad is None:
+        return
+    total = getattr(param, FP32_GRAD)
+    grad = param.grad.float()
+    setattr(param, FP32_GRAD, grad if total is None else total.add_(grad))
+    param.grad = None
+
 
 class UnslothSlot:
     def __init__(self, base: Base, lora: LoRAConfig) -> None:
@@ -52,6 +70,14 @@ class UnslothSlot:
                 key = name[len(PEFT_PREFIX) :] if name.startswith(PEFT_PREFIX) else name
                 key = key.replace(".base_layer", "")
                 self.slot[key] = (mod.lora_A["default"].weight, mod.lora_B["default"].weight)
+        with torch.no_grad():
+            for pair in self.slot.values():
+                for p in pair:
+                    if p.dtype != base.dtype:  # the first population on this peft model
+                        p.data = p.data.to(base.dtype)  # in place: the modules keep these Parameters
+                    if not hasattr(p, FP32_GRAD):  # one hook per parameter, whichever population wraps it
+                        setattr(p, FP32_GRAD, None)
+                        p.register_post_accumulate_grad_hook(_accumulate)
         self.loaded: int | None = None
 
     def _load(self, multi: MultiLoRA, slot: int) -> None:
@@ -72,6 +98,8 @@ class UnslothSlot:
         self.peft_model.eval()  # keep the attention mask (see __init__); LoRA dropout is 0 anyway
         for a, b in self.slot.values():
             a.grad = b.grad = None
+            setattr(a, FP32_GRAD, None)
+            setattr(b, FP32_GRAD, None)
         with checkpointing(self.base.model, gradient_checkpointing):
             yield
 
@@ -87,9 +115,12 @@ class UnslothSlot:
         """Move the slot's gradients onto the member's own parameters (its optimizer's leaves)."""
         for name, (a, b) in self.slot.items():
             pa, pb = multi.slot_params[slot][name]
-            pa.grad = None if a.grad is None else a.grad.to(pa.dtype)
-            pb.grad = None if b.grad is None else b.grad.t().to(pb.dtype).contiguous()  # Bt layout
+            ga, gb = getattr(a, FP32_GRAD), getattr(b, FP32_GRAD)
+            pa.grad = None if ga is None else ga.to(pa.dtype)
+            pb.grad = None if gb is None else gb.t().to(pb.dtype).contiguous()  # Bt layout
             a.grad = b.grad = None
+            setattr(a, FP32_GRAD, None)
+            setattr(b, FP32_GRAD, None)
 
     @torch.no_grad()
     def generate(

@@ -15,6 +15,14 @@ Weight sync: a member's factors reach the engine as a peft adapter written to a 
 (/dev/shm when it has room, else the temporary directory: `model.vllm_setup.ram_dir`), registered
 either under a fresh adapter id (``rollout.sync="new_id"``; the old id is dropped) or reloaded under
 its id (``"inplace"``, vLLM's ``load_inplace``). Both are timed by benchmarks/bench_rollouts.py.
+With ``"new_id"`` every push has a fresh path, so prefix caching is on (`vllm_setup.prefix_caching`):
+the k rollouts of a task prefill their shared prompt once.
+
+Applied adapters: after the engine starts and after every wake, before it next samples, one short
+greedy probe per member against the bare base in one batch (`check_applied`): a member whose update
+can show at the engine's dtype (`visible`; B = 0 cannot) must change the base's log-probs, else the
+engine (or a wrapper such as Unsloth's ``fast_generate``) is sampling from the base, and the run
+stops with one line (`AdapterNotApplied`).
 
 The engine core runs in its own process (vLLM's default): on a CPU its thread binding and its
 patched ``torch.set_num_threads`` then stay out of the trainer's process.
@@ -23,7 +31,6 @@ patched ``torch.set_num_threads`` then stay out of the trainer's process.
 from __future__ import annotations
 
 import contextlib
-import gc
 import importlib.util
 import shutil
 import time
@@ -35,8 +42,9 @@ import torch
 
 from populora_nb.config import LoRAConfig, RolloutConfig
 from populora_nb.lowrank import LoRAFactors
-from populora_nb.model.base import Base, decode_text
+from populora_nb.model.base import Base, decode_text, release_cached_memory
 from populora_nb.model.checkpoint import write_peft_adapter
+from populora_nb.model.engine_share import checked_share, trainer_memory
 from populora_nb.model.vllm_setup import (
     VLLM_LORA_RANKS,
     EngineError,
@@ -50,7 +58,24 @@ from populora_nb.model.vllm_setup import (
     start_error,
 )
 
-__all__ = ["VLLM_LORA_RANKS", "EngineError", "EngineOutput", "VLLMEngine", "lora_slot_rank", "row_seed"]
+__all__ = [
+    "VLLM_LORA_RANKS",
+    "AdapterNotApplied",
+    "EngineError",
+    "EngineOutput",
+    "VLLMEngine",
+    "lora_slot_rank",
+    "row_seed",
+]
+
+PROBE_TEXT = "def f(x):\n    return x + 1\n\nprint(f("
+"""The applied-adapter probe's prompt: any short text the base continues."""
+PROBE_TOKENS = 4
+"""Greedy tokens per probe row: their log-probs are compared with the base's."""
+
+
+class AdapterNotApplied(EngineError):
+    """The engine samples a member from the bare base although its adapter is large enough to show."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +90,8 @@ class EngineOutput:
     text: str
     """The completion decoded without special tokens, by the trainer's tokenizer."""
     stopped: bool
+    cached_tokens: int = 0
+    """Prompt tokens whose KV the engine reused from its prefix cache instead of prefilling them."""
 
 
 class VLLMEngine:
@@ -82,20 +109,34 @@ class VLLMEngine:
         max_loras: int,
         max_model_len: int,
         seed: int = 0,
+        micro_batch: int = 1,
     ) -> None:
         if importlib.util.find_spec("vllm") is None:
             raise EngineError(f"rollout.engine=vllm needs vLLM: {install_hint()}, or set rollout.engine=native")
         self.base, self.lora, self.rollout = base, lora, rollout
         self.cuda = torch.cuda.is_available()
         # Room for every member's adapter, plus the one a "new_id" push writes before it drops the old.
-        self.work = ram_dir("populora-vllm-", cpu_lora_slots(max_loras, rollout) * adapter_bytes(base.model, lora))
+        need = cpu_lora_slots(max_loras, rollout) * adapter_bytes(base.model, lora, base.dtype)
+        self.work = ram_dir("populora-vllm-", need)
         self.runner = rollout.model_runner
         """vLLM's model runner, as the started engine reports it ("v1" or "v2"; the config pins it)."""
         self._adapters: dict[str, Any] = {}  # name -> the LoRARequest generate uses
+        self._zero: set[str] = set()  # members pushed too close to B = 0 to show (`visible`): excepted from the check
         self._next_id = 1
         self.asleep = False
+        self.check_due = True
+        """Whether the next generate first runs `check_applied` (set at start and by every wake)."""
         started = time.perf_counter()
         release_cached_memory()  # vLLM's start checks the card's free memory, which the trainer's cache hides
+        self.share: float | None = None
+        """The engine's share of the card ("auto": the card less the trainer's counted peak); None on a CPU."""
+        if self.cuda:
+            card = torch.cuda.mem_get_info()[1]
+            trainer = trainer_memory(
+                base.model.config, lora, max_loras, micro_batch, max_model_len, base.dtype.itemsize
+            )
+            requested = rollout.gpu_memory_utilization
+            self.share = checked_share(requested, trainer, card, base.model.config, max_model_len, base.dtype.itemsize)
         try:
             self.llm = self._start(max_loras, max_model_len, seed)
         except BaseException:
@@ -109,7 +150,15 @@ class VLLMEngine:
             from vllm import LLM
 
         kwargs = engine_args(
-            self._model_dir(), self.base.dtype, self.lora, self.rollout, max_loras, max_model_len, seed, self.cuda
+            self._model_dir(),
+            self.base.dtype,
+            self.lora,
+            self.rollout,
+            max_loras,
+            max_model_len,
+            seed,
+            self.cuda,
+            self.share,
         )
         if getattr(self.base, "weights", "pretrained") == "random":
             kwargs["load_format"] = "dummy"  # the same shapes, vLLM's own random values (model.weights)
@@ -154,7 +203,7 @@ class VLLMEngine:
         path = self.work / "adapters" / f"{lora_id}"
         if path.exists():
             shutil.rmtree(path)
-        write_peft_adapter(path, factors, self.lora, self.base.name, {"id": name})
+        write_peft_adapter(path, factors, self.lora, self.base.name, {"id": name}, dtype=self.base.dtype)
         engine = self.llm.llm_engine
         if inplace:
             engine.add_lora(LoRARequest(name, lora_id, str(path), load_inplace=True))
@@ -165,11 +214,20 @@ class VLLMEngine:
                 engine.remove_lora(old.lora_int_id)
                 shutil.rmtree(self.work / "adapters" / f"{old.lora_int_id}", ignore_errors=True)
         self._adapters[name] = LoRARequest(name, lora_id, str(path))
+        if visible(factors, self.lora.alpha / self.lora.rank, self.base.dtype):
+            self._zero.discard(name)
+        else:
+            self._zero.add(name)
         return time.perf_counter() - started
+
+    def adapter_path(self, name: str) -> str:
+        """Where the engine loads ``name``'s current adapter from (with its name, the key of its cached blocks)."""
+        return str(self._adapters[name].lora_path)
 
     def drop(self, name: str) -> None:
         """Forget a member's adapter (a member evolution replaced)."""
         old = self._adapters.pop(name, None)
+        self._zero.discard(name)
         if old is not None:
             self.llm.llm_engine.remove_lora(old.lora_int_id)
             shutil.rmtree(self.work / "adapters" / f"{old.lora_int_id}", ignore_errors=True)
@@ -204,6 +262,8 @@ class VLLMEngine:
         if unknown:
             raise KeyError(f"no adapter pushed for {unknown}; the engine has {self.adapters}")
         self.wake()
+        if self.check_due:
+            self.check_applied()
         tok = self.base.tokenizer
         stops = list(stop_token_ids) if stop_token_ids is not None else [tok.eos_token_id]
         params = [
@@ -220,7 +280,7 @@ class VLLMEngine:
             )
             for i in range(len(prompt_ids))
         ]
-        requests = [self._adapters[a] if a is not None else None for a in adapters]
+        requests = [self._request(a) for a in adapters]
         prompts = [{"prompt_token_ids": list(p)} for p in prompt_ids]
         outs = self.llm.generate(prompts, params, lora_request=requests, use_tqdm=False)
         rows = []
@@ -228,8 +288,52 @@ class VLLMEngine:
             c = o.outputs[0]
             ids = list(c.token_ids)
             lps = [float(pos[t].logprob) for t, pos in zip(ids, c.logprobs or [])]
-            rows.append(EngineOutput(list(p), ids, lps, decode_text(tok, ids), bool(ids) and ids[-1] in stops))
+            stopped = bool(ids) and ids[-1] in stops
+            cached = int(getattr(o, "num_cached_tokens", None) or 0)
+            rows.append(EngineOutput(list(p), ids, lps, decode_text(tok, ids), stopped, cached))
         return rows
+
+    def _request(self, name: str | None) -> Any:
+        """The LoRARequest rows of ``name`` are served with (None: the bare base)."""
+        return None if name is None else self._adapters[name]
+
+    def check_applied(self) -> None:
+        """One greedy probe of every member whose factors are not all zero, beside the bare base in
+        the same batch (same shapes, so the base's numbers are the same in every row): a member whose
+        tokens and log-probs all equal the base's is not applied, and `AdapterNotApplied` stops the
+        run. Members pushed at B = 0 are the base by design, and members whose update is below the
+        engine's rounding (`visible`) cannot be told from it: both are skipped."""
+        from vllm import SamplingParams
+
+        self.check_due = False
+        members = [m for m in self._adapters if m not in self._zero]
+        if not members:
+            return
+        ids = self.base.tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"]
+        params = SamplingParams(
+            n=1,
+            temperature=0.0,
+            max_tokens=PROBE_TOKENS,
+            ignore_eos=True,
+            logprobs=0,
+            skip_reading_prefix_cache=True,  # every row computed in this batch, the base's included
+        )
+        rows: list[str | None] = [None, *members]
+        outs = self.llm.generate(
+            [{"prompt_token_ids": ids}] * len(rows),
+            params,
+            lora_request=[self._request(m) for m in rows],
+            use_tqdm=False,
+        )
+        seen = [_tokens_and_logprobs(o.outputs[0]) for o in outs]
+        same = [m for m, probe in zip(members, seen[1:]) if probe == seen[0]]
+        if same:
+            raise AdapterNotApplied(
+                f"the vLLM engine samples {', '.join(same)} from the bare base although their adapters are "
+                f"far from zero (a greedy probe's tokens and log-probs equal the base's), so they would train on the "
+                f"base's samples. Fix: rerun to resume from the last checkpoint; if it recurs set "
+                f"rollout.sleep_during_training=false, or rollout.engine=native"
+            )
 
     # ---- sharing the card with the trainer --------------------------------------------------------
 
@@ -247,6 +351,7 @@ class VLLMEngine:
             release_cached_memory()
             self.llm.wake_up()
             self.asleep = False
+            self.check_due = True  # an adapter can stop applying after a wake (vLLM issue 53888)
 
     def close(self) -> None:
         """End the engine process and remove the adapters' directory."""
@@ -263,18 +368,20 @@ class VLLMEngine:
         self.close()
 
 
-def release_cached_memory() -> None:
-    """Give the CUDA memory this process's caching allocator holds but no tensor uses back to the
-    device, so vLLM (a process of its own) can map it; a no-op without CUDA.
+def visible(factors: LoRAFactors, scale: float, dtype: torch.dtype) -> bool:
+    """Whether an adapter can move the engine's outputs at its dtype: the largest bound on a module's
+    ``‖ΔW‖₂ ≤ scale · ‖B‖_F · ‖A‖_F`` is at least the dtype's epsilon (bf16: 0.0078). A member at B = 0
+    is not, nor one a first small update barely moved, whose bf16 activations can equal the base's to
+    the bit (it would read as "not applied"); in float32 only B = 0 is below."""
+    eps = torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
+    bound = max((scale * float(p.B.float().norm()) * float(p.A.float().norm()) for p in factors.values()), default=0.0)
+    return bound > 0 and bound >= eps
 
-    torch keeps freed blocks reserved for reuse: after an update the trainer's peak (activations,
-    log-prob buffers) stays reserved, and the engine's ``wake_up`` (42 GiB at ``gpu``, 63 GiB at
-    ``paper``) or a new engine's free-memory check then fails with an out-of-memory (issue #29).
-    ``gc.collect`` first, so tensors held only by reference cycles (an autograd graph's closures)
-    are freed before the cache is emptied. Called before every wake and every engine start."""
-    if torch.cuda.is_available():
-        gc.collect()
-        torch.cuda.empty_cache()
+
+def _tokens_and_logprobs(completion: Any) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """A probe row's greedy tokens and the log-prob of each."""
+    ids = tuple(completion.token_ids)
+    return ids, tuple(float(pos[t].logprob) for t, pos in zip(ids, completion.logprobs or []))
 
 
 def row_seed(seed: int, row: int) -> int:

