@@ -1,6 +1,9 @@
 """The checks notebooks 02 and 03 show as evidence under "Verify it is real", made on runs of the
 same shape (tiny preset, scripted completions): a notebook narrates, the suite asserts."""
 
+import ast
+from pathlib import Path
+
 from scripted import ScriptedLoRA, ScriptedPolicy, spread_members
 
 from populora_nb.config import load_config
@@ -32,3 +35,16 @@ def test_a_population_run_logs_both_roles_ratings_matches_and_children(tmp_path,
     per_step = config.population.n_teachers * config.rl.teacher_proposals * len(config.tasks.kinds)
     assert len(result.read("matches")) == config.run.steps * per_step
     assert result.read("lineage"), "evolution should have replaced members"
+
+
+def test_notebooks_narrate_and_leave_asserting_to_the_suite():
+    """A notebook shows evidence; an assert there stops a reader's run at a red traceback instead."""
+    notebooks = sorted((Path(__file__).parents[1] / "notebooks").glob("[0-9][0-9]_*.py"))
+    assert notebooks
+    found = [
+        f"{py.name}:{node.lineno}"
+        for py in notebooks
+        for node in ast.walk(ast.parse(py.read_text()))
+        if isinstance(node, ast.Assert)
+    ]
+    assert found == [], f"assert statements in notebooks: {found}"
