@@ -24,6 +24,7 @@ from populora_nb.analysis.difficulty_probe import plot_probe, probe_events, prob
 from populora_nb.analysis.figures import save_figure
 from populora_nb.analysis.liveness import liveness
 from populora_nb.analysis.runs import find_runs
+from populora_nb.evaluation.humaneval import benchmark_label
 from populora_nb.evolution import Lineage
 from populora_nb.records import RunDir
 
@@ -287,7 +288,14 @@ def _benchmark_section(out: Path) -> Section:
     pct = lambda v: "n/a" if v is None else f"{100 * v:.1f}"  # noqa: E731
     table = [["benchmark", "base", "baseline", "population mean", "best", "worst", "scorer"]]
     table += [
-        [r["benchmark"], pct(r["base"]), pct(r["baseline"]), pct(r["population_mean"]), pct(r["best"]), pct(r["worst"])]
+        [
+            benchmark_label(r["benchmark"]),
+            pct(r["base"]),
+            pct(r["baseline"]),
+            pct(r["population_mean"]),
+            pct(r["best"]),
+            pct(r["worst"]),
+        ]
         + [r.get("scorer") or "project (written before scorers were recorded)"]
         for r in rows
     ]
