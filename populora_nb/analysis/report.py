@@ -24,8 +24,10 @@ from populora_nb.analysis.difficulty_probe import plot_probe, probe_events, prob
 from populora_nb.analysis.figures import save_figure
 from populora_nb.analysis.liveness import liveness
 from populora_nb.analysis.runs import find_runs
+from populora_nb.config import ExperimentConfig
 from populora_nb.evaluation.humaneval import benchmark_label
 from populora_nb.evolution import Lineage
+from populora_nb.probe import probe_due
 from populora_nb.records import RunDir
 
 
@@ -100,6 +102,35 @@ def make_figures(out: str | Path) -> list[Path]:
     return paths
 
 
+def run_length_note(config: ExperimentConfig) -> str:
+    """What a population run of this length can and cannot show, from its config alone: the counts
+    above need only a few matches, but a child is judged only at an evolution event outside its
+    grace, and a trend (an arms race, a collapse, a change in probe difficulty) needs many steps."""
+    steps, ec = config.run.steps, config.evolution
+    births = [s + 1 for s in range(steps) if ec.enabled and (s + 1) % ec.every == 0 and s + 1 < steps]
+    judged = [b for b in births if any(e >= b + ec.grace for e in births)]
+    probes = sum(probe_due(s, config) for s in range(steps))
+    can = (
+        f"In {steps} steps this run can show that the loop acts: teachers winning games, tasks in the band, "
+        f"{len(births)} evolution event{'s' if len(births) != 1 else ''} replacing members, "
+        f"{probes} probe event{'s' if probes != 1 else ''}."
+    )
+    if judged:
+        cannot = "It can judge children born at steps " + ", ".join(map(str, judged)) + "."
+    else:
+        cannot = (
+            f"It cannot judge any child (one is first judged {ec.grace} steps after its birth, at an event "
+            f"outside its grace), so 'children survived' reads 0 of 0 here, not a failure."
+        )
+    return (
+        can + " " + cannot + " Nor can a run this short show a trend: an arms race or a collapse, a change "
+        "of the probe's difficulty, or a population − baseline difference needs the `cpu` preset's 40 steps "
+        "over seeds (docs/laptop-run.md)."
+        if steps < 20
+        else can + " " + cannot
+    )
+
+
 def sections(out: Path) -> list[Section]:
     """The report's sections, in order: each a title, its text, its figures and its table."""
     runs = _runs(out)
@@ -120,7 +151,9 @@ def sections(out: Path) -> list[Section]:
                 "Read before any curve (DESIGN.md): teachers win rating games only on contested tasks "
                 "(0 < ρ < win_threshold), tasks in 0 < ρ < 1 are the only ones whose rollouts carry a "
                 "difficulty signal, and a child that is culled at the next evolution event never learned. "
-                + live.summary(),
+                + live.summary()
+                + " "
+                + run_length_note(RunDir(runs["population"]).load_config()),
             )
         )
     secs.append(
