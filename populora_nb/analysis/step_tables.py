@@ -123,7 +123,9 @@ def rewards_table(step: Step) -> pd.DataFrame:
     rows = [
         {
             "member": m,
-            "role": "teacher" if role == "propose" and step.population else ("proposer" if role == "propose" else role),
+            "role": {("propose", True): "teacher", ("propose", False): "proposer", ("solve", True): "student"}.get(
+                (role, step.population), "solver"
+            ),
             "samples": len(r),
             "rewards": ", ".join(f"{v:+g}×{n}" for v, n in sorted(Counter(r).items())),
             "mean reward": sum(r) / len(r),
