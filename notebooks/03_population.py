@@ -141,9 +141,12 @@ step_tables.update_table(hand)
 
 # %% [markdown]
 # ### 8 · Ratings
-# Each proposal is one TrueSkill match of k games; the rule column says which rule of
-# `matchmaking.py` made each member's games (a student is never rated up for failing; a teacher
-# wins only on contested tasks, 0 < ρ < threshold).
+# Each proposal is one TrueSkill match of k games; the rules column counts, per member, the matches
+# each rule of `matchmaking.py` scored: a teacher's *contested* task (0 < ρ < threshold) gives it a
+# win per failed rollout and a loss per solved one against its student; a task that *teaches
+# nothing* (ρ = 0, or ρ ≥ threshold) k losses to a fixed reference; an *invalid task* 2k losses; a
+# student wins each rollout it solved and loses each it failed, and plays no game on a task it never
+# saw. So a student is never rated up for failing, and a teacher rises only on contested tasks.
 
 # %%
 hand.rate()

@@ -186,7 +186,8 @@ def ratings_table(step: Step) -> pd.DataFrame:
             (m.teacher, "teacher", teacher_games(m, threshold)),
             (m.student, "student", student_games(m)),
         ):
-            rules[member][game_rule(m, role, threshold)] += 1  # type: ignore[arg-type]
+            # the rule's name (before its colon); `matchmaking.game_rule` spells out its games
+            rules[member][game_rule(m, role, threshold).split(":")[0]] += 1  # type: ignore[arg-type]
             won[member] += sum(g.won for g in games)
             lost[member] += sum(not g.won for g in games)
     rows = []
