@@ -274,8 +274,8 @@ if not births:
 # keeps training; a child that retains what its parent learnt starts near that line, one that lost
 # it starts lower and should climb back. linear_0_5 (dashed) is the naive crossover to beat. On the
 # tiny random model every answer is malformed (−1) and the curves are flat: only the plumbing runs.
-# In smoke the population trained five steps at lr 1e-4, which barely moves its adapters (after
-# `make run`, the median ‖ΔW‖/‖W‖ over modules was 1.6e-4): every child then samples what its parent
+# In smoke the population trains three steps at lr 1e-4, which barely moves its adapters (after
+# a five-step `make run`, the median ‖ΔW‖/‖W‖ over modules was 1.6e-4): every child then samples what its parent
 # samples and the curves coincide. Each score is also a mean over a couple of rollouts. Read smoke
 # as the plumbing of the experiment; the recovery curves of the paper need the GPU presets.
 
