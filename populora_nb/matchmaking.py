@@ -188,20 +188,20 @@ def student_games(match: Match) -> list[Game]:
 
 def game_rule(match: Match, role: Literal["teacher", "student"], threshold: float = 1.0) -> str:
     """In words, the rule by which ``match`` moves ``role``'s rating: which branch of
-    `teacher_games` or `student_games` made its games (module docstring)."""
+    `teacher_games` or `student_games` made its games (module docstring), as "name: its games"."""
     if role == "teacher":
         if not match.valid:
             return "invalid task: 2k losses to the reference"
         if not match.played:
             return "not attempted: no game"
         if not contested(match, threshold):
-            return "teaches nothing (ρ = 0 or ρ ≥ threshold): k losses to the reference"
-        return "contested (0 < ρ < threshold): a win per failed rollout, a loss per solved one"
+            return "teaches nothing: ρ = 0 or ρ ≥ threshold, k losses to the reference"
+        return "contested: 0 < ρ < threshold, a win per failed rollout, a loss per solved one"
     if role != "student":
         raise ValueError(f"role must be 'teacher' or 'student', got {role!r}")
     if not match.played:
-        return "not played (invalid or not attempted): no game"
-    return "a win per solved rollout, a loss per failed one, against the teacher"
+        return "not played: an invalid task or one not attempted, no game"
+    return "played: a win per solved rollout, a loss per failed one, against the teacher"
 
 
 def _spread(j: int, k: int) -> list[bool]:
