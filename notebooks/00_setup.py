@@ -130,15 +130,16 @@ for g in gens:
 
 # %% [markdown]
 # ## Verify it is real
+# The evidence, printed; tests/test_base.py and tests/test_adapters.py assert them.
 
 # %%
 member_dir = (Path(out_dir) if out_dir else Path(tempfile.mkdtemp())) / "student0_adapter"
 pop.save_member(pop.ids("student")[0], member_dir)
 saved, adapter_config = load_member_factors(member_dir)
-assert adapter_config["r"] == pop_config.lora.rank
-assert all(p.A.abs().sum() > 0 and p.B.abs().sum() > 0 for p in saved.values()), "saved factors must be non-zero"
-assert len(gens) == len(rows) and all(isinstance(g.text, str) for g in gens)
-assert base.n_parameters > 0 and trainable == 0, "the base must be frozen"
-assert isinstance(reply, str) and len(reply) > 0, "the base produced no text"
-assert base.tokenizer.padding_side == "left"
-print("base loaded, frozen, and generating")
+nonzero = sum(bool(p.A.abs().sum() > 0 and p.B.abs().sum() > 0) for p in saved.values())
+print(f"saved adapter: rank {adapter_config['r']} (config: {pop_config.lora.rank})")
+print(f"non-zero modules: {nonzero} of {len(saved)}")
+print(f"mixed batch: {len(gens)} completions for {len(rows)} rows")
+print(f"base: {base.n_parameters:,} parameters, {trainable} trainable (frozen)")
+print(f"padding side: {base.tokenizer.padding_side}")
+print(f"the base's reply: {len(reply)} characters")

@@ -274,8 +274,8 @@ if not births:
 # keeps training; a child that retains what its parent learnt starts near that line, one that lost
 # it starts lower and should climb back. linear_0_5 (dashed) is the naive crossover to beat. On the
 # tiny random model every answer is malformed (−1) and the curves are flat: only the plumbing runs.
-# In smoke the population trained five steps at lr 1e-4, which barely moves its adapters (after
-# `make run`, the median ‖ΔW‖/‖W‖ over modules was 1.6e-4): every child then samples what its parent
+# In smoke the population trains three steps at lr 1e-4, which barely moves its adapters (after
+# a five-step `make run`, the median ‖ΔW‖/‖W‖ over modules was 1.6e-4): every child then samples what its parent
 # samples and the curves coincide. Each score is also a mean over a couple of rollouts. Read smoke
 # as the plumbing of the experiment; the recovery curves of the paper need the GPU presets.
 
@@ -307,31 +307,42 @@ for name, scores in curves.items():
 # operators that should move ΔW did, every crossover but DARE gives identical parents back and
 # near-identical ones a near-identical child (DARE moves them by its stated expectation), the
 # lineage only ever uses living members as parents, and every operator's retrained child has a
-# reward before training and after each step.
+# reward before training and after each step. Printed here; tests/test_evolution.py and
+# tests/test_retention.py assert them.
 
 # %%
-for name, child in children.items():
-    assert lora_rank(child) == rank, name
-    for module, (A, B) in child.items():
-        assert A.shape == parent_1[module].A.shape and B.shape == parent_1[module].B.shape, (name, module)
-        assert torch.isfinite(A).all() and torch.isfinite(B).all(), (name, module)
-assert all(torch.equal(children["copy_parent"][m].B, parent_1[m].B) for m in parent_1)
 moved = {name: relative_change(parent_1, child) for name, child in children.items()}
-assert all(change > 1e-3 for name, change in moved.items() if name != "copy_parent"), moved
-assert all(self_moved[n] < 1e-3 for n in crossovers if n != "dare"), self_moved  # parent 1 back
-assert all(near_moved[n] < min(0.1, 1.5 * apart) for n in crossovers if n != "dare"), near_moved
-assert abs(self_moved["dare"] / dare_expected - 1) < 0.15, (self_moved["dare"], dare_expected)
+for name, child in children.items():
+    shapes = all(A.shape == parent_1[m].A.shape and B.shape == parent_1[m].B.shape for m, (A, B) in child.items())
+    finite = all(bool(torch.isfinite(A).all() and torch.isfinite(B).all()) for A, B in child.values())
+    print(
+        f"{name:>26}: rank {lora_rank(child)} (parent {rank}), shapes kept {shapes}, finite {finite}, "
+        f"moved {moved[name]:.3g}"
+    )
+exact = all(torch.equal(children["copy_parent"][m].B, parent_1[m].B) for m in parent_1)
+print(f"copy_parent is the parent exactly: {exact}")
+print("identical parents give back (moved):", {n: f"{self_moved[n]:.1e}" for n in crossovers})
+print(f"near-identical parents (apart {apart:.3g}) give (moved):", {n: f"{near_moved[n]:.3g}" for n in crossovers})
+print(f"DARE on identical parents moved {self_moved['dare']:.3g}, expected {dare_expected:.3g}")
 masking_rho = inspect.signature(OPERATORS["component_masking"]).parameters["rho"].default
-assert (singular_values(children["component_masking"])[shown] == 0).sum() == round(masking_rho * rank)
-alive = {m.member_id for m in founders}
+zeroed = int((singular_values(children["component_masking"])[shown] == 0).sum())
+print(f"component_masking zeroed {zeroed} of {rank} singular values (rho {masking_rho}: {round(masking_rho * rank)})")
+alive, dead_parents = {m.member_id for m in founders}, 0
 for step in sorted({r.step for r in records}):
     births = [r for r in records if r.step == step]
-    assert all(set(r.parents) <= alive and r.replaced in alive for r in births)
+    dead_parents += sum(not (set(r.parents) <= alive and r.replaced in alive) for r in births)
     alive = (alive - {r.replaced for r in births}) | {r.child for r in births}
-assert len(records) <= generations * 2 * ec.replace_per_role and len(records) > 0
-assert list(curves) == list(retained) and all(len(c) == n_retrain + 1 for c in curves.values())
-assert all(-1.0 <= s <= 1.0 for c in curves.values() for s in c), curves  # student rewards lie in [-1, 1]
+print(f"{len(records)} births (at most {generations * 2 * ec.replace_per_role}), {dead_parents} from a dead member")
+print(
+    f"retention curves: {len(curves)} of {len(retained)}, each {sorted({len(c) for c in curves.values()})} points "
+    f"(n_retrain + 1 = {n_retrain + 1}), rewards in [{min(min(c) for c in curves.values()):+.2f}, "
+    f"{max(max(c) for c in curves.values()):+.2f}]"
+)
 if figures:
-    for png in ("04_operator_spectra.png", "04_crossover_identity.png", "04_lineage.png", "04_retention.png"):
-        assert (figures / png).stat().st_size > 0, png
-print("verified:", len(children), "operators,", len(records), "births,", len(curves), "retention curves")
+    print(
+        "figures:",
+        {
+            png: (figures / png).stat().st_size
+            for png in ("04_operator_spectra.png", "04_crossover_identity.png", "04_lineage.png", "04_retention.png")
+        },
+    )

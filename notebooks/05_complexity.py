@@ -224,20 +224,19 @@ for name, a in analyses.items():
 # %%
 # A short run of a small (or, in `tiny`, random) model may have no valid program at all: then its
 # curves are empty, which is a result, not a failure. Every valid task must have been measured.
-assert analyses and all(a.n_tasks > 0 for a in analyses.values()), "a run has no task records"
-assert all(len(a.programs) + len(a.inputs) + a.n_copies == a.n_tasks - a.n_invalid for a in analyses.values())
-assert all(p.kind in ("code_o", "code_i") for a in analyses.values() for p in a.programs)
-if synthetic:
-    assert all(a.programs for a in analyses.values()), "the synthetic demo writes valid programs"
+# Printed here; tests/test_complexity.py asserts them.
+for name, a in analyses.items():
+    sorted_ = len(a.programs) + len(a.inputs) + a.n_copies
+    print(
+        f"{name}: {a.n_tasks} task rows; {sorted_} sorted of {a.n_tasks - a.n_invalid} valid; kinds of programs "
+        f"{sorted({p.kind for p in a.programs})}"
+    )
 for kind, per_run in curves.items():
     for name, curve in per_run.items():
-        assert all(np.diff(curve.mean) >= 0) and all(np.diff(curve.lo) >= 0), f"{name} {kind} coverage decreased"
         raw = len(set().union(*coverage.coverage_units(analyses[name], kind)))
-        assert curve.mean[-1] == raw, f"{name} {kind}: all N drawn must give the raw distinct count"
+        rising = bool(all(np.diff(curve.mean) >= 0) and all(np.diff(curve.lo) >= 0))
+        print(f"{name} {kind}: coverage never decreases {rising}; ends at {curve.mean[-1]:g}, raw distinct {raw}")
 if synthetic:
-    assert reports["baseline"].collapsed and not reports["population"].collapsed
+    print(f"collapse flagged: baseline {reports['baseline'].collapsed}, population {reports['population'].collapsed}")
 if out_dir is not None:
-    saved = sorted(p.name for p in Path(out_dir).glob("05_*.png"))
-    assert {"05_complexity.png", "05_coverage.png"} <= set(saved), saved
-    print("saved:", saved)
-print("ok")
+    print("saved:", sorted(p.name for p in Path(out_dir).glob("05_*.png")))

@@ -1,5 +1,5 @@
-"""AZR's single-agent self-play step, PopuLoRA's population step, and `run`, which drives either
-one into a run directory with checkpoints and resume.
+"""`run`, which drives AZR's single-agent step or PopuLoRA's population step (`populora_nb.step`,
+stage by stage) into a run directory with checkpoints and resume, and AZR's seeding run (`grow_seeds`).
 
 baseline_step:   agent proposes every kind → validate → k learnability rollouts per valid task set
                  rho (not trained on) → the agent solves a batch of buffer tasks, one response
@@ -8,64 +8,26 @@ baseline_step:   agent proposes every kind → validate → k learnability rollo
 population_step: PFSP pairs each teacher with a student → teachers propose (one mixed batch) →
                  validate → matched students solve (one mixed batch) → PopuLoRA teacher reward
                  (-1 / 0 / 1-rho) + student reward → one update per member → TrueSkill updates →
-                 every E steps, evolution replaces the weakest of each role.
+                 every E steps, evolution replaces the weakest of each role (`evolve`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 
-import torch
 from tqdm import tqdm  # a text bar, not tqdm.auto's widget: see run()
 
 from populora_nb.config import ExperimentConfig
-from populora_nb.copies import mark_copies
-from populora_nb.evolution import MemberRating, OperatorMix, apply_operator, inherit_rating, plan_replacement
-from populora_nb.lowrank import relative_change
-from populora_nb.matchmaking import (
-    Match,
-    Rating,
-    contested,
-    pfsp_pairs,
-    round_robin_pairs,
-    update_ratings,
-)
+from populora_nb.matchmaking import contested
 from populora_nb.probe import probe_due, probe_metrics, probe_rows, run_probe
 from populora_nb.records import RunDir
-from populora_nb.rewards import azr_proposer_reward, teacher_reward
-from populora_nb.stages import (
-    Policy,
-    StepOutcome,
-    buffer_jobs,
-    grow_buffers,
-    learnability_jobs,
-    propose,
-    reward_samples,
-    rng_for,
-    seed_for,
-    solve,
-    solve_jobs,
-    solve_rates,
-    update,
-    validate,
-    worked_examples,
-)
-from populora_nb.state import (
-    RunState,
-    initial_state,
-    resume_or_start,
-    roster_for,
-    seed_buffers,
-    trueskill_env,
-    write_checkpoint,
-)
+from populora_nb.stages import Policy, propose, validate
+from populora_nb.state import RunState, initial_state, resume_or_start, roster_for, seed_buffers, write_checkpoint
+from populora_nb.step import baseline_step, evolve, population_step
 from populora_nb.step_records import (
-    Timer,
     member_metrics,
     peak_memory_gb,
     reset_peak_memory,
@@ -76,164 +38,6 @@ from populora_nb.step_records import (
 from populora_nb.tasks import Task
 from populora_nb.tracking import open_tracker
 from populora_nb.verify import Verifier
-
-# ---- the two steps ------------------------------------------------------------------------------
-
-
-def baseline_step(policy: Policy, verifier: Verifier, state: RunState, config: ExperimentConfig) -> StepOutcome:
-    """One step of AZR's single agent (module docstring); updates the agent and grows the buffers."""
-    out, step = StepOutcome(), state.step
-    with Timer(out.timings, "propose_s"):
-        out.proposals = propose(policy, ["agent"], state.buffers, config, step)
-    # AZR: the agent solves its own proposals
-    out.proposals = [dataclasses.replace(p, solver="agent") for p in out.proposals]
-    with Timer(out.timings, "validate_s"):
-        out.proposals = validate(verifier, out.proposals, config.tasks.code_f_inputs)
-        out.proposals = mark_copies(out.proposals, state.seen, config.tasks.reject_copies, config.tasks.reject_repeats)
-    with Timer(out.timings, "solve_s"):
-        if config.run.baseline_solver == "azr":
-            # AZR: k learnability rollouts per valid proposal set rho (not trained on); the solver
-            # learns from its own batch of buffer tasks, one response each.
-            jobs = learnability_jobs("agent", out.proposals, config.rl.rollouts) + buffer_jobs(
-                "agent", state.buffers, config, step
-            )
-        else:  # "own_rollouts": the solver trains on the rollouts that measured its own proposals
-            jobs = solve_jobs({"agent": list(range(len(out.proposals)))}, out.proposals, state.buffers, config, step)
-        out.attempts = solve(policy, verifier, jobs, config, step, worked_examples(state.buffers))
-        out.proposals = solve_rates(out.proposals, out.attempts)
-    out.samples = reward_samples(out.proposals, out.attempts, azr_proposer_reward, config.rl.advantage_scale)
-    with Timer(out.timings, "update_s"):
-        out.update_stats = update(policy, out.samples, ["agent"])
-    with Timer(out.timings, "sync_s"):
-        sync_engine(policy)
-    grow_buffers(state.buffers, out.proposals)
-    return out
-
-
-def sync_engine(policy: Policy) -> None:
-    """Hand the updated members to a rollout engine that samples apart from the trainer (vLLM,
-    `LoRAPolicy.sync`) before the next step generates; a policy without one has nothing to do."""
-    sync = getattr(policy, "sync", None)
-    if sync is not None:
-        sync()
-
-
-def pair(state: RunState, config: ExperimentConfig) -> dict[str, str]:
-    """teacher -> student for this step: a PFSP-weighted matching on TrueSkill ratings, in which every
-    student gets as many teachers as any other (within one), or the round-robin ablation."""
-    mc = config.matchmaking
-    if mc.mode == "round_robin":
-        pairs = round_robin_pairs(state.teachers, state.students, state.step)
-    else:
-        env = trueskill_env(config)
-        pairs = pfsp_pairs(
-            state.teachers,
-            state.students,
-            state.ratings,
-            env,
-            rng_for(config.run.seed, state.step, "pfsp"),
-            weighting="var" if mc.mode == "pfsp_var" else "hard",
-            gamma=mc.gamma,
-            floor=mc.floor,
-        )
-    return dict(pairs)
-
-
-def population_step(policy: Policy, verifier: Verifier, state: RunState, config: ExperimentConfig) -> StepOutcome:
-    """One PopuLoRA step (module docstring); updates every member, the ratings and the buffers."""
-    out, step = StepOutcome(), state.step
-    partner = pair(state, config)
-    with Timer(out.timings, "propose_s"):
-        out.proposals = propose(policy, state.teachers, state.buffers, config, step, config.rl.teacher_proposals)
-    # the matched student, set once: it is known before anything is solved
-    out.proposals = [dataclasses.replace(p, solver=partner[p.proposer]) for p in out.proposals]
-    with Timer(out.timings, "validate_s"):
-        out.proposals = validate(verifier, out.proposals, config.tasks.code_f_inputs)
-        out.proposals = mark_copies(out.proposals, state.seen, config.tasks.reject_copies, config.tasks.reject_repeats)
-    assignments: dict[str, list[int]] = {s: [] for s in state.students}
-    for i, p in enumerate(out.proposals):
-        assignments[partner[p.proposer]].append(i)
-    with Timer(out.timings, "solve_s"):
-        jobs = solve_jobs(assignments, out.proposals, state.buffers, config, step)
-        out.attempts = solve(policy, verifier, jobs, config, step, worked_examples(state.buffers))
-        out.proposals = solve_rates(out.proposals, out.attempts)
-    out.samples = reward_samples(out.proposals, out.attempts, teacher_reward, config.rl.advantage_scale)
-    with Timer(out.timings, "update_s"):
-        out.update_stats = update(policy, out.samples, list(state.roster))
-    with Timer(out.timings, "sync_s"):
-        sync_engine(policy)
-    # rho is None unless the partner attempted the task (always so for an invalid one): Match.played.
-    out.matches = step_matches(out, config)
-    state.ratings = update_ratings(state.ratings, out.matches, trueskill_env(config), config.matchmaking.win_threshold)
-    grow_buffers(state.buffers, out.proposals)
-    return out
-
-
-def step_matches(out: StepOutcome, config: ExperimentConfig) -> list[Match]:
-    """The step's matches, one per proposal, in proposal order; rho is None unless the partner
-    attempted the task (always so for an invalid one): Match.played."""
-    k = config.rl.rollouts
-    return [Match(p.proposer, p.solver or "", isinstance(p.result, Task), p.rho, k) for p in out.proposals]
-
-
-def evolve(policy: Policy, state: RunState, config: ExperimentConfig) -> list[dict]:
-    """Replace the weakest `replace_per_role` teachers and students by children of tournament-chosen
-    parents (evolution.plan_replacement), made in LoRA weight space; returns the lineage rows."""
-    ec, step = config.evolution, state.step
-    members = [
-        MemberRating(m, role, state.ratings[m].mu, state.ratings[m].sigma, state.born.get(m))
-        for m, role in state.roster.items()
-    ]
-    births = plan_replacement(
-        members,
-        step=step + 1,
-        rng=rng_for(config.run.seed, step, "evolve"),
-        num_replaced=ec.replace_per_role,
-        mix=OperatorMix(ec.operators),
-        tournament_size=ec.tournament_size,
-        k=ec.fitness_k,
-        grace_steps=ec.grace,
-    )
-    rows = []
-    for birth in births:
-        parents = [policy.factors(p) for p in birth.parents]
-        device = next(iter(parents[0].values())).A.device  # operators draw on the factors' device
-        gen = torch.Generator(device=device).manual_seed(seed_for(config.run.seed, step, f"operator:{birth.child}"))
-        child = apply_operator(birth, parents, generator=gen)
-        # How far the operator moved the child from its first parent, ‖ΔW_c − ΔW_p‖ / ‖ΔW_p‖: a
-        # mutation that barely moves is a copy, one that moves by more than 100% is a restart.
-        moved = relative_change(parents[0], child)
-        policy.replace(
-            birth.replaced,
-            birth.child,
-            child,
-            birth.parents,
-            birth.operator,
-            step + 1,
-            inherit_optimizer_from=birth.parents[0] if ec.inherit_optimizer else None,
-        )
-        mu, sigma = inherit_rating(
-            [(state.ratings[p].mu, state.ratings[p].sigma) for p in birth.parents],
-            sigma_inflation=ec.sigma_inflation,
-            prior=(config.matchmaking.mu, config.matchmaking.sigma),
-        )
-        state.roster = {(birth.child if m == birth.replaced else m): r for m, r in state.roster.items()}
-        del state.ratings[birth.replaced]
-        state.ratings[birth.child] = Rating(mu, sigma)
-        state.born[birth.child] = step + 1
-        # "step" is the loop step after which the birth happened (records are truncated by it on resume).
-        rows.append(
-            {
-                **asdict(birth),
-                "birth_step": birth.step,
-                "step": step,
-                "mu": mu,
-                "sigma": sigma,
-                "relative_change": moved,
-            }
-        )
-    return rows
-
 
 # ---- run --------------------------------------------------------------------------------------------
 

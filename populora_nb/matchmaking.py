@@ -190,6 +190,24 @@ def student_games(match: Match) -> list[Game]:
     return [Game(solved, "partner") for solved in _spread(match.solved, match.k)]
 
 
+def game_rule(match: Match, role: Literal["teacher", "student"], threshold: float = 1.0) -> str:
+    """In words, the rule by which ``match`` moves ``role``'s rating: which branch of
+    `teacher_games` or `student_games` made its games (module docstring), as "name: its games"."""
+    if role == "teacher":
+        if not match.valid:
+            return "invalid task: 2k losses to the reference"
+        if not match.played:
+            return "not attempted: no game"
+        if not contested(match, threshold):
+            return "teaches nothing: ρ = 0 or ρ ≥ threshold, k losses to the reference"
+        return "contested: 0 < ρ < threshold, a win per failed rollout, a loss per solved one"
+    if role != "student":
+        raise ValueError(f"role must be 'teacher' or 'student', got {role!r}")
+    if not match.played:
+        return "not played: an invalid task or one not attempted, no game"
+    return "played: a win per solved rollout, a loss per failed one, against the teacher"
+
+
 def _spread(j: int, k: int) -> list[bool]:
     """k flags, j of them True, spread evenly (j = 2, k = 4: F T F T)."""
     return [(i + 1) * j // k > i * j // k for i in range(k)]

@@ -42,29 +42,31 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "eval.max_new_tokens": 16,
         },
         "smoke": {
+            # `make run`'s first experiment, sized to finish in minutes on 2 cores: the `cpu` preset's task set
+            # and per-sample costs (code_i only, bf16, short budgets), without its warm-up, for 3 steps.
+            "model.dtype": "bfloat16",  # this CPU's AMX/AVX-512 BF16: population step 0.66x of fp32 (cpu preset)
             "sampling.temperature": 0.7,  # 135M writes runnable code ~6/20 at 0.7, ~never at 1.0
-            "sampling.propose_max_new_tokens": 96,  # measured: 4T+4S step ~55-170 s on 2 cores
-            "sampling.solve_max_new_tokens": 32,
-            # Issue #27. k = 4 puts three solve rates in the teacher's band (at 2 only rho = 1/2). Compute per
-            # adapter: the agent trains on 3 proposals + 3 solver answers per kind, a teacher on its 4 proposals,
-            # a student on >= 4 tasks x 4 rollouts. Measured in docs/results/smoke-27 (5 steps, students at 3
-            # tasks): proposals 48 / answers 14 tokens, trained tokens per adapter 0.87x (teachers) and 0.71x
-            # (students) the agent's; 4 student tasks project students to ~0.95x. Cost: a population step of
-            # ~8 min on 2 busy cores (~100 s at the former 2 proposals and 2 rollouts), a baseline step ~55 s.
+            "sampling.propose_max_new_tokens": 72,  # a 135M proposal is a short function + one input (cpu preset)
+            "sampling.solve_max_new_tokens": 24,  # an output or input literal
+            # Issue #27: k = 4 puts three solve rates in the teacher's band. Compute per adapter: the agent trains
+            # on 3 proposals + 3 solver answers, a teacher on its 4 proposals, a student on 3 tasks x 4 rollouts:
+            # the `cpu` preset's counts, measured at 0.99x (teachers) and 1.04x (students) the agent's tokens.
             "rl.rollouts": 4,
             "rl.proposals_per_kind": 3,
             "rl.teacher_proposals_per_kind": 4,
-            "rl.student_tasks_per_kind": 4,
-            "rl.micro_batch": 2,  # measured: peak RSS 3.9 GB instead of 7.2 GB, same s/step
-            "tasks.kinds": ["code_o", "code_i"],  # code_f prompts are long; too slow for the CPU budget
+            "rl.student_tasks_per_kind": 3,
+            "rl.micro_batch": 4,
+            # code_i only: issue #31's pilot measured it at 0.43x the cost of code_o + code_i per population step
+            # with more tasks in 0 < rho < 1; a departure from AZR's three-kind mix (the `cpu` preset's, flagged).
+            "tasks.kinds": ["code_i"],
             "tasks.n_references": 2,  # shorter prompts for a 135M model on CPU
             # 135M loses the format under AZR's full criteria: 23/64 valid tasks with the short proposer prompt,
             # 2/64 with the full one (issue #28; docs/methodology.md)
             "tasks.prompt_style": "short",
-            "run.steps": 5,
-            "run.checkpoint_every": 2,
-            "evolution.every": 2,  # two evolution events in 5 steps
-            "probe.every": 4,  # the difficulty probe before training (step 0) and at step 4 (cost: methodology.md)
+            "run.steps": 3,
+            "run.checkpoint_every": 1,
+            "evolution.every": 2,  # one evolution event, after step 1 (children are not judged within 3 steps)
+            "probe.every": 2,  # the difficulty probe before training (step 0) and at step 2
             "eval.limit": 2,  # 10 models (base, baseline, 8 members): eval dominates on CPU
             "eval.benchmarks": ["humanevalplus", "gsm8k"],  # one code and one math set for the CPU budget
             "eval.max_new_tokens": 96,

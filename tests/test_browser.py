@@ -1,10 +1,10 @@
 """Notebooks 03 and 08 as a user meets them: JupyterLab 4 in headless Chromium, the tiny preset.
 
-Notebook 03 opens without a "Select Kernel" dialog, Run All shows the dashboard as a figure and a
-table (not a widget repr, no "Error displaying widget", no error output), and after save, kernel
-shutdown and reopening, the dashboard cell still shows its figure and "run complete". Notebook 08's
-explorer renders its controls and record, a filter changes the table, and the reopened notebook
-still shows the record of the last selection.
+Notebook 03 opens without a "Select Kernel" dialog, Run All shows the step by hand's tables and
+the dashboard as a figure and a table (not a widget repr, no "Error displaying widget", no error
+output), and after save, kernel shutdown and reopening, the dashboard cell still shows its figure
+and "run complete". Notebook 08's explorer renders its controls and record, a filter changes the
+table, and the reopened notebook still shows the record of the last selection.
 
 Needs Debian's `chromium` (`make test` installs it when root) and the `playwright` package (the
 `dev` extra); `playwright install` is never run: the system Chromium is launched by path.
@@ -165,7 +165,7 @@ def test_notebook_03_in_jupyterlab_runs_and_keeps_its_dashboard(lab):
             cell.screenshot(path=SHOTS / "02_running.png")
             page.wait_for_function(
                 "() => [...document.querySelectorAll('.jp-OutputArea-output')]"
-                ".some(e => e.textContent.includes('member-steps'))",
+                ".some(e => e.textContent.includes('rows with a rating'))",
                 timeout=180_000,
             )  # the last cell's line: every cell ran
             outputs = cell.locator(".jp-OutputArea").inner_text()
@@ -176,6 +176,13 @@ def test_notebook_03_in_jupyterlab_runs_and_keeps_its_dashboard(lab):
             assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']").count() == 0
             cell.scroll_into_view_if_needed()
             cell.screenshot(path=SHOTS / "03_finished_dashboard.png")
+            # the step by hand: a stage's product renders as a table (the ratings, with the rule behind each)
+            by_hand = page.locator(".jp-CodeCell", has_text="step_tables.ratings_table(hand)").first
+            table = by_hand.locator(".jp-OutputArea-output table").first
+            table.wait_for(timeout=30_000)
+            assert "rules (matches)" in table.inner_text() and "Δμ" in table.inner_text()
+            by_hand.scroll_into_view_if_needed()
+            by_hand.screenshot(path=SHOTS / "06_by_hand_ratings.png")
 
             # save, stop the kernel, reopen: the record is still there
             saved = _save_and_stop(page, base, root / NOTEBOOK)

@@ -11,6 +11,7 @@ and the report. Nothing here trains; everything reads a run directory's records.
   figures           save_figure and what every plot shares; every plot returns a Figure
   plots             figures of a run's records (solve rates, ratings, matches, lineage)
   complexity_plots  figures of complexity and coverage
+  step_tables       tables of what each stage of one step made (the notebooks' step by hand)
   dashboard         the live view of a running run, and its one-line step summary
   report            report.md / report.html of an experiment
   synthetic         made-up run directories, for a demo without a model and for tests

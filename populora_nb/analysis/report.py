@@ -24,7 +24,10 @@ from populora_nb.analysis.difficulty_probe import plot_probe, probe_events, prob
 from populora_nb.analysis.figures import save_figure
 from populora_nb.analysis.liveness import CHECKS, liveness
 from populora_nb.analysis.runs import find_runs
+from populora_nb.config import ExperimentConfig
+from populora_nb.evaluation.humaneval import benchmark_label
 from populora_nb.evolution import Lineage
+from populora_nb.probe import probe_due
 from populora_nb.records import RunDir
 
 
@@ -99,6 +102,35 @@ def make_figures(out: str | Path) -> list[Path]:
     return paths
 
 
+def run_length_note(config: ExperimentConfig) -> str:
+    """What a population run of this length can and cannot show, from its config alone: the counts
+    above need only a few matches, but a child is judged only at an evolution event outside its
+    grace, and a trend (an arms race, a collapse, a change in probe difficulty) needs many steps."""
+    steps, ec = config.run.steps, config.evolution
+    births = [s + 1 for s in range(steps) if ec.enabled and (s + 1) % ec.every == 0 and s + 1 < steps]
+    judged = [b for b in births if any(e >= b + ec.grace for e in births)]
+    probes = sum(probe_due(s, config) for s in range(steps))
+    can = (
+        f"In {steps} steps this run can show that the loop acts: teachers winning games, tasks in the band, "
+        f"{len(births)} evolution event{'s' if len(births) != 1 else ''} replacing members, "
+        f"{probes} probe event{'s' if probes != 1 else ''}."
+    )
+    if judged:
+        cannot = "It can judge children born at steps " + ", ".join(map(str, judged)) + "."
+    else:
+        cannot = (
+            f"It cannot judge any child (one is first judged {ec.grace} steps after its birth, at an event "
+            f"outside its grace), so 'children survived' reads 0 of 0 here, not a failure."
+        )
+    return (
+        can + " " + cannot + " Nor can a run this short show a trend: an arms race or a collapse, a change "
+        "of the probe's difficulty, or a population − baseline difference needs the `cpu` preset's 40 steps "
+        "over seeds (docs/laptop-run.md)."
+        if steps < 20
+        else can + " " + cannot
+    )
+
+
 def sections(out: Path) -> list[Section]:
     """The report's sections, in order: each a title, its text, its figures and its table."""
     runs = _runs(out)
@@ -120,7 +152,9 @@ def sections(out: Path) -> list[Section]:
                 + "; ".join(f"{k}: {v}" for k, v in CHECKS.items())
                 + "). A repeat (same program and input as a task met before) measures memory, so the band "
                 "and the teacher's games count non-repeats; a child is judged at its first event outside grace. "
-                + live.summary(),
+                + live.summary()
+                + " "
+                + run_length_note(RunDir(runs["population"]).load_config()),
             )
         )
     secs.append(
@@ -288,7 +322,14 @@ def _benchmark_section(out: Path) -> Section:
     pct = lambda v: "n/a" if v is None else f"{100 * v:.1f}"  # noqa: E731
     table = [["benchmark", "base", "baseline", "population mean", "best", "worst", "scorer"]]
     table += [
-        [r["benchmark"], pct(r["base"]), pct(r["baseline"]), pct(r["population_mean"]), pct(r["best"]), pct(r["worst"])]
+        [
+            benchmark_label(r["benchmark"]),
+            pct(r["base"]),
+            pct(r["baseline"]),
+            pct(r["population_mean"]),
+            pct(r["best"]),
+            pct(r["worst"]),
+        ]
         + [r.get("scorer") or "project (written before scorers were recorded)"]
         for r in rows
     ]

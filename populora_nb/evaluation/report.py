@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from populora_nb.evaluation.benchmarks import EvalResult
+from populora_nb.evaluation.humaneval import benchmark_label
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -84,7 +85,7 @@ def format_table(rows: Sequence[TableRow]) -> str:
         "|---|---:|---:|---:|---:|---:|---|",
     ]
     lines += [
-        f"| {r.benchmark} | {pct(r.base)} | {pct(r.baseline)} | {pct(r.population_mean)} | "
+        f"| {benchmark_label(r.benchmark)} | {pct(r.base)} | {pct(r.baseline)} | {pct(r.population_mean)} | "
         f"{pct(r.best)} | {pct(r.worst)} | {r.scorer} |"
         for r in rows
     ]
@@ -107,7 +108,7 @@ def plot_benchmarks(table: Sequence[TableRow], title: str = "pass@1 by benchmark
     ax.bar(
         [i + w for i in x], means, w, yerr=[lo, hi], capsize=3, label="population mean (best-worst)", color="#dd8452"
     )
-    ax.set_xticks(x, [r.benchmark for r in table], rotation=30, ha="right")
+    ax.set_xticks(x, [benchmark_label(r.benchmark) for r in table], rotation=30, ha="right")
     top = max([0.0] + [nan0(getattr(r, k)) for r in table for k in ("base", "baseline", "best")])
     ax.set_ylim(0, min(100.0, max(5.0, 1.15 * top)))  # pass@1 is never negative; 5% keeps small bars visible
     if top == 0:

