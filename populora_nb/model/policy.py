@@ -243,9 +243,7 @@ class LoRAPolicy:
             for _, mismatch, _ in todo.values():
                 mismatch.active = epoch == 0  # before any optimizer step: the weights the engine sampled with
             batches = {m: batch for m, (batch, _, _) in todo.items()}
-            stats = train_members(
-                self.population, batches, loss_fns, micro_batch_size=rl.micro_batch, weight_by="tokens"
-            )
+            stats = train_members(self.population, batches, loss_fns, **self._passes())
         for m, (_, mismatch, n) in todo.items():
             out[m] = stats[m] | mismatch.stats() | {"optim/skipped": 0.0, "optim/n_samples": float(n)}
         return {m: out[m] for m in samples if m in out}  # in the caller's order
@@ -263,13 +261,16 @@ class LoRAPolicy:
         stats: dict[str, float] = {}
         for epoch in range(rl.ppo_epochs):
             mismatch.active = epoch == 0  # before any optimizer step: the weights the engine sampled with
-            stats = self.population.train_step(
-                member_id, batch, loss_fn, micro_batch_size=rl.micro_batch, weight_by="tokens"
-            )
+            stats = self.population.train_step(member_id, batch, loss_fn, **self._passes())
         stats |= mismatch.stats()
         stats["optim/skipped"] = 0.0
         stats["optim/n_samples"] = float(len(samples))
         return stats
+
+    def _passes(self) -> dict:
+        """How an update's passes run: micro-batches (token-weighted) and prompt sharing."""
+        rl = self.config.rl
+        return {"micro_batch_size": rl.micro_batch, "weight_by": "tokens", "share_prompts": rl.share_prompts}
 
     def _prepare(self, member_id: str, samples: Sequence[Sample]) -> tuple[TrainBatch, Mismatch]:
         """The member's samples as a batch to train on (with the engine's log-probs to compare, the
@@ -286,10 +287,11 @@ class LoRAPolicy:
         if self._engine is not None:
             self._engine.sleep()  # on a GPU: the KV cache makes room for training
             self._stale.add(member_id)
-        if self.config.rl.kl_coef > 0:
-            batch.ref_logprobs = self.population.logprobs(None, batch)
-        if self.config.rl.ppo_epochs > 1:
-            batch.old_logprobs = self.population.logprobs(member_id, batch)
+        rl = self.config.rl
+        if rl.kl_coef > 0:
+            batch.ref_logprobs = self.population.logprobs(None, batch, share_prompts=rl.share_prompts)
+        if rl.ppo_epochs > 1:
+            batch.old_logprobs = self.population.logprobs(member_id, batch, share_prompts=rl.share_prompts)
         # random weights (doctor --weights random): the engine's dummy weights are not the trainer's by design
         random = self.base.weights == "random"
         return batch, Mismatch(limit=None if random else self.config.rollout.logp_gap_limit)
