@@ -182,3 +182,40 @@ def test_route_groups_layouts_must_route_the_same_members(tiny_base):
     with multi.route_groups([2, 2, 3], also=[[2, 3]]):
         pass
     assert not multi._handles
+
+
+# ---- generation: each distinct (member, prompt) prefilled once ----------------------------------
+
+
+def _generate(policy, share: bool, temperature: float, seen: list[int] | None = None):
+    members = ["S0", "S1", "S0", "T0", "S1", "S0", "S0"]  # repeats not adjacent: the batch's row order is kept
+    prompts = [PROMPTS[i] for i in (0, 0, 1, 0, 0, 0, 1)]
+    embed = policy.base.model.get_input_embeddings()
+    handle = embed.register_forward_hook(lambda mod, args, out: seen.append(tuple(args[0].shape)))
+    try:
+        gens = policy.population.generate(
+            members,
+            prompts,
+            max_new_tokens=12,
+            temperature=temperature,
+            generator=torch.Generator().manual_seed(5) if temperature else None,
+            stop_token_ids=[],
+            share_prompts=share,
+        )
+    finally:
+        handle.remove()
+    return [(g.member_id, g.prompt_ids, g.completion_ids) for g in gens]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0], ids=["greedy", "sampled"])
+def test_shared_prefill_generates_the_same_tokens(tiny_base, temperature):
+    policy = _policy(tiny_base, True, "batched")
+    seen_shared: list[tuple[int, ...]] = []
+    seen_rows: list[tuple[int, ...]] = []
+    shared = _generate(policy, True, temperature, seen_shared)
+    per_row = _generate(policy, False, temperature, seen_rows)
+    assert shared == per_row  # token for token; sampled: the same draws from the same seed
+    assert len({tuple(c) for _, _, c in per_row}) > 2  # members and prompts really differ
+    width = seen_rows[0][1]
+    assert seen_rows[0] == (7, width) and seen_shared[0] == (4, width)  # prefill: 4 distinct (member, prompt)
+    assert seen_shared[1:] == seen_rows[1:] == [(7, 1)] * 11  # then every row decodes

@@ -36,9 +36,8 @@ from populora_nb.lowrank import LoRAFactors, LoRAPair
 from populora_nb.model.base import Base, decode_text
 from populora_nb.model.batch import Generation, LossFn, TrainBatch, left_pad
 from populora_nb.model.checkpoint import SavedPopulation, read_population, write_peft_adapter, write_population
-from populora_nb.model.decoding import decode
 from populora_nb.model.multilora import MultiLoRA, checkpointing
-from populora_nb.model.shared_prompt import completion_logprobs, grouped_order
+from populora_nb.model.shared_prompt import completion_logprobs, decode_rows, grouped_order
 
 Role = Literal["teacher", "student", "agent"]
 
@@ -194,13 +193,15 @@ class Population:
         top_p: float = 1.0,
         generator: torch.Generator | None = None,
         stop_token_ids: Sequence[int] | None = None,
+        share_prompts: bool = False,
     ) -> list[Generation]:
         """Row i continues ``prompts[i]`` (text with any chat template already applied, or token ids)
         with member ``member_ids[i]``'s adapter; all rows share one forward per decoding step.
 
         temperature 0 is greedy. Sampling needs ``generator`` (a ``torch.Generator`` on the base's
         device), so runs are reproducible and no global RNG is touched. Stops at the tokenizer's
-        EOS (or ``stop_token_ids``)."""
+        EOS (or ``stop_token_ids``). ``share_prompts``: each distinct (member, prompt) prefilled once
+        (`shared_prompt.decode_rows`), the same tokens."""
         if len(member_ids) != len(prompts):
             raise ValueError(f"one member per prompt: {len(member_ids)} members, {len(prompts)} prompts")
         if temperature < 0 or not 0 < top_p <= 1:
@@ -225,8 +226,7 @@ class Population:
         if self._slot_engine is not None:
             tokens, lengths = self._slot_engine.generate(self.multi, slots, ids, mask, **sampling)
         else:
-            with self.multi.route_rows(slots):
-                tokens, lengths = decode(self.base.model, ids, mask, **sampling)
+            tokens, lengths = decode_rows(self.multi, self.base.model, slots, ids, mask, share_prompts, **sampling)
         out = []
         for i, m in enumerate(member_ids):
             comp = tokens[i, : int(lengths[i])].tolist()

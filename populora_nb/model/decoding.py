@@ -53,6 +53,19 @@ def sample_next(logits: Tensor, temperature: float, top_p: float, generator: tor
 
 
 @torch.no_grad()
+def prefill(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, cache: DynamicCache) -> Tensor:
+    """The left-padded prompts' forward into ``cache``; returns their last logits (B, V)."""
+    cache_kw, keep_kw = forward_kwarg_names(model)
+    return model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids_from_mask(attention_mask),
+        use_cache=True,
+        **{cache_kw: cache, keep_kw: 1},
+    ).logits[:, -1, :]
+
+
+@torch.no_grad()
 def decode(
     model: nn.Module,
     input_ids: Tensor,
@@ -63,31 +76,36 @@ def decode(
     temperature: float = 0.0,
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
+    prefilled: tuple[DynamicCache, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Sample up to ``max_new_tokens`` per left-padded row with a KV cache.
 
     Returns ``(tokens, lengths)``: tokens (B, n) with ``pad_token_id`` after a row stopped, and
     each row's completion length (its stop token included). A row stops at its first token in
-    ``stop_token_ids``; the loop ends when every row has stopped."""
+    ``stop_token_ids``; the loop ends when every row has stopped. ``prefilled``: the prompts' cache
+    and last logits (B, V) already computed (`prefill`, or the shared prefill), else `prefill` runs."""
+    if max_new_tokens <= 0:
+        return input_ids.new_zeros(input_ids.shape[0], 0), input_ids.new_zeros(input_ids.shape[0])
     cache_kw, keep_kw = forward_kwarg_names(model)
-    cache = new_cache(model)
+    cache = prefilled[0] if prefilled is not None else new_cache(model)
+    logits = prefilled[1] if prefilled is not None else prefill(model, input_ids, attention_mask, cache)
     batch = input_ids.shape[0]
     device = input_ids.device
     stop = torch.tensor(list(stop_token_ids), device=device, dtype=torch.long)
     done = torch.zeros(batch, dtype=torch.bool, device=device)
     lengths = torch.zeros(batch, dtype=torch.long, device=device)
     mask = attention_mask.long()
-    positions = position_ids_from_mask(mask)
-    step_ids = input_ids
+    positions = position_ids_from_mask(mask)[:, -1:]
     out: list[Tensor] = []
-    for _ in range(max_new_tokens):
-        logits = model(
-            input_ids=step_ids,
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=True,
-            **{cache_kw: cache, keep_kw: 1},
-        ).logits[:, -1, :]  # (B, V)
+    for step in range(max_new_tokens):
+        if step:
+            logits = model(
+                input_ids=out[-1][:, None],
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                **{cache_kw: cache, keep_kw: 1},
+            ).logits[:, -1, :]  # (B, V)
         token = sample_next(logits, temperature, top_p, generator)
         token = torch.where(done, torch.full_like(token, pad_token_id), token)
         out.append(token)
@@ -95,8 +113,7 @@ def decode(
         done |= torch.isin(token, stop)
         if bool(done.all()):
             break
-        step_ids = token[:, None]
-        positions = positions[:, -1:] + 1
+        positions = positions + 1
         mask = torch.cat([mask, mask.new_ones(batch, 1)], dim=1)
     tokens = torch.stack(out, dim=1) if out else input_ids.new_zeros(batch, 0)
     return tokens, lengths

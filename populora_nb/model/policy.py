@@ -163,6 +163,7 @@ class LoRAPolicy:
             top_p=sc.top_p,
             generator=generator,
             stop_token_ids=[] if sc.ignore_eos else None,
+            share_prompts=self.config.rl.share_prompts,
         )
         return [Completion(g.text, (tuple(g.prompt_ids), tuple(g.completion_ids))) for g in gens]
 
@@ -172,8 +173,9 @@ class LoRAPolicy:
         if self.engine is not None:
             return [c.text for c in self._engine_generate(member_ids, prompts, max_new_tokens, 0.0, None)]
         stops: list[int] | None = [] if self.config.sampling.ignore_eos else None
+        share = self.config.rl.share_prompts
         gens = self.population.generate(
-            member_ids, list(prompts), max_new_tokens=max_new_tokens, temperature=0.0, stop_token_ids=stops
+            member_ids, list(prompts), max_new_tokens, 0.0, stop_token_ids=stops, share_prompts=share
         )
         return [g.text for g in gens]
 

@@ -14,7 +14,7 @@ arXiv 2506.05433; vLLM's prefix caching does it on the engine side) runs each pr
   over its rows, as the k separate passes give it. Log-probs equal `lm_completion_logprobs` to
   float32 rounding: the same tokens, positions (counted over real tokens) and masks, with the
   suffixes right-padded after the prefix instead of left-padded in front of the prompt.
-* **Generation** (`shared_prefill`). Each distinct (member, prompt) is prefilled once; the cache and
+* **Generation** (`decode_rows`). Each distinct (member, prompt) is prefilled once; the cache and
   the last logits are gathered to its rows, in the batch's own row order, so the decoding loop and
   its random draws are those of the unshared prefill.
 
@@ -29,14 +29,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
-from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+from transformers.cache_utils import Cache, DynamicLayer
 
 from populora_nb.model.batch import TrainBatch, left_pad
-from populora_nb.model.decoding import position_ids_from_mask
-from populora_nb.model.multilora import decoder_layers
+from populora_nb.model.decoding import decode, new_cache, position_ids_from_mask, prefill
+from populora_nb.model.multilora import MultiLoRA, decoder_layers
 from populora_nb.model.scoring import lm_completion_logprobs, split_lm
 from populora_nb.rl import token_logprobs
 
@@ -223,21 +224,20 @@ def distinct_rows(slots: Tensor, ids: Tensor, mask: Tensor) -> tuple[Tensor, Ten
     return torch.tensor(firsts, device=ids.device), torch.tensor(which, device=ids.device)
 
 
-@torch.no_grad()
-def shared_prefill(
-    model: nn.Module, ids: Tensor, mask: Tensor, firsts: Tensor, which: Tensor, cache: DynamicCache
-) -> Tensor:
-    """Prefill rows ``firsts`` of the left-padded prompts (the caller routes them to their members)
-    into ``cache``, then gather the cache to every row (row i gets distinct row ``which[i]``); returns
-    the rows' last logits (B, V). The prompts keep the batch's padding width, so positions and masks
-    are the unshared prefill's."""
-    logits = model(
-        input_ids=ids[firsts],
-        attention_mask=mask[firsts],
-        position_ids=position_ids_from_mask(mask[firsts]),
-        past_key_values=cache,
-        use_cache=True,
-        logits_to_keep=1,
-    ).logits[:, -1, :]
+def decode_rows(
+    multi: MultiLoRA, model: nn.Module, slots: Tensor, ids: Tensor, mask: Tensor, share_prompts: bool, **sampling: Any
+) -> tuple[Tensor, Tensor]:
+    """`decoding.decode` of the left-padded prompts, row i under slot ``slots[i]``. With
+    ``share_prompts`` each distinct (slot, prompt) is prefilled once (routed to its slot), its cache
+    and last logits gathered to its rows in the batch's own order: positions, masks and the order of
+    the random draws are the unshared prefill's, so the samples are too (to float32 rounding)."""
+    firsts, which = distinct_rows(slots, ids, mask)
+    if not share_prompts or len(firsts) == len(slots):
+        with multi.route_rows(slots):
+            return decode(model, ids, mask, **sampling)
+    cache = new_cache(model)
+    with multi.route_rows(slots[firsts]):
+        logits = prefill(model, ids[firsts], mask[firsts], cache)
     cache.batch_select_indices(which)
-    return logits[which]
+    with multi.route_rows(slots):
+        return decode(model, ids, mask, **sampling, prefilled=(cache, logits[which]))
