@@ -169,6 +169,8 @@ def main() -> None:
     for i in range(pairs + 1):  # pair 0 warms allocators and caches
         for arm in ARMS if i % 2 == 0 else ARMS[::-1]:
             result = run_arm(policies[arm], rows, jobs, new_tokens, positions)
+            said = ", ".join(f"{s} {result[s]['s']:.1f} s" for s in STAGES)
+            print(f"pair {i}{' (warm-up)' if not i else ''} {arm}: {said}", flush=True)
             if i:
                 runs[arm].append(result)
     step: dict[str, list[float]] = {arm: [sum(r[s]["s"] for s in STAGES) for r in runs[arm]] for arm in ARMS}

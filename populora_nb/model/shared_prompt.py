@@ -72,7 +72,8 @@ def prompt_groups(batch: TrainBatch, owners: Sequence[int] | None = None) -> Pro
     """Group ``batch``'s rows by (owner, prompt). A row's prompt is its real tokens before its
     completion, which must be the row's last tokens (as `train_batch` lays it out) after at least one
     prompt token; raises ValueError naming the row otherwise."""
-    ids, real, comp = batch.input_ids, batch.attention_mask.bool(), batch.completion_mask.bool()
+    device = batch.input_ids.device  # grouped on the CPU: one copy, no per-row device reads
+    ids, real, comp = batch.input_ids.cpu(), batch.attention_mask.bool().cpu(), batch.completion_mask.bool().cpu()
     n, width = ids.shape
     owners = list(owners) if owners is not None else [0] * n
     if len(owners) != n:
@@ -95,7 +96,7 @@ def prompt_groups(batch: TrainBatch, owners: Sequence[int] | None = None) -> Pro
             prompts.append(prompt)
             group_owner.append(owners[i])
         row_group.append(keys[key])
-    prefix_ids, prefix_mask = left_pad([p[:-1] for p in prompts], 0, ids.device)
+    prefix_ids, prefix_mask = left_pad([p[:-1] for p in prompts], 0, device)
     suffixes = [[prompts[g][-1], *ids[i, width - int(comp_len[i]) :].tolist()] for i, g in enumerate(row_group)]
     s_width = max(len(s) for s in suffixes)
     suffix_ids = torch.zeros(n, s_width, dtype=torch.long)
@@ -106,14 +107,14 @@ def prompt_groups(batch: TrainBatch, owners: Sequence[int] | None = None) -> Pro
     groups = torch.tensor(row_group, dtype=torch.long)
     start = torch.tensor([len(prompts[g]) - 1 for g in row_group])[:, None]  # real prefix tokens before the suffix
     return PromptGroups(
-        row_group=groups.to(ids.device),
+        row_group=groups.to(device),
         group_owner=group_owner,
         prefix_ids=prefix_ids,
         prefix_mask=prefix_mask,
-        suffix_ids=suffix_ids.to(ids.device),
-        suffix_mask=suffix_mask.to(ids.device),
-        suffix_positions=(start + torch.arange(s_width)).to(ids.device),
-        completion_len=comp_len,
+        suffix_ids=suffix_ids.to(device),
+        suffix_mask=suffix_mask.to(device),
+        suffix_positions=(start + torch.arange(s_width)).to(device),
+        completion_len=comp_len.to(device),
     )
 
 
@@ -212,6 +213,8 @@ def completion_logprobs(model: nn.Module, batch: TrainBatch, share_prompts: bool
 
 def distinct_rows(slots: Tensor, ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     """(first row of each distinct (slot, prompt), each row's index among them) of a left-padded batch."""
+    device = ids.device
+    slots, ids, mask = slots.cpu(), ids.cpu(), mask.cpu()
     seen: dict[tuple[int, tuple[int, ...]], int] = {}
     firsts: list[int] = []
     which: list[int] = []
@@ -221,7 +224,7 @@ def distinct_rows(slots: Tensor, ids: Tensor, mask: Tensor) -> tuple[Tensor, Ten
             seen[key] = len(firsts)
             firsts.append(i)
         which.append(seen[key])
-    return torch.tensor(firsts, device=ids.device), torch.tensor(which, device=ids.device)
+    return torch.tensor(firsts, device=device), torch.tensor(which, device=device)
 
 
 def decode_rows(
