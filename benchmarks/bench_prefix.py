@@ -20,6 +20,7 @@ and the stage's share of that floor (floor / measured). glibc's mmap threshold i
 (the script re-executes itself so) so freed buffers return to the kernel and each stage's peak is its own.
 
     python benchmarks/bench_prefix.py --preset cpu      # the laptop protocol's rows, bf16 base
+    python benchmarks/bench_prefix.py --preset cpu --members 1   # one teacher's and one student's rows
     python benchmarks/bench_prefix.py --preset smoke    # smoke's rows, fp32 base
     python benchmarks/bench_prefix.py --quick           # tiny preset, one pair, seconds
 """
@@ -121,17 +122,26 @@ def flops(stage: str, counts: dict[str, float], body: int, head: int, head_rows:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="cpu")
-    ap.add_argument("--quick", action="store_true", help="tiny preset, short prompts, one pair")
+    ap.add_argument("--quick", action="store_true", help="tiny preset, short prompts, 2 + 2 members, one pair")
     ap.add_argument("--pairs", type=int, default=3, help="timed (shared, unshared) pairs after one warm-up pair")
     ap.add_argument("--propose-tokens", type=int, default=37, help="proposal length (cpu: 37; smoke-27: 48)")
     ap.add_argument("--solve-tokens", type=int, default=13, help="answer length (cpu: 13; smoke-27: 14)")
     ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument(
+        "--members",
+        type=int,
+        default=None,
+        help="teachers = students = this many (default: the preset's); each keeps the preset's rows per member",
+    )
     args = ap.parse_args()
     if os.environ.get("MALLOC_MMAP_THRESHOLD_") != "65536":  # each stage's peak its own (module docstring)
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"})
     preset, pairs = ("tiny", 1) if args.quick else (args.preset, args.pairs)
     torch.set_num_threads(args.threads)
-    settings = {"run.agent": "population", "probe.every": 0, "sampling.ignore_eos": True}
+    settings = {"run.agent": "population", "probe.every": 0, "sampling.ignore_eos": True, "evolution.enabled": False}
+    members = 2 if args.quick else args.members  # --quick: 2 + 2 members, so CI's check stays well under a minute
+    if members:
+        settings |= {"population.n_teachers": members, "population.n_students": members}
     settings |= (
         {"tasks.prompt_style": "short", "tasks.n_references": 1, "tasks.kinds": ["code_i"]} if args.quick else {}
     )
@@ -169,7 +179,10 @@ def main() -> None:
     for i in range(pairs + 1):  # pair 0 warms allocators and caches
         for arm in ARMS if i % 2 == 0 else ARMS[::-1]:
             result = run_arm(policies[arm], rows, jobs, new_tokens, positions)
-            said = ", ".join(f"{s} {result[s]['s']:.1f} s" for s in STAGES)
+            said = ", ".join(
+                f"{s} {result[s]['s']:.1f} s (peak {result[s]['peak_gb']:.2f} GB, rise {result[s]['rise_gb']:.2f})"
+                for s in STAGES
+            )
             print(f"pair {i}{' (warm-up)' if not i else ''} {arm}: {said}", flush=True)
             if i:
                 runs[arm].append(result)
