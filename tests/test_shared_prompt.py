@@ -151,10 +151,12 @@ def test_the_prompt_runs_once_per_group(tiny_base):
 
 
 def test_grouped_order_keeps_a_groups_rows_together(tiny_base):
-    batch = _batch(tiny_base, [(0, 3), (1, 9), (0, 5), (1, 2), (0, 4)])
+    # a single (prompt 4, the longest) and two groups: the largest group first, then by length
+    batch = _batch(tiny_base, [(4, 1), (0, 3), (1, 9), (0, 5), (1, 2), (0, 4)])
     order = grouped_order(batch).tolist()
     groups = prompt_groups(batch).row_group[order].tolist()
-    assert sorted(order) == list(range(5)) and groups in ([0, 0, 0, 1, 1], [1, 1, 0, 0, 0])
+    assert sorted(order) == list(range(6)) and groups == [1, 1, 1, 2, 2, 0]
+    assert order[:3] == [3, 5, 1]  # the group's rows longest first
 
 
 def test_rows_of_other_members_never_share_a_prompt(tiny_base):

@@ -119,15 +119,16 @@ def prompt_groups(batch: TrainBatch, owners: Sequence[int] | None = None) -> Pro
 
 
 def grouped_order(batch: TrainBatch, owners: Sequence[int] | None = None) -> Tensor:
-    """Row order that keeps each group's rows adjacent (so a micro-batch of consecutive rows holds
-    whole groups where its size allows), groups longest first, a group's rows longest first: the
-    shared path's counterpart of sorting rows by length."""
+    """Row order that keeps each group's rows adjacent, largest groups first (so with k rows per group
+    and micro-batches of a multiple or divisor of k, no micro-batch straddles two groups), then
+    longest first, a group's rows longest first: the shared path's counterpart of sorting by length."""
     groups = prompt_groups(batch, owners)
     length = batch.attention_mask.sum(dim=1).cpu()
     g = groups.row_group.cpu()
     group_len = torch.zeros(groups.n_groups, dtype=length.dtype).scatter_reduce(0, g, length, "amax")
     first = torch.full((groups.n_groups,), len(g), dtype=torch.long).scatter_reduce(0, g, torch.arange(len(g)), "amin")
-    rank = sorted(range(groups.n_groups), key=lambda k: (-int(group_len[k]), int(first[k])))
+    size = torch.bincount(g, minlength=groups.n_groups)
+    rank = sorted(range(groups.n_groups), key=lambda k: (-int(size[k]), -int(group_len[k]), int(first[k])))
     place = torch.empty(groups.n_groups, dtype=torch.long)
     place[torch.tensor(rank)] = torch.arange(groups.n_groups)
     order = sorted(range(len(g)), key=lambda i: (int(place[g[i]]), -int(length[i]), i))
