@@ -44,7 +44,7 @@ from populora_nb.config import load_config
 from populora_nb.model.adapters import Population, roles_for
 from populora_nb.model.base import load_base
 from populora_nb.model.batch import TrainBatch, left_pad
-from populora_nb.model.multilora import decode
+from populora_nb.model.decoding import decode
 from populora_nb.rl import policy_gradient_loss
 
 QUESTIONS = [

@@ -7,7 +7,7 @@
 The same 8 chat prompts go through both engines three ways: the bare base, one adapter on all 8 rows,
 and a mixed batch with a different member on every row (8 members, rank 8, random nonzero factors
 so every adapter changes the output). The native path is ``Population.generate`` (the base path is
-``model.multilora.decode`` with no routing, as benchmarks/bench_adapters.py measures "our loop
+``model.decoding.decode`` with no routing, as benchmarks/bench_adapters.py measures "our loop
 base"); the vLLM path is ``model.vllm_engine.VLLMEngine`` with the very same factors pushed in.
 Every row makes exactly ``--new-tokens`` tokens (no stop tokens, greedy), so tokens/s compare like
 for like. Runs are interleaved (rotating order) and repeated; medians are reported.
@@ -70,7 +70,7 @@ from populora_nb.lowrank import LoRAFactors, LoRAPair
 from populora_nb.model.adapters import Population, roles_for
 from populora_nb.model.base import load_base
 from populora_nb.model.batch import left_pad
-from populora_nb.model.multilora import decode
+from populora_nb.model.decoding import decode
 
 WAYS = ("base", "one adapter", "mixed")
 CORES = sorted(os.sched_getaffinity(0))

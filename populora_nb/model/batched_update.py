@@ -29,6 +29,7 @@ from populora_nb.model.adapters import Population
 from populora_nb.model.batch import LossFn, TrainBatch, concat
 from populora_nb.model.multilora import checkpointing
 from populora_nb.model.scoring import lm_completion_logprobs
+from populora_nb.model.shared_prompt import grouped_order, prompt_groups, shared_prompt_logprobs
 
 
 def train_members(
@@ -37,12 +38,14 @@ def train_members(
     loss_fns: Mapping[str, LossFn],
     micro_batch_size: int | None = None,
     weight_by: Literal["rows", "tokens"] = "rows",
+    share_prompts: bool = False,
 ) -> dict[str, dict[str, float]]:
     """One AdamW step for each member of ``batches`` on its own batch and loss, the rows of all
     members sharing each micro-batch of ``micro_batch_size`` rows. Every other member and the base
     stay bit-identical. Returns per member its loss_fn's stats averaged over its micro-batches (as
     `Population.train_step` does), ``optim/*``, and ``time/train_step_s``: its share (by rows) of the
-    pass's seconds."""
+    pass's seconds. ``share_prompts``: each micro-batch runs a member's repeated prompt once
+    (`model.shared_prompt`), its rows ordered so a group's rows stay together; the same update."""
     if weight_by not in ("rows", "tokens"):
         raise ValueError(f"weight_by must be 'rows' or 'tokens', got {weight_by!r}")
     if population.base.backend == "unsloth":
@@ -59,7 +62,10 @@ def train_members(
     slot_of = [population.member(m).slot for m in members]
     n = combined.input_ids.shape[0]
     step = micro_batch_size or n
-    order = combined.attention_mask.sum(dim=1).cpu().argsort(descending=True, stable=True)
+    if share_prompts:  # a group's rows adjacent, so a micro-batch holds whole groups where it can
+        order = grouped_order(combined, owner.tolist())
+    else:
+        order = combined.attention_mask.sum(dim=1).cpu().argsort(descending=True, stable=True)
 
     def size(b: TrainBatch) -> float:
         return float(b.input_ids.shape[0]) if weight_by == "rows" else float(b.completion_mask.sum())
@@ -72,11 +78,17 @@ def train_members(
         rows = rows[owner[rows].argsort(stable=True)]  # each member's rows together, for route_groups
         chunk = combined.rows(rows.to(device)).trimmed()
         chunk_owner = owner[rows].tolist()
+        groups = prompt_groups(chunk, chunk_owner) if share_prompts else None
+        groups = groups if groups is not None and groups.n_groups < len(chunk_owner) else None  # none repeats
+        prompt_layout = [[slot_of[i] for i in groups.group_owner]] if groups is not None else []
         with (
-            population.multi.route_groups([slot_of[i] for i in chunk_owner]),
+            population.multi.route_groups([slot_of[i] for i in chunk_owner], also=prompt_layout),
             checkpointing(model, population.lora.gradient_checkpointing),
         ):
-            logprobs = lm_completion_logprobs(model, chunk)  # (B, T)
+            if groups is not None:
+                logprobs = shared_prompt_logprobs(model, chunk, groups)  # (B, T)
+            else:
+                logprobs = lm_completion_logprobs(model, chunk)
             loss: Tensor | float = 0.0
             for i in sorted(set(chunk_owner)):
                 first, end = chunk_owner.index(i), len(chunk_owner) - chunk_owner[::-1].index(i)

@@ -33,15 +33,13 @@ the same names, with peft's own adapter switched off for the route (issue #29).
     row's factors gathered from its member's leaf parameters with autograd, two ``bmm`` per module,
     so every member's parameters get exactly the gradient of their own rows.
 
-``decode`` is a plain KV-cache sampling loop (temperature, top-p, stop tokens) driven by an explicit
-``torch.Generator``; ``checkpointing`` wraps the decoder layers in non-reentrant activation
-checkpointing for a training forward, independent of the transformers version.
+Decoding under a route is `model.decoding`; ``checkpointing`` wraps the decoder layers in
+non-reentrant activation checkpointing for a training forward, independent of the transformers version.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
@@ -49,7 +47,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
-from transformers import DynamicCache, PretrainedConfig
 
 
 class MultiLoRA:
@@ -126,9 +123,12 @@ class MultiLoRA:
             yield
 
     @contextlib.contextmanager
-    def route_groups(self, slots: Sequence[int]) -> Iterator[None]:
+    def route_groups(self, slots: Sequence[int], also: Sequence[Sequence[int]] = ()) -> Iterator[None]:
         """Row i uses slot ``slots[i]``, the rows of each slot contiguous; differentiable with respect
         to every used slot's parameters: the batched update of several members (issue #30).
+        ``also``: further row layouts of the same slots, for forwards of another batch size inside the
+        route (the shared prompt pass runs one row per prompt, then one per rollout); each forward
+        takes the layout of its own size, even when a checkpointed layer re-runs in the backward.
 
         Each row's factors are gathered from the used members' leaf parameters (a differentiable
         ``stack`` + index: (B, r, d_in) and (B, r, d_out), small beside the activations), and every
@@ -136,28 +136,29 @@ class MultiLoRA:
         members. A member's gradient is the sum over its own rows only, the one it would get alone.
         (One pair of matmuls per member with the deltas concatenated measured 1.07x the loop's update
         time on the smoke model: the (B, T, d_out) concatenation and its backward; this form 0.95x.)"""
-        runs: list[tuple[int, int, int]] = []  # (slot, first row, end row)
-        for i, slot in enumerate(slots):
-            if runs and runs[-1][0] == slot:
-                runs[-1] = (slot, runs[-1][1], i + 1)
-            elif any(r[0] == slot for r in runs):
-                raise ValueError(f"route_groups needs each slot's rows contiguous; slot {slot} recurs at row {i}")
-            else:
-                runs.append((slot, i, i + 1))
-        if len(runs) == 1:
-            with self.route_slot(runs[0][0]):
+        runs = slot_runs(slots)
+        if len(runs) == 1 and all(slot_runs(layout) == runs for layout in also):
+            with self.route_slot(runs[0]):
                 yield
             return
         scale, cdt = self.scale, self.compute_dtype
         device = next(iter(self.A.values())).device
-        # row i -> its member's index among the used slots (U of them)
-        which = torch.tensor([u for u, (_, lo, hi) in enumerate(runs) for _ in range(lo, hi)], device=device)
+        # per layout size: row i -> its member's index among the used slots (U of them)
+        whiches: dict[int, Tensor] = {}
+        for layout in (slots, *also):
+            if slot_runs(layout) != runs:
+                raise ValueError(f"route_groups: layout {list(layout)} uses other slots (or order) than {list(slots)}")
+            which = torch.tensor([runs.index(s) for s in layout], device=device)
+            if len(layout) in whiches and not torch.equal(whiches[len(layout)], which):
+                raise ValueError(f"route_groups: two layouts of {len(layout)} rows route them differently")
+            whiches[len(layout)] = which
 
         def make_hook(name: str):
-            pairs = [self.slot_params[slot][name] for slot, _, _ in runs]
+            pairs = [self.slot_params[slot][name] for slot in runs]
 
             def hook(module: nn.Module, args: tuple, out: Tensor) -> Tensor:
                 x = args[0]  # (B, T, d_in)
+                which = whiches[x.shape[0]]
                 # each row's own factors, gathered from the used members' leaves (differentiable)
                 a_rows = torch.stack([a for a, _ in pairs]).to(cdt)[which]  # (B, r, d_in)
                 bt_rows = torch.stack([bt for _, bt in pairs]).to(cdt)[which]  # (B, r, d_out)
@@ -237,6 +238,19 @@ class MultiLoRA:
             for h in self._handles:
                 h.remove()
             self._handles = []
+
+
+def slot_runs(slots: Sequence[int]) -> list[int]:
+    """The slots of ``slots`` in order of their runs; raises ValueError when a slot's rows are not
+    contiguous (`MultiLoRA.route_groups` needs them so)."""
+    runs: list[int] = []
+    for i, slot in enumerate(slots):
+        if runs and runs[-1] == slot:
+            continue
+        if slot in runs:
+            raise ValueError(f"route_groups needs each slot's rows contiguous; slot {slot} recurs at row {i}")
+        runs.append(slot)
+    return runs
 
 
 def find_target_modules(model: nn.Module, target_modules: Sequence[str]) -> dict[str, nn.Linear]:
@@ -327,91 +341,3 @@ def checkpointing(model: nn.Module, enabled: bool = True) -> Iterator[None]:
     finally:
         for layer in layers:
             del layer.forward  # back to the class's forward
-
-
-# ---- decoding ------------------------------------------------------------------------------------
-
-
-def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
-    """Positions counting only real tokens, so a left-padded row starts at 0 (as HF generate does)."""
-    pos = attention_mask.long().cumsum(-1) - 1
-    return pos.masked_fill(attention_mask == 0, 0)
-
-
-def forward_kwarg_names(model: nn.Module) -> tuple[str, str]:
-    """(cache kwarg, logits-to-keep kwarg) of this transformers version's causal-LM forward."""
-    params = inspect.signature(model.forward).parameters
-    cache = "cache" if "cache" in params else "past_key_values"
-    keep = "logits_to_keep" if "logits_to_keep" in params else "num_logits_to_keep"
-    return cache, keep
-
-
-def new_cache(model: nn.Module) -> DynamicCache:
-    try:
-        return DynamicCache(config=cast(PretrainedConfig, model.config))  # a causal LM module has one
-    except TypeError:  # older transformers: DynamicCache() takes no config
-        return DynamicCache()
-
-
-def sample_next(logits: Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> Tensor:
-    """One token per row from (B, V) logits: argmax at temperature 0, else nucleus sampling."""
-    if temperature == 0:
-        return logits.argmax(dim=-1)
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
-    if top_p < 1.0:
-        sorted_p, order = probs.sort(dim=-1, descending=True)
-        # Drop a token when the mass strictly before it already reaches top_p (the first always stays).
-        drop = (sorted_p.cumsum(dim=-1) - sorted_p) >= top_p
-        sorted_p = sorted_p.masked_fill(drop, 0.0)
-        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-
-
-@torch.no_grad()
-def decode(
-    model: nn.Module,
-    input_ids: Tensor,
-    attention_mask: Tensor,
-    max_new_tokens: int,
-    stop_token_ids: Sequence[int],
-    pad_token_id: int,
-    temperature: float = 0.0,
-    top_p: float = 1.0,
-    generator: torch.Generator | None = None,
-) -> tuple[Tensor, Tensor]:
-    """Sample up to ``max_new_tokens`` per left-padded row with a KV cache.
-
-    Returns ``(tokens, lengths)``: tokens (B, n) with ``pad_token_id`` after a row stopped, and
-    each row's completion length (its stop token included). A row stops at its first token in
-    ``stop_token_ids``; the loop ends when every row has stopped."""
-    cache_kw, keep_kw = forward_kwarg_names(model)
-    cache = new_cache(model)
-    batch = input_ids.shape[0]
-    device = input_ids.device
-    stop = torch.tensor(list(stop_token_ids), device=device, dtype=torch.long)
-    done = torch.zeros(batch, dtype=torch.bool, device=device)
-    lengths = torch.zeros(batch, dtype=torch.long, device=device)
-    mask = attention_mask.long()
-    positions = position_ids_from_mask(mask)
-    step_ids = input_ids
-    out: list[Tensor] = []
-    for _ in range(max_new_tokens):
-        logits = model(
-            input_ids=step_ids,
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=True,
-            **{cache_kw: cache, keep_kw: 1},
-        ).logits[:, -1, :]  # (B, V)
-        token = sample_next(logits, temperature, top_p, generator)
-        token = torch.where(done, torch.full_like(token, pad_token_id), token)
-        out.append(token)
-        lengths += (~done).long()
-        done |= torch.isin(token, stop)
-        if bool(done.all()):
-            break
-        step_ids = token[:, None]
-        positions = positions[:, -1:] + 1
-        mask = torch.cat([mask, mask.new_ones(batch, 1)], dim=1)
-    tokens = torch.stack(out, dim=1) if out else input_ids.new_zeros(batch, 0)
-    return tokens, lengths

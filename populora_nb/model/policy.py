@@ -164,6 +164,7 @@ class LoRAPolicy:
             top_p=sc.top_p,
             generator=generator,
             stop_token_ids=[] if sc.ignore_eos else None,
+            share_prompts=self.config.rl.share_prompts,
         )
         return [Completion(g.text, (tuple(g.prompt_ids), tuple(g.completion_ids))) for g in gens]
 
@@ -173,8 +174,9 @@ class LoRAPolicy:
         if self.engine is not None:
             return [c.text for c in self._engine_generate(member_ids, prompts, max_new_tokens, 0.0, None)]
         stops: list[int] | None = [] if self.config.sampling.ignore_eos else None
+        share = self.config.rl.share_prompts
         gens = self.population.generate(
-            member_ids, list(prompts), max_new_tokens=max_new_tokens, temperature=0.0, stop_token_ids=stops
+            member_ids, list(prompts), max_new_tokens, 0.0, stop_token_ids=stops, share_prompts=share
         )
         return [g.text for g in gens]
 
@@ -244,9 +246,7 @@ class LoRAPolicy:
             for _, mismatch, _ in todo.values():
                 mismatch.active = epoch == 0  # before any optimizer step: the weights the engine sampled with
             batches = {m: batch for m, (batch, _, _) in todo.items()}
-            stats = train_members(
-                self.population, batches, loss_fns, micro_batch_size=rl.micro_batch, weight_by="tokens"
-            )
+            stats = train_members(self.population, batches, loss_fns, **self._passes())
         for m, (_, mismatch, n) in todo.items():
             out[m] = stats[m] | mismatch.stats() | {"optim/skipped": 0.0, "optim/n_samples": float(n)}
         return {m: out[m] for m in samples if m in out}  # in the caller's order
@@ -264,13 +264,16 @@ class LoRAPolicy:
         stats: dict[str, float] = {}
         for epoch in range(rl.ppo_epochs):
             mismatch.active = epoch == 0  # before any optimizer step: the weights the engine sampled with
-            stats = self.population.train_step(
-                member_id, batch, loss_fn, micro_batch_size=rl.micro_batch, weight_by="tokens"
-            )
+            stats = self.population.train_step(member_id, batch, loss_fn, **self._passes())
         stats |= mismatch.stats()
         stats["optim/skipped"] = 0.0
         stats["optim/n_samples"] = float(len(samples))
         return stats
+
+    def _passes(self) -> dict:
+        """How an update's passes run: micro-batches (token-weighted) and prompt sharing."""
+        rl = self.config.rl
+        return {"micro_batch_size": rl.micro_batch, "weight_by": "tokens", "share_prompts": rl.share_prompts}
 
     def _prepare(self, member_id: str, samples: Sequence[Sample]) -> tuple[TrainBatch, Mismatch]:
         """The member's samples as a batch to train on (with the engine's log-probs to compare, the
@@ -287,10 +290,11 @@ class LoRAPolicy:
         if self._engine is not None:
             self._engine.sleep()  # on a GPU: the KV cache makes room for training
             self._stale.add(member_id)
-        if self.config.rl.kl_coef > 0:
-            batch.ref_logprobs = self.population.logprobs(None, batch)
-        if self.config.rl.ppo_epochs > 1:
-            batch.old_logprobs = self.population.logprobs(member_id, batch)
+        rl = self.config.rl
+        if rl.kl_coef > 0:
+            batch.ref_logprobs = self.population.logprobs(None, batch, share_prompts=rl.share_prompts)
+        if rl.ppo_epochs > 1:
+            batch.old_logprobs = self.population.logprobs(member_id, batch, share_prompts=rl.share_prompts)
         # random weights (doctor --weights random): the engine's dummy weights are not the trainer's by design
         random = self.base.weights == "random"
         return batch, Mismatch(limit=None if random else self.config.rollout.logp_gap_limit)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from populora_nb.model.batch import TrainBatch
-from populora_nb.model.multilora import forward_kwarg_names, position_ids_from_mask
+from populora_nb.model.decoding import forward_kwarg_names, position_ids_from_mask
 from populora_nb.rl import completion_logprobs, completion_logprobs_from_hidden
 
 LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")

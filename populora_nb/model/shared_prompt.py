@@ -1,0 +1,247 @@
+"""Each prompt processed once: the rollouts of one prompt share its prefill and its training pass.
+
+A population step's tokens are mostly prompt: a student's k rollouts of a task carry the task's whole
+prompt (K reference programs), and so does every row of the update, through its own forward and
+backward pass, k times. Prefix sharing for grouped policy-gradient rollouts ("Prefix Grouper",
+arXiv 2506.05433; vLLM's prefix caching does it on the engine side) runs each prompt once per group:
+
+* **The update** (`shared_prompt_logprobs`). Rows with the same owner (member) and the same prompt
+  token ids form a group. The prompt minus its last token (the *prefix*) goes through the backbone
+  once per group, its per-layer keys and values kept in the autograd graph; then every row's
+  *suffix* (its prompt's last token, whose output predicts the first completion token, then its
+  completion) goes through against its group's keys and values, gathered per row. One backward
+  accumulates every row's gradient into its group's prefix pass, so a prompt's gradient is the sum
+  over its rows, as the k separate passes give it. Log-probs equal `lm_completion_logprobs` to
+  float32 rounding: the same tokens, positions (counted over real tokens) and masks, with the
+  suffixes right-padded after the prefix instead of left-padded in front of the prompt.
+* **Generation** (`decode_rows`). Each distinct (member, prompt) is prefilled once; the cache and
+  the last logits are gathered to its rows, in the batch's own row order, so the decoding loop and
+  its random draws are those of the unshared prefill.
+
+Gradient checkpointing re-runs each decoder layer in the backward pass, cache update included:
+transformers' `DynamicLayer` appends on every call, so a re-run would attend over a cache that has
+already grown. The caches here (`PrefixLayer`) never grow: ``update`` returns the fixed prefix
+(gathered to the rows) with the new keys appended and only records the new ones, so a re-run sees
+what the first run saw. The Unsloth backend keeps the unshared path (its kernels own the cache).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from transformers.cache_utils import Cache, DynamicLayer
+
+from populora_nb.model.batch import TrainBatch, left_pad
+from populora_nb.model.decoding import decode, new_cache, position_ids_from_mask, prefill
+from populora_nb.model.multilora import MultiLoRA, decoder_layers
+from populora_nb.model.scoring import lm_completion_logprobs, split_lm
+from populora_nb.rl import token_logprobs
+
+
+@dataclass(frozen=True)
+class PromptGroups:
+    """A batch's rows grouped by (owner, prompt token ids), laid out for the two passes."""
+
+    row_group: Tensor
+    """(B,) long: each row's group."""
+    group_owner: list[int]
+    """Each group's owner (the owner of its rows)."""
+    prefix_ids: Tensor
+    """(G, P) left-padded: each group's prompt without its last token."""
+    prefix_mask: Tensor
+    """(G, P), 0 on padding."""
+    suffix_ids: Tensor
+    """(B, S) right-padded: each row's last prompt token, then its completion."""
+    suffix_mask: Tensor
+    """(B, S), 0 on padding."""
+    suffix_positions: Tensor
+    """(B, S): positions continuing the prefix's real tokens."""
+    completion_len: Tensor
+    """(B,) long: scored tokens per row."""
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.group_owner)
+
+
+def prompt_groups(batch: TrainBatch, owners: Sequence[int] | None = None) -> PromptGroups:
+    """Group ``batch``'s rows by (owner, prompt). A row's prompt is its real tokens before its
+    completion, which must be the row's last tokens (as `train_batch` lays it out) after at least one
+    prompt token; raises ValueError naming the row otherwise."""
+    device = batch.input_ids.device  # grouped on the CPU: one copy, no per-row device reads
+    ids, real, comp = batch.input_ids.cpu(), batch.attention_mask.bool().cpu(), batch.completion_mask.bool().cpu()
+    n, width = ids.shape
+    owners = list(owners) if owners is not None else [0] * n
+    if len(owners) != n:
+        raise ValueError(f"one owner per row: {len(owners)} owners for {n} rows")
+    comp_len = comp.sum(dim=1)
+    keys: dict[tuple[int, tuple[int, ...]], int] = {}
+    row_group: list[int] = []
+    prompts: list[tuple[int, ...]] = []
+    group_owner: list[int] = []
+    for i in range(n):
+        k = int(comp_len[i])
+        if not bool(comp[i, width - k :].all()) or not bool(real[i, width - k :].all()):
+            raise ValueError(f"row {i}: its completion must be the row's last tokens, as train_batch lays it out")
+        prompt = tuple(ids[i, : width - k][real[i, : width - k]].tolist())
+        if not prompt:
+            raise ValueError(f"row {i} has no prompt token to predict its first completion token from")
+        key = (owners[i], prompt)
+        if key not in keys:
+            keys[key] = len(prompts)
+            prompts.append(prompt)
+            group_owner.append(owners[i])
+        row_group.append(keys[key])
+    prefix_ids, prefix_mask = left_pad([p[:-1] for p in prompts], 0, device)
+    suffixes = [[prompts[g][-1], *ids[i, width - int(comp_len[i]) :].tolist()] for i, g in enumerate(row_group)]
+    s_width = max(len(s) for s in suffixes)
+    suffix_ids = torch.zeros(n, s_width, dtype=torch.long)
+    suffix_mask = torch.zeros(n, s_width, dtype=torch.long)
+    for i, s in enumerate(suffixes):
+        suffix_ids[i, : len(s)] = torch.tensor(s)
+        suffix_mask[i, : len(s)] = 1
+    groups = torch.tensor(row_group, dtype=torch.long)
+    start = torch.tensor([len(prompts[g]) - 1 for g in row_group])[:, None]  # real prefix tokens before the suffix
+    return PromptGroups(
+        row_group=groups.to(device),
+        group_owner=group_owner,
+        prefix_ids=prefix_ids,
+        prefix_mask=prefix_mask,
+        suffix_ids=suffix_ids.to(device),
+        suffix_mask=suffix_mask.to(device),
+        suffix_positions=(start + torch.arange(s_width)).to(device),
+        completion_len=comp_len.to(device),
+    )
+
+
+def grouped_order(batch: TrainBatch, owners: Sequence[int] | None = None) -> Tensor:
+    """Row order that keeps each group's rows adjacent, largest groups first (so with k rows per group
+    and micro-batches of a multiple or divisor of k, no micro-batch straddles two groups), then
+    longest first, a group's rows longest first: the shared path's counterpart of sorting by length."""
+    groups = prompt_groups(batch, owners)
+    length = batch.attention_mask.sum(dim=1).cpu()
+    g = groups.row_group.cpu()
+    group_len = torch.zeros(groups.n_groups, dtype=length.dtype).scatter_reduce(0, g, length, "amax")
+    first = torch.full((groups.n_groups,), len(g), dtype=torch.long).scatter_reduce(0, g, torch.arange(len(g)), "amin")
+    size = torch.bincount(g, minlength=groups.n_groups)
+    rank = sorted(range(groups.n_groups), key=lambda k: (-int(size[k]), -int(group_len[k]), int(first[k])))
+    place = torch.empty(groups.n_groups, dtype=torch.long)
+    place[torch.tensor(rank)] = torch.arange(groups.n_groups)
+    order = sorted(range(len(g)), key=lambda i: (int(place[g[i]]), -int(length[i]), i))
+    return torch.tensor(order, dtype=torch.long)
+
+
+class PrefixLayer(DynamicLayer):
+    """One decoder layer's cache that never grows: ``update(k, v)`` returns the fixed prefix's keys
+    and values (gathered by ``rows`` when given) followed by ``k, v``, and records ``k, v`` as
+    `written`. A re-run of the layer (gradient checkpointing) thus sees exactly what the first saw."""
+
+    def __init__(self, keys: Tensor | None = None, values: Tensor | None = None, rows: Tensor | None = None) -> None:
+        super().__init__()
+        self.keys, self.values, self.rows = keys, values, rows
+        self.is_initialized = keys is not None
+        self.written: tuple[Tensor, Tensor] | None = None
+
+    def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
+        self.written = (key_states, value_states)
+        if self.keys is None or self.values is None:
+            return key_states, value_states
+        k, v = (self.keys, self.values) if self.rows is None else (self.keys[self.rows], self.values[self.rows])
+        return torch.cat([k, key_states], dim=-2), torch.cat([v, value_states], dim=-2)
+
+    def get_seq_length(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[-2]
+
+
+def prefix_pass(backbone: nn.Module, n_layers: int, ids: Tensor, mask: Tensor) -> list[tuple[Tensor, Tensor]]:
+    """Each layer's keys and values of ``ids`` (left-padded, ``mask``), in the graph when a gradient
+    is recorded: the prompt pass whose cache the rows' suffixes attend to."""
+    layers = [PrefixLayer() for _ in range(n_layers)]
+    backbone(
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=position_ids_from_mask(mask),
+        past_key_values=Cache(layers=list(layers)),
+        use_cache=True,
+    )
+    written = [layer.written for layer in layers]
+    if any(w is None for w in written):
+        raise RuntimeError("the backbone did not write every layer's keys and values into the cache it was given")
+    return [w for w in written if w is not None]
+
+
+def shared_prompt_logprobs(
+    model: nn.Module, batch: TrainBatch, groups: PromptGroups | None = None, chunk_rows: int = 256
+) -> Tensor:
+    """Completion log-probs (B, T) of ``batch``, equal to `lm_completion_logprobs` to float32 rounding,
+    with each group's prompt through the backbone once (module docstring). The caller opens a route
+    that serves both the groups' rows (``groups.group_owner``) and the batch's; ``groups`` defaults to
+    one owner for all rows. A model whose logits are more than its head's product takes the unshared path."""
+    parts = split_lm(model)
+    groups = groups if groups is not None else prompt_groups(batch)
+    if parts is None or groups.prefix_ids.shape[1] == 0:  # no head split, or every prompt one token long
+        return lm_completion_logprobs(model, batch, chunk_rows)
+    backbone, head = parts
+    kv = prefix_pass(backbone, len(decoder_layers(model)), groups.prefix_ids, groups.prefix_mask)
+    rows = groups.row_group
+    cache = Cache(layers=[PrefixLayer(k, v, rows) for k, v in kv])
+    hidden = backbone(
+        input_ids=groups.suffix_ids,
+        attention_mask=torch.cat([groups.prefix_mask[rows], groups.suffix_mask], dim=1),
+        position_ids=groups.suffix_positions,
+        past_key_values=cache,
+        use_cache=True,
+    )[0]  # (B, S, D): suffix position j predicts completion token j
+    b, t = batch.completion_mask.bool().nonzero(as_tuple=True)
+    j = t - (batch.input_ids.shape[1] - groups.completion_len.to(t.device)[b])
+    logp = token_logprobs(hidden[b, j], batch.input_ids[b, t], batch.temperature, head=head, chunk_rows=chunk_rows)
+    return torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=logp.device).index_put((b, t), logp)
+
+
+def completion_logprobs(model: nn.Module, batch: TrainBatch, share_prompts: bool) -> Tensor:
+    """`shared_prompt_logprobs` when ``share_prompts`` and some rows repeat a prompt, else
+    `lm_completion_logprobs`: for a route that serves any batch size (one member, or the bare base)."""
+    if share_prompts:
+        groups = prompt_groups(batch)
+        if groups.n_groups < batch.input_ids.shape[0]:
+            return shared_prompt_logprobs(model, batch, groups)
+    return lm_completion_logprobs(model, batch)
+
+
+def distinct_rows(slots: Tensor, ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """(first row of each distinct (slot, prompt), each row's index among them) of a left-padded batch."""
+    device = ids.device
+    slots, ids, mask = slots.cpu(), ids.cpu(), mask.cpu()
+    seen: dict[tuple[int, tuple[int, ...]], int] = {}
+    firsts: list[int] = []
+    which: list[int] = []
+    for i in range(ids.shape[0]):
+        key = (int(slots[i]), tuple(ids[i][mask[i].bool()].tolist()))
+        if key not in seen:
+            seen[key] = len(firsts)
+            firsts.append(i)
+        which.append(seen[key])
+    return torch.tensor(firsts, device=device), torch.tensor(which, device=device)
+
+
+def decode_rows(
+    multi: MultiLoRA, model: nn.Module, slots: Tensor, ids: Tensor, mask: Tensor, share_prompts: bool, **sampling: Any
+) -> tuple[Tensor, Tensor]:
+    """`decoding.decode` of the left-padded prompts, row i under slot ``slots[i]``. With
+    ``share_prompts`` each distinct (slot, prompt) is prefilled once (routed to its slot), its cache
+    and last logits gathered to its rows in the batch's own order: positions, masks and the order of
+    the random draws are the unshared prefill's, so the samples are too (to float32 rounding)."""
+    firsts, which = distinct_rows(slots, ids, mask)
+    if not share_prompts or len(firsts) == len(slots):
+        with multi.route_rows(slots):
+            return decode(model, ids, mask, **sampling)
+    cache = new_cache(model)
+    with multi.route_rows(slots[firsts]):
+        logits = prefill(model, ids[firsts], mask[firsts], cache)
+    cache.batch_select_indices(which)
+    with multi.route_rows(slots):
+        return decode(model, ids, mask, **sampling, prefilled=(cache, logits[which]))
