@@ -34,6 +34,8 @@ so every batch of two or more rows is left-padded, ``new`` tokens generated with
 * ``checkpointing``: the gradient of one micro-batch (2 rows at the synthetic shape) with and without
   gradient checkpointing, max relative difference (the `paper` preset checkpoints; recomputation on a
   GPU has never been compared);
+* ``shared_prompts``: solver-like rows (each prompt k = ``rl.rollouts`` times) generated and trained
+  with each prompt processed once (`rl.share_prompts`) and once per row, side by side;
 * ``update_stage``: the update alone on the same rows, the agent's and the population's one member at
   a time, in one batched pass at the preset's micro-batch, and batched at N times it; each over the
   agent's (docs/performance.md's GPU model reads these).
@@ -139,6 +141,12 @@ def signed_samples(member: str, prompts: list[list[int]], completions: list[list
     ]
 
 
+def samples_by_member(gens: list[Generation], members: list[str]) -> dict[str, list[Sample]]:
+    """Each member's generations as signed samples, to train on what it sampled."""
+    mine = {m: [g for g in gens if g.member_id == m] for m in members}
+    return {m: signed_samples(m, [g.prompt_ids for g in gs], [g.completion_ids for g in gs]) for m, gs in mine.items()}
+
+
 def synthetic_step(config: ExperimentConfig, base: Base, roster: dict, size: dict) -> dict[str, Any]:
     """One generation over every member's rows, then every member's update; seconds and memory."""
     population = Population.create(base, roster, config.lora, seed=config.run.seed)
@@ -160,12 +168,7 @@ def synthetic_step(config: ExperimentConfig, base: Base, roster: dict, size: dic
     out["generate_memory"] = memory()
     out["new_tokens"] = sum(len(g.completion_ids) for g in gens)
     out["prompt_lengths"] = [min(map(len, prompts)), max(map(len, prompts))]  # left padding in every batch
-    rows = {
-        m: signed_samples(
-            m, [g.prompt_ids for g in gens if g.member_id == m], [g.completion_ids for g in gens if g.member_id == m]
-        )
-        for m in members
-    }
+    rows = samples_by_member(gens, members)
     release()
     reset_peak()
     started = time.perf_counter()
@@ -343,6 +346,45 @@ def checkpointing_gradients(config: ExperimentConfig, base: Base, size: dict) ->
     }
 
 
+def shared_prompts(preset: str, overrides: dict[str, Any], base: Base, roster: dict, size: dict) -> dict[str, Any]:
+    """Solver-like rows (each prompt repeated k = ``rl.rollouts`` times per member): the population's
+    generation and batched update with each prompt processed once (`rl.share_prompts`, the default)
+    and once per row, alternated shared / per-row, on the same rows. Seconds, peak memory, and shared
+    over per-row: the saving `model.shared_prompt` brings on this card."""
+    k = load_config(preset, overrides).rl.rollouts
+    per_member = max(1, size["rows"] // k)
+    vocab = len(base.tokenizer)
+    members = list(roster)
+    rows_of = [m for m in members for _ in range(per_member * k)]
+    distinct = padded_rows(len(members) * per_member, size["prompt"], vocab, seed=30, per_member=per_member)
+    prompts = [p for p in distinct for _ in range(k)]
+    out: dict[str, Any] = {"path": NATIVE, "rollouts": k, "prompts_per_member": per_member, "rows": len(rows_of)}
+    for arm, share in (("per_row", False), ("shared", True)):
+        cfg = load_config(preset, {**overrides, "rl.share_prompts": share, "rl.update": "batched"})
+        population = Population.create(base, roster, cfg.lora, seed=cfg.run.seed)
+        policy = LoRAPolicy(cfg, base, population)
+        release()
+        reset_peak()
+        started = time.perf_counter()
+        gen = torch.Generator(device=base.device).manual_seed(0)
+        gens = population.generate(
+            rows_of, prompts, size["new"], temperature=1.0, generator=gen, stop_token_ids=[], share_prompts=share
+        )
+        sync()
+        result: dict[str, Any] = {"generate_s": time.perf_counter() - started, "generate_memory": memory()}
+        rows = samples_by_member(gens, members)
+        release()
+        reset_peak()
+        started = time.perf_counter()
+        policy.update_members(rows)
+        sync()
+        out[arm] = result | {"train_s": time.perf_counter() - started, "train_memory": memory()}
+        del policy, population, gens
+        release()
+    out["shared_over_per_row"] = {s: out["shared"][s] / out["per_row"][s] for s in ("generate_s", "train_s")}
+    return out
+
+
 def vllm_mixed_vs_single(config: ExperimentConfig, base: Base, size: dict) -> dict[str, Any]:
     """The population's mixed-adapter generation on a vLLM engine with dummy weights, against the
     same rows on one adapter (fixed lengths, greedy, best of two after a warm-up)."""
@@ -444,6 +486,7 @@ def check_shape(check: Check, result: dict[str, Any], preset: str, size: dict, c
         result["population_over_baseline"] = {k: pop[k] / bl[k] for k in ("step_s", "generate_s", "train_s")}
     check.section(result, "full_length_update", full_length_update, config, base, population)
     check.section(result, "checkpointing", checkpointing_gradients, config, base, size)
+    check.section(result, "shared_prompts", shared_prompts, preset, overrides, base, population, size)
     check.section(result, "update_stage", update_stage, preset, overrides, base, population, size)
     if cpu or not importlib.util.find_spec("vllm"):
         result["vllm"] = {"skipped": "not run on the CPU fallback" if cpu else "vllm not installed"}
@@ -497,6 +540,9 @@ def main() -> int:
         updates = r.get("update_stage", {}).get("over_agent", {})
         said = ", ".join(f"{k} {v:.2f}x" for k, v in updates.items()) or "not measured"
         print(f"[gpu_check] {preset}: update stage / the agent's, equal rows per adapter: {said}")
+        shared = r.get("shared_prompts", {}).get("shared_over_per_row", {})
+        said = ", ".join(f"{k} {v:.2f}x" for k, v in shared.items()) or "not measured"
+        print(f"[gpu_check] {preset}: each prompt once / once per row (k rows a prompt): {said}")
         grads = r.get("checkpointing", {}).get("max_rel_diff")
         print(f"[gpu_check] {preset}: gradient with / without checkpointing, max rel diff = {grads}")
     print(f"[gpu_check] wrote {args.out} in {report['total_s']:.0f}s")

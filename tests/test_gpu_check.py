@@ -109,7 +109,10 @@ def test_gpu_check_runs_on_the_bare_image(tmp_path):
         assert run["new_tokens"] == run["rows"] * run["new"]  # fixed lengths: no row stopped early
         low, high = run["prompt_lengths"]
         assert low < high == run["prompt"]  # left-padded rows in every batch
-    for name in ("baseline", "population", "full_length_update", "checkpointing", "update_stage"):
+    shared = shape["shared_prompts"]
+    assert shared["rows"] == 8 * shared["rollouts"] * shared["prompts_per_member"]
+    assert set(shared["shared_over_per_row"]) == {"generate_s", "train_s"}
+    for name in ("baseline", "population", "full_length_update", "checkpointing", "shared_prompts", "update_stage"):
         assert shape[name]["path"].startswith("native multi-LoRA decoder")
     assert shape["population_over_baseline"]["step_s"] > 0
     updates = shape["update_stage"]
