@@ -136,7 +136,7 @@ class UnslothSlot:
         top_p: float = 1.0,
         generator: torch.Generator | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """One Unsloth ``generate`` per distinct member; same return as ``multilora.decode``."""
+        """One Unsloth ``generate`` per distinct member; same return as ``decoding.decode``."""
         self.fast.for_inference(self.peft_model)
         batch = input_ids.shape[0]
         tokens = torch.full((batch, max_new_tokens), pad_token_id, dtype=torch.long, device=input_ids.device)
