@@ -1,26 +1,21 @@
 """``python -m populora_nb doctor``: a one-command check that this machine runs PopuLoRA, and how fast.
 
-It loads the base once, runs two population steps and two baseline steps (vLLM samples, the
-trainer trains, each run with its own engine over the same base), then measures the engine on a
-mixed batch (8 rows, 8 members' adapters) against a single-adapter batch (8 rows, one adapter), and
-prints one table: load times; seconds per step split into generate / validate / train / sync;
-population ÷ baseline step time; peak memory (the trainer's GPU allocation on CUDA, else the
-process's resident set); rollout tokens/s; mixed ÷ single-adapter generation time.
+It loads the base once, runs two population and two baseline steps (vLLM samples, the trainer
+trains, each run with its own engine over the same base), times the engine on a mixed batch (8 rows,
+8 members' adapters) against one adapter, and prints one table: load times; seconds per step split
+into generate / validate / train / sync; population ÷ baseline step time; peak memory (the trainer's
+GPU allocation, else the process's RSS); rollout tokens/s; mixed ÷ single-adapter generation time.
 
-The split is measured, not inferred: ``generate`` is the time spent inside the policy's
-``generate`` (the engine's sampling, tokenising and decoding), ``validate`` is the step's proposal
-validation (``time/validate_s``) plus the sandbox checking the students' answers (timed inside the
-solve stage), ``train`` is ``time/update_s`` and ``sync`` is ``time/sync_s``. Any failure ends the
-check with one line naming the stage that failed, and the report is not ``ok``. At every stage
-boundary it also notes the peak reserved and the free memory (CUDA: the trainer's allocator and the
-card's free memory, the engine's included; CPU: the process's peak RSS and the host's available RAM).
+The split is measured: ``generate`` is the time inside the policy's ``generate`` (the engine's
+sampling, tokenising and decoding), ``validate`` the proposal validation (``time/validate_s``) plus
+the sandbox checking answers, ``train`` ``time/update_s``, ``sync`` ``time/sync_s``. A failure ends
+the check with one line naming its stage. Each stage boundary notes the peak reserved and the free
+memory (CUDA: the trainer's allocator and the card, the engine included; CPU: peak RSS and free RAM).
 
-``weights="random"`` (``doctor --weights random``) needs no download: the preset's architecture with
-random weights (`model.random_base`; vLLM's dummy weights in the engine), every completion at its
-token budget (``sampling.ignore_eos``): does a preset fit, how long is its step. Random weights tie
-every reward (no task is valid), so every advantage would be 0 and updates skipped: the samples get
-alternating ±1 advantages instead. It times a step in which every proposal is invalid (students
-solve buffer top-ups only); the engine's weights are not the trainer's (no log-prob gap shown).
+``doctor --weights random`` needs no download: the preset's architecture with random weights (vLLM's
+dummy weights in the engine), every completion at its token budget, alternating ±1 advantages (random
+weights tie every reward); no log-prob gap is shown. With vLLM it prints the engine's share of the
+card, counted from shapes, then checked against what the trainer held at its first step.
 """
 
 from __future__ import annotations
@@ -36,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from populora_nb.model.engine_share import GIB, describe, run_share
+from populora_nb.model.engine_share import GIB, TrainerMemory, describe, measured_check, run_share
 
 if TYPE_CHECKING:
     from populora_nb.config import ExperimentConfig
@@ -65,6 +60,7 @@ class RunTimes:
     sync_s: list[float] = field(default_factory=list)
     tokens: list[float] = field(default_factory=list)
     peak_gb: float | None = None
+    first_peak_gb: float | None = None  # step 0's, its first update included (engine_share.measured_check)
     logp_diff_max: float | None = None
 
     def mean(self, name: str) -> float | None:
@@ -95,6 +91,7 @@ class DoctorReport:
     weights: str = "pretrained"
     engine_share: str = ""
     """The vLLM engine's share of the card and the trainer's peak it leaves room for (`model.engine_share`)."""
+    engine_share_check: str = ""  # the count against the trainer's first step (engine_share.measured_check)
     memory: list[dict[str, Any]] = field(default_factory=list)
     """At each stage's end: {"stage", "peak_reserved_gb", "free_gb"} (`step_records.memory_mark`)."""
     failures: list[str] = field(default_factory=list)
@@ -165,7 +162,8 @@ class DoctorReport:
             f"| memory after stage | {peak} (GB) | {free} (GB) |",
             "|---|---|---|",
             *(f"| {m['stage']} | {f(m['peak_reserved_gb'])} | {f(m['free_gb'])} |" for m in self.memory),
-            *([f"vLLM {self.engine_share}", ""] if self.engine_share else [""]),
+            *(f"vLLM {line}" for line in (self.engine_share, self.engine_share_check) if line),
+            "",
             "status: OK" if self.ok else "status: FAILED: " + "; ".join(self.failures),
         ]
         return "\n".join(lines)
@@ -288,12 +286,14 @@ def _run(
         base = load_base(config, seed=config.run.seed)
         report.base_load_s = time.perf_counter() - started
 
+    sizing: tuple[TrainerMemory, float, int] | None = None
     if config.rollout.engine == "vllm":
         with stage("size the engine", say):
             card = torch.cuda.mem_get_info()[1] if cuda else 80 * GIB
             trainer, share = run_share(config, base.model.config, base.dtype.itemsize, card)
             report.engine_share = describe(trainer, share, card) + ("" if cuda else " (no GPU: an 80 GiB card)")
             say(f"vLLM {report.engine_share}")
+            sizing = (trainer, share, card)
 
     from populora_nb.verify import Verifier
 
@@ -304,6 +304,10 @@ def _run(
         with tempfile.TemporaryDirectory(prefix="populora-doctor-") as tmp:
             for agent in ("population", "baseline"):
                 _run_agent(report, stage, stage_config(config, agent), base, verifier, Path(tmp) / agent, say)
+                if agent == "population" and sizing is not None:  # the count against the card's allocation
+                    held = report.population.first_peak_gb if report.memory_kind.startswith("GPU") else None
+                    report.engine_share_check = measured_check(*sizing, None if held is None else held * GIB)
+                    say(f"vLLM {report.engine_share_check}")
     finally:
         verifier.close()
 
@@ -360,6 +364,7 @@ def _run_agent(
                 raise RuntimeError(f"{agent} step {step} recorded members {sorted(logged)}, expected {sorted(members)}")
         key = "memory/cuda_peak_gb" if report.memory_kind.startswith("GPU") else "memory/peak_rss_gb"
         times.peak_gb = max((r[key] for r in metrics if r.get(key) is not None), default=None)
+        times.first_peak_gb = max((r[key] for r in metrics if r.get(key) is not None and r["step"] == 0), default=None)
         diffs = [r["rollout/logp_diff_max"] for r in metrics if r.get("rollout/logp_diff_max") is not None]
         times.logp_diff_max = max(diffs) if diffs and config.model.weights != "random" else None
         if agent == "population" and policy.engine is not None:

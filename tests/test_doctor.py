@@ -83,6 +83,8 @@ def test_doctor_runs_the_tiny_preset_and_prints_the_table(tmp_path):
         assert report["mixed_ratio"] > 0
         assert report["engine_share"].startswith("engine share 0.9") and "activations" in report["engine_share"]
         assert f"vLLM {report['engine_share']}" in r.stdout
+        assert report["engine_share_check"].startswith("share not checked against a measurement: no GPU")
+        assert f"vLLM {report['engine_share_check']}" in r.stdout
 
 
 def test_a_failure_exits_non_zero_with_one_line_naming_the_stage(tmp_path):

@@ -18,6 +18,7 @@ from populora_nb.model.engine_share import (
     base_params,
     checked_share,
     lora_params,
+    measured_check,
     run_share,
     trainer_memory,
 )
@@ -88,6 +89,21 @@ def test_a_share_never_goes_above_what_fits():
     assert heavy.activations > 10 * trainer.activations  # why paper checkpoints
     with pytest.raises(EngineShareError):
         checked_share("auto", heavy, 80 * GIB, QWEN_7B, 14240)
+
+
+def test_the_count_is_checked_against_what_the_trainer_held():
+    """The doctor's check after the first step: a trainer that held more than its count (here 6 GiB
+    more, as an undercounted activation term would) is named with the share that would fit; one within
+    its count passes; without a GPU nothing is claimed."""
+    paper = load_config("paper")
+    trainer, share = run_share(paper, QWEN_7B, 2, 80 * GIB)
+    within = measured_check(trainer, share, 80 * GIB, trainer.total - GIB)
+    assert within.startswith("trainer within its count") and f"{share:.2f} fits" in within
+    over = measured_check(trainer, share, 80 * GIB, trainer.total + 6 * GIB)
+    fits = (80 * GIB - trainer.total - 6 * GIB - trainer.margin) / (80 * GIB)
+    assert over.startswith("trainer over its count by 6.0 GiB") and f"gpu_memory_utilization={fits:.2f}" in over
+    assert fits < share and "\n" not in over
+    assert "no GPU" in measured_check(trainer, share, 80 * GIB, None)
 
 
 def test_a_checkpoint_copies_optimizer_state_to_host_memory(tiny_base, monkeypatch, tmp_path):

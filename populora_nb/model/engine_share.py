@@ -166,6 +166,24 @@ def describe(trainer: TrainerMemory, share: float, card_bytes: int) -> str:
     )
 
 
+def measured_check(trainer: TrainerMemory, share: float, card_bytes: int, held_bytes: float | None) -> str:
+    """One line: the counted peak against what the trainer held on the card at its first step (the
+    allocator's peak, which that step's update sets; None without a GPU, where a process's RSS also
+    holds the engine). The share was sized from the count, so a trainer over it leaves the engine's
+    share too large, and the line says which share would fit."""
+    if held_bytes is None:
+        return "share not checked against a measurement: no GPU (the count above is all there is)"
+    counted = f"counted {trainer.total / GIB:.1f} GiB, held {held_bytes / GIB:.1f} GiB at its first step"
+    over = held_bytes - trainer.total
+    if over <= 0:
+        return f"trainer within its count ({counted}): the engine's share {share:.2f} fits"
+    fits = max(0.0, min(MAX_SHARE, (card_bytes - held_bytes - trainer.margin) / card_bytes))
+    return (
+        f"trainer over its count by {over / GIB:.1f} GiB ({counted}): the engine's share {share:.2f} leaves it "
+        f"too little. Fix: set rollout.gpu_memory_utilization={fits:.2f} or lower"
+    )
+
+
 def run_share(config: ExperimentConfig, cfg: Any, dtype_bytes: int, card_bytes: int) -> tuple[TrainerMemory, float]:
     """The trainer's peak and the engine's share for a run of ``config`` on a base of config ``cfg``:
     every member and the difficulty probe's solver an adapter, the preset's micro-batch of full rows."""
