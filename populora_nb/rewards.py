@@ -51,11 +51,6 @@ def student_reward(status: AnswerStatus) -> float:
         raise ValueError(f"status must be one of {tuple(STUDENT_REWARDS)}, got {status!r}") from None
 
 
-def student_rewards(statuses: Sequence[AnswerStatus]) -> list[float]:
-    """``student_reward`` over a list, in order."""
-    return [student_reward(s) for s in statuses]
-
-
 def solve_rate(statuses: Sequence[AnswerStatus]) -> float:
     """ρ: the fraction of a task's rollouts that are correct (malformed counts as unsolved)."""
     if not statuses:
@@ -81,13 +76,6 @@ def teacher_reward(valid: bool, rho: float | None) -> float:
     return 0.0 if rho == 0.0 else 1.0 - rho
 
 
-def teacher_rewards(valid: Sequence[bool], rho: Sequence[float | None]) -> list[float]:
-    """``teacher_reward`` over paired lists."""
-    if len(valid) != len(rho):
-        raise ValueError(f"valid and rho differ in length: {len(valid)} vs {len(rho)}")
-    return [teacher_reward(v, r) for v, r in zip(valid, rho)]
-
-
 def azr_proposer_reward(valid: bool, rho: float | None) -> float:
     """AZR proposer reward: 1 − s for 0 < s < 1, −0.5 for s ∈ {0, 1}, −1 invalid.
 
@@ -103,10 +91,3 @@ def azr_proposer_reward(valid: bool, rho: float | None) -> float:
     if rho in (0.0, 1.0):
         return AZR_DEGENERATE_TASK_REWARD
     return 1.0 - rho
-
-
-def azr_proposer_rewards(valid: Sequence[bool], rho: Sequence[float | None]) -> list[float]:
-    """``azr_proposer_reward`` over paired lists."""
-    if len(valid) != len(rho):
-        raise ValueError(f"valid and rho differ in length: {len(valid)} vs {len(rho)}")
-    return [azr_proposer_reward(v, r) for v, r in zip(valid, rho)]

@@ -4,22 +4,15 @@ import pytest
 
 from populora_nb.rewards import (
     azr_proposer_reward,
-    azr_proposer_rewards,
     solve_rate,
     student_reward,
-    student_rewards,
     teacher_reward,
-    teacher_rewards,
 )
 
 
 @pytest.mark.parametrize(("status", "expected"), [("correct", 1.0), ("wrong", -0.5), ("malformed", -1.0)])
 def test_student_reward_table(status, expected):
     assert student_reward(status) == expected
-
-
-def test_student_rewards_vectorised_in_order():
-    assert student_rewards(["wrong", "correct", "malformed", "correct"]) == [-0.5, 1.0, -1.0, 1.0]
 
 
 def test_student_reward_rejects_unknown_status():
@@ -64,13 +57,6 @@ def test_teacher_and_azr_differ_exactly_on_degenerate_tasks():
         rho = k / 8
         same = teacher_reward(True, rho) == azr_proposer_reward(True, rho)
         assert same == (0 < k < 8), k
-
-
-def test_vectorised_teacher_and_azr():
-    assert teacher_rewards([True, False, True], [0.25, None, 0.0]) == [0.75, -1.0, 0.0]
-    assert azr_proposer_rewards([True, False, True], [0.25, None, 0.0]) == [0.75, -1.0, -0.5]
-    with pytest.raises(ValueError, match="differ in length"):
-        teacher_rewards([True], [0.5, 0.5])
 
 
 @pytest.mark.parametrize("fn", [teacher_reward, azr_proposer_reward])
