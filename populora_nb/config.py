@@ -332,7 +332,9 @@ class MatchmakingConfig:
     teacher reward 1 - rho pays for all of them. The band must hold a reachable rho = j/k (checked against
     rl.rollouts)."""
     mu: float = 25.0
-    """TrueSkill prior mean of every member's rating (TrueSkill's default)."""
+    """TrueSkill prior mean of every member's rating (TrueSkill's default). These five fields are the
+    package's one definition of the prior: `matchmaking.make_trueskill` and `evolution.TRUESKILL_PRIOR`
+    default to them."""
     sigma: float = 25.0 / 3
     """TrueSkill prior standard deviation (default mu / 3); also the cap on a child's inflated sigma."""
     beta: float = 25.0 / 6

@@ -17,7 +17,7 @@ from types import MappingProxyType
 
 import torch
 
-from populora_nb.config import PAPER_OPERATORS
+from populora_nb.config import PAPER_OPERATORS, MatchmakingConfig
 from populora_nb.lowrank import LoRAFactors
 from populora_nb.matchmaking import Rating
 from populora_nb.operators import (
@@ -26,7 +26,8 @@ from populora_nb.operators import (
     arity,
 )
 
-TRUESKILL_PRIOR = (25.0, 25.0 / 3.0)  # the `trueskill` package's default (μ, σ)
+TRUESKILL_PRIOR = (MatchmakingConfig.mu, MatchmakingConfig.sigma)
+"""The rating prior (μ, σ) of `MatchmakingConfig`, the one place it is defined."""
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,8 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import numpy as np
 
+from populora_nb.config import MatchmakingConfig
+
 if TYPE_CHECKING:
     import trueskill
 
@@ -113,15 +115,15 @@ class Match:
 
 
 def make_trueskill(
-    mu: float = 25.0,
-    sigma: float = 25.0 / 3.0,
-    beta: float = 25.0 / 6.0,
-    tau: float = 25.0 / 300.0,
-    draw_probability: float = 0.0,
+    mu: float = MatchmakingConfig.mu,
+    sigma: float = MatchmakingConfig.sigma,
+    beta: float = MatchmakingConfig.beta,
+    tau: float = MatchmakingConfig.tau,
+    draw_probability: float = MatchmakingConfig.draw_probability,
 ) -> trueskill.TrueSkill:
-    """A TrueSkill environment with the package's defaults, except no draws: every game of
-    ``teacher_games`` and ``student_games`` has a winner (a draw would pull a member towards its
-    opponent's rating whatever its reward)."""
+    """A TrueSkill environment; the defaults are `MatchmakingConfig`'s, the package's one prior: the
+    trueskill package's own, except no draws: every game of ``teacher_games`` and ``student_games`` has
+    a winner (a draw would pull a member towards its opponent's rating whatever its reward)."""
     import trueskill  # where used: stages and the model import this module on machines without it
 
     return trueskill.TrueSkill(mu=mu, sigma=sigma, beta=beta, tau=tau, draw_probability=draw_probability)
