@@ -1,4 +1,4 @@
-"""Benchmark the population's batched multi-LoRA against peft (issue 3), in one run.
+"""Benchmark the population's batched multi-LoRA against peft, in one run.
 
     .venv/bin/python benchmarks/bench_adapters.py            # SmolLM2-135M, batch 8, 128 new tokens
 

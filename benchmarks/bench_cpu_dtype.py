@@ -1,6 +1,6 @@
 """float32 vs bfloat16 base on this CPU: the same smoke baseline step, side by side, per stage.
 
-Issue #17 asks where a CPU step's time goes and whether bf16 (AVX-512 BF16 / AMX on this machine's
+Where a CPU step's time goes and whether bf16 (AVX-512 BF16 / AMX on this machine's
 CPU) makes it faster. `model.dtype=bfloat16` stores the frozen base in bf16; the LoRA factors stay
 float32 masters and the LoRA term is computed in the base's dtype (`model/multilora.py`). Both runs
 use the same seed tasks, the same prompts and greedy decoding, so they do the same work up to where

@@ -1,6 +1,6 @@
-"""Peak memory per scored token of the trainer's log-probs at a 152k-vocabulary head, before and after issue #29.
+"""Peak memory per scored token of the trainer's log-probs at a 152k-vocabulary head, before and after the fused head.
 
-Issue #29: the log-prob code materialised (tokens × vocab) float32 tensors several times (≈ 2.4 MB per
+The log-prob code once materialised (tokens × vocab) float32 tensors several times (≈ 2.4 MB per
 scored token at Qwen's 151,936-token vocabulary), as much as a 1.5B model's activations. This script
 runs the same forward + backward of a policy-gradient-shaped loss through an output head of that
 vocabulary (random weights, hidden size 256: the head's (V, D) weight is fixed memory, what a scored
@@ -49,7 +49,7 @@ VARIANTS = ("before #29", "chunked, from logits", "fused head")
 def completion_logprobs_before_29(
     logits: torch.Tensor, input_ids: torch.Tensor, completion_mask: torch.Tensor, temperature: float = 1.0
 ) -> torch.Tensor:
-    """The reference: ``rl.completion_logprobs`` as it was before issue #29 (its helper inlined)."""
+    """The reference: ``rl.completion_logprobs`` as it was before the fused head (its helper inlined)."""
     b, t = completion_mask.bool().nonzero(as_tuple=True)
     row = t - 1 - (input_ids.shape[1] - logits.shape[1])
     selected = logits[b, row].float() / logprob_temperature(temperature)  # (N, V) float32

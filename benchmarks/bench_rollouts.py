@@ -1,4 +1,4 @@
-"""Rollout throughput: the native multi-LoRA decoder against the vLLM engine (issue 16), in one run.
+"""Rollout throughput: the native multi-LoRA decoder against the vLLM engine, in one run.
 
     .venv/bin/python benchmarks/bench_rollouts.py                    # SmolLM2-135M fp32, batch 8, 128 tokens
     .venv/bin/python benchmarks/bench_rollouts.py --dtype bfloat16   # as the `cpu` preset runs

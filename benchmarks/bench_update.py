@@ -1,4 +1,4 @@
-"""The population's update stage, one member at a time vs all members in one pass (issue #30).
+"""The population's update stage, one member at a time vs all members in one pass.
 
 Builds the preset's population twice on one base (rl.update=sequential and rl.update=batched), gives
 every member the rows a population step trains it on (each teacher: kinds x teacher proposals on

@@ -323,9 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--window", type=int, default=5, help="steps averaged for a run's start and end values")
     p.set_defaults(func=cmd_protocol)
 
-    p = sub.add_parser(
-        "pilot", help="a few steps of each candidate setting: band share, teacher wins, cost (issue #31)"
-    )
+    p = sub.add_parser("pilot", help="a few steps of each candidate setting: band share, teacher wins, cost")
     p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: cpu")
     p.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="for every candidate"

@@ -265,7 +265,7 @@ class RLConfig:
     completion tokens, so the update does not depend on it; peak memory does). Rows are sorted by
     length and each micro-batch is padded to its own longest row."""
     update: Literal["auto", "batched", "sequential"] = "auto"
-    """How a population step trains its members (issue #30). "batched": one pass for all, each
+    """How a population step trains its members. "batched": one pass for all, each
     micro-batch of ``micro_batch`` rows mixing members, each row through its own member's LoRA, then
     each member's own AdamW step (model.batched_update); "sequential": one update per member in turn.
     Both give the same factors and AdamW moments (tests/test_batched_update.py). "auto": batched on
@@ -470,7 +470,7 @@ class WarmupConfig:
     solver: bool = False
     """Then a solver warm-up on the same adapter (`populora_nb.solver_warmup`): the model's own answers
     that the verifier judged correct, on the accepted proposals and the collection seeds, fine-tuned
-    on; the solve rate measured before and after on held-out tasks (issue #31)."""
+    on; the solve rate measured before and after on held-out tasks."""
     solver_samples: int = 4
     """Answers sampled per task by the solver warm-up (collection and measurement alike)."""
     solver_examples: int = 96
@@ -579,7 +579,7 @@ class ExperimentConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     """Which engine samples rollouts and evaluation completions (native, or vLLM multi-LoRA)."""
     probe: ProbeConfig = field(default_factory=ProbeConfig)
-    """The fixed difficulty probe: every proposer's tasks scored by one frozen solver (issue #28)."""
+    """The fixed difficulty probe: every proposer's tasks scored by one frozen solver."""
 
     def __post_init__(self) -> None:
         for new_tokens in ("propose_max_new_tokens", "solve_max_new_tokens"):
@@ -639,7 +639,7 @@ def load_config(
 
 
 def check_mechanisms(config: ExperimentConfig) -> None:
-    """Refuse a config under which a mechanism of the population could never act (issue #27): a
+    """Refuse a config under which a mechanism of the population could never act: a
     teacher band 0 < rho < win_threshold that holds no reachable rho = j/k."""
     from populora_nb.matchmaking import reachable_band  # trueskill: imported only when validating
 

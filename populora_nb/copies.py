@@ -1,4 +1,4 @@
-"""What a proposer newly wrote: every valid proposal classed as a copy or as new (issue #28).
+"""What a proposer newly wrote: every valid proposal classed as a copy or as new.
 
 The curriculum curves (complexity, coverage, valid rate) are read as what the teachers *write*. A
 small model copies: in the committed cpu protocol 81–93% of the population's late valid programs

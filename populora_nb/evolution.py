@@ -115,7 +115,7 @@ def plan_replacement(
     Children younger than `grace_steps` are not replaced (founding members never are in grace, so
     the first event replaces as any other does). A child starts with an inflated σ
     (`inherit_rating`), so its μ − kσ is low until its own games shrink σ; judged at the very next
-    event it is the weakest by construction (issue #27: 6 of 6 children were culled there). The
+    event it is the weakest by construction. The
     config's default grace is two evolution intervals: a child trains and plays through one whole
     interval, and is first judged at the second event after its birth, when its σ has come down
     to its peers' (every rollout is a rating game, so a member plays tens of games per interval)

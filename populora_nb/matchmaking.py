@@ -1,8 +1,8 @@
-"""Matchmaking: TrueSkill ratings and prioritized fictitious self-play (PopuLoRA §3, issue 5, #27).
+"""Matchmaking: TrueSkill ratings and prioritized fictitious self-play (PopuLoRA §3).
 
 Every member, teacher or student, holds one TrueSkill rating on a shared scale. A *match* is one
 proposed task with its k rollouts by the matched student. A rating must rank the members of each
-role the way that role's own reward does (issue #27), so a match is scored as **games, one per
+role the way that role's own reward does, so a match is scored as **games, one per
 rollout, for each role apart** (``teacher_games``, ``student_games``; partial play: a game moves
 one member, against an opponent held fixed):
 
@@ -25,8 +25,8 @@ lower contested ρ better; tests/test_matchmaking.py checks that property, not t
 
 The rule the earlier version used, one game per match won by the teacher only for 0 < ρ <
 threshold and by the student otherwise, rated a student that failed every rollout (ρ = 0) up and
-one that solved a quarter down, and at 2 rollouts with threshold ½ no teacher could ever win
-(issue #27). ``reachable_band`` is the config's check that the teacher's band holds a ρ = j/k.
+one that solved a quarter down, and at 2 rollouts with threshold ½ no teacher could ever win.
+``reachable_band`` is the config's check that the teacher's band holds a ρ = j/k.
 
 PFSP (AlphaStar, Vinyals et al. 2019) then samples each step's pairing with weight f(p), p the
 rated probability that the teacher beats that student: f_var(p) = p(1 − p) favours near-balanced

@@ -1,4 +1,4 @@
-"""The pilot before a seed protocol (issue #31): a few steps of each candidate setting, to choose a
+"""The pilot before a seed protocol : a few steps of each candidate setting, to choose a
 preset under which the mechanism is live before hours go into seeds.
 
 Both AZR's collapse and PopuLoRA's arms race run on tasks that their matched solver *sometimes*
@@ -73,7 +73,7 @@ CANDIDATES: tuple[Candidate, ...] = (
         "a 2T + 2S population: about half the population's cost per step, so more steps for the budget",
     ),
 )
-"""The candidates of issue #31's pilot, in the order they run (those sharing a warm-up run after the first)."""
+"""The pilot's candidates, in the order they run (those sharing a warm-up run after the first)."""
 
 
 @dataclass

@@ -30,7 +30,7 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "lora.rank": 4,  # tiny hidden size (64)
             "sampling.propose_max_new_tokens": 32,  # random weights never write a valid task anyway
             "sampling.solve_max_new_tokens": 16,
-            # k = 4: rho in {0, 1/4, ..., 1}, so the teacher's band 0 < rho < 1 holds three values (issue #27)
+            # k = 4: rho in {0, 1/4, ..., 1}, so the teacher's band 0 < rho < 1 holds three values
             "rl.rollouts": 4,
             "rl.proposals_per_kind": 2,  # TRR++ centres per (member, role, kind): 1 would leave every A = 0
             "run.steps": 3,
@@ -48,20 +48,20 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "sampling.temperature": 0.7,  # 135M writes runnable code ~6/20 at 0.7, ~never at 1.0
             "sampling.propose_max_new_tokens": 72,  # a 135M proposal is a short function + one input (cpu preset)
             "sampling.solve_max_new_tokens": 24,  # an output or input literal
-            # Issue #27: k = 4 puts three solve rates in the teacher's band. Compute per adapter: the agent trains
+            # k = 4 puts three solve rates in the teacher's band. Compute per adapter: the agent trains
             # on 3 proposals + 3 solver answers, a teacher on its 4 proposals, a student on 3 tasks x 4 rollouts:
-            # the `cpu` preset's counts, measured at 0.99x (teachers) and 1.04x (students) the agent's tokens.
+            # the `cpu` preset's counts, compute-matched at its measured lengths (tests/test_compute.py).
             "rl.rollouts": 4,
             "rl.proposals_per_kind": 3,
             "rl.teacher_proposals_per_kind": 4,
             "rl.student_tasks_per_kind": 3,
             "rl.micro_batch": 4,
-            # code_i only: issue #31's pilot measured it at 0.43x the cost of code_o + code_i per population step
-            # with more tasks in 0 < rho < 1; a departure from AZR's three-kind mix (the `cpu` preset's, flagged).
+            # code_i only: cheaper per population step than code_o + code_i and more tasks in 0 < rho < 1
+            # (the pilot, docs/results/cpu-pilot); a departure from AZR's three-kind mix (the `cpu` preset's, flagged).
             "tasks.kinds": ["code_i"],
             "tasks.n_references": 2,  # shorter prompts for a 135M model on CPU
             # 135M loses the format under AZR's full criteria: 23/64 valid tasks with the short proposer prompt,
-            # 2/64 with the full one (issue #28; docs/methodology.md)
+            # 2/64 with the full one (docs/methodology.md)
             "tasks.prompt_style": "short",
             "run.steps": 3,
             "run.checkpoint_every": 1,
@@ -72,25 +72,24 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "eval.max_new_tokens": 96,
         },
         "cpu": {
-            # A laptop research run (issue #17): the smoke task set, made cheaper per sample, run longer,
+            # A laptop research run: the smoke task set, made cheaper per sample, run longer,
             # after a shared warm-up. Measured costs in docs/performance.md.
             "model.dtype": "bfloat16",  # this CPU's AMX/AVX-512 BF16: population step 0.66x of fp32
             "sampling.temperature": 0.7,  # as smoke: 135M writes runnable code at 0.7, ~never at 1.0
             "sampling.propose_max_new_tokens": 72,  # a 135M proposal is a short function + one input
             "sampling.solve_max_new_tokens": 24,  # an output or input literal
-            # Issue #27: k = 4 for a reachable teacher band; counts that match per-adapter trained tokens at
-            # this preset's measured lengths (37 / 13 tokens per proposal / answer: teachers 0.99x, students
-            # 1.04x the agent's, tests/test_compute.py); issue #31's pilot revisits them and their cost.
+            # k = 4 for a reachable teacher band; counts that match per-adapter trained tokens at this preset's
+            # measured lengths (tests/test_compute.py); the pilot (docs/results/cpu-pilot) revisits them and their cost.
             "rl.rollouts": 4,
             "rl.proposals_per_kind": 3,
             "rl.teacher_proposals_per_kind": 4,
             "rl.student_tasks_per_kind": 3,
             "rl.micro_batch": 4,
-            # Issue #31's pilot (docs/results/cpu-pilot): code_i only put 22% of played tasks in 0 < rho < 1
-            # (population 12/55, baseline 2/10) against 12% for code_o + code_i at k = 4, at 0.43x the cost
-            # per population step, and keeps the counts above compute-matched; AZR's third kind (code_f) was
-            # already out. A departure from AZR's task mix, flagged as one: the CPU run measures the arms
-            # race on the kind a 135M model can be taught in 40 steps, not AZR's three-kind curriculum.
+            # The pilot (docs/results/cpu-pilot): code_i only put more played tasks in 0 < rho < 1 than
+            # code_o + code_i at k = 4, at a lower cost per population step, and keeps the counts above
+            # compute-matched; AZR's third kind (code_f) was already out. A departure from AZR's task mix,
+            # flagged as one: the CPU run measures the arms race on the kind a 135M model can be taught in
+            # 40 steps, not AZR's three-kind curriculum.
             "tasks.kinds": ["code_i"],
             "tasks.n_references": 2,
             "tasks.prompt_style": "short",  # as smoke (measured at 96 new tokens; the full prompt ran out of them)
@@ -117,7 +116,7 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "rl.teacher_proposals_per_kind": 16,
             "rl.student_tasks_per_kind": 16,
             "rl.student_rollouts_trained": 1,
-            # Issue #29: <= 2 x 6,144 tokens x ~2.7 MB of saved bf16 activations per token (28 layers, no
+            # <= 2 x 6,144 tokens x ~2.7 MB of saved bf16 activations per token (28 layers, no
             # checkpointing; docs/performance.md) ~ 33 GB, beside ~5 GB fixed; the engine takes the rest
             # (rollout.gpu_memory_utilization "auto", docs/gpu-memory.md)
             "rl.micro_batch": 2,
@@ -142,7 +141,7 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "rl.teacher_proposals_per_kind": 32,
             "rl.student_tasks_per_kind": 32,
             "rl.student_rollouts_trained": 1,
-            # Issue #29: <= 2 x 14,240 tokens x ~0.4 MB per token (checkpointed layer inputs + one layer's
+            # <= 2 x 14,240 tokens x ~0.4 MB per token (checkpointed layer inputs + one layer's
             # recompute, 7B bf16) ~ 11 GB, beside ~23 GB fixed; the engine takes the rest (docs/gpu-memory.md)
             "rl.micro_batch": 2,
             "run.steps": 500,

@@ -1,4 +1,4 @@
-"""The fixed difficulty probe: every proposer's tasks scored on one scale (issue #28).
+"""The fixed difficulty probe: every proposer's tasks scored on one scale.
 
 A run's own solve rate rho mixes two things: how hard the teacher's tasks are and how good the
 matched student has become. A falling rho can mean harder tasks or a weaker student, and the

@@ -69,7 +69,7 @@ PROPOSE_TRIPLET = (
 before it (the criteria follow only in the question, so K references do not repeat them K times)."""
 
 SHORT_TRIPLET = PROPOSE_TRIPLET + " Use only the standard library; no randomness, time, files or printing."
-"""The ``short`` style's whole code_o / code_i instruction (the package's prompt before issue #28):
+"""The ``short`` style's whole code_o / code_i instruction (the package's earlier prompt):
 SmolLM2-135M writes a valid task for 23/64 of these prompts and 2/64 of the full ones
 (docs/methodology.md, "AZR's proposer and solver criteria")."""
 

@@ -1,4 +1,4 @@
-"""The retention experiment (PopuLoRA, issue 6): does a child made by an evolution operator recover
+"""The retention experiment (PopuLoRA): does a child made by an evolution operator recover
 its trained parent's reward when it goes back into training, and how fast? The paper reports
 recovery within 10–20 steps.
 

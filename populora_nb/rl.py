@@ -48,7 +48,7 @@ def trr_plus_plus_advantages(
     but divide by one scale per scale key: the root mean square of the centred rewards over all its
     samples, as REINFORCE++'s global normalisation does over a whole batch. A group of 2 whitened
     on its own is ±1 whatever its gap, so a validity gap (−1 vs 0) and a difficulty gap (0 vs 0.5)
-    teach the same amount; over a member's whole role batch their sizes survive (issue #27).
+    teach the same amount; over a member's whole role batch their sizes survive.
 
     Degenerate groups get advantage 0: a group of size 1 has no baseline to compare with (its
     sample would otherwise get 0 / eps), and a group whose rewards are all equal carries no
@@ -304,7 +304,7 @@ def completion_logprobs_from_hidden(
     that maps them to logits (an LM's ``lm_head``). Only the N completion rows go through ``head``,
     ``chunk_rows`` at a time with activation checkpointing, so what a scored token keeps for the
     backward pass is its D hidden values, not V logits: the memory per scored token no longer grows
-    with the vocabulary (issue #29: ≈ 2.4 MB per token at Qwen's 152k before; benchmarks/bench_logprobs.py).
+    with the vocabulary (benchmarks/bench_logprobs.py measures it).
     Gradients flow to ``hidden`` (and to ``head``'s weights if they require one)."""
     b, t, row = _completion_positions(hidden, input_ids, completion_mask)
     token_logp = token_logprobs(hidden[b, row], input_ids[b, t], temperature, head=head, chunk_rows=chunk_rows)

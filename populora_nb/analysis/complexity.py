@@ -16,7 +16,7 @@ What is measured: only what a proposer WROTE. Fig. 4 tracks the programs the pro
                    coverage, and its solve rate feeds the per-step solve rate.
 A run's ``tasks.jsonl`` holds only proposals (``step_records.task_rows``): the seed triplets sit in
 the buffers and are never logged, so there is no seed row to skip. What is measured is what the
-proposer NEWLY wrote (issue #28): a proposal that copies a shown reference, a seed, a warm-up example
+proposer NEWLY wrote: a proposal that copies a shown reference, a seed, a warm-up example
 or an earlier program (its ``copy`` class, ``populora_nb.copies``) is counted in the copy rate
 (``RunAnalysis.copy_series``) and left out of the complexity and coverage measurements, which would
 otherwise fall because copying rises (``analyse_tasks(..., written="all")`` measures every one).

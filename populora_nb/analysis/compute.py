@@ -1,4 +1,4 @@
-"""Compute matching between the single AZR agent and the population (PopuLoRA §4, issue #27).
+"""Compute matching between the single AZR agent and the population (PopuLoRA §4).
 
 The paper compares the two *per adapter*: its baseline is "per-adapter compute-matched". Read
 literally, each population member gets what the single agent gets, so the population as a whole
@@ -26,7 +26,7 @@ from populora_nb.records import RunDir
 
 KEYS = ("compute/generated_tokens", "compute/trained_tokens")
 BAND = 0.15
-"""Per-adapter trained tokens within ±15% of the agent's count as matched (issue #27)."""
+"""Per-adapter trained tokens within ±15% of the agent's count as matched."""
 
 
 @dataclass(frozen=True)

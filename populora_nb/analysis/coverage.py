@@ -18,7 +18,7 @@ from valid code_f tasks, whose inputs the proposer wrote for a buffer program.
 
 Size. n-gram coverage grows with program size: a longer program holds more distinct chains, so a
 run writing longer programs covers more n-grams at the same n even when it poses no other problems.
-program_signatures does not (issue #28): a program's I/O type signature is the same however long
+program_signatures does not: a program's I/O type signature is the same however long
 its code, so two runs whose programs differ only in length score the same (a test). Its ceiling is
 low (there are few types), which is why it sits beside the n-grams rather than replacing them. AZR
 tracks the same axis in its buffers (`DatasetManager.count_element`: distinct input and output

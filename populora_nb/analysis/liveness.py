@@ -39,7 +39,7 @@ from populora_nb.records import RunDir
 NEW_PASS = 0.10
 """Least share of valid tasks that are not repeats (a run below it mostly replays its past)."""
 BAND_PASS = 0.10
-"""Least share of played non-repeat tasks with 0 < ρ < 1 (half issue #31's aim of 20% for a preset)."""
+"""Least share of played non-repeat tasks with 0 < ρ < 1 (half the pilot's aim of 20% for a preset)."""
 GAMES_PASS = 0.05
 """Least share of the games on played non-repeat tasks that the teachers won."""
 MAJORITY_PASS = 0.05

@@ -16,7 +16,7 @@ copies (``populora_nb.copies``) and code_f programs, which the proposer was hand
                           difficulty signal, the only ones AZR's learnability reward 1 − ρ pays for.
                           The collapse story is this share falling as tasks drift to ρ = 1 (or 0);
                           the arms race keeps it up. A share of each step's tasks, so a run that
-                          plays more tasks does not score higher (issue #31)
+                          plays more tasks does not score higher
   copies/copy_rate        per step, the share of valid proposals that copy a shown reference, a seed,
                           a warm-up example or an earlier program of the run: read beside the curves
                           below, which count only new programs (copying rising cannot make them fall)

@@ -37,7 +37,7 @@ def _same_float(a: float, b: float) -> bool:
 
 def complex_text(z: complex) -> str:
     """A literal that reads back as exactly `z`, signs of zero included: repr writes ``(-0-1j)``,
-    which literal_eval reads as ``0 - 1j`` = ``(0-1j)`` (issue 21: Mbpp/124, Mbpp/252); ``-1j`` is
+    which literal_eval reads as ``0 - 1j`` = ``(0-1j)`` (as in Mbpp/124, Mbpp/252); ``-1j`` is
     ``(-0.0-1j)``. Two sign combinations have no literal at all (``-0.0`` real with a positive
     imaginary part; a ``-0.0`` imaginary part with another real part): ValueError."""
     if z.real != z.real or z.imag != z.imag:

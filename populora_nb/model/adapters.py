@@ -398,7 +398,7 @@ class Population:
 
     @classmethod
     def load(cls, base: Base, directory: str | Path) -> Population:
-        """The population checkpointed in ``directory`` (also one written before issue #15, see
+        """The population checkpointed in ``directory`` (also one in the older integer-numbered format, see
         ``checkpoint``), on ``base``."""
         saved = read_population(directory, device=str(base.device))
         pop = cls(base, saved.lora, len(saved.members))

@@ -63,7 +63,7 @@ class Base:
     same weights from it. With random weights: a folder of config.json and a tokenizer only."""
     peft_model: Any = None
     """On Unsloth: the peft model wrapped around ``model`` in place by the first population's slot
-    (`model.unsloth_slot`) and shared by every later population on this base (issue #29)."""
+    (`model.unsloth_slot`) and shared by every later population on this base."""
     weights: str = "pretrained"
     """"random": built by `random_base`; ``source`` then holds only config.json and a tokenizer, and
     an engine loads the shapes with dummy weights."""
@@ -117,7 +117,7 @@ def release_cached_memory() -> None:
 
     torch keeps freed blocks reserved for reuse: after an update the trainer's peak (activations,
     log-prob buffers) stays reserved, and the engine's ``wake_up`` (42 GiB at ``gpu``, 63 GiB at
-    ``paper``) or a new engine's free-memory check then fails with an out-of-memory (issue #29).
+    ``paper``) or a new engine's free-memory check then fails with an out-of-memory.
     ``gc.collect`` first, so tensors held only by reference cycles (an autograd graph's closures)
     are freed before the cache is emptied. Called before every base load, engine start and wake."""
     if torch.cuda.is_available():
@@ -127,9 +127,9 @@ def release_cached_memory() -> None:
 
 def model_source(mc: ModelConfig) -> str | None:
     """The one place the base's weights, tokenizer and generation config are read from, by the trainer
-    and the rollout engine alike (issue #29): the bundled model's cached float copy, a local directory
-    as its absolute path, a hub id exactly as written (never Unsloth's `unsloth/...` copy of it:
-    `_load_unsloth`); None for the tiny model, which is built in code."""
+    and the rollout engine alike, so both load the same weights: the bundled model's cached float
+    copy, a local directory as its absolute path, a hub id exactly as written (never Unsloth's
+    `unsloth/...` copy of it: `_load_unsloth`); None for the tiny model, which is built in code."""
     if mc.name == TINY_MODEL:
         return None
     if mc.name == BUNDLED_MODEL:

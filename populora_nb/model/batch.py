@@ -80,7 +80,7 @@ class TrainBatch:
 
     def trimmed(self) -> TrainBatch:
         """This batch without the leading columns that are padding in every row, so a micro-batch is
-        as wide as its own longest sequence rather than the whole batch's (issue #29). The kept
+        as wide as its own longest sequence rather than the whole batch's. The kept
         tokens' positions and masks are unchanged: padding is on the left, positions count real tokens."""
         real = self.attention_mask.bool().any(dim=0).nonzero()
         start = int(real.min()) if real.numel() else 0

@@ -5,7 +5,7 @@ stacked ``A`` and ``Bᵀ``, one row per slot of the bank), ``optimizers.safetens
 AdamW state, keys ``{member}.{param index}.{field}``) and ``population.json`` (base, LoRA config
 and the member records). Members are keyed by their names, the ids the loop uses.
 
-Checkpoints written before issue #15 numbered members instead (integer ids and ``next_id`` in
+Checkpoints in the older format numbered members instead (integer ids and ``next_id`` in
 population.json, optimizer keys ``{integer id}.…``) and kept the loop's names beside them in
 ``names.json`` (``[[name, id], …]``). `read_population` still reads them, translating every id to
 its name; a parent that had already left the population has no name there and reads as ``#{id}``.
@@ -35,7 +35,7 @@ PEFT_PREFIX = "base_model.model."
 """How peft names a causal LM's modules (adapter_model.safetensors keys, a peft model's modules)."""
 
 LEGACY_NAMES = "names.json"
-"""Where pre-#15 checkpoints kept the loop's names of their integer-numbered members."""
+"""Where older-format checkpoints kept the loop's names of their integer-numbered members."""
 
 
 @dataclass
@@ -66,14 +66,14 @@ def write_population(directory: str | Path, saved: SavedPopulation) -> Path:
 
 
 def read_population(directory: str | Path, device: str = "cpu") -> SavedPopulation:
-    """A checkpoint written by `write_population`, or by the code before issue #15 (module
+    """A checkpoint written by `write_population`, or in the older integer-numbered format (module
     docstring). Factors load on the CPU, optimizer states on ``device``."""
     directory = Path(directory)
     meta = read_file(directory / "population.json")
     fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["lora"].items()}
     lora = LoRAConfig(**fields)
     named: dict[int, str] | None = None
-    if "next_id" in meta:  # pre-#15: integer ids, named by names.json beside the checkpoint
+    if "next_id" in meta:  # older format: integer ids, named by names.json beside the checkpoint
         legacy = directory / LEGACY_NAMES
         named = {int(i): str(n) for n, i in read_file(legacy)} if legacy.exists() else {}
 

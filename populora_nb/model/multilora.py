@@ -16,7 +16,7 @@ Routing. Forward hooks on the target modules add the LoRA term to the base outpu
 inside a ``route_*`` context, so outside one the model is the untouched base (and peft can wrap it).
 A base peft has already wrapped (Unsloth's ``get_peft_model`` swaps each target ``nn.Linear`` for a
 peft ``lora.Linear`` in place) is adapted through the ``base_layer`` inside each peft layer, under
-the same names, with peft's own adapter switched off for the route (issue #29).
+the same names, with peft's own adapter switched off for the route.
   * one slot for all rows: two plain matmuls, ``x @ A_mᵀ`` then ``@ B_mᵀ`` (with autograd, for
     training); the base output gets the term added in place when no gradient is recorded;
   * mixed rows, B ≤ N: each row's factors are gathered once per context (``index_select``), then
@@ -29,7 +29,7 @@ the same names, with peft's own adapter switched off for the route (issue #29).
     gathers, one module at a time.
   Either way a mixed batch is a constant number of batched ops per module, against peft's loop
   of one sub-batch per adapter.
-  * training several members at once (``route_groups``, the batched update of issue #30): each
+  * training several members at once (``route_groups``, the batched update): each
     row's factors gathered from its member's leaf parameters with autograd, two ``bmm`` per module,
     so every member's parameters get exactly the gradient of their own rows.
 
@@ -125,7 +125,7 @@ class MultiLoRA:
     @contextlib.contextmanager
     def route_groups(self, slots: Sequence[int], also: Sequence[Sequence[int]] = ()) -> Iterator[None]:
         """Row i uses slot ``slots[i]``, the rows of each slot contiguous; differentiable with respect
-        to every used slot's parameters: the batched update of several members (issue #30).
+        to every used slot's parameters: the batched update of several members.
         ``also``: further row layouts of the same slots, for forwards of another batch size inside the
         route (the shared prompt pass runs one row per prompt, then one per rollout); each forward
         takes the layout of its own size, even when a checkpointed layer re-runs in the backward.

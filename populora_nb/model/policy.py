@@ -368,8 +368,8 @@ class LoRAPolicy:
         self.population.save(path)
 
     def load(self, path: Path) -> None:
-        """Replace the population by the one checkpointed at ``path`` (a checkpoint written before
-        issue #15, with names.json, loads too)."""
+        """Replace the population by the one checkpointed at ``path`` (an older-format checkpoint,
+        with names.json, loads too)."""
         self.population = Population.load(self.base, path)
         self._loaded_from = path
         self._stale = set(self.population.ids())

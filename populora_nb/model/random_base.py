@@ -1,7 +1,7 @@
 """A base model of the real architecture with random weights: memory and timings with no download.
 
 A researcher wants to know whether a preset fits their GPU, and how long a step takes, before
-fetching 15 GB; a GPU lent without internet has no weights at all (issue #29). With
+fetching 15 GB; a GPU lent without internet has no weights at all. With
 ``model.weights=random`` the trainer builds ``model.name``'s architecture from a ``config.json``
 shipped in ``populora_nb/data/architectures`` (Qwen2.5-Coder-1.5B and -7B, the ``gpu`` and
 ``paper`` presets' bases) or read from a local model directory, with transformers' random init; a

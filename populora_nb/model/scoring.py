@@ -3,7 +3,7 @@
 The trainer scores every completion token it trains on (PopuLoRA §3 / AZR: old, new and reference
 log-probs at the sampling temperature). Through the LM's own forward that costs (B, L, V) logits
 and, in the log-softmax, several (N, V) float32 copies: ≈ 2.4 MB per scored token at Qwen's 152k
-vocabulary (issue #29), as much as the activations of a 1.5B model. So the LM is split into its
+vocabulary, as much as the activations of a 1.5B model. So the LM is split into its
 backbone (the decoder stack with its final norm) and its output layer, and
 ``rl.completion_logprobs_from_hidden`` applies that layer to the completion rows' hidden states a
 chunk at a time, recomputing each chunk in the backward pass (benchmarks/bench_logprobs.py measures

@@ -2,7 +2,7 @@
 what a failed start means. Kept apart from `model.vllm_engine` (what the engine does) so each reads
 in one sitting, and so these choices are testable without starting an engine (~30 s on a CPU).
 
-Each choice here answers a first-contact failure on a GPU (issue #29): the model runner is pinned to
+Each choice here answers a first-contact failure on a GPU: the model runner is pinned to
 the one CI runs; the adapter directory falls back from a too-small /dev/shm; the CPU-side LoRA cache
 holds the whole population; an engine process that dies at start gets the package's one-line hint.
 """

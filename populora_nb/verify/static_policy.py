@@ -144,7 +144,7 @@ BENCHMARK_MODULES = (
     )
 )
 """Benchmark code and solutions to it (HumanEval+, MBPP+, LiveCodeBench stdin programs): what
-correct model solutions import in practice (issue 21: numpy, queue, ast...). evalplus itself has no
+correct model solutions import in practice (numpy, queue, ast...). evalplus itself has no
 allow-list (its `reliability_guard` stubs os/shutil/subprocess functions instead); docs/benchmarks.md lists
 the modules a solution may import here and what stays banned (os, subprocess, pickle...)."""
 FRAME_ATTRIBUTES = frozenset(
@@ -170,7 +170,7 @@ FRAME_ATTRIBUTES = frozenset(
 REFLECTIVE_ATTRIBUTES = frozenset(
     {"modules", "_getframe", "get_type_hints", "Formatter", "get_field", "f_builtins", "_OS"}
 )
-"""Routes found by an adversarial round (issue 18): sys.modules through a module's `sys`,
+"""Routes found by an adversarial round: sys.modules through a module's `sys`,
 string annotations that get_type_hints evaluates, Formatter field lookups returning objects."""
 BANNED_NAMES = frozenset(
     {"open", "eval", "exec", "compile", "globals", "locals", "vars", "breakpoint", "help", "exit", "quit", "memoryview"}
