@@ -55,8 +55,8 @@ class ModelConfig:
     backend: Literal["auto", "transformers", "unsloth"] = "auto"
     """auto: Unsloth when CUDA and unsloth are available, else transformers + peft."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    """auto: float32 on CPU, bfloat16 on CUDA. bfloat16 on a CPU pays only with AVX-512 BF16 / AMX (measured
-    here: population step 0.66x of float32; on CPUs without them bf16 training was ~7x slower); `cpu` sets it."""
+    """auto: float32 on CPU, bfloat16 on CUDA. bfloat16 on a CPU pays only with AVX-512 BF16 / AMX (with them
+    a population step is faster than in float32, without them far slower: docs/performance.md); `cpu` sets it."""
     max_seq_len: int = 1024
     """Longest prompt + completion the backend must handle."""
     load_in_4bit: bool = False
@@ -118,7 +118,7 @@ class LoRAConfig:
     grad_clip: float = 1.0
     """Largest global gradient norm of one member's LoRA factors per optimizer step (clip_grad_norm_)."""
     gradient_checkpointing: bool = False
-    """Trade ~1.5x step time for ~45% less activation memory."""
+    """Trade step time (activations recomputed in the backward) for less activation memory (docs/performance.md)."""
     warmup: str | None = None
     """A warm-up directory (`populora_nb.warmup`, written by the experiment's warmup stage): every member
     starts from its LoRA factors instead of B = 0. None: no warm-up."""

@@ -1,8 +1,8 @@
 """What a proposer newly wrote: every valid proposal classed as a copy or as new.
 
 The curriculum curves (complexity, coverage, valid rate) are read as what the teachers *write*. A
-small model copies: in the committed cpu protocol 81–93% of the population's late valid programs
-were character-for-character copies of a shown reference, a warm-up example, a seed or an earlier
+small model copies: in the committed cpu protocol most of the population's late valid programs
+(docs/methodology.md) were character-for-character copies of a shown reference, a warm-up example, a seed or an earlier
 program, so a falling complexity curve mostly measured rising copying. Each valid proposal is
 therefore classed, in proposal order, as
 

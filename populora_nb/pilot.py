@@ -1,13 +1,14 @@
-"""The pilot before a seed protocol : a few steps of each candidate setting, to choose a
+"""The pilot before a seed protocol: a few steps of each candidate setting, to choose a
 preset under which the mechanism is live before hours go into seeds.
 
 Both AZR's collapse and PopuLoRA's arms race run on tasks that their matched solver *sometimes*
-solves. The first laptop protocol had almost none (86% of the population's valid fresh tasks at
-ρ = 0, no teacher win), so its curves could not show the contrast whatever happened. A pilot runs each
-candidate for ``steps`` steps, baseline and population, on one seed, and reads from the records:
+solves. The first laptop protocol had almost none (most of the population's valid fresh tasks at
+ρ = 0, no teacher win; docs/methodology.md), so its curves could not show the contrast whatever
+happened. A pilot runs each candidate for ``steps`` steps, baseline and population, on one seed,
+and reads from the records:
 
 * the **band share**: valid fresh tasks with 0 < ρ < 1 out of those the matched solver attempted
-  (`tasks.jsonl`; the issue aims at >= 20% in both runs), beside the ρ = 0 share;
+  (`tasks.jsonl`; the aim: >= 20% in both runs), beside the ρ = 0 share;
 * the **teacher-win share**: valid matches whose teacher won rating games, 0 < ρ < win_threshold
   (`analysis.liveness`; the aim: >= 10%);
 * the **cost**: seconds per step of each run, and of the warm-up.

@@ -44,7 +44,7 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
         "smoke": {
             # `make run`'s first experiment, sized to finish in minutes on 2 cores: the `cpu` preset's task set
             # and per-sample costs (code_i only, bf16, short budgets), without its warm-up, for 3 steps.
-            "model.dtype": "bfloat16",  # this CPU's AMX/AVX-512 BF16: population step 0.66x of fp32 (cpu preset)
+            "model.dtype": "bfloat16",  # this CPU's AMX/AVX-512 BF16: a faster step than fp32 (docs/performance.md)
             "sampling.temperature": 0.7,  # 135M writes runnable code ~6/20 at 0.7, ~never at 1.0
             "sampling.propose_max_new_tokens": 72,  # a 135M proposal is a short function + one input (cpu preset)
             "sampling.solve_max_new_tokens": 24,  # an output or input literal
@@ -74,7 +74,7 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
         "cpu": {
             # A laptop research run: the smoke task set, made cheaper per sample, run longer,
             # after a shared warm-up. Measured costs in docs/performance.md.
-            "model.dtype": "bfloat16",  # this CPU's AMX/AVX-512 BF16: population step 0.66x of fp32
+            "model.dtype": "bfloat16",  # this CPU's AMX/AVX-512 BF16: a faster step than fp32 (docs/performance.md)
             "sampling.temperature": 0.7,  # as smoke: 135M writes runnable code at 0.7, ~never at 1.0
             "sampling.propose_max_new_tokens": 72,  # a 135M proposal is a short function + one input
             "sampling.solve_max_new_tokens": 24,  # an output or input literal

@@ -2,9 +2,9 @@
 the proposer warm-up (`populora_nb.warmup`), so that students start able to solve some tasks.
 
 Why: the learning signal that both AZR's collapse and PopuLoRA's arms race run on is a
-task its matched solver *sometimes* solves (0 < ρ < 1). In the first laptop protocol 86% of the
-population's valid fresh tasks had ρ = 0: the 135M solver almost never solved anything, so teachers
-had nothing to win and students nothing to learn from. The proposer warm-up raises the valid-task
+task its matched solver *sometimes* solves (0 < ρ < 1). In the first laptop protocol most of the
+population's valid fresh tasks had ρ = 0 (docs/methodology.md): the 135M solver almost never solved
+anything, so teachers had nothing to win and students nothing to learn from. The proposer warm-up raises the valid-task
 rate the same way; this raises the solve rate.
 
 What it does, with the warm-up adapter after its proposer fine-tuning: every training task (the

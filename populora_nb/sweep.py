@@ -42,7 +42,7 @@ from populora_nb.experiment import STAGES
 from populora_nb.presets import PRESETS
 
 # What one trial asks Ray for, per preset. CPU presets: torch threads = the trial's CPUs (2 threads
-# beat 1 by 1.4-1.7x on this machine's cores, DESIGN.md), so a smoke trial takes both cores of a
+# beat 1 on this machine's cores, DESIGN.md), so a smoke trial takes both cores of a
 # 2-core machine and tiny trials (a few seconds of model time each) run two at a time. GPU presets:
 # one GPU per trial (the whole population shares one base model on it, docs/scaling.md), plus CPUs
 # for the verifier's sandbox workers.

@@ -70,7 +70,7 @@ def _pipes(proc: subprocess.Popen[str]) -> tuple[IO[str], IO[str]]:
 
 
 class MathChecker:
-    """math-verify in one long-lived worker process (importing sympy takes ~1-2 s)."""
+    """math-verify in one long-lived worker process (importing sympy is slow, so it is paid once)."""
 
     def __init__(self, timeout_s: float = 10.0, memory_mb: int = 2048, start_timeout_s: float = 120.0):
         if timeout_s <= 0 or memory_mb < 256:

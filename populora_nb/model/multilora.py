@@ -3,7 +3,7 @@
 PopuLoRA's efficiency argument (8 adapters for ~1.3x the wall clock of one) rests on serving
 every member from one base model in one batched forward, each row routed to its own adapter, as
 punica / S-LoRA do on GPUs. peft's mixed batch (``adapter_names=[...]``) instead loops over the
-adapters and runs one sub-batch each, which measured 2.4x slower than a single adapter here.
+adapters and runs one sub-batch each, which is much slower than a single adapter (docs/performance.md).
 
 Layout. For every adapted ``nn.Linear`` (d_in → d_out) the factors of all N slots live in two
 stacked tensors, ``A (N, r, d_in)`` and ``Bt (N, r, d_out)`` (B transposed, so that the slots
@@ -134,8 +134,8 @@ class MultiLoRA:
         ``stack`` + index: (B, r, d_in) and (B, r, d_out), small beside the activations), and every
         module adds ``bmm(bmm(x, A_rowsᵀ), Bt_rows)``: two batched matmuls whatever the number of
         members. A member's gradient is the sum over its own rows only, the one it would get alone.
-        (One pair of matmuls per member with the deltas concatenated measured 1.07x the loop's update
-        time on the smoke model: the (B, T, d_out) concatenation and its backward; this form 0.95x.)"""
+        (One pair of matmuls per member with the deltas concatenated was slower than the loop's update
+        on the smoke model: the (B, T, d_out) concatenation and its backward; this form is faster.)"""
         runs = slot_runs(slots)
         if len(runs) == 1 and all(slot_runs(layout) == runs for layout in also):
             with self.route_slot(runs[0]):

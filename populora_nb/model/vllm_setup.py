@@ -1,6 +1,6 @@
 """How the vLLM engine is set up: its arguments, its environment, where its adapters live, and
 what a failed start means. Kept apart from `model.vllm_engine` (what the engine does) so each reads
-in one sitting, and so these choices are testable without starting an engine (~30 s on a CPU).
+in one sitting, and so these choices are testable without starting an engine (slow, even on a CPU).
 
 Each choice here answers a first-contact failure on a GPU: the model runner is pinned to
 the one CI runs; the adapter directory falls back from a too-small /dev/shm; the CPU-side LoRA cache

@@ -63,8 +63,8 @@ class ZygotePool:
 
     Use as a context manager (or call `close`). Thread-safe: concurrent batches are serialised and
     each batch uses every worker. `workers` is how many runs go at once; one per core is enough on
-    an idle machine, twice that hides scheduling latency on a busy one (measured: 2 -> 4 workers
-    doubled throughput on 2 cores shared with other jobs). `uid_base`: as root, children run as
+    an idle machine, twice that hides scheduling latency on a busy one (on cores shared with
+    other jobs, twice the workers gave more throughput). `uid_base`: as root, children run as
     uid_base + f(parent pid, zygote), a uid of their own, so no run can signal another's process.
     `hash_seeds`: None draws two random different seeds, and new ones every `reseed_every`
     validated proposals (the zygotes restart); fixed seeds are never changed. `namespaces=False`

@@ -19,8 +19,8 @@ Layers, outermost first; the zygote reports which ones this machine allows (hell
       uid (root-chroot); the parent-death signal set again after that credential change.
 Without root and without user namespaces there is no OS layer ("none"): the Verifier refuses to
 run unless opted in. Everything a run needs is prepared in the zygote, so a fork copies it for
-free: measured here, each page a child writes costs a copy-on-write fault of ~6 us, more than most
-programs run. The OS layer is the boundary; the policy and the stubs only make escapes rarer and
+free: each page a child writes costs a copy-on-write fault, which takes longer than most programs
+run. The OS layer is the boundary; the policy and the stubs only make escapes rarer and
 statuses clearer (a program that reached ``os`` anyway can write its own result lines, never
 another run's, and the parent parses and caps them as data).
 

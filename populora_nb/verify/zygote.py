@@ -116,7 +116,7 @@ class Zygote:
         """The zygote's stdout, where its hello line and replies come from: unbuffered, so a read
         takes no byte past the reply it reads. (A buffered reader would also swallow the next
         pipelined reply; select() on the pipe then never fires for it and the pool waited out the
-        zygote's deadline, 2 x timeout + 30 s, a 34 s stall seen whenever the machine was busy.)"""
+        zygote's deadline, 2 x timeout + 30 s, a stall whenever the machine was busy.)"""
         assert self.proc.stdout is not None  # spawned with stdout=PIPE
         return cast(IO[bytes], cast(io.BufferedReader, self.proc.stdout).raw)
 
