@@ -1,6 +1,6 @@
 """Time per child of every evolution operator on Qwen2.5-7B LoRA shapes (CPU, float32).
 
-The issue's target: under 1 s per child for every operator at r = 32 on 2 cores.
+The target: under 1 s per child for every operator at r = 32 on 2 cores.
 
     .venv/bin/python benchmarks/bench_evolution.py            # r = 16, 32, 64; 28 layers
     .venv/bin/python benchmarks/bench_evolution.py --quick    # r = 32; 4 layers (a fast check)
