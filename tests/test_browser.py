@@ -236,9 +236,11 @@ def test_notebook_08_explorer_filters_live_and_leaves_its_record(lab):
             page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
             page.wait_for_function(
                 "() => [...document.querySelectorAll('.jp-OutputArea-output')]"
-                ".some(e => e.textContent.includes('task rows ='))",
+                ".some(e => e.textContent.includes('same programs'))",
                 timeout=240_000,
             )  # the last cell's line: every cell ran
+            last = page.locator(".jp-OutputArea-output", has_text="same programs")
+            assert "same programs False" not in " ".join(last.all_inner_texts())  # each table row is its record
             cell = _explorer_cell(page)
             cell.locator(".widget-dropdown").first.wait_for(timeout=30_000)  # the live controls
             record = cell.locator(".jp-OutputArea-output", has_text="tasks match").first
