@@ -29,6 +29,9 @@ from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Pre
 
 from populora_nb.config import ModelConfig
 
+# base imports this module only inside `load_base`, so importing base here makes no import-time cycle
+from populora_nb.model.base import ModelLoadError, byte_tokenizer, cache_root, stand_in_tokenizer
+
 ARCHITECTURE_DIR = Path(__file__).resolve().parents[1] / "data" / "architectures"  # package data
 ARCHITECTURES: Mapping[str, str] = MappingProxyType(
     {
@@ -44,8 +47,6 @@ ARCHITECTURES: Mapping[str, str] = MappingProxyType(
 def architecture(mc: ModelConfig) -> dict[str, Any]:
     """The config.json values of ``mc.name`` (shipped, or a local directory's), with
     ``mc.random_layers`` decoder layers if set. Raises a `ModelLoadError` saying which names work."""
-    from populora_nb.model.base import ModelLoadError
-
     local = Path(mc.name).expanduser() / "config.json"
     if mc.name in ARCHITECTURES:
         path = ARCHITECTURE_DIR / ARCHITECTURES[mc.name]
@@ -82,8 +83,6 @@ def build_random_base(
     """The architecture with random weights on ``device`` (built there: a 7B model never passes
     through host RAM), its tokenizer, and the directory an engine loads it from with dummy weights
     (config.json + tokenizer, written once under the cache root and reused)."""
-    from populora_nb.model.base import cache_root, stand_in_tokenizer
-
     tokenizer = stand_in_tokenizer(mc)
     cfg = model_config(mc, tokenizer)
     with _no_init_weights(), torch.device(device):
@@ -139,8 +138,6 @@ def _no_init_weights() -> Any:
 
 def parameter_count(mc: ModelConfig) -> int:
     """Parameters of the architecture, counted on the meta device (no memory, no init)."""
-    from populora_nb.model.base import byte_tokenizer
-
     cfg = model_config(mc, byte_tokenizer())
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg)
