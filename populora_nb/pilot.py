@@ -31,6 +31,7 @@ from typing import Any
 
 from populora_nb.analysis.liveness import liveness, played_tasks, share_interval, share_text
 from populora_nb.config import ExperimentConfig, load_config
+from populora_nb.errors import UserInputError
 from populora_nb.records import RunDir
 
 
@@ -41,12 +42,18 @@ class Candidate:
     name: str
     overrides: Mapping[str, Any]
     why: str
+    warmup_from: str | None = None
+    """An earlier candidate whose warm-up this one adopts although its own settings would change the
+    warm-up (fewer references change the warm-up's prompts): the pilot then compares settings of the RL
+    steps from one starting adapter, and says so. None: its own settings decide (`warmup_key`)."""
 
 
 # The cpu preset's task mix before the pilot chose code_i only; stated, so each candidate stays the setting it
 # was when the preset changes under it (a resumed pilot would otherwise be a different experiment).
 MIXED = {"tasks.kinds": ["code_o", "code_i"]}
 SOLVER = {**MIXED, "warmup.solver": True}
+COPY_ARMS = {"tasks.n_references": 2, "tasks.reject_repeats": False, "tasks.reject_copies": "none"}
+"""The settings the new-task arms vary, at the cpu preset's values (the control)."""
 CANDIDATES: tuple[Candidate, ...] = (
     Candidate("preset", MIXED, "the cpu preset before the pilot: k = 4, code_o + code_i, the proposer warm-up"),
     Candidate("solver-warmup", SOLVER, "a solver warm-up beside the proposer warm-up (solver_warmup.py)"),
@@ -72,6 +79,26 @@ CANDIDATES: tuple[Candidate, ...] = (
         "2T2S",
         {**SOLVER, "population.n_teachers": 2, "population.n_students": 2},
         "a 2T + 2S population: about half the population's cost per step, so more steps for the budget",
+    ),
+    # What makes a 135M proposer write new tasks (docs/results/cpu-pilot-new-tasks): the cpu preset (code_i,
+    # K = 2) against rejecting what it copies and against one reference. Each arm states the three settings
+    # it varies, so it stays itself if the preset changes; all four start from the control's warm-up.
+    Candidate("control", COPY_ARMS, "the cpu preset: repeats and copies kept, K = 2 references (the K = 2 arm)"),
+    Candidate(
+        "reject-repeats",
+        {**COPY_ARMS, "tasks.reject_repeats": True},
+        "a repeat of a task met before is invalid (reward -1), so only a new task can earn",
+    ),
+    Candidate(
+        "reject-reference-copies",
+        {**COPY_ARMS, "tasks.reject_copies": "reference"},
+        "a copy of a shown reference program is invalid (reward -1)",
+    ),
+    Candidate(
+        "K1",
+        {**COPY_ARMS, "tasks.n_references": 1},
+        "one reference in the prompt: less to copy from",
+        warmup_from="control",
     ),
 )
 """The pilot's candidates, in the order they run (those sharing a warm-up run after the first)."""
@@ -142,6 +169,8 @@ def warmup_key(config: ExperimentConfig) -> str:
         "seed": c["run"]["seed"]
     }
     relevant["lora"] = {k: v for k, v in relevant["lora"].items() if k != "warmup"}
+    # applied where a step marks copies (`copies.mark_copies`), never in the warm-up
+    relevant["tasks"] = {k: v for k, v in relevant["tasks"].items() if k not in ("reject_copies", "reject_repeats")}
     return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -171,6 +200,7 @@ def run_pilot(
 
     out = Path(out)
     warmups: dict[str, Path] = {}
+    names: dict[str, Path] = {}  # candidates that ran (or adopted) a warm-up, by name
     rows = []
     for cand in candidates:
         # the probe measures difficulty on a fixed scale: not what a pilot reads, and not free
@@ -178,13 +208,23 @@ def run_pilot(
         config = load_config(preset, settings)
         exp = out / cand.name
         key = warmup_key(config)
-        if config.warmup.enabled and key in warmups and warmups[key] != exp:
+        if cand.warmup_from is not None and config.warmup.enabled:
+            if cand.warmup_from not in names:
+                raise UserInputError(
+                    f"pilot candidate {cand.name!r} adopts {cand.warmup_from!r}'s warm-up: "
+                    f"run {cand.warmup_from!r} before it"
+                )
+            RunDir.create(exp, config)
+            adopt_warmup(exp, names[cand.warmup_from])
+        elif config.warmup.enabled and key in warmups and warmups[key] != exp:
             RunDir.create(exp, config)
             adopt_warmup(exp, warmups[key])
         say(f"[pilot] {cand.name}: {cand.why}")
         run_experiment(config, exp, stages=("warmup", "baseline", "population"), say=say)
         if config.warmup.enabled:
-            warmups.setdefault(key, exp)
+            names[cand.name] = exp
+            if cand.warmup_from is None:
+                warmups.setdefault(key, exp)
         report = exp / "warmup" / "report.json"
         rows.append(
             PilotRow(

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from populora_nb.analysis.liveness import share_interval
 from populora_nb.config import load_config
+from populora_nb.errors import UserInputError
 from populora_nb.pilot import (
     Candidate,
     RunFacts,
@@ -90,3 +93,28 @@ def test_a_share_carries_its_wilson_interval():
     assert share_interval(0, 10)[0] == 0.0 and share_interval(0, 10)[1] > 0.2  # no hits is not "surely none"
     f = RunFacts(played=40, in_band=2, at_zero=30, valid_matches=0, teacher_wins=0)
     assert _intervals(f)["win_interval"] is None and _intervals(f)["band_interval"][1] < 0.2
+
+
+def test_reject_settings_share_the_warmup_and_a_declared_warmup_is_adopted(tmp_path):
+    warm = {
+        "warmup.enabled": True,
+        "warmup.examples": 2,
+        "warmup.max_rounds": 1,
+        "warmup.batch": 2,
+        "warmup.measure_rounds": 1,
+        "tasks.kinds": ["code_o"],
+    }
+    base = warmup_key(load_config("tiny", warm))
+    assert base == warmup_key(load_config("tiny", {**warm, "tasks.reject_repeats": True}))
+    assert base == warmup_key(load_config("tiny", {**warm, "tasks.reject_copies": "reference"}))
+    assert base != warmup_key(load_config("tiny", {**warm, "tasks.n_references": 1}))  # the prompts differ
+    k1 = Candidate("k1", {"tasks.n_references": 1}, "one reference", warmup_from="a")
+    with pytest.raises(UserInputError, match="run 'a' before it"):
+        run_pilot("tiny", tmp_path / "early", steps=1, candidates=[k1], extra=warm, say=lambda m: None)
+    rows = run_pilot(
+        "tiny", tmp_path / "pilot", 1, [Candidate("a", {}, "the preset"), k1], extra=warm, say=lambda m: None
+    )
+    a, b = (tmp_path / "pilot" / n for n in ("a", "k1"))
+    assert json.loads((b / "stages.json").read_text())["warmup"]["seconds"] == 0.0  # adopted, not rerun
+    assert (a / "warmup" / "factors.safetensors").read_bytes() == (b / "warmup" / "factors.safetensors").read_bytes()
+    assert RunDir(b / "population").load_config().tasks.n_references == 1 and rows[1].population.steps == 1
