@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from populora_nb.analysis.liveness import liveness, played_tasks, share_interval, share_text
+from populora_nb.analysis.new_tasks import new_task_table
 from populora_nb.config import ExperimentConfig, load_config
 from populora_nb.errors import UserInputError
 from populora_nb.records import RunDir
@@ -183,6 +184,8 @@ class PilotRow:
     seconds: float = 0.0
     """The candidate's own stages as its stages.json recorded them (a shared warm-up counts for the
     candidate that ran it), so a resumed pilot still reports what each candidate cost."""
+    path: Path | None = None
+    """The candidate's experiment directory, for the tables that read its records per step."""
 
 
 def run_pilot(
@@ -233,6 +236,7 @@ def run_pilot(
                 run_facts(exp / "population"),
                 json.loads(report.read_text()) if report.exists() else {},
                 recorded_seconds(exp),
+                exp,
             )
         )
     return rows
@@ -306,6 +310,20 @@ def write_pilot(rows: Sequence[PilotRow], out: str | Path, preset: str, steps: i
         f"- **{r.candidate.name}** (`{dict(r.candidate.overrides)}`): {r.candidate.why}; {r.seconds / 60:.0f} min"
         for r in rows
     ]
+    lines, numbers = new_task_table({r.candidate.name: r.path for r in rows if r.path is not None})
+    if lines:
+        md += [
+            "",
+            "## New tasks (the first candidate is the control)",
+            "",
+            "New valid tasks: valid proposals that are neither a copy of a shown reference or an earlier program "
+            "nor a repeat of a task met before (`analysis.new_tasks`). Brackets: 95% intervals over steps (a "
+            "t-interval for a per-step mean; a bootstrap resampling whole steps for a share or a ratio). "
+            "s/step is wall time on the machine as it was while the pilot ran.",
+            "",
+            *lines,
+        ]
+        (out / "new_tasks.json").write_text(json.dumps(numbers, indent=1, default=float) + "\n")
     (out / "pilot.md").write_text("\n".join(md) + "\n")
     facts = [
         {

@@ -71,7 +71,8 @@ def test_candidates_with_one_warmup_setting_share_one_warmup_and_the_table_count
     assert (a / "warmup" / "factors.safetensors").read_bytes() == (b / "warmup" / "factors.safetensors").read_bytes()
     assert [r.population.steps for r in rows] == [1, 1] and rows[1].population.valid_matches is not None
     md = write_pilot(rows, tmp_path / "table", "tiny", 1).read_text()
-    assert md.count("| baseline |") == 2 and md.count("| population |") == 2
+    assert md.count("| baseline |") == 4 and md.count("| population |") == 4  # the band table and the new-task table
+    assert "## New tasks" in md and "- **b**: " in md and (tmp_path / "table" / "new_tasks.json").is_file()
     for r in rows:  # every share is printed with the counts it is made of
         f = r.population
         assert f"({f.in_band}/{f.played})" in md or f.played == 0
