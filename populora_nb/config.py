@@ -535,7 +535,8 @@ class ProbeConfig:
     included (0: never). It scores every proposer's tasks on one scale: the same fixed prompts, the
     same seeds, one frozen solver, nothing trained on."""
     prompts_per_kind: int = 2
-    """Fixed proposer prompts of each task kind that every proposer answers at each probe."""
+    """Fixed proposer prompts of each task kind a run answers at each probe, split across its proposers
+    (`probe.probe_askers`: prompt j to proposer j mod n), so both runs put as many tasks to the solver."""
     rollouts: int = 8
     """The frozen solver's samples per valid probe task: its rate moves in steps of 1/rollouts."""
     seed: int = 0

@@ -6,10 +6,14 @@ baseline's rate (4 proposals a step) moves in steps of 0.25. Neither AZR nor Pop
 measure that separates the two; the paper's claim ("teachers propose harder tasks as students
 improve") is about the first. The probe measures it apart from the second:
 
-- **fixed prompts**: every proposer (the baseline's agent, every teacher) answers the same
-  ``probe.prompts_per_kind`` proposer prompts of each kind, their references drawn once from the
-  packaged seed tasks with ``probe.seed`` (not the run's seed and not the run's growing buffers), so
-  the two runs of an experiment and every seed of a protocol are asked the same questions;
+- **fixed prompts, equal counts**: each run answers the same ``probe.prompts_per_kind`` proposer
+  prompts of each kind at every event, their references drawn once from the packaged seed tasks with
+  ``probe.seed`` (not the run's seed and not the run's growing buffers), so the two runs of an
+  experiment and every seed of a protocol are asked the same questions. The prompts are split across
+  the run's proposers (prompt j to proposer j mod n, `probe_askers`): the baseline's agent answers
+  all of them, the population's teachers a share each, so both runs put the same number of tasks to
+  the solver (a population answering every prompt with every teacher had 4x the baseline's tasks, and
+  a mean over the baseline's few tasks was mostly noise);
 - **seeded sampling**: the same generation seed at every probe event, so two events differ by the
   adapters only (common random numbers);
 - **one frozen solver**: the shared starting adapter (the warm-up adapter when ``lora.warmup`` is
@@ -64,6 +68,14 @@ def fixed_config(config: ExperimentConfig) -> ExperimentConfig:
     return dataclasses.replace(config, run=dataclasses.replace(config.run, seed=config.probe.seed))
 
 
+def probe_askers(proposers: Sequence[str], config: ExperimentConfig) -> list[str]:
+    """The proposer that answers each of the event's ``probe.prompts_per_kind`` prompts: prompt j goes
+    to ``proposers[j % n]``, so every run asks the same prompts, as many, whatever its n."""
+    if not proposers:
+        raise ValueError("the difficulty probe needs at least one proposer")
+    return [proposers[j % len(proposers)] for j in range(config.probe.prompts_per_kind)]
+
+
 def run_probe(
     policy: Policy,
     verifier: Verifier,
@@ -71,12 +83,13 @@ def run_probe(
     references: dict[str, TaskBuffer],
     config: ExperimentConfig,
 ) -> list[Proposed]:
-    """One probe event: every proposer answers the fixed prompts, the verifier validates, the frozen
+    """One probe event: the proposers answer the fixed prompts between them (`probe_askers`; one prompt
+    per asker and kind, so the references are drawn in prompt order whoever answers), the verifier validates, the frozen
     solver attempts each valid task ``probe.rollouts`` times. Returns the proposals with their rho
     (the frozen solver's) and copy class (against the shown references and the seeds only, not the
     run's history: the probe's scale must not depend on what a run wrote before)."""
     fixed, pc = fixed_config(config), config.probe
-    proposals = propose(policy, proposers, references, fixed, 0, pc.prompts_per_kind)
+    proposals = propose(policy, probe_askers(proposers, config), references, fixed, 0, 1)
     proposals = validate(verifier, proposals, config.tasks.code_f_inputs)
     seen = known_fingerprints(t for b in references.values() for t in b.tasks)
     proposals = mark_copies(proposals, seen)
@@ -93,11 +106,11 @@ def run_probe(
 def probe_rows(step: int, proposals: Sequence[Proposed], config: ExperimentConfig) -> list[dict]:
     """The probe.jsonl rows of one event: a tasks.jsonl row per probe proposal (`task_rows`), with
     the prompt it answered (the same index means the same prompt at every event) and the rollouts."""
-    per_prompt = config.probe.prompts_per_kind
+    kinds = len(config.tasks.kinds)
     rows = task_rows(step, proposals)
     for i, row in enumerate(rows):
-        # propose() orders jobs by member, then kind, then prompt: the index within a (member, kind)
-        row["prompt_index"] = i % per_prompt
+        # propose() orders jobs by asker (one per prompt, `probe_askers`), then kind
+        row["prompt_index"] = i // kinds
         row["rollouts"] = config.probe.rollouts
     return rows
 

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from populora_nb.config import ProbeConfig, load_config
-from populora_nb.probe import PROBE_SOLVER, probe_due, probe_metrics, probe_rows, run_probe
+from populora_nb.probe import PROBE_SOLVER, probe_askers, probe_due, probe_metrics, probe_rows, run_probe
 from populora_nb.state import seed_buffers
 
 EASY = "```python\ndef f(x):\n    return x + 1\n```\n```input\n{n}\n```"
@@ -46,7 +46,7 @@ class KnownDifficulty:
 
 @pytest.fixture(scope="module")
 def probed(verifier, tokenizer):
-    config = load_config("tiny", {"tasks.kinds": ["code_o"], "probe.every": 2, "probe.prompts_per_kind": 6})
+    config = load_config("tiny", {"tasks.kinds": ["code_o"], "probe.every": 2, "probe.prompts_per_kind": 18})
     policy = KnownDifficulty(tokenizer)
     refs = seed_buffers(config, verifier)
     before = {k: len(b) for k, b in refs.items()}
@@ -71,8 +71,28 @@ def test_every_event_asks_the_same_prompts_under_the_same_draws(probed):
     assert [p.prompt for p in first] == [p.prompt for p in again]
     assert [p.rho for p in first] == [p.rho for p in again]
     rows = probe_rows(4, first, probed[0])
-    assert [r["prompt_index"] for r in rows[:6]] == list(range(6)) and rows[0]["rollouts"] == 8
+    assert [r["prompt_index"] for r in rows] == list(range(18)) and rows[0]["rollouts"] == 8
     assert {r["solver"] for r in rows} == {PROBE_SOLVER} and rows[0]["step"] == 4
+
+
+def test_both_runs_ask_the_same_prompts_as_many_at_each_event(verifier, tokenizer):
+    """The baseline's one agent and a population's four teachers answer the same fixed prompts, as many,
+    in the same order: equal task counts per run and event (prompt j to proposer j mod n)."""
+    config = load_config("tiny", {"tasks.kinds": ["code_o", "code_i"], "probe.prompts_per_kind": 6})
+    refs = seed_buffers(config, verifier)
+    policy = KnownDifficulty(tokenizer)
+    runs = {"baseline": ["T0"], "population": ["T0", "T0", "T0", "T0"]}  # the same adapter at step 0
+    probes = {run: run_probe(policy, verifier, askers, refs, config) for run, askers in runs.items()}
+    base, pop = probes["baseline"], probes["population"]
+    assert len(base) == len(pop) == 12 and [p.prompt for p in base] == [p.prompt for p in pop]
+    assert [p.kind for p in base] == ["code_o", "code_i"] * 6
+    assert [(p.result, p.rho) for p in base] == [(p.result, p.rho) for p in pop]  # step 0: one measurement
+    assert len(run_probe(policy, verifier, ["T0", "T1", "T2", "T3"], refs, config)) == 12  # not 4 x 12
+    rows = probe_rows(0, base, config)
+    assert [r["prompt_index"] for r in rows] == [j for j in range(6) for _ in range(2)]
+    assert probe_askers(["T0", "T1", "T2", "T3"], config) == ["T0", "T1", "T2", "T3", "T0", "T1"]
+    with pytest.raises(ValueError, match="at least one proposer"):
+        probe_askers([], config)
 
 
 def test_the_probe_stores_nothing(probed):
@@ -107,7 +127,7 @@ def test_a_run_records_its_probe_and_never_trains_on_it(tmp_path, tiny_base):
     policy = Probing(lora)
     rd = RunDir(run(cfg, tmp_path / "run", policy=policy, progress=False).path)
     rows = rd.read("probe")
-    per_event = cfg.population.n_teachers * len(cfg.tasks.kinds) * cfg.probe.prompts_per_kind
+    per_event = len(cfg.tasks.kinds) * cfg.probe.prompts_per_kind  # split across the teachers, not per teacher
     assert sorted({r["step"] for r in rows}) == [0, 2] and len(rows) == 2 * per_event
     assert any(r["valid"] for r in rows) and all(r["solver"] == PROBE_SOLVER for r in rows)
     teacher_rows = [r for r in rd.read("metrics") if r["role"] == "teacher"]
