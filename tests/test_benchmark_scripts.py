@@ -19,6 +19,7 @@ PRINTS = {
     "bench_rollouts.py": "| vLLM / native |",
     "bench_update.py": "batched / sequential =",
     "bench_prefix.py": "population step shared/unshared =",
+    "bench_probe.py": "| choice | rollouts |",
 }
 
 
