@@ -184,6 +184,10 @@ def test_a_probe_whose_tasks_all_sit_at_rho_zero_is_flagged_floor_bound(tmp_path
     assert floor_share(floor) == (4, 4) and floor_bound(floor)
     pop = probe(tmp_path / "a" / "population", {0: [0.5] * 8, 5: [0.5, 0.5, 0.5, 0.0] * 2})
     assert not floor_bound(pop) and not floor_bound([])
+    # the flag's edge: 4 of 5 at zero is at the threshold (not flagged), 5 of 6 above it
+    edge = probe(tmp_path / "edge" / "baseline", {0: [0.0, 0.0, 0.0, 0.0, 0.5]})
+    above = probe(tmp_path / "above" / "baseline", {0: [0.0, 0.0, 0.0, 0.0, 0.0, 0.5]})
+    assert not floor_bound(edge) and floor_bound(above)
     eq = equal_count_difference(floor, pop, n_draws=200)
     assert eq.counts == (2, 2) and eq.population[0] == pytest.approx(0.5) and eq.adjusted < 0  # a fall, adjusted
     lines, records = probe_floor_lines([tmp_path / "a"])
