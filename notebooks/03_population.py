@@ -254,10 +254,12 @@ plt.show()
 # %% [markdown]
 # ## The difficulty probe
 # The matches' ρ above mixes how hard each teacher's tasks are with how good its student has become.
-# The probe holds the solver and the prompts fixed: every `probe.every` steps each teacher answers the
-# same prompts under the same seeds, and the frozen starting adapter attempts each valid task
-# `probe.rollouts` times. What to look for: the teachers' probe ρ falling means their tasks got harder
-# for a reader that did not learn. Step 0 is before any training.
+# The probe holds the solver and the prompts fixed: every `probe.every` steps the teachers answer the
+# same prompts under the same seeds between them (as many as the baseline's agent answers alone), and
+# the frozen starting adapter attempts each valid task `probe.rollouts` times. What to look for: the
+# teachers' probe ρ falling means their tasks got harder for a reader that did not learn; the right
+# panel says whether the probe can show that at all (tasks at ρ = 0 can only get easier). Step 0 is
+# before any training.
 
 # %%
 from populora_nb.analysis.difficulty_probe import plot_probe, probe_table

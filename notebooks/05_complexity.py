@@ -106,8 +106,9 @@ plt.show()
 # ## How hard the tasks are for a fixed reader
 # A run's own ρ mixes the tasks' difficulty with the students' skill: a falling ρ can mean harder
 # tasks or a weaker student. The difficulty probe (`populora_nb.probe`) holds the rest fixed: every
-# few steps each proposer answers the same prompts under the same seeds, and one frozen solver (the
-# starting adapter, never trained) attempts each valid task. What to look for: the baseline's probe ρ
+# few steps each run answers the same prompts under the same seeds, as many in both runs (split across
+# the teachers), and one frozen solver (the starting adapter, never trained) attempts each valid task.
+# What to look for: the baseline's probe ρ
 # climbing (easier tasks: collapse) while the teachers' falls (harder tasks: the arms race); curves
 # that do not move say the run's own ρ moved with its students. Bands: 95% t over an event's tasks.
 

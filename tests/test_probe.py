@@ -160,6 +160,7 @@ def test_the_probe_analysis_reads_a_scripted_difficulty_the_right_way_round(tmp_
     assert table[1][5].startswith("+") and table[2][5].startswith("-")  # last − first, each way round
     fig = plot_probe({"baseline": exp / "baseline", "population": exp / "population"})
     assert len(fig.axes[0].lines) == 2 and len(fig.axes[1].lines) == 2
+    assert len(fig.axes[2].lines) == 5  # per run: in the band, at zero; and the floor-bound line
 
 
 def test_a_probe_whose_tasks_all_sit_at_rho_zero_is_flagged_floor_bound(tmp_path):

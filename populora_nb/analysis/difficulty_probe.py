@@ -31,6 +31,9 @@ from populora_nb.analysis.liveness import played_tasks
 from populora_nb.analysis.seed_stats import fmt_interval, t_interval, welch_interval
 from populora_nb.records import RunDir
 
+FLOOR_SHARE = 0.8
+"""A run whose valid probe tasks sit at ρ = 0 more often than this is floor-bound (`analysis.probe_floor`)."""
+
 
 @dataclass(frozen=True)
 class ProbeEvent:
@@ -90,9 +93,11 @@ def probe_cost(run_dir: str | Path) -> float | None:
 
 def plot_probe(runs: Mapping[str, str | Path], axes: Sequence[Axes] | None = None) -> Figure:
     """Left: each run's probe ρ per event with its 95% interval (lower = harder for the fixed
-    solver). Right: the valid rate of the answers to the fixed prompts."""
+    solver). Middle: the valid rate of the answers to the fixed prompts. Right: the share of valid
+    probe tasks in 0 < ρ < 1 (solid) and at ρ = 0 (dashed), with the floor-bound line: a probe whose
+    tasks sit at ρ = 0 can show tasks getting easier, not harder (`analysis.probe_floor`)."""
     if axes is None:
-        _, axs = plt.subplots(1, 2, figsize=(11, 3.6))
+        _, axs = plt.subplots(1, 3, figsize=(15, 3.6))
         axes = list(axs)
     fig = figure_of(axes[0])
     drawn = False
@@ -104,10 +109,22 @@ def plot_probe(runs: Mapping[str, str | Path], axes: Sequence[Axes] | None = Non
         steps = [e.step for e in events]
         mean, low, high = zip(*(e.rho for e in events))
         (line,) = axes[0].plot(steps, mean, marker="o", ms=4, label=name)
-        axes[0].fill_between(steps, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
-        axes[1].plot(steps, [e.valid_rate for e in events], marker="o", ms=4, label=name, color=line.get_color())
+        colour = line.get_color()
+        axes[0].fill_between(steps, low, high, color=colour, alpha=0.15, linewidth=0)
+        axes[1].plot(steps, [e.valid_rate for e in events], marker="o", ms=4, label=name, color=colour)
+        if len(axes) > 2:
+            axes[2].plot(
+                steps, [e.band_rate for e in events], marker="o", ms=4, label=f"{name}: 0 < ρ < 1", color=colour
+            )
+            zero = [sum(r == 0 for r in e.rhos) / len(e.rhos) if e.rhos else math.nan for e in events]
+            axes[2].plot(steps, zero, marker="x", ms=4, ls="--", label=f"{name}: ρ = 0", color=colour)
     axes[0].set(xlabel="step", ylabel="probe ρ (frozen solver)", title="Difficulty probe: fixed prompts, one solver")
     axes[1].set(xlabel="step", ylabel="valid rate", title="Valid answers to the probe's prompts")
+    if len(axes) > 2:
+        axes[2].axhline(
+            FLOOR_SHARE, color="grey", lw=0.8, ls=":", label=f"floor-bound above {FLOOR_SHARE:.0%} at ρ = 0"
+        )
+        axes[2].set(xlabel="step", ylabel="share of valid probe tasks", title="Can the probe move both ways?")
     for ax in axes:
         ax.set_ylim(-0.03, 1.03)
         if drawn:

@@ -26,10 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from populora_nb.analysis.difficulty_probe import ProbeEvent, probe_events
-
-FLOOR_SHARE = 0.8
-"""A run whose valid probe tasks sit at ρ = 0 more often than this is floor-bound."""
+from populora_nb.analysis.difficulty_probe import FLOOR_SHARE, ProbeEvent, probe_events
 
 
 def floor_share(events: Sequence[ProbeEvent]) -> tuple[int, int]:

@@ -234,12 +234,12 @@ def _probe_section(runs: dict[str, Path], images: list[str]) -> Section:
     return Section(
         "Difficulty probe",
         "Every few steps each run answers the same fixed proposer prompts under the same seeds, as many in "
-        "both runs (split across the teachers, pooled; the agent answers all), and one frozen solver (the starting adapter, never trained) attempts "
-        "each valid task `probe.rollouts` times. Its solve rate, probe ρ, is difficulty on one scale for both "
-        "runs: lower is harder, and a weaker student cannot move it. Step 0 is before any training (the "
-        "same adapter in both runs). Intervals: 95% t over an event's tasks; last − first: Welch; "
-        "descriptive within one run (the seed protocol compares seeds). Cost per step: the probe's seconds "
-        "over the training steps' seconds.",
+        "both runs (split across the teachers, pooled; the agent answers all), and one frozen solver (the "
+        "starting adapter, never trained) attempts each valid task `probe.rollouts` times. Its solve rate, "
+        "probe ρ, is difficulty on one scale for both runs: lower is harder, and a weaker student cannot move"
+        " it. Step 0 is before any training (the same adapter in both runs). Intervals: 95% t over an event's"
+        " tasks; last − first: Welch; descriptive within one run (the seed protocol compares seeds). Cost per"
+        " step: the probe's seconds over the training steps' seconds.",
         images,
         table,
     )
