@@ -105,7 +105,7 @@ def main() -> None:
         "--choices",
         nargs="+",
         default=["warm-up:0.7", "warm-up:1.0", "base:0.7"],
-        help="solver:temperature pairs; solver is warm-up (the probe's frozen solver) or base (zero ΔW)",
+        help="solver:temperature[:rollouts]; solver is warm-up (the probe's frozen solver) or base (zero ΔW)",
     )
     ap.add_argument("--chunk", type=int, default=8, help="tasks per solve batch (memory)")
     ap.add_argument("--step-seconds", type=float, nargs=2, default=None, metavar=("BASELINE", "POPULATION"))
@@ -126,9 +126,10 @@ def main() -> None:
             2,
             ["warm-up:0.7", "base:0.7"],
         )
-    choices = [(c.split(":")[0], float(c.split(":")[1])) for c in args.choices]
-    if any(solver not in ("warm-up", "base") for solver, _ in choices):
-        raise SystemExit(f"--choices: solver:temperature with solver warm-up or base, got {args.choices}")
+    parts = [c.split(":") for c in args.choices]
+    if any(len(p) not in (2, 3) or p[0] not in ("warm-up", "base") for p in parts):
+        raise SystemExit(f"--choices: solver:temperature[:rollouts], solver warm-up or base; got {args.choices}")
+    choices = [(p[0], float(p[1]), int(p[2]) if len(p) == 3 else args.rollouts) for p in parts]
     overrides = {"probe.every": 1, "run.agent": "baseline"}
     if args.warmup is not None:
         overrides["lora.warmup"] = str(args.warmup.resolve())
@@ -148,15 +149,13 @@ def main() -> None:
         tasks = [p.result for p in proposals if isinstance(p.result, Task)]
         new = sum(p.copy == "new" for p in proposals if isinstance(p.result, Task))
         print(f"{len(tasks)}/{len(proposals)} valid probe tasks ({new} new) in {propose_s:.0f} s", flush=True)
-        ks = sorted({args.round} | {k for k in (4, 8, 16, 32, 64) if k <= args.rollouts and k % args.round == 0})
         rows = []
-        for solver, temp in choices:
+        for solver, temp, rollouts in choices:
+            ks = sorted({args.round} | {k for k in (4, 8, 16, 32, 64) if k <= rollouts and k % args.round == 0})
             cfg = with_temperature(fixed, temp)
             policy.config = with_temperature(policy.config, temp)
             slot = PROBE_SOLVER if solver == "warm-up" else BASE_SOLVER
-            verdicts, seconds = solve_rounds(
-                policy, verifier, tasks, slot, cfg, refs, args.rollouts, args.round, args.chunk
-            )
+            verdicts, seconds = solve_rounds(policy, verifier, tasks, slot, cfg, refs, rollouts, args.round, args.chunk)
             rows += choice_rows(f"{solver} solver, T = {temp:g}", verdicts, seconds, ks, args.round)
             print(f"{solver} solver, T = {temp:g}: {sum(seconds):.0f} s", flush=True)
     facts = {"prompts": len(proposals), "valid": len(tasks), "new": new, "propose_s": propose_s, "rows": rows}
