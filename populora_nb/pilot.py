@@ -138,7 +138,10 @@ class RunFacts:
 
 
 def run_facts(run_dir: str | Path) -> RunFacts:
-    """Count one run's band, its teacher wins (a population) and its seconds per step."""
+    """Count one run's band, its teacher wins (a population) and its seconds per step; empty facts
+    for a run that was not made."""
+    if not Path(run_dir).is_dir():
+        return RunFacts()
     rd = RunDir(Path(run_dir))
     tasks = rd.read("tasks")
     played = played_tasks(tasks)
@@ -195,10 +198,11 @@ def run_pilot(
     candidates: Sequence[Candidate] = CANDIDATES,
     extra: Mapping[str, Any] | None = None,
     say: Callable[[str], None] = print,
+    runs: Sequence[str] = ("baseline", "population"),
 ) -> list[PilotRow]:
-    """Each candidate as an experiment directory ``out/<name>`` (warm-up, baseline, population;
-    resumable: a rerun finishes what is missing), then its facts. ``extra`` overrides every candidate
-    (e.g. ``{"run.seed": 1}``)."""
+    """Each candidate as an experiment directory ``out/<name>`` (warm-up, then ``runs``; resumable: a
+    rerun finishes what is missing), then its facts (a run not made reads as empty). ``extra``
+    overrides every candidate (e.g. ``{"run.seed": 1}``)."""
     from populora_nb.experiment import adopt_warmup, run_experiment
 
     out = Path(out)
@@ -223,7 +227,7 @@ def run_pilot(
             RunDir.create(exp, config)
             adopt_warmup(exp, warmups[key])
         say(f"[pilot] {cand.name}: {cand.why}")
-        run_experiment(config, exp, stages=("warmup", "baseline", "population"), say=say)
+        run_experiment(config, exp, stages=("warmup", *runs), say=say)
         if config.warmup.enabled:
             names[cand.name] = exp
             if cand.warmup_from is None:

@@ -90,3 +90,14 @@ def test_the_rule_needs_twice_the_new_tasks_at_half_the_valid_rate_in_both_runs(
     assert any(line.startswith("- **doubled**: meets the rule in both runs") for line in lines)
     # control: 2 new tasks a step; doubled: twice that
     assert "| 2.00 [2.00, 2.00] (12) |" in lines[2] and "| 2.00 [2.00, 2.00] |" in lines[4]
+
+
+def test_a_run_not_made_reads_not_run_and_the_rule_is_not_applied(tmp_path):
+    control = _experiment(tmp_path / "control", [(True, "new", 0.5), (True, "reference", 0.0)])
+    half = tmp_path / "half"
+    _run(half / "baseline", "baseline", [(True, "new", 0.5)] * 4)
+    (half / "population").mkdir()  # started, never stepped: no task records
+    lines, record = new_task_table({"control": control, "half": half})
+    assert "| | population | not run |" in "\n".join(lines)
+    assert any("**half**: cannot be judged: the rule needs both runs, baseline made" in line for line in lines)
+    assert record["better"]["half"] == {"baseline": True}

@@ -185,6 +185,11 @@ def _fmt(triple: tuple[float, float, float], pct: bool = False, digits: str = ".
 RUNS = ("baseline", "population")
 
 
+def _made(run_dir: Path) -> bool:
+    """A run that recorded tasks (a run not started, or stopped before its first step, did not)."""
+    return run_dir.is_dir() and RunDir(run_dir).has("tasks")
+
+
 def new_task_table(experiments: Mapping[str, str | Path]) -> tuple[list[str], dict]:
     """The pilot's new-task table (markdown lines) and its numbers: per candidate (the first is the
     control) and run, the measures of the module docstring with intervals, the ratio to the control,
@@ -192,7 +197,9 @@ def new_task_table(experiments: Mapping[str, str | Path]) -> tuple[list[str], di
     names = list(experiments)
     if not names:
         return [], {}
-    counts = {n: {run: run_steps(Path(p) / run) for run in RUNS} for n, p in experiments.items()}
+    counts = {
+        n: {run: run_steps(Path(p) / run) for run in RUNS if _made(Path(p) / run)} for n, p in experiments.items()
+    }
     control = counts[names[0]]
     lines = [
         "| candidate | run | steps | new valid tasks / step | × control | valid rate | band share over new tasks "
@@ -203,6 +210,9 @@ def new_task_table(experiments: Mapping[str, str | Path]) -> tuple[list[str], di
     verdicts = []
     for name in names:
         for run in RUNS:
+            if run not in counts[name] or run not in control:
+                lines.append(f"| {name if run == 'baseline' else ''} | {run} | not run | | | | | | |")
+                continue
             c = counts[name][run]
             new = step_mean(c.new_valid)
             ratio = mean_ratio(c.new_valid, control[run].new_valid, f"{name}/{run}/ratio")
@@ -240,10 +250,18 @@ def new_task_table(experiments: Mapping[str, str | Path]) -> tuple[list[str], di
                 }
             )
         if name != names[0]:
-            ok = {run: better(counts[name][run], control[run]) for run in RUNS}
+            ok = {
+                run: better(counts[name][run], control[run]) for run in RUNS if run in counts[name] and run in control
+            }
             verdicts.append(
                 f"- **{name}**: "
-                + ("meets the rule in both runs" if all(ok.values()) else "does not meet the rule")
+                + (
+                    "meets the rule in both runs"
+                    if len(ok) == len(RUNS) and all(ok.values())
+                    else "does not meet the rule"
+                    if len(ok) == len(RUNS)
+                    else f"cannot be judged: the rule needs both runs, {', '.join(ok) or 'none'} made"
+                )
                 + " ("
                 + ", ".join(f"{run}: {'yes' if v else 'no'}" for run, v in ok.items())
                 + ")"
