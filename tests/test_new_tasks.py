@@ -98,6 +98,6 @@ def test_a_run_not_made_reads_not_run_and_the_rule_is_not_applied(tmp_path):
     _run(half / "baseline", "baseline", [(True, "new", 0.5)] * 4)
     (half / "population").mkdir()  # started, never stepped: no task records
     lines, record = new_task_table({"control": control, "half": half})
-    assert "| | population | not run |" in "\n".join(lines)
+    assert "|  | population | not run |" in "\n".join(lines)
     assert any("**half**: cannot be judged: the rule needs both runs, baseline made" in line for line in lines)
     assert record["better"]["half"] == {"baseline": True}
