@@ -16,8 +16,8 @@ one) and that are not repeats (the same program and input as a task met before).
 * the **cost**: seconds per step.
 
 Intervals respect clustering by step (a step's tasks share a proposer and its references): a
-per-step mean has the 95% t-interval over steps; a share (ratio of per-step sums) and a ratio of two
-runs' means have a 95% percentile bootstrap that resamples whole steps (``scipy.stats.bootstrap``,
+per-step mean, a share (ratio of per-step sums, over the steps that hold an item) and a ratio of two
+runs' means each have a 95% percentile bootstrap that resamples whole steps (``scipy.stats.bootstrap``,
 seeded). One seed and a few steps give wide intervals; they say how far a pilot can be read.
 
 **The decision rule** (``better``): a candidate is better than the control if, in both runs, it
@@ -105,20 +105,18 @@ def run_steps(run_dir: str | Path) -> RunSteps:
     )
 
 
-def step_mean(values: np.ndarray) -> tuple[float, float, float]:
-    """(mean, low, high): the per-step mean and its 95% t-interval over steps (NaN bounds under 2 steps;
-    a zero-width interval when every step gave the same value)."""
+def step_mean(values: np.ndarray, name: str = "") -> tuple[float, float, float]:
+    """(mean, low, high): the per-step mean and its 95% percentile bootstrap interval over steps (NaN
+    bounds under 2 steps; a zero-width interval when every step gave the same value)."""
     x = np.asarray(values, dtype=float)
     x = x[~np.isnan(x)]
     if not len(x):
         return math.nan, math.nan, math.nan
     mean = float(x.mean())
-    if len(x) < 2:
-        return mean, math.nan, math.nan
     if np.all(x == x[0]):
-        return mean, mean, mean
-    ci = stats.ttest_1samp(x, mean).confidence_interval(0.95)
-    return mean, float(ci.low), float(ci.high)
+        return (mean, mean, mean) if len(x) > 1 else (mean, math.nan, math.nan)
+    low, high = _bootstrap((x,), lambda a, axis=-1: a.mean(axis=axis), paired=False, name=name)
+    return mean, low, high
 
 
 def _bootstrap(
@@ -144,6 +142,8 @@ def step_share(hits: np.ndarray, totals: np.ndarray, name: str = "") -> tuple[fl
     """(share, low, high): sum(hits) / sum(totals) with its step-resampling bootstrap interval."""
     if not totals.sum():
         return math.nan, math.nan, math.nan
+    keep = totals > 0  # a step with no item adds nothing to either sum: it is not a cluster of this share
+    hits, totals = hits[keep], totals[keep]
     low, high = _bootstrap(
         (hits, totals), lambda h, t, axis=-1: h.sum(axis=axis) / t.sum(axis=axis), paired=True, name=name
     )
@@ -214,16 +214,19 @@ def new_task_table(experiments: Mapping[str, str | Path]) -> tuple[list[str], di
                 lines.append(f"| {name if run == 'baseline' else ''} | {run} | not run | | | | | | |")
                 continue
             c = counts[name][run]
-            new = step_mean(c.new_valid)
+            new = step_mean(c.new_valid, f"{name}/{run}/new")
             ratio = mean_ratio(c.new_valid, control[run].new_valid, f"{name}/{run}/ratio")
             valid = step_share(c.valid, c.proposals, f"{name}/{run}/valid")
             band = step_share(c.new_in_band, c.new_played, f"{name}/{run}/band")
             won = (
                 None
                 if c.games is None or c.games_won is None
-                else (step_mean(c.games_won), step_share(c.games_won, c.games, f"{name}/{run}/games"))
+                else (
+                    step_mean(c.games_won, f"{name}/{run}/won"),
+                    step_share(c.games_won, c.games, f"{name}/{run}/games"),
+                )
             )
-            cost = step_mean(c.seconds)
+            cost = step_mean(c.seconds, f"{name}/{run}/cost")
             won_cell = "—" if won is None else f"{_fmt(won[0], digits='.1f')}; {_fmt(won[1], pct=True)}"
             band_cell = f"{_fmt(band, pct=True)} ({int(c.new_in_band.sum())}/{int(c.new_played.sum())})"
             lines.append(
