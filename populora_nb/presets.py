@@ -97,6 +97,11 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "run.checkpoint_every": 5,  # resumable: at most 5 steps lost to a kill
             "evolution.every": 10,
             "probe.every": 5,  # 8 probe events in 40 steps; cost per step measured in docs/methodology.md
+            # 8 prompts per run and event, split across the teachers: the population's count before the split,
+            # now the baseline's too (it answered 2). The step-0 target (>= 40 valid tasks, >= 30% in
+            # 0 < rho < 1) and the choices measured for it: docs/results/probe-choice (40 valid tasks took
+            # 56 prompts at step 0, at a cost stated there).
+            "probe.prompts_per_kind": 8,
             "warmup.enabled": True,  # rejection-sampling fine-tuning before RL, shared by both runs
             "eval.limit": 4,
             "eval.benchmarks": ["humanevalplus", "gsm8k"],
