@@ -98,10 +98,11 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "evolution.every": 10,
             "probe.every": 5,  # 8 probe events in 40 steps; cost per step measured in docs/methodology.md
             # 8 prompts per run and event, split across the teachers: the population's count before the split,
-            # now the baseline's too (it answered 2). The step-0 target (>= 40 valid tasks, >= 30% in
-            # 0 < rho < 1) and the choices measured for it: docs/results/probe-choice (40 valid tasks took
-            # 56 prompts at step 0, at a cost stated there).
+            # now the baseline's too (it answered 2). 16 rollouts: at step 0 (warm-up adapter, 40 valid tasks)
+            # 35% of probe tasks in 0 < rho < 1 against 28% at 8 (docs/results/probe-choice, which also says
+            # what the 40 tasks per run would cost: 56 prompts an event, not adopted for its cost).
             "probe.prompts_per_kind": 8,
+            "probe.rollouts": 16,
             "warmup.enabled": True,  # rejection-sampling fine-tuning before RL, shared by both runs
             "eval.limit": 4,
             "eval.benchmarks": ["humanevalplus", "gsm8k"],
