@@ -96,7 +96,7 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "run.steps": 40,
             "run.checkpoint_every": 5,  # resumable: at most 5 steps lost to a kill
             "evolution.every": 10,
-            "probe.every": 5,  # 8 probe events in 40 steps; cost per step measured in docs/methodology.md
+            "probe.every": 10,  # 4 probe events in 40 steps (0-30): equal counts cost the baseline 4x its old probe
             # 8 prompts per run and event, split across the teachers: the population's count before the split,
             # now the baseline's too (it answered 2). 16 rollouts: at step 0 (warm-up adapter, 40 valid tasks)
             # 35% of probe tasks in 0 < rho < 1 against 28% at 8 (docs/results/probe-choice, which also says
