@@ -69,7 +69,7 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "probe.every": 2,  # the difficulty probe before training (step 0) and at step 2
             # One fixed prompt per proposer, 4 solver samples: the probe's curve is drawn (two events), at about
             # a third of the default probe's cost, which took a third of a smoke population step
-            # (docs/results/smoke-44); a run this short cannot measure difficulty anyway (the report says so).
+            # (docs/results/make-run); a run this short cannot measure difficulty anyway (the report says so).
             "probe.prompts_per_kind": 1,
             "probe.rollouts": 4,
             "eval.limit": 2,  # 10 models (base, baseline, 8 members): eval dominates on CPU
