@@ -21,7 +21,7 @@ and the stage's share of that floor (floor / measured). glibc's mmap threshold i
 
     python benchmarks/bench_prefix.py --preset cpu      # the laptop protocol's rows, bf16 base
     python benchmarks/bench_prefix.py --preset cpu --members 1   # one teacher's and one student's rows
-    python benchmarks/bench_prefix.py --preset smoke    # smoke's rows, fp32 base
+    python benchmarks/bench_prefix.py --preset smoke    # the same rows: smoke runs the cpu preset's step
     python benchmarks/bench_prefix.py --quick           # tiny preset, one pair, seconds
 """
 
