@@ -324,39 +324,31 @@ def seed_values(experiments: Sequence[str | Path], key: str, window: int = 5) ->
     common n (None for a per-step series)."""
     if is_coverage(key):
         return _coverage_values(experiments, key, window)
-    if key in COMPLEXITY_SERIES:
-        return _complexity_values(experiments, key.split("/", 1)[1], window), None
     values: SeedValues = {run: {} for run in RUNS}
-    if key in REPEAT_SERIES:  # sparse steps: pooled over fixed step windows, the same steps in every run
-        for run in RUNS:
-            for name, d in run_dirs(experiments, run).items():
-                rec = run_records(d)
-                if rec.analysis is not None and rec.analysis.steps:
-                    spans = fixed_windows(rec.analysis.steps, window)
-                    start, end = pooled_windows(repeat_items(key, rec.played, rec.valid), spans)
-                    if not (math.isnan(start) or math.isnan(end)):
-                        values[run][name] = (start, end)
-        return values, None
     for run in RUNS:
         for name, d in run_dirs(experiments, run).items():
-            start, end = window_values(run_records(d).series(key), 1 if key in PROBE_SERIES else window)
-            if not math.isnan(end):
+            start, end = start_end(run_records(d), key, window)
+            if not (math.isnan(start) or math.isnan(end)):
                 values[run][name] = (start, end)
     return values, None
 
 
-def _complexity_values(experiments: Sequence[str | Path], field: str, window: int) -> SeedValues:
-    """Complexity in fixed step windows (`analysis.windows`): a seed whose start or end window holds
-    fewer than ``windows.MIN_PROGRAMS`` new programs is left out of the series."""
-    values: SeedValues = {run: {} for run in RUNS}
-    for run in RUNS:
-        for name, d in run_dirs(experiments, run).items():
-            analysis = run_records(d).analysis
-            if analysis is not None and analysis.steps:
-                start, end = complexity_windows(analysis, field, window)
-                if not (math.isnan(start.value) or math.isnan(end.value)):
-                    values[run][name] = (start.value, end.value)
-    return values
+def start_end(rec: RunRecords, key: str, window: int) -> tuple[float, float]:
+    """One run's (start, end) of per-step series ``key`` (NaN where it has none). Complexity: fixed step
+    windows (`analysis.windows`), NaN where a window holds fewer than ``windows.MIN_PROGRAMS`` new
+    programs; repeats (sparse steps): pooled over the same fixed step windows in every run; the
+    probe: its first and last event; any other: the mean over the first and the last ``window``
+    logged steps."""
+    if key in COMPLEXITY_SERIES or key in REPEAT_SERIES:
+        if rec.analysis is None or not rec.analysis.steps:
+            return math.nan, math.nan
+        if key in REPEAT_SERIES:
+            spans = fixed_windows(rec.analysis.steps, window)
+            start, end = pooled_windows(repeat_items(key, rec.played, rec.valid), spans)
+            return start, end
+        first, last = complexity_windows(rec.analysis, key.split("/", 1)[1], window)
+        return first.value, last.value
+    return window_values(rec.series(key), 1 if key in PROBE_SERIES else window)
 
 
 def _coverage_values(experiments: Sequence[str | Path], key: str, window: int) -> tuple[SeedValues, int | None]:
