@@ -242,8 +242,8 @@ print(liveness(run_dir).summary())
 # memory, not difficulty: a rising repeat rate lifts ρ without any task getting easier (band: ±1 SE).
 
 # %%
-from populora_nb.analysis.complexity import analyse_run
 from populora_nb.analysis.complexity_plots import plot_repeat_rate
+from populora_nb.analysis.frames import analyse_run
 
 fig = plot_repeat_rate({name: analyse_run(path) for name, path in runs.items()}, window=3)
 if out_dir:
