@@ -19,16 +19,13 @@ from typing import Any, Literal
 
 import yaml
 
-from populora_nb.errors import UserInputError
+from populora_nb.errors import ConfigError
 from populora_nb.evaluation.loaders import BENCHMARK_FILES
+from populora_nb.presets import TINY_MODEL, build_config
 
-
-class ConfigError(UserInputError):
-    """A config value is unknown, of the wrong type, or out of range."""
-
+__all__ = ["ConfigError", "TINY_MODEL"]  # defined below this module (errors, presets), used through it
 
 BUNDLED_MODEL = "bundled:smollm2-135m"
-TINY_MODEL = "tiny"
 # The paper's four mutations and four crossovers (names of populora_nb.operators.OPERATORS), equally
 # likely in the default mix. M5 is optional in the paper and the controls are baselines, not evolution.
 PAPER_OPERATORS = (
@@ -41,6 +38,9 @@ PAPER_OPERATORS = (
     "svd_subspace",
     "extrapolative",
 )
+OPERATOR_NAMES = frozenset({*PAPER_OPERATORS, "neftune", "copy_parent", "linear_0_5"})
+"""Every operator of `populora_nb.operators.OPERATORS` (tests/test_config.py holds the two equal): the
+names a mix may weight, known here so that checking a config needs no tensor code."""
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -384,11 +384,9 @@ class EvolutionConfig:
         _positive(self, "every", "tournament_size", "sigma_inflation")
         if self.replace_per_role < 0 or (self.grace_steps is not None and self.grace_steps < 0):
             raise ConfigError("replace_per_role and grace_steps must be >= 0")
-        from populora_nb.evolution import OperatorMix  # torch-heavy: imported only when validating
-
         try:
-            OperatorMix(self.operators)  # the one place an operator mix is checked
-        except ValueError as e:
+            check_operator_mix(self.operators)
+        except ConfigError as e:
             raise ConfigError(f"evolution.operators: {e}") from None
 
 
@@ -630,9 +628,7 @@ def load_config(
     ``recorded``: the config of a run already on disk, read to analyse its records (`RunDir.load_config`):
     the checks that keep a *new* run from measuring nothing (`check_mechanisms`) are skipped, so runs
     recorded under earlier rules still load; running one again goes through them."""
-    from populora_nb.presets import build_config  # presets imports this module: import it late
-
-    config = build_config(preset, overrides, yaml_path)
+    config = build_config(ExperimentConfig, preset, overrides, yaml_path)
     if not recorded:
         check_mechanisms(config)
     return config
@@ -641,8 +637,6 @@ def load_config(
 def check_mechanisms(config: ExperimentConfig) -> None:
     """Refuse a config under which a mechanism of the population could never act: a
     teacher band 0 < rho < win_threshold that holds no reachable rho = j/k."""
-    from populora_nb.matchmaking import reachable_band  # trueskill: imported only when validating
-
     k, threshold = config.rl.rollouts, config.matchmaking.win_threshold
     if not reachable_band(k, threshold):
         fewest = int(1 / threshold) + 1  # the smallest k with 1/k < threshold
@@ -653,9 +647,36 @@ def check_mechanisms(config: ExperimentConfig) -> None:
         )
 
 
+def reachable_band(rollouts: int, threshold: float) -> list[float]:
+    """The solve rates ρ = j/k a task can reach with 0 < ρ < ``threshold``: the teacher's band.
+    Empty when threshold ≤ 1/k (e.g. k = 2, threshold ½: no teacher could ever win a game)."""
+    return [j / rollouts for j in range(1, rollouts) if j / rollouts < threshold]
+
+
+def check_operator_mix(weights: Mapping[str, float]) -> None:
+    """The one check of an operator mix (``evolution.operators``, `evolution.OperatorMix`): known
+    names, weights ≥ 0 with a positive sum."""
+    unknown = sorted(set(weights) - OPERATOR_NAMES)
+    if unknown:
+        raise ConfigError(f"unknown operators {unknown}; choose from {sorted(OPERATOR_NAMES)}")
+    if any(w < 0 for w in weights.values()) or sum(weights.values()) <= 0:
+        raise ConfigError("operator weights must be ≥ 0 with a positive sum")
+
+
 def save_config(config: ExperimentConfig, path: str | Path) -> None:
     """The config as the YAML `load_config(config=...)` reads back (every run directory keeps one)."""
     Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+
+
+def load_saved_config(path: str | Path) -> ExperimentConfig:
+    """A config `save_config` wrote (a run directory's config.yaml), read under the recorded rules
+    (``load_config(recorded=True)``). A missing file raises OSError, a malformed one `ConfigError`."""
+    text = Path(path).read_text()
+    try:
+        data = yaml.safe_load(text)
+        return load_config(data.pop("preset"), data, recorded=True)
+    except (yaml.YAMLError, AttributeError, KeyError, TypeError) as e:
+        raise ConfigError(f"not a saved config ({type(e).__name__}: {e})") from None
 
 
 def describe(config: ExperimentConfig, *sections: str) -> str:

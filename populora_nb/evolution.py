@@ -17,7 +17,7 @@ from types import MappingProxyType
 
 import torch
 
-from populora_nb.config import PAPER_OPERATORS, MatchmakingConfig
+from populora_nb.config import PAPER_OPERATORS, MatchmakingConfig, check_operator_mix
 from populora_nb.lowrank import LoRAFactors
 from populora_nb.matchmaking import Rating
 from populora_nb.operators import (
@@ -59,11 +59,7 @@ class OperatorMix:
     weights: Mapping[str, float]
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.weights) - set(OPERATORS))
-        if unknown:
-            raise ValueError(f"unknown operators {unknown}; choose from {sorted(OPERATORS)}")
-        if any(w < 0 for w in self.weights.values()) or sum(self.weights.values()) <= 0:
-            raise ValueError("operator weights must be ≥ 0 with a positive sum")
+        check_operator_mix(self.weights)  # names and weights, as a config's are checked
         object.__setattr__(self, "weights", MappingProxyType(dict(self.weights)))
 
     def sample(self, rng: random.Random, max_parents: int = 2) -> str:

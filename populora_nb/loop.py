@@ -22,9 +22,11 @@ from tqdm import tqdm  # a text bar, not tqdm.auto's widget: see run()
 
 from populora_nb.config import ExperimentConfig
 from populora_nb.matchmaking import contested
+from populora_nb.model.policy import LoRAPolicy
+from populora_nb.policy import Policy
 from populora_nb.probe import probe_due, probe_metrics, probe_rows, run_probe
 from populora_nb.records import RunDir
-from populora_nb.stages import Policy, propose, validate
+from populora_nb.stages import propose, validate
 from populora_nb.state import RunState, initial_state, resume_or_start, roster_for, seed_buffers, write_checkpoint
 from populora_nb.step import baseline_step, evolve, population_step
 from populora_nb.step_records import (
@@ -73,8 +75,6 @@ def run(
     own_policy = policy is None
     try:
         if policy is None:
-            from populora_nb.model.policy import LoRAPolicy  # model code stays out of this module's imports
-
             policy = LoRAPolicy.create(config, list(roster_for(config).items()))
         bar.set_description_str(f"{agent}: resuming or seeding the buffers")
         state = resume_or_start(rd, policy, verifier, config)

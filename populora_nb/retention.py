@@ -28,10 +28,10 @@ from populora_nb.evolution import fitness, retention_curves
 from populora_nb.lowrank import LoRAFactors
 from populora_nb.matchmaking import Rating
 from populora_nb.operators import OPERATORS
+from populora_nb.policy import Sample
 from populora_nb.rewards import teacher_reward
 from populora_nb.stages import (
     Attempt,
-    Sample,
     SolveJob,
     propose,
     reward_samples,
@@ -162,7 +162,7 @@ def teacher_train_and_score(
         proposals = propose(policy, [member], fixed, cfg, step, config.rl.teacher_proposals)
         proposals = validate(verifier, proposals, n_inputs)
         # No buffers for top-ups: only the child's own tasks are solved, and the student does not learn.
-        jobs = solve_jobs({student: list(range(len(proposals)))}, proposals, {}, cfg, step)
+        jobs = solve_jobs({student: list(range(len(proposals)))}, proposals, {}, cfg, step, quota=0)
         attempts = solve(policy, verifier, jobs, cfg, step, examples)
         proposals = solve_rates(proposals, attempts)
         samples = reward_samples(proposals, attempts, teacher_reward, config.rl.advantage_scale)

@@ -16,15 +16,14 @@ from populora_nb.config import ExperimentConfig
 from populora_nb.copies import known_fingerprints, warmup_fingerprints
 from populora_nb.errors import DataFileError, PathNotFoundError
 from populora_nb.matchmaking import Rating, initial_ratings, make_trueskill
+from populora_nb.model.policy import LoRAPolicy
+from populora_nb.policy import Policy
 from populora_nb.records import MANIFEST, CorruptRunError, RunDir, read_json, write_json
-from populora_nb.stages import Policy
 from populora_nb.tasks import Task
 from populora_nb.verify import Proposal, Verifier
 
 if TYPE_CHECKING:
     import trueskill
-
-    from populora_nb.model.policy import LoRAPolicy
 
 
 @dataclass
@@ -101,8 +100,6 @@ def load_run(run_dir: str | Path, config: ExperimentConfig | None = None, base: 
     whose files match its manifest. A damaged checkpoint raises `CorruptRunError` naming the file; a
     run without one raises `PathNotFoundError`. `config` defaults to the run's own config.yaml;
     `base` shares an already loaded base model."""
-    from populora_nb.model.policy import LoRAPolicy  # model code is imported only when a model is needed
-
     rd = RunDir(Path(run_dir))
     config = config if config is not None else rd.load_config()
     latest = rd.verified_checkpoint()
