@@ -372,7 +372,7 @@ class EvolutionConfig:
     """A child's sigma: its parents' largest sigma times this, capped at the prior sigma. 1: as well known as
     its parents until its own games say otherwise; at 2 a newborn's mu moved faster in its first games and, among
     members of equal skill, was culled at its first eligible event 0.46-0.49 of the time against a chance rate
-    of 0.33 (evolution.newborn_fate, 400 events), at 1 0.35."""
+    of 0.33 (evolution_simulations.newborn_fate, 400 events), at 1 0.35."""
     inherit_optimizer: bool = False
     """Start a child's AdamW state from its first parent's (default: fresh)."""
 
