@@ -26,6 +26,7 @@ from populora_nb.evaluation.loaders import (
 from populora_nb.evaluation.report import write_report
 from populora_nb.model.base import Base, load_base
 from populora_nb.model.policy import LoRAPolicy
+from populora_nb.model.vllm_engine import VLLMEngine
 from populora_nb.records import RunDir
 from populora_nb.state import load_run
 
@@ -149,8 +150,6 @@ def evaluate_on_engine(
 ) -> list[str]:
     """``rollout.engine="vllm"``: one engine serves the bare base (no adapter), the baseline agent
     and every population member, all of them in the same mixed batches. Returns the members' names."""
-    from populora_nb.model.vllm_engine import VLLMEngine
-
     factors = {}
     if "baseline" in models:
         factors["baseline"] = trained_policy(stage_config(config, "baseline"), out / "baseline", base).factors("agent")
