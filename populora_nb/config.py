@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,6 @@ from typing import Any, Literal
 import yaml
 
 from populora_nb.errors import ConfigError
-from populora_nb.evaluation.loaders import BENCHMARK_FILES
 from populora_nb.presets import TINY_MODEL, build_config
 
 __all__ = ["ConfigError", "TINY_MODEL"]  # defined below this module (errors, presets), used through it
@@ -41,6 +41,34 @@ PAPER_OPERATORS = (
 OPERATOR_NAMES = frozenset({*PAPER_OPERATORS, "neftune", "copy_parent", "linear_0_5"})
 """Every operator of `populora_nb.operators.OPERATORS` (tests/test_config.py holds the two equal): the
 names a mix may weight, known here so that checking a config needs no tensor code."""
+ProblemKind = Literal["evalplus", "lcb", "math"]
+"""How a benchmark's problems are scored (`populora_nb.evaluation.loaders`)."""
+# The benchmarks ``eval.benchmarks`` may name -> (kind, candidate files under the data root: the first
+# that exists is read, `populora_nb.evaluation.loaders`); here so that checking a config reads no data code.
+BENCHMARK_FILES: Mapping[str, tuple[ProblemKind, tuple[str, ...]]] = types.MappingProxyType(
+    {
+        "humanevalplus": ("evalplus", ("humanevalplus/HumanEvalPlus.jsonl.gz", "humanevalplus/HumanEvalPlus.jsonl")),
+        "humanevalplus_mini": ("evalplus", ("humanevalplus/HumanEvalPlus-Mini.jsonl.gz",)),
+        "humaneval": ("evalplus", ("humaneval/HumanEval.jsonl.gz",)),  # base tests only (`humaneval`)
+        "mbppplus": ("evalplus", ("mbppplus/MbppPlus.jsonl", "mbppplus/MbppPlus.jsonl.gz")),
+        "livecodebench": (
+            "lcb",
+            (
+                "livecodebench/test6.jsonl",
+                "livecodebench/test5.jsonl",
+                "livecodebench/test.jsonl",
+                "livecodebench/livecodebench_v5.jsonl",
+            ),
+        ),
+        "gsm8k": ("math", ("gsm8k/test.jsonl",)),
+        "aime24": ("math", ("math/aime24/test.jsonl",)),
+        "aime25": ("math", ("math/aime25/test.jsonl",)),
+        "amc23": ("math", ("math/amc23/test.jsonl",)),
+        "math500": ("math", ("math/math500/test.jsonl",)),
+        "minerva": ("math", ("math/minerva_math/test.jsonl",)),
+        "olympiadbench": ("math", ("math/olympiadbench/test.jsonl",)),
+    }
+)
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -429,7 +457,7 @@ class RunConfig:
 @dataclass
 class EvalConfig:
     benchmarks: tuple[str, ...] = ("humanevalplus", "mbppplus", "gsm8k", "math500")
-    """Benchmarks to evaluate on (evaluation.loaders.BENCHMARK_FILES); those with no data are skipped."""
+    """Benchmarks to evaluate on (`BENCHMARK_FILES`); those with no data are skipped."""
     limit: int | None = None
     """Evaluate only the first N problems of each benchmark (None: all)."""
     max_new_tokens: int = 256

@@ -3,7 +3,7 @@ stage by stage) into a run directory with checkpoints and resume, and AZR's seed
 
 `run` reads as CleanRL's loop does: for each step, the difficulty probe when due, the step
 (`timed_step`), its records (`metric_rows`, `record_step`), evolution when due (`evolution_due`,
-`step.evolve`) and a checkpoint when due (`checkpoint_due`, `state.write_checkpoint`).
+`step.evolve`) and a checkpoint when due (`checkpoint_due`, `checkpoints.write_checkpoint`).
 
 baseline_step:   agent proposes every kind → validate → k learnability rollouts per valid task set
                  rho (not trained on) → the agent solves a batch of buffer tasks, one response
@@ -26,6 +26,7 @@ from typing import Any
 
 from tqdm import tqdm  # a text bar, not tqdm.auto's widget: see progress_bar()
 
+from populora_nb.checkpoints import resume_or_start, write_checkpoint
 from populora_nb.config import ExperimentConfig
 from populora_nb.matchmaking import contested
 from populora_nb.model.policy import LoRAPolicy
@@ -33,7 +34,7 @@ from populora_nb.policy import Policy
 from populora_nb.probe import probe_due, probe_metrics, probe_rows, run_probe
 from populora_nb.records import RunDir
 from populora_nb.stages import StepOutcome, propose, validate
-from populora_nb.state import RunState, initial_state, resume_or_start, roster_for, seed_buffers, write_checkpoint
+from populora_nb.state import RunState, initial_state, roster_for, seed_buffers
 from populora_nb.step import baseline_step, evolve, population_step
 from populora_nb.step_records import (
     member_metrics,

@@ -27,6 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from populora_nb.buffers import TaskBuffer
+from populora_nb.checkpoints import load_run
 from populora_nb.config import ExperimentConfig
 from populora_nb.evolution import fitness
 from populora_nb.lowrank import LoRAFactors
@@ -49,7 +50,7 @@ from populora_nb.stages import (
     validate,
     worked_examples,
 )
-from populora_nb.state import RunState, initial_state, load_run
+from populora_nb.state import RunState, initial_state
 from populora_nb.tasks import Task
 from populora_nb.verify import Verifier
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from populora_nb.checkpoints import load_run
 from populora_nb.config import ExperimentConfig, stage_config
 from populora_nb.errors import PathNotFoundError
 from populora_nb.evaluation.benchmarks import evaluate, hf_generate, load_results
@@ -28,7 +29,6 @@ from populora_nb.model.base import Base, load_base
 from populora_nb.model.policy import LoRAPolicy
 from populora_nb.model.vllm_engine import VLLMEngine
 from populora_nb.records import RunDir
-from populora_nb.state import load_run
 
 
 def trained_policy(config: ExperimentConfig, run_dir: Path, base: Base) -> LoRAPolicy:

@@ -130,10 +130,8 @@ class LoRAPolicy:
             try:
                 warm = read_adapter(config.lora.warmup, config.lora, config.model.name)
             except UserInputError as e:
-                raise UserInputError(
-                    f"lora.warmup: {e}; run the experiment's warmup stage "
-                    "(python -m populora_nb experiment --stages warmup ...) or set lora.warmup=null"
-                ) from None
+                fix = "run the experiment's warmup stage (python -m populora_nb experiment --stages warmup ...)"
+                raise UserInputError(f"lora.warmup: {e}; {fix} or set lora.warmup=null") from None
             for name in population.ids():
                 population.set_factors(name, warm)
         elif config.probe.every > 0:  # the starting adapter all members share: zero ΔW, the base model
