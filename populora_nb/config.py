@@ -4,8 +4,9 @@
 Every field is type-checked and range-checked on load; a bad value raises one `ConfigError` naming
 the field and how to fix it. The only environment variable read is `POPULORA_PRESET`.
 
-Long because every one of the ~80 fields carries its help text (tests/test_config.py requires it);
-the presets and the loading machinery already live in `presets`.
+Long because every one of the ~80 fields carries its help text (tests/test_config.py requires it),
+and the checks of a config read only data held here (operator names, benchmark names and files) so
+that the config imports no other layer; the presets and the loading machinery live in `presets`.
 """
 
 from __future__ import annotations

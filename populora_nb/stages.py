@@ -13,8 +13,7 @@ of a kind than a proposer writes (few proposals are valid early on), the batch i
 tasks from the buffer, so every member gets the same number of samples each step (per-adapter
 compute matching); top-up tasks train the solver but play no match.
 
-Long because the stages are one pipeline read top to bottom, after the plain data they pass; what a
-step records lives in `step_records`.
+What a step records lives in `step_records`; what the stages need from a model, in `policy`.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ Minerva, GSM8K and OlympiadBench (math). Formats read here, each with its field 
 Inputs become argument lists written as literal text (`input_literals`, DESIGN.md):
 nothing read here is ever executed in this process.
 
-Long because every format's field conventions are read here, one parser each, beside the one
-table of where each benchmark's file lives.
+Every format's field conventions are read here, one parser each; the table of where each
+benchmark's file lives is `config.BENCHMARK_FILES` (the config checks ``eval.benchmarks`` against it).
 """
 
 from __future__ import annotations
