@@ -16,6 +16,7 @@ from populora_nb import warmup
 from populora_nb.config import load_config
 from populora_nb.errors import UserInputError
 from populora_nb.lowrank import LoRAPair
+from populora_nb.model import sft
 from populora_nb.model.checkpoint import read_adapter, write_peft_adapter
 from populora_nb.model.policy import LoRAPolicy
 from populora_nb.prompts import parse_proposal
@@ -69,9 +70,9 @@ def test_collect_keeps_verifier_accepted_proposals_and_reads_no_benchmark(monkey
     assert len({(e.program, e.inputs) for e in examples}) == len(examples)
 
 
-def _examples(n: int) -> list[warmup.Example]:
+def _examples(n: int) -> list[sft.Example]:
     return [
-        warmup.Example("code_o", f"Write a puzzle {i}", f"def f(x):\n    return x * {i % 3}", None, "", ())
+        sft.Example("code_o", f"Write a puzzle {i}", f"def f(x):\n    return x * {i % 3}", None, "", ())
         for i in range(n)
     ]
 
@@ -80,7 +81,7 @@ def test_fine_tune_lowers_the_examples_loss_and_saved_factors_start_every_member
     config = load_config("tiny", {"warmup.epochs": 6, "warmup.sft_batch": 4, "lora.lr": 5e-3, "run.agent": "baseline"})
     policy = LoRAPolicy.create(config, [(warmup.MEMBER, warmup.MEMBER)])
     before = policy.population.factors(warmup.MEMBER)
-    losses = warmup.fine_tune(policy, _examples(8), config, seed=0)
+    losses = sft.fine_tune(policy, _examples(8), config, seed=0)
     assert len(losses) == 6 * 2
     assert sum(losses[-2:]) < sum(losses[:2])  # the same examples, fitted
     after = policy.population.factors(warmup.MEMBER)
@@ -238,7 +239,7 @@ def test_the_solver_warmup_fine_tunes_on_correct_answers_and_measures_on_held_ou
     config = load_config("tiny", {"tasks.kinds": ["code_o"], "warmup.solver": True, "warmup.solver_samples": 2})
     collect_buffers, measure_buffers = warmup.split_seeds(initial_state(config, verifier).buffers, config.run.seed)
     triple = Task("code_o", "def f(x):\n    return x * 3", ("4",), ("12",))
-    proposal = warmup.Example("code_o", "p", GOOD_PROGRAM.format(n=4), None, triple.program, ("4",), triple)
+    proposal = sft.Example("code_o", "p", GOOD_PROGRAM.format(n=4), None, triple.program, ("4",), triple)
     # accepted by a held-out proposer round, but its program is a training task's: never measured on
     seen_in_training = Task("code_o", triple.program, ("5",), ("15",))
     tuned: list = []
