@@ -42,7 +42,7 @@ from populora_nb.config import ExperimentConfig, load_config
 from populora_nb.model.base import Base, load_base
 from populora_nb.model.multilora import decoder_layers
 from populora_nb.model.policy import LoRAPolicy
-from populora_nb.stages import Sample
+from populora_nb.policy import Sample
 from populora_nb.state import roster_for
 from populora_nb.step_records import peak_memory_gb, reset_peak_memory
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from populora_nb.analysis.liveness import liveness, played_tasks, share_interval, share_text
 from populora_nb.config import ExperimentConfig, load_config
+from populora_nb.experiment import adopt_warmup, run_experiment
 from populora_nb.records import RunDir
 
 
@@ -167,8 +168,6 @@ def run_pilot(
     """Each candidate as an experiment directory ``out/<name>`` (warm-up, baseline, population;
     resumable: a rerun finishes what is missing), then its facts. ``extra`` overrides every candidate
     (e.g. ``{"run.seed": 1}``)."""
-    from populora_nb.experiment import adopt_warmup, run_experiment
-
     out = Path(out)
     warmups: dict[str, Path] = {}
     rows = []

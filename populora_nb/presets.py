@@ -1,9 +1,10 @@
-"""The named presets (tiny, smoke, cpu, gpu, paper) and how a config is built from one.
+"""The named presets (tiny, smoke, cpu, gpu, paper) as data, and how a tree of config dataclasses
+is built from one.
 
 `populora_nb.config.load_config` is the entry point: a preset, then a YAML file's values, then
 overrides (nested dicts or dotted keys), each value type- and range-checked into the dataclasses
-of `populora_nb.config`. This module imports config; config imports this one only inside
-`load_config`, so there is no import cycle.
+of `populora_nb.config`, which `build_config` is handed. This module sits below config (it
+imports no part of the package but `errors`), so config imports it at the top.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from typing import Any, Literal
 
 import yaml
 
-from populora_nb.config import TINY_MODEL, ConfigError, ExperimentConfig
+from populora_nb.errors import ConfigError
+
+TINY_MODEL = "tiny"
+"""``model.name`` of the random 2-layer Llama built in memory (`model.random_base`)."""
 
 # Presets are short named overrides; each line says why it differs from the defaults.
 PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
@@ -175,11 +179,13 @@ EXPECTED_LENGTHS: Mapping[str, tuple[int, int]] = types.MappingProxyType(
 
 
 def build_config(
+    root: type,
     preset: str | None = None,
     overrides: Mapping[str, Any] | None = None,
     yaml_path: str | Path | None = None,
-) -> ExperimentConfig:
-    """What `populora_nb.config.load_config` returns (it documents the order); lives here, next to PRESETS."""
+) -> Any:
+    """What `populora_nb.config.load_config` returns (it documents the order): ``root`` (its
+    `ExperimentConfig`) built from the preset, the file and the overrides; lives here, next to PRESETS."""
     name = preset or os.environ.get("POPULORA_PRESET") or "smoke"
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
@@ -202,9 +208,9 @@ def build_config(
             ) from None
         if not isinstance(data, dict):
             raise ConfigError(f"config file {path} must hold a mapping of sections, got {type(data).__name__}")
-        flat.update(_flatten(data))
-    flat.update(_flatten(dict(overrides or {})))
-    return _build(ExperimentConfig, _unflatten(flat), prefix="")
+        flat.update(_flatten(data, root))
+    flat.update(_flatten(dict(overrides or {}), root))
+    return _build(root, _unflatten(flat), prefix="")
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -288,13 +294,13 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
     return value
 
 
-def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def _flatten(data: Mapping[str, Any], root: type, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
+    section_keys = {f.name for f in dataclasses.fields(root)}
     for key, value in data.items():
         full = f"{prefix}{key}"
-        section_keys = {f.name for f in dataclasses.fields(ExperimentConfig)}
         if isinstance(value, dict) and (full in section_keys):
-            out.update(_flatten(value, f"{full}."))
+            out.update(_flatten(value, root, f"{full}."))
         else:
             out[full] = value
     return out
