@@ -43,7 +43,7 @@ def tiny_run(tmp_path_factory, tiny_base, verifier):
 
 
 def test_a_tiny_runs_frames_hold_one_row_per_record_and_the_documented_columns(tiny_run):
-    frames = populora_nb.load_frames(tiny_run.path)  # the package-level name, imported lazily
+    frames = load_frames(tiny_run.path)
     for stream in ("tasks", "metrics", "matches", "lineage", "probe"):  # tiny probes at steps 0 and 2
         records = tiny_run.read(stream)
         assert records, f"the tiny run wrote no {stream}"

@@ -21,8 +21,8 @@ for a sweep's grid point), so a run, an experiment, a protocol and a sweep read 
               prompt, its verdict and the frozen solver's ρ (empty when the probe never ran).
 ``config``    one row per run: its config.yaml flattened to dotted keys (``rl.rollouts``).
 
-pandas is imported here, not by ``import populora_nb``; ``populora_nb.load_frames`` reaches this
-module lazily. Nothing here writes or trains: the run directories are read as they are.
+pandas is imported here, not by ``import populora_nb`` (a bare import stays light). Nothing here
+writes or trains: the run directories are read as they are.
 
 This module is the analyses' one door to the records: ``records`` (one stream's rows, as
 `RunDir.read` parses them), ``load_tasks`` (the task rows as `TaskRecord`\ s, classed and checked),
