@@ -21,7 +21,7 @@ and the stage's share of that floor (floor / measured). glibc's mmap threshold i
 
     python benchmarks/bench_prefix.py --preset cpu      # the laptop protocol's rows, bf16 base
     python benchmarks/bench_prefix.py --preset cpu --members 1   # one teacher's and one student's rows
-    python benchmarks/bench_prefix.py --preset smoke    # smoke's rows, fp32 base
+    python benchmarks/bench_prefix.py --preset smoke    # the same rows: smoke runs the cpu preset's step
     python benchmarks/bench_prefix.py --quick           # tiny preset, one pair, seconds
 """
 
@@ -42,7 +42,7 @@ from populora_nb.config import ExperimentConfig, load_config
 from populora_nb.model.base import Base, load_base
 from populora_nb.model.multilora import decoder_layers
 from populora_nb.model.policy import LoRAPolicy
-from populora_nb.stages import Sample
+from populora_nb.policy import Sample
 from populora_nb.state import roster_for
 from populora_nb.step_records import peak_memory_gb, reset_peak_memory
 

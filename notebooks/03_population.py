@@ -10,11 +10,10 @@
 # and student with children made in LoRA weight space.
 #
 # First one step by hand, stage by stage with a table after each, then the loop runs every step with
-# the live dashboard. **Time:** in the `smoke` preset a population step took 231–399 s (median 379 s,
-# difficulty probe included at steps 0 and 2) in a measured `experiment --preset smoke` run on 2 CPU
-# cores shared with three other jobs (load average 6–8), above the 2-minute target, which a quiet
-# machine was not available to check; the step by hand costs one more step. The `tiny` preset's step
-# takes seconds.
+# the live dashboard. **Time:** in the `smoke` preset a population step took 74–79 s on 2 quiet CPU
+# cores (difficulty probe included at steps 0 and 2), and this notebook 103 s with its step by hand,
+# when `make run` executed it after the experiment had trained the run (docs/results/make-run). The
+# `tiny` preset's step takes seconds.
 
 # %% tags=["parameters"]
 import os
@@ -243,8 +242,8 @@ print(liveness(run_dir).summary())
 # memory, not difficulty: a rising repeat rate lifts ρ without any task getting easier (band: ±1 SE).
 
 # %%
-from populora_nb.analysis.complexity import analyse_run
 from populora_nb.analysis.complexity_plots import plot_repeat_rate
+from populora_nb.analysis.frames import analyse_run
 
 fig = plot_repeat_rate({name: analyse_run(path) for name, path in runs.items()}, window=3)
 if out_dir:

@@ -39,7 +39,8 @@ from populora_nb.analysis.figures import save_figure
 from populora_nb.analysis.plots import plot_lineage, plot_retention
 from populora_nb.analysis.runs import find_runs
 from populora_nb.config import load_config
-from populora_nb.evolution import MemberRating, OperatorMix, ancestors, simulate_lineage
+from populora_nb.evolution import MemberRating, OperatorMix, ancestors
+from populora_nb.evolution_simulations import simulate_lineage
 from populora_nb.lowrank import lora_rank, relative_change, singular_values
 from populora_nb.operators import CONTROLS, OPERATORS, PAPER_IDS, arity, dare_identical_change, synthetic_factors
 from populora_nb.records import RunDir
@@ -206,7 +207,7 @@ for record in records[-2:]:
 # the bottom tail more often.
 
 # %%
-from populora_nb.evolution import newborn_fate
+from populora_nb.evolution_simulations import newborn_fate
 
 for inflation in (ec.sigma_inflation, 2.0):
     fates = newborn_fate(events=200, every=5, rng=random.Random(seed), sigma_inflation=inflation)

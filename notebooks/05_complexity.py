@@ -36,6 +36,7 @@ import numpy as np
 
 from populora_nb.analysis import complexity, complexity_plots, coverage
 from populora_nb.analysis.figures import save_figure
+from populora_nb.analysis.frames import analyse_run
 from populora_nb.analysis.runs import find_runs
 from populora_nb.analysis.synthetic import write_synthetic_experiment
 
@@ -72,7 +73,7 @@ if synthetic:
     runs = find_runs(run_dir)
     print(f"SYNTHETIC demo experiment written to {run_dir} (no model was run)")
 tag = " (SYNTHETIC demo data)" if synthetic else ""
-analyses = {name: complexity.analyse_run(path) for name, path in runs.items()}
+analyses = {name: analyse_run(path) for name, path in runs.items()}
 for name, a in analyses.items():
     print(
         f"{name:>12}: {a.n_tasks} proposed tasks over {len(a.steps)} steps, {a.n_invalid} invalid, "

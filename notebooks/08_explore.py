@@ -29,9 +29,9 @@ from pathlib import Path
 
 from IPython.display import display
 
-from populora_nb import load_frames
 from populora_nb.analysis.explorer import Explorer, ancestry, filter_tasks
 from populora_nb.analysis.figures import save_figure
+from populora_nb.analysis.frames import load_frames
 from populora_nb.analysis.runs import find_runs
 from populora_nb.analysis.synthetic import write_synthetic_experiment
 

@@ -7,16 +7,8 @@ evolution → loop, state → experiment); the machinery lives in subpackages: `
 `model` (base model and adapters), `evaluation` (benchmarks), `analysis` (curves, report). The
 README's "Where each paper concept lives" maps the paper to modules.
 
-Importing this package loads nothing heavy: torch and the model load with the modules that need them.
+Importing this package loads nothing heavy: torch and the model load with the modules that need them,
+pandas with `populora_nb.analysis.frames` (`load_frames`: a run's records as tables).
 """
 
 __version__ = "0.1.0"
-
-
-def __getattr__(name: str):
-    """``populora_nb.load_frames`` without importing pandas at ``import populora_nb`` (PEP 562)."""
-    if name == "load_frames":
-        from populora_nb.analysis.frames import load_frames
-
-        return load_frames
-    raise AttributeError(f"module 'populora_nb' has no attribute {name!r}")

@@ -16,17 +16,36 @@ doctor      a short check of this machine: load, 2+2 steps, a table of times and
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
+from populora_nb.analysis.dashboard import Dashboard
+from populora_nb.analysis.report import make_figures, write_report
 from populora_nb.config import load_config
+from populora_nb.doctor import run_doctor
 from populora_nb.errors import UserInputError
+from populora_nb.evaluation.benchmarks import load_results
+from populora_nb.evaluation.official import OFFICIAL_DATASET, SUBDIR, require_evalplus, rescore_results
+from populora_nb.evaluation.report import write_report as write_eval_report
+from populora_nb.evaluation.runs import evaluate_experiment
+from populora_nb.experiment import STAGES, check_inputs, run_experiment
+from populora_nb.loop import grow_seeds
+from populora_nb.loop import run as run_loop
+from populora_nb.model.policy import LoRAPolicy
+from populora_nb.pilot import CANDIDATES, run_pilot, write_pilot
 from populora_nb.presets import PRESETS, parse_override
 from populora_nb.records import CorruptRunError
+from populora_nb.seed_protocol import DEFAULT_STAGES, run_protocol
+from populora_nb.state import roster_for
+from populora_nb.sweep import make_spec, parse_grid, run_sweep
+from populora_nb.verify import Verifier
 
 
 def default_notebooks() -> Path:
@@ -85,13 +104,6 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
 
 
 def cmd_seed(args: argparse.Namespace) -> int:
-    import json
-
-    from populora_nb.experiment import check_inputs
-    from populora_nb.loop import grow_seeds
-    from populora_nb.model.policy import LoRAPolicy
-    from populora_nb.state import roster_for
-    from populora_nb.verify import Verifier
 
     config = _config(args, {"run.agent": "baseline"})
     check_inputs(config, ("baseline",))
@@ -115,16 +127,11 @@ def cmd_seed(args: argparse.Namespace) -> int:
 
 def _isolation(config) -> str:
     """What the verifier's sandbox gets here, once per command; raises where it would refuse to run."""
-    from populora_nb.verify import Verifier
 
     return str(Verifier.probe(config.verifier))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from populora_nb.analysis.dashboard import Dashboard
-    from populora_nb.experiment import check_inputs
-    from populora_nb.loop import run
-
     extra = {
         k: v
         for k, v in (("run.agent", args.agent), ("run.steps", args.steps), ("run.seed", args.seed))
@@ -137,14 +144,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"[run] sandbox isolation: {_isolation(config)}", flush=True)
     dash = Dashboard(out, config.run.steps, config.tasks.kinds)
     t0 = time.time()
-    run(config, out, on_step=dash.update, progress=False)
+    run_loop(config, out, on_step=dash.update, progress=False)
     print(f"[run] done in {time.time() - t0:.0f}s: {out}", flush=True)
     return 0
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    from populora_nb.experiment import STAGES, run_experiment
-
     config = _config(args)
     out = args.out or Path(config.run.out_dir) / f"experiment-{config.preset}-{time.strftime('%Y%m%d-%H%M%S')}"
     print(f"[experiment] sandbox isolation: {_isolation(config)}", flush=True)
@@ -154,24 +159,12 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     return 0
 
 
-def evalplus_installed() -> None:
-    """Raise a one-line UserInputError (how to install it) unless official evalplus 0.3.1 is here."""
-    from populora_nb.evaluation.official import require_evalplus
-
-    require_evalplus()
-
-
 def cmd_eval(args: argparse.Namespace) -> int:
-    from populora_nb.evaluation.runs import evaluate_experiment
-
     config = _config(args)
     say = lambda m: print(m, flush=True)  # noqa: E731
     table = args.experiment_dir / "eval" / "table.md"
     if args.scorer == "evalplus":
-        evalplus_installed()  # before any model loads
-        from populora_nb.evaluation.benchmarks import load_results
-        from populora_nb.evaluation.official import OFFICIAL_DATASET, SUBDIR, rescore_results
-        from populora_nb.evaluation.report import write_report
+        require_evalplus()  # one line saying how to install it, before any model loads
 
         eval_dir = args.experiment_dir / "eval"
         if not eval_dir.is_dir() or not any(r.benchmark in OFFICIAL_DATASET for r in load_results(eval_dir)):
@@ -183,7 +176,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             allow_unsafe_no_isolation=config.verifier.allow_unsafe_no_isolation,
             say=say,
         )
-        write_report(results, eval_dir / SUBDIR)
+        write_eval_report(results, eval_dir / SUBDIR)
         table = eval_dir / SUBDIR / "table.md"
     else:
         evaluate_experiment(config, args.experiment_dir, say=say, require_data=True)
@@ -192,10 +185,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    import importlib.util
-
-    from populora_nb.experiment import STAGES
-    from populora_nb.sweep import make_spec, parse_grid, run_sweep
 
     if importlib.util.find_spec("ray") is None:
         raise UserInputError("sweep needs Ray: pip install -e '.[sweep]' (ray[tune]==2.60.0)")
@@ -222,8 +211,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_protocol(args: argparse.Namespace) -> int:
-    from populora_nb.seed_protocol import DEFAULT_STAGES, run_protocol
-
     config = _config(args)
     print(f"[protocol] sandbox isolation: {_isolation(config)}", flush=True)
     run_protocol(
@@ -233,8 +220,6 @@ def cmd_protocol(args: argparse.Namespace) -> int:
 
 
 def cmd_pilot(args: argparse.Namespace) -> int:
-    from populora_nb.pilot import CANDIDATES, run_pilot, write_pilot
-
     known = {c.name: c for c in CANDIDATES}
     unknown = [n for n in args.only or [] if n not in known]
     if unknown:
@@ -248,8 +233,6 @@ def cmd_pilot(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from populora_nb.analysis.report import make_figures, write_report
-
     make_figures(args.experiment_dir)
     md, html = write_report(args.experiment_dir)
     print(f"[report] {md}\n[report] {html}")
@@ -257,8 +240,6 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from populora_nb.doctor import run_doctor
-
     overrides = dict(parse_override(o) for o in args.overrides)
     report = run_doctor(args.preset, overrides, args.out, lambda m: print(m, flush=True), args.config, args.weights)
     if report.preset:  # the config loaded: a table of what ran
@@ -274,22 +255,31 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+STAGES_HELP = "a subset of: warmup baseline population eval analysis report"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m populora_nb", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("run", help="train the baseline or the population")
-    _add_config_args(p)
+    def command(
+        name: str, func: Callable[[argparse.Namespace], int], say: str, config: bool = True
+    ) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=say)
+        p.set_defaults(func=func)
+        if config:
+            _add_config_args(p)
+        return p
+
+    p = command("run", cmd_run, "train the baseline or the population")
     p.add_argument("--agent", choices=["baseline", "population"], default=None)
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--out", type=Path, default=None, help="run directory (resumes if it holds a checkpoint)")
-    p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("eval", help="evaluate base, baseline and every member of an experiment on the benchmarks")
-    _add_config_args(p)
+    p = command("eval", cmd_eval, "evaluate base, baseline and every member of an experiment on the benchmarks")
     p.add_argument("experiment_dir", type=Path, help="a directory holding baseline/ and population/ runs")
     p.add_argument(
         "--scorer",
@@ -299,31 +289,21 @@ def build_parser() -> argparse.ArgumentParser:
         "completions judged again by official evalplus 0.3.1 inside OS isolation, into eval/evalplus/ "
         "(optional extra: pip install evalplus==0.3.1 --no-deps)",
     )
-    p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("report", help="write report.html and report.md for an experiment directory")
+    p = command("report", cmd_report, "write report.html and report.md for an experiment directory", config=False)
     p.add_argument("experiment_dir", type=Path)
-    p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("experiment", help="baseline + population + evaluation + analysis + report (resumable)")
-    _add_config_args(p)
+    p = command("experiment", cmd_experiment, "baseline + population + evaluation + analysis + report (resumable)")
     p.add_argument("--out", type=Path, required=False, help="experiment directory (rerun to resume)")
-    p.add_argument(
-        "--stages", nargs="*", default=None, help="a subset of: warmup baseline population eval analysis report"
-    )
-    p.set_defaults(func=cmd_experiment)
+    p.add_argument("--stages", nargs="*", default=None, help=STAGES_HELP)
 
-    p = sub.add_parser("protocol", help="one experiment per seed, then baseline vs population over the seeds")
-    _add_config_args(p)
+    p = command("protocol", cmd_protocol, "one experiment per seed, then baseline vs population over the seeds")
     p.add_argument("--out", type=Path, required=True, help="protocol directory (rerun the same command to resume)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument(
-        "--stages", nargs="*", default=None, help="default: warmup baseline population analysis report (no eval)"
-    )
+    p.add_argument("--stages", nargs="*", default=None, help="default: " + " ".join(DEFAULT_STAGES) + " (no eval)")
     p.add_argument("--window", type=int, default=5, help="steps averaged for a run's start and end values")
-    p.set_defaults(func=cmd_protocol)
 
-    p = sub.add_parser("pilot", help="a few steps of each candidate setting: band share, teacher wins, cost")
+    p = command("pilot", cmd_pilot, "a few steps of each candidate setting: band share, teacher wins, cost", False)
     p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: cpu")
     p.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="for every candidate"
@@ -332,10 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=4, help="steps of each run")
     p.add_argument("--only", nargs="*", default=None, help="candidate names (default: all, in order)")
     p.add_argument("--table", type=Path, default=None, help="where pilot.md and pilot.json go (default: --out)")
-    p.set_defaults(func=cmd_pilot)
 
-    p = sub.add_parser("sweep", help="seeds x a grid of overrides as Ray Tune trials, each an experiment (resumable)")
-    _add_config_args(p)
+    p = command("sweep", cmd_sweep, "seeds x a grid of overrides as Ray Tune trials, each an experiment (resumable)")
     p.add_argument("--out", type=Path, required=True, help="sweep directory (rerun the same command to resume)")
     p.add_argument(
         "--grid",
@@ -345,42 +323,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="one axis of the grid, e.g. --grid population.n_teachers=[1,4] (repeatable)",
     )
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument(
-        "--stages", nargs="*", default=None, help="a subset of: warmup baseline population eval analysis report"
-    )
-    p.add_argument(
-        "--address", default=None, help="an existing Ray cluster (auto, or ray://HEAD:10001); default: a local Ray"
-    )
-    p.add_argument("--num-cpus", type=int, default=None, help="local Ray only: CPUs it may use (default: all)")
-    p.add_argument("--num-gpus", type=int, default=None, help="local Ray only: GPUs it may use (default: all)")
-    p.add_argument(
-        "--cpus-per-trial", type=float, default=None, help="default from the preset (tiny 1, smoke 2, gpu/paper 2)"
-    )
-    p.add_argument("--gpus-per-trial", type=float, default=None, help="default from the preset (gpu/paper 1)")
+    p.add_argument("--stages", nargs="*", default=None, help=STAGES_HELP)
+    p.add_argument("--address", help="an existing Ray cluster (auto, or ray://HEAD:10001); default: a local Ray")
+    p.add_argument("--num-cpus", type=int, help="local Ray only: CPUs it may use (default: all)")
+    p.add_argument("--num-gpus", type=int, help="local Ray only: GPUs it may use (default: all)")
+    p.add_argument("--cpus-per-trial", type=float, help="default from the preset (tiny 1, smoke 2, gpu/paper 2)")
+    p.add_argument("--gpus-per-trial", type=float, help="default from the preset (gpu/paper 1)")
     p.add_argument(
         "--max-failures", type=int, default=2, help="Tune retries of a failed trial (each resumes its experiment)"
     )
-    p.set_defaults(func=cmd_sweep)
 
-    p = sub.add_parser("seed", help="grow a seed task buffer with the current model (AZR's seeding run)")
-    _add_config_args(p)
+    p = command("seed", cmd_seed, "grow a seed task buffer with the current model (AZR's seeding run)")
     p.add_argument("--target", type=int, default=64, help="stop once the buffer holds this many tasks (AZR: 256)")
     p.add_argument("--max-rounds", type=int, default=50)
     p.add_argument("--out", type=Path, required=True, help="JSONL of seed tasks to write")
-    p.set_defaults(func=cmd_seed)
 
-    p = sub.add_parser("doctor", help="2 population + 2 baseline steps, then a table of times and memory")
-    _add_config_args(p)
+    p = command("doctor", cmd_doctor, "2 population + 2 baseline steps, then a table of times and memory")
     p.add_argument("--out", type=Path, default=None, help="folder for doctor.md and doctor.json")
     p.add_argument("--weights", choices=["pretrained", "random"], default="pretrained", help="random: no download")
-    p.set_defaults(func=cmd_doctor)
 
-    p = sub.add_parser("notebooks", help="execute the numbered notebooks with papermill")
+    p = command("notebooks", cmd_notebooks, "execute the numbered notebooks with papermill", config=False)
     p.add_argument("--preset", choices=sorted(PRESETS), default=None)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--notebooks", type=Path, default=None, help="folder of NN_*.ipynb (default: the checkout's)")
     p.add_argument("--only", nargs="*", default=None, help="notebook name prefixes, e.g. 00 02")
-    p.set_defaults(func=cmd_notebooks)
     return parser
 
 

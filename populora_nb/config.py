@@ -4,14 +4,16 @@
 Every field is type-checked and range-checked on load; a bad value raises one `ConfigError` naming
 the field and how to fix it. The only environment variable read is `POPULORA_PRESET`.
 
-Long because every one of the ~80 fields carries its help text (tests/test_config.py requires it);
-the presets and the loading machinery already live in `presets`.
+Long because every one of the ~80 fields carries its help text (tests/test_config.py requires it),
+and the checks of a config read only data held here (operator names, benchmark names and files) so
+that the config imports no other layer; the presets and the loading machinery live in `presets`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,16 +21,12 @@ from typing import Any, Literal
 
 import yaml
 
-from populora_nb.errors import UserInputError
-from populora_nb.evaluation.loaders import BENCHMARK_FILES
+from populora_nb.errors import ConfigError
+from populora_nb.presets import TINY_MODEL, build_config
 
-
-class ConfigError(UserInputError):
-    """A config value is unknown, of the wrong type, or out of range."""
-
+__all__ = ["ConfigError", "TINY_MODEL"]  # defined below this module (errors, presets), used through it
 
 BUNDLED_MODEL = "bundled:smollm2-135m"
-TINY_MODEL = "tiny"
 # The paper's four mutations and four crossovers (names of populora_nb.operators.OPERATORS), equally
 # likely in the default mix. M5 is optional in the paper and the controls are baselines, not evolution.
 PAPER_OPERATORS = (
@@ -40,6 +38,37 @@ PAPER_OPERATORS = (
     "layer_swap",
     "svd_subspace",
     "extrapolative",
+)
+OPERATOR_NAMES = frozenset({*PAPER_OPERATORS, "neftune", "copy_parent", "linear_0_5"})
+"""Every operator of `populora_nb.operators.OPERATORS` (tests/test_config.py holds the two equal): the
+names a mix may weight, known here so that checking a config needs no tensor code."""
+ProblemKind = Literal["evalplus", "lcb", "math"]
+"""How a benchmark's problems are scored (`populora_nb.evaluation.loaders`)."""
+# The benchmarks ``eval.benchmarks`` may name -> (kind, candidate files under the data root: the first
+# that exists is read, `populora_nb.evaluation.loaders`); here so that checking a config reads no data code.
+BENCHMARK_FILES: Mapping[str, tuple[ProblemKind, tuple[str, ...]]] = types.MappingProxyType(
+    {
+        "humanevalplus": ("evalplus", ("humanevalplus/HumanEvalPlus.jsonl.gz", "humanevalplus/HumanEvalPlus.jsonl")),
+        "humanevalplus_mini": ("evalplus", ("humanevalplus/HumanEvalPlus-Mini.jsonl.gz",)),
+        "humaneval": ("evalplus", ("humaneval/HumanEval.jsonl.gz",)),  # base tests only (`humaneval`)
+        "mbppplus": ("evalplus", ("mbppplus/MbppPlus.jsonl", "mbppplus/MbppPlus.jsonl.gz")),
+        "livecodebench": (
+            "lcb",
+            (
+                "livecodebench/test6.jsonl",
+                "livecodebench/test5.jsonl",
+                "livecodebench/test.jsonl",
+                "livecodebench/livecodebench_v5.jsonl",
+            ),
+        ),
+        "gsm8k": ("math", ("gsm8k/test.jsonl",)),
+        "aime24": ("math", ("math/aime24/test.jsonl",)),
+        "aime25": ("math", ("math/aime25/test.jsonl",)),
+        "amc23": ("math", ("math/amc23/test.jsonl",)),
+        "math500": ("math", ("math/math500/test.jsonl",)),
+        "minerva": ("math", ("math/minerva_math/test.jsonl",)),
+        "olympiadbench": ("math", ("math/olympiadbench/test.jsonl",)),
+    }
 )
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -372,7 +401,7 @@ class EvolutionConfig:
     """A child's sigma: its parents' largest sigma times this, capped at the prior sigma. 1: as well known as
     its parents until its own games say otherwise; at 2 a newborn's mu moved faster in its first games and, among
     members of equal skill, was culled at its first eligible event 0.46-0.49 of the time against a chance rate
-    of 0.33 (evolution.newborn_fate, 400 events), at 1 0.35."""
+    of 0.33 (evolution_simulations.newborn_fate, 400 events), at 1 0.35."""
     inherit_optimizer: bool = False
     """Start a child's AdamW state from its first parent's (default: fresh)."""
 
@@ -384,11 +413,9 @@ class EvolutionConfig:
         _positive(self, "every", "tournament_size", "sigma_inflation")
         if self.replace_per_role < 0 or (self.grace_steps is not None and self.grace_steps < 0):
             raise ConfigError("replace_per_role and grace_steps must be >= 0")
-        from populora_nb.evolution import OperatorMix  # torch-heavy: imported only when validating
-
         try:
-            OperatorMix(self.operators)  # the one place an operator mix is checked
-        except ValueError as e:
+            check_operator_mix(self.operators)
+        except ConfigError as e:
             raise ConfigError(f"evolution.operators: {e}") from None
 
 
@@ -431,7 +458,7 @@ class RunConfig:
 @dataclass
 class EvalConfig:
     benchmarks: tuple[str, ...] = ("humanevalplus", "mbppplus", "gsm8k", "math500")
-    """Benchmarks to evaluate on (evaluation.loaders.BENCHMARK_FILES); those with no data are skipped."""
+    """Benchmarks to evaluate on (`BENCHMARK_FILES`); those with no data are skipped."""
     limit: int | None = None
     """Evaluate only the first N problems of each benchmark (None: all)."""
     max_new_tokens: int = 256
@@ -631,9 +658,7 @@ def load_config(
     ``recorded``: the config of a run already on disk, read to analyse its records (`RunDir.load_config`):
     the checks that keep a *new* run from measuring nothing (`check_mechanisms`) are skipped, so runs
     recorded under earlier rules still load; running one again goes through them."""
-    from populora_nb.presets import build_config  # presets imports this module: import it late
-
-    config = build_config(preset, overrides, yaml_path)
+    config = build_config(ExperimentConfig, preset, overrides, yaml_path)
     if not recorded:
         check_mechanisms(config)
     return config
@@ -642,8 +667,6 @@ def load_config(
 def check_mechanisms(config: ExperimentConfig) -> None:
     """Refuse a config under which a mechanism of the population could never act: a
     teacher band 0 < rho < win_threshold that holds no reachable rho = j/k."""
-    from populora_nb.matchmaking import reachable_band  # trueskill: imported only when validating
-
     k, threshold = config.rl.rollouts, config.matchmaking.win_threshold
     if not reachable_band(k, threshold):
         fewest = int(1 / threshold) + 1  # the smallest k with 1/k < threshold
@@ -654,9 +677,36 @@ def check_mechanisms(config: ExperimentConfig) -> None:
         )
 
 
+def reachable_band(rollouts: int, threshold: float) -> list[float]:
+    """The solve rates ρ = j/k a task can reach with 0 < ρ < ``threshold``: the teacher's band.
+    Empty when threshold ≤ 1/k (e.g. k = 2, threshold ½: no teacher could ever win a game)."""
+    return [j / rollouts for j in range(1, rollouts) if j / rollouts < threshold]
+
+
+def check_operator_mix(weights: Mapping[str, float]) -> None:
+    """The one check of an operator mix (``evolution.operators``, `evolution.OperatorMix`): known
+    names, weights ≥ 0 with a positive sum."""
+    unknown = sorted(set(weights) - OPERATOR_NAMES)
+    if unknown:
+        raise ConfigError(f"unknown operators {unknown}; choose from {sorted(OPERATOR_NAMES)}")
+    if any(w < 0 for w in weights.values()) or sum(weights.values()) <= 0:
+        raise ConfigError("operator weights must be ≥ 0 with a positive sum")
+
+
 def save_config(config: ExperimentConfig, path: str | Path) -> None:
     """The config as the YAML `load_config(config=...)` reads back (every run directory keeps one)."""
     Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+
+
+def load_saved_config(path: str | Path) -> ExperimentConfig:
+    """A config `save_config` wrote (a run directory's config.yaml), read under the recorded rules
+    (``load_config(recorded=True)``). A missing file raises OSError, a malformed one `ConfigError`."""
+    text = Path(path).read_text()
+    try:
+        data = yaml.safe_load(text)
+        return load_config(data.pop("preset"), data, recorded=True)
+    except (yaml.YAMLError, AttributeError, KeyError, TypeError) as e:
+        raise ConfigError(f"not a saved config ({type(e).__name__}: {e})") from None
 
 
 def describe(config: ExperimentConfig, *sections: str) -> str:

@@ -47,6 +47,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from populora_nb.buffers import load_seed_triplets
+from populora_nb.config import load_saved_config
+from populora_nb.errors import UserInputError
 from populora_nb.tasks import Task
 from populora_nb.verify import Invalid
 
@@ -59,6 +62,10 @@ COPY_OF_REFERENCE = "copy_of_reference"
 """The Invalid reason of a shown reference's copy when ``tasks.reject_copies = "reference"``."""
 REPEAT_OF_EARLIER_TASK = "repeat_of_earlier_task"
 """The Invalid reason of a repeat (module docstring) when ``tasks.reject_repeats`` is on."""
+WARMUP_EXAMPLES = "examples.jsonl"
+"""The file of a warm-up directory listing the proposals it fine-tuned on (`populora_nb.warmup`
+writes it). Named here because the fingerprints a run starts from are read from it: with the seed
+tasks, the only files this module reads, both data a run began with rather than records."""
 
 
 def normalise(program: str) -> str:
@@ -103,11 +110,9 @@ def known_fingerprints(tasks: Iterable[Task]) -> set[str]:
 
 
 def warmup_fingerprints(directory: str | Path) -> set[str]:
-    """The fingerprints of a warm-up directory's examples (``warmup.EXAMPLES``: the accepted
+    """The fingerprints of a warm-up directory's examples (`WARMUP_EXAMPLES`: the accepted
     proposals it fine-tuned on), so that writing one of them again is not counted as new."""
-    from populora_nb.warmup import EXAMPLES  # the warm-up imports the stages: imported only when needed
-
-    path = Path(directory) / EXAMPLES
+    path = Path(directory) / WARMUP_EXAMPLES
     if not path.is_file():
         return set()
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -119,12 +124,8 @@ def start_fingerprints(run_dir: str | Path) -> set[str]:
     from a warm-up, the warm-up's examples (``classify_rows`` and ``repeat_rows`` read records with
     it). A warm-up path that no longer exists (records copied from another machine) is looked for as
     ``warmup/`` beside the run, where an experiment directory keeps it."""
-    from populora_nb.buffers import load_seed_triplets
-    from populora_nb.errors import UserInputError
-    from populora_nb.records import RunDir
-
     try:
-        config = RunDir(Path(run_dir)).load_config()
+        config = load_saved_config(Path(run_dir) / "config.yaml")
         seeds_path, warmup = config.tasks.seeds_path, config.lora.warmup
     except (OSError, UserInputError):  # records without a config (a synthetic run): the packaged seeds
         seeds_path, warmup = None, None

@@ -29,15 +29,19 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import torch
+
+from populora_nb import loop
+from populora_nb.config import ExperimentConfig, load_config, stage_config
+from populora_nb.experiment import check_inputs
+from populora_nb.model.base import Base, load_base
 from populora_nb.model.engine_share import GIB, TrainerMemory, describe, measured_check, run_share
-
-if TYPE_CHECKING:
-    from populora_nb.config import ExperimentConfig
-    from populora_nb.model.base import Base
-    from populora_nb.model.policy import LoRAPolicy
-    from populora_nb.verify import Verifier
+from populora_nb.model.policy import LoRAPolicy
+from populora_nb.state import roster_for
+from populora_nb.step_records import memory_mark, reset_peak_memory, step_summary
+from populora_nb.verify import Verifier
 
 DEFAULTS: dict[str, Any] = {"rollout.engine": "vllm", "run.steps": 2, "run.checkpoint_every": 0, "probe.every": 0}
 """What the doctor runs unless told otherwise: vLLM rollouts, two steps, one checkpoint (the last), no
@@ -218,8 +222,6 @@ class _Stage:
 
     @contextmanager
     def __call__(self, name: str, say: Callable[[str], None]) -> Iterator[None]:
-        from populora_nb.step_records import memory_mark, reset_peak_memory
-
         self.name = name
         say(f"[doctor] {name} ...")
         reset_peak_memory()  # each stage's own peak (the loop restarts it each step: the last step's)
@@ -266,19 +268,12 @@ def _run(
     config_path: Path | None,
     say: Callable[[str], None],
 ) -> None:
-    from populora_nb.config import load_config, stage_config
-    from populora_nb.experiment import check_inputs
-
     config = load_config(preset, overrides, config_path)
     check_inputs(config, ("baseline", "population"))
     report.preset, report.engine, report.steps = config.preset, config.rollout.engine, config.run.steps
     report.weights = config.model.weights
 
     with stage("load base", say):
-        import torch
-
-        from populora_nb.model.base import load_base
-
         cuda = torch.cuda.is_available()
         report.device = torch.cuda.get_device_name() if cuda else "CPU"
         report.memory_kind = "GPU allocated, trainer" if cuda else "RSS, process"
@@ -294,8 +289,6 @@ def _run(
             report.engine_share = describe(trainer, share, card) + ("" if cuda else " (no GPU: an 80 GiB card)")
             say(f"vLLM {report.engine_share}")
             sizing = (trainer, share, card)
-
-    from populora_nb.verify import Verifier
 
     verifier = Verifier.from_config(config.verifier)
     with stage("start the sandbox", say):
@@ -321,11 +314,6 @@ def _run_agent(
     run_dir: Path,
     say: Callable[[str], None],
 ) -> None:
-    from populora_nb.loop import run
-    from populora_nb.model.policy import LoRAPolicy
-    from populora_nb.state import roster_for
-    from populora_nb.step_records import step_summary
-
     agent = config.run.agent
     times: RunTimes = getattr(report, agent)
     policy = LoRAPolicy.create(config, list(roster_for(config).items()), base=base)
@@ -355,7 +343,7 @@ def _run_agent(
             say(f"[doctor] {agent} " + step_summary(step, rows, config.tasks.kinds))
 
         with stage(f"{agent}: {config.run.steps} steps", say):
-            rd = run(config, run_dir, policy=policy, verifier=verifier, on_step=on_step, progress=False)
+            rd = loop.run(config, run_dir, policy=policy, verifier=verifier, on_step=on_step, progress=False)
         metrics = rd.read("metrics")
         members = set(policy.members)
         for step in range(config.run.steps):

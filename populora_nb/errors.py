@@ -11,6 +11,10 @@ class UserInputError(ValueError):
     """A value, path or file the user supplied is wrong; the message names it and says the fix."""
 
 
+class ConfigError(UserInputError):
+    """A config value is unknown, of the wrong type, or out of range (raised by `populora_nb.config`)."""
+
+
 class DataFileError(UserInputError):
     """A data file the user pointed at (seed tasks, benchmark JSONL) is empty or malformed; the
     message names the file, and the line when one line is at fault."""
@@ -18,3 +22,13 @@ class DataFileError(UserInputError):
 
 class PathNotFoundError(UserInputError, FileNotFoundError):
     """A file or folder the user named does not exist (still a FileNotFoundError for callers)."""
+
+
+class CorruptRunError(UserInputError):
+    """A run directory holds damaged or missing state. The message is one line: ``what`` names the
+    file and its fault, ``fix`` how to recover. A UserInputError (a ValueError): the CLI prints it as
+    one line."""
+
+    def __init__(self, what: str, fix: str = "restore the file, or start the run in a new --out") -> None:
+        self.what, self.fix = what, fix
+        super().__init__(f"{what}; {fix}")

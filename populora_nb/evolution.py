@@ -10,16 +10,14 @@ tests can check it without a model.
 from __future__ import annotations
 
 import random
-import zlib
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 
 import torch
 
-from populora_nb.config import PAPER_OPERATORS, MatchmakingConfig
+from populora_nb.config import PAPER_OPERATORS, MatchmakingConfig, check_operator_mix
 from populora_nb.lowrank import LoRAFactors
-from populora_nb.matchmaking import Rating
 from populora_nb.operators import (
     OPERATORS,
     Operator,
@@ -59,11 +57,7 @@ class OperatorMix:
     weights: Mapping[str, float]
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.weights) - set(OPERATORS))
-        if unknown:
-            raise ValueError(f"unknown operators {unknown}; choose from {sorted(OPERATORS)}")
-        if any(w < 0 for w in self.weights.values()) or sum(self.weights.values()) <= 0:
-            raise ValueError("operator weights must be ≥ 0 with a positive sum")
+        check_operator_mix(self.weights)  # names and weights, as a config's are checked
         object.__setattr__(self, "weights", MappingProxyType(dict(self.weights)))
 
     def sample(self, rng: random.Random, max_parents: int = 2) -> str:
@@ -177,115 +171,6 @@ def apply_operator(
     return registry[record.operator](*parents, generator=generator)
 
 
-def simulate_lineage(
-    members: Sequence[MemberRating],
-    *,
-    generations: int,
-    every: int,
-    rng: random.Random,
-    num_replaced: int = 1,
-    mix: OperatorMix = PAPER_MIX,
-    drift: float = 1.0,
-    sigma_decay: float = 0.9,
-    grace_steps: int = 0,
-) -> list[Lineage]:
-    """A synthetic run for plots and tests: between evolution events each μ takes a Gaussian step
-    of size `drift` and σ shrinks by `sigma_decay` per update step, to a floor of 1 (standing in
-    for training and games); children inherit ratings through `inherit_rating`. No weights."""
-    population = {m.member_id: m for m in members}
-    records: list[Lineage] = []
-    for generation in range(1, generations + 1):
-        step = generation * every
-        population = {
-            i: replace(m, mu=m.mu + rng.gauss(0.0, drift), sigma=max(1.0, m.sigma * sigma_decay**every))
-            for i, m in population.items()
-        }
-        births = plan_replacement(
-            list(population.values()), step=step, rng=rng, num_replaced=num_replaced, mix=mix, grace_steps=grace_steps
-        )
-        for birth in births:
-            mu, sigma = inherit_rating([(population[p].mu, population[p].sigma) for p in birth.parents])
-            del population[birth.replaced]
-            population[birth.child] = MemberRating(birth.child, birth.role, mu, sigma, born=step)
-        records.extend(births)
-    return records
-
-
-@dataclass(frozen=True)
-class NewbornFate:
-    """One child at the first evolution event where it could be replaced."""
-
-    child: str
-    replaced: bool
-    eligible: int  # members of its role that event could replace (the chance rate is num_replaced / eligible)
-
-
-def newborn_fate(
-    *,
-    events: int,
-    every: int,
-    rng: random.Random,
-    members_per_role: int = 4,
-    rollouts: int = 4,
-    tasks_per_step: int = 4,
-    solve_probability: float = 0.5,
-    valid_probability: float = 0.8,
-    grace_steps: int | None = None,
-    sigma_inflation: float = 1.0,
-    k: float = 3.0,
-) -> list[NewbornFate]:
-    """Replacement among members of equal skill, with the real rating rule: every step each teacher
-    plays `tasks_per_step` matches against a randomly matched student (valid with
-    `valid_probability`, each of `rollouts` rollouts solved with `solve_probability`, the same for
-    everyone), rated by `matchmaking.update_ratings`; every `every` steps `plan_replacement` (grace
-    `grace_steps`, default 2 × every) replaces one member per role and the child inherits its
-    parents' rating as `loop.evolve` does. Returns, for each child, whether it was replaced at its
-    first eligible event. Among equals that should happen at the chance rate 1 / eligible."""
-    from populora_nb.matchmaking import Match, initial_ratings, make_trueskill, update_ratings
-
-    env = make_trueskill()
-    grace = 2 * every if grace_steps is None else grace_steps
-    roles = {f"T{i}": "teacher" for i in range(members_per_role)} | {
-        f"S{i}": "student" for i in range(members_per_role)
-    }
-    ratings = initial_ratings(list(roles), env)
-    born: dict[str, int | None] = dict.fromkeys(roles)  # founders: None
-    waiting: dict[str, str] = {}  # child -> role, not yet judged at an eligible event
-    fates: list[NewbornFate] = []
-    step = 0
-    while len(fates) < events:
-        for _ in range(every):
-            teachers = [m for m, r in roles.items() if r == "teacher"]
-            students = [m for m, r in roles.items() if r == "student"]
-            rng.shuffle(students)
-            matches = []
-            for t, s in zip(teachers, students):
-                for _ in range(tasks_per_step):
-                    if rng.random() < valid_probability:
-                        solved = sum(rng.random() < solve_probability for _ in range(rollouts))
-                        matches.append(Match(t, s, True, solved / rollouts, rollouts))
-                    else:
-                        matches.append(Match(t, s, False, rollouts=rollouts))
-            ratings = update_ratings(ratings, matches, env)
-            step += 1
-        members = [MemberRating(m, roles[m], ratings[m].mu, ratings[m].sigma, born[m]) for m in roles]
-        plan = plan_replacement(members, step=step, rng=rng, grace_steps=grace, k=k)
-        replaced = {b.replaced for b in plan}
-        for child, role in list(waiting.items()):
-            if not next(m for m in members if m.member_id == child).in_grace(step, grace):
-                eligible = sum(1 for m in members if m.role == role and not m.in_grace(step, grace))
-                fates.append(NewbornFate(child, child in replaced, eligible))
-                del waiting[child]
-        for birth in plan:
-            parents = [(ratings[p].mu, ratings[p].sigma) for p in birth.parents]
-            mu, sigma = inherit_rating(parents, sigma_inflation=sigma_inflation, prior=(env.mu, env.sigma))
-            del ratings[birth.replaced], roles[birth.replaced], born[birth.replaced]
-            waiting.pop(birth.replaced, None)  # replaced before it was ever judged: cannot happen with grace
-            ratings[birth.child] = Rating(mu, sigma)
-            roles[birth.child], born[birth.child], waiting[birth.child] = birth.role, step, birth.role
-    return fates[:events]
-
-
 def lineage_parents(records: Sequence[Lineage]) -> dict[str, tuple[str, ...]]:
     """The lineage tree as child → parents."""
     return {r.child: r.parents for r in records}
@@ -302,27 +187,3 @@ def ancestors(member_id: str, records: Sequence[Lineage]) -> set[str]:
             found.add(parent)
             stack.extend(tree.get(parent, ()))
     return found
-
-
-def retention_curves(
-    parent: LoRAFactors,
-    partner: LoRAFactors,
-    *,
-    train_and_score: Callable[[LoRAFactors, int], Sequence[float]],
-    num_steps: int = 20,
-    operators: Sequence[str] = tuple(OPERATORS),
-    seed: int = 0,
-    registry: Mapping[str, Operator] = OPERATORS,
-) -> dict[str, list[float]]:
-    """The retention experiment: for each operator, a child of the trained `parent` (with
-    `partner` as second parent for crossovers, `parent` counted fitter), retrained by
-    `train_and_score(child, num_steps)`, which returns the reward before training and after each
-    step (num_steps + 1 values). Each operator's generator is seeded from (seed, name), so adding
-    an operator changes no other curve. copy_parent and linear_0_5 in `operators` are the controls."""
-    device = next(iter(parent.values())).A.device
-    curves = {}
-    for name in operators:
-        generator = torch.Generator(device).manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
-        child = registry[name](*(parent, partner)[: arity(name)], generator=generator)
-        curves[name] = [float(x) for x in train_and_score(child, num_steps)]
-    return curves

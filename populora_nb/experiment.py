@@ -20,15 +20,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from populora_nb.analysis.report import make_figures, write_report
 from populora_nb.buffers import load_seed_triplets
 from populora_nb.config import ExperimentConfig, stage_config
 from populora_nb.errors import UserInputError
 from populora_nb.evaluation.loaders import data_dir_is_set, resolve_data_dir
+from populora_nb.evaluation.runs import evaluate_experiment
+from populora_nb.loop import run
 from populora_nb.records import RunDir
+from populora_nb.step_records import step_summary
+from populora_nb.tracking import log_report, trackers
+from populora_nb.warmup import run_warmup
 
 STAGES = ("warmup", "baseline", "population", "eval", "analysis", "report")
 
@@ -93,8 +100,6 @@ def adopt_warmup(out: str | Path, source: str | Path) -> None:
     """Give the experiment ``out`` the finished warm-up of the experiment ``source`` (a copy of its
     ``warmup/`` directory) and mark its warmup stage complete, so experiments whose warm-up settings
     agree share one warm-up (the pilot's candidates, `pilot.run_pilot`). The caller checks they agree."""
-    import shutil
-
     out, source = Path(out), Path(source)
     if "warmup" in _done(out):
         return
@@ -107,9 +112,6 @@ def adopt_warmup(out: str | Path, source: str | Path) -> None:
 
 def _train(agent: str) -> Callable[[ExperimentConfig, Path, Callable[[str], None]], None]:
     def stage(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> None:
-        from populora_nb.loop import run
-        from populora_nb.step_records import step_summary
-
         cfg = stage_config(config, agent)
         if config.warmup.enabled:  # run_experiment has checked that the warmup stage is complete
             cfg = dataclasses.replace(cfg, lora=dataclasses.replace(cfg.lora, warmup=str((out / "warmup").resolve())))
@@ -127,8 +129,6 @@ def _warmup(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> 
     if not config.warmup.enabled:
         say("[warmup] warmup.enabled is false: every member starts from B = 0")
         return
-    from populora_nb.warmup import run_warmup
-
     r = run_warmup(config, out / "warmup", say)
     solver = r.get("solver")
     solved = (
@@ -143,22 +143,15 @@ def _warmup(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> 
 
 
 def _eval(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> None:
-    from populora_nb.evaluation.runs import evaluate_experiment
-
     evaluate_experiment(config, out, say)
 
 
 def _analysis(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> None:
-    from populora_nb.analysis.report import make_figures
-
     paths = make_figures(out)
     say(f"[analysis] {len(paths)} figures in {out / 'figures'}")
 
 
 def _report(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> None:
-    from populora_nb.analysis.report import write_report
-    from populora_nb.tracking import log_report, trackers
-
     md, html = write_report(out)
     say(f"[report] {md} and {html}")
     if trackers(config.run.report_to):  # the figures to TensorBoard / W&B too, in a run named "report"

@@ -1,6 +1,10 @@
 """`run`, which drives AZR's single-agent step or PopuLoRA's population step (`populora_nb.step`,
 stage by stage) into a run directory with checkpoints and resume, and AZR's seeding run (`grow_seeds`).
 
+`run` reads as CleanRL's loop does: for each step, the difficulty probe when due, the step
+(`timed_step`), its records (`metric_rows`, `record_step`), evolution when due (`evolution_due`,
+`step.evolve`) and a checkpoint when due (`checkpoint_due`, `checkpoints.write_checkpoint`).
+
 baseline_step:   agent proposes every kind → validate → k learnability rollouts per valid task set
                  rho (not trained on) → the agent solves a batch of buffer tasks, one response
                  each → AZR proposer reward + student reward → one TRR++ update of the agent
@@ -13,19 +17,24 @@ population_step: PFSP pairs each teacher with a student → teachers propose (on
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from tqdm import tqdm  # a text bar, not tqdm.auto's widget: see run()
+from tqdm import tqdm  # a text bar, not tqdm.auto's widget: see progress_bar()
 
+from populora_nb.checkpoints import resume_or_start, write_checkpoint
 from populora_nb.config import ExperimentConfig
 from populora_nb.matchmaking import contested
+from populora_nb.model.policy import LoRAPolicy
+from populora_nb.policy import Policy
 from populora_nb.probe import probe_due, probe_metrics, probe_rows, run_probe
 from populora_nb.records import RunDir
-from populora_nb.stages import Policy, propose, validate
-from populora_nb.state import RunState, initial_state, resume_or_start, roster_for, seed_buffers, write_checkpoint
+from populora_nb.stages import StepOutcome, propose, validate
+from populora_nb.state import RunState, initial_state, roster_for, seed_buffers
 from populora_nb.step import baseline_step, evolve, population_step
 from populora_nb.step_records import (
     member_metrics,
@@ -50,94 +59,39 @@ def run(
     on_step: Callable[[int, list[dict]], None] | None = None,
     progress: bool = True,
 ) -> RunDir:
-    """Run ``config.run.steps`` steps into ``run_dir``, resuming from its latest checkpoint."""
+    """Run ``config.run.steps`` steps into ``run_dir``, resuming from its latest checkpoint. Each
+    step: the probe when due, the step, its records, evolution when due, a checkpoint when due."""
     rd = RunDir.create(run_dir, config)
-    # run.report_to's trackers (none by default): a missing backend fails here, in one line, before any work
-    tracker = open_tracker(config.run.report_to, rd.path, config.to_dict())
-    own_verifier = verifier is None
-    if verifier is None:
-        verifier = Verifier.from_config(config.verifier)
-        try:
-            verifier.start()
-        except BaseException:
-            tracker.close()
-            raise
-    # One progress line from the first second: loading, then the running step (0-based, as in the
-    # records) and the count of steps done. A text bar, not a widget: in a notebook its last line
-    # is still there after the kernel stops, and in an exported or reopened one. On stdout: JupyterLab
-    # paints stderr as a pink error box under the cell, which a newcomer reads as a failure.
     agent = config.run.agent
-    bar = tqdm(
-        total=config.run.steps, desc=f"{agent}: loading the model", unit="step", disable=not progress, file=sys.stdout
-    )
-    own_policy = policy is None
-    try:
+    step_fn = baseline_step if agent == "baseline" else population_step
+    with contextlib.ExitStack() as owned:  # what this run started, closed however it ends
+        # run.report_to's trackers (none by default): a missing backend fails here, in one line, before any work
+        tracker = owned.enter_context(contextlib.closing(open_tracker(config.run.report_to, rd.path, config.to_dict())))
+        if verifier is None:
+            verifier = owned.enter_context(Verifier.from_config(config.verifier))
+        bar = owned.enter_context(progress_bar(config, progress))
         if policy is None:
-            from populora_nb.model.policy import LoRAPolicy  # model code stays out of this module's imports
-
             policy = LoRAPolicy.create(config, list(roster_for(config).items()))
+            owned.callback(policy.close)  # a rollout engine this run started (its own process)
         bar.set_description_str(f"{agent}: resuming or seeding the buffers")
         state = resume_or_start(rd, policy, verifier, config)
         bar.update(state.step)
-        evolving = config.run.agent == "population" and config.evolution.enabled
-        step_fn = baseline_step if config.run.agent == "baseline" else population_step
         probe_refs: dict | None = None  # the probe's fixed references, built at its first event
         for step in range(state.step, config.run.steps):
-            bar.set_description_str(f"{agent} · step {step} running")
             state.step = step
             probed: dict[str, dict] = {}
             if probe_due(step, config):  # before the step trains: the members as the last step left them
                 bar.set_description_str(f"{agent} · step {step} difficulty probe")
                 probe_refs = probe_refs or seed_buffers(config, verifier)
                 probed = difficulty_probe(policy, verifier, state, config, probe_refs, rd)
-                bar.set_description_str(f"{agent} · step {step} running")
-            reset_peak_memory()
-            started = time.perf_counter()
-            out = step_fn(policy, verifier, state, config)
-            cost = {"time/step_s": time.perf_counter() - started, **peak_memory_gb()}
-            tokens = token_counts(out, policy.tokenizer)
-            rows = [
-                {
-                    "step": step,
-                    **member_metrics(m, r, out, config.tasks.kinds),
-                    **cost,
-                    **tokens.get(m, {}),
-                    **probed.get(m, {}),
-                    **(
-                        {"rating/mu": state.ratings[m].mu, "rating/sigma": state.ratings[m].sigma}
-                        if m in state.ratings
-                        else {}
-                    ),
-                }
-                for m, r in state.roster.items()
-            ]
-            rd.append("tasks", task_rows(step, out.proposals))
-            rd.append("metrics", rows)
-            if config.run.agent == "population":
-                threshold = config.matchmaking.win_threshold
-                rd.append(
-                    "matches",
-                    [
-                        {
-                            "step": step,
-                            "teacher": m.teacher,
-                            "student": m.student,
-                            "kind": p.kind,
-                            "valid": m.valid,
-                            "rho": m.rho,
-                            "rollouts": m.rollouts,
-                            # the teacher won games on it (0 < rho < win_threshold): the mechanism is live
-                            "contested": contested(m, threshold),
-                        }
-                        for p, m in zip(out.proposals, out.matches)
-                    ],
-                )
-            # No evolution after the last step: its children would never train or play.
-            if evolving and (step + 1) % config.evolution.every == 0 and step + 1 < config.run.steps:
+            bar.set_description_str(f"{agent} · step {step} running")
+            out, cost = timed_step(step_fn, policy, verifier, state, config)
+            rows = metric_rows(step, out, state, config, cost, probed, policy.tokenizer)
+            record_step(rd, step, out, rows, config)
+            if evolution_due(step, config):
                 rd.append("lineage", evolve(policy, state, config))
             state.step = step + 1
-            every = config.run.checkpoint_every
-            if (every and state.step % every == 0) or state.step == config.run.steps:
+            if checkpoint_due(state.step, config):
                 write_checkpoint(rd, policy, state)
             tracker.log_step(step, rows)
             if on_step is not None:
@@ -145,15 +99,102 @@ def run(
             bar.set_postfix_str(step_summary(step, rows, config.tasks.kinds), refresh=False)
             bar.update(1)
         bar.set_description_str(f"{agent}: run complete" if bar.n == bar.total else f"{agent}: stopped")
-        return rd
-    finally:
-        bar.close()
-        tracker.close()
-        if own_verifier:
-            verifier.close()
-        close = getattr(policy, "close", None)
-        if own_policy and close is not None:  # a rollout engine this run started (its own process)
-            close()
+    return rd
+
+
+# ---- the loop's pieces ------------------------------------------------------------------------------
+
+
+def progress_bar(config: ExperimentConfig, enabled: bool) -> tqdm:
+    """One progress line from the first second: loading, then the running step (0-based, as in the
+    records) and the count of steps done. A text bar, not a widget: in a notebook its last line is
+    still there after the kernel stops, and in an exported or reopened one. On stdout: JupyterLab
+    paints stderr as a pink error box under the cell, which a newcomer reads as a failure."""
+    desc = f"{config.run.agent}: loading the model"
+    return tqdm(total=config.run.steps, desc=desc, unit="step", disable=not enabled, file=sys.stdout)
+
+
+def timed_step(
+    step_fn: Callable[[Policy, Verifier, RunState, ExperimentConfig], StepOutcome],
+    policy: Policy,
+    verifier: Verifier,
+    state: RunState,
+    config: ExperimentConfig,
+) -> tuple[StepOutcome, dict[str, float]]:
+    """One step (`step.baseline_step` or `step.population_step`) and what it cost: its seconds
+    (``time/step_s``) and peak memory."""
+    reset_peak_memory()
+    started = time.perf_counter()
+    out = step_fn(policy, verifier, state, config)
+    return out, {"time/step_s": time.perf_counter() - started, **peak_memory_gb()}
+
+
+def metric_rows(
+    step: int,
+    out: StepOutcome,
+    state: RunState,
+    config: ExperimentConfig,
+    cost: dict[str, float],
+    probed: dict[str, dict],
+    tokenizer: Any,
+) -> list[dict]:
+    """The step's metrics rows, one per member in roster order: its stage metrics, the step's cost,
+    its tokens, its probe metrics at a probe step, and its rating after the step (population)."""
+    tokens = token_counts(out, tokenizer)
+    return [
+        {
+            "step": step,
+            **member_metrics(m, r, out, config.tasks.kinds),
+            **cost,
+            **tokens.get(m, {}),
+            **probed.get(m, {}),
+            **(
+                {"rating/mu": state.ratings[m].mu, "rating/sigma": state.ratings[m].sigma} if m in state.ratings else {}
+            ),
+        }
+        for m, r in state.roster.items()
+    ]
+
+
+def record_step(rd: RunDir, step: int, out: StepOutcome, rows: list[dict], config: ExperimentConfig) -> None:
+    """The step's records: every proposal (tasks.jsonl), every member's metrics (metrics.jsonl) and,
+    in the population, every match (matches.jsonl)."""
+    rd.append("tasks", task_rows(step, out.proposals))
+    rd.append("metrics", rows)
+    if config.run.agent == "population":
+        rd.append("matches", match_rows(step, out, config.matchmaking.win_threshold))
+
+
+def match_rows(step: int, out: StepOutcome, threshold: float) -> list[dict]:
+    """One row per match, in proposal order."""
+    return [
+        {
+            "step": step,
+            "teacher": m.teacher,
+            "student": m.student,
+            "kind": p.kind,
+            "valid": m.valid,
+            "rho": m.rho,
+            "rollouts": m.rollouts,
+            # the teacher won games on it (0 < rho < win_threshold): the mechanism is live
+            "contested": contested(m, threshold),
+        }
+        for p, m in zip(out.proposals, out.matches)
+    ]
+
+
+def evolution_due(step: int, config: ExperimentConfig) -> bool:
+    """Evolution runs after every E-th step of a population run, but not after the last step: its
+    children would never train or play."""
+    ec = config.evolution
+    population = config.run.agent == "population" and ec.enabled
+    return population and (step + 1) % ec.every == 0 and step + 1 < config.run.steps
+
+
+def checkpoint_due(steps_done: int, config: ExperimentConfig) -> bool:
+    """A checkpoint after every ``run.checkpoint_every`` steps (0: none between) and after the last."""
+    every = config.run.checkpoint_every
+    return bool(every and steps_done % every == 0) or steps_done == config.run.steps
 
 
 def difficulty_probe(

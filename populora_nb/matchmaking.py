@@ -26,7 +26,7 @@ lower contested ρ better; tests/test_matchmaking.py checks that property, not t
 The rule the earlier version used, one game per match won by the teacher only for 0 < ρ <
 threshold and by the student otherwise, rated a student that failed every rollout (ρ = 0) up and
 one that solved a quarter down, and at 2 rollouts with threshold ½ no teacher could ever win.
-``reachable_band`` is the config's check that the teacher's band holds a ρ = j/k.
+``config.reachable_band`` is the config's check that the teacher's band holds a ρ = j/k.
 
 PFSP (AlphaStar, Vinyals et al. 2019) then samples each step's pairing with weight f(p), p the
 rated probability that the teacher beats that student: f_var(p) = p(1 − p) favours near-balanced
@@ -150,12 +150,6 @@ def reference_rating(env: trueskill.TrueSkill) -> Rating:
     """The fixed opponent an invalid task is lost to: the prior (mu, sigma), never updated. The
     prior, not the partner, so an invalid task costs the same whoever the partner was."""
     return Rating(float(env.mu), float(env.sigma))
-
-
-def reachable_band(rollouts: int, threshold: float) -> list[float]:
-    """The solve rates ρ = j/k a task can reach with 0 < ρ < ``threshold``: the teacher's band.
-    Empty when threshold ≤ 1/k (e.g. k = 2, threshold ½: no teacher could ever win a game)."""
-    return [j / rollouts for j in range(1, rollouts) if j / rollouts < threshold]
 
 
 def contested(match: Match, threshold: float = 1.0) -> bool:

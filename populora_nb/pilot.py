@@ -33,6 +33,7 @@ from populora_nb.analysis.liveness import liveness, played_tasks, share_interval
 from populora_nb.analysis.new_tasks import new_task_table
 from populora_nb.config import ExperimentConfig, load_config
 from populora_nb.errors import UserInputError
+from populora_nb.experiment import adopt_warmup, run_experiment
 from populora_nb.records import RunDir
 
 
@@ -203,8 +204,6 @@ def run_pilot(
     """Each candidate as an experiment directory ``out/<name>`` (warm-up, then ``runs``; resumable: a
     rerun finishes what is missing), then its facts (a run not made reads as empty). ``extra``
     overrides every candidate (e.g. ``{"run.seed": 1}``)."""
-    from populora_nb.experiment import adopt_warmup, run_experiment
-
     out = Path(out)
     warmups: dict[str, Path] = {}
     names: dict[str, Path] = {}  # candidates that ran (or adopted) a warm-up, by name

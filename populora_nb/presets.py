@@ -1,9 +1,10 @@
-"""The named presets (tiny, smoke, cpu, gpu, paper) and how a config is built from one.
+"""The named presets (tiny, smoke, cpu, gpu, paper) as data, and how a tree of config dataclasses
+is built from one.
 
 `populora_nb.config.load_config` is the entry point: a preset, then a YAML file's values, then
 overrides (nested dicts or dotted keys), each value type- and range-checked into the dataclasses
-of `populora_nb.config`. This module imports config; config imports this one only inside
-`load_config`, so there is no import cycle.
+of `populora_nb.config`, which `build_config` is handed. This module sits below config (it
+imports no part of the package but `errors`), so config imports it at the top.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from typing import Any, Literal
 
 import yaml
 
-from populora_nb.config import TINY_MODEL, ConfigError, ExperimentConfig
+from populora_nb.errors import ConfigError
+
+TINY_MODEL = "tiny"
+"""``model.name`` of the random 2-layer Llama built in memory (`model.random_base`)."""
 
 # Presets are short named overrides; each line says why it differs from the defaults.
 PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
@@ -67,8 +71,14 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "run.checkpoint_every": 1,
             "evolution.every": 2,  # one evolution event, after step 1 (children are not judged within 3 steps)
             "probe.every": 2,  # the difficulty probe before training (step 0) and at step 2
+            # 4 fixed prompts per run (one per teacher, all four for the agent), 4 solver samples: the probe's curve
+            # is drawn (two events) at about a third of the probe's cost before, a third of a smoke population step
+            # (docs/results/make-run); a run this short cannot measure difficulty anyway (the report says so).
+            "probe.prompts_per_kind": 4,
+            "probe.rollouts": 4,
             "eval.limit": 2,  # 10 models (base, baseline, 8 members): eval dominates on CPU
-            "eval.benchmarks": ["humanevalplus", "gsm8k"],  # one code and one math set for the CPU budget
+            # One code benchmark: every model evaluated within make run's minutes; the `cpu` preset adds gsm8k.
+            "eval.benchmarks": ["humanevalplus"],
             "eval.max_new_tokens": 96,
         },
         "cpu": {
@@ -127,8 +137,9 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             # (rollout.gpu_memory_utilization "auto", docs/gpu-memory.md)
             "rl.micro_batch": 2,
             "run.steps": 200,
-            "probe.every": 10,  # 20 events; 4 prompts x 3 kinds per teacher, generated only: ~5% of a step (estimate)
-            "probe.prompts_per_kind": 4,
+            # 20 events; 16 prompts x 3 kinds per run (4 per teacher), generated only: ~5% of a step (estimate)
+            "probe.every": 10,
+            "probe.prompts_per_kind": 16,
             "run.checkpoint_every": 10,
             "model.max_seq_len": 6144,  # a code_o/code_i prompt with K = 6 references + 2048 new
             "rollout.engine": "vllm",  # multi-LoRA rollouts: the paper's 1.31x population overhead
@@ -152,7 +163,7 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "rl.micro_batch": 2,
             "run.steps": 500,
             "probe.every": 20,  # 25 events; generated only, never trained on: a few % of a step (estimate)
-            "probe.prompts_per_kind": 8,
+            "probe.prompts_per_kind": 32,  # per run: 8 per teacher
             "run.checkpoint_every": 25,
             "model.max_seq_len": 14240,  # AZR: max_prompt_length 6144 + max_response_length 8096
             "rollout.engine": "vllm",  # multi-LoRA rollouts: the paper's 1.31x population overhead
@@ -175,11 +186,13 @@ EXPECTED_LENGTHS: Mapping[str, tuple[int, int]] = types.MappingProxyType(
 
 
 def build_config(
+    root: type,
     preset: str | None = None,
     overrides: Mapping[str, Any] | None = None,
     yaml_path: str | Path | None = None,
-) -> ExperimentConfig:
-    """What `populora_nb.config.load_config` returns (it documents the order); lives here, next to PRESETS."""
+) -> Any:
+    """What `populora_nb.config.load_config` returns (it documents the order): ``root`` (its
+    `ExperimentConfig`) built from the preset, the file and the overrides; lives here, next to PRESETS."""
     name = preset or os.environ.get("POPULORA_PRESET") or "smoke"
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
@@ -202,9 +215,9 @@ def build_config(
             ) from None
         if not isinstance(data, dict):
             raise ConfigError(f"config file {path} must hold a mapping of sections, got {type(data).__name__}")
-        flat.update(_flatten(data))
-    flat.update(_flatten(dict(overrides or {})))
-    return _build(ExperimentConfig, _unflatten(flat), prefix="")
+        flat.update(_flatten(data, root))
+    flat.update(_flatten(dict(overrides or {}), root))
+    return _build(root, _unflatten(flat), prefix="")
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -288,13 +301,13 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
     return value
 
 
-def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def _flatten(data: Mapping[str, Any], root: type, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
+    section_keys = {f.name for f in dataclasses.fields(root)}
     for key, value in data.items():
         full = f"{prefix}{key}"
-        section_keys = {f.name for f in dataclasses.fields(ExperimentConfig)}
         if isinstance(value, dict) and (full in section_keys):
-            out.update(_flatten(value, f"{full}."))
+            out.update(_flatten(value, root, f"{full}."))
         else:
             out[full] = value
     return out

@@ -37,8 +37,8 @@ from statistics import fmean
 from populora_nb.buffers import TaskBuffer
 from populora_nb.config import ExperimentConfig
 from populora_nb.copies import known_fingerprints, mark_copies
+from populora_nb.policy import PROBE_SOLVER, Policy
 from populora_nb.stages import (
-    Policy,
     Proposed,
     SolveJob,
     propose,
@@ -50,10 +50,6 @@ from populora_nb.stages import (
 from populora_nb.step_records import task_rows
 from populora_nb.tasks import Task
 from populora_nb.verify import Verifier
-
-PROBE_SOLVER = "probe-solver"
-"""The frozen solver's member id: a population slot holding the starting adapter, never trained,
-never rated, not one of the loop's members (`LoRAPolicy.members` leaves it out)."""
 
 
 def probe_due(step: int, config: ExperimentConfig) -> bool:

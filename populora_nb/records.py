@@ -34,22 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from populora_nb.config import ExperimentConfig, load_config, save_config
-from populora_nb.errors import UserInputError
+from populora_nb.config import ExperimentConfig, load_saved_config, save_config
+from populora_nb.errors import CorruptRunError, UserInputError
 
 STREAMS = ("metrics", "tasks", "matches", "lineage", "probe")
 MANIFEST = "manifest.json"
 RESUME_FIX = "rerun the same command to resume from the newest checkpoint that verifies, or restore the file"
-
-
-class CorruptRunError(UserInputError):
-    """A run directory holds damaged or missing state. The message is one line: ``what`` names the
-    file and its fault, ``fix`` how to recover. A UserInputError (a ValueError): the CLI prints it as
-    one line."""
-
-    def __init__(self, what: str, fix: str = "restore the file, or start the run in a new --out") -> None:
-        self.what, self.fix = what, fix
-        super().__init__(f"{what}; {fix}")
 
 
 @dataclass
@@ -77,13 +67,10 @@ class RunDir:
         return run
 
     def load_config(self) -> ExperimentConfig:
-        import yaml
-
         path = self.path / "config.yaml"
         try:
-            data = yaml.safe_load(path.read_text())
-            return load_config(data.pop("preset"), data, recorded=True)
-        except (OSError, yaml.YAMLError, AttributeError, KeyError, TypeError, ValueError) as e:
+            return load_saved_config(path)
+        except (OSError, ValueError) as e:
             raise CorruptRunError(f"{path} does not load ({_one_line(e)})") from None
 
     # ---- row streams ------------------------------------------------------------------------

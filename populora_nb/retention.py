@@ -2,7 +2,7 @@
 its trained parent's reward when it goes back into training, and how fast? The paper reports
 recovery within 10–20 steps.
 
-For each operator, `evolution.retention_curves` makes a child of the fittest trained student (the
+For each operator, `retention_curves` makes a child of the fittest trained student (the
 next fittest is the second parent of crossovers) and hands it to a `train_and_score` made here,
 which retrains it on a fixed task set with the loop's own stages and returns its reward before
 training and after each step. Every operator sees the same task draws and the same generation
@@ -18,20 +18,27 @@ trained on) and linear_0_5 (the mean ΔW of both parents) are the controls.
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
+
+import torch
+from tqdm.auto import tqdm
 
 from populora_nb.buffers import TaskBuffer
+from populora_nb.checkpoints import load_run
 from populora_nb.config import ExperimentConfig
-from populora_nb.evolution import fitness, retention_curves
+from populora_nb.evolution import fitness
 from populora_nb.lowrank import LoRAFactors
 from populora_nb.matchmaking import Rating
-from populora_nb.operators import OPERATORS
+from populora_nb.model.base import Base
+from populora_nb.model.policy import LoRAPolicy
+from populora_nb.operators import OPERATORS, Operator, arity
+from populora_nb.policy import Sample
 from populora_nb.rewards import teacher_reward
 from populora_nb.stages import (
     Attempt,
-    Sample,
     SolveJob,
     propose,
     reward_samples,
@@ -43,16 +50,36 @@ from populora_nb.stages import (
     validate,
     worked_examples,
 )
-from populora_nb.state import RunState, initial_state, load_run
+from populora_nb.state import RunState, initial_state
 from populora_nb.tasks import Task
 from populora_nb.verify import Verifier
 
-if TYPE_CHECKING:
-    from populora_nb.model.base import Base
-    from populora_nb.model.policy import LoRAPolicy
-
 TrainAndScore = Callable[[LoRAFactors, int], list[float]]
 Role = Literal["student", "teacher"]
+
+
+def retention_curves(
+    parent: LoRAFactors,
+    partner: LoRAFactors,
+    *,
+    train_and_score: Callable[[LoRAFactors, int], Sequence[float]],
+    num_steps: int = 20,
+    operators: Sequence[str] = tuple(OPERATORS),
+    seed: int = 0,
+    registry: Mapping[str, Operator] = OPERATORS,
+) -> dict[str, list[float]]:
+    """The retention experiment: for each operator, a child of the trained `parent` (with
+    `partner` as second parent for crossovers, `parent` counted fitter), retrained by
+    `train_and_score(child, num_steps)`, which returns the reward before training and after each
+    step (num_steps + 1 values). Each operator's generator is seeded from (seed, name), so adding
+    an operator changes no other curve. copy_parent and linear_0_5 in `operators` are the controls."""
+    device = next(iter(parent.values())).A.device
+    curves = {}
+    for name in operators:
+        generator = torch.Generator(device).manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+        child = registry[name](*(parent, partner)[: arity(name)], generator=generator)
+        curves[name] = [float(x) for x in train_and_score(child, num_steps)]
+    return curves
 
 
 def retention_pool(buffers: Mapping[str, TaskBuffer], kinds: Sequence[str]) -> list[Task]:
@@ -162,7 +189,7 @@ def teacher_train_and_score(
         proposals = propose(policy, [member], fixed, cfg, step, config.rl.teacher_proposals)
         proposals = validate(verifier, proposals, n_inputs)
         # No buffers for top-ups: only the child's own tasks are solved, and the student does not learn.
-        jobs = solve_jobs({student: list(range(len(proposals)))}, proposals, {}, cfg, step)
+        jobs = solve_jobs({student: list(range(len(proposals)))}, proposals, {}, cfg, step, quota=0)
         attempts = solve(policy, verifier, jobs, cfg, step, examples)
         proposals = solve_rates(proposals, attempts)
         samples = reward_samples(proposals, attempts, teacher_reward, config.rl.advantage_scale)
@@ -176,8 +203,6 @@ def load_population(
 ) -> tuple[LoRAPolicy, RunState]:
     """The population and state of `run_dir`'s latest checkpoint, or a fresh population on the seed
     buffers when `run_dir` is None."""
-    from populora_nb.model.policy import LoRAPolicy  # model code is imported only when a model is needed
-
     if run_dir is None:
         state = initial_state(config, verifier)
         return LoRAPolicy.create(config, list(state.roster.items()), base=base), state
@@ -254,7 +279,6 @@ def run_retention(
 
 
 def _with_progress(train_and_score: TrainAndScore, total: int) -> TrainAndScore:
-    from tqdm.auto import tqdm
 
     bar = tqdm(total=total, desc="retention")
 

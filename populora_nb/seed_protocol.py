@@ -18,8 +18,10 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from populora_nb.analysis.protocol import write_seed_report
 from populora_nb.config import ExperimentConfig
 from populora_nb.errors import UserInputError
+from populora_nb.experiment import run_experiment
 
 DEFAULT_STAGES = ("warmup", "baseline", "population", "analysis", "report")
 """No benchmark evaluation by default: the protocol's series come from training records."""
@@ -38,9 +40,6 @@ def run_protocol(
     say: Callable[[str], None] = print,
 ) -> Path:
     """Run (or resume) the experiment at each seed, then write the protocol's report; returns seeds.md."""
-    from populora_nb.analysis.protocol import write_seed_report
-    from populora_nb.experiment import run_experiment
-
     if len(set(seeds)) != len(seeds) or not seeds:
         raise UserInputError(f"--seeds must name distinct seeds, got {list(seeds)}")
     dirs = []

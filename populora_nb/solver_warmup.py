@@ -12,7 +12,7 @@ accepted proposals the proposer warm-up collected, and the collection half's see
 ``warmup.solver_samples`` times with the run's solver prompt (`stages.solve`: one worked example,
 the run's sampling); an answer the verifier judges correct becomes an example (at most one per
 (task, answer), up to ``warmup.solver_examples``), and the adapter is fine-tuned on them with the
-proposer warm-up's loss (`warmup.fine_tune`). The solve rate is measured before and after on
+proposer warm-up's loss (`model.sft.fine_tune`). The solve rate is measured before and after on
 held-out tasks with the same prompts and seeds: the measurement half's seeds and the tasks the
 held-out proposer rounds accepted, none of whose programs is a training task's.
 Nothing reads a benchmark; only the verifier decides what is correct.
@@ -25,7 +25,10 @@ from collections.abc import Sequence, Set
 
 from populora_nb.buffers import TaskBuffer
 from populora_nb.config import ExperimentConfig
-from populora_nb.stages import Attempt, Policy, SolveJob, solve
+from populora_nb.model.policy import LoRAPolicy
+from populora_nb.model.sft import Example, fine_tune
+from populora_nb.policy import Policy
+from populora_nb.stages import Attempt, SolveJob, solve, worked_examples
 from populora_nb.tasks import Task
 
 SOLVE_COLLECT_STEP, SOLVE_MEASURE_STEP = 3_000_000, 4_000_000
@@ -96,10 +99,8 @@ def solve_rate(attempts: Sequence[Attempt]) -> SolveRate:
     )
 
 
-def solved_examples(attempts: Sequence[Attempt], limit: int):
+def solved_examples(attempts: Sequence[Attempt], limit: int) -> list[Example]:
     """The correct attempts as fine-tuning examples, one per (task, answer text), at most ``limit``."""
-    from populora_nb.warmup import Example
-
     seen, out = set(), []
     for a in attempts:
         key = (a.task.kind, a.task.program, tuple(a.task.inputs), a.completion.strip())
@@ -114,7 +115,7 @@ def solved_examples(attempts: Sequence[Attempt], limit: int):
 
 def run_solver_warmup(
     config: ExperimentConfig,
-    policy: Policy,
+    policy: LoRAPolicy,
     verifier,
     proposal_examples: Sequence,
     collect_buffers: dict[str, TaskBuffer],
@@ -125,9 +126,6 @@ def run_solver_warmup(
     """The solver warm-up of the module docstring on ``member``'s adapter; returns its report and
     the examples it fine-tuned on (``proposal_examples``: the proposer warm-up's accepted proposals,
     their tasks the training tasks with the collection half's seeds)."""
-    from populora_nb.stages import worked_examples
-    from populora_nb.warmup import fine_tune
-
     train = distinct_tasks([e.task for e in proposal_examples if e.task is not None] + seed_tasks(collect_buffers))
     held_out = distinct_tasks([*seed_tasks(measure_buffers), *held_out_accepted], exclude={t.program for t in train})
     shown = worked_examples(collect_buffers)  # the kind's first collection-half seed, as RL shows its first seed

@@ -4,8 +4,8 @@ single-agent step (`baseline_step`) and PopuLoRA's population step (`population_
     propose → parse → validate → solve → judge → reward → advantages → update → rate → evolve
 
 No model code lives here: generation and the policy-gradient update go through a `Policy`
-(`populora_nb.model.policy.LoRAPolicy` on a real model, a scripted policy in tests). The baseline is the
-same loop with one member, ``agent``, playing both roles, and AZR's proposer reward.
+(`populora_nb.policy`; `model.policy.LoRAPolicy` on a real model, a scripted policy in tests). The
+baseline is the same loop with one member, ``agent``, playing both roles, and AZR's proposer reward.
 
 Solve batches: the solver(s) solve this step's valid proposals with k rollouts each, which gives the
 proposer its solve rate rho in the same step (as AZR's code does). When a solver gets fewer tasks
@@ -13,22 +13,21 @@ of a kind than a proposer writes (few proposals are valid early on), the batch i
 tasks from the buffer, so every member gets the same number of samples each step (per-adapter
 compute matching); top-up tasks train the solver but play no match.
 
-Long because the stages are one pipeline read top to bottom, after the plain data they pass; what a
-step records lives in `step_records`.
+What a step records lives in `step_records`; what the stages need from a model, in `policy`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from populora_nb.buffers import TaskBuffer, snippet_pool
 from populora_nb.config import ExperimentConfig
 from populora_nb.matchmaking import Match
+from populora_nb.policy import Policy, Sample, TokenIds, as_completion
 from populora_nb.prompts import (
     CODE_F_EXAMPLE,
     ParseFailure,
@@ -43,86 +42,6 @@ from populora_nb.rewards import student_reward
 from populora_nb.rl import trr_plus_plus_advantages
 from populora_nb.tasks import Task
 from populora_nb.verify import Invalid, Proposal, Verifier
-
-if TYPE_CHECKING:
-    from populora_nb.lowrank import LoRAFactors
-
-# ---- what the loop needs from a model -----------------------------------------------------------
-
-
-TokenIds = tuple[tuple[int, ...], tuple[int, ...]]
-"""(prompt ids, completion ids) exactly as sampled, the stop token included when it stopped."""
-
-
-@dataclass(frozen=True)
-class Completion:
-    """What a policy generated for one prompt. A model's completion carries the token ids it was
-    sampled as, so the policy gradient scores exactly those tokens (decoding and re-tokenising a
-    text need not give them back). A plain string, e.g. a scripted completion, has none: the
-    trainer then scores its tokenisation."""
-
-    text: str
-    token_ids: TokenIds | None = None
-
-
-def as_completion(generated: str | Completion) -> Completion:
-    return generated if isinstance(generated, Completion) else Completion(generated)
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One completion to learn from: the rendered prompt, what the member wrote, its advantage."""
-
-    member: str
-    prompt: str
-    completion: str
-    reward: float
-    group: tuple
-    advantage: float = 0.0
-    token_ids: TokenIds | None = None
-    """As sampled (see `Completion`); None: score the tokenisation of prompt + completion."""
-
-
-class Policy(Protocol):
-    """What the loop needs from a model (`populora_nb.model.policy.LoRAPolicy`; a scripted policy in
-    tests): mixed-member generation, one member's update, checkpoints, and, only when evolution is
-    on, a member's LoRA factors and the replacement of a member by a child."""
-
-    @property
-    def tokenizer(self) -> Any:
-        """The base model's tokenizer (prompts are rendered with its chat template)."""
-        ...
-
-    def generate(
-        self, member_ids: Sequence[str], prompts: Sequence[str], max_new_tokens: int, seed: int
-    ) -> Sequence[str | Completion]:
-        """One completion per (member, prompt) row, sampled with that member's adapter."""
-        ...
-
-    def update_members(self, samples: Mapping[str, Sequence[Sample]]) -> dict[str, dict[str, float]]:
-        """One policy-gradient step of each member's adapter on its own samples (all members in one
-        batched pass, or one after another); returns each member's statistics."""
-        ...
-
-    def save(self, path: Path) -> None: ...
-
-    def load(self, path: Path) -> None: ...
-
-    def factors(self, name: str) -> LoRAFactors: ...
-
-    def replace(
-        self,
-        old: str,
-        new: str,
-        factors: LoRAFactors,
-        parents: Sequence[str],
-        operator: str,
-        step: int,
-        inherit_optimizer_from: str | None = None,
-    ) -> None:
-        """Member `old` leaves; child `new` takes its place with `factors` (evolution)."""
-        ...
-
 
 # ---- plain data passed between stages -------------------------------------------------------------
 
@@ -317,16 +236,15 @@ def solve_jobs(
     buffers: dict[str, TaskBuffer],
     config: ExperimentConfig,
     step: int,
+    quota: int,
+    trained_rollouts: int | None = None,
 ) -> list[SolveJob]:
     """PopuLoRA's student batch: k rollouts of every valid task proposed to each solver, topped up
-    from the buffers to `rl.student_tasks` tasks of each kind per solver (compute matching; the
-    `own_rollouts` baseline's quota is its own `proposals_per_kind`), all trained on: a population
-    student on `rl.student_rollouts_trained` rollouts of each (all k when unset)."""
+    from the buffers to ``quota`` tasks of each kind per solver (compute matching: a population
+    student's `rl.student_tasks`, the `own_rollouts` baseline's own `proposals_per_kind`), all
+    trained on: ``trained_rollouts`` of each (a student's `rl.student_rollouts_trained`; all k when None)."""
     rng = rng_for(config.run.seed, step, "topup")
-    k = config.rl.rollouts
-    population = config.run.agent == "population"
-    quota = config.rl.student_tasks if population else config.rl.proposals_per_kind
-    r = config.rl.student_rollouts_trained if population else None
+    k, r = config.rl.rollouts, trained_rollouts
     jobs: list[SolveJob] = []
     for solver, indices in assignments.items():
         for kind in config.tasks.kinds:

@@ -24,12 +24,11 @@ from populora_nb.copies import mark_copies
 from populora_nb.evolution import MemberRating, OperatorMix, apply_operator, inherit_rating, plan_replacement
 from populora_nb.lowrank import relative_change
 from populora_nb.matchmaking import Match, Rating, pfsp_pairs, round_robin_pairs, update_ratings, win_probability
+from populora_nb.policy import Policy, Sample
 from populora_nb.rewards import azr_proposer_reward, teacher_reward
 from populora_nb.stages import (
     Attempt,
-    Policy,
     Proposed,
-    Sample,
     StepOutcome,
     buffer_jobs,
     grow_buffers,
@@ -140,14 +139,16 @@ class Step:
                 assignments: dict[str, list[int]] = {s: [] for s in self.state.students}
                 for i, p in enumerate(self.out.proposals):
                     assignments[self.partner[p.proposer]].append(i)
-                jobs = solve_jobs(assignments, self.out.proposals, buffers, c, step)
+                quota, trained = c.rl.student_tasks, c.rl.student_rollouts_trained
+                jobs = solve_jobs(assignments, self.out.proposals, buffers, c, step, quota, trained)
             elif c.run.baseline_solver == "azr":
                 # AZR: k learnability rollouts per valid proposal set rho (not trained on); the solver
                 # learns from its own batch of buffer tasks, one response each.
                 jobs = learnability_jobs("agent", self.out.proposals, c.rl.rollouts)
                 jobs += buffer_jobs("agent", buffers, c, step)
             else:  # "own_rollouts": the solver trains on the rollouts that measured its own proposals
-                jobs = solve_jobs({"agent": list(range(len(self.out.proposals)))}, self.out.proposals, buffers, c, step)
+                mine = {"agent": list(range(len(self.out.proposals)))}
+                jobs = solve_jobs(mine, self.out.proposals, buffers, c, step, c.rl.proposals_per_kind)
             self.out.attempts = solve(self.policy, self.verifier, jobs, c, step, worked_examples(buffers))
             self.out.proposals = solve_rates(self.out.proposals, self.out.attempts)
         return self.out.attempts

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 
 from populora_nb.buffers import task_to_json
 from populora_nb.copies import copy_rate
+from populora_nb.policy import TokenIds
 from populora_nb.prompts import ParseFailure
-from populora_nb.stages import Attempt, Proposed, StepOutcome, TokenIds
+from populora_nb.stages import Attempt, Proposed, StepOutcome
 from populora_nb.tasks import Task
 from populora_nb.verify.verifier import Invalid, Proposal
 

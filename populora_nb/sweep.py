@@ -36,10 +36,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from populora_nb.analysis.protocol import HEADLINE, compare, comparison_table, run_series, write_seed_report
 from populora_nb.config import load_config
 from populora_nb.errors import UserInputError
-from populora_nb.experiment import STAGES
-from populora_nb.presets import PRESETS
+from populora_nb.experiment import STAGES, run_experiment
+from populora_nb.presets import PRESETS, parse_override
 
 # What one trial asks Ray for, per preset. CPU presets: torch threads = the trial's CPUs (2 threads
 # beat 1 on this machine's cores, DESIGN.md), so a smoke trial takes both cores of a
@@ -118,8 +119,6 @@ def grid_points(grid: Mapping[str, Sequence[Any]]) -> dict[str, dict[str, Any]]:
 
 def parse_grid(texts: Sequence[str]) -> dict[str, list[Any]]:
     """``key=[v1,v2]`` (YAML; a single value is a one-value axis) -> ``{key: [v1, v2]}``."""
-    from populora_nb.presets import parse_override
-
     grid: dict[str, list[Any]] = {}
     for text in texts:
         key, value = parse_override(text)
@@ -180,8 +179,6 @@ def make_spec(
 
 def _progress(experiment: Path, stage: str) -> dict[str, float]:
     """The training stage's last logged step and the progress metrics' means over members then."""
-    from populora_nb.analysis.protocol import run_series
-
     run_dir = experiment / stage
     if stage not in ("baseline", "population") or not (run_dir / "metrics.jsonl").exists():
         return {"step": -1, **{name: math.nan for name in PROGRESS_METRICS}}
@@ -194,8 +191,6 @@ def trial(params: Mapping[str, Any], spec: SweepSpec) -> None:
     """One Tune trial: run (or resume) the experiment of ``params["point"]`` and ``params["seed"]``,
     reporting each stage and training step to Tune; the stage log goes to ``<exp>/sweep.log``."""
     from ray import tune
-
-    from populora_nb.experiment import run_experiment
 
     point, seed = params["point"], int(params["seed"])
     if Path(spec.cwd).is_dir():
@@ -382,8 +377,6 @@ def cross_table(spec: SweepSpec, window: int = 5) -> list[list[str]]:
     """One row per grid point: seeds, and for each headline series population − baseline with its
     95% bootstrap interval over seeds, paired by seed (``*`` where it and the Welch t interval both
     exclude 0: with few seeds the bootstrap alone is too narrow, `analysis.seed_stats`)."""
-    from populora_nb.analysis.protocol import HEADLINE, compare
-
     rows = [["grid point", "seeds", *(f"Δ {label}" for label in HEADLINE.values())]]
     for point in spec.points:
         experiments = complete_experiments(spec, point)
@@ -401,8 +394,6 @@ def cross_table(spec: SweepSpec, window: int = 5) -> list[list[str]]:
 def write_sweep_report(spec: SweepSpec, window: int = 5) -> Path:
     """``SWEEP/sweep_report.md``: the cross-point table, then per point the seed protocol's table and
     band figures (written by `protocol.write_seed_report` into the point's directory)."""
-    from populora_nb.analysis.protocol import HEADLINE, compare, comparison_table, write_seed_report
-
     out = Path(spec.out)
     lines = [
         f"# Sweep: {len(spec.points)} grid points × {len(spec.seeds)} seeds (preset {spec.preset})",

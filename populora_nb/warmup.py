@@ -19,7 +19,9 @@ Held out means other references too: the seed programs are split in two disjoint
 the after-rate is not read on the very references the examples were written from.
 With ``warmup.solver`` the same adapter then goes through the solver warm-up (`populora_nb.solver_warmup`:
 the model's own verified answers, fine-tuned on, the solve rate measured before and after on held-out tasks).
-It writes ``EXP/warmup/``: ``factors.safetensors`` (the adapter), ``examples.jsonl`` (and
+It writes ``EXP/warmup/``: the adapter as a peft LoRA adapter (``adapter_model.safetensors`` and
+``adapter_config.json``, `model.checkpoint.write_peft_adapter`; earlier versions wrote
+``factors.safetensors``, which `model.checkpoint.read_adapter` still reads), ``examples.jsonl`` (and
 ``solver_examples.jsonl``), ``report.json``.
 Baseline and population then both start every member from those factors (``lora.warmup``), so the
 comparison stays fair: the warm-up is shared, only what follows differs.
@@ -31,38 +33,30 @@ import dataclasses
 import json
 import math
 import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from populora_nb.buffers import TaskBuffer
 from populora_nb.config import ExperimentConfig
+from populora_nb.copies import WARMUP_EXAMPLES
 from populora_nb.errors import UserInputError
-from populora_nb.lowrank import LoRAFactors, LoRAPair
-from populora_nb.stages import Policy, Proposed, TokenIds, propose, validate
+from populora_nb.model.checkpoint import write_peft_adapter
+from populora_nb.model.policy import LoRAPolicy
+from populora_nb.model.sft import MEMBER, Example, fine_tune
+from populora_nb.policy import Policy
+from populora_nb.solver_warmup import run_solver_warmup
+from populora_nb.stages import Proposed, propose, validate
+from populora_nb.state import initial_state
 from populora_nb.tasks import Task
+from populora_nb.verify import Verifier
 
-MEMBER = "agent"
-"""The one adapter the warm-up fine-tunes (a baseline-shaped roster)."""
 COLLECT_STEP, MEASURE_STEP = 1_000_000, 2_000_000
 """Step ids the warm-up's prompt draws and sampling seeds are derived from (`stages.rng_for`): far
 from any RL step, so the warm-up never sees an RL step's prompts, and measurement never sees collection's."""
-FACTORS, REPORT, EXAMPLES = "factors.safetensors", "report.json", "examples.jsonl"
+REPORT, EXAMPLES = "report.json", WARMUP_EXAMPLES
 SOLVER_EXAMPLES = "solver_examples.jsonl"
-
-
-@dataclass(frozen=True)
-class Example:
-    """One accepted proposal to fine-tune on: the prompt, the completion as sampled, the task."""
-
-    kind: str
-    prompt: str
-    completion: str
-    token_ids: TokenIds | None
-    program: str
-    inputs: tuple[str, ...]
-    task: Task | None = None
-    """The accepted task (a proposal example) or the task solved (a solver example)."""
 
 
 @dataclass(frozen=True)
@@ -178,85 +172,8 @@ def split_seeds(buffers: dict[str, TaskBuffer], seed: int) -> tuple[dict[str, Ta
     return part(False), part(True)
 
 
-def fine_tune(policy, examples: Sequence[Example], config: ExperimentConfig, seed: int) -> list[float]:
-    """Supervised fine-tuning of the warm-up adapter on the examples: ``warmup.epochs`` shuffled
-    passes of ``warmup.sft_batch`` examples per AdamW step, each step minimising the token-mean
-    negative log-likelihood of the completion tokens as sampled (the stop token included), scored
-    at temperature 1. ``policy`` is a `model.policy.LoRAPolicy`. Returns each step's loss."""
-    from populora_nb.model.batch import Generation, train_batch
-
-    wc = config.warmup
-    rng = random.Random(seed)
-    tok = policy.tokenizer
-    gens = []
-    for e in examples:
-        if e.token_ids is not None:
-            prompt_ids, completion_ids = map(list, e.token_ids)
-        else:  # not sampled by a model (tests): its tokenisation, ended by the stop token
-            prompt_ids = tok(e.prompt, add_special_tokens=False)["input_ids"]
-            completion_ids = tok(e.completion, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-        gens.append(Generation(MEMBER, prompt_ids, completion_ids, e.completion, True))
-
-    def nll(logprobs, b):
-        mask = b.completion_mask.to(logprobs.dtype)
-        loss = -(logprobs * mask).sum() / mask.sum().clamp(min=1.0)
-        return loss, {"warmup/nll": float(loss.detach())}
-
-    losses = []
-    for _ in range(wc.epochs):
-        order = list(range(len(gens)))
-        rng.shuffle(order)
-        for lo in range(0, len(order), wc.sft_batch):
-            chunk = [gens[i] for i in order[lo : lo + wc.sft_batch]]
-            batch = train_batch(chunk, [1.0] * len(chunk), tok.pad_token_id, temperature=1.0)
-            stats = policy.population.train_step(
-                MEMBER, batch, nll, micro_batch_size=config.rl.micro_batch, weight_by="tokens"
-            )
-            losses.append(stats["warmup/nll"])
-    policy.changed(MEMBER)  # trained outside `update`: a rollout engine must sample the new factors
-    return losses
-
-
-def save_factors(path: Path, factors: LoRAFactors, config: ExperimentConfig) -> None:
-    from safetensors.torch import save_file
-
-    tensors = {}
-    for name, pair in factors.items():
-        tensors[f"{name}.A"] = pair.A.contiguous()
-        tensors[f"{name}.B"] = pair.B.contiguous()
-    meta = {"rank": str(config.lora.rank), "alpha": str(config.lora.alpha), "model": config.model.name}
-    save_file(tensors, str(path), metadata=meta)
-
-
-def load_factors(directory: str | Path, config: ExperimentConfig) -> LoRAFactors:
-    """The warm-up adapter of ``directory``; one clear error when it is missing or was trained for
-    another model, rank or alpha than this config's."""
-    from safetensors import safe_open
-
-    path = Path(directory) / FACTORS
-    if not path.is_file():
-        raise UserInputError(
-            f"lora.warmup={directory}: no {FACTORS} there; run the experiment's warmup stage "
-            "(python -m populora_nb experiment --stages warmup ...) or set lora.warmup=null"
-        )
-    with safe_open(str(path), framework="pt") as fh:
-        meta = fh.metadata() or {}
-        want = {"rank": str(config.lora.rank), "alpha": str(config.lora.alpha), "model": config.model.name}
-        wrong = {k: (meta.get(k), v) for k, v in want.items() if meta.get(k) != v}
-        if wrong:
-            raise UserInputError(f"lora.warmup={directory} was trained with other settings (theirs, ours): {wrong}")
-        names = sorted({k.rsplit(".", 1)[0] for k in fh.keys()})
-        return {n: LoRAPair(fh.get_tensor(f"{n}.A"), fh.get_tensor(f"{n}.B")) for n in names}
-
-
 def run_warmup(config: ExperimentConfig, out: str | Path, say: Callable[[str], None] = print) -> dict:
     """The experiment's warmup stage (see the module docstring); returns and writes ``report.json``."""
-    import time
-
-    from populora_nb.model.policy import LoRAPolicy
-    from populora_nb.state import initial_state
-    from populora_nb.verify import Verifier
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -288,8 +205,6 @@ def run_warmup(config: ExperimentConfig, out: str | Path, say: Callable[[str], N
             solver: dict | None = None
             solved: list[Example] = []
             if cfg.warmup.solver:
-                from populora_nb.solver_warmup import run_solver_warmup
-
                 solver, solved = run_solver_warmup(
                     cfg, policy, verifier, examples, collect_buffers, measure_buffers, held_out, MEMBER
                 )
@@ -300,7 +215,8 @@ def run_warmup(config: ExperimentConfig, out: str | Path, say: Callable[[str], N
                 )
     finally:
         policy.close()
-    save_factors(out / FACTORS, policy.population.factors(MEMBER), cfg)
+    record = {"id": MEMBER, "role": "agent", "warmup": True}
+    write_peft_adapter(out, policy.population.factors(MEMBER), cfg.lora, cfg.model.name, record)
     with open(out / EXAMPLES, "w") as fh:
         for e in examples:
             fh.write(json.dumps({"kind": e.kind, "program": e.program, "inputs": list(e.inputs)}) + "\n")

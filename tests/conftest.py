@@ -15,8 +15,9 @@ from scripted import VLLM_OVERRIDES, spread_members
 
 from populora_nb.config import ExperimentConfig, load_config
 from populora_nb.model.adapters import roles_for
-from populora_nb.model.base import Base, bundled_tokenizer, load_base
+from populora_nb.model.base import Base, load_base
 from populora_nb.model.policy import LoRAPolicy
+from populora_nb.model.sources import bundled_tokenizer
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 _OWN_TMP = pytest.StashKey[Path]()

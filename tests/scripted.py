@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from populora_nb.stages import Sample
+from populora_nb.policy import Sample
 
 GOOD_PROGRAM = "```python\ndef f(x):\n    return x * 3\n```\n```input\n{n}\n```"
 BAD_PROGRAM = "```python\nimport os\ndef f(x):\n    return os.getcwd()\n```\n```input\n1\n```"

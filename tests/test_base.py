@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from populora_nb.config import ConfigError, load_config
-from populora_nb.model.base import ModelLoadError, chat, load_base
+from populora_nb.model.base import chat, load_base
+from populora_nb.model.sources import ModelLoadError
 
 
 def test_tiny_preset_builds_a_frozen_llama(tiny_base, tiny_config):

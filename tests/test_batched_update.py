@@ -17,7 +17,7 @@ from populora_nb.config import load_config
 from populora_nb.model.adapters import roles_for
 from populora_nb.model.batch import concat, train_batch
 from populora_nb.model.policy import LoRAPolicy
-from populora_nb.stages import Sample
+from populora_nb.policy import Sample
 
 ROSTER = list(roles_for(2, 3).items())  # T0 T1 S0 S1 S2
 PROMPTS = ["def f(x):\n    return", "The answer is", "import numpy", "x = [1, 2,", "Write a function", "f(3) ="]

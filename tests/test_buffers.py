@@ -161,3 +161,26 @@ def test_code_f_references_come_from_both_buffers_each_program_once():
     assert snippet_pool({"code_f": TaskBuffer("code_f")}) is None
     drawn = {pool.sample(1, random.Random(s))[0].program for s in range(60)}
     assert "def f(a):\n    return a * 3" in drawn  # the code_i buffer's program is shown too
+
+
+def test_solve_jobs_take_their_quota_and_trained_rollouts_as_arguments_not_the_experiments_kind():
+    """The student batch: every valid task proposed to the solver with k rollouts, topped up from the
+    buffer to ``quota`` tasks of each kind, ``trained_rollouts`` of each learned from. Given the same
+    arguments it is the same batch whichever experiment the config names: the stage does not read
+    ``run.agent``."""
+    from populora_nb.stages import solve_jobs
+
+    buffers = {"code_o": TaskBuffer("code_o", 16)}
+    for i in range(6):
+        buffers["code_o"].add(task(i))
+    proposals = [proposed("code_o", 1), proposed("code_o", 2, valid=False), proposed("code_o", 3)]
+    batches = []
+    for agent in ("baseline", "population"):
+        config = load_config("tiny", {"tasks.kinds": ["code_o"], "run.agent": agent})
+        batches.append(solve_jobs({"S0": [0, 1, 2]}, proposals, buffers, config, 0, quota=5, trained_rollouts=2))
+    assert batches[0] == batches[1]
+    jobs = batches[0]
+    assert [j.proposed_index for j in jobs] == [0, 2, None, None, None]  # 2 fresh valid tasks, 3 top-ups
+    assert all(j.rollouts == 4 and j.trained_rollouts == 2 and j.train for j in jobs)
+    none = solve_jobs({"S0": [0, 1, 2]}, proposals, buffers, config, 0, quota=0)
+    assert [j.proposed_index for j in none] == [0, 2] and all(j.trained_rollouts is None for j in none)

@@ -16,6 +16,7 @@ import pytest
 
 from populora_nb.analysis import complexity as cx
 from populora_nb.analysis import coverage as cov
+from populora_nb.analysis.frames import analyse_run, load_tasks
 from populora_nb.analysis.runs import find_runs
 from populora_nb.analysis.synthetic import SEED_PROGRAM, write_synthetic_experiment, write_synthetic_run
 
@@ -258,12 +259,12 @@ def test_every_valid_task_is_measured_and_a_copy_of_a_seed_is_the_proposers(veri
 
 def test_complexity_of_a_fake_run_whose_code_f_reuses_buffer_programs(tmp_path):
     run = write_synthetic_run(tmp_path / "run", "population", n_steps=12, seed=5)
-    tasks = cx.load_tasks(run)
+    tasks = load_tasks(run)
     code_f = [t for t in tasks if t.kind == "code_f" and t.valid]
     earlier = {SEED_PROGRAM} | {t.program for t in tasks if t.kind != "code_f" and t.valid}
     assert code_f and all(t.program in earlier for t in code_f)  # the fixture reuses the buffer
     assert any(t.program == SEED_PROGRAM for t in code_f)
-    analysis = cx.analyse_run(run)
+    analysis = analyse_run(run)
     alone = cx.analyse_tasks([t for t in tasks if t.kind in ("code_o", "code_i")])
     for metric in cx.COMPLEXITY_FIELDS:
         _assert_same_series(cx.step_series(analysis.programs, metric), cx.step_series(alone.programs, metric))
@@ -396,7 +397,7 @@ def test_rarefaction_of_nothing_is_a_flat_zero():
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory):
     exp = write_synthetic_experiment(tmp_path_factory.mktemp("exp"), n_steps=30, seed=0)
-    return {name: cx.analyse_run(path) for name, path in find_runs(exp).items()}
+    return {name: analyse_run(path) for name, path in find_runs(exp).items()}
 
 
 def test_coverage_per_teacher_and_at_equal_n_on_a_fake_experiment(experiment):
@@ -502,7 +503,7 @@ ROW = {
 def test_load_tasks_reads_rows_and_drops_a_truncated_last_line(tmp_path):
     whole = json.dumps(ROW) + "\n" + json.dumps({**ROW, "step": 1, "valid": False, "outputs": []}) + "\n"
     run = _write(tmp_path / "run" / "tasks.jsonl", whole + json.dumps(ROW)[:40])
-    tasks = cx.load_tasks(run)
+    tasks = load_tasks(run)
     assert [t.step for t in tasks] == [0, 1]
     # recorded before the loop classed copies: the identity seed's program is a copy (of the seed)
     assert tasks[0] == cx.TaskRecord(
@@ -513,16 +514,16 @@ def test_load_tasks_reads_rows_and_drops_a_truncated_last_line(tmp_path):
 
 def test_load_tasks_errors_name_the_path(tmp_path):
     with pytest.raises(FileNotFoundError, match=str(tmp_path / "nowhere" / "tasks.jsonl")):
-        cx.load_tasks(tmp_path / "nowhere")
+        load_tasks(tmp_path / "nowhere")
     empty = _write(tmp_path / "empty" / "tasks.jsonl", "\n")
     with pytest.raises(ValueError, match=f"{empty / 'tasks.jsonl'}.*empty"):
-        cx.load_tasks(empty)
+        load_tasks(empty)
     broken = _write(tmp_path / "broken" / "tasks.jsonl", "{oops\n" + json.dumps(ROW) + "\n")
     with pytest.raises(ValueError, match=r"tasks.jsonl:1 is not valid JSON"):
-        cx.load_tasks(broken)
+        load_tasks(broken)
     lacking = _write(tmp_path / "lacking" / "tasks.jsonl", json.dumps({"step": 0}) + "\n")
     with pytest.raises(ValueError, match=r"tasks.jsonl: row 1: task record lacks \['proposer'"):
-        cx.load_tasks(lacking)
+        load_tasks(lacking)
 
 
 def test_find_runs(tmp_path):
@@ -589,7 +590,7 @@ def _written_run(path: Path, steps_with_programs: dict[int, int], n_steps: int =
         rows.append({"step": step, "proposer": "agent", "kind": "code_o", "program": "", "valid": False})
     path.mkdir()
     (path / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return cx.analyse_run(path)
+    return analyse_run(path)
 
 
 def test_complexity_windows_are_fixed_steps_with_counts_and_a_floor(tmp_path):

@@ -7,8 +7,8 @@ import pytest
 from populora_nb.analysis.compute import BAND, compute_table, per_adapter_ratios, run_compute
 from populora_nb.config import load_config
 from populora_nb.loop import run
+from populora_nb.policy import Completion
 from populora_nb.presets import EXPECTED_LENGTHS
-from populora_nb.stages import Completion
 from tests.scripted import ScriptedPolicy
 
 

@@ -162,3 +162,18 @@ def test_one_trueskill_env_per_run():
     assert trueskill_env(a) is trueskill_env(b)
     other = load_config("tiny", {"matchmaking": {"beta": 2.0}})
     assert trueskill_env(other) is not trueskill_env(a) and trueskill_env(other).beta == 2.0
+
+
+def test_config_knows_every_operator_name_and_checks_a_mix_like_evolution():
+    """config checks a mix without tensor code, from its own list of names: the list must be the
+    operators module's registry, or a new operator would be refused (or a removed one accepted)."""
+    from populora_nb.config import OPERATOR_NAMES
+    from populora_nb.evolution import OperatorMix
+    from populora_nb.operators import OPERATORS
+
+    assert OPERATOR_NAMES == set(OPERATORS)
+    for bad in ({"no_such_operator": 1.0}, {"dare": -1.0}, {"dare": 0.0}):
+        with pytest.raises(ConfigError):
+            load_config("tiny", {"evolution.operators": bad})
+        with pytest.raises(ValueError):
+            OperatorMix(bad)

@@ -145,7 +145,7 @@ def test_copying_that_rises_does_not_make_new_programs_look_simpler(tmp_path):
     """A synthetic run: new programs of one fixed complexity every step, and a rising share of copies
     of the identity seed (depth 3). Measured over new programs, complexity stays flat while the copy
     rate rises; measured over every valid program (the earlier rule), it falls: the bias."""
-    from populora_nb.analysis.complexity import analyse_run
+    from populora_nb.analysis.frames import analyse_run
 
     rows, fresh = [], 0
     for step in range(10):

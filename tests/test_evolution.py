@@ -25,10 +25,9 @@ from populora_nb.evolution import (
     fitness,
     inherit_rating,
     plan_replacement,
-    retention_curves,
-    simulate_lineage,
     tournament_select,
 )
+from populora_nb.evolution_simulations import simulate_lineage
 from populora_nb.lowrank import LoRAPair, delta_weight, lora_svd, relative_change, singular_values
 from populora_nb.operators import (
     OPERATORS,
@@ -46,6 +45,7 @@ from populora_nb.operators import (
     mutation_svd_structured,
     synthetic_factors,
 )
+from populora_nb.retention import retention_curves
 
 matplotlib.use("Agg")
 R = 6

@@ -5,7 +5,7 @@ import math
 import random
 
 from populora_nb.config import load_config
-from populora_nb.evolution import newborn_fate
+from populora_nb.evolution_simulations import newborn_fate
 
 
 def _culled_rate_and_bound(fates) -> tuple[float, float]:

@@ -1,7 +1,10 @@
 """Runs as tables (populora_nb.analysis.frames): one row per record, the documented columns, and a
 seed protocol or a sweep as one frame labelled by seed and run."""
 
+import ast
 import math
+import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -11,6 +14,7 @@ from populora_nb.analysis.frames import TASK_COLUMNS, load_frames
 from populora_nb.analysis.synthetic import write_synthetic_experiment
 from populora_nb.config import load_config
 from populora_nb.loop import run
+from populora_nb.records import STREAMS
 from populora_nb.state import roster_for
 from tests.scripted import ScriptedLoRA
 
@@ -39,7 +43,7 @@ def tiny_run(tmp_path_factory, tiny_base, verifier):
 
 
 def test_a_tiny_runs_frames_hold_one_row_per_record_and_the_documented_columns(tiny_run):
-    frames = populora_nb.load_frames(tiny_run.path)  # the package-level name, imported lazily
+    frames = load_frames(tiny_run.path)
     for stream in ("tasks", "metrics", "matches", "lineage", "probe"):  # tiny probes at steps 0 and 2
         records = tiny_run.read(stream)
         assert records, f"the tiny run wrote no {stream}"
@@ -107,3 +111,58 @@ def test_frames_are_pandas_and_pandas_is_not_imported_by_the_package():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
     assert isinstance(load_frames.__annotations__, dict) and pd.DataFrame is not None
+
+
+# ----------------------------------------------------------------------------- one reader of the records
+PACKAGE = Path(populora_nb.__file__).resolve().parent
+STREAM_FILE = re.compile(r"^(metrics|tasks|matches|lineage|probe)\.jsonl(\.gz)?$")
+DOORS = {PACKAGE / "records.py", PACKAGE / "analysis" / "frames.py"}
+"""The writer (and resume's reader) of the run streams, and the analyses' one door to them."""
+
+
+def stream_readers(path: Path, analysis: bool) -> list[str]:
+    """Where ``path`` reads a run stream itself: a function that names a stream file and parses JSON,
+    or (an analysis module) a ``.read("<stream>")`` or ``.stream_file(...)`` call: a second reader."""
+    found = []
+    for fn in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        nodes = list(ast.walk(fn))
+        names = any(
+            isinstance(n, ast.Constant) and isinstance(n.value, str) and STREAM_FILE.match(n.value) for n in nodes
+        )
+        calls = [n.func.attr for n in nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)]
+        if names and {"loads", "load"} & set(calls):
+            found.append(f"{path.name}:{fn.lineno} parses a stream file")
+        for n in nodes:
+            if analysis and isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
+                arg = n.args[0] if n.args else None
+                named = isinstance(arg, ast.Constant) and arg.value in STREAMS
+                if (n.func.attr == "read" and named) or n.func.attr == "stream_file":
+                    found.append(f"{path.name}:{n.lineno} reads a stream past the frames")
+    return sorted(set(found))
+
+
+def test_the_records_module_and_the_frames_are_the_only_readers_of_the_run_streams():
+    found = [
+        hit
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path not in DOORS
+        for hit in stream_readers(path, analysis=path.parent.name == "analysis")
+    ]
+    assert found == []
+
+
+def test_the_reader_check_sees_a_second_reader(tmp_path):
+    """Cases built to fail: the JSONL parsed by hand, and an analysis reading a stream past the frames."""
+    by_hand = tmp_path / "by_hand.py"
+    by_hand.write_text(
+        "import json\n"
+        "def load(run_dir):\n"
+        "    return [json.loads(l) for l in (run_dir / 'tasks.jsonl').read_text().splitlines()]\n"
+    )
+    past = tmp_path / "past.py"
+    past.write_text("def rows(rd):\n    return rd.read('metrics')\n")
+    assert stream_readers(by_hand, analysis=False) == ["by_hand.py:2 parses a stream file"]
+    assert stream_readers(past, analysis=True) == ["past.py:2 reads a stream past the frames"]
+    assert stream_readers(past, analysis=False) == []  # orchestration reads through records.RunDir

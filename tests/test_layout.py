@@ -1,6 +1,7 @@
-"""The package's shape, checked so it cannot drift back: no import cycles, a bare `import populora_nb`
-pulls in no model or optional backend, modules stay readable in size, notebooks never reach into the
-test tree, and a non-editable install (no source checkout beside it) runs a step."""
+"""The package's shape, checked so it cannot drift back: no import cycles (imports inside functions
+counted), imports only downwards through the layers (`LAYERS`), no package import inside a function,
+a bare `import populora_nb` pulls in no model or optional backend, modules stay readable in size,
+notebooks never reach into the test tree, and a non-editable install (no source checkout beside it) runs a step."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import venv
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,60 +27,79 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def top_level_imports(path: Path, package: str = "") -> set[str]:
-    """populora_nb modules imported when `path` is imported: module-level statements only (a
-    function-level import is deliberate laziness; `if TYPE_CHECKING:` blocks never run). `package`
-    resolves relative imports (default: the package `path` lives in)."""
+@dataclass(frozen=True)
+class PackageImport:
+    module: str
+    """The populora_nb module (or package) imported."""
+    line: int
+    in_function: bool
+    """Inside a function or method body: run on the call, not on import, and still an edge of the graph."""
+
+
+def package_imports(path: Path, package: str = "") -> list[PackageImport]:
+    """Every populora_nb import of the file at `path`, at module level or inside a function, except
+    under ``if TYPE_CHECKING:`` (never run). ``from pkg import name`` also counts ``pkg.name`` (it may
+    be a module). `package` resolves relative imports (default: the package `path` lives in)."""
     tree = ast.parse(path.read_text())
-    found: set[str] = set()
     if not package:
         package = module_name(path).rsplit(".", 1)[0] if path.name != "__init__.py" else module_name(path)
+    found: list[PackageImport] = []
 
-    def visit(nodes: list[ast.stmt]) -> None:
-        for node in nodes:
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-                visit(node.orelse)
-                continue
-            if isinstance(node, ast.Try | ast.If):
-                visit(node.body)
-                visit(node.orelse)
-                continue
-            if isinstance(node, ast.Import):
-                found.update(a.name for a in node.names if a.name.startswith("populora_nb"))
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + [base]).strip(".")
-                if base.startswith("populora_nb"):
-                    found.add(base)
-                    found.update(f"{base}.{a.name}" for a in node.names)  # `from pkg import module`
+    def visit(node: ast.AST, in_function: bool) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child, in_function)
+            return
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + [base]).strip(".")
+            names = [base, *(f"{base}.{a.name}" for a in node.names)]
+        found.extend(PackageImport(n, node.lineno, in_function) for n in names if n.startswith("populora_nb"))
+        inside = in_function or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+        for child in ast.iter_child_nodes(node):
+            visit(child, inside)
 
-    visit(tree.body)
+    visit(tree, False)
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    graph = {}
-    for name, path in modules.items():
-        # Explicit edges only: `from populora_nb.verify import Verifier` is an edge to the package, but
-        # the implicit run of a parent __init__ is not (a submodule never needs its parent's names).
-        graph[name] = {d for d in top_level_imports(path) if d in modules and d != name}
-    return graph
+def package_of(name: str, path: Path) -> str:
+    return name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
 
 
-def test_no_import_cycles():
-    graph = import_graph()
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def import_graph(found: dict[str, Path] | None = None) -> dict[str, set[str]]:
+    """module -> the package modules it imports, at module level or inside functions."""
+    found = modules() if found is None else found
+    # Explicit edges only: `from populora_nb.verify import Verifier` is an edge to the package, but
+    # the implicit run of a parent __init__ is not (a submodule never needs its parent's names).
+    return {
+        name: {
+            i.module for i in package_imports(path, package_of(name, path)) if i.module in found and i.module != name
+        }
+        for name, path in found.items()
+    }
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     state: dict[str, int] = {}
     stack: list[str] = []
-    cycles: list[list[str]] = []
+    found: list[list[str]] = []
 
     def dfs(node: str) -> None:
         state[node] = 1
         stack.append(node)
         for dep in sorted(graph[node]):
             if state.get(dep) == 1:
-                cycles.append(stack[stack.index(dep) :] + [dep])
+                found.append(stack[stack.index(dep) :] + [dep])
             elif dep not in state:
                 dfs(dep)
         stack.pop()
@@ -87,16 +108,158 @@ def test_no_import_cycles():
     for node in sorted(graph):
         if node not in state:
             dfs(node)
-    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+    return found
 
 
-def test_the_cycle_check_sees_a_cycle(tmp_path):
-    """The checker itself: two modules importing each other at module level are reported."""
-    a, b = tmp_path / "a.py", tmp_path / "b.py"
-    a.write_text("from populora_nb.b import x\n")
-    b.write_text("import populora_nb.a\nif TYPE_CHECKING:\n    from populora_nb.c import y\n")
-    assert top_level_imports(a, "populora_nb") == {"populora_nb.b", "populora_nb.b.x"}
-    assert top_level_imports(b, "populora_nb") == {"populora_nb.a"}  # TYPE_CHECKING imports do not count
+# The layers, lowest first: a module imports only from its own layer or below (STYLE.md rule 12).
+# A name covers the module and everything under it; the longest name that covers a module decides.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # a leaf: the dataclasses and their checks, presets as data, the errors
+    ("config", ("populora_nb.errors", "populora_nb.presets", "populora_nb.config")),
+    # the sandbox the algorithm calls, and the Task it returns
+    ("verifier", ("populora_nb.verify", "populora_nb.tasks")),
+    # the paper's algorithm: pure, no model code, no records; `Policy` is its interface to a model
+    (
+        "algorithm",
+        (
+            "populora_nb.buffers",
+            "populora_nb.prompts",
+            "populora_nb.copies",
+            "populora_nb.rewards",
+            "populora_nb.rl",
+            "populora_nb.matchmaking",
+            "populora_nb.operators",
+            "populora_nb.lowrank",
+            "populora_nb.evolution",
+            "populora_nb.evolution_simulations",
+            "populora_nb.policy",
+            "populora_nb.stages",
+            "populora_nb.state",
+            "populora_nb.step",
+            "populora_nb.step_records",
+        ),
+    ),
+    ("model", ("populora_nb.model",)),
+    (
+        "orchestration",
+        (
+            "populora_nb.records",
+            "populora_nb.checkpoints",
+            "populora_nb.loop",
+            "populora_nb.probe",
+            "populora_nb.warmup",
+            "populora_nb.solver_warmup",
+            "populora_nb.retention",
+            "populora_nb.tracking",
+        ),
+    ),
+    # read runs: curves, figures, benchmark scores, the report
+    ("analysis", ("populora_nb.analysis", "populora_nb.evaluation")),
+    # what a user calls: the CLI and the drivers that train, evaluate and then report
+    (
+        "entry points",
+        (
+            "populora_nb",
+            "populora_nb.__main__",
+            "populora_nb.experiment",
+            "populora_nb.pilot",
+            "populora_nb.seed_protocol",
+            "populora_nb.sweep",
+            "populora_nb.doctor",
+        ),
+    ),
+)
+
+
+def layer_of(module: str, layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYERS) -> int:
+    """The index of the layer whose longest name covers `module`; KeyError for a module in none."""
+    covering = [
+        (len(name), i)
+        for i, (_, names) in enumerate(layers)
+        for name in names
+        if module == name or (module.startswith(name + ".") and name != "populora_nb")
+    ]
+    if not covering:
+        raise KeyError(f"{module} is in no layer of tests/test_layout.py's LAYERS: add it to one")
+    return max(covering)[1]
+
+
+def upward_imports(graph: dict[str, set[str]], layers=LAYERS) -> list[str]:
+    """`module (layer) -> dep (layer)` for every import of a module from a layer above its own."""
+    out = []
+    for module, deps in sorted(graph.items()):
+        for dep in sorted(deps):
+            if layer_of(dep, layers) > layer_of(module, layers):
+                here, there = layers[layer_of(module, layers)][0], layers[layer_of(dep, layers)][0]
+                out.append(f"{module} ({here}) -> {dep} ({there})")
+    return out
+
+
+def test_no_import_cycles_counting_imports_inside_functions():
+    found = cycles(import_graph())
+    assert not found, "import cycles: " + "; ".join(" -> ".join(c) for c in found)
+
+
+def test_the_cycle_check_sees_a_cycle_through_a_function_level_import(tmp_path):
+    """The checker itself: a cycle closed by an import inside a function is still a cycle, and an
+    import under TYPE_CHECKING is not an edge."""
+    pkg = tmp_path / "populora_nb"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("from populora_nb.b import x\n")
+    (pkg / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from populora_nb.c import y\n"
+        "def f():\n    import populora_nb.a\n"
+    )
+    (pkg / "c.py").write_text("")
+    found = {f"populora_nb.{n}": pkg / f"{n}.py" for n in "abc"}
+    imports = package_imports(pkg / "b.py", "populora_nb")
+    assert [(i.module, i.in_function) for i in imports] == [("populora_nb.a", True)]
+    graph = import_graph(found)
+    assert graph == {"populora_nb.a": {"populora_nb.b"}, "populora_nb.b": {"populora_nb.a"}, "populora_nb.c": set()}
+    assert cycles(graph) == [["populora_nb.a", "populora_nb.b", "populora_nb.a"]]
+
+
+def test_every_module_is_in_a_layer_and_imports_only_downwards():
+    graph = import_graph()
+    for module in graph:
+        layer_of(module)  # raises, naming the module, if it is in no layer
+    assert not upward_imports(graph), "imports from a layer above: " + "; ".join(upward_imports(graph))
+
+
+@pytest.mark.parametrize(
+    "above",
+    [
+        "populora_nb.model.policy",
+        "populora_nb.model",
+        "populora_nb.records",
+        "populora_nb.loop",
+        "populora_nb.analysis.frames",
+        "populora_nb.__main__",
+    ],
+)
+def test_an_algorithm_module_importing_model_code_records_or_anything_above_fails(tmp_path, above):
+    """The layer check itself, on a module written to break it: an algorithm module (`rewards`)
+    importing model code, the records or anything above, even inside a function, is reported; the
+    same import from the entry points' layer is not."""
+    path = tmp_path / "rewards.py"
+    path.write_text(f"def reward():\n    import {above}\n    return 0.0\n")
+    graph = {"populora_nb.rewards": {i.module for i in package_imports(path, "populora_nb")}}
+    assert upward_imports(graph) == [f"populora_nb.rewards (algorithm) -> {above} ({LAYERS[layer_of(above)][0]})"]
+    assert not upward_imports({"populora_nb.experiment": {above}})
+    assert not upward_imports({"populora_nb.rewards": {"populora_nb.config", "populora_nb.verify", "populora_nb.rl"}})
+
+
+def test_no_package_import_inside_a_function():
+    """An import inside a function is for an optional dependency (trueskill, vllm, unsloth, ray,
+    ...), never a module of this package: such an import hides an edge of the graph from a reader
+    (and used to hide cycles). Every module is checked."""
+    inner = [
+        f"{name}:{i.line} {i.module}"
+        for name, path in sorted(modules().items())
+        for i in package_imports(path)
+        if i.in_function and i.module in modules()
+    ]
+    assert not inner, f"{len(inner)} package imports inside functions: " + "; ".join(inner)
 
 
 def test_import_populora_nb_loads_no_model_or_optional_backend():

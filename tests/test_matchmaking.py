@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import trueskill
 
-from populora_nb.config import ConfigError, load_config
+from populora_nb.config import ConfigError, load_config, reachable_band
 from populora_nb.evolution import fitness
 from populora_nb.matchmaking import (
     Game,
@@ -20,7 +20,6 @@ from populora_nb.matchmaking import (
     make_trueskill,
     pfsp_pairs,
     pfsp_weights,
-    reachable_band,
     reference_rating,
     round_robin_pairs,
     solve_rate_matrix,

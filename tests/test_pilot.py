@@ -68,7 +68,8 @@ def test_candidates_with_one_warmup_setting_share_one_warmup_and_the_table_count
     rows = run_pilot("tiny", tmp_path / "pilot", steps=1, candidates=candidates, extra=warm, say=lambda m: None)
     a, b = (tmp_path / "pilot" / n for n in ("a", "b"))
     assert json.loads((b / "stages.json").read_text())["warmup"]["seconds"] == 0.0  # adopted, not rerun
-    assert (a / "warmup" / "factors.safetensors").read_bytes() == (b / "warmup" / "factors.safetensors").read_bytes()
+    adapter = "adapter_model.safetensors"
+    assert (a / "warmup" / adapter).read_bytes() == (b / "warmup" / adapter).read_bytes()
     assert [r.population.steps for r in rows] == [1, 1] and rows[1].population.valid_matches is not None
     md = write_pilot(rows, tmp_path / "table", "tiny", 1).read_text()
     assert md.count("| baseline |") == 4 and md.count("| population |") == 4  # the band table and the new-task table

@@ -6,7 +6,7 @@ import torch
 from safetensors.torch import load_file
 
 from populora_nb.model.policy import LoRAPolicy
-from populora_nb.stages import Sample
+from populora_nb.policy import Sample
 
 LEGACY = Path(__file__).parent / "fixtures" / "legacy_policy"
 """A policy checkpoint written by the code before issue #15 (population.json with integer ids,
@@ -82,7 +82,7 @@ def test_update_scores_at_the_sampling_temperature(tiny_base, monkeypatch):
     sampling temperature to every batch it trains on (log-probs of logits / T)."""
     from populora_nb.config import load_config
     from populora_nb.model.policy import LoRAPolicy
-    from populora_nb.stages import Sample
+    from populora_nb.policy import Sample
 
     cfg = load_config("tiny", {"sampling.temperature": 0.7})
     policy = LoRAPolicy.create(cfg, [("T0", "teacher")], base=tiny_base)

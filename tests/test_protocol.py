@@ -30,8 +30,8 @@ from populora_nb.analysis.protocol_series import (
     coverage_window_units,
     expected_distinct,
     final_ranking,
-    load_run,
     rating_spread_series,
+    run_records,
 )
 from populora_nb.analysis.synthetic import random_program, write_synthetic_experiment
 from populora_nb.analysis.windows import complexity_windows
@@ -131,8 +131,8 @@ def _task_run(path, rhos_per_step, program="def f(x):\n    return x + 1"):
 def test_the_band_share_counts_played_tasks_in_0_rho_1_per_step_whatever_their_number(tmp_path):
     """Issue #31: the band share is a share of each step's played tasks, so a run that plays four times
     as many tasks with the same mix scores the same; ρ = 0 and ρ = 1 are outside the band."""
-    few = load_run(_task_run(tmp_path / "few", [[0.0, 0.5], [1.0, 1.0], [0.25, 0.75, 0.0, 1.0]]))
-    many = load_run(_task_run(tmp_path / "many", [[0.0, 0.5] * 4, [1.0] * 8, [0.25, 0.75, 0.0, 1.0] * 4]))
+    few = run_records(_task_run(tmp_path / "few", [[0.0, 0.5], [1.0, 1.0], [0.25, 0.75, 0.0, 1.0]]))
+    many = run_records(_task_run(tmp_path / "many", [[0.0, 0.5] * 4, [1.0] * 8, [0.25, 0.75, 0.0, 1.0] * 4]))
     assert few.series(BAND_KEY) == {0: 0.5, 1: 0.0, 2: 0.5}
     assert many.series(BAND_KEY) == few.series(BAND_KEY)
     assert BAND_KEY in HEADLINE
@@ -172,7 +172,7 @@ def test_coverage_rewards_diversity_not_volume(tmp_path):
     # Counted raw, the 3x run "covers" far more: the confound the rarefaction removes.
     raw = {
         run: np.mean([expected_distinct(u, len(u)) for e in exps for u in coverage_window_units(
-            load_run(e / run).analysis, "coverage/ngrams", 2)])
+            run_records(e / run).analysis, "coverage/ngrams", 2)])
         for run in ("baseline", "population")
     }  # fmt: skip
     raw_gap = raw["population"] - raw["baseline"]
@@ -231,7 +231,7 @@ def test_a_member_that_always_loses_ranks_last_and_spreads_the_ratings(tmp_path)
         _run(e / "baseline", [0.5] * 12, members=("agent",))  # no ratings: a single agent plays no matches
         _rated_run(e / "population", seed=k)
         exps.append(e)
-        assert final_ranking(load_run(e / "population").metrics)[-1] == "T2"
+        assert final_ranking(run_records(e / "population").metrics)[-1] == "T2"
     (c,) = compare(exps, keys=("rating/mu_spread",), window=3)
     assert c.runs["baseline"].seeds == () and math.isnan(c.difference)
     assert comparison_table([c])[1][2] == "n/a (no ratings)"
@@ -268,7 +268,7 @@ def test_the_report_writes_tables_numbers_and_a_figure_per_series(tmp_path):
     base = sloc["runs"]["baseline"]
     assert base["seeds"] == ["seed-0", "seed-1", "seed-2"]
     # complexity: pooled over fixed step windows, the first and last 5 of the 10 steps
-    start, end = complexity_windows(load_run(exps[1] / "baseline").analysis, "sloc", 5)
+    start, end = complexity_windows(run_records(exps[1] / "baseline").analysis, "sloc", 5)
     assert (start.first, start.last, end.first, end.last) == (0, 4, 5, 9) and min(start.n, end.n) >= 5
     assert (base["start"]["seed-1"], base["end"]["seed-1"]) == pytest.approx((start.value, end.value))
     assert (
@@ -389,7 +389,7 @@ def test_the_committed_protocol_is_what_the_analysis_writes_and_claims_only_its_
     assert "floor-bound" in md and "## Complexity in fixed step windows" in md
     # Streams over 100 KB are committed compressed and read the same.
     assert (CURRENT_SEEDS[0] / "population" / "tasks.jsonl.gz").is_file()
-    assert load_run(CURRENT_SEEDS[0] / "population").played
+    assert run_records(CURRENT_SEEDS[0] / "population").played
 
 
 def test_repeats_are_their_own_series_and_leave_the_non_repeat_band_and_rho(tmp_path):
@@ -406,7 +406,7 @@ def test_repeats_are_their_own_series_and_leave_the_non_repeat_band_and_rho(tmp_
         {**task, "step": 2, "program": "def f(x):\n    return x + 1", "solve_rate": 1.0},
     ]
     (path / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    run = load_run(path)
+    run = run_records(path)
     assert run.series("repeats/repeat_rate") == {0: 0.0, 1: 0.5, 2: 1.0}
     assert run.series("rho/repeats") == {1: 0.75, 2: 1.0} and run.series("rho/non_repeats") == {0: 0.25, 1: 0.0}
     assert run.series("band/share_non_repeats") == {0: 1.0, 1: 0.0} and run.series(BAND_KEY)[1] == 0.5

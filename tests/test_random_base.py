@@ -10,13 +10,14 @@ import pytest
 import torch
 
 from populora_nb.config import ConfigError, ModelConfig, load_config
-from populora_nb.model.base import ModelLoadError, byte_tokenizer, load_base
+from populora_nb.model.base import load_base
 from populora_nb.model.random_base import (
     ARCHITECTURE_DIR,
     ARCHITECTURES,
     architecture,
     parameter_count,
 )
+from populora_nb.model.sources import ModelLoadError, byte_tokenizer
 
 
 @pytest.mark.parametrize(

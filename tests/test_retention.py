@@ -14,7 +14,6 @@ import torch
 
 from populora_nb.buffers import TaskBuffer
 from populora_nb.config import load_config
-from populora_nb.evolution import retention_curves
 from populora_nb.lowrank import LoRAPair
 from populora_nb.matchmaking import Rating
 from populora_nb.model.policy import LoRAPolicy
@@ -25,6 +24,7 @@ from populora_nb.retention import (
     draw_tasks,
     fittest,
     load_population,
+    retention_curves,
     retention_pool,
     run_retention,
     student_train_and_score,

@@ -24,7 +24,7 @@ from populora_nb.model.multilora import checkpointing
 from populora_nb.model.policy import LoRAPolicy
 from populora_nb.model.scoring import lm_completion_logprobs
 from populora_nb.model.shared_prompt import grouped_order, prompt_groups, shared_prompt_logprobs
-from populora_nb.stages import Sample
+from populora_nb.policy import Sample
 
 ROSTER = list(roles_for(2, 3).items())  # T0 T1 S0 S1 S2
 PROMPTS = [

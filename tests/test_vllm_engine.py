@@ -23,7 +23,7 @@ from scripted import VLLM_OVERRIDES
 from populora_nb.config import load_config
 from populora_nb.model import vllm_engine
 from populora_nb.model.vllm_engine import EngineError, VLLMEngine, lora_slot_rank
-from populora_nb.stages import Sample
+from populora_nb.policy import Sample
 
 if importlib.util.find_spec("vllm") is None:
     if os.environ.get("CI"):

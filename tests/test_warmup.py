@@ -9,11 +9,15 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import save_file
 from scripted import BAD_PROGRAM, GOOD_PROGRAM, ScriptedPolicy
 
 from populora_nb import warmup
 from populora_nb.config import load_config
 from populora_nb.errors import UserInputError
+from populora_nb.lowrank import LoRAPair
+from populora_nb.model import sft
+from populora_nb.model.checkpoint import read_adapter, write_peft_adapter
 from populora_nb.model.policy import LoRAPolicy
 from populora_nb.prompts import parse_proposal
 from populora_nb.stages import Proposed
@@ -66,9 +70,9 @@ def test_collect_keeps_verifier_accepted_proposals_and_reads_no_benchmark(monkey
     assert len({(e.program, e.inputs) for e in examples}) == len(examples)
 
 
-def _examples(n: int) -> list[warmup.Example]:
+def _examples(n: int) -> list[sft.Example]:
     return [
-        warmup.Example("code_o", f"Write a puzzle {i}", f"def f(x):\n    return x * {i % 3}", None, "", ())
+        sft.Example("code_o", f"Write a puzzle {i}", f"def f(x):\n    return x * {i % 3}", None, "", ())
         for i in range(n)
     ]
 
@@ -77,13 +81,13 @@ def test_fine_tune_lowers_the_examples_loss_and_saved_factors_start_every_member
     config = load_config("tiny", {"warmup.epochs": 6, "warmup.sft_batch": 4, "lora.lr": 5e-3, "run.agent": "baseline"})
     policy = LoRAPolicy.create(config, [(warmup.MEMBER, warmup.MEMBER)])
     before = policy.population.factors(warmup.MEMBER)
-    losses = warmup.fine_tune(policy, _examples(8), config, seed=0)
+    losses = sft.fine_tune(policy, _examples(8), config, seed=0)
     assert len(losses) == 6 * 2
     assert sum(losses[-2:]) < sum(losses[:2])  # the same examples, fitted
     after = policy.population.factors(warmup.MEMBER)
     assert any(not torch.equal(before[n].B, after[n].B) for n in before)
 
-    warmup.save_factors(tmp_path / warmup.FACTORS, after, config)
+    write_peft_adapter(tmp_path, after, config.lora, config.model.name, {"id": warmup.MEMBER})
     pop_config = load_config("tiny", {"lora.warmup": str(tmp_path)})
     members = LoRAPolicy.create(pop_config, [("T0", "teacher"), ("S0", "student")])
     for name in members.members:
@@ -94,12 +98,37 @@ def test_fine_tune_lowers_the_examples_loss_and_saved_factors_start_every_member
 def test_warmup_factors_from_other_settings_or_missing_are_refused(tmp_path):
     config = load_config("tiny", {"run.agent": "baseline"})
     policy = LoRAPolicy.create(config, [(warmup.MEMBER, warmup.MEMBER)])
-    with pytest.raises(UserInputError, match="no factors.safetensors"):
-        warmup.load_factors(tmp_path, config)
-    warmup.save_factors(tmp_path / warmup.FACTORS, policy.population.factors(warmup.MEMBER), config)
+    with pytest.raises(UserInputError, match="no adapter there"):
+        read_adapter(tmp_path, config.lora, config.model.name)
+    write_peft_adapter(tmp_path, policy.population.factors(warmup.MEMBER), config.lora, config.model.name, {})
     other = load_config("tiny", {"lora.rank": 8})
     with pytest.raises(UserInputError, match="rank"):
-        warmup.load_factors(tmp_path, other)
+        read_adapter(tmp_path, other.lora, other.model.name)
+    with pytest.raises(UserInputError, match="lora.warmup"):
+        LoRAPolicy.create(load_config("tiny", {"lora.rank": 8, "lora.warmup": str(tmp_path)}), [("T0", "teacher")])
+
+
+def test_a_warmup_adapter_written_by_an_earlier_version_still_starts_every_member(tmp_path):
+    """Earlier versions wrote the warm-up adapter as one factors.safetensors ({module}.A / .B, rank,
+    alpha and model in its metadata): such a directory still loads, factor for factor, and its
+    settings are still checked."""
+    config = load_config("tiny", {"run.agent": "baseline"})
+    policy = LoRAPolicy.create(config, [(warmup.MEMBER, warmup.MEMBER)])
+    gen = torch.Generator().manual_seed(3)
+    old = {
+        n: LoRAPair(torch.randn(f.A.shape, generator=gen), torch.randn(f.B.shape, generator=gen))
+        for n, f in policy.population.factors(warmup.MEMBER).items()
+    }
+    tensors = {f"{n}.{part}": getattr(pair, part).contiguous() for n, pair in old.items() for part in ("A", "B")}
+    meta = {"rank": str(config.lora.rank), "alpha": str(config.lora.alpha), "model": config.model.name}
+    save_file(tensors, str(tmp_path / "factors.safetensors"), metadata=meta)
+    members = LoRAPolicy.create(load_config("tiny", {"lora.warmup": str(tmp_path)}), [("T0", "teacher")])
+    got = members.population.factors("T0")
+    assert got.keys() == old.keys()
+    assert all(torch.equal(got[n].A, old[n].A) and torch.equal(got[n].B, old[n].B) for n in old)
+    save_file(tensors, str(tmp_path / "factors.safetensors"), metadata={**meta, "rank": "8"})
+    with pytest.raises(UserInputError, match="rank"):
+        read_adapter(tmp_path, config.lora, config.model.name)
 
 
 def test_experiment_warmup_stage_is_shared_by_both_runs(tmp_path):
@@ -210,11 +239,13 @@ def test_the_solver_warmup_fine_tunes_on_correct_answers_and_measures_on_held_ou
     config = load_config("tiny", {"tasks.kinds": ["code_o"], "warmup.solver": True, "warmup.solver_samples": 2})
     collect_buffers, measure_buffers = warmup.split_seeds(initial_state(config, verifier).buffers, config.run.seed)
     triple = Task("code_o", "def f(x):\n    return x * 3", ("4",), ("12",))
-    proposal = warmup.Example("code_o", "p", GOOD_PROGRAM.format(n=4), None, triple.program, ("4",), triple)
+    proposal = sft.Example("code_o", "p", GOOD_PROGRAM.format(n=4), None, triple.program, ("4",), triple)
     # accepted by a held-out proposer round, but its program is a training task's: never measured on
     seen_in_training = Task("code_o", triple.program, ("5",), ("15",))
     tuned: list = []
-    monkeypatch.setattr(warmup, "fine_tune", lambda policy, examples, cfg, seed: tuned.append(examples) or [1.0, 0.5])
+    monkeypatch.setattr(
+        solver_warmup, "fine_tune", lambda policy, examples, cfg, seed: tuned.append(examples) or [1.0, 0.5]
+    )
     policy = ScriptedPolicy(tokenizer)  # answers f(x) = 3x questions right, every seed question wrong
     report, examples = solver_warmup.run_solver_warmup(
         config, policy, verifier, [proposal], collect_buffers, measure_buffers, [seen_in_training], warmup.MEMBER

@@ -252,7 +252,7 @@ def test_run_shows_one_progress_line_from_the_start(tmp_path, capsys):
 
     from populora_nb.config import load_config
     from populora_nb.loop import run
-    from populora_nb.model.base import bundled_tokenizer
+    from populora_nb.model.sources import bundled_tokenizer
 
     cfg = load_config("tiny", {"run.agent": "baseline", "run.steps": 2})
     run(cfg, tmp_path / "b", policy=ScriptedPolicy(bundled_tokenizer(cfg.model)))

@@ -1,8 +1,9 @@
 """Reading runs: curriculum complexity and coverage, compute, the seed protocol, plots, the dashboard
 and the report. Nothing here trains; everything reads a run directory's records.
 
-  runs              find_runs: the run directories an experiment (or notebook) reads
-  frames            load_frames: a run, an experiment, a seed protocol or a sweep as pandas tables
+  runs              find_run_dirs / find_runs: the one run finder
+  frames            load_frames: a run, an experiment, a seed protocol or a sweep as pandas tables,
+                    and the analyses' one reader of the records (records, load_tasks, step_mean)
   explorer          ipywidgets filters over those tables that leave a static record (notebook 08)
   complexity        per-program metrics of what proposers wrote, the collapse detector
   coverage          problem-space coverage at equal sample sizes (rarefaction)

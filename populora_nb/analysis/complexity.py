@@ -59,7 +59,6 @@ import ast
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -67,16 +66,12 @@ from radon.complexity import ComplexityVisitor
 from radon.raw import analyze as radon_raw
 
 from populora_nb.analysis.coverage import ast_shape, identifier, io_signature, ngram_features
-from populora_nb.copies import classify_rows, repeat_rows, start_fingerprints
-from populora_nb.records import RunDir
 
 COMPLEXITY_FIELDS: tuple[str, ...] = ("ast_depth", "cc_total", "sloc", "n_variables")
 """The four metrics the paper plots; the collapse detector trends these."""
 _TAGS = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
-_REQUIRED = ("step", "proposer", "kind", "program", "valid")
 
 
-# ----------------------------------------------------------------------------- loading records
 @dataclass(frozen=True)
 class TaskRecord:
     """One line of a run's ``tasks.jsonl``: a proposed task, valid or not."""
@@ -99,47 +94,6 @@ class TaskRecord:
     runs recorded before the loop classed them (reference and earlier not told apart); None if invalid."""
     repeat: bool | None = None
     """A valid task with the same program and input as a task met before (`copies.repeat_rows`)."""
-
-
-def load_tasks(run_dir: str | Path) -> list[TaskRecord]:
-    """Read ``run_dir/tasks.jsonl`` (or ``tasks.jsonl.gz``) through `RunDir.read` (a torn last line
-    from a kill is dropped); a missing or empty file, or a row that is not a task record, raises an
-    error naming the path."""
-    path = RunDir(Path(run_dir)).stream_file("tasks")  # tasks.jsonl, or a committed copy's .jsonl.gz
-    if not path.is_file():
-        raise FileNotFoundError(f"no task records at {path}: is {run_dir} a run directory?")
-    records = []
-    rows = RunDir(Path(run_dir)).read("tasks")
-    start = start_fingerprints(run_dir)
-    dicts = [r for r in rows if isinstance(r, dict)]
-    classes, repeats = classify_rows(dicts, start), repeat_rows(dicts, start)
-    for number, (row, copy, repeat) in enumerate(zip(rows, classes, repeats), start=1):
-        if not isinstance(row, dict):
-            raise ValueError(f"{path}: row {number} is not a JSON object")
-        missing = [key for key in _REQUIRED if key not in row]
-        if missing:
-            raise ValueError(f"{path}: row {number}: task record lacks {missing}")
-        rate = row.get("solve_rate")
-        records.append(
-            TaskRecord(
-                step=int(row["step"]),
-                proposer=str(row["proposer"]),
-                kind=str(row["kind"]),
-                program=str(row["program"]),
-                valid=bool(row["valid"]),
-                inputs=tuple(row.get("inputs") or ()),
-                outputs=tuple(row.get("outputs") or ()),
-                message=row.get("message") or "",
-                reason=row.get("reason"),
-                solver=row.get("solver"),
-                solve_rate=None if rate is None else float(rate),
-                copy=copy,
-                repeat=repeat,
-            )
-        )
-    if not records:
-        raise ValueError(f"{path} holds no complete task record (empty file)")
-    return records
 
 
 # ----------------------------------------------------------------------------- per-program metrics
@@ -363,12 +317,6 @@ def _share_series(marks: Sequence[tuple[CopyMark, bool]], window: int) -> StepSe
     return StepSeries(steps=steps, mean=table[:, 0], lo=table[:, 1], hi=table[:, 2], count=table[:, 3])
 
 
-def analyse_run(run_dir: str | Path, written: Literal["new", "all"] = "new") -> RunAnalysis:
-    """``analyse_tasks`` over the task records of one run directory (``tasks.jsonl``)."""
-    return analyse_tasks(load_tasks(run_dir), written)
-
-
-# ----------------------------------------------------------------------------- over steps
 @dataclass(frozen=True)
 class StepSeries:
     """A metric over steps: per step the mean, and a lower/upper band, of the pooled programs."""

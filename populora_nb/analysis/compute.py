@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from populora_nb.records import RunDir
+from populora_nb.analysis.frames import records
 
 KEYS = ("compute/generated_tokens", "compute/trained_tokens")
 BAND = 0.15
@@ -102,7 +102,7 @@ def compute_table(runs: Mapping[str, str | Path]) -> list[list[str]]:
     tokens per adapter and step, and the per-adapter ratio to the baseline agent with whether its
     trained tokens lie in the ±15% band; the population's total ratio (about n adapters under
     per-adapter matching) on its own row."""
-    records = {name: RunDir(Path(path)).read("metrics") for name, path in runs.items()}
+    by_run = {name: records(path, "metrics") for name, path in runs.items()}
     header = [
         "run",
         "adapters",
@@ -116,8 +116,8 @@ def compute_table(runs: Mapping[str, str | Path]) -> list[list[str]]:
         "total ratio to the agent (gen / train)",
     ]
     rows = [header]
-    base = run_compute("baseline", records["baseline"]) if "baseline" in records else None
-    for name, metrics in records.items():
+    base = run_compute("baseline", by_run["baseline"]) if "baseline" in by_run else None
+    for name, metrics in by_run.items():
         roles = [None, "teacher", "student"] if name != "baseline" and any("role" in r for r in metrics) else [None]
         for role in roles:
             c = run_compute(name, metrics, role)

@@ -32,7 +32,8 @@ from typing import TextIO
 
 from matplotlib.figure import Figure
 
-from populora_nb.records import RunDir
+from populora_nb.analysis import plots
+from populora_nb.analysis.frames import records
 from populora_nb.step_records import step_summary
 
 
@@ -87,7 +88,7 @@ class Dashboard:
         n_tasks: int = 5,
         stream: TextIO | None = None,
     ):
-        self.run = RunDir(Path(run_dir))
+        self.path = Path(run_dir)
         self.total, self.kinds, self.n_tasks = total_steps, tuple(kinds), n_tasks
         self.stream = stream or sys.stdout
         self.notebook = in_notebook()
@@ -99,7 +100,7 @@ class Dashboard:
     @property
     def history(self) -> list[dict]:
         """The metrics rows of the run so far (the records are the truth: a resume cuts them back)."""
-        return self.run.read("metrics")
+        return records(self.path, "metrics")
 
     def steps_done(self) -> int:
         """Steps with logged metrics."""
@@ -126,15 +127,13 @@ class Dashboard:
     def figure(self) -> Figure:
         """Solve rate per kind with the valid rate, and TrueSkill μ ± σ (population) or the rewards
         (baseline: it has no ratings). The step axis spans the whole run."""
-        from populora_nb.analysis import plots
-
         fig = Figure(figsize=(10, 3.4), dpi=96)
         a, b = fig.subplots(1, 2)
-        plots.plot_solve_rates({"run": self.run.path}, kinds=self.kinds, valid_rate=True, ax=a)
+        plots.plot_solve_rates({"run": self.path}, kinds=self.kinds, valid_rate=True, ax=a)
         if any(r.get("rating/mu") is not None for r in self.history):
-            plots.plot_ratings(self.run.path, ax=b)
+            plots.plot_ratings(self.path, ax=b)
         else:
-            plots.plot_rewards(self.run.path, ax=b)
+            plots.plot_rewards(self.path, ax=b)
         for ax in (a, b):
             ax.set_xlim(-0.4, max(self.total - 1, 1) + 0.6)
         fig.tight_layout()
@@ -189,4 +188,4 @@ class Dashboard:
             buf = io.BytesIO()
             fig.savefig(buf, format="png")
             self._handles["figure"].update(Image(data=buf.getvalue(), format="png"))
-        self._handles["tasks"].update(HTML(tasks_html(self.run.read("tasks")[-self.n_tasks :])))
+        self._handles["tasks"].update(HTML(tasks_html(records(self.path, "tasks")[-self.n_tasks :])))

@@ -27,9 +27,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from populora_nb.analysis.figures import figure_of, say_empty
+from populora_nb.analysis.frames import records
 from populora_nb.analysis.liveness import played_tasks
 from populora_nb.analysis.seed_stats import fmt_interval, t_interval, welch_interval
-from populora_nb.records import RunDir
 
 FLOOR_SHARE = 0.8
 """A run whose valid probe tasks sit at ρ = 0 more often than this is floor-bound (`analysis.probe_floor`)."""
@@ -63,7 +63,7 @@ class ProbeEvent:
 def probe_events(run_dir: str | Path) -> list[ProbeEvent]:
     """The run's probe events in step order (empty when the probe never ran)."""
     by_step: dict[int, list[dict]] = {}
-    for r in RunDir(Path(run_dir)).read("probe"):
+    for r in records(run_dir, "probe"):
         by_step.setdefault(int(r["step"]), []).append(r)
     return [
         ProbeEvent(
@@ -81,7 +81,7 @@ def probe_cost(run_dir: str | Path) -> float | None:
     fraction (the design aims at <= 0.10). None when the probe never ran."""
     probe: dict[int, float] = {}
     steps: dict[int, float] = {}
-    for r in RunDir(Path(run_dir)).read("metrics"):
+    for r in records(run_dir, "metrics"):
         if r.get("time/probe_s") is not None:
             probe[r["step"]] = float(r["time/probe_s"])  # one event per step, logged on each proposer's row
         if r.get("time/step_s") is not None:

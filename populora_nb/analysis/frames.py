@@ -1,4 +1,4 @@
-"""A run, an experiment, a seed protocol or a sweep as pandas DataFrames, for questions of one's own.
+r"""A run, an experiment, a seed protocol or a sweep as pandas DataFrames, for questions of one's own.
 
     frames = load_frames("runs/notebooks-smoke")          # an experiment: baseline/ and population/
     late = frames.tasks.query("run == 'population' and step >= 10 and valid")
@@ -21,22 +21,35 @@ for a sweep's grid point), so a run, an experiment, a protocol and a sweep read 
               prompt, its verdict and the frozen solver's ρ (empty when the probe never ran).
 ``config``    one row per run: its config.yaml flattened to dotted keys (``rl.rollouts``).
 
-pandas is imported here, not by ``import populora_nb``; ``populora_nb.load_frames`` reaches this
-module lazily. Nothing here writes or trains: the run directories are read as they are.
+pandas is imported here, not by ``import populora_nb`` (a bare import stays light). Nothing here
+writes or trains: the run directories are read as they are.
+
+This module is the analyses' one door to the records: ``records`` (one stream's rows, as
+`RunDir.read` parses them), ``load_tasks`` (the task rows as `TaskRecord`\ s, classed and checked),
+``analyse_run`` and ``step_mean``; every analysis, plot and the seed protocol read through them
+(tests/test_frames.py fails on a second reader).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import numpy as np
 import pandas as pd
 import yaml
 
-from populora_nb.analysis.complexity import WRITTEN_PROGRAM_KINDS, TaskRecord, program_metrics
-from populora_nb.analysis.runs import is_run_dir
+from populora_nb.analysis.complexity import (
+    WRITTEN_PROGRAM_KINDS,
+    RunAnalysis,
+    TaskRecord,
+    analyse_tasks,
+    program_metrics,
+)
+from populora_nb.analysis.runs import find_run_dirs
 from populora_nb.copies import classify_rows, repeat_rows, start_fingerprints
 from populora_nb.records import RunDir
 
@@ -79,7 +92,6 @@ TASK_COLUMNS = (
   written    a valid code_o/code_i task: the proposer wrote the program (complexity is measured)
   measured   written and new: what the complexity and coverage analysis counts
 """
-_SKIP_DIRS = {"checkpoints", "figures", "eval", "tune", "warmup"}
 _SEED = re.compile(r"^seed-?(\d+)$")
 
 
@@ -119,21 +131,6 @@ class RunFrames:
         return RunFrames(*(keep(getattr(self, name)) for name in FRAMES))
 
 
-def find_run_dirs(path: str | Path, depth: int = 3) -> list[Path]:
-    """Every run directory at or under ``path`` (a run, an experiment, ``seed<S>/`` experiments, a
-    sweep's ``<point>/seed-<k>/`` experiments), sorted; ``depth`` levels down at most."""
-    root = Path(path)
-    if is_run_dir(root):
-        return [root]
-    if depth == 0 or not root.is_dir():
-        return []
-    found: list[Path] = []
-    for child in sorted(root.iterdir()):
-        if child.is_dir() and child.name not in _SKIP_DIRS and not child.name.startswith("."):
-            found += find_run_dirs(child, depth - 1)
-    return found
-
-
 def labels_of(run_dir: Path, root: Path) -> dict[str, Any]:
     """``run`` (the directory's name), ``seed`` from a ``seed<S>`` / ``seed-<k>`` folder on the way,
     and ``point`` from the folder above a seed's (a sweep's grid point)."""
@@ -146,6 +143,82 @@ def labels_of(run_dir: Path, root: Path) -> dict[str, Any]:
             if i > 0:
                 labels["point"] = parts[i - 1]
     return labels
+
+
+def records(run_dir: str | Path, stream: str) -> list[dict[str, Any]]:
+    """The rows of one record stream of a run (``metrics``, ``tasks``, ``matches``, ``lineage``,
+    ``probe``) as `RunDir.read` parses them: a torn last line dropped, ``.jsonl.gz`` read alike,
+    empty when the stream is absent."""
+    return RunDir(Path(run_dir)).read(stream)
+
+
+def stream_stamp(run_dir: str | Path, stream: str) -> tuple[int, int]:
+    """(mtime_ns, size) of a run's stream file, (0, 0) when absent: a cache key that notices a rewrite."""
+    try:
+        stat = RunDir(Path(run_dir)).stream_file(stream).stat()
+    except FileNotFoundError:
+        return 0, 0
+    return stat.st_mtime_ns, stat.st_size
+
+
+def per_step(items: Iterable[tuple[int, float]]) -> dict[int, float]:
+    """step -> the mean of that step's values, steps in order (steps without a value: absent)."""
+    by_step: dict[int, list[float]] = {}
+    for step, value in items:
+        by_step.setdefault(int(step), []).append(float(value))
+    return {s: float(np.mean(v)) for s, v in sorted(by_step.items())}
+
+
+def step_mean(rows: Iterable[dict], key: str, role: str | None = None) -> dict[int, float]:
+    """step -> the mean of ``key`` over the members (of ``role``) that logged it at that step."""
+    return per_step(
+        (r["step"], r[key]) for r in rows if (role is None or r.get("role") == role) and r.get(key) is not None
+    )
+
+
+_REQUIRED = ("step", "proposer", "kind", "program", "valid")
+
+
+def load_tasks(run_dir: str | Path) -> list[TaskRecord]:
+    r"""The run's task rows as `TaskRecord`\ s with their copy class and repeat flag
+    (`populora_nb.copies`); a missing or empty stream, or a row that is not a task record, raises an
+    error naming the path."""
+    path = RunDir(Path(run_dir)).stream_file("tasks")  # tasks.jsonl, or a committed copy's .jsonl.gz
+    if not path.is_file():
+        raise FileNotFoundError(f"no task records at {path}: is {run_dir} a run directory?")
+    rows = records(run_dir, "tasks")
+    for number, row in enumerate(rows, start=1):
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}: row {number} is not a JSON object")
+        missing = [key for key in _REQUIRED if key not in row]
+        if missing:
+            raise ValueError(f"{path}: row {number}: task record lacks {missing}")
+    if not rows:
+        raise ValueError(f"{path} holds no complete task record (empty file)")
+    start = start_fingerprints(run_dir)
+    return [
+        TaskRecord(
+            step=int(row["step"]),
+            proposer=str(row["proposer"]),
+            kind=str(row["kind"]),
+            program=str(row["program"]),
+            valid=bool(row["valid"]),
+            inputs=tuple(row.get("inputs") or ()),
+            outputs=tuple(row.get("outputs") or ()),
+            message=row.get("message") or "",
+            reason=row.get("reason"),
+            solver=row.get("solver"),
+            solve_rate=None if row.get("solve_rate") is None else float(row["solve_rate"]),
+            copy=copy,
+            repeat=repeat,
+        )
+        for row, copy, repeat in zip(rows, classify_rows(rows, start), repeat_rows(rows, start))
+    ]
+
+
+def analyse_run(run_dir: str | Path, written: Literal["new", "all"] = "new") -> RunAnalysis:
+    """`complexity.analyse_tasks` over the task records of one run directory."""
+    return analyse_tasks(load_tasks(run_dir), written)
 
 
 def load_frames(path: str | Path) -> RunFrames:
@@ -188,16 +261,15 @@ def _ordered(columns: pd.Index, first: tuple[str, ...]) -> list[str]:
 
 
 def _run_frames(run_dir: Path) -> dict[str, pd.DataFrame]:
-    rd = RunDir(run_dir)
     config = _config(run_dir)
-    matches = rd.read("matches")
+    matches = records(run_dir, "matches")
     return {
-        "tasks": task_frame(run_dir, rd.read("tasks"), matches, config.get("rl.rollouts")),
-        "metrics": pd.DataFrame(rd.read("metrics")),
+        "tasks": task_frame(run_dir, records(run_dir, "tasks"), matches, config.get("rl.rollouts")),
+        "metrics": pd.DataFrame(records(run_dir, "metrics")),
         "matches": pd.DataFrame(matches),
-        "lineage": pd.DataFrame(rd.read("lineage")),
+        "lineage": pd.DataFrame(records(run_dir, "lineage")),
         "config": pd.DataFrame([config]),
-        "probe": pd.DataFrame(rd.read("probe")),
+        "probe": pd.DataFrame(records(run_dir, "probe")),
     }
 
 

@@ -31,7 +31,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from scipy.stats import binomtest
+
 from populora_nb.analysis.clustered import block_bootstrap_share
+from populora_nb.analysis.frames import records
 from populora_nb.analysis.survival import MIN_JUDGED, Survival, judge_children
 from populora_nb.copies import repeat_rows, start_fingerprints
 from populora_nb.records import RunDir
@@ -181,7 +184,7 @@ def liveness(run_dir: str | Path) -> Liveness:
     """Count, from ``tasks.jsonl`` (and for a population ``matches.jsonl``, one row per proposal in the
     same order, and ``lineage.jsonl``), whether the mechanism acted."""
     rd = RunDir(Path(run_dir))
-    tasks = rd.read("tasks")
+    tasks = records(run_dir, "tasks")
     repeats = repeat_rows(tasks, start_fingerprints(run_dir))
     valid = tuple((int(t["step"]), bool(r)) for t, r in zip(tasks, repeats) if r is not None)
     if not rd.has("matches"):
@@ -192,7 +195,7 @@ def liveness(run_dir: str | Path) -> Liveness:
         )
         return Liveness(valid, played)
     config = rd.load_config()  # a population's: its threshold, rollouts, grace and founders
-    matches = rd.read("matches")
+    matches = records(run_dir, "matches")
     if len(matches) != len(tasks):
         raise ValueError(f"{run_dir}: {len(matches)} matches for {len(tasks)} task records (one per proposal)")
     threshold, k = config.matchmaking.win_threshold, config.rl.rollouts
@@ -204,7 +207,7 @@ def liveness(run_dir: str | Path) -> Liveness:
             won = rollouts - solved if 0 < solved and m["rho"] < threshold else 0  # matchmaking.teacher_games
             out.append(Played(int(m["step"]), float(m["rho"]), bool(r), rollouts, won))
     founders = {"teacher": config.population.n_teachers, "student": config.population.n_students}
-    survival = judge_children(rd.read("lineage") if rd.has("lineage") else [], founders, config.evolution.grace)
+    survival = judge_children(records(run_dir, "lineage"), founders, config.evolution.grace)
     return Liveness(
         valid,
         tuple(out),
@@ -218,7 +221,6 @@ def share_interval(n: int, d: int) -> tuple[float, float]:
     """The 95% Wilson score interval of a share n/d (scipy's ``binomtest``). It treats the d items as
     independent draws: read it as the least uncertainty a count carries; where items cluster by step
     the report uses the block bootstrap (`analysis.clustered`)."""
-    from scipy.stats import binomtest
 
     ci = binomtest(n, d).proportion_ci(confidence_level=0.95, method="wilson")
     return float(ci.low), float(ci.high)

@@ -18,10 +18,10 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from populora_nb.analysis.figures import axes_or_new, figure_of, say_empty
+from populora_nb.analysis.frames import records, step_mean
 from populora_nb.evolution import Lineage
 from populora_nb.matchmaking import Match, solve_rate_matrix
 from populora_nb.operators import CONTROLS, OPERATORS, PAPER_IDS
-from populora_nb.records import RunDir
 
 KIND_COLORS = {"code_o": "tab:blue", "code_i": "tab:orange", "code_f": "tab:green"}
 ROLE_COLORS = {"teacher": "tab:red", "student": "tab:blue", "agent": "tab:gray"}
@@ -48,14 +48,9 @@ def _ax(ax: Axes | None, figsize: tuple[float, float] = (6, 3.5)) -> tuple[Figur
     return axes_or_new(ax, figsize, steps=True)
 
 
-def step_mean(rows: Sequence[dict], key: str, role: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Per step, the mean of ``key`` over the members (of ``role``) that logged it."""
-    by_step: dict[int, list[float]] = {}
-    for r in rows:
-        if (role is None or r.get("role") == role) and r.get(key) is not None:
-            by_step.setdefault(r["step"], []).append(float(r[key]))
-    steps = np.array(sorted(by_step))
-    return steps, np.array([np.mean(by_step[s]) for s in steps])
+def _xy(series: Mapping[int, float]) -> tuple[list[int], list[float]]:
+    """A `frames.step_mean` series as (steps, values) for ``ax.plot``."""
+    return list(series), list(series.values())
 
 
 def plot_solve_rates(
@@ -79,21 +74,36 @@ def plot_solve_rates(
     prefix = "" if source == "fresh" else "buffer_"
     drawn = False  # any solve-rate point
     for (name, path), style in zip(runs.items(), styles):
-        rows = RunDir(Path(path)).read("metrics")
+        rows = records(path, "metrics")
         run_label = "" if len(runs) == 1 else f"{name} · "
         for kind in kinds:
-            steps, vals = step_mean(rows, f"{prefix}solve_rate/{kind}")
-            if len(steps):
+            series = step_mean(rows, f"{prefix}solve_rate/{kind}")
+            if series:
                 drawn = True
-                ax.plot(steps, vals, style, color=KIND_COLORS.get(kind), marker="o", ms=3, label=f"{run_label}{kind}")
+                ax.plot(
+                    *_xy(series),
+                    style,
+                    color=KIND_COLORS.get(kind),
+                    marker="o",
+                    ms=3,
+                    label=f"{run_label}{kind}",
+                )
             else:
                 ax.plot(
                     [], [], style, color=KIND_COLORS.get(kind), alpha=0.4, label=f"{run_label}{kind}: no valid task"
                 )
         if valid_rate:
-            steps, vals = step_mean(rows, "teacher/valid_rate")
-            if len(steps):
-                ax.plot(steps, vals, style, color="k", lw=1, marker="s", ms=3, label=f"{run_label}valid-proposal rate")
+            series = step_mean(rows, "teacher/valid_rate")
+            if series:
+                ax.plot(
+                    *_xy(series),
+                    style,
+                    color="k",
+                    lw=1,
+                    marker="s",
+                    ms=3,
+                    label=f"{run_label}valid-proposal rate",
+                )
     title = (
         "Solve rate ρ of fresh proposals"
         if source == "fresh"
@@ -118,10 +128,10 @@ def plot_step_metric(
     fig, ax = _ax(ax)
     drawn = False
     for name, path in runs.items():
-        steps, vals = step_mean(RunDir(Path(path)).read("metrics"), key, role)
-        if len(steps):
+        series = step_mean(records(path, "metrics"), key, role)
+        if series:
             drawn = True
-            ax.plot(steps, vals, marker="o", ms=3, label=name)
+            ax.plot(*_xy(series), marker="o", ms=3, label=name)
     ax.set(xlabel="step", ylabel=label(key), title=title or label(key))
     if key.endswith("_rate"):
         ax.set_ylim(-0.03, 1.03)
@@ -136,7 +146,7 @@ def plot_step_metric(
 def plot_ratings(run_dir: str | Path, ax: Axes | None = None) -> Figure:
     """TrueSkill mu per member over steps with a ±sigma band, coloured by role."""
     fig, ax = _ax(ax, (7, 4))
-    rows = RunDir(Path(run_dir)).read("metrics")
+    rows = records(run_dir, "metrics")
     members: dict[str, list[dict]] = {}
     for r in rows:
         if r.get("rating/mu") is not None:
@@ -200,7 +210,7 @@ def _label_ends(ax: Axes, ends: list[tuple[float, str, str]], x: float, fontsize
 def plot_solve_matrix(run_dir: str | Path, last_steps: int | None = None, ax: Axes | None = None) -> Figure:
     """Teacher × student mean solve rate over the (last) matches; blank where they never met."""
     fig, ax = _ax(ax, (5, 4))
-    rows = RunDir(Path(run_dir)).read("matches")
+    rows = records(run_dir, "matches")
     if last_steps is not None and rows:
         cutoff = max(r["step"] for r in rows) - last_steps
         rows = [r for r in rows if r["step"] > cutoff]
@@ -248,7 +258,7 @@ def plot_solve_matrix(run_dir: str | Path, last_steps: int | None = None, ax: Ax
 def plot_valid_rate_per_teacher(run_dir: str | Path, ax: Axes | None = None) -> Figure:
     """Each proposer's valid-proposal rate (share of its proposals that passed validation) over steps."""
     fig, ax = _ax(ax)
-    rows = [r for r in RunDir(Path(run_dir)).read("metrics") if r.get("teacher/valid_rate") is not None]
+    rows = [r for r in records(run_dir, "metrics") if r.get("teacher/valid_rate") is not None]
     for m in dict.fromkeys(r["member"] for r in rows):
         rs = [r for r in rows if r["member"] == m]
         ax.plot([r["step"] for r in rs], [r["teacher/valid_rate"] for r in rs], marker="o", ms=3, label=m)
@@ -266,7 +276,7 @@ def plot_valid_rate_per_teacher(run_dir: str | Path, ax: Axes | None = None) -> 
 def plot_invalid_reasons(run_dir: str | Path, ax: Axes | None = None) -> Figure:
     """Why proposals were rejected, summed over the run."""
     fig, ax = _ax(ax)
-    tasks = RunDir(Path(run_dir)).read("tasks")
+    tasks = records(run_dir, "tasks")
     counts: dict[str, int] = {}
     for r in tasks:
         if not r["valid"]:
@@ -283,13 +293,13 @@ def plot_invalid_reasons(run_dir: str | Path, ax: Axes | None = None) -> Figure:
 def plot_rewards(run_dir: str | Path, ax: Axes | None = None) -> Figure:
     """Mean proposer reward and mean solver reward per step (a baseline's substitute for ratings)."""
     fig, ax = _ax(ax)
-    rows = RunDir(Path(run_dir)).read("metrics")
+    rows = records(run_dir, "metrics")
     drawn = False
     for key, name in (("reward/propose_mean", "proposer"), ("reward/solve_mean", "solver")):
-        steps, vals = step_mean(rows, key)
-        if len(steps):
+        series = step_mean(rows, key)
+        if series:
             drawn = True
-            ax.plot(steps, vals, marker="o", ms=3, label=name)
+            ax.plot(*_xy(series), marker="o", ms=3, label=name)
     ax.axhline(0, color="k", lw=0.5)
     ax.set(xlabel="step", ylabel="mean reward", title="Rewards")
     if drawn:
@@ -314,16 +324,16 @@ def plot_lineage(
     `end_step`: the run's number of steps, where the lifetimes of the last members end (a lifetime
     [b, d) covers steps b … d − 1); without it they end one evolution interval after the last birth."""
     fig, ax = axes_or_new(ax, (10, 4))
-    records = sorted(lineage_records, key=lambda r: r.step)
-    children = {r.child for r in records}
-    role_of = dict(founders or {}) | {i: r.role for r in records for i in (r.replaced, r.child, *r.parents)}
+    births = sorted(lineage_records, key=lambda r: r.step)
+    children = {r.child for r in births}
+    role_of = dict(founders or {}) | {i: r.role for r in births for i in (r.replaced, r.child, *r.parents)}
     initial = sorted((i for i in role_of if i not in children), key=lambda i: (role_of[i], i))
     lane = {member: y for y, member in enumerate(initial)}
     born = dict.fromkeys(initial, 0)
     died: dict[str, int] = {}
-    for r in records:
+    for r in births:
         lane[r.child], born[r.child], died[r.replaced] = lane[r.replaced], r.step, r.step
-    steps = sorted({r.step for r in records}) or [1]
+    steps = sorted({r.step for r in births}) or [1]
     gap = min((b - a for a, b in zip(steps, steps[1:])), default=steps[0])
     end = end_step if end_step is not None else steps[-1] + gap
     roles = sorted(set(role_of.values()))
@@ -339,9 +349,9 @@ def plot_lineage(
             alpha=0.35 if occupant[member] % 2 else 0.75,
             solid_capstyle="butt",
         )
-    operators = sorted({r.operator for r in records}, key=list(OPERATORS).index)
+    operators = sorted({r.operator for r in births}, key=list(OPERATORS).index)
     op_color = {op: plt.get_cmap("tab10")(i % 10) for i, op in enumerate(operators)}
-    for r in records:
+    for r in births:
         for n, parent in enumerate(r.parents):
             ax.annotate(
                 "",

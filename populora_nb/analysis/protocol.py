@@ -31,10 +31,13 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
+from populora_nb.analysis.figures import axes_or_new, save_figure, say_empty
 from populora_nb.analysis.liveness_report import protocol_liveness
 from populora_nb.analysis.power import power_json, power_lines, power_row
 from populora_nb.analysis.probe_floor import probe_floor_lines
@@ -50,9 +53,9 @@ from populora_nb.analysis.protocol_series import (
     end_value,
     final_ranking,
     is_coverage,
-    load_run,
     plot_step_band,
     run_dirs,
+    run_records,
     run_series,
     seed_names,
     seed_values,
@@ -75,10 +78,6 @@ from populora_nb.analysis.seed_stats import (
 )
 from populora_nb.analysis.warmup_gain import plot_warmup_gain, warmup_gain, warmup_json, warmup_lines
 from populora_nb.analysis.windows import complexity_window_lines
-
-if TYPE_CHECKING:  # matplotlib is imported only when a figure is drawn
-    from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
 
 __all__ = [  # the series side lives in protocol_series; its names stay importable from here
     "HEADLINE", "RUNS", "Band", "band", "end_value", "run_series", "start_value", "seed_values",
@@ -336,9 +335,9 @@ def comparison_json(
             "change": {**s.change.as_dict(), "holm_p": (change_p or {}).get((c.key, run), math.nan)},
         }
         if not is_coverage(c.key):
-            entry["per_step"] = {n: load_run(dirs[n]).series(c.key) for n in s.seeds}
+            entry["per_step"] = {n: run_records(dirs[n]).series(c.key) for n in s.seeds}
         if c.key in POPULATION_ONLY:
-            entry["final_ranking"] = {n: final_ranking(load_run(dirs[n]).metrics) for n in s.seeds}
+            entry["final_ranking"] = {n: final_ranking(run_records(dirs[n]).metrics) for n in s.seeds}
         runs[run] = entry
     return _clean(
         {
@@ -377,8 +376,6 @@ def plot_coverage(
 ) -> Figure:
     """Coverage ``key`` in the first and last ``window`` steps, per run: each seed's rarefied value
     (dots) and the mean over seeds with its 95% t-interval (bars)."""
-    from populora_nb.analysis.figures import axes_or_new, say_empty
-
     c = comparison or compare(experiments, (key,), window)[0]
     fig, ax = axes_or_new(ax)
     drawn = False
@@ -420,8 +417,6 @@ def write_seed_report(
     """``out_dir/seeds.md`` (the findings, the tables, what each column means, how to read n seeds),
     ``out_dir/seeds.json`` (every number) and one figure per series (``out_dir/seeds_<series>.png``);
     returns the markdown path."""
-    from populora_nb.analysis.figures import save_figure
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     comparisons = compare(experiments, window=window, n_resamples=n_resamples, seed=seed)
@@ -429,7 +424,7 @@ def write_seed_report(
     live_lines, live_records = protocol_liveness(experiments, seed=seed)
     probe_lines, probe_records = probe_floor_lines(experiments, seed=seed)
     analyses = {
-        name: {run: a for run, d in ((r, Path(e) / r) for r in RUNS) if d.is_dir() and (a := load_run(d).analysis)}
+        name: {run: a for run, d in ((r, Path(e) / r) for r in RUNS) if d.is_dir() and (a := run_records(d).analysis)}
         for name, e in zip(seed_names(experiments), experiments)
     }
     labels = {k.split("/", 1)[1]: HEADLINE[k].removesuffix(" of newly written programs") for k in COMPLEXITY_SERIES}

@@ -2,14 +2,14 @@
 compares them over seeds). Every series is a number per logged step, except coverage, which is a
 number per window of steps. Long because each series' definition is stated here beside its code.
 
-From ``metrics.jsonl`` (per step, the mean over the members that logged the key, as ``plots.step_mean``):
+From ``metrics.jsonl`` (per step, the mean over the members that logged the key: ``frames.step_mean``):
   teacher/valid_rate      share of proposals the verifier accepted (AZR's format/validity reward gate)
   student/solve_rate      ρ of fresh, matched proposals (not buffer tasks): the learnability signal
                           AZR's proposer reward is built on; the collapse story is ρ → 1
   reward/propose_mean     the proposer's (teacher's) mean reward, what its policy gradient climbs
   lengths/propose_chars   characters per proposal: a response-length proxy (AZR and the paper
                           track response length as the model's "thinking" growing or shrinking)
-From ``tasks.jsonl`` (``complexity.analyse_run``: valid code_o/code_i programs a proposer newly wrote;
+From ``tasks.jsonl`` (``frames.analyse_run``: valid code_o/code_i programs a proposer newly wrote;
 copies (``populora_nb.copies``) and code_f programs, which the proposer was handed, excluded):
   band/share              per step, the share of played tasks (valid, fresh, attempted by the matched
                           solver: ρ recorded) with 0 < ρ < 1: the tasks whose rollouts carry a
@@ -67,20 +67,18 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
-from populora_nb.analysis.complexity import COMPLEXITY_FIELDS, RunAnalysis, analyse_tasks, load_tasks
+from populora_nb.analysis.complexity import COMPLEXITY_FIELDS, RunAnalysis, analyse_tasks
 from populora_nb.analysis.coverage_windows import coverage_window_units, expected_distinct
+from populora_nb.analysis.figures import axes_or_new, say_empty
+from populora_nb.analysis.frames import load_tasks, per_step, records, step_mean, stream_stamp
 from populora_nb.analysis.repeat_series import REPEAT_SERIES, PlayedTask, pooled_windows, repeat_items, repeat_series
 from populora_nb.analysis.seed_stats import t_interval
 from populora_nb.analysis.windows import complexity_windows, fixed_windows
-from populora_nb.records import RunDir
-
-if TYPE_CHECKING:  # matplotlib is imported only when a figure is drawn
-    from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
 
 METRIC_SERIES: Mapping[str, str] = {
     "teacher/valid_rate": "valid-proposal rate",
@@ -141,7 +139,7 @@ def is_coverage(key: str) -> bool:
 @dataclass(frozen=True)
 class RunRecords:
     """What the protocol reads of one run directory: its metric rows and its task analysis (None
-    without ``tasks.jsonl``). Load it with ``load_run``, which caches it."""
+    without ``tasks.jsonl``). Load it with ``run_records``, which caches it."""
 
     path: Path
     metrics: tuple[dict, ...]
@@ -165,29 +163,19 @@ class RunRecords:
             return band_share_series(self.played)
         if key in REPEAT_SERIES:
             return repeat_series(key, self.played, self.valid)
-        return metric_series(self.metrics, key)
+        return step_mean(self.metrics, key)
 
 
-def _stamp(path: Path) -> tuple[int, int]:
-    """(mtime_ns, size) of a file, (0, 0) when absent: the cache key that notices a rewrite."""
-    try:
-        stat = path.stat()
-    except FileNotFoundError:
-        return 0, 0
-    return stat.st_mtime_ns, stat.st_size
-
-
-def load_run(run_dir: str | Path) -> RunRecords:
+def run_records(run_dir: str | Path) -> RunRecords:
     """``RunRecords`` of ``run_dir``. Parsing every program (radon) is the slow part, and a report
     reads each run for every series and figure, so the result is cached until a file changes."""
     path = Path(run_dir).resolve()
-    run = RunDir(path)
-    return _load(path, _stamp(run.stream_file("metrics")), _stamp(run.stream_file("tasks")))
+    return _load(path, stream_stamp(path, "metrics"), stream_stamp(path, "tasks"))
 
 
 @functools.lru_cache(maxsize=64)
 def _load(path: Path, metrics_stamp: tuple[int, int], tasks_stamp: tuple[int, int]) -> RunRecords:
-    rows = tuple(RunDir(path).read("metrics")) if metrics_stamp != (0, 0) else ()
+    rows = tuple(records(path, "metrics")) if metrics_stamp != (0, 0) else ()
     if tasks_stamp[1] == 0:
         return RunRecords(path, rows, None)
     tasks = load_tasks(path)
@@ -197,31 +185,15 @@ def _load(path: Path, metrics_stamp: tuple[int, int], tasks_stamp: tuple[int, in
 
 
 # ----------------------------------------------------------------------------- per-step series
-def metric_series(rows: Sequence[dict], key: str) -> dict[int, float]:
-    """step -> the mean of ``key`` over the members that logged it at that step."""
-    by_step: dict[int, list[float]] = {}
-    for r in rows:
-        if r.get(key) is not None:
-            by_step.setdefault(int(r["step"]), []).append(float(r[key]))
-    return {s: float(np.mean(v)) for s, v in sorted(by_step.items())}
-
-
 def complexity_series(analysis: RunAnalysis, field: str) -> dict[int, float]:
     """step -> the mean ``field`` over that step's written programs (unparsed programs, NaN, left out)."""
-    by_step: dict[int, list[float]] = {}
-    for p in analysis.programs:
-        value = float(getattr(p, field))
-        if not math.isnan(value):
-            by_step.setdefault(p.step, []).append(value)
-    return {s: float(np.mean(v)) for s, v in sorted(by_step.items())}
+    values = ((p.step, float(getattr(p, field))) for p in analysis.programs)
+    return per_step((s, v) for s, v in values if not math.isnan(v))
 
 
 def band_share_series(played: Sequence[tuple[int, float] | PlayedTask]) -> dict[int, float]:
     """step -> the share of that step's played tasks with 0 < ρ < 1 (steps with none played: absent)."""
-    by_step: dict[int, list[float]] = {}
-    for step, rho, *_ in played:
-        by_step.setdefault(step, []).append(float(0 < rho < 1))
-    return {s: float(np.mean(v)) for s, v in sorted(by_step.items())}
+    return per_step((step, 0 < rho < 1) for step, rho, *_ in played)
 
 
 def copy_rate_series(analysis: RunAnalysis) -> dict[int, float]:
@@ -302,7 +274,7 @@ class Band:
 
 def run_series(run_dir: str | Path, key: str) -> dict[int, float]:
     """step -> the value of per-step series ``key`` (``protocol_series.RunRecords.series``)."""
-    return load_run(run_dir).series(key)
+    return run_records(run_dir).series(key)
 
 
 def start_value(run_dir: str | Path, key: str, window: int = 5) -> float:
@@ -352,39 +324,31 @@ def seed_values(experiments: Sequence[str | Path], key: str, window: int = 5) ->
     common n (None for a per-step series)."""
     if is_coverage(key):
         return _coverage_values(experiments, key, window)
-    if key in COMPLEXITY_SERIES:
-        return _complexity_values(experiments, key.split("/", 1)[1], window), None
     values: SeedValues = {run: {} for run in RUNS}
-    if key in REPEAT_SERIES:  # sparse steps: pooled over fixed step windows, the same steps in every run
-        for run in RUNS:
-            for name, d in run_dirs(experiments, run).items():
-                rec = load_run(d)
-                if rec.analysis is not None and rec.analysis.steps:
-                    spans = fixed_windows(rec.analysis.steps, window)
-                    start, end = pooled_windows(repeat_items(key, rec.played, rec.valid), spans)
-                    if not (math.isnan(start) or math.isnan(end)):
-                        values[run][name] = (start, end)
-        return values, None
     for run in RUNS:
         for name, d in run_dirs(experiments, run).items():
-            start, end = window_values(load_run(d).series(key), 1 if key in PROBE_SERIES else window)
-            if not math.isnan(end):
+            start, end = start_end(run_records(d), key, window)
+            if not (math.isnan(start) or math.isnan(end)):
                 values[run][name] = (start, end)
     return values, None
 
 
-def _complexity_values(experiments: Sequence[str | Path], field: str, window: int) -> SeedValues:
-    """Complexity in fixed step windows (`analysis.windows`): a seed whose start or end window holds
-    fewer than ``windows.MIN_PROGRAMS`` new programs is left out of the series."""
-    values: SeedValues = {run: {} for run in RUNS}
-    for run in RUNS:
-        for name, d in run_dirs(experiments, run).items():
-            analysis = load_run(d).analysis
-            if analysis is not None and analysis.steps:
-                start, end = complexity_windows(analysis, field, window)
-                if not (math.isnan(start.value) or math.isnan(end.value)):
-                    values[run][name] = (start.value, end.value)
-    return values
+def start_end(rec: RunRecords, key: str, window: int) -> tuple[float, float]:
+    """One run's (start, end) of per-step series ``key`` (NaN where it has none). Complexity: fixed step
+    windows (`analysis.windows`), NaN where a window holds fewer than ``windows.MIN_PROGRAMS`` new
+    programs; repeats (sparse steps): pooled over the same fixed step windows in every run; the
+    probe: its first and last event; any other: the mean over the first and the last ``window``
+    logged steps."""
+    if key in COMPLEXITY_SERIES or key in REPEAT_SERIES:
+        if rec.analysis is None or not rec.analysis.steps:
+            return math.nan, math.nan
+        if key in REPEAT_SERIES:
+            spans = fixed_windows(rec.analysis.steps, window)
+            start, end = pooled_windows(repeat_items(key, rec.played, rec.valid), spans)
+            return start, end
+        first, last = complexity_windows(rec.analysis, key.split("/", 1)[1], window)
+        return first.value, last.value
+    return window_values(rec.series(key), 1 if key in PROBE_SERIES else window)
 
 
 def _coverage_values(experiments: Sequence[str | Path], key: str, window: int) -> tuple[SeedValues, int | None]:
@@ -393,7 +357,7 @@ def _coverage_values(experiments: Sequence[str | Path], key: str, window: int) -
     units = {}
     for run in RUNS:
         for name, d in run_dirs(experiments, run).items():
-            analysis = load_run(d).analysis
+            analysis = run_records(d).analysis
             if analysis is not None:
                 units[run, name] = coverage_window_units(analysis, key, window)
     values: SeedValues = {run: {} for run in RUNS}
@@ -417,8 +381,6 @@ def plot_step_band(experiments: Sequence[str | Path], key: str, ax: Axes | None 
     t-interval band (no band where fewer than 2 seeds logged a step), each seed smoothed by a
     trailing ``smooth``-step rolling mean first (a step of 4 proposals moves a rate by 0.25).
     Returns the Figure."""
-    from populora_nb.analysis.figures import axes_or_new, say_empty
-
     fig, ax = axes_or_new(ax, steps=True)
     drawn = False
     for run in RUNS:

@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from populora_nb.analysis.frames import per_step
 from populora_nb.analysis.seed_stats import Estimate, verdict
 
 
@@ -42,14 +43,6 @@ REPEAT_SERIES: Mapping[str, str] = {
     RHO_NON_REPEATS_KEY: "ρ of non-repeat tasks",
     RHO_REPEATS_KEY: "ρ of repeated tasks",
 }
-
-
-def per_step(items: Sequence[tuple[int, float]]) -> dict[int, float]:
-    """step -> the mean of that step's values (steps without one: absent)."""
-    by_step: dict[int, list[float]] = {}
-    for step, value in items:
-        by_step.setdefault(int(step), []).append(float(value))
-    return {s: float(np.mean(v)) for s, v in sorted(by_step.items())}
 
 
 def repeat_items(key: str, played: Sequence[PlayedTask], valid: Sequence[tuple[int, bool]]) -> list[tuple[int, float]]:

@@ -17,11 +17,12 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from populora_nb.analysis import complexity_plots, plots
-from populora_nb.analysis.complexity import analyse_run, detect_collapse
+from populora_nb.analysis.complexity import detect_collapse
 from populora_nb.analysis.compute import compute_table
 from populora_nb.analysis.coverage import COVERAGE_KINDS, rarefaction_curves
 from populora_nb.analysis.difficulty_probe import plot_probe, probe_events, probe_table
 from populora_nb.analysis.figures import save_figure
+from populora_nb.analysis.frames import analyse_run, records
 from populora_nb.analysis.liveness import CHECKS, liveness
 from populora_nb.analysis.runs import find_runs
 from populora_nb.config import ExperimentConfig
@@ -76,7 +77,7 @@ def make_figures(out: str | Path) -> list[Path]:
         ]
         births = [
             Lineage(r["child"], tuple(r["parents"]), r["operator"], r["birth_step"], r["role"], r["replaced"])
-            for r in RunDir(pop).read("lineage")
+            for r in records(pop, "lineage")
         ]
         if births:
             paths.append(_save(plots.plot_lineage(births), out, "lineage.png"))
@@ -263,7 +264,7 @@ def _run_table(out: Path, runs: dict[str, Path]) -> list[list[str]]:
     for name, path in runs.items():
         rd = RunDir(path)
         cfg = rd.load_config()
-        metrics, tasks = rd.read("metrics"), rd.read("tasks")
+        metrics, tasks = records(path, "metrics"), records(path, "tasks")
         solve = [r["student/solve_rate"] for r in metrics if r.get("student/solve_rate") is not None]
         members = "1 agent" if name == "baseline" else f"{cfg.population.n_teachers}T + {cfg.population.n_students}S"
         rows.append(

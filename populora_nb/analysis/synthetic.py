@@ -1,7 +1,7 @@
 """Synthetic run directories in the loop's record format, for a demo without a model and for tests.
 
 ``write_synthetic_experiment(dir)`` writes ``dir/baseline`` and ``dir/population``; each holds
-``tasks.jsonl`` (one row per proposed task, the columns ``populora_nb.analysis.complexity.load_tasks``
+``tasks.jsonl`` (one row per proposed task, the columns ``populora_nb.analysis.frames.load_tasks``
 reads), ``metrics.jsonl`` (per step and proposer: ``teacher/valid_rate``, ``student/solve_rate``),
 ``probe.jsonl`` (a scripted difficulty probe, `synthetic_probe_rows`) and a stub ``config.yaml``
 (``agent``, ``preset: synthetic``, ``seed``, ``steps``; not a full config, so

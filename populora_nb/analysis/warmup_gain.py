@@ -15,14 +15,12 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
+from matplotlib.figure import Figure
 
+from populora_nb.analysis.figures import axes_or_new
 from populora_nb.analysis.seed_stats import Estimate, difference_estimate, mean_estimate, verdict
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
 
 @dataclass(frozen=True)
@@ -120,8 +118,6 @@ def warmup_json(g: WarmupGain) -> dict:
 
 def plot_warmup_gain(g: WarmupGain) -> Figure:
     """Each seed's valid rate before and after (lines), the means with 95% t bars."""
-    from populora_nb.analysis.figures import axes_or_new
-
     fig, ax = axes_or_new(None, figsize=(4.5, 3.5))
     for b, a in zip(g.before, g.after):
         ax.plot([0, 1], [b, a], color="tab:blue", alpha=0.35, marker=".")

@@ -10,6 +10,6 @@
   * `report`: the table and the bar chart.
   * `runs`: the base, the baseline and every member of an experiment, from its checkpoints.
 
-Import from those modules; this package imports nothing, so `populora_nb.config` can read
-`loaders.BENCHMARK_FILES` while `runs` reads the config without an import cycle.
+Import from those modules; this package imports nothing. The benchmark names and files
+(`config.BENCHMARK_FILES`) live in the config, which checks ``eval.benchmarks`` against them.
 """

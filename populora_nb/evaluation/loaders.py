@@ -14,8 +14,8 @@ Minerva, GSM8K and OlympiadBench (math). Formats read here, each with its field 
 Inputs become argument lists written as literal text (`input_literals`, DESIGN.md):
 nothing read here is ever executed in this process.
 
-Long because every format's field conventions are read here, one parser each, beside the one
-table of where each benchmark's file lives.
+Every format's field conventions are read here, one parser each; the table of where each
+benchmark's file lives is `config.BENCHMARK_FILES` (the config checks ``eval.benchmarks`` against it).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from populora_nb.config import BENCHMARK_FILES, ProblemKind
 from populora_nb.errors import DataFileError
 from populora_nb.evaluation.humaneval import NAME as HUMANEVAL
 from populora_nb.evaluation.humaneval import base_inputs as humaneval_inputs
@@ -42,8 +43,6 @@ from populora_nb.evaluation.input_literals import argument_text
 
 DATA_ENV = "POPULORA_DATA"
 """Environment variable naming the benchmark data root (read only in `resolve_data_dir`)."""
-
-ProblemKind = Literal["evalplus", "lcb", "math"]
 
 
 @dataclass(frozen=True)
@@ -83,31 +82,6 @@ class Problem:
         return self.kind != "lcb" or bool(self.tests)
 
 
-# name -> (kind, candidate files under the data root: the first that exists is read)
-BENCHMARK_FILES: Mapping[str, tuple[ProblemKind, tuple[str, ...]]] = types.MappingProxyType(
-    {
-        "humanevalplus": ("evalplus", ("humanevalplus/HumanEvalPlus.jsonl.gz", "humanevalplus/HumanEvalPlus.jsonl")),
-        "humanevalplus_mini": ("evalplus", ("humanevalplus/HumanEvalPlus-Mini.jsonl.gz",)),
-        "humaneval": ("evalplus", ("humaneval/HumanEval.jsonl.gz",)),  # base tests only (`humaneval`)
-        "mbppplus": ("evalplus", ("mbppplus/MbppPlus.jsonl", "mbppplus/MbppPlus.jsonl.gz")),
-        "livecodebench": (
-            "lcb",
-            (
-                "livecodebench/test6.jsonl",
-                "livecodebench/test5.jsonl",
-                "livecodebench/test.jsonl",
-                "livecodebench/livecodebench_v5.jsonl",
-            ),
-        ),
-        "gsm8k": ("math", ("gsm8k/test.jsonl",)),
-        "aime24": ("math", ("math/aime24/test.jsonl",)),
-        "aime25": ("math", ("math/aime25/test.jsonl",)),
-        "amc23": ("math", ("math/amc23/test.jsonl",)),
-        "math500": ("math", ("math/math500/test.jsonl",)),
-        "minerva": ("math", ("math/minerva_math/test.jsonl",)),
-        "olympiadbench": ("math", ("math/olympiadbench/test.jsonl",)),
-    }
-)
 SOURCES: Mapping[str, str] = types.MappingProxyType(
     {
         "humanevalplus": "github.com/evalplus/humanevalplus_release (v0.1.10, HumanEvalPlus.jsonl.gz)",

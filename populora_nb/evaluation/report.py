@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from populora_nb.analysis.figures import save_figure
 from populora_nb.evaluation.benchmarks import EvalResult
 from populora_nb.evaluation.humaneval import benchmark_label
 
@@ -129,8 +130,6 @@ def write_report(
 ) -> dict[str, Path]:
     """Save the summary as ``table.md``, ``table.json`` and ``benchmarks.png`` in `out_dir` (for
     ``python -m populora_nb eval`` and notebook 06); returns the paths by kind."""
-    from populora_nb.analysis.figures import save_figure
-
     rows = summary_table(results, base, baseline, members)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from populora_nb.checkpoints import load_run
 from populora_nb.config import ExperimentConfig, stage_config
 from populora_nb.errors import PathNotFoundError
 from populora_nb.evaluation.benchmarks import evaluate, hf_generate, load_results
@@ -26,8 +27,8 @@ from populora_nb.evaluation.loaders import (
 from populora_nb.evaluation.report import write_report
 from populora_nb.model.base import Base, load_base
 from populora_nb.model.policy import LoRAPolicy
+from populora_nb.model.vllm_engine import VLLMEngine
 from populora_nb.records import RunDir
-from populora_nb.state import load_run
 
 
 def trained_policy(config: ExperimentConfig, run_dir: Path, base: Base) -> LoRAPolicy:
@@ -149,8 +150,6 @@ def evaluate_on_engine(
 ) -> list[str]:
     """``rollout.engine="vllm"``: one engine serves the bare base (no adapter), the baseline agent
     and every population member, all of them in the same mixed batches. Returns the members' names."""
-    from populora_nb.model.vllm_engine import VLLMEngine
-
     factors = {}
     if "baseline" in models:
         factors["baseline"] = trained_policy(stage_config(config, "baseline"), out / "baseline", base).factors("agent")

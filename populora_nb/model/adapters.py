@@ -38,6 +38,7 @@ from populora_nb.model.batch import Generation, LossFn, TrainBatch, left_pad
 from populora_nb.model.checkpoint import SavedPopulation, read_population, write_peft_adapter, write_population
 from populora_nb.model.multilora import MultiLoRA, checkpointing
 from populora_nb.model.shared_prompt import completion_logprobs, decode_rows, grouped_order
+from populora_nb.model.unsloth_slot import UnslothSlot
 
 Role = Literal["teacher", "student", "agent"]
 
@@ -81,8 +82,7 @@ class Population:
         self.optimizers: dict[str, torch.optim.AdamW] = {}
         self._slot_engine = None
         if base.backend == "unsloth":
-            from populora_nb.model.unsloth_slot import UnslothSlot  # CUDA only; never imported on CPU
-
+            # CUDA only: the slot imports unsloth inside, so importing its module on CPU loads nothing
             self._slot_engine = UnslothSlot(base, lora)
 
     @classmethod

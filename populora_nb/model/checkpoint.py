@@ -11,7 +11,10 @@ population.json, optimizer keys ``{integer id}.…``) and kept the loop's names 
 its name; a parent that had already left the population has no name there and reads as ``#{id}``.
 
 A single member exports as a peft LoRA adapter (`write_peft_adapter`), which
-``peft.PeftModel.from_pretrained`` loads and `load_member_factors` reads back.
+``peft.PeftModel.from_pretrained`` loads and `load_member_factors` reads back: the one file format
+of a lone adapter (the warm-up's, a member exported for evaluation or pushed to a rollout engine).
+`read_adapter` also reads the format earlier versions wrote the warm-up adapter in
+(``factors.safetensors``: keys ``{module}.A`` / ``{module}.B``, metadata rank, alpha and model).
 """
 
 from __future__ import annotations
@@ -23,16 +26,22 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from populora_nb.config import LoRAConfig
+from populora_nb.errors import CorruptRunError, UserInputError
 from populora_nb.lowrank import LoRAFactors, LoRAPair
-from populora_nb.records import CorruptRunError
 
 PEFT_PREFIX = "base_model.model."
 """How peft names a causal LM's modules (adapter_model.safetensors keys, a peft model's modules)."""
+
+ADAPTER_FILE, ADAPTER_CONFIG = "adapter_model.safetensors", "adapter_config.json"
+"""A peft adapter directory's tensors and config (what `write_peft_adapter` writes)."""
+
+LEGACY_ADAPTER = "factors.safetensors"
+"""The lone adapter file of earlier versions (the warm-up's), which `read_adapter` still reads."""
 
 LEGACY_NAMES = "names.json"
 """Where older-format checkpoints kept the loop's names of their integer-numbered members."""
@@ -137,6 +146,36 @@ def load_member_factors(directory: str | Path) -> tuple[LoRAFactors, dict]:
         for n in names
     }
     return factors, config
+
+
+def read_adapter(directory: str | Path, lora: LoRAConfig, base_name: str) -> LoRAFactors:
+    """The lone adapter in ``directory`` (a peft adapter, or the ``factors.safetensors`` of an
+    earlier version), refused in one line when it is missing or was trained for another model, rank
+    or alpha than ``lora`` on ``base_name``."""
+    directory = Path(directory)
+    want: dict[str, Any] = {"rank": lora.rank, "alpha": float(lora.alpha), "model": base_name}
+    if (directory / ADAPTER_FILE).is_file():
+        factors, config = load_member_factors(directory)
+        theirs = {
+            "rank": config.get("r"),
+            "alpha": config.get("lora_alpha"),
+            "model": config.get("base_model_name_or_path"),
+        }
+    elif (directory / LEGACY_ADAPTER).is_file():
+        with safe_open(str(directory / LEGACY_ADAPTER), framework="pt") as fh:
+            meta = fh.metadata() or {}
+            names = sorted({k.rsplit(".", 1)[0] for k in fh.keys()})
+            factors = {n: LoRAPair(fh.get_tensor(f"{n}.A"), fh.get_tensor(f"{n}.B")) for n in names}
+        theirs = {"rank": int(meta.get("rank", -1)), "alpha": meta.get("alpha"), "model": meta.get("model")}
+    else:
+        raise UserInputError(
+            f"{directory}: no adapter there (neither {ADAPTER_FILE} nor an earlier version's {LEGACY_ADAPTER})"
+        )
+    theirs["alpha"] = float(theirs["alpha"]) if theirs["alpha"] is not None else None
+    wrong = {k: (theirs[k], v) for k, v in want.items() if theirs[k] != v}
+    if wrong:
+        raise UserInputError(f"{directory} holds an adapter trained with other settings (theirs, ours): {wrong}")
+    return factors
 
 
 def read_file(path: Path, device: str = "cpu") -> Any:

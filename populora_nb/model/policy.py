@@ -22,16 +22,19 @@ from pathlib import Path
 from typing import cast
 
 import torch
+from transformers.utils import logging as hf_logging
 
 from populora_nb.config import ConfigError, ExperimentConfig
+from populora_nb.errors import UserInputError
 from populora_nb.lowrank import LoRAFactors, LoRAPair
 from populora_nb.model.adapters import Population, Role
 from populora_nb.model.base import Base, load_base
 from populora_nb.model.batch import Generation, LossFn, TrainBatch, aligned_logprobs, train_batch
+from populora_nb.model.batched_update import train_members
+from populora_nb.model.checkpoint import read_adapter
 from populora_nb.model.vllm_engine import EngineError, VLLMEngine
-from populora_nb.probe import PROBE_SOLVER
+from populora_nb.policy import PROBE_SOLVER, Completion, Sample, TokenIds
 from populora_nb.rl import policy_gradient_loss
-from populora_nb.stages import Completion, Sample, TokenIds
 
 
 class LoRAPolicy:
@@ -111,8 +114,6 @@ class LoRAPolicy:
         if base is None:
             # transformers' own "Loading weights" bar would be a second bar in the run's cell: the
             # run's progress line already says "loading the model".
-            from transformers.utils import logging as hf_logging
-
             was_enabled = hf_logging.is_progress_bar_enabled()
             hf_logging.disable_progress_bar()
             try:
@@ -126,9 +127,11 @@ class LoRAPolicy:
             roles[PROBE_SOLVER] = "student"
         population = Population.create(base, roles, config.lora, seed=config.run.seed)
         if config.lora.warmup is not None:  # every member starts from the shared warm-up adapter
-            from populora_nb.warmup import load_factors
-
-            warm = load_factors(config.lora.warmup, config)
+            try:
+                warm = read_adapter(config.lora.warmup, config.lora, config.model.name)
+            except UserInputError as e:
+                fix = "run the experiment's warmup stage (python -m populora_nb experiment --stages warmup ...)"
+                raise UserInputError(f"lora.warmup: {e}; {fix} or set lora.warmup=null") from None
             for name in population.ids():
                 population.set_factors(name, warm)
         elif config.probe.every > 0:  # the starting adapter all members share: zero ΔW, the base model
@@ -237,8 +240,6 @@ class LoRAPolicy:
                 todo[m] = (batch, mismatch, len(mine))
         if not todo:
             return out
-        from populora_nb.model.batched_update import train_members
-
         rl = self.config.rl
         loss_fns = {m: self._loss_fn(mismatch) for m, (_, mismatch, _) in todo.items()}
         stats: dict[str, dict[str, float]] = {}

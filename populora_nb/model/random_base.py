@@ -30,7 +30,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Pre
 from populora_nb.config import ModelConfig
 
 # base imports this module only inside `load_base`, so importing base here makes no import-time cycle
-from populora_nb.model.base import ModelLoadError, byte_tokenizer, cache_root, stand_in_tokenizer
+from populora_nb.model.sources import ModelLoadError, byte_tokenizer, cache_root, stand_in_tokenizer
 
 ARCHITECTURE_DIR = Path(__file__).resolve().parents[1] / "data" / "architectures"  # package data
 ARCHITECTURES: Mapping[str, str] = MappingProxyType(
