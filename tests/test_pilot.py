@@ -118,5 +118,7 @@ def test_reject_settings_share_the_warmup_and_a_declared_warmup_is_adopted(tmp_p
     )
     a, b = (tmp_path / "pilot" / n for n in ("a", "k1"))
     assert json.loads((b / "stages.json").read_text())["warmup"]["seconds"] == 0.0  # adopted, not rerun
-    assert (a / "warmup" / "factors.safetensors").read_bytes() == (b / "warmup" / "factors.safetensors").read_bytes()
+    assert (a / "warmup" / "adapter_model.safetensors").read_bytes() == (
+        b / "warmup" / "adapter_model.safetensors"
+    ).read_bytes()
     assert RunDir(b / "population").load_config().tasks.n_references == 1 and rows[1].population.steps == 1

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from populora_nb.analysis.frames import records
 from populora_nb.analysis.liveness import liveness
 from populora_nb.records import RunDir
 
@@ -73,9 +74,9 @@ def is_new_valid(row: Mapping) -> bool:
 def run_steps(run_dir: str | Path) -> RunSteps:
     """Count a run's records per step (module docstring)."""
     rd = RunDir(Path(run_dir))
-    tasks = rd.read("tasks")
+    tasks = records(rd.path, "tasks")
     seconds: dict[int, float] = {}
-    for row in rd.read("metrics"):
+    for row in records(rd.path, "metrics"):
         if row.get("time/step_s") is not None:
             seconds.setdefault(int(row["step"]), float(row["time/step_s"]))
     steps = sorted({int(t["step"]) for t in tasks} | set(seconds))
