@@ -52,11 +52,6 @@ def _constant(x: np.ndarray) -> bool:
     return bool(np.ptp(x) <= 1e-12 * np.abs(x).max())
 
 
-def sign_test_p(n: int) -> float:
-    """Two-sided exact sign test p when all ``n`` values share one sign: 2 · 2^-n (0.25 at 3 seeds)."""
-    return min(1.0, 2.0 * 0.5**n)
-
-
 def _t_test(x: np.ndarray, level: float, before: np.ndarray | None = None) -> tuple[float, float, float, float]:
     """(mean, low, high, two-sided p against 0) of the one-sample t over ``x``, or with ``before``
     the paired t of ``x`` against it (``ttest_rel``; the one-sample t of ``x − before``).
@@ -74,7 +69,7 @@ def _t_test(x: np.ndarray, level: float, before: np.ndarray | None = None) -> tu
     if _constant(d):
         if before is None or m == 0:
             return m, m, m, 1.0 if m == 0 else 0.0
-        return m, math.nan, math.nan, sign_test_p(len(d))
+        return m, math.nan, math.nan, min(1.0, 2.0 * 0.5 ** len(d))  # the exact sign test
     res = stats.ttest_1samp(d, 0.0) if before is None else stats.ttest_rel(x, before)
     ci = res.confidence_interval(level)
     return m, float(ci.low), float(ci.high), float(res.pvalue)
@@ -83,16 +78,14 @@ def _t_test(x: np.ndarray, level: float, before: np.ndarray | None = None) -> tu
 def t_interval(values: Sequence[float], level: float = 0.95) -> Triple:
     """(mean, low, high) of a Student-t interval for the mean over seeds; NaN bounds for n < 2.
     Measures where the mean of the seeds' distribution lies, assuming the values are normal."""
-    m, low, high, _ = _t_test(np.asarray(values, dtype=float), level)
-    return m, low, high
+    return _t_test(np.asarray(values, dtype=float), level)[:3]
 
 
 def paired_t_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Triple:
     """(mean(b − a), low, high): the paired t-interval, i.e. the t-interval of the per-pair
     differences (``scipy.stats.ttest_rel(b, a)`` gives the same)."""
     x, y = _pairs(a, b)
-    m, low, high, _ = _t_test(y, level, before=x)
-    return m, low, high
+    return _t_test(y, level, before=x)[:3]
 
 
 def _welch(a: Sequence[float], b: Sequence[float], level: float) -> tuple[float, float, float, float]:
@@ -112,21 +105,13 @@ def _welch(a: Sequence[float], b: Sequence[float], level: float) -> tuple[float,
 
 def welch_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Triple:
     """(mean(b) − mean(a), low, high): Welch's interval for a difference of means of UNPAIRED
-    samples with unequal variances; NaN bounds when either side has fewer than 2 values. Zero
-    variance on both sides gives no interval (NaN; zero width when the means are equal). For runs at the same seeds use
+    samples with unequal variances; NaN bounds when either side has fewer than 2 values, and when
+    neither side varies (zero width when the means are equal). For runs at the same seeds use
     ``paired_t_interval``: Welch ignores the pairing and is then not conservative either."""
-    d, low, high, _ = _welch(a, b, level)
-    return d, low, high
+    return _welch(a, b, level)[:3]
 
 
 # ----------------------------------------------------------------------------- percentile bootstrap
-def _check(level: float, n_resamples: int) -> None:
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must lie in (0, 1), got {level}")
-    if n_resamples < 1:
-        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
-
-
 def _pairs(a: Sequence[float], b: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if x.shape != y.shape:
@@ -138,12 +123,27 @@ def _mean_diff(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.mean(b, axis=axis) - np.mean(a, axis=axis)
 
 
-def _percentile_bootstrap(
-    data: tuple[np.ndarray, ...], statistic, paired: bool, level: float, n_resamples: int, rng: np.random.Generator
-) -> tuple[float, float]:
+def _bootstrap(
+    data: tuple[np.ndarray, ...], paired: bool, level: float, n_resamples: int, rng: np.random.Generator
+) -> Triple:
+    """The percentile bootstrap of the mean of ``data[0]``, or of the difference of means of ``data[1]``
+    and ``data[0]`` (``paired``: pairs resampled together). NaN bounds below 2 values a side; no
+    spread gives a zero-width interval."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
+    if min(map(len, data)) == 0:
+        return _NAN3
+    x, y = data[0], data[-1]
+    d = float(x.mean()) if len(data) == 1 else float((y - x).mean()) if paired else float(y.mean() - x.mean())
+    if min(map(len, data)) < 2:
+        return d, math.nan, math.nan
+    if _constant(y - x) if paired else all(map(_constant, data)):
+        return d, d, d
     ci = stats.bootstrap(
         data,
-        statistic,
+        np.mean if len(data) == 1 else _mean_diff,
         paired=paired,
         vectorized=True,
         n_resamples=n_resamples,
@@ -151,7 +151,7 @@ def _percentile_bootstrap(
         method="percentile",  # BCa's acceleration is undefined on 3 values; the percentile is honest about it
         rng=rng,
     ).confidence_interval
-    return float(ci.low), float(ci.high)
+    return d, float(ci.low), float(ci.high)
 
 
 def bootstrap_interval(
@@ -160,62 +160,25 @@ def bootstrap_interval(
     """(mean, low, high): the percentile-bootstrap interval of the mean over seeds
     (``scipy.stats.bootstrap``). NaN bounds for n < 2 (one seed says nothing about spread); constant
     values give a zero-width interval. At n = 3 it is the sample's range (module docstring)."""
-    _check(level, n_resamples)
-    x = np.asarray(values, dtype=float)
-    if len(x) == 0:
-        return _NAN3
-    m = float(x.mean())
-    if len(x) < 2:
-        return m, math.nan, math.nan
-    if _constant(x):
-        return m, m, m
-    return (m, *_percentile_bootstrap((x,), np.mean, False, level, n_resamples, rng))
+    return _bootstrap((np.asarray(values, dtype=float),), False, level, n_resamples, rng)
 
 
 def paired_bootstrap_difference(
-    a: Sequence[float],
-    b: Sequence[float],
-    level: float = 0.95,
-    n_resamples: int = 10_000,
-    *,
-    rng: np.random.Generator,
+    a: Sequence[float], b: Sequence[float], level: float = 0.95, n_resamples: int = 10_000, *, rng: np.random.Generator
 ) -> Triple:
     """(mean(b − a), low, high) over paired items: ``a[i]`` and ``b[i]`` share seed i. Resamples
     whole pairs (``scipy.stats.bootstrap(paired=True)``), so what the two sides share cancels: the
     interval is that of the per-seed differences. NaN bounds for fewer than 2 pairs."""
-    _check(level, n_resamples)
-    x, y = _pairs(a, b)
-    if len(x) == 0:
-        return _NAN3
-    d = float((y - x).mean())
-    if len(x) < 2:
-        return d, math.nan, math.nan
-    if _constant(y - x):
-        return d, d, d
-    return (d, *_percentile_bootstrap((x, y), _mean_diff, True, level, n_resamples, rng))
+    return _bootstrap(_pairs(a, b), True, level, n_resamples, rng)
 
 
 def bootstrap_difference(
-    a: Sequence[float],
-    b: Sequence[float],
-    level: float = 0.95,
-    n_resamples: int = 10_000,
-    *,
-    rng: np.random.Generator,
+    a: Sequence[float], b: Sequence[float], level: float = 0.95, n_resamples: int = 10_000, *, rng: np.random.Generator
 ) -> Triple:
     """(mean(b) − mean(a), low, high) for unpaired samples: each side resampled independently
     (the two-sample percentile bootstrap). Use it when the sides do not share seeds; it keeps the
     between-seed variance that pairing would cancel. NaN bounds when either side has < 2 values."""
-    _check(level, n_resamples)
-    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if not len(x) or not len(y):
-        return _NAN3
-    d = float(y.mean() - x.mean())
-    if len(x) < 2 or len(y) < 2:
-        return d, math.nan, math.nan
-    if _constant(x) and _constant(y):
-        return d, d, d
-    return (d, *_percentile_bootstrap((x, y), _mean_diff, False, level, n_resamples, rng))
+    return _bootstrap((np.asarray(a, dtype=float), np.asarray(b, dtype=float)), False, level, n_resamples, rng)
 
 
 def seed_spread(
