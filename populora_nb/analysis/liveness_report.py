@@ -9,6 +9,7 @@ from typing import Any
 
 from populora_nb.analysis.clustered import BLOCK_STEPS, share_cell
 from populora_nb.analysis.liveness import CHECKS, Liveness, liveness
+from populora_nb.analysis.seed_stats import md_table
 from populora_nb.analysis.survival import Survival
 from populora_nb.records import RunDir
 
@@ -26,7 +27,7 @@ COLUMNS = (
 )
 
 
-def _row(name: str, run: str, live: Liveness, seed: int) -> str:
+def _row(name: str, run: str, live: Liveness, seed: int) -> list[str]:
     tag = f"{name}/{run}"
     last = live.repeat_items(5)
     cells = [
@@ -45,15 +46,14 @@ def _row(name: str, run: str, live: Liveness, seed: int) -> str:
             share_cell(live.majority_items(), seed=seed, name=f"{tag}/teacher_majority", of="matches"),
             live.survival.text(),
         ]
-    cells.append(", ".join(live.failed()) or "none")
-    return "| " + " | ".join(cells) + " |"
+    return [*cells, ", ".join(live.failed()) or "none"]
 
 
 def protocol_liveness(experiments: Sequence[str | Path], *, seed: int = 0) -> tuple[list[str], dict[str, Any]]:
     """Per seed and run, the liveness checks with their counts and block-bootstrap intervals; the
     children pooled over seeds; the seeds whose population failed a check, named. Records:
     ``{"seeds": [per seed: its runs' `Liveness.record`], "pooled_children": ...}``."""
-    rows: list[str] = []
+    rows: list[list[str]] = []
     records: list[dict[str, Any]] = []
     failed: list[str] = []
     unrun: list[str] = []
@@ -100,9 +100,7 @@ def protocol_liveness(experiments: Sequence[str | Path], *, seed: int = 0) -> tu
         "",
         "Checks and pass thresholds: " + "; ".join(f"**{k}**: {v}" for k, v in CHECKS.items()) + ".",
         "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
-        *rows,
+        *md_table([COLUMNS, *rows]),
         "",
         f"Children pooled over the {len(pooled)} seeds: {together.text()}.",
         "",

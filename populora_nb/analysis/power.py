@@ -21,6 +21,8 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import optimize, stats
 
+from populora_nb.analysis.seed_stats import md_table
+
 
 def _power(nc: float, dof: int, critical: float) -> float:
     """Two-sided power of a t-test at noncentrality ``nc``; the lower tail by symmetry, as
@@ -74,11 +76,6 @@ def power_row(label: str, baseline: Sequence[float], population: Sequence[float]
     }
 
 
-def power_json(rows: Sequence[dict]) -> list[dict]:
-    """The rows with every non-finite number as None (strict JSON)."""
-    return [{k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in r.items()} for r in rows]
-
-
 def power_lines(rows: Sequence[dict]) -> list[str]:
     """A markdown section: per series, the smallest difference these seeds could detect."""
     n_seeds = max((r["n"] for r in rows), default=0)
@@ -100,11 +97,14 @@ def power_lines(rows: Sequence[dict]) -> list[str]:
         "the value shown) and the MDD with it."
         + (f" The same SD would give an MDD of (× SD): {more}." if more else ""),
         "",
-        "| series | seeds | mean difference | SD of per-seed differences | MDD (80% power, α = 0.05) |",
-        "|---|---|---|---|---|",
-        *[
-            f"| {r['series']} | {r['n']} | {r['mean_difference']:+.3g} | {r['sd_difference']:.3g} | "
-            + ("n/a (the seeds tie: no spread measured) |" if r["sd_difference"] == 0 else f"{r['mdd']:.3g} |")
-            for r in rows
-        ],
+        *md_table(
+            [
+                ["series", "seeds", "mean difference", "SD of per-seed differences", "MDD (80% power, α = 0.05)"],
+                *[
+                    [r["series"], str(r["n"]), f"{r['mean_difference']:+.3g}", f"{r['sd_difference']:.3g}"]
+                    + ["n/a (the seeds tie: no spread measured)" if r["sd_difference"] == 0 else f"{r['mdd']:.3g}"]
+                    for r in rows
+                ],
+            ]
+        ),
     ]

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from populora_nb.analysis.difficulty_probe import FLOOR_SHARE, ProbeEvent, probe_events
+from populora_nb.analysis.seed_stats import md_table
 
 
 def floor_share(events: Sequence[ProbeEvent]) -> tuple[int, int]:
@@ -97,7 +98,7 @@ def probe_floor_lines(experiments: Sequence[str | Path], *, seed: int = 0) -> tu
     """The report's section on the probe as recorded: per seed, each run's share of valid probe tasks
     at ρ = 0 (floor-bound above ``FLOOR_SHARE``), its tasks per event, and the step-0-adjusted
     difference at equal counts; markdown lines and the records behind them."""
-    rows: list[str] = []
+    rows: list[list[str]] = []
     records: list[dict[str, Any]] = []
     flagged: list[str] = []
     pooled = {"baseline": [0, 0], "population": [0, 0]}
@@ -126,10 +127,12 @@ def probe_floor_lines(experiments: Sequence[str | Path], *, seed: int = 0) -> tu
                 f"{eq.adjusted:+.3f} [{eq.low:+.3f}, {eq.high:+.3f}]",
             ]
             record["equal_count"] = eq.__dict__
-        rows.append("| " + " | ".join(cells) + " |")
+        rows.append(cells)
         records.append(record)
     if not rows:
         return [], []
+    head = "seed | baseline: at ρ = 0, tasks | population: at ρ = 0, tasks | first event ρ, b / p | last event ρ, b / p"
+    head += " | (p_last − p_first) − (b_last − b_first) [95% of draws]"
     verdict = (
         f"Floor-bound (more than {FLOOR_SHARE:.0%} of valid probe tasks at ρ = 0): {', '.join(flagged)}. A floor-bound "
         "probe cannot show tasks getting harder; its means count the few tasks above 0, so read its rows in the "
@@ -146,10 +149,7 @@ def probe_floor_lines(experiments: Sequence[str | Path], *, seed: int = 0) -> tu
         "baseline / population, and the difference of their changes from the first event (step 0: the same "
         "adapter in both runs) to the last, with the 95% range over the draws (`analysis.probe_floor`).",
         "",
-        "| seed | baseline: at ρ = 0, tasks | population: at ρ = 0, tasks | first event ρ, b / p "
-        "| last event ρ, b / p | (p_last − p_first) − (b_last − b_first) [95% of draws] |",
-        "|---|---|---|---|---|---|",
-        *rows,
+        *md_table([head.split(" | "), *rows]),
         "",
         "Over the seeds, valid probe tasks at ρ = 0: "
         + ", ".join(f"{run} {z / n:.0%} ({z}/{n})" for run, (z, n) in pooled.items() if n)

@@ -39,7 +39,7 @@ from matplotlib.figure import Figure
 
 from populora_nb.analysis.figures import axes_or_new, save_figure, say_empty
 from populora_nb.analysis.liveness_report import protocol_liveness
-from populora_nb.analysis.power import power_json, power_lines, power_row
+from populora_nb.analysis.power import power_lines, power_row
 from populora_nb.analysis.probe_floor import probe_floor_lines
 from populora_nb.analysis.protocol_series import (
     COLORS,
@@ -72,6 +72,7 @@ from populora_nb.analysis.seed_stats import (
     fmt_p,
     holm,
     how_to_read,
+    md_table,
     mean_estimate,
     scale_of,
     verdict,
@@ -405,12 +406,6 @@ def plot_coverage(
 
 
 # ----------------------------------------------------------------------------- the report
-def _md_table(rows: Sequence[Sequence[str]]) -> list[str]:
-    return ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])] + [
-        "| " + " | ".join(r) + " |" for r in rows[1:]
-    ]
-
-
 def write_seed_report(
     experiments: Sequence[str | Path], out_dir: str | Path, window: int = 5, *, seed: int = 0, n_resamples: int = 10_000
 ) -> Path:
@@ -462,13 +457,13 @@ def write_seed_report(
         "",
         "## Population − baseline at the end",
         "",
-        *_md_table(comparison_table(comparisons)),
+        *md_table(comparison_table(comparisons)),
         "",
         *[f"- **{name}**: {meaning}" for name, meaning in COLUMNS.items()],
         "",
         "## Start, end and change per run",
         "",
-        *_md_table(run_table(comparisons)),
+        *md_table(run_table(comparisons)),
         "",
         *[f"- **{name}**: {meaning}" for name, meaning in RUN_COLUMNS.items()],
         "",
@@ -498,7 +493,7 @@ def write_seed_report(
         "headline": "t (paired t for paired differences); p two-sided; holm_p over each table's family",
         "series": {c.key: comparison_json(c, experiments, diff_p[c.key], change_p) for c in comparisons},
         "warmup": None if gain is None else warmup_json(gain),
-        "power": power_json(power),
+        "power": power,
         "liveness": live_records,
         "probe_floor": probe_records,
     }

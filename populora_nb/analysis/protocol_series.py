@@ -1,6 +1,6 @@
 """The series the seed protocol compares, read from one run directory (`populora_nb.analysis.protocol`
 compares them over seeds). Every series is a number per logged step, except coverage, which is a
-number per window of steps. Long because each series' definition is stated here beside its code.
+number per window of steps.
 
 From ``metrics.jsonl`` (per step, the mean over the members that logged the key: ``frames.step_mean``):
   teacher/valid_rate      share of proposals the verifier accepted (AZR's format/validity reward gate)
@@ -12,36 +12,29 @@ From ``metrics.jsonl`` (per step, the mean over the members that logged the key:
 From ``tasks.jsonl`` (``frames.analyse_run``: valid code_o/code_i programs a proposer newly wrote;
 copies (``populora_nb.copies``) and code_f programs, which the proposer was handed, excluded):
   band/share              per step, the share of played tasks (valid, fresh, attempted by the matched
-                          solver: ρ recorded) with 0 < ρ < 1: the tasks whose rollouts carry a
-                          difficulty signal, the only ones AZR's learnability reward 1 − ρ pays for.
-                          The collapse story is this share falling as tasks drift to ρ = 1 (or 0);
-                          the arms race keeps it up. A share of each step's tasks, so a run that
-                          plays more tasks does not score higher
+                          solver: ρ recorded) with 0 < ρ < 1: the only tasks AZR's learnability reward
+                          1 − ρ pays for. Collapse is this share falling as tasks drift to ρ = 1 (or 0);
+                          the arms race keeps it up. A share, so playing more tasks does not score higher
   copies/copy_rate        per step, the share of valid proposals that copy a shown reference, a seed,
                           a warm-up example or an earlier program of the run: read beside the curves
                           below, which count only new programs (copying rising cannot make them fall)
   complexity/<field>      per step, the mean over that step's newly written programs of each field of
-                          ``complexity.COMPLEXITY_FIELDS`` (AST depth, total McCabe complexity,
-                          SLOC, variables): the four curves of the paper's Fig. 4, whose fall with
-                          ρ → 1 is the collapse and whose growth is the arms race. Start and end
-                          are fixed step windows pooled over their programs, with a floor on the
-                          count (`populora_nb.analysis.windows`), not the first and last steps
-                          that happened to have a new program
+                          ``complexity.COMPLEXITY_FIELDS``: the four curves of the paper's Fig. 4, whose
+                          fall with ρ → 1 is the collapse and whose growth is the arms race. Start and
+                          end are fixed step windows with a floor on the program count
+                          (`populora_nb.analysis.windows`)
   repeats/*, band/share_non_repeats, rho/*   new tasks told from repeats: `analysis.repeat_series`
   coverage/ngrams         in the first and in the last ``window`` steps with task records: the
                           expected number of distinct node-type n-grams (``coverage.ngram_features``)
-                          among n written programs (code_o and code_i pooled: both are programs the
-                          proposer wrote; code_f is excluded because its program is a buffer one).
-                          n is ONE common size for every run, seed and window compared (the
-                          smallest window's program count), so a run that writes more programs
-                          but no more diverse ones does not score higher: the guard against volume
-                          (the population proposes 4x what one agent does). n-grams rather than
-                          shapes: almost every program has its own normalised shape, so shape
-                          counts at equal n saturate at n and say nothing.
+                          among n written programs (code_o and code_i). n is ONE common size for every
+                          run, seed and window compared (the smallest window's program count), so a run
+                          that writes more programs but no more diverse ones does not score higher (the
+                          population proposes once per teacher, the baseline once). n-grams rather than
+                          shapes: almost every program has its own normalised shape, so shape counts at
+                          equal n saturate at n. Windows and exact rarefaction: `analysis.coverage_windows`
   coverage/signatures     the same, of distinct I/O type signatures of the written programs, e.g.
-                          ``(list[int], str) -> int`` (``coverage`` kind ``program_signatures``):
-                          one per program whatever its length, so a run whose programs only grow
-                          longer does not score higher, as it can on n-grams
+                          ``(list[int], str) -> int``: one per program whatever its length, so programs
+                          that only grow longer do not score higher, as they can on n-grams
 From ``metrics.jsonl`` at difficulty-probe events (``populora_nb.probe``; none when probe.every = 0):
   probe/rho               the frozen starting adapter's solve rate of the valid tasks each proposer
                           wrote for the same fixed prompts under the same draws: difficulty on one
@@ -49,14 +42,11 @@ From ``metrics.jsonl`` at difficulty-probe events (``populora_nb.probe``; none w
                           the first and the last event
   probe/valid_rate        the share of the fixed prompts answered with a valid task
 From ``metrics.jsonl`` ``rating/mu`` (population only; the baseline plays no matches):
-  rating/mu_spread        per step, the standard deviation (ddof = 0: the members present, not an
-                          estimate of a larger population) of TrueSkill μ within each role,
-                          averaged over teachers and students: the gap between the roles says who
-                          wins the matches, not whether a role stratifies. A spread that grows
-                          means the population stratifies (some teachers better than others); a
-                          spread near 0 means the ratings say no member of a role beats another.
-
-Coverage windows and their exact rarefaction: `populora_nb.analysis.coverage_windows`.
+  rating/mu_spread        per step, the standard deviation (ddof = 0: the members present) of TrueSkill
+                          μ within each role, averaged over the roles: a growing spread means the
+                          population stratifies (some teachers better than others), near 0 that no
+                          member of a role beats another. Within a role, because the gap between the
+                          roles says who wins the matches, not whether a role stratifies.
 """
 
 from __future__ import annotations

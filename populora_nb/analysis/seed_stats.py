@@ -310,6 +310,12 @@ def fmt_p(p: float) -> str:
     return "n/a" if math.isnan(p) else f"{p:.2g}" if p >= 0.001 else "< 0.001"
 
 
+def md_table(rows: Sequence[Sequence[str]]) -> list[str]:
+    """A markdown table's lines; the first row is the header."""
+    lines = ["| " + " | ".join(r) + " |" for r in rows]
+    return [lines[0], "|" + "---|" * len(rows[0]), *lines[1:]]
+
+
 def scale_of(e: Estimate) -> float:
     """The size that sets an estimate's decimals: the largest of its numbers."""
     return max((abs(v) for v in (e.mean, e.t_low, e.t_high, e.low, e.high) if not math.isnan(v)), default=0.0)

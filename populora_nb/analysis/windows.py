@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from populora_nb.analysis.complexity import RunAnalysis
+from populora_nb.analysis.seed_stats import md_table
 
 MIN_PROGRAMS = 5
 """Fewest newly written programs for a window's complexity to be reported: the mean of fewer is
@@ -83,7 +84,7 @@ def complexity_window_lines(
             for s, e in pairs.values():
                 few = s.n < MIN_PROGRAMS or e.n < MIN_PROGRAMS
                 cells.append("too few new programs" if few else f"{s.value:.2f} → {e.value:.2f}")
-            rows.append(f"| {seed} | {run} | " + " | ".join(cells) + " |")
+            rows.append([seed, run, *cells])
     head = ["seed", "run", "start steps: new programs", "end steps: new programs", *labels.values()]
     return [
         "## Complexity in fixed step windows",
@@ -93,7 +94,5 @@ def complexity_window_lines(
         f"either window holds fewer than {MIN_PROGRAMS} (`analysis.windows`). Such seeds are left out of the "
         "complexity rows of the tables below, which then compare fewer seeds or none.",
         "",
-        "| " + " | ".join(head) + " |",
-        "|" + "---|" * len(head),
-        *rows,
+        *md_table([head, *rows]),
     ]
