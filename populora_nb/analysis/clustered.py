@@ -21,6 +21,11 @@ BLOCK_STEPS = 5
 N_RESAMPLES = 4000
 
 
+def named_rng(seed: int, name: str) -> np.random.Generator:
+    """A generator per (seed, quantity name): adding a quantity leaves every other interval unchanged."""
+    return np.random.default_rng([seed, zlib.crc32(name.encode())])
+
+
 def block_counts(items: Sequence[tuple[int, bool]], block: int = BLOCK_STEPS) -> tuple[np.ndarray, np.ndarray]:
     """(hits, totals) per step block ``step // block``, over the blocks that hold an item."""
     if block < 1:
@@ -50,8 +55,7 @@ def block_bootstrap_share(
     hits, totals = block_counts(items, block)
     if not len(totals):
         return float("nan"), float("nan")
-    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-    draws = rng.integers(0, len(totals), size=(n_resamples, len(totals)))  # (R, blocks)
+    draws = named_rng(seed, name).integers(0, len(totals), size=(n_resamples, len(totals)))  # (R, blocks)
     shares = hits[draws].sum(axis=1) / totals[draws].sum(axis=1)
     tail = (1 - level) / 2 * 100
     low, high = np.percentile(shares, [tail, 100 - tail])

@@ -18,7 +18,6 @@ equal task counts once the step-0 value is taken out?
 from __future__ import annotations
 
 import math
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from populora_nb.analysis.clustered import named_rng
 from populora_nb.analysis.difficulty_probe import FLOOR_SHARE, ProbeEvent, probe_events
 from populora_nb.analysis.seed_stats import md_table
 
@@ -71,7 +71,7 @@ def equal_count_difference(
     if len(shared) < 2:
         return None
     first, last = shared[0], shared[-1]
-    rng = np.random.default_rng([seed, zlib.crc32(b"probe-equal-count")])
+    rng = named_rng(seed, "probe-equal-count")
     means = {}
     for name, run in (("baseline", b), ("population", p)):
         for step in (first, last):

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import math
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +36,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from populora_nb.analysis.clustered import named_rng
 from populora_nb.analysis.figures import axes_or_new, save_figure, say_empty
 from populora_nb.analysis.liveness_report import protocol_liveness
 from populora_nb.analysis.power import power_lines, power_row
@@ -126,11 +126,6 @@ class Comparison:
     t_separated = separated  # the headline is t: one verdict under both names
 
 
-def _rng(seed: int, key: str, what: str) -> np.random.Generator:
-    """One generator per (series, quantity): adding a series leaves every other interval unchanged."""
-    return np.random.default_rng([seed, zlib.crc32(f"{key}|{what}".encode())])
-
-
 def _summary(
     run: str, values: Mapping[str, tuple[float, float]], key: str, level: float, n_resamples: int, seed: int
 ) -> RunSummary:
@@ -140,9 +135,9 @@ def _summary(
         seeds=tuple(values),
         start=tuple(start),
         end=tuple(end),
-        start_est=mean_estimate(start, level, n_resamples, rng=_rng(seed, key, run + "/start")),
-        end_est=mean_estimate(end, level, n_resamples, rng=_rng(seed, key, run + "/end")),
-        change=difference_estimate(start, end, True, level, n_resamples, rng=_rng(seed, key, run + "/change")),
+        start_est=mean_estimate(start, level, n_resamples, rng=named_rng(seed, f"{key}|{run}/start")),
+        end_est=mean_estimate(end, level, n_resamples, rng=named_rng(seed, f"{key}|{run}/end")),
+        change=difference_estimate(start, end, True, level, n_resamples, rng=named_rng(seed, f"{key}|{run}/change")),
     )
 
 
@@ -167,7 +162,7 @@ def compare(
         d = (
             MISSING  # two different definitions: no difference to report
             if key in WITHIN_RUN_ONLY
-            else difference_estimate(a, b, paired, level, n_resamples, rng=_rng(seed, key, "difference"))
+            else difference_estimate(a, b, paired, level, n_resamples, rng=named_rng(seed, f"{key}|difference"))
         )
         out.append(Comparison(key, tuple(a), tuple(b), d, paired, runs, n_units))
     return out

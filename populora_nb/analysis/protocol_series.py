@@ -66,7 +66,14 @@ from populora_nb.analysis.complexity import COMPLEXITY_FIELDS, RunAnalysis, anal
 from populora_nb.analysis.coverage_windows import coverage_window_units, expected_distinct
 from populora_nb.analysis.figures import axes_or_new, say_empty
 from populora_nb.analysis.frames import load_tasks, per_step, records, step_mean, stream_stamp
-from populora_nb.analysis.repeat_series import REPEAT_SERIES, PlayedTask, pooled_windows, repeat_items, repeat_series
+from populora_nb.analysis.repeat_series import (
+    BAND_KEY,
+    REPEAT_SERIES,
+    PlayedTask,
+    pooled_windows,
+    repeat_items,
+    repeat_series,
+)
 from populora_nb.analysis.seed_stats import t_interval
 from populora_nb.analysis.windows import complexity_windows, fixed_windows
 
@@ -82,8 +89,6 @@ COMPLEXITY_SERIES: Mapping[str, str] = {
     "complexity/sloc": "SLOC of newly written programs",
     "complexity/n_variables": "variables of newly written programs",
 }
-BAND_KEY = "band/share"
-"""Share of played tasks with 0 < ρ < 1 per step (`band_share_series`; the module docstring says why)."""
 COPY_KEY = "copies/copy_rate"
 """Share of valid proposals that copy a shown reference, a seed, a warm-up example or an earlier program
 (`populora_nb.copies`): read beside complexity and coverage, which count only new programs."""
@@ -149,9 +154,7 @@ class RunRecords:
             return {} if self.analysis is None else complexity_series(self.analysis, key.split("/", 1)[1])
         if key == COPY_KEY:
             return {} if self.analysis is None else copy_rate_series(self.analysis)
-        if key == BAND_KEY:
-            return band_share_series(self.played)
-        if key in REPEAT_SERIES:
+        if key == BAND_KEY or key in REPEAT_SERIES:
             return repeat_series(key, self.played, self.valid)
         return step_mean(self.metrics, key)
 
@@ -179,11 +182,6 @@ def complexity_series(analysis: RunAnalysis, field: str) -> dict[int, float]:
     """step -> the mean ``field`` over that step's written programs (unparsed programs, NaN, left out)."""
     values = ((p.step, float(getattr(p, field))) for p in analysis.programs)
     return per_step((s, v) for s, v in values if not math.isnan(v))
-
-
-def band_share_series(played: Sequence[tuple[int, float] | PlayedTask]) -> dict[int, float]:
-    """step -> the share of that step's played tasks with 0 < ρ < 1 (steps with none played: absent)."""
-    return per_step((step, 0 < rho < 1) for step, rho, *_ in played)
 
 
 def copy_rate_series(analysis: RunAnalysis) -> dict[int, float]:

@@ -33,6 +33,8 @@ class PlayedTask(NamedTuple):
     repeat: bool
 
 
+BAND_KEY = "band/share"
+"""Share of played tasks with 0 < ρ < 1 per step (`analysis.protocol_series` says why)."""
 REPEAT_KEY = "repeats/repeat_rate"
 BAND_NON_REPEATS_KEY = "band/share_non_repeats"
 RHO_NON_REPEATS_KEY = "rho/non_repeats"
@@ -47,9 +49,11 @@ REPEAT_SERIES: Mapping[str, str] = {
 
 def repeat_items(key: str, played: Sequence[PlayedTask], valid: Sequence[tuple[int, bool]]) -> list[tuple[int, float]]:
     """The (step, value) items series ``key`` of ``REPEAT_SERIES`` averages: one per valid task (repeat
-    rate) or per played task of the right kind (band share, ρ)."""
+    rate) or per played task of the right kind (band shares, ρ); ``BAND_KEY`` counts every played task."""
     if key == REPEAT_KEY:
         return [(s, float(r)) for s, r in valid]
+    if key == BAND_KEY:
+        return [(p.step, float(0 < p.rho < 1)) for p in played]
     if key == BAND_NON_REPEATS_KEY:
         return [(p.step, float(0 < p.rho < 1)) for p in played if not p.repeat]
     if key == RHO_NON_REPEATS_KEY:
