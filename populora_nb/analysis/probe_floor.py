@@ -4,11 +4,10 @@ equal task counts once the step-0 value is taken out?
 * **Floor-bound.** The probe's frozen solver reads difficulty only where it sometimes solves a task.
   When more than ``FLOOR_SHARE`` of a run's valid probe tasks sit at ρ = 0, the probe cannot show
   tasks getting harder, and a mean over it is a count of the few tasks above 0: the run is flagged.
-* **Equal task counts.** A population answers the probe with every teacher (4 at the cpu preset:
-  ~8 valid tasks an event), the baseline with one agent (~2): a mean over 2 tasks of a mostly-zero
-  probe is 0 most of the time. At each event both runs are read at the same number of tasks, the
-  smaller run's count, by drawing that many of the larger run's valid tasks without replacement
-  (seeded, ``n_draws`` times).
+* **Equal task counts.** A population answers the probe with every teacher, the baseline with one
+  agent: a mean over a few tasks of a mostly-zero probe is 0 most of the time. At each event both
+  runs are read at the smaller run's task count, drawing that many of the larger run's valid tasks
+  without replacement (seeded, ``n_draws`` times).
 * **Step 0.** At step 0 both runs' proposers are the same adapter (the shared warm-up), so a
   difference there is sampling, not training. The comparison is the difference of the two runs'
   changes from step 0 to the last event, (pop_last − pop_0) − (base_last − base_0), with the 95%

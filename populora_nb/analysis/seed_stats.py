@@ -10,8 +10,8 @@ computed, and only one carries the verdict:
                             at 2 degrees of freedom); under that assumption it has its stated 95%
                             coverage at any n. Two runs at the same seeds are compared by the PAIRED
                             t, the t-interval of the per-seed differences: the two runs of a seed can
-                            be correlated either way (across the protocol's seeds they are negatively
-                            correlated), so an unpaired interval is neither right nor conservative.
+                            be correlated either way, so an unpaired interval is neither right nor
+                            conservative.
                             Every verdict (``Estimate.separated``) is this interval's.
   spread of the seeds       ``seed_spread``: the companion, no normality assumed. At n <= 3 it is
                             the seeds' RANGE (min, max): that is what the 95% percentile bootstrap

@@ -36,19 +36,10 @@ class WarmupGain:
     gain: Estimate
 
 
-def read_warmups(experiments: Sequence[str | Path]) -> list[tuple[str, dict]]:
-    """(experiment name, its warmup/report.json) for each experiment that ran the warm-up."""
-    out = []
-    for e in experiments:
-        path = Path(e) / "warmup" / "report.json"
-        if path.is_file():
-            out.append((Path(e).name, json.loads(path.read_text())))
-    return out
-
-
 def warmup_gain(experiments: Sequence[str | Path], n_resamples: int = 10_000, seed: int = 0) -> WarmupGain | None:
     """The before/after valid rates over seeds; None when no experiment ran a warm-up."""
-    reports = read_warmups(experiments)
+    paths = [(Path(e).name, Path(e) / "warmup" / "report.json") for e in experiments]
+    reports = [(name, json.loads(p.read_text())) for name, p in paths if p.is_file()]
     if not reports:
         return None
     before = [float(r["before"]["rate"]) for _, r in reports]

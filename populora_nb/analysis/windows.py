@@ -1,11 +1,10 @@
 """Fixed step windows for the complexity of newly written programs, with their program counts.
 
 A complexity series has a value only at steps where a proposer newly wrote a program (copies are left
-out: `populora_nb.copies`). Reading "start" and "end" as the first and last ``window`` steps that had
-one made windows that do not line up: one seed's start could span steps 0–19 and another's end
-23–33. Here every run's start is steps [first, first + window) and its end the last ``window`` steps
-of the run, the same steps for every run of the same length, and each window's value is the mean
-over the programs written in it, reported with that count. Below ``MIN_PROGRAMS`` the window says
+out: `populora_nb.copies`), so the first and last ``window`` steps that had one need not line up
+between seeds. Here every run's start is steps [first, first + window) and its end the last
+``window`` steps of the run, the same steps for every run of the same length, and each window's
+value is the mean over the programs written in it, reported with that count. Below ``MIN_PROGRAMS`` the window says
 "too few new programs" instead of a number, and the seed is left out of that series' comparison.
 """
 
