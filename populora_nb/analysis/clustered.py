@@ -30,14 +30,9 @@ def block_counts(items: Sequence[tuple[int, bool]], block: int = BLOCK_STEPS) ->
     """(hits, totals) per step block ``step // block``, over the blocks that hold an item."""
     if block < 1:
         raise ValueError(f"block must be >= 1 step, got {block}")
-    hits: dict[int, int] = {}
-    totals: dict[int, int] = {}
-    for step, hit in items:
-        b = int(step) // block
-        hits[b] = hits.get(b, 0) + bool(hit)
-        totals[b] = totals.get(b, 0) + 1
-    keys = sorted(totals)
-    return np.array([hits[k] for k in keys], dtype=float), np.array([totals[k] for k in keys], dtype=float)
+    _, blocks = np.unique([int(step) // block for step, _ in items], return_inverse=True)
+    hits = np.bincount(blocks, weights=[float(bool(hit)) for _, hit in items])
+    return hits, np.bincount(blocks).astype(float)
 
 
 def block_bootstrap_share(

@@ -53,11 +53,8 @@ def minimum_detectable_difference(sd: float, n: int, power: float = 0.8, alpha: 
 def sd_factors(n: int, level: float = 0.95) -> tuple[float, float]:
     """The 95% interval of the true SD as multiples of a sample SD from ``n`` normal values
     (chi-square with n − 1 degrees of freedom)."""
-    dof = n - 1
-    return (
-        math.sqrt(dof / stats.chi2.ppf(0.5 + level / 2, dof)),
-        math.sqrt(dof / stats.chi2.ppf(0.5 - level / 2, dof)),
-    )
+    low, high = (math.sqrt((n - 1) / stats.chi2.ppf(0.5 + side * level / 2, n - 1)) for side in (1, -1))
+    return low, high
 
 
 def power_row(label: str, baseline: Sequence[float], population: Sequence[float]) -> dict:
