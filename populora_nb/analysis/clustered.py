@@ -31,8 +31,8 @@ def block_counts(items: Sequence[tuple[int, bool]], block: int = BLOCK_STEPS) ->
     if block < 1:
         raise ValueError(f"block must be >= 1 step, got {block}")
     _, blocks = np.unique([int(step) // block for step, _ in items], return_inverse=True)
-    hits = np.bincount(blocks, weights=np.array([bool(hit) for _, hit in items], dtype=float))
-    return hits, np.bincount(blocks).astype(float)
+    hits = np.bincount(blocks, weights=[bool(hit) for _, hit in items])
+    return hits.astype(float), np.bincount(blocks).astype(float)
 
 
 def block_bootstrap_share(
