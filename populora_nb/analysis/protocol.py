@@ -175,9 +175,8 @@ def difference_holm(comparisons: Sequence[Comparison]) -> dict[str, float]:
 
 def change_holm(comparisons: Sequence[Comparison]) -> dict[tuple[str, str], float]:
     """Holm-adjusted p of each end − start change, every (series, run) of the table as one family."""
-    keys = [(c.key, run) for c in comparisons for run in RUNS if c.runs[run].seeds]
-    by_key = {c.key: c for c in comparisons}
-    return dict(zip(keys, holm([by_key[k].runs[run].change.p for k, run in keys])))
+    p = {(c.key, run): c.runs[run].change.p for c in comparisons for run in RUNS if c.runs[run].seeds}
+    return dict(zip(p, holm(list(p.values()))))
 
 
 # ----------------------------------------------------------------------------- tables

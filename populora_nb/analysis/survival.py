@@ -92,15 +92,8 @@ class Survival:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "born": self.born,
-            "n": self.n,
-            "survived": self.survived,
-            "expected": self.expected,
-            "p_low": self.p_low,
-            "verdict": self.verdict,
-            "judged": [{**asdict(j), "chance": j.chance} for j in self.judged],
-        }
+        numbers = {k: getattr(self, k) for k in ("born", "n", "survived", "expected", "p_low", "verdict")}
+        return {**numbers, "judged": [{**asdict(j), "chance": j.chance} for j in self.judged]}
 
 
 def poisson_binomial_cdf(probabilities: Sequence[float], k: int) -> float:
