@@ -34,6 +34,11 @@ class Window:
     value: float
     """Mean of the field over the window's programs; NaN when ``n`` < MIN_PROGRAMS."""
 
+    def cell(self, digits: int = 2) -> str:
+        if self.n < MIN_PROGRAMS:
+            return f"too few new programs (n = {self.n}, steps {self.first}–{self.last})"
+        return f"{self.value:.{digits}f} (n = {self.n}, steps {self.first}–{self.last})"
+
 
 def fixed_windows(steps: Sequence[int], window: int) -> tuple[tuple[int, int], tuple[int, int]]:
     """((first, last) of the start window, (first, last) of the end window), inclusive, from the steps
