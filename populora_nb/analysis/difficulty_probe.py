@@ -26,7 +26,7 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from populora_nb.analysis.figures import figure_of, say_empty
+from populora_nb.analysis.figures import figure_of, finish, line_band
 from populora_nb.analysis.frames import records
 from populora_nb.analysis.liveness import played_tasks
 from populora_nb.analysis.seed_stats import fmt_interval, t_interval, welch_interval
@@ -108,9 +108,7 @@ def plot_probe(runs: Mapping[str, str | Path], axes: Sequence[Axes] | None = Non
         drawn = True
         steps = [e.step for e in events]
         mean, low, high = zip(*(e.rho for e in events))
-        (line,) = axes[0].plot(steps, mean, marker="o", ms=4, label=name)
-        colour = line.get_color()
-        axes[0].fill_between(steps, low, high, color=colour, alpha=0.15, linewidth=0)
+        colour = line_band(axes[0], steps, mean, low, high, marker="o", ms=4, label=name, alpha=0.15).get_color()
         axes[1].plot(steps, [e.valid_rate for e in events], marker="o", ms=4, label=name, color=colour)
         if len(axes) > 2:
             axes[2].plot(
@@ -127,10 +125,7 @@ def plot_probe(runs: Mapping[str, str | Path], axes: Sequence[Axes] | None = Non
         axes[2].set(xlabel="step", ylabel="share of valid probe tasks", title="Can the probe move both ways?")
     for ax in axes:
         ax.set_ylim(-0.03, 1.03)
-        if drawn:
-            ax.legend(fontsize=8)
-        else:
-            say_empty(ax, "no probe event recorded (probe.every = 0)")
+        finish(ax, drawn, "no probe event recorded (probe.every = 0)", fontsize=8)
     fig.tight_layout()
     return fig
 
