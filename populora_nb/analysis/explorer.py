@@ -13,18 +13,14 @@ they select is drawn as ordinary outputs below the controls, replaced in place a
              at the slider's step (a population run; the baseline has neither)
     detail   one task's program, I/O pairs, complexity and solve attempts; one member's lineage
 
-Why the results are plain outputs and not widgets (as the dashboard's, `analysis.dashboard`): a
-widget's state dies with the kernel, and a saved, exported or reopened notebook then shows "Error
-displaying widget" where the results were. The controls are widgets, so they need a running kernel;
-the last selection stays in the notebook as HTML and a PNG, readable anywhere. `filter_tasks` and
-`ancestry` are the same selections as plain functions, for a notebook cell or a script.
+The results are plain outputs, not widgets, for the dashboard's reason (`analysis.dashboard`): the
+controls need a running kernel, but the last selection stays in the notebook as HTML and a PNG.
+`filter_tasks` and `ancestry` are the same selections as plain functions.
 """
 
 from __future__ import annotations
 
 import html
-import io
-from collections.abc import Sequence
 from typing import Any
 
 import ipywidgets as widgets
@@ -34,10 +30,11 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from populora_nb.analysis.dashboard import in_notebook
-from populora_nb.analysis.figures import say_empty
-from populora_nb.analysis.frames import COMPLEXITY_COLUMNS, FRAMES, RunFrames
+from populora_nb.analysis.figures import png_bytes, say_empty
+from populora_nb.analysis.frames import COMPLEXITY_COLUMNS, RunFrames
 
 ALL = "all"
+_ANCESTRY = ("generation", "child", "parents", "operator", "birth_step")
 TABLE_COLUMNS = ("task", "step", "proposer", "solver", "kind", "verdict", "rho", "attempts", "copy", "ast_depth")
 
 
@@ -62,10 +59,8 @@ def filter_tasks(
         keep &= tasks["kind"] == kind
     if tuple(rho) != (0.0, 1.0):
         keep &= tasks["rho"].between(*rho)
-    if validity == "valid":
-        keep &= tasks["valid"].astype(bool)
-    elif validity == "invalid":
-        keep &= ~tasks["valid"].astype(bool)
+    if validity in ("valid", "invalid"):
+        keep &= tasks["valid"].astype(bool) == (validity == "valid")
     elif validity.startswith("invalid: "):
         keep &= tasks["reason"] == validity.removeprefix("invalid: ")
     if copy != ALL:
@@ -77,7 +72,7 @@ def ancestry(lineage: pd.DataFrame, member: str) -> pd.DataFrame:
     """The births that made ``member``: its own, then its parents', back to the founders (who have
     none), one row each with the ``generation`` above ``member`` (0: its own birth)."""
     if lineage.empty or "child" not in lineage.columns:
-        return pd.DataFrame(columns=["generation", "child", "parents", "operator", "birth_step"])
+        return pd.DataFrame(columns=_ANCESTRY)
     births = {row["child"]: row for row in lineage.to_dict("records")}
     out, todo, seen = [], [(member, 0)], set()
     while todo:
@@ -86,12 +81,9 @@ def ancestry(lineage: pd.DataFrame, member: str) -> pd.DataFrame:
             continue
         seen.add(name)
         row = births[name]
-        out.append(
-            {"generation": generation, **{k: row.get(k) for k in ("child", "parents", "operator", "birth_step")}}
-        )
+        out.append({"generation": generation, **{k: row.get(k) for k in _ANCESTRY[1:]}})
         todo += [(p, generation + 1) for p in row.get("parents") or ()]
-    df = pd.DataFrame(out, columns=["generation", "child", "parents", "operator", "birth_step"])
-    return df.astype({"birth_step": "Int64"})
+    return pd.DataFrame(out, columns=_ANCESTRY).astype({"birth_step": "Int64"})
 
 
 def verdict(row: dict[str, Any]) -> str:
@@ -202,8 +194,6 @@ class Explorer:
         self._handles: dict[str, Any] = {}
         self._refilter()
 
-    # ---- what is selected ------------------------------------------------------------------------
-
     def selection(self) -> pd.DataFrame:
         """The tasks the filters select, every run."""
         return filter_tasks(
@@ -309,8 +299,6 @@ class Explorer:
         ax.bar(range(len(rows)), rows["rating/mu"], yerr=rows["rating/sigma"], color=colors, capsize=2)
         ax.set_xticks(range(len(rows)), rows["member"], rotation=45, ha="right", fontsize=7)
 
-    # ---- showing it -------------------------------------------------------------------------------
-
     def show(self) -> None:
         """The controls, then the record (table, figure, detail) that follows them."""
         from IPython.display import HTML, display
@@ -343,19 +331,5 @@ class Explorer:
         from IPython.display import HTML, Image
 
         self._handles["head"].update(HTML(self.head_html()))
-        buf = io.BytesIO()
-        self.figure().savefig(buf, format="png")
-        self._handles["figure"].update(Image(data=buf.getvalue(), format="png"))
+        self._handles["figure"].update(Image(data=png_bytes(self.figure()), format="png"))
         self._handles["detail"].update(HTML(self.detail_html()))
-
-
-def explore(frames: RunFrames, runs: Sequence[str] | None = None, window: int = 5) -> Explorer:
-    """An `Explorer` of ``runs`` (default: every run the frames hold, at most two), shown."""
-    chosen = frames if runs is None else RunFrames(*(_only(getattr(frames, n), runs) for n in FRAMES))
-    ex = Explorer(chosen, window=window)
-    ex.show()
-    return ex
-
-
-def _only(df: pd.DataFrame, runs: Sequence[str]) -> pd.DataFrame:
-    return df[df["run"].isin(runs)].reset_index(drop=True) if "run" in df.columns else df
