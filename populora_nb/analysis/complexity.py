@@ -1,27 +1,19 @@
 """Task complexity over what each proposer wrote, and the collapse detector (PopuLoRA §5, Fig. 4).
 
-Long because the measurement's definitions (what counts as written, each metric) are stated here,
-where the code that computes them can be checked against them.
-
 The paper's central picture: the single AZR agent's programs get shallower, simpler, shorter and
 use fewer variables while its solve rate nears 100% (collapse); a population's keep growing while
 its solve rates oscillate (arms race). Coverage of the problem space is in `populora_nb.analysis.coverage`.
 
-What is measured: only what a proposer WROTE. Fig. 4 tracks the programs the proposer writes, so
+What is measured: only what a proposer WROTE, as Fig. 4 tracks the programs the proposer writes:
   code_o, code_i   the program (and its I/O pair) is the proposer's: every metric below.
-  code_f           the program is a buffer program handed to the proposer (``stages.propose`` gives
-                   it ``refs[0].program``: a seed or an older task); the proposer wrote only the
-                   inputs and the message. Its program is NOT measured; its I/O type signatures
-                   (the proposer's inputs and the buffer program's answers to them) feed signature
-                   coverage, and its solve rate feeds the per-step solve rate.
-A run's ``tasks.jsonl`` holds only proposals (``step_records.task_rows``): the seed triplets sit in
-the buffers and are never logged, so there is no seed row to skip. What is measured is what the
-proposer NEWLY wrote: a proposal that copies a shown reference, a seed, a warm-up example
-or an earlier program (its ``copy`` class, ``populora_nb.copies``) is counted in the copy rate
-(``RunAnalysis.copy_series``) and left out of the complexity and coverage measurements, which would
-otherwise fall because copying rises (``analyse_tasks(..., written="all")`` measures every one).
-Counting code_f programs would pull every run's complexity toward the buffer's mean: early on the
-buffer is the seed and resampled old programs, so both runs would look alike for the wrong reason.
+  code_f           the program is a buffer program handed to the proposer (``stages.propose``), who
+                   wrote only the inputs and the message. Its program is NOT measured (it would pull
+                   every run toward the buffer's mean, early on the seed); its I/O type signatures
+                   feed signature coverage, and its solve rate the per-step solve rate.
+And only what it NEWLY wrote: a proposal that copies a shown reference, a seed, a warm-up example or
+an earlier program (its ``copy`` class, ``populora_nb.copies``) is counted in the copy rate
+(``RunAnalysis.copy_series``) and left out of complexity and coverage, which would otherwise fall
+because copying rises (``analyse_tasks(..., written="all")`` measures every one).
 
 Programs are untrusted text. They are only ever parsed (``ast.parse``, radon, ``ast.literal_eval``
 for I/O literals), never executed. A program that does not parse gets NaN metrics and is counted.
@@ -220,8 +212,7 @@ class InputMetrics:
 
 
 def input_metrics(task: TaskRecord) -> InputMetrics:
-    """What a code_f task measures: the I/O type signatures of the proposer's inputs (with the buffer
-    program's answers) and its solve rate; its program is not the proposer's and is not measured."""
+    """A code_f task's `InputMetrics`."""
     return InputMetrics(
         step=task.step,
         proposer=task.proposer,
@@ -283,10 +274,8 @@ class RunAnalysis:
 
 def analyse_tasks(tasks: Sequence[TaskRecord], written: Literal["new", "all"] = "new") -> RunAnalysis:
     """Split the valid tasks into written programs and code_f inputs (every valid task is one). With
-    ``written="new"`` (the default) only what the proposer newly wrote is measured: copies of a shown
-    reference, a seed, a warm-up example or an earlier program (`populora_nb.copies`) are counted in
-    ``classes`` (the copy rate) but left out of ``programs`` and ``inputs``, so complexity and coverage
-    do not fall because copying rises. A task recorded without a class counts as new."""
+    ``written="new"`` (the default) copies are counted in ``classes`` (the copy rate) but left out of
+    ``programs`` and ``inputs`` (module docstring). A task recorded without a class counts as new."""
     valid = [t for t in tasks if t.valid]
     mine = [t for t in valid if written == "all" or t.copy in (None, "new")]
     programs = tuple(program_metrics(t) for t in mine if t.kind in WRITTEN_PROGRAM_KINDS)
@@ -391,7 +380,6 @@ def detect_collapse(
 ) -> CollapseReport:
     """Flag a run whose solve rate approaches 1 while the complexity of the programs its proposers
     wrote falls (module docstring)."""
-    # Complexity of the written programs only; solve rate over every valid proposer task.
     solve = analysis.series("solve_rate")
     changes = {m: _relative_change(analysis.series(m)) for m in metrics}
     n_falling = sum(change <= -drop_threshold for change in changes.values())

@@ -219,14 +219,12 @@ def new_task_table(experiments: Mapping[str, str | Path]) -> tuple[list[str], di
             ratio = mean_ratio(c.new_valid, control[run].new_valid, f"{name}/{run}/ratio")
             valid = step_share(c.valid, c.proposals, f"{name}/{run}/valid")
             band = step_share(c.new_in_band, c.new_played, f"{name}/{run}/band")
-            won = (
-                None
-                if c.games is None or c.games_won is None
-                else (
+            won = None
+            if c.games is not None and c.games_won is not None:
+                won = (
                     step_mean(c.games_won, f"{name}/{run}/won"),
                     step_share(c.games_won, c.games, f"{name}/{run}/games"),
                 )
-            )
             cost = step_mean(c.seconds, f"{name}/{run}/cost")
             won_cell = "—" if won is None else f"{_fmt(won[0], digits='.1f')}; {_fmt(won[1], pct=True)}"
             band_cell = f"{_fmt(band, pct=True)} ({int(c.new_in_band.sum())}/{int(c.new_played.sum())})"
@@ -257,19 +255,11 @@ def new_task_table(experiments: Mapping[str, str | Path]) -> tuple[list[str], di
             ok = {
                 run: better(counts[name][run], control[run]) for run in RUNS if run in counts[name] and run in control
             }
-            verdicts.append(
-                f"- **{name}**: "
-                + (
-                    "meets the rule in both runs"
-                    if len(ok) == len(RUNS) and all(ok.values())
-                    else "does not meet the rule"
-                    if len(ok) == len(RUNS)
-                    else f"cannot be judged: the rule needs both runs, {', '.join(ok) or 'none'} made"
-                )
-                + " ("
-                + ", ".join(f"{run}: {'yes' if v else 'no'}" for run, v in ok.items())
-                + ")"
-            )
+            said = "meets the rule in both runs" if all(ok.values()) else "does not meet the rule"
+            if len(ok) < len(RUNS):
+                said = f"cannot be judged: the rule needs both runs, {', '.join(ok) or 'none'} made"
+            per_run = ", ".join(f"{run}: {'yes' if v else 'no'}" for run, v in ok.items())
+            verdicts.append(f"- **{name}**: {said} ({per_run})")
             record.setdefault("better", {})[name] = ok
     lines += [
         "",
