@@ -141,17 +141,12 @@ def probe_table(runs: Mapping[str, str | Path]) -> list[list[str]]:
         first, last = events[0], events[-1]
         cost = probe_cost(path)
         diff = welch_interval(first.rhos, last.rhos) if len(events) > 1 else (math.nan, math.nan, math.nan)
-        rows.append(
-            [
-                name,
-                f"{len(events)} (steps {first.step}–{last.step})",
-                f"{sum(e.valid for e in events)}/{sum(e.asked for e in events)}",
-                _cell(first.rho),
-                _cell(last.rho),
-                _cell(diff, signed=True),
-                "n/a" if cost is None else f"{100 * cost:.1f}%",
-            ]
-        )
+        counts = [
+            f"{len(events)} (steps {first.step}–{last.step})",
+            f"{sum(e.valid for e in events)}/{sum(e.asked for e in events)}",
+        ]
+        rho = [_cell(first.rho), _cell(last.rho), _cell(diff, signed=True)]
+        rows.append([name, *counts, *rho, "n/a" if cost is None else f"{100 * cost:.1f}%"])
     return rows
 
 

@@ -29,6 +29,7 @@ This module is the analyses' one door to the records: ``records`` (one stream's 
 from __future__ import annotations
 
 import re
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -281,16 +282,16 @@ def task_frame(run_dir: Path, rows: list[dict], matches: list[dict], rollouts: i
     order of its task rows (`loop.run`), so the i-th task of a step is the i-th match of that step."""
     start = start_fingerprints(run_dir)
     classes, repeats = classify_rows(rows, start), repeat_rows(rows, start)
-    by_step: dict[int, list[dict]] = {}
+    by_step: dict[int, list[dict]] = defaultdict(list)
     for m in matches:
-        by_step.setdefault(m["step"], []).append(m)
-    seen_in_step: dict[int, int] = {}
+        by_step[m["step"]].append(m)
+    seen_in_step: Counter[int] = Counter()
     out = []
     for number, (row, copy, repeat) in enumerate(zip(rows, classes, repeats)):
         step = int(row["step"])
-        i = seen_in_step.get(step, 0)
-        seen_in_step[step] = i + 1
-        match = by_step.get(step, [])[i] if i < len(by_step.get(step, [])) else {}
+        i, step_matches = seen_in_step[step], by_step.get(step, [])
+        seen_in_step[step] += 1
+        match = step_matches[i] if i < len(step_matches) else {}
         rho = row.get("solve_rate")
         k = match.get("rollouts") or rollouts
         valid = bool(row.get("valid"))

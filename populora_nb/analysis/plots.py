@@ -7,7 +7,7 @@ notebook shows it inline and the report saves it as PNG (``figures.save_figure``
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
@@ -123,10 +123,9 @@ def plot_ratings(run_dir: str | Path, ax: Axes | None = None) -> Figure:
     """TrueSkill mu per member over steps with a ±sigma band, coloured by role."""
     fig, ax = _ax(ax, (7, 4))
     rows = records(run_dir, "metrics")
-    members: dict[str, list[dict]] = {}
-    for r in rows:
-        if r.get("rating/mu") is not None:
-            members.setdefault(r["member"], []).append(r)
+    members: dict[str, list[dict]] = defaultdict(list)
+    for r in (r for r in rows if r.get("rating/mu") is not None):
+        members[r["member"]].append(r)
     ax.set(xlabel="step", ylabel="TrueSkill μ (band: ±σ)", title="Ratings")
     if not members:
         say_empty(ax, "no ratings: a single agent (the baseline) plays no matches")
@@ -134,9 +133,7 @@ def plot_ratings(run_dir: str | Path, ax: Axes | None = None) -> Figure:
     last_step = max((r["step"] for rs in members.values() for r in rs), default=0)
     ends = []  # (mu, name, color) of the members alive at the last step, labelled at the right edge
     for m, rs in members.items():
-        steps = np.array([r["step"] for r in rs])
-        mu = np.array([r["rating/mu"] for r in rs])
-        sd = np.array([r["rating/sigma"] for r in rs])
+        steps, mu, sd = (np.array([r[k] for r in rs]) for k in ("step", "rating/mu", "rating/sigma"))
         color = ROLE_COLORS.get(rs[0]["role"], "k")
         ax.plot(steps, mu, color=color, lw=1.2, marker="o" if len(steps) == 1 else None, ms=3)
         ax.fill_between(steps, mu - sd, mu + sd, color=color, alpha=0.08)

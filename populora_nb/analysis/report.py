@@ -169,31 +169,21 @@ def sections(out: Path) -> list[Section]:
         )
     )
     if "baseline" in runs:
-        secs.append(
+        secs += [
             Section("Baseline rewards", "AZR proposer reward and solver reward per step.", fig("baseline_rewards.png"))
-        )
+        ]
     if "population" in runs:
-        secs.append(
+        matrix = fig("solve_matrix.png") + fig("valid_rate_per_teacher.png") + fig("invalid_reasons.png")
+        lineage = "No evolution event in this run (shorter than evolution.every steps)."
+        if fig("lineage.png"):
+            lineage = "Children of evolution and their parents."
+        secs += [
             Section(
                 "TrueSkill trajectories", "μ per member, ±σ bands; red teachers, blue students.", fig("ratings.png")
-            )
-        )
-        secs.append(
-            Section(
-                "Teacher × student solve-rate matrix",
-                "Mean ρ over the matches PFSP chose.",
-                fig("solve_matrix.png") + fig("valid_rate_per_teacher.png") + fig("invalid_reasons.png"),
-            )
-        )
-        secs.append(
-            Section(
-                "Lineage",
-                "Children of evolution and their parents."
-                if fig("lineage.png")
-                else "No evolution event in this run (shorter than evolution.every steps).",
-                fig("lineage.png"),
-            )
-        )
+            ),
+            Section("Teacher × student solve-rate matrix", "Mean ρ over the matches PFSP chose.", matrix),
+            Section("Lineage", lineage, fig("lineage.png")),
+        ]
     secs.append(
         Section(
             "Complexity and coverage",
