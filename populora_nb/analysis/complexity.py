@@ -49,7 +49,8 @@ from __future__ import annotations
 
 import ast
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -292,17 +293,23 @@ def analyse_tasks(tasks: Sequence[TaskRecord], written: Literal["new", "all"] = 
 
 def _share_series(marks: Sequence[tuple[CopyMark, bool]], window: int) -> StepSeries:
     """Per step, the share of ``marks`` flagged (pooled over ``window`` steps) with a ±1 SE band."""
-    by_step: dict[int, list[float]] = {}
+    by_step: dict[int, list[float]] = defaultdict(list)
     for c, flag in marks:
-        by_step.setdefault(c.step, []).append(float(flag))
+        by_step[c.step].append(float(flag))
+
+    def share(pooled: np.ndarray) -> tuple[float, float, float]:
+        rate = float(pooled.mean())
+        se = math.sqrt(rate * (1 - rate) / len(pooled))
+        return rate, max(0.0, rate - se), min(1.0, rate + se)
+
+    return _rolling(by_step, window, share)
+
+
+def _rolling(by_step: Mapping[int, list[float]], window: int, summary: Callable[[np.ndarray], tuple]) -> StepSeries:
+    """At each step with values, ``summary`` (mean, lo, hi) of the values of the last ``window`` steps."""
     steps = np.array(sorted(by_step), dtype=np.int64)
-    rows = []
-    for st in steps:
-        pooled = [v for t in range(st - window + 1, st + 1) for v in by_step.get(int(t), ())]
-        rate, n = float(np.mean(pooled)), len(pooled)
-        se = math.sqrt(rate * (1 - rate) / n)
-        rows.append((rate, max(0.0, rate - se), min(1.0, rate + se), n))
-    table = np.array(rows, dtype=np.float64).reshape(-1, 4)
+    pooled = [np.array([v for t in range(s - window + 1, s + 1) for v in by_step.get(int(t), ())]) for s in steps]
+    table = np.array([(*summary(p), len(p)) for p in pooled], dtype=np.float64).reshape(-1, 4)
     return StepSeries(steps=steps, mean=table[:, 0], lo=table[:, 1], hi=table[:, 2], count=table[:, 3])
 
 
@@ -329,18 +336,12 @@ def step_series(
     (unparsed, unsolved) are left out."""
     if window < 1:
         raise ValueError(f"window must be >= 1 step, got {window}")
-    by_step: dict[int, list[float]] = {}
+    by_step: dict[int, list[float]] = defaultdict(list)
     for p in programs:
         value = float(getattr(p, metric))
         if not math.isnan(value):
-            by_step.setdefault(p.step, []).append(value)
-    steps = np.array(sorted(by_step), dtype=np.int64)
-    rows = []
-    for s in steps:
-        pooled = np.array([v for t in range(s - window + 1, s + 1) for v in by_step.get(int(t), ())])
-        rows.append((pooled.mean(), *np.percentile(pooled, band), len(pooled)))
-    table = np.array(rows, dtype=np.float64).reshape(-1, 4)
-    return StepSeries(steps=steps, mean=table[:, 0], lo=table[:, 1], hi=table[:, 2], count=table[:, 3])
+            by_step[p.step].append(value)
+    return _rolling(by_step, window, lambda pooled: (pooled.mean(), *np.percentile(pooled, band)))
 
 
 # ----------------------------------------------------------------------------- collapse detector

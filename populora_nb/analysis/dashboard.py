@@ -5,8 +5,8 @@
     result = run(config, run_dir, on_step=dash.update)
     dash.finish()
 
-It shows a one-line summary of the last step, the solve rate per kind with the valid-proposal rate,
-TrueSkill μ ± σ (the baseline: its rewards) and the last few proposed tasks with their verdicts.
+It shows a summary of the last step, the solve rates with the valid-proposal rate, TrueSkill μ ± σ
+(the baseline: its rewards) and the last few proposed tasks with their verdicts.
 
 Why plain outputs and not ipywidgets: a widget's state lives in the kernel, so a saved, exported
 or reopened notebook shows "Error displaying widget" where the results were. Each part is an

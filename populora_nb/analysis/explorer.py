@@ -96,14 +96,11 @@ def tasks_table(tasks: pd.DataFrame, max_rows: int = 20) -> str:
         return "<p><i>no task matches</i></p>"
     rows = []
     for r in tasks.head(max_rows).to_dict("records"):
-        attempts = f"{r['n_solved']}/{r['rollouts']}" if not pd.isna(r["n_solved"]) else ""
-        cells = {
-            **r,
+        cells = r | {
             "verdict": verdict(r),
-            "attempts": attempts,
-            "rho": "" if pd.isna(r["rho"]) else f"{r['rho']:.2f}",
+            "attempts": "" if pd.isna(r["n_solved"]) else f"{r['n_solved']}/{r['rollouts']}",
         }
-        cells["ast_depth"] = "" if pd.isna(r["ast_depth"]) else f"{r['ast_depth']:.0f}"
+        cells |= {c: "" if pd.isna(r[c]) else f"{r[c]:{f}}" for c, f in (("rho", ".2f"), ("ast_depth", ".0f"))}
         first = " ".join(str(r["program"] or "(nothing parsable)").split())[:60]  # the program on one line
         tds = "".join(f"<td>{html.escape(_text(cells[c]))}</td>" for c in TABLE_COLUMNS)
         code = f"<td style='text-align:left;white-space:nowrap'><code>{html.escape(first)}</code></td>"

@@ -1,9 +1,5 @@
-"""Matplotlib figures from a run directory's records (metrics.jsonl, matches.jsonl, tasks.jsonl,
-lineage.jsonl).
-
-Every function takes run directories (or rows), an optional ``ax``, and returns the Figure, so a
-notebook shows it inline and the report saves it as PNG (``figures.save_figure``).
-"""
+"""Matplotlib figures from a run directory's records (metrics, matches, tasks, lineage): each takes
+run directories (or rows) and an optional ``ax``, and returns the Figure (`analysis.figures`)."""
 
 from __future__ import annotations
 

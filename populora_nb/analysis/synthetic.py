@@ -1,14 +1,11 @@
 """Synthetic run directories in the loop's record format, for a demo without a model and for tests.
 
 ``write_synthetic_experiment(dir)`` writes ``dir/baseline`` and ``dir/population``; each holds
-``tasks.jsonl`` (one row per proposed task, the columns ``populora_nb.analysis.frames.load_tasks``
-reads), ``metrics.jsonl`` (per step and proposer: ``teacher/valid_rate``, ``student/solve_rate``),
-``probe.jsonl`` (a scripted difficulty probe, `synthetic_probe_rows`) and a stub ``config.yaml``
-(``agent``, ``preset: synthetic``, ``seed``, ``steps``; not a full config, so
-``RunDir.load_config`` does not read it). Nothing here trains or runs a model: it is useful where
-there is no real run yet, to see how the complexity and coverage analysis (notebook 05) reads, and
-as a fixture with a known answer for the tests. Every figure drawn from it shows data that is made
-up, so say so in its title.
+``tasks.jsonl`` (the columns `frames.load_tasks` reads), ``metrics.jsonl`` (per step and proposer:
+``teacher/valid_rate``, ``student/solve_rate``), ``probe.jsonl`` (`synthetic_probe_rows`) and a stub
+``config.yaml`` (``agent``, ``preset: synthetic``, ``seed``, ``steps``; not one ``RunDir.load_config``
+reads). Nothing here runs a model: it shows how the analysis reads before a real run exists, and is
+a fixture with a known answer for the tests. A figure drawn from it should say its data is made up.
 
 Programs are random but well-formed Python at a chosen nesting level; outputs are literals of a
 plausible type, NOT what the program returns (nothing is executed). Two scripted trajectories mimic
