@@ -123,14 +123,11 @@ _BINDERS = (ast.arg, ast.ExceptHandler, ast.MatchAs, ast.MatchStar, ast.MatchMap
 def variable_count(tree: ast.AST) -> int:
     """Distinct names bound as variables: stored ``Name``s, parameters, ``except ... as`` names
     and ``match`` captures."""
-    return len(
-        {
-            identifier(n)
-            for n in ast.walk(tree)
-            if isinstance(n, _BINDERS) or (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
-        }
-        - {None}
-    )
+
+    def binds(n: ast.AST) -> bool:
+        return isinstance(n, _BINDERS) or (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+
+    return len({identifier(n) for n in ast.walk(tree) if binds(n)} - {None})
 
 
 @dataclass(frozen=True)
@@ -385,9 +382,8 @@ def detect_collapse(
     changes = {m: _relative_change(analysis.series(m)) for m in metrics}
     n_falling = sum(change <= -drop_threshold for change in changes.values())
     if len(solve.steps) < min_steps:
-        return CollapseReport(
-            False, math.nan, changes, n_falling, f"too few steps with solved tasks ({len(solve.steps)} < {min_steps})"
-        )
+        why = f"too few steps with solved tasks ({len(solve.steps)} < {min_steps})"
+        return CollapseReport(False, math.nan, changes, n_falling, why)
     tail = max(1, math.ceil(tail_fraction * len(solve.steps)))
     solve_end = float(solve.mean[-tail:].mean())
     high = solve_end >= solve_rate_threshold

@@ -62,11 +62,8 @@ def tasks_html(rows: Sequence[dict]) -> str:
         )
     if not cells:
         return "<p><i>no task proposed yet</i></p>"
-    return (
-        "<table><tr><th>step</th><th>by</th><th>kind</th><th>program</th><th>verdict</th></tr>"
-        + "".join(cells)
-        + "</table>"
-    )
+    head = "<tr><th>step</th><th>by</th><th>kind</th><th>program</th><th>verdict</th></tr>"
+    return f"<table>{head}{''.join(cells)}</table>"
 
 
 class Dashboard:

@@ -97,8 +97,7 @@ def plot_probe(runs: Mapping[str, str | Path], axes: Sequence[Axes] | None = Non
     probe tasks in 0 < ρ < 1 (solid) and at ρ = 0 (dashed), with the floor-bound line: a probe whose
     tasks sit at ρ = 0 can show tasks getting easier, not harder (`analysis.probe_floor`)."""
     if axes is None:
-        _, axs = plt.subplots(1, 3, figsize=(15, 3.6))
-        axes = list(axs)
+        axes = list(plt.subplots(1, 3, figsize=(15, 3.6))[1])
     fig = figure_of(axes[0])
     drawn = False
     for name, path in runs.items():
@@ -111,17 +110,15 @@ def plot_probe(runs: Mapping[str, str | Path], axes: Sequence[Axes] | None = Non
         colour = line_band(axes[0], steps, mean, low, high, marker="o", ms=4, label=name, alpha=0.15).get_color()
         axes[1].plot(steps, [e.valid_rate for e in events], marker="o", ms=4, label=name, color=colour)
         if len(axes) > 2:
-            axes[2].plot(
-                steps, [e.band_rate for e in events], marker="o", ms=4, label=f"{name}: 0 < ρ < 1", color=colour
-            )
+            band = [e.band_rate for e in events]
             zero = [sum(r == 0 for r in e.rhos) / len(e.rhos) if e.rhos else math.nan for e in events]
+            axes[2].plot(steps, band, marker="o", ms=4, label=f"{name}: 0 < ρ < 1", color=colour)
             axes[2].plot(steps, zero, marker="x", ms=4, ls="--", label=f"{name}: ρ = 0", color=colour)
     axes[0].set(xlabel="step", ylabel="probe ρ (frozen solver)", title="Difficulty probe: fixed prompts, one solver")
     axes[1].set(xlabel="step", ylabel="valid rate", title="Valid answers to the probe's prompts")
     if len(axes) > 2:
-        axes[2].axhline(
-            FLOOR_SHARE, color="grey", lw=0.8, ls=":", label=f"floor-bound above {FLOOR_SHARE:.0%} at ρ = 0"
-        )
+        floor = f"floor-bound above {FLOOR_SHARE:.0%} at ρ = 0"
+        axes[2].axhline(FLOOR_SHARE, color="grey", lw=0.8, ls=":", label=floor)
         axes[2].set(xlabel="step", ylabel="share of valid probe tasks", title="Can the probe move both ways?")
     for ax in axes:
         ax.set_ylim(-0.03, 1.03)

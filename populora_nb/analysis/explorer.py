@@ -30,7 +30,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from populora_nb.analysis.dashboard import in_notebook
-from populora_nb.analysis.figures import png_bytes, say_empty
+from populora_nb.analysis.figures import finish, png_bytes, say_empty
 from populora_nb.analysis.frames import COMPLEXITY_COLUMNS, RunFrames
 
 ALL = "all"
@@ -257,12 +257,9 @@ class Explorer:
             a.axvline(at, color="k", lw=0.8, ls=":")
             a.set_xlim(self.steps.value[0] - 0.6, self.steps.value[1] + 0.6)
             a.set(title=f"{run}: selected tasks per step", xlabel="step", ylabel="tasks")
-            a.xaxis.set_major_locator(MaxNLocator(integer=True))
-            a.yaxis.set_major_locator(MaxNLocator(integer=True))
-            if len(mine):
-                a.legend(fontsize=8)
-            else:
-                say_empty(a, "no task matches the filter")
+            for axis in (a.xaxis, a.yaxis):
+                axis.set_major_locator(MaxNLocator(integer=True))
+            finish(a, bool(len(mine)), "no task matches the filter", fontsize=8)
             self._matrix(b, run, at)
             self._ratings(c, run, at)
         fig.tight_layout()

@@ -234,23 +234,11 @@ def new_task_table(experiments: Mapping[str, str | Path]) -> tuple[list[str], di
                 f"{_fmt(valid, pct=True)} ({int(c.valid.sum())}/{int(c.proposals.sum())}) | {band_cell} | "
                 f"{won_cell} | {_fmt(cost, digits='.1f')} |"
             )
-            record["rows"].append(
-                {
-                    "candidate": name,
-                    "run": run,
-                    "steps": len(c.steps),
-                    "new_valid_per_step": new,
-                    "ratio_to_control": ratio,
-                    "valid_rate": valid,
-                    "band_share_new": band,
-                    "teacher_games_won_per_step": None if won is None else won[0],
-                    "teacher_games_share": None if won is None else won[1],
-                    "seconds_per_step": cost,
-                    "new_valid": int(c.new_valid.sum()),
-                    "valid": int(c.valid.sum()),
-                    "proposals": int(c.proposals.sum()),
-                }
-            )
+            row = {"candidate": name, "run": run, "steps": len(c.steps), "new_valid_per_step": new}
+            row |= {"ratio_to_control": ratio, "valid_rate": valid, "band_share_new": band}
+            row |= dict(zip(("teacher_games_won_per_step", "teacher_games_share"), won or (None, None)))
+            row |= {"seconds_per_step": cost, "new_valid": int(c.new_valid.sum()), "valid": int(c.valid.sum())}
+            record["rows"].append(row | {"proposals": int(c.proposals.sum())})
         if name != names[0]:
             ok = {
                 run: better(counts[name][run], control[run]) for run in RUNS if run in counts[name] and run in control

@@ -82,11 +82,9 @@ def plot_solve_rates(
         series = step_mean(rows, "teacher/valid_rate") if valid_rate else {}
         if series:
             ax.plot(*_xy(series), style, color="k", lw=1, marker="s", ms=3, label=f"{run_label}valid-proposal rate")
-    title = (
-        "Solve rate ρ of fresh proposals"
-        if source == "fresh"
-        else "Solve rate on buffer tasks (top-ups, AZR solver batch)"
-    )
+    title = "Solve rate ρ of fresh proposals"
+    if source != "fresh":
+        title = "Solve rate on buffer tasks (top-ups, AZR solver batch)"
     if valid_rate:
         title = "Solve rate ρ per kind, and valid-proposal rate"
     ax.set(xlabel="step", ylabel="rate" if valid_rate else "solve rate", ylim=(-0.03, 1.03), title=title)
@@ -165,15 +163,8 @@ def _label_ends(ax: Axes, ends: list[tuple[float, str, str]], x: float, fontsize
     left, right = ax.get_xlim()
     ax.set_xlim(left, max(right, x + 0.18 * max(x - left, 1)))  # room for the names
     for (y, name, color), y_text in zip(sorted(ends), ys):
-        ax.annotate(
-            name,
-            (x, y),
-            xytext=(x + 0.03 * max(x - left, 1), y_text),
-            fontsize=fontsize,
-            color=color,
-            va="center",
-            annotation_clip=False,
-        )
+        text_at = (x + 0.03 * max(x - left, 1), y_text)
+        ax.annotate(name, (x, y), xytext=text_at, fontsize=fontsize, color=color, va="center", annotation_clip=False)
 
 
 def plot_solve_matrix(run_dir: str | Path, last_steps: int | None = None, ax: Axes | None = None) -> Figure:
@@ -290,24 +281,14 @@ def plot_lineage(
     occupant: dict[str, int] = {}  # successive occupants of a lane alternate in shade, so each lifetime is visible
     for member in sorted(lane, key=lambda m: born[m]):
         occupant[member] = sum(1 for other in occupant if lane[other] == lane[member])
-        ax.plot(
-            [born[member], died.get(member, end)],
-            [lane[member]] * 2,
-            color=role_color[role_of[member]],
-            lw=4,
-            alpha=0.35 if occupant[member] % 2 else 0.75,
-            solid_capstyle="butt",
-        )
+        span, alpha = [born[member], died.get(member, end)], 0.35 if occupant[member] % 2 else 0.75
+        ax.plot(span, [lane[member]] * 2, color=role_color[role_of[member]], lw=4, alpha=alpha, solid_capstyle="butt")
     operators = sorted({r.operator for r in births}, key=list(OPERATORS).index)
     op_color = {op: plt.get_cmap("tab10")(i % 10) for i, op in enumerate(operators)}
     for r in births:
         for n, parent in enumerate(r.parents):
-            ax.annotate(
-                "",
-                xy=(r.step, lane[r.child]),
-                xytext=(r.step - 0.45 * gap, lane[parent]),
-                arrowprops=dict(arrowstyle="->", color=op_color[r.operator], ls="--" if n else "-", lw=1.2),
-            )
+            arrow = dict(arrowstyle="->", color=op_color[r.operator], ls="--" if n else "-", lw=1.2)
+            ax.annotate("", xy=(r.step, lane[r.child]), xytext=(r.step - 0.45 * gap, lane[parent]), arrowprops=arrow)
         ax.plot(r.step, lane[r.child], "o", color=op_color[r.operator], ms=5)
     for op in operators:
         ax.plot([], [], color=op_color[op], label=f"{PAPER_IDS.get(op, op)} {op}" if op not in CONTROLS else op)
@@ -330,15 +311,8 @@ def plot_retention(
     for i, (name, scores) in enumerate(curves.items()):
         control = name in CONTROLS
         label = name if control or name not in PAPER_IDS else f"{PAPER_IDS[name]} {name}"
-        ax.plot(
-            range(len(scores)),
-            scores,
-            "--" if control else "-o",
-            ms=3,
-            lw=2.2 if control else 1.3,
-            color="black" if name == "copy_parent" else f"C{i % 10}",
-            label=label,
-        )
+        style = dict(ms=3, lw=2.2 if control else 1.3, color="black" if name == "copy_parent" else f"C{i % 10}")
+        ax.plot(range(len(scores)), scores, "--" if control else "-o", **style, label=label)
     if "copy_parent" in curves and curves["copy_parent"]:
         ax.axhline(curves["copy_parent"][0], color="0.6", ls=":", lw=1, label="parent (step 0)")
     ax.set(xlabel="retraining step", ylabel=ylabel, title="retention: children retrained from birth")

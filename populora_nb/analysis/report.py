@@ -111,13 +111,11 @@ def run_length_note(config: ExperimentConfig) -> str:
             f"It cannot judge any child (one is first judged {ec.grace} steps after its birth, at an event "
             f"outside its grace), so 'children survived' reads 0 of 0 here, not a failure."
         )
-    return (
-        can + " " + cannot + " Nor can a run this short show a trend: an arms race or a collapse, a change "
-        "of the probe's difficulty, or a population − baseline difference needs the `cpu` preset's 40 steps "
-        "over seeds (docs/laptop-run.md)."
-        if steps < 20
-        else can + " " + cannot
+    short = (
+        " Nor can a run this short show a trend: an arms race or a collapse, a change of the probe's difficulty, "
+        "or a population − baseline difference needs the `cpu` preset's 40 steps over seeds (docs/laptop-run.md)."
     )
+    return can + " " + cannot + (short if steps < 20 else "")
 
 
 def sections(out: Path) -> list[Section]:
@@ -146,7 +144,7 @@ def sections(out: Path) -> list[Section]:
                 + run_length_note(RunDir(runs["population"]).load_config()),
             )
         )
-    secs.append(
+    secs += [
         Section(
             "Compute",
             "Measured, in completion tokens (`compute/generated_tokens`: proposals and every rollout, "
@@ -157,17 +155,15 @@ def sections(out: Path) -> list[Section]:
             "baseline's. Generated tokens cannot match as well: the agent's learnability rollouts are never "
             "trained on, a student's rollouts always are (analysis/compute.py).",
             table=compute_table(runs),
-        )
-    )
-    secs.append(_probe_section(runs, fig("difficulty_probe.png")))
-    secs.append(
+        ),
+        _probe_section(runs, fig("difficulty_probe.png")),
         Section(
             "Solve rates per task kind",
             "Baseline (single AZR agent) and population on one axis. Top: ρ of fresh proposals (the headline). "
             "Then: attempts at buffer tasks (PopuLoRA's top-ups, AZR's solver batch), kept apart.",
             fig("solve_rates.png") + fig("buffer_solve_rates.png") + fig("valid_rate.png"),
-        )
-    )
+        ),
+    ]
     if "baseline" in runs:
         secs += [
             Section("Baseline rewards", "AZR proposer reward and solver reward per step.", fig("baseline_rewards.png"))
@@ -184,7 +180,7 @@ def sections(out: Path) -> list[Section]:
             Section("Teacher × student solve-rate matrix", "Mean ρ over the matches PFSP chose.", matrix),
             Section("Lineage", lineage, fig("lineage.png")),
         ]
-    secs.append(
+    secs += [
         Section(
             "Complexity and coverage",
             "First the copy rate: the share of valid proposals that repeat a reference shown in their "
@@ -195,9 +191,9 @@ def sections(out: Path) -> list[Section]:
             "compared at equal n; definitions: populora_nb/analysis/complexity.py, coverage.py).",
             fig("copy_rate.png") + fig("complexity.png") + fig("coverage.png") + fig("complexity_per_teacher.png"),
             table=_collapse_table(runs),
-        )
-    )
-    secs.append(_benchmark_section(out))
+        ),
+        _benchmark_section(out),
+    ]
     return secs
 
 
