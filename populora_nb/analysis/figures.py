@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 # No matplotlib.use("Agg") here: it would switch a notebook that imports this module away from
 # inline figures. Saving works on every backend; matplotlib falls back to Agg without a display.
@@ -43,10 +44,10 @@ def say_empty(ax: Axes, why: str) -> None:
     ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center", color="0.4", fontsize=9, wrap=True)
 
 
-def finish(ax: Axes, drawn: bool, why_empty: str, **legend: object) -> None:
+def finish(ax: Axes, drawn: bool, why_empty: str, **legend: Any) -> None:
     """A legend (``legend``: its keywords) when something was drawn, else the note why nothing was."""
     if drawn:
-        ax.legend(**legend)  # type: ignore[arg-type]
+        ax.legend(**legend)
     else:
         say_empty(ax, why_empty)
 

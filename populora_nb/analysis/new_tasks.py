@@ -1,9 +1,9 @@
 """What a run newly wrote, per step: the measure that tells a setting which makes a small proposer
 write new tasks from one that only hides its copies.
 
-At 135M most valid proposals repeat a shown reference program (`populora_nb.copies`), and the
-reward pays for it: a copy is valid far more often than a new program, and an invalid task costs −1.
-A setting that rejects repeats or copies makes their rate 0 by construction, so the copy or repeat
+A small proposer is paid for copying: a copy of a shown reference program (`populora_nb.copies`) is
+valid far more often than a new program, and an invalid task costs −1. A setting that rejects
+repeats or copies makes their rate 0 by construction, so the copy or repeat
 rate cannot compare it with the control. What can is the count of **new valid tasks per step**:
 valid proposals whose copy class is ``"new"`` (neither a shown reference's program nor an earlier
 one) and that are not repeats (the same program and input as a task met before). Beside it, per run:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -311,7 +311,8 @@ def plot_retention(
     for i, (name, scores) in enumerate(curves.items()):
         control = name in CONTROLS
         label = name if control or name not in PAPER_IDS else f"{PAPER_IDS[name]} {name}"
-        style = dict(ms=3, lw=2.2 if control else 1.3, color="black" if name == "copy_parent" else f"C{i % 10}")
+        color = "black" if name == "copy_parent" else f"C{i % 10}"
+        style: dict[str, Any] = dict(ms=3, lw=2.2 if control else 1.3, color=color)
         ax.plot(range(len(scores)), scores, "--" if control else "-o", **style, label=label)
     if "copy_parent" in curves and curves["copy_parent"]:
         ax.axhline(curves["copy_parent"][0], color="0.6", ls=":", lw=1, label="parent (step 0)")
