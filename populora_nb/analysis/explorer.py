@@ -34,6 +34,8 @@ from populora_nb.analysis.figures import finish, png_bytes, say_empty
 from populora_nb.analysis.frames import COMPLEXITY_COLUMNS, RunFrames
 
 ALL = "all"
+_CHOICES = ("member", "kind", "validity", "copy")
+"""The dropdown filters, named as `filter_tasks`' arguments."""
 _ANCESTRY = ("generation", "child", "parents", "operator", "birth_step")
 TABLE_COLUMNS = ("task", "step", "proposer", "solver", "kind", "verdict", "rho", "attempts", "copy", "ast_depth")
 
@@ -193,20 +195,13 @@ class Explorer:
 
     def selection(self) -> pd.DataFrame:
         """The tasks the filters select, every run."""
-        return filter_tasks(
-            self.frames.tasks,
-            steps=tuple(self.steps.value),
-            member=self.member.value,
-            kind=self.kind.value,
-            rho=tuple(self.rho.value),
-            validity=self.validity.value,
-            copy=self.copy.value,
-        )
+        choices = {name: getattr(self, name).value for name in _CHOICES}
+        return filter_tasks(self.frames.tasks, steps=tuple(self.steps.value), rho=tuple(self.rho.value), **choices)
 
     def describe(self) -> str:
         """The filter in words (what the record says it shows)."""
         parts = [f"steps {self.steps.value[0]}–{self.steps.value[1]}"]
-        for name in ("member", "kind", "validity", "copy"):
+        for name in _CHOICES:
             value = getattr(self, name).value
             if value != ALL:
                 parts.append(f"{name} {value}")

@@ -198,13 +198,8 @@ def liveness(run_dir: str | Path) -> Liveness:
             out.append(Played(int(m["step"]), float(m["rho"]), bool(r), rollouts, won))
     founders = {"teacher": config.population.n_teachers, "student": config.population.n_students}
     survival = judge_children(records(run_dir, "lineage"), founders, config.evolution.grace)
-    return Liveness(
-        valid,
-        tuple(out),
-        survival,
-        valid_matches=sum(bool(m["valid"]) for m in matches),
-        contested=sum(0 < p.rho < threshold for p in out),
-    )
+    n_valid, contested = sum(bool(m["valid"]) for m in matches), sum(0 < p.rho < threshold for p in out)
+    return Liveness(valid, tuple(out), survival, valid_matches=n_valid, contested=contested)
 
 
 def share_interval(n: int, d: int) -> tuple[float, float]:

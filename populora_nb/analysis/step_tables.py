@@ -107,16 +107,10 @@ def rewards_table(step: Step) -> pd.DataFrame:
     by: dict[tuple[str, str], list[float]] = defaultdict(list)
     for s in step.out.samples:
         by[(s.member, s.group[1])].append(s.reward)
+    names = {("propose", True): "teacher", ("propose", False): "proposer", ("solve", True): "student"}
     rows = [
-        {
-            "member": m,
-            "role": {("propose", True): "teacher", ("propose", False): "proposer", ("solve", True): "student"}.get(
-                (role, step.population), "solver"
-            ),
-            "samples": len(r),
-            "rewards": ", ".join(f"{v:+g}×{n}" for v, n in sorted(Counter(r).items())),
-            "mean reward": sum(r) / len(r),
-        }
+        {"member": m, "role": names.get((role, step.population), "solver"), "samples": len(r)}
+        | {"rewards": ", ".join(f"{v:+g}×{n}" for v, n in sorted(Counter(r).items())), "mean reward": sum(r) / len(r)}
         for (m, role), r in by.items()
     ]
     return pd.DataFrame(rows)
