@@ -1,27 +1,19 @@
 """Task complexity over what each proposer wrote, and the collapse detector (PopuLoRA §5, Fig. 4).
 
-Long because the measurement's definitions (what counts as written, each metric) are stated here,
-where the code that computes them can be checked against them.
-
 The paper's central picture: the single AZR agent's programs get shallower, simpler, shorter and
 use fewer variables while its solve rate nears 100% (collapse); a population's keep growing while
 its solve rates oscillate (arms race). Coverage of the problem space is in `populora_nb.analysis.coverage`.
 
-What is measured: only what a proposer WROTE. Fig. 4 tracks the programs the proposer writes, so
+What is measured: only what a proposer WROTE, as Fig. 4 tracks the programs the proposer writes:
   code_o, code_i   the program (and its I/O pair) is the proposer's: every metric below.
-  code_f           the program is a buffer program handed to the proposer (``stages.propose`` gives
-                   it ``refs[0].program``: a seed or an older task); the proposer wrote only the
-                   inputs and the message. Its program is NOT measured; its I/O type signatures
-                   (the proposer's inputs and the buffer program's answers to them) feed signature
-                   coverage, and its solve rate feeds the per-step solve rate.
-A run's ``tasks.jsonl`` holds only proposals (``step_records.task_rows``): the seed triplets sit in
-the buffers and are never logged, so there is no seed row to skip. What is measured is what the
-proposer NEWLY wrote: a proposal that copies a shown reference, a seed, a warm-up example
-or an earlier program (its ``copy`` class, ``populora_nb.copies``) is counted in the copy rate
-(``RunAnalysis.copy_series``) and left out of the complexity and coverage measurements, which would
-otherwise fall because copying rises (``analyse_tasks(..., written="all")`` measures every one).
-Counting code_f programs would pull every run's complexity toward the buffer's mean: early on the
-buffer is the seed and resampled old programs, so both runs would look alike for the wrong reason.
+  code_f           the program is a buffer program handed to the proposer (``stages.propose``), who
+                   wrote only the inputs and the message. Its program is NOT measured (it would pull
+                   every run toward the buffer's mean, early on the seed); its I/O type signatures
+                   feed signature coverage, and its solve rate the per-step solve rate.
+And only what it NEWLY wrote: a proposal that copies a shown reference, a seed, a warm-up example or
+an earlier program (its ``copy`` class, ``populora_nb.copies``) is counted in the copy rate
+(``RunAnalysis.copy_series``) and left out of complexity and coverage, which would otherwise fall
+because copying rises (``analyse_tasks(..., written="all")`` measures every one).
 
 Programs are untrusted text. They are only ever parsed (``ast.parse``, radon, ``ast.literal_eval``
 for I/O literals), never executed. A program that does not parse gets NaN metrics and is counted.
@@ -57,7 +49,8 @@ from __future__ import annotations
 
 import ast
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -130,14 +123,11 @@ _BINDERS = (ast.arg, ast.ExceptHandler, ast.MatchAs, ast.MatchStar, ast.MatchMap
 def variable_count(tree: ast.AST) -> int:
     """Distinct names bound as variables: stored ``Name``s, parameters, ``except ... as`` names
     and ``match`` captures."""
-    return len(
-        {
-            identifier(n)
-            for n in ast.walk(tree)
-            if isinstance(n, _BINDERS) or (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
-        }
-        - {None}
-    )
+
+    def binds(n: ast.AST) -> bool:
+        return isinstance(n, _BINDERS) or (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+
+    return len({identifier(n) for n in ast.walk(tree) if binds(n)} - {None})
 
 
 @dataclass(frozen=True)
@@ -220,8 +210,7 @@ class InputMetrics:
 
 
 def input_metrics(task: TaskRecord) -> InputMetrics:
-    """What a code_f task measures: the I/O type signatures of the proposer's inputs (with the buffer
-    program's answers) and its solve rate; its program is not the proposer's and is not measured."""
+    """A code_f task's `InputMetrics`."""
     return InputMetrics(
         step=task.step,
         proposer=task.proposer,
@@ -283,10 +272,8 @@ class RunAnalysis:
 
 def analyse_tasks(tasks: Sequence[TaskRecord], written: Literal["new", "all"] = "new") -> RunAnalysis:
     """Split the valid tasks into written programs and code_f inputs (every valid task is one). With
-    ``written="new"`` (the default) only what the proposer newly wrote is measured: copies of a shown
-    reference, a seed, a warm-up example or an earlier program (`populora_nb.copies`) are counted in
-    ``classes`` (the copy rate) but left out of ``programs`` and ``inputs``, so complexity and coverage
-    do not fall because copying rises. A task recorded without a class counts as new."""
+    ``written="new"`` (the default) copies are counted in ``classes`` (the copy rate) but left out of
+    ``programs`` and ``inputs`` (module docstring). A task recorded without a class counts as new."""
     valid = [t for t in tasks if t.valid]
     mine = [t for t in valid if written == "all" or t.copy in (None, "new")]
     programs = tuple(program_metrics(t) for t in mine if t.kind in WRITTEN_PROGRAM_KINDS)
@@ -303,17 +290,23 @@ def analyse_tasks(tasks: Sequence[TaskRecord], written: Literal["new", "all"] = 
 
 def _share_series(marks: Sequence[tuple[CopyMark, bool]], window: int) -> StepSeries:
     """Per step, the share of ``marks`` flagged (pooled over ``window`` steps) with a ±1 SE band."""
-    by_step: dict[int, list[float]] = {}
+    by_step: dict[int, list[float]] = defaultdict(list)
     for c, flag in marks:
-        by_step.setdefault(c.step, []).append(float(flag))
+        by_step[c.step].append(float(flag))
+
+    def share(pooled: np.ndarray) -> tuple[float, float, float]:
+        rate = float(pooled.mean())
+        se = math.sqrt(rate * (1 - rate) / len(pooled))
+        return rate, max(0.0, rate - se), min(1.0, rate + se)
+
+    return _rolling(by_step, window, share)
+
+
+def _rolling(by_step: Mapping[int, list[float]], window: int, summary: Callable[[np.ndarray], tuple]) -> StepSeries:
+    """At each step with values, ``summary`` (mean, lo, hi) of the values of the last ``window`` steps."""
     steps = np.array(sorted(by_step), dtype=np.int64)
-    rows = []
-    for st in steps:
-        pooled = [v for t in range(st - window + 1, st + 1) for v in by_step.get(int(t), ())]
-        rate, n = float(np.mean(pooled)), len(pooled)
-        se = math.sqrt(rate * (1 - rate) / n)
-        rows.append((rate, max(0.0, rate - se), min(1.0, rate + se), n))
-    table = np.array(rows, dtype=np.float64).reshape(-1, 4)
+    pooled = [np.array([v for t in range(s - window + 1, s + 1) for v in by_step.get(int(t), ())]) for s in steps]
+    table = np.array([(*summary(p), len(p)) for p in pooled], dtype=np.float64).reshape(-1, 4)
     return StepSeries(steps=steps, mean=table[:, 0], lo=table[:, 1], hi=table[:, 2], count=table[:, 3])
 
 
@@ -340,18 +333,12 @@ def step_series(
     (unparsed, unsolved) are left out."""
     if window < 1:
         raise ValueError(f"window must be >= 1 step, got {window}")
-    by_step: dict[int, list[float]] = {}
+    by_step: dict[int, list[float]] = defaultdict(list)
     for p in programs:
         value = float(getattr(p, metric))
         if not math.isnan(value):
-            by_step.setdefault(p.step, []).append(value)
-    steps = np.array(sorted(by_step), dtype=np.int64)
-    rows = []
-    for s in steps:
-        pooled = np.array([v for t in range(s - window + 1, s + 1) for v in by_step.get(int(t), ())])
-        rows.append((pooled.mean(), *np.percentile(pooled, band), len(pooled)))
-    table = np.array(rows, dtype=np.float64).reshape(-1, 4)
-    return StepSeries(steps=steps, mean=table[:, 0], lo=table[:, 1], hi=table[:, 2], count=table[:, 3])
+            by_step[p.step].append(value)
+    return _rolling(by_step, window, lambda pooled: (pooled.mean(), *np.percentile(pooled, band)))
 
 
 # ----------------------------------------------------------------------------- collapse detector
@@ -391,14 +378,12 @@ def detect_collapse(
 ) -> CollapseReport:
     """Flag a run whose solve rate approaches 1 while the complexity of the programs its proposers
     wrote falls (module docstring)."""
-    # Complexity of the written programs only; solve rate over every valid proposer task.
     solve = analysis.series("solve_rate")
     changes = {m: _relative_change(analysis.series(m)) for m in metrics}
     n_falling = sum(change <= -drop_threshold for change in changes.values())
     if len(solve.steps) < min_steps:
-        return CollapseReport(
-            False, math.nan, changes, n_falling, f"too few steps with solved tasks ({len(solve.steps)} < {min_steps})"
-        )
+        why = f"too few steps with solved tasks ({len(solve.steps)} < {min_steps})"
+        return CollapseReport(False, math.nan, changes, n_falling, why)
     tail = max(1, math.ceil(tail_fraction * len(solve.steps)))
     solve_end = float(solve.mean[-tail:].mean())
     high = solve_end >= solve_rate_threshold

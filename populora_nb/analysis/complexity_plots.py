@@ -1,8 +1,5 @@
-"""Figures for task complexity and coverage (PopuLoRA Fig. 4): matplotlib only, data from
-``populora_nb.analysis.complexity`` and ``populora_nb.analysis.coverage``. Each function draws on
-``ax`` (a new figure when None) and returns the Figure; nothing is shown or saved here
-(``figures.save_figure`` saves). An axes with nothing to draw says why inside it, so an empty panel
-is never mistaken for a flat line."""
+"""Figures for task complexity and coverage (PopuLoRA Fig. 4), from ``analysis.complexity`` and
+``analysis.coverage``. Each draws on ``ax`` (a new figure when None) and returns the Figure."""
 
 from __future__ import annotations
 
@@ -14,7 +11,7 @@ from matplotlib.figure import Figure
 
 from populora_nb.analysis.complexity import COMPLEXITY_FIELDS, RunAnalysis, StepSeries
 from populora_nb.analysis.coverage import COVERAGE_KINDS, SAMPLE_UNITS, Rarefaction, compare_at_equal_n
-from populora_nb.analysis.figures import axes_or_new, say_empty
+from populora_nb.analysis.figures import axes_or_new, finish, line_band, say_empty
 
 LABELS: Mapping[str, str] = {
     "ast_depth": "AST depth",
@@ -38,29 +35,15 @@ def plot_program_metric(
     """One line per run: rolling mean of ``metric`` over the last ``window`` steps, of the programs
     the proposers wrote (``RunAnalysis.series``); the band is the interquartile range of the
     programs pooled in that window."""
-    fig, ax = axes_or_new(ax)
-    drawn = 0
-    for name, analysis in runs.items():
-        series = analysis.series(metric, window=window)
-        if len(series.steps):
-            (line,) = ax.plot(series.steps, series.mean, label=name)
-            ax.fill_between(series.steps, series.lo, series.hi, color=line.get_color(), alpha=0.2, lw=0)
-            drawn += 1
-    ax.set(
-        xlabel="step",
-        ylabel=LABELS.get(metric, metric),
-        title=title or f"{LABELS.get(metric, metric)} (rolling {window}-step mean, IQR band)",
+    name = LABELS.get(metric, metric)
+    return _plot_bands(
+        {run: analysis.series(metric, window=window) for run, analysis in runs.items()},
+        dict(ylabel=name, title=title or f"{name} (rolling {window}-step mean, IQR band)"),
+        "no valid proposer-written program"
+        + (" solved" if metric == "solve_rate" else "")
+        + f"\nin {', '.join(runs) or 'any run'}: nothing to plot",
+        ax,
     )
-    if drawn:
-        ax.legend(fontsize="small")
-    else:
-        say_empty(
-            ax,
-            "no valid proposer-written program"
-            + (" solved" if metric == "solve_rate" else "")
-            + f"\nin {', '.join(runs) or 'any run'}: nothing to plot",
-        )
-    return fig
 
 
 def plot_copy_rate(
@@ -90,19 +73,16 @@ def _proposing_role(analysis: RunAnalysis) -> str:
 
 
 def _plot_shares(series: Mapping[str, StepSeries], ylabel: str, title: str, ax: Axes | None) -> Figure:
+    why = f"no valid proposal in {', '.join(series) or 'any run'}: nothing to plot"
+    return _plot_bands(series, dict(ylabel=ylabel, ylim=(-0.02, 1.02), title=title), why, ax)
+
+
+def _plot_bands(series: Mapping[str, StepSeries], labels: dict, why_empty: str, ax: Axes | None) -> Figure:
+    """One line with its band per non-empty series; ``labels``: ``ax.set``'s keywords."""
     fig, ax = axes_or_new(ax)
-    drawn = 0
-    for name, s in series.items():
-        if len(s.steps):
-            (line,) = ax.plot(s.steps, s.mean, label=name)
-            ax.fill_between(s.steps, s.lo, s.hi, color=line.get_color(), alpha=0.2, lw=0)
-            drawn += 1
-    ax.set(xlabel="step", ylabel=ylabel, ylim=(-0.02, 1.02))
-    ax.set_title(title)
-    if drawn:
-        ax.legend(fontsize="small")
-    else:
-        say_empty(ax, f"no valid proposal in {', '.join(series) or 'any run'}: nothing to plot")
+    drawn = [line_band(ax, s.steps, s.mean, s.lo, s.hi, label=n) for n, s in series.items() if len(s.steps)]
+    ax.set(xlabel="step", **labels)
+    finish(ax, bool(drawn), why_empty, fontsize="small")
     return fig
 
 
@@ -143,8 +123,7 @@ def plot_rarefaction(
             continue
         at = common.at[name]  # type: ignore[union-attr]
         label = f"{name} (N={curve.size}): {at.mean:.1f} [{at.lo:.0f}, {at.hi:.0f}] at n={at.n}"
-        (line,) = ax.plot(curve.n, curve.mean, (styles or {}).get(name, "-"), label=label)
-        ax.fill_between(curve.n, curve.lo, curve.hi, color=line.get_color(), alpha=0.2, lw=0)
+        line_band(ax, curve.n, curve.mean, curve.lo, curve.hi, (styles or {}).get(name, "-"), label=label)
     if common is not None and len(present) > 1:
         ax.axvline(common.n, color="0.5", ls=":", lw=1)
     band = next(iter(present.values())).band if present else (5.0, 95.0)
@@ -181,24 +160,12 @@ def plot_program_metric_per_proposer(
     """``metric`` per proposer (teacher) within one run, over what each wrote: rolling mean lines,
     no band."""
     fig, ax = axes_or_new(ax)
-    drawn = 0
-    for name in analysis.proposers:
-        series = analysis.series(metric, window=window, proposer=name)
-        if len(series.steps):
-            ax.plot(series.steps, series.mean, label=name)
-            drawn += 1
-    ax.set(
-        xlabel="step",
-        ylabel=LABELS.get(metric, metric),
-        title=title or f"{LABELS.get(metric, metric)} per teacher (rolling {window}-step mean)",
+    series = {name: analysis.series(metric, window=window, proposer=name) for name in analysis.proposers}
+    drawn = [ax.plot(s.steps, s.mean, label=name) for name, s in series.items() if len(s.steps)]
+    name = LABELS.get(metric, metric)
+    ax.set(xlabel="step", ylabel=name, title=title or f"{name} per teacher (rolling {window}-step mean)")
+    solved = " solved" if metric == "solve_rate" else ""
+    finish(
+        ax, bool(drawn), f"no teacher has a valid written program{solved}:\nnothing to plot", fontsize="small", ncol=2
     )
-    if drawn:
-        ax.legend(fontsize="small", ncol=2)
-    else:
-        say_empty(
-            ax,
-            "no teacher has a valid written program"
-            + (" solved" if metric == "solve_rate" else "")
-            + ":\nnothing to plot",
-        )
     return fig

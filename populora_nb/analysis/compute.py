@@ -13,11 +13,12 @@ The band applies to *trained* tokens, which decide how much each evaluated adapt
 generated tokens per adapter as well is impossible with AZR's recipe: the agent generates k
 learnability rollouts per proposal that it never trains on, while every rollout a population
 student generates is also trained on (and scores its teacher), so a member generating as much as the
-agent would train on ~1.5-2x its tokens. The table shows the generated ratio beside the trained one.
+agent would train on more. The table shows the generated ratio beside the trained one.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,11 @@ class RunCompute:
         """Completion tokens trained on per adapter and step."""
         return self.trained / self.adapters / self.steps
 
+    def ratio_to(self, base: RunCompute) -> tuple[float, float]:
+        """(generated, trained) tokens per adapter and step over ``base``'s; NaN where ``base``'s is 0."""
+        generated = _div(self.generated_per_adapter, base.generated_per_adapter)
+        return generated, _div(self.trained_per_adapter, base.trained_per_adapter)
+
 
 def run_compute(name: str, rows: list[dict], role: str | None = None) -> RunCompute | None:
     """Sum a run's metrics rows (only ``role``'s members when given); None for a run recorded
@@ -57,22 +63,11 @@ def run_compute(name: str, rows: list[dict], role: str | None = None) -> RunComp
         rows = [r for r in rows if r.get("role") == role]
     if not any(KEYS[0] in r for r in rows):
         return None
-    return RunCompute(
-        name,
-        _roster_size(rows),
-        len({r["step"] for r in rows}),
-        sum(r.get(KEYS[0], 0.0) for r in rows),
-        sum(r.get(KEYS[1], 0.0) for r in rows),
-    )
-
-
-def _roster_size(rows: list[dict]) -> int:
-    """Adapters alive at once: the most member rows of one step (evolution gives a child a new id,
-    so counting distinct ids would over-count)."""
-    per_step: dict[int, int] = {}
-    for r in rows:
-        per_step[r["step"]] = per_step.get(r["step"], 0) + 1
-    return max(per_step.values())
+    per_step = Counter(r["step"] for r in rows)
+    # adapters alive at once: the most member rows of one step (evolution gives a child a new id,
+    # so counting distinct ids would over-count)
+    generated, trained = (sum(r.get(key, 0.0) for r in rows) for key in KEYS)
+    return RunCompute(name, max(per_step.values()), len(per_step), generated, trained)
 
 
 def per_adapter_ratios(runs: Mapping[str, list[dict]]) -> dict[str, tuple[float, float]]:
@@ -82,15 +77,8 @@ def per_adapter_ratios(runs: Mapping[str, list[dict]]) -> dict[str, tuple[float,
     base = run_compute("baseline", runs["baseline"])
     if base is None:
         return {}
-    out = {}
-    for role in ("teacher", "student", None):
-        c = run_compute("population", runs["population"], role)
-        if c is not None:
-            out[role or "population"] = (
-                _div(c.generated_per_adapter, base.generated_per_adapter),
-                _div(c.trained_per_adapter, base.trained_per_adapter),
-            )
-    return out
+    computed = {role: run_compute("population", runs["population"], role) for role in ("teacher", "student", None)}
+    return {role or "population": c.ratio_to(base) for role, c in computed.items() if c is not None}
 
 
 def _div(a: float, b: float) -> float:
@@ -103,19 +91,13 @@ def compute_table(runs: Mapping[str, str | Path]) -> list[list[str]]:
     trained tokens lie in the ±15% band; the population's total ratio (about n adapters under
     per-adapter matching) on its own row."""
     by_run = {name: records(path, "metrics") for name, path in runs.items()}
-    header = [
-        "run",
-        "adapters",
-        "steps",
-        "generated tokens",
-        "trained tokens",
-        "generated / adapter / step",
+    header = ["run", "adapters", "steps", "generated tokens", "trained tokens", "generated / adapter / step"]
+    header += [
         "trained / adapter / step",
         "per-adapter ratio to the agent (gen / train)",
         f"trained within ±{BAND:.0%}",
-        "total ratio to the agent (gen / train)",
     ]
-    rows = [header]
+    rows = [header + ["total ratio to the agent (gen / train)"]]
     base = run_compute("baseline", by_run["baseline"]) if "baseline" in by_run else None
     for name, metrics in by_run.items():
         roles = [None, "teacher", "student"] if name != "baseline" and any("role" in r for r in metrics) else [None]
@@ -124,12 +106,11 @@ def compute_table(runs: Mapping[str, str | Path]) -> list[list[str]]:
             label = name if role is None else f"{name} · {role}s"
             if c is None:
                 if role is None:
-                    rows.append([label] + ["not recorded"] * (len(header) - 1))
+                    rows.append([label] + ["not recorded"] * (len(rows[0]) - 1))
                 continue
             per = total = band = "reference" if name == "baseline" else "n/a (no baseline run)"
             if base is not None and name != "baseline":
-                gen = _div(c.generated_per_adapter, base.generated_per_adapter)
-                train = _div(c.trained_per_adapter, base.trained_per_adapter)
+                gen, train = c.ratio_to(base)
                 per = f"{_fmt(gen)} / {_fmt(train)}"
                 band = "n/a" if train != train else ("yes" if abs(train - 1) <= BAND else "no")
                 total = (
@@ -137,20 +118,8 @@ def compute_table(runs: Mapping[str, str | Path]) -> list[list[str]]:
                     if role is not None
                     else f"{_fmt(_div(c.generated, base.generated))} / {_fmt(_div(c.trained, base.trained))}"
                 )
-            rows.append(
-                [
-                    label,
-                    str(c.adapters),
-                    str(c.steps),
-                    f"{c.generated:.0f}",
-                    f"{c.trained:.0f}",
-                    f"{c.generated_per_adapter:.0f}",
-                    f"{c.trained_per_adapter:.0f}",
-                    per,
-                    band,
-                    total,
-                ]
-            )
+            tokens = (c.generated, c.trained, c.generated_per_adapter, c.trained_per_adapter)
+            rows.append([label, str(c.adapters), str(c.steps), *(f"{t:.0f}" for t in tokens), per, band, total])
     return rows
 
 

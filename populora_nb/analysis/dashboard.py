@@ -5,26 +5,19 @@
     result = run(config, run_dir, on_step=dash.update)
     dash.finish()
 
-It shows a one-line summary of the last step, the solve rate per kind with the valid-proposal rate,
-TrueSkill μ ± σ of teachers and students (a population run; the baseline gets its rewards
-instead), and the last few proposed tasks with their verdicts.
+It shows a summary of the last step, the solve rates with the valid-proposal rate, TrueSkill μ ± σ
+(the baseline: its rewards) and the last few proposed tasks with their verdicts.
 
 Why plain outputs and not ipywidgets: a widget's state lives in the kernel, so a saved, exported
-or reopened notebook shows "Error displaying widget: model not found" (or a `VBox(...)` repr in
-nbconvert) where the results were. Here each part is an ordinary output (HTML summary, PNG figure,
-HTML table) shown with a ``display_id`` and replaced in place after every step: live in JupyterLab,
-and whatever the notebook holds when the kernel stops (finished, interrupted, crashed) is the last
-state, readable anywhere. `finish()` writes the final record; `show()` on a finished run shows its
-saved records at once ("run complete (N/N), showing saved records").
-
-Steps are counted from 0 everywhere (records, figures, this summary, the run's progress bar);
-"k/N" counts the steps done.
+or reopened notebook shows "Error displaying widget" where the results were. Each part is an
+ordinary output (HTML, PNG) shown with a ``display_id`` and replaced in place after every step, so
+whatever the notebook holds when the kernel stops is the last state, readable anywhere.
+Steps are counted from 0; "k/N" counts the steps done.
 """
 
 from __future__ import annotations
 
 import html
-import io
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +26,7 @@ from typing import TextIO
 from matplotlib.figure import Figure
 
 from populora_nb.analysis import plots
+from populora_nb.analysis.figures import png_bytes
 from populora_nb.analysis.frames import records
 from populora_nb.step_records import step_summary
 
@@ -68,11 +62,8 @@ def tasks_html(rows: Sequence[dict]) -> str:
         )
     if not cells:
         return "<p><i>no task proposed yet</i></p>"
-    return (
-        "<table><tr><th>step</th><th>by</th><th>kind</th><th>program</th><th>verdict</th></tr>"
-        + "".join(cells)
-        + "</table>"
-    )
+    head = "<tr><th>step</th><th>by</th><th>kind</th><th>program</th><th>verdict</th></tr>"
+    return f"<table>{head}{''.join(cells)}</table>"
 
 
 class Dashboard:
@@ -95,8 +86,6 @@ class Dashboard:
         self._handles: dict = {}
         self._updated = False  # did a step finish while we watched (else: saved records only)
 
-    # ---- what the records say -------------------------------------------------------------------
-
     @property
     def history(self) -> list[dict]:
         """The metrics rows of the run so far (the records are the truth: a resume cuts them back)."""
@@ -114,9 +103,7 @@ class Dashboard:
         """Where the run stands, in words: steps done of the total, and what is running."""
         done = self.steps_done()
         if done >= self.total:
-            if not self._updated:
-                return f"run complete ({done}/{self.total}), showing saved records"
-            return f"run complete ({done}/{self.total})"
+            return f"run complete ({done}/{self.total})" + ("" if self._updated else ", showing saved records")
         if done:
             return f"{done}/{self.total} steps done; step {done} running (the figure updates after each step)"
         return (
@@ -139,8 +126,6 @@ class Dashboard:
         fig.tight_layout()
         return fig
 
-    # ---- showing it -----------------------------------------------------------------------------
-
     def show(self) -> None:
         """Display the dashboard; a finished run's saved records appear at once."""
         if not self.notebook:
@@ -148,11 +133,7 @@ class Dashboard:
             return
         from IPython.display import HTML, display
 
-        self._handles = {
-            "head": display(HTML(""), display_id=True),
-            "figure": display(HTML(""), display_id=True),
-            "tasks": display(HTML(""), display_id=True),
-        }
+        self._handles = {name: display(HTML(""), display_id=True) for name in ("head", "figure", "tasks")}
         self._render()
 
     def update(self, step: int, rows: list[dict]) -> None:
@@ -184,8 +165,5 @@ class Dashboard:
             head += f"<br><code>{html.escape(line)}</code>"
         self._handles["head"].update(HTML(head))
         if history:
-            fig = self.figure()
-            buf = io.BytesIO()
-            fig.savefig(buf, format="png")
-            self._handles["figure"].update(Image(data=buf.getvalue(), format="png"))
+            self._handles["figure"].update(Image(data=png_bytes(self.figure()), format="png"))
         self._handles["tasks"].update(HTML(tasks_html(records(self.path, "tasks")[-self.n_tasks :])))

@@ -26,7 +26,7 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from populora_nb.analysis.figures import figure_of, say_empty
+from populora_nb.analysis.figures import figure_of, finish, line_band
 from populora_nb.analysis.frames import records
 from populora_nb.analysis.liveness import played_tasks
 from populora_nb.analysis.seed_stats import fmt_interval, t_interval, welch_interval
@@ -97,8 +97,7 @@ def plot_probe(runs: Mapping[str, str | Path], axes: Sequence[Axes] | None = Non
     probe tasks in 0 < ρ < 1 (solid) and at ρ = 0 (dashed), with the floor-bound line: a probe whose
     tasks sit at ρ = 0 can show tasks getting easier, not harder (`analysis.probe_floor`)."""
     if axes is None:
-        _, axs = plt.subplots(1, 3, figsize=(15, 3.6))
-        axes = list(axs)
+        axes = list(plt.subplots(1, 3, figsize=(15, 3.6))[1])
     fig = figure_of(axes[0])
     drawn = False
     for name, path in runs.items():
@@ -108,29 +107,22 @@ def plot_probe(runs: Mapping[str, str | Path], axes: Sequence[Axes] | None = Non
         drawn = True
         steps = [e.step for e in events]
         mean, low, high = zip(*(e.rho for e in events))
-        (line,) = axes[0].plot(steps, mean, marker="o", ms=4, label=name)
-        colour = line.get_color()
-        axes[0].fill_between(steps, low, high, color=colour, alpha=0.15, linewidth=0)
+        colour = line_band(axes[0], steps, mean, low, high, marker="o", ms=4, label=name, alpha=0.15).get_color()
         axes[1].plot(steps, [e.valid_rate for e in events], marker="o", ms=4, label=name, color=colour)
         if len(axes) > 2:
-            axes[2].plot(
-                steps, [e.band_rate for e in events], marker="o", ms=4, label=f"{name}: 0 < ρ < 1", color=colour
-            )
+            band = [e.band_rate for e in events]
             zero = [sum(r == 0 for r in e.rhos) / len(e.rhos) if e.rhos else math.nan for e in events]
+            axes[2].plot(steps, band, marker="o", ms=4, label=f"{name}: 0 < ρ < 1", color=colour)
             axes[2].plot(steps, zero, marker="x", ms=4, ls="--", label=f"{name}: ρ = 0", color=colour)
     axes[0].set(xlabel="step", ylabel="probe ρ (frozen solver)", title="Difficulty probe: fixed prompts, one solver")
     axes[1].set(xlabel="step", ylabel="valid rate", title="Valid answers to the probe's prompts")
     if len(axes) > 2:
-        axes[2].axhline(
-            FLOOR_SHARE, color="grey", lw=0.8, ls=":", label=f"floor-bound above {FLOOR_SHARE:.0%} at ρ = 0"
-        )
+        floor = f"floor-bound above {FLOOR_SHARE:.0%} at ρ = 0"
+        axes[2].axhline(FLOOR_SHARE, color="grey", lw=0.8, ls=":", label=floor)
         axes[2].set(xlabel="step", ylabel="share of valid probe tasks", title="Can the probe move both ways?")
     for ax in axes:
         ax.set_ylim(-0.03, 1.03)
-        if drawn:
-            ax.legend(fontsize=8)
-        else:
-            say_empty(ax, "no probe event recorded (probe.every = 0)")
+        finish(ax, drawn, "no probe event recorded (probe.every = 0)", fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -146,17 +138,12 @@ def probe_table(runs: Mapping[str, str | Path]) -> list[list[str]]:
         first, last = events[0], events[-1]
         cost = probe_cost(path)
         diff = welch_interval(first.rhos, last.rhos) if len(events) > 1 else (math.nan, math.nan, math.nan)
-        rows.append(
-            [
-                name,
-                f"{len(events)} (steps {first.step}–{last.step})",
-                f"{sum(e.valid for e in events)}/{sum(e.asked for e in events)}",
-                _cell(first.rho),
-                _cell(last.rho),
-                _cell(diff, signed=True),
-                "n/a" if cost is None else f"{100 * cost:.1f}%",
-            ]
-        )
+        counts = [
+            f"{len(events)} (steps {first.step}–{last.step})",
+            f"{sum(e.valid for e in events)}/{sum(e.asked for e in events)}",
+        ]
+        rho = [_cell(first.rho), _cell(last.rho), _cell(diff, signed=True)]
+        rows.append([name, *counts, *rho, "n/a" if cost is None else f"{100 * cost:.1f}%"])
     return rows
 
 

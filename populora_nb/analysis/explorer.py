@@ -13,18 +13,14 @@ they select is drawn as ordinary outputs below the controls, replaced in place a
              at the slider's step (a population run; the baseline has neither)
     detail   one task's program, I/O pairs, complexity and solve attempts; one member's lineage
 
-Why the results are plain outputs and not widgets (as the dashboard's, `analysis.dashboard`): a
-widget's state dies with the kernel, and a saved, exported or reopened notebook then shows "Error
-displaying widget" where the results were. The controls are widgets, so they need a running kernel;
-the last selection stays in the notebook as HTML and a PNG, readable anywhere. `filter_tasks` and
-`ancestry` are the same selections as plain functions, for a notebook cell or a script.
+The results are plain outputs, not widgets, for the dashboard's reason (`analysis.dashboard`): the
+controls need a running kernel, but the last selection stays in the notebook as HTML and a PNG.
+`filter_tasks` and `ancestry` are the same selections as plain functions.
 """
 
 from __future__ import annotations
 
 import html
-import io
-from collections.abc import Sequence
 from typing import Any
 
 import ipywidgets as widgets
@@ -34,10 +30,13 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from populora_nb.analysis.dashboard import in_notebook
-from populora_nb.analysis.figures import say_empty
-from populora_nb.analysis.frames import COMPLEXITY_COLUMNS, FRAMES, RunFrames
+from populora_nb.analysis.figures import finish, png_bytes, say_empty
+from populora_nb.analysis.frames import COMPLEXITY_COLUMNS, RunFrames
 
 ALL = "all"
+_CHOICES = ("member", "kind", "validity", "copy")
+"""The dropdown filters, named as `filter_tasks`' arguments."""
+_ANCESTRY = ("generation", "child", "parents", "operator", "birth_step")
 TABLE_COLUMNS = ("task", "step", "proposer", "solver", "kind", "verdict", "rho", "attempts", "copy", "ast_depth")
 
 
@@ -62,10 +61,8 @@ def filter_tasks(
         keep &= tasks["kind"] == kind
     if tuple(rho) != (0.0, 1.0):
         keep &= tasks["rho"].between(*rho)
-    if validity == "valid":
-        keep &= tasks["valid"].astype(bool)
-    elif validity == "invalid":
-        keep &= ~tasks["valid"].astype(bool)
+    if validity in ("valid", "invalid"):
+        keep &= tasks["valid"].astype(bool) == (validity == "valid")
     elif validity.startswith("invalid: "):
         keep &= tasks["reason"] == validity.removeprefix("invalid: ")
     if copy != ALL:
@@ -77,7 +74,7 @@ def ancestry(lineage: pd.DataFrame, member: str) -> pd.DataFrame:
     """The births that made ``member``: its own, then its parents', back to the founders (who have
     none), one row each with the ``generation`` above ``member`` (0: its own birth)."""
     if lineage.empty or "child" not in lineage.columns:
-        return pd.DataFrame(columns=["generation", "child", "parents", "operator", "birth_step"])
+        return pd.DataFrame(columns=_ANCESTRY)
     births = {row["child"]: row for row in lineage.to_dict("records")}
     out, todo, seen = [], [(member, 0)], set()
     while todo:
@@ -86,12 +83,9 @@ def ancestry(lineage: pd.DataFrame, member: str) -> pd.DataFrame:
             continue
         seen.add(name)
         row = births[name]
-        out.append(
-            {"generation": generation, **{k: row.get(k) for k in ("child", "parents", "operator", "birth_step")}}
-        )
+        out.append({"generation": generation, **{k: row.get(k) for k in _ANCESTRY[1:]}})
         todo += [(p, generation + 1) for p in row.get("parents") or ()]
-    df = pd.DataFrame(out, columns=["generation", "child", "parents", "operator", "birth_step"])
-    return df.astype({"birth_step": "Int64"})
+    return pd.DataFrame(out, columns=_ANCESTRY).astype({"birth_step": "Int64"})
 
 
 def verdict(row: dict[str, Any]) -> str:
@@ -104,14 +98,11 @@ def tasks_table(tasks: pd.DataFrame, max_rows: int = 20) -> str:
         return "<p><i>no task matches</i></p>"
     rows = []
     for r in tasks.head(max_rows).to_dict("records"):
-        attempts = f"{r['n_solved']}/{r['rollouts']}" if not pd.isna(r["n_solved"]) else ""
-        cells = {
-            **r,
+        cells = r | {
             "verdict": verdict(r),
-            "attempts": attempts,
-            "rho": "" if pd.isna(r["rho"]) else f"{r['rho']:.2f}",
+            "attempts": "" if pd.isna(r["n_solved"]) else f"{r['n_solved']}/{r['rollouts']}",
         }
-        cells["ast_depth"] = "" if pd.isna(r["ast_depth"]) else f"{r['ast_depth']:.0f}"
+        cells |= {c: "" if pd.isna(r[c]) else f"{r[c]:{f}}" for c, f in (("rho", ".2f"), ("ast_depth", ".0f"))}
         first = " ".join(str(r["program"] or "(nothing parsable)").split())[:60]  # the program on one line
         tds = "".join(f"<td>{html.escape(_text(cells[c]))}</td>" for c in TABLE_COLUMNS)
         code = f"<td style='text-align:left;white-space:nowrap'><code>{html.escape(first)}</code></td>"
@@ -202,24 +193,15 @@ class Explorer:
         self._handles: dict[str, Any] = {}
         self._refilter()
 
-    # ---- what is selected ------------------------------------------------------------------------
-
     def selection(self) -> pd.DataFrame:
         """The tasks the filters select, every run."""
-        return filter_tasks(
-            self.frames.tasks,
-            steps=tuple(self.steps.value),
-            member=self.member.value,
-            kind=self.kind.value,
-            rho=tuple(self.rho.value),
-            validity=self.validity.value,
-            copy=self.copy.value,
-        )
+        choices = {name: getattr(self, name).value for name in _CHOICES}
+        return filter_tasks(self.frames.tasks, steps=tuple(self.steps.value), rho=tuple(self.rho.value), **choices)
 
     def describe(self) -> str:
         """The filter in words (what the record says it shows)."""
         parts = [f"steps {self.steps.value[0]}–{self.steps.value[1]}"]
-        for name in ("member", "kind", "validity", "copy"):
+        for name in _CHOICES:
             value = getattr(self, name).value
             if value != ALL:
                 parts.append(f"{name} {value}")
@@ -270,12 +252,9 @@ class Explorer:
             a.axvline(at, color="k", lw=0.8, ls=":")
             a.set_xlim(self.steps.value[0] - 0.6, self.steps.value[1] + 0.6)
             a.set(title=f"{run}: selected tasks per step", xlabel="step", ylabel="tasks")
-            a.xaxis.set_major_locator(MaxNLocator(integer=True))
-            a.yaxis.set_major_locator(MaxNLocator(integer=True))
-            if len(mine):
-                a.legend(fontsize=8)
-            else:
-                say_empty(a, "no task matches the filter")
+            for axis in (a.xaxis, a.yaxis):
+                axis.set_major_locator(MaxNLocator(integer=True))
+            finish(a, bool(len(mine)), "no task matches the filter", fontsize=8)
             self._matrix(b, run, at)
             self._ratings(c, run, at)
         fig.tight_layout()
@@ -309,8 +288,6 @@ class Explorer:
         ax.bar(range(len(rows)), rows["rating/mu"], yerr=rows["rating/sigma"], color=colors, capsize=2)
         ax.set_xticks(range(len(rows)), rows["member"], rotation=45, ha="right", fontsize=7)
 
-    # ---- showing it -------------------------------------------------------------------------------
-
     def show(self) -> None:
         """The controls, then the record (table, figure, detail) that follows them."""
         from IPython.display import HTML, display
@@ -343,19 +320,5 @@ class Explorer:
         from IPython.display import HTML, Image
 
         self._handles["head"].update(HTML(self.head_html()))
-        buf = io.BytesIO()
-        self.figure().savefig(buf, format="png")
-        self._handles["figure"].update(Image(data=buf.getvalue(), format="png"))
+        self._handles["figure"].update(Image(data=png_bytes(self.figure()), format="png"))
         self._handles["detail"].update(HTML(self.detail_html()))
-
-
-def explore(frames: RunFrames, runs: Sequence[str] | None = None, window: int = 5) -> Explorer:
-    """An `Explorer` of ``runs`` (default: every run the frames hold, at most two), shown."""
-    chosen = frames if runs is None else RunFrames(*(_only(getattr(frames, n), runs) for n in FRAMES))
-    ex = Explorer(chosen, window=window)
-    ex.show()
-    return ex
-
-
-def _only(df: pd.DataFrame, runs: Sequence[str]) -> pd.DataFrame:
-    return df[df["run"].isin(runs)].reset_index(drop=True) if "run" in df.columns else df

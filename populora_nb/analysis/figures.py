@@ -1,19 +1,21 @@
 """What every figure in ``populora_nb.analysis`` shares: a fresh axes when the caller gives none,
-the note an empty panel shows, and the one way a figure becomes a PNG.
-
-Every plotting function in the subpackage returns a matplotlib ``Figure`` (the one its axes sit on),
-so a notebook shows it inline and the report and the notebooks save it with ``save_figure``.
+a line with its band, the legend or the note an empty panel shows, and the one way a figure becomes
+a PNG. Every plotting function returns its ``Figure``, so a notebook shows it inline and the report
+saves it with ``save_figure``.
 """
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
+from typing import Any
 
 # No matplotlib.use("Agg") here: it would switch a notebook that imports this module away from
 # inline figures. Saving works on every backend; matplotlib falls back to Agg without a display.
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 DPI = 110
@@ -40,6 +42,30 @@ def figure_of(ax: Axes) -> Figure:
 def say_empty(ax: Axes, why: str) -> None:
     """An empty panel says why inside its axes, so it is never mistaken for a flat line."""
     ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center", color="0.4", fontsize=9, wrap=True)
+
+
+def finish(ax: Axes, drawn: bool, why_empty: str, **legend: Any) -> None:
+    """A legend (``legend``: its keywords) when something was drawn, else the note why nothing was."""
+    if drawn:
+        ax.legend(**legend)
+    else:
+        say_empty(ax, why_empty)
+
+
+def line_band(
+    ax: Axes, x: object, mean: object, lo: object, hi: object, *fmt: str, alpha: float = 0.2, **kw: object
+) -> Line2D:
+    """``mean`` over ``x`` as a line (``fmt``, ``kw``: ``ax.plot``'s) with the ``lo``–``hi`` band in its colour."""
+    (line,) = ax.plot(x, mean, *fmt, **kw)  # type: ignore[arg-type]
+    ax.fill_between(x, lo, hi, color=line.get_color(), alpha=alpha, lw=0)  # type: ignore[arg-type]
+    return line
+
+
+def png_bytes(fig: Figure) -> bytes:
+    """``fig`` as PNG bytes at its own dpi (the live views' in-place images)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
 
 
 def save_figure(fig: Figure, path: str | Path, close: bool = True) -> Path:

@@ -4,8 +4,7 @@ r"""A run, an experiment, a seed protocol or a sweep as pandas DataFrames, for q
     late = frames.tasks.query("run == 'population' and step >= 10 and valid")
     late.groupby("proposer")[["rho", "ast_depth"]].mean()
 
-The records are JSONL files (`populora_nb.records`); every question used to start with parsing them
-by hand. ``load_frames(path)`` finds every run directory at or under ``path`` and returns one
+``load_frames(path)`` finds every run directory at or under ``path`` and returns one
 `RunFrames`: six frames, each with the labels of where its rows came from (``run``: the run
 directory's name; ``seed`` for a seed protocol's ``seed<S>/`` or a sweep's ``seed-<k>/``; ``point``
 for a sweep's grid point), so a run, an experiment, a protocol and a sweep read the same way.
@@ -21,9 +20,6 @@ for a sweep's grid point), so a run, an experiment, a protocol and a sweep read 
               prompt, its verdict and the frozen solver's ρ (empty when the probe never ran).
 ``config``    one row per run: its config.yaml flattened to dotted keys (``rl.rollouts``).
 
-pandas is imported here, not by ``import populora_nb`` (a bare import stays light). Nothing here
-writes or trains: the run directories are read as they are.
-
 This module is the analyses' one door to the records: ``records`` (one stream's rows, as
 `RunDir.read` parses them), ``load_tasks`` (the task rows as `TaskRecord`\ s, classed and checked),
 ``analyse_run`` and ``step_mean``; every analysis, plot and the seed protocol read through them
@@ -33,6 +29,7 @@ This module is the analyses' one door to the records: ``records`` (one stream's 
 from __future__ import annotations
 
 import re
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,27 +54,8 @@ LABELS = ("point", "seed", "run")
 """Where a row came from, as far as the layout says: a sweep's grid point, a seed, the run's name."""
 COMPLEXITY_COLUMNS = ("parsed", "ast_depth", "cc_max", "cc_total", "sloc", "n_variables", "n_chars", "io_profile")
 TASK_COLUMNS = (
-    "run",
-    "task",
-    "step",
-    "proposer",
-    "solver",
-    "kind",
-    "program",
-    "inputs",
-    "outputs",
-    "message",
-    "valid",
-    "reason",
-    "rho",
-    "rollouts",
-    "n_solved",
-    "copy",
-    "repeat",
-    "written",
-    "measured",
-    *COMPLEXITY_COLUMNS,
-    "completion",
+    *"run task step proposer solver kind program inputs outputs message valid reason rho rollouts".split(),
+    *("n_solved", "copy", "repeat", "written", "measured", *COMPLEXITY_COLUMNS, "completion"),
 )
 """The documented columns of ``RunFrames.tasks`` (plus ``seed``/``point`` where the layout has them):
 
@@ -197,23 +175,29 @@ def load_tasks(run_dir: str | Path) -> list[TaskRecord]:
         raise ValueError(f"{path} holds no complete task record (empty file)")
     start = start_fingerprints(run_dir)
     return [
-        TaskRecord(
-            step=int(row["step"]),
-            proposer=str(row["proposer"]),
-            kind=str(row["kind"]),
-            program=str(row["program"]),
-            valid=bool(row["valid"]),
-            inputs=tuple(row.get("inputs") or ()),
-            outputs=tuple(row.get("outputs") or ()),
-            message=row.get("message") or "",
-            reason=row.get("reason"),
-            solver=row.get("solver"),
-            solve_rate=None if row.get("solve_rate") is None else float(row["solve_rate"]),
-            copy=copy,
-            repeat=repeat,
-        )
+        _task_record(row, copy=copy, repeat=repeat)
         for row, copy, repeat in zip(rows, classify_rows(rows, start), repeat_rows(rows, start))
     ]
+
+
+def _task_record(row: dict, **fields: Any) -> TaskRecord:
+    """A task row as a `TaskRecord`; ``fields`` (copy class, repeat flag, ...) set or override its fields."""
+    return TaskRecord(
+        **{
+            "step": int(row["step"]),
+            "proposer": str(row["proposer"]),
+            "kind": str(row["kind"]),
+            "program": str(row.get("program")),
+            "valid": bool(row.get("valid")),
+            "inputs": tuple(row.get("inputs") or ()),
+            "outputs": tuple(row.get("outputs") or ()),
+            "message": row.get("message") or "",
+            "reason": row.get("reason"),
+            "solver": row.get("solver"),
+            "solve_rate": None if row.get("solve_rate") is None else float(row["solve_rate"]),
+            **fields,
+        }
+    )
 
 
 def analyse_run(run_dir: str | Path, written: Literal["new", "all"] = "new") -> RunAnalysis:
@@ -298,16 +282,16 @@ def task_frame(run_dir: Path, rows: list[dict], matches: list[dict], rollouts: i
     order of its task rows (`loop.run`), so the i-th task of a step is the i-th match of that step."""
     start = start_fingerprints(run_dir)
     classes, repeats = classify_rows(rows, start), repeat_rows(rows, start)
-    by_step: dict[int, list[dict]] = {}
+    by_step: dict[int, list[dict]] = defaultdict(list)
     for m in matches:
-        by_step.setdefault(m["step"], []).append(m)
-    seen_in_step: dict[int, int] = {}
+        by_step[m["step"]].append(m)
+    seen_in_step: Counter[int] = Counter()
     out = []
     for number, (row, copy, repeat) in enumerate(zip(rows, classes, repeats)):
         step = int(row["step"])
-        i = seen_in_step.get(step, 0)
-        seen_in_step[step] = i + 1
-        match = by_step.get(step, [])[i] if i < len(by_step.get(step, [])) else {}
+        i, step_matches = seen_in_step[step], by_step.get(step, [])
+        seen_in_step[step] += 1
+        match = step_matches[i] if i < len(step_matches) else {}
         rho = row.get("solve_rate")
         k = match.get("rollouts") or rollouts
         valid = bool(row.get("valid"))
@@ -337,15 +321,5 @@ def task_frame(run_dir: Path, rows: list[dict], matches: list[dict], rollouts: i
 
 
 def _complexity(row: dict) -> dict[str, Any]:
-    m = program_metrics(
-        TaskRecord(
-            step=int(row["step"]),
-            proposer=str(row["proposer"]),
-            kind=str(row["kind"]),
-            program=str(row.get("program") or ""),
-            valid=True,
-            inputs=tuple(row.get("inputs") or ()),
-            outputs=tuple(row.get("outputs") or ()),
-        )
-    )
+    m = program_metrics(_task_record(row, program=str(row.get("program") or ""), valid=True))
     return {c: getattr(m, c) for c in COMPLEXITY_COLUMNS}

@@ -13,9 +13,8 @@ stated pass threshold (``CHECKS``), so that a run can fail it:
   (`matchmaking.teacher_games`): on a contested task (0 < ρ < win_threshold) it wins one per failed
   rollout, otherwise it wins none. The share of those games the teachers won on played non-repeat
   tasks is at least ``GAMES_PASS``, and the share of matches where the teacher won most of its games
-  (more than k/2: ρ < ½ on a contested task) is at least ``MAJORITY_PASS``. Counting a match as a
-  "win" whenever 0 < ρ < 1 (the earlier rule) made teacher wins the band share counted twice: a task
-  with ρ = 3/4 raises the band share but its teacher won 1 game of 4.
+  (more than k/2: ρ < ½ on a contested task) is at least ``MAJORITY_PASS``. Games, not matches in
+  the band: a task with ρ = 3/4 is in the band, but its teacher won 1 game of 4.
 * **children**: each child judged at its first event outside grace against the chance rate there
   (`populora_nb.analysis.survival`), "too few to judge" below ``survival.MIN_JUDGED`` children.
 
@@ -112,17 +111,8 @@ class Liveness:
 
     def shares(self) -> dict[str, float | None]:
         """Each check's share (None where nothing was counted)."""
-
-        def share(items: Sequence[tuple[int, bool]]) -> float | None:
-            return sum(h for _, h in items) / len(items) if items else None
-
-        new = [(s, not r) for s, r in self.valid]
-        return {
-            "new tasks": share(new),
-            "band": share(self.band_items()),
-            "teacher games": share(self.game_items()),
-            "teacher majority": share(self.majority_items()),
-        }
+        items = [[(s, not r) for s, r in self.valid], self.band_items(), self.game_items(), self.majority_items()]
+        return {k: sum(h for _, h in i) / len(i) if i else None for k, i in zip(PASS, items)}
 
     def checks(self) -> dict[str, str]:
         """check -> "pass", "fail" or "too few to judge" (``CHECKS``); children only with evolution."""
@@ -208,13 +198,8 @@ def liveness(run_dir: str | Path) -> Liveness:
             out.append(Played(int(m["step"]), float(m["rho"]), bool(r), rollouts, won))
     founders = {"teacher": config.population.n_teachers, "student": config.population.n_students}
     survival = judge_children(records(run_dir, "lineage"), founders, config.evolution.grace)
-    return Liveness(
-        valid,
-        tuple(out),
-        survival,
-        valid_matches=sum(bool(m["valid"]) for m in matches),
-        contested=sum(0 < p.rho < threshold for p in out),
-    )
+    n_valid, contested = sum(bool(m["valid"]) for m in matches), sum(0 < p.rho < threshold for p in out)
+    return Liveness(valid, tuple(out), survival, valid_matches=n_valid, contested=contested)
 
 
 def share_interval(n: int, d: int) -> tuple[float, float]:

@@ -1,9 +1,9 @@
 """What a run newly wrote, per step: the measure that tells a setting which makes a small proposer
 write new tasks from one that only hides its copies.
 
-At 135M most valid proposals repeat a shown reference program (`populora_nb.copies`), and the
-reward pays for it: a copy is valid far more often than a new program, and an invalid task costs −1.
-A setting that rejects repeats or copies makes their rate 0 by construction, so the copy or repeat
+A small proposer is paid for copying: a copy of a shown reference program (`populora_nb.copies`) is
+valid far more often than a new program, and an invalid task costs −1. A setting that rejects
+repeats or copies makes their rate 0 by construction, so the copy or repeat
 rate cannot compare it with the control. What can is the count of **new valid tasks per step**:
 valid proposals whose copy class is ``"new"`` (neither a shown reference's program nor an earlier
 one) and that are not repeats (the same program and input as a task met before). Beside it, per run:
@@ -219,14 +219,12 @@ def new_task_table(experiments: Mapping[str, str | Path]) -> tuple[list[str], di
             ratio = mean_ratio(c.new_valid, control[run].new_valid, f"{name}/{run}/ratio")
             valid = step_share(c.valid, c.proposals, f"{name}/{run}/valid")
             band = step_share(c.new_in_band, c.new_played, f"{name}/{run}/band")
-            won = (
-                None
-                if c.games is None or c.games_won is None
-                else (
+            won = None
+            if c.games is not None and c.games_won is not None:
+                won = (
                     step_mean(c.games_won, f"{name}/{run}/won"),
                     step_share(c.games_won, c.games, f"{name}/{run}/games"),
                 )
-            )
             cost = step_mean(c.seconds, f"{name}/{run}/cost")
             won_cell = "—" if won is None else f"{_fmt(won[0], digits='.1f')}; {_fmt(won[1], pct=True)}"
             band_cell = f"{_fmt(band, pct=True)} ({int(c.new_in_band.sum())}/{int(c.new_played.sum())})"
@@ -236,40 +234,20 @@ def new_task_table(experiments: Mapping[str, str | Path]) -> tuple[list[str], di
                 f"{_fmt(valid, pct=True)} ({int(c.valid.sum())}/{int(c.proposals.sum())}) | {band_cell} | "
                 f"{won_cell} | {_fmt(cost, digits='.1f')} |"
             )
-            record["rows"].append(
-                {
-                    "candidate": name,
-                    "run": run,
-                    "steps": len(c.steps),
-                    "new_valid_per_step": new,
-                    "ratio_to_control": ratio,
-                    "valid_rate": valid,
-                    "band_share_new": band,
-                    "teacher_games_won_per_step": None if won is None else won[0],
-                    "teacher_games_share": None if won is None else won[1],
-                    "seconds_per_step": cost,
-                    "new_valid": int(c.new_valid.sum()),
-                    "valid": int(c.valid.sum()),
-                    "proposals": int(c.proposals.sum()),
-                }
-            )
+            row = {"candidate": name, "run": run, "steps": len(c.steps), "new_valid_per_step": new}
+            row |= {"ratio_to_control": ratio, "valid_rate": valid, "band_share_new": band}
+            row |= dict(zip(("teacher_games_won_per_step", "teacher_games_share"), won or (None, None)))
+            row |= {"seconds_per_step": cost, "new_valid": int(c.new_valid.sum()), "valid": int(c.valid.sum())}
+            record["rows"].append(row | {"proposals": int(c.proposals.sum())})
         if name != names[0]:
             ok = {
                 run: better(counts[name][run], control[run]) for run in RUNS if run in counts[name] and run in control
             }
-            verdicts.append(
-                f"- **{name}**: "
-                + (
-                    "meets the rule in both runs"
-                    if len(ok) == len(RUNS) and all(ok.values())
-                    else "does not meet the rule"
-                    if len(ok) == len(RUNS)
-                    else f"cannot be judged: the rule needs both runs, {', '.join(ok) or 'none'} made"
-                )
-                + " ("
-                + ", ".join(f"{run}: {'yes' if v else 'no'}" for run, v in ok.items())
-                + ")"
-            )
+            said = "meets the rule in both runs" if all(ok.values()) else "does not meet the rule"
+            if len(ok) < len(RUNS):
+                said = f"cannot be judged: the rule needs both runs, {', '.join(ok) or 'none'} made"
+            per_run = ", ".join(f"{run}: {'yes' if v else 'no'}" for run, v in ok.items())
+            verdicts.append(f"- **{name}**: {said} ({per_run})")
             record.setdefault("better", {})[name] = ok
     lines += [
         "",

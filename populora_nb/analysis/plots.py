@@ -1,15 +1,12 @@
-"""Matplotlib figures from a run directory's records (metrics.jsonl, matches.jsonl, tasks.jsonl,
-lineage.jsonl).
-
-Every function takes run directories (or rows), an optional ``ax``, and returns the Figure, so a
-notebook shows it inline and the report saves it as PNG (``figures.save_figure``).
-"""
+"""Matplotlib figures from a run directory's records (metrics, matches, tasks, lineage): each takes
+run directories (or rows) and an optional ``ax``, and returns the Figure (`analysis.figures`)."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -17,7 +14,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from populora_nb.analysis.figures import axes_or_new, figure_of, say_empty
+from populora_nb.analysis.figures import axes_or_new, figure_of, finish, say_empty
 from populora_nb.analysis.frames import records, step_mean
 from populora_nb.evolution import Lineage
 from populora_nb.matchmaking import Match, solve_rate_matrix
@@ -70,49 +67,27 @@ def plot_solve_rates(
     point, so a kind listed in a task table is never missing from the legend.
     """
     fig, ax = _ax(ax, (7, 3.8))
-    styles = ["-", "--", ":", "-."]
     prefix = "" if source == "fresh" else "buffer_"
     drawn = False  # any solve-rate point
-    for (name, path), style in zip(runs.items(), styles):
+    for (name, path), style in zip(runs.items(), ["-", "--", ":", "-."]):
         rows = records(path, "metrics")
         run_label = "" if len(runs) == 1 else f"{name} · "
         for kind in kinds:
-            series = step_mean(rows, f"{prefix}solve_rate/{kind}")
+            series, color = step_mean(rows, f"{prefix}solve_rate/{kind}"), KIND_COLORS.get(kind)
+            drawn |= bool(series)
             if series:
-                drawn = True
-                ax.plot(
-                    *_xy(series),
-                    style,
-                    color=KIND_COLORS.get(kind),
-                    marker="o",
-                    ms=3,
-                    label=f"{run_label}{kind}",
-                )
+                ax.plot(*_xy(series), style, color=color, marker="o", ms=3, label=f"{run_label}{kind}")
             else:
-                ax.plot(
-                    [], [], style, color=KIND_COLORS.get(kind), alpha=0.4, label=f"{run_label}{kind}: no valid task"
-                )
-        if valid_rate:
-            series = step_mean(rows, "teacher/valid_rate")
-            if series:
-                ax.plot(
-                    *_xy(series),
-                    style,
-                    color="k",
-                    lw=1,
-                    marker="s",
-                    ms=3,
-                    label=f"{run_label}valid-proposal rate",
-                )
-    title = (
-        "Solve rate ρ of fresh proposals"
-        if source == "fresh"
-        else "Solve rate on buffer tasks (top-ups, AZR solver batch)"
-    )
+                ax.plot([], [], style, color=color, alpha=0.4, label=f"{run_label}{kind}: no valid task")
+        series = step_mean(rows, "teacher/valid_rate") if valid_rate else {}
+        if series:
+            ax.plot(*_xy(series), style, color="k", lw=1, marker="s", ms=3, label=f"{run_label}valid-proposal rate")
+    title = "Solve rate ρ of fresh proposals"
+    if source != "fresh":
+        title = "Solve rate on buffer tasks (top-ups, AZR solver batch)"
     if valid_rate:
         title = "Solve rate ρ per kind, and valid-proposal rate"
-    ylabel = "rate" if valid_rate else "solve rate"
-    ax.set(xlabel="step", ylabel=ylabel, ylim=(-0.03, 1.03), title=title)
+    ax.set(xlabel="step", ylabel="rate" if valid_rate else "solve rate", ylim=(-0.03, 1.03), title=title)
     ax.legend(fontsize=8, ncol=2 if len(runs) > 1 else 1, loc="upper left")
     if not drawn:
         say_empty(ax, "no valid proposal to solve yet" if source == "fresh" else "no buffer task was attempted")
@@ -126,19 +101,14 @@ def plot_step_metric(
     """One logged metric ``key`` over steps, one line per run: its mean per step over the members
     (of ``role``) that logged it."""
     fig, ax = _ax(ax)
-    drawn = False
-    for name, path in runs.items():
-        series = step_mean(records(path, "metrics"), key, role)
-        if series:
-            drawn = True
-            ax.plot(*_xy(series), marker="o", ms=3, label=name)
+    series = {name: step_mean(records(path, "metrics"), key, role) for name, path in runs.items()}
+    for name, s in series.items():
+        if s:
+            ax.plot(*_xy(s), marker="o", ms=3, label=name)
     ax.set(xlabel="step", ylabel=label(key), title=title or label(key))
     if key.endswith("_rate"):
         ax.set_ylim(-0.03, 1.03)
-    if drawn:
-        ax.legend(fontsize=8)
-    else:
-        say_empty(ax, f"no step logged {label(key)} yet")
+    finish(ax, any(series.values()), f"no step logged {label(key)} yet", fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -147,10 +117,9 @@ def plot_ratings(run_dir: str | Path, ax: Axes | None = None) -> Figure:
     """TrueSkill mu per member over steps with a ±sigma band, coloured by role."""
     fig, ax = _ax(ax, (7, 4))
     rows = records(run_dir, "metrics")
-    members: dict[str, list[dict]] = {}
-    for r in rows:
-        if r.get("rating/mu") is not None:
-            members.setdefault(r["member"], []).append(r)
+    members: dict[str, list[dict]] = defaultdict(list)
+    for r in (r for r in rows if r.get("rating/mu") is not None):
+        members[r["member"]].append(r)
     ax.set(xlabel="step", ylabel="TrueSkill μ (band: ±σ)", title="Ratings")
     if not members:
         say_empty(ax, "no ratings: a single agent (the baseline) plays no matches")
@@ -158,9 +127,7 @@ def plot_ratings(run_dir: str | Path, ax: Axes | None = None) -> Figure:
     last_step = max((r["step"] for rs in members.values() for r in rs), default=0)
     ends = []  # (mu, name, color) of the members alive at the last step, labelled at the right edge
     for m, rs in members.items():
-        steps = np.array([r["step"] for r in rs])
-        mu = np.array([r["rating/mu"] for r in rs])
-        sd = np.array([r["rating/sigma"] for r in rs])
+        steps, mu, sd = (np.array([r[k] for r in rs]) for k in ("step", "rating/mu", "rating/sigma"))
         color = ROLE_COLORS.get(rs[0]["role"], "k")
         ax.plot(steps, mu, color=color, lw=1.2, marker="o" if len(steps) == 1 else None, ms=3)
         ax.fill_between(steps, mu - sd, mu + sd, color=color, alpha=0.08)
@@ -196,15 +163,8 @@ def _label_ends(ax: Axes, ends: list[tuple[float, str, str]], x: float, fontsize
     left, right = ax.get_xlim()
     ax.set_xlim(left, max(right, x + 0.18 * max(x - left, 1)))  # room for the names
     for (y, name, color), y_text in zip(sorted(ends), ys):
-        ax.annotate(
-            name,
-            (x, y),
-            xytext=(x + 0.03 * max(x - left, 1), y_text),
-            fontsize=fontsize,
-            color=color,
-            va="center",
-            annotation_clip=False,
-        )
+        text_at = (x + 0.03 * max(x - left, 1), y_text)
+        ax.annotate(name, (x, y), xytext=text_at, fontsize=fontsize, color=color, va="center", annotation_clip=False)
 
 
 def plot_solve_matrix(run_dir: str | Path, last_steps: int | None = None, ax: Axes | None = None) -> Figure:
@@ -223,25 +183,15 @@ def plot_solve_matrix(run_dir: str | Path, last_steps: int | None = None, ax: Ax
         ax.set(xticks=[], yticks=[])
         say_empty(ax, "no matches: a single agent (the baseline) has no teacher–student pairs")
         return fig
-    counts: dict[tuple[Hashable, Hashable], int] = {}
-    for m in matches:
-        if m.played:
-            counts[(m.teacher, m.student)] = counts.get((m.teacher, m.student), 0) + 1
+    counts = Counter((m.teacher, m.student) for m in matches if m.played)
     im = ax.imshow(np.ma.masked_invalid(mat.rho), vmin=0, vmax=1, cmap="viridis", aspect="auto")
     ax.set_xticks(range(len(students)), students, rotation=45, ha="right")  # children's ids are long
     ax.set_yticks(range(len(teachers)), teachers)
     for i, t in enumerate(mat.teachers):
         for j, s in enumerate(mat.students):
-            if np.isfinite(mat.rho[i, j]):  # ρ and how many tasks it averages
-                ax.text(
-                    j,
-                    i,
-                    f"{mat.rho[i, j]:.2f}\nn={counts[(t, s)]}",
-                    ha="center",
-                    va="center",
-                    fontsize=7,
-                    color="w" if mat.rho[i, j] < 0.6 else "k",
-                )
+            if np.isfinite(rho := mat.rho[i, j]):  # ρ and how many tasks it averages
+                color = "w" if rho < 0.6 else "k"
+                ax.text(j, i, f"{rho:.2f}\nn={counts[(t, s)]}", ha="center", va="center", fontsize=7, color=color)
     if not counts:
         valid = sum(m.valid for m in matches)
         say_empty(
@@ -262,13 +212,9 @@ def plot_valid_rate_per_teacher(run_dir: str | Path, ax: Axes | None = None) -> 
     for m in dict.fromkeys(r["member"] for r in rows):
         rs = [r for r in rows if r["member"] == m]
         ax.plot([r["step"] for r in rs], [r["teacher/valid_rate"] for r in rs], marker="o", ms=3, label=m)
-    ax.set(
-        xlabel="step", ylabel=label("teacher/valid_rate"), ylim=(-0.03, 1.03), title="Valid-proposal rate per proposer"
-    )
-    if rows:
-        ax.legend(fontsize=8, ncol=2)
-    else:
-        say_empty(ax, "no proposals logged yet")
+    title = "Valid-proposal rate per proposer"
+    ax.set(xlabel="step", ylabel=label("teacher/valid_rate"), ylim=(-0.03, 1.03), title=title)
+    finish(ax, bool(rows), "no proposals logged yet", fontsize=8, ncol=2)
     fig.tight_layout()
     return fig
 
@@ -277,10 +223,7 @@ def plot_invalid_reasons(run_dir: str | Path, ax: Axes | None = None) -> Figure:
     """Why proposals were rejected, summed over the run."""
     fig, ax = _ax(ax)
     tasks = records(run_dir, "tasks")
-    counts: dict[str, int] = {}
-    for r in tasks:
-        if not r["valid"]:
-            counts[r["reason"]] = counts.get(r["reason"], 0) + 1
+    counts = Counter(r["reason"] for r in tasks if not r["valid"])
     items = sorted(counts.items(), key=lambda kv: kv[1])
     ax.barh([k for k, _ in items], [v for _, v in items], color="tab:red")
     ax.set(xlabel="proposals", title=f"Rejected proposals by reason ({sum(counts.values())} of {len(tasks)})")
@@ -294,18 +237,15 @@ def plot_rewards(run_dir: str | Path, ax: Axes | None = None) -> Figure:
     """Mean proposer reward and mean solver reward per step (a baseline's substitute for ratings)."""
     fig, ax = _ax(ax)
     rows = records(run_dir, "metrics")
-    drawn = False
-    for key, name in (("reward/propose_mean", "proposer"), ("reward/solve_mean", "solver")):
-        series = step_mean(rows, key)
-        if series:
-            drawn = True
-            ax.plot(*_xy(series), marker="o", ms=3, label=name)
+    series = {
+        name: step_mean(rows, f"reward/{key}_mean") for key, name in (("propose", "proposer"), ("solve", "solver"))
+    }
+    for name, s in series.items():
+        if s:
+            ax.plot(*_xy(s), marker="o", ms=3, label=name)
     ax.axhline(0, color="k", lw=0.5)
     ax.set(xlabel="step", ylabel="mean reward", title="Rewards")
-    if drawn:
-        ax.legend(fontsize=8)
-    else:
-        say_empty(ax, "no reward logged yet")
+    finish(ax, any(series.values()), "no reward logged yet", fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -341,24 +281,14 @@ def plot_lineage(
     occupant: dict[str, int] = {}  # successive occupants of a lane alternate in shade, so each lifetime is visible
     for member in sorted(lane, key=lambda m: born[m]):
         occupant[member] = sum(1 for other in occupant if lane[other] == lane[member])
-        ax.plot(
-            [born[member], died.get(member, end)],
-            [lane[member]] * 2,
-            color=role_color[role_of[member]],
-            lw=4,
-            alpha=0.35 if occupant[member] % 2 else 0.75,
-            solid_capstyle="butt",
-        )
+        span, alpha = [born[member], died.get(member, end)], 0.35 if occupant[member] % 2 else 0.75
+        ax.plot(span, [lane[member]] * 2, color=role_color[role_of[member]], lw=4, alpha=alpha, solid_capstyle="butt")
     operators = sorted({r.operator for r in births}, key=list(OPERATORS).index)
     op_color = {op: plt.get_cmap("tab10")(i % 10) for i, op in enumerate(operators)}
     for r in births:
         for n, parent in enumerate(r.parents):
-            ax.annotate(
-                "",
-                xy=(r.step, lane[r.child]),
-                xytext=(r.step - 0.45 * gap, lane[parent]),
-                arrowprops=dict(arrowstyle="->", color=op_color[r.operator], ls="--" if n else "-", lw=1.2),
-            )
+            arrow = dict(arrowstyle="->", color=op_color[r.operator], ls="--" if n else "-", lw=1.2)
+            ax.annotate("", xy=(r.step, lane[r.child]), xytext=(r.step - 0.45 * gap, lane[parent]), arrowprops=arrow)
         ax.plot(r.step, lane[r.child], "o", color=op_color[r.operator], ms=5)
     for op in operators:
         ax.plot([], [], color=op_color[op], label=f"{PAPER_IDS.get(op, op)} {op}" if op not in CONTROLS else op)
@@ -366,10 +296,8 @@ def plot_lineage(
         ax.plot([], [], color=role_color[role], lw=4, alpha=0.75, label=f"{role} lifetimes")
     slot = [sum(role_of[g] == role_of[f] for g in initial[:i]) for i, f in enumerate(initial)]  # index within role
     ax.set_yticks(range(len(initial)), [f"{role_of[f]} slot {n}" for f, n in zip(initial, slot)])
-    ax.set_xlim(0, end)
+    ax.set(xlim=(0, end), xlabel="step", title="lineage: children replace the weakest of their role")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
-    ax.set_xlabel("step")
-    ax.set_title("lineage: children replace the weakest of their role")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
 
@@ -383,19 +311,11 @@ def plot_retention(
     for i, (name, scores) in enumerate(curves.items()):
         control = name in CONTROLS
         label = name if control or name not in PAPER_IDS else f"{PAPER_IDS[name]} {name}"
-        ax.plot(
-            range(len(scores)),
-            scores,
-            "--" if control else "-o",
-            ms=3,
-            lw=2.2 if control else 1.3,
-            color="black" if name == "copy_parent" else f"C{i % 10}",
-            label=label,
-        )
+        color = "black" if name == "copy_parent" else f"C{i % 10}"
+        style: dict[str, Any] = dict(ms=3, lw=2.2 if control else 1.3, color=color)
+        ax.plot(range(len(scores)), scores, "--" if control else "-o", **style, label=label)
     if "copy_parent" in curves and curves["copy_parent"]:
         ax.axhline(curves["copy_parent"][0], color="0.6", ls=":", lw=1, label="parent (step 0)")
-    ax.set_xlabel("retraining step")
-    ax.set_ylabel(ylabel)
-    ax.set_title("retention: children retrained from birth")
+    ax.set(xlabel="retraining step", ylabel=ylabel, title="retention: children retrained from birth")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from populora_nb.analysis import complexity_plots, plots
 from populora_nb.analysis.complexity import detect_collapse
@@ -49,10 +48,6 @@ def _runs(out: Path) -> dict[str, Path]:
     return {name: path for name, path in find_runs(out, missing_ok=True).items() if name in ("baseline", "population")}
 
 
-def _save(fig: Figure, out: Path, name: str) -> Path:
-    return save_figure(fig, out / "figures" / name)
-
-
 def make_figures(out: str | Path) -> list[Path]:
     """Render every figure the report shows into ``out/figures``."""
     out = Path(out)
@@ -60,46 +55,39 @@ def make_figures(out: str | Path) -> list[Path]:
     if not runs:
         raise FileNotFoundError(f"{out} holds no baseline/ or population/ run to analyse")
     kinds = RunDir(next(iter(runs.values()))).load_config().tasks.kinds
-    paths = [
-        _save(plots.plot_solve_rates(runs, kinds=kinds), out, "solve_rates.png"),
-        _save(plots.plot_solve_rates(runs, kinds=kinds, source="buffer"), out, "buffer_solve_rates.png"),
-        _save(plots.plot_step_metric(runs, "teacher/valid_rate", title="Valid-proposal rate"), out, "valid_rate.png"),
-    ]
+    paths: list[Path] = []
+    save = lambda fig, name: paths.append(save_figure(fig, out / "figures" / name))  # noqa: E731
+    save(plots.plot_solve_rates(runs, kinds=kinds), "solve_rates.png")
+    save(plots.plot_solve_rates(runs, kinds=kinds, source="buffer"), "buffer_solve_rates.png")
+    save(plots.plot_step_metric(runs, "teacher/valid_rate", title="Valid-proposal rate"), "valid_rate.png")
     if "baseline" in runs:
-        paths.append(_save(plots.plot_rewards(runs["baseline"]), out, "baseline_rewards.png"))
+        save(plots.plot_rewards(runs["baseline"]), "baseline_rewards.png")
     if "population" in runs:
         pop = runs["population"]
-        paths += [
-            _save(plots.plot_ratings(pop), out, "ratings.png"),
-            _save(plots.plot_solve_matrix(pop), out, "solve_matrix.png"),
-            _save(plots.plot_valid_rate_per_teacher(pop), out, "valid_rate_per_teacher.png"),
-            _save(plots.plot_invalid_reasons(pop), out, "invalid_reasons.png"),
-        ]
+        save(plots.plot_ratings(pop), "ratings.png")
+        save(plots.plot_solve_matrix(pop), "solve_matrix.png")
+        save(plots.plot_valid_rate_per_teacher(pop), "valid_rate_per_teacher.png")
+        save(plots.plot_invalid_reasons(pop), "invalid_reasons.png")
         births = [
             Lineage(r["child"], tuple(r["parents"]), r["operator"], r["birth_step"], r["role"], r["replaced"])
             for r in records(pop, "lineage")
         ]
         if births:
-            paths.append(_save(plots.plot_lineage(births), out, "lineage.png"))
+            save(plots.plot_lineage(births), "lineage.png")
     if any(probe_events(path) for path in runs.values()):
-        paths.append(_save(plot_probe(runs), out, "difficulty_probe.png"))
+        save(plot_probe(runs), "difficulty_probe.png")
     analyses = {name: analyse_run(path) for name, path in runs.items()}
     window = max(1, min(5, max(len(a.steps) for a in analyses.values()) // 4))
-    paths.append(_save(complexity_plots.plot_copy_rate(analyses, window=window), out, "copy_rate.png"))
-    paths.append(_save(complexity_plots.plot_program_metrics(analyses, window=window), out, "complexity.png"))
+    save(complexity_plots.plot_copy_rate(analyses, window=window), "copy_rate.png")
+    save(complexity_plots.plot_program_metrics(analyses, window=window), "complexity.png")
     # Coverage at equal sample sizes (rarefaction), never raw cumulative counts: the population
     # proposes several times the baseline's volume. A fixed seed keeps the report reproducible.
     rng = np.random.default_rng(0)
     curves = {kind: rarefaction_curves(analyses, kind, rng) for kind in COVERAGE_KINDS}
-    paths.append(_save(complexity_plots.plot_rarefaction_grid(curves), out, "coverage.png"))
+    save(complexity_plots.plot_rarefaction_grid(curves), "coverage.png")
     if "population" in analyses and analyses["population"].proposers:
-        paths.append(
-            _save(
-                complexity_plots.plot_program_metric_per_proposer(analyses["population"], "ast_depth", window=window),
-                out,
-                "complexity_per_teacher.png",
-            )
-        )
+        per_teacher = complexity_plots.plot_program_metric_per_proposer(analyses["population"], "ast_depth", window)
+        save(per_teacher, "complexity_per_teacher.png")
     return paths
 
 
@@ -123,13 +111,11 @@ def run_length_note(config: ExperimentConfig) -> str:
             f"It cannot judge any child (one is first judged {ec.grace} steps after its birth, at an event "
             f"outside its grace), so 'children survived' reads 0 of 0 here, not a failure."
         )
-    return (
-        can + " " + cannot + " Nor can a run this short show a trend: an arms race or a collapse, a change "
-        "of the probe's difficulty, or a population − baseline difference needs the `cpu` preset's 40 steps "
-        "over seeds (docs/laptop-run.md)."
-        if steps < 20
-        else can + " " + cannot
+    short = (
+        " Nor can a run this short show a trend: an arms race or a collapse, a change of the probe's difficulty, "
+        "or a population − baseline difference needs the `cpu` preset's 40 steps over seeds (docs/laptop-run.md)."
     )
+    return can + " " + cannot + (short if steps < 20 else "")
 
 
 def sections(out: Path) -> list[Section]:
@@ -158,7 +144,7 @@ def sections(out: Path) -> list[Section]:
                 + run_length_note(RunDir(runs["population"]).load_config()),
             )
         )
-    secs.append(
+    secs += [
         Section(
             "Compute",
             "Measured, in completion tokens (`compute/generated_tokens`: proposals and every rollout, "
@@ -169,44 +155,32 @@ def sections(out: Path) -> list[Section]:
             "baseline's. Generated tokens cannot match as well: the agent's learnability rollouts are never "
             "trained on, a student's rollouts always are (analysis/compute.py).",
             table=compute_table(runs),
-        )
-    )
-    secs.append(_probe_section(runs, fig("difficulty_probe.png")))
-    secs.append(
+        ),
+        _probe_section(runs, fig("difficulty_probe.png")),
         Section(
             "Solve rates per task kind",
             "Baseline (single AZR agent) and population on one axis. Top: ρ of fresh proposals (the headline). "
             "Then: attempts at buffer tasks (PopuLoRA's top-ups, AZR's solver batch), kept apart.",
             fig("solve_rates.png") + fig("buffer_solve_rates.png") + fig("valid_rate.png"),
-        )
-    )
+        ),
+    ]
     if "baseline" in runs:
-        secs.append(
+        secs += [
             Section("Baseline rewards", "AZR proposer reward and solver reward per step.", fig("baseline_rewards.png"))
-        )
+        ]
     if "population" in runs:
-        secs.append(
+        matrix = fig("solve_matrix.png") + fig("valid_rate_per_teacher.png") + fig("invalid_reasons.png")
+        lineage = "No evolution event in this run (shorter than evolution.every steps)."
+        if fig("lineage.png"):
+            lineage = "Children of evolution and their parents."
+        secs += [
             Section(
                 "TrueSkill trajectories", "μ per member, ±σ bands; red teachers, blue students.", fig("ratings.png")
-            )
-        )
-        secs.append(
-            Section(
-                "Teacher × student solve-rate matrix",
-                "Mean ρ over the matches PFSP chose.",
-                fig("solve_matrix.png") + fig("valid_rate_per_teacher.png") + fig("invalid_reasons.png"),
-            )
-        )
-        secs.append(
-            Section(
-                "Lineage",
-                "Children of evolution and their parents."
-                if fig("lineage.png")
-                else "No evolution event in this run (shorter than evolution.every steps).",
-                fig("lineage.png"),
-            )
-        )
-    secs.append(
+            ),
+            Section("Teacher × student solve-rate matrix", "Mean ρ over the matches PFSP chose.", matrix),
+            Section("Lineage", lineage, fig("lineage.png")),
+        ]
+    secs += [
         Section(
             "Complexity and coverage",
             "First the copy rate: the share of valid proposals that repeat a reference shown in their "
@@ -217,9 +191,9 @@ def sections(out: Path) -> list[Section]:
             "compared at equal n; definitions: populora_nb/analysis/complexity.py, coverage.py).",
             fig("copy_rate.png") + fig("complexity.png") + fig("coverage.png") + fig("complexity_per_teacher.png"),
             table=_collapse_table(runs),
-        )
-    )
-    secs.append(_benchmark_section(out))
+        ),
+        _benchmark_section(out),
+    ]
     return secs
 
 
@@ -247,19 +221,8 @@ def _probe_section(runs: dict[str, Path], images: list[str]) -> Section:
 
 
 def _run_table(out: Path, runs: dict[str, Path]) -> list[list[str]]:
-    rows = [
-        [
-            "run",
-            "model",
-            "members",
-            "steps logged",
-            "valid proposals",
-            "mean solve rate",
-            "s/step",
-            "peak memory (GB)",
-            "time (s)",
-        ]
-    ]
+    header = ["run", "model", "members", "steps logged", "valid proposals", "mean solve rate"]
+    rows = [header + ["s/step", "peak memory (GB)", "time (s)"]]
     stages = json.loads((out / "stages.json").read_text()) if (out / "stages.json").exists() else {}
     for name, path in runs.items():
         rd = RunDir(path)
@@ -267,18 +230,10 @@ def _run_table(out: Path, runs: dict[str, Path]) -> list[list[str]]:
         metrics, tasks = records(path, "metrics"), records(path, "tasks")
         solve = [r["student/solve_rate"] for r in metrics if r.get("student/solve_rate") is not None]
         members = "1 agent" if name == "baseline" else f"{cfg.population.n_teachers}T + {cfg.population.n_students}S"
-        rows.append(
-            [
-                name,
-                cfg.model.name,
-                members,
-                str(len({r["step"] for r in metrics})),
-                f"{sum(t['valid'] for t in tasks)}/{len(tasks)}",
-                f"{sum(solve) / len(solve):.3f}" if solve else "n/a",
-                *_cost(metrics),
-                str(stages.get(name, {}).get("seconds", "n/a")),
-            ]
-        )
+        counts = [str(len({r["step"] for r in metrics})), f"{sum(t['valid'] for t in tasks)}/{len(tasks)}"]
+        mean = f"{sum(solve) / len(solve):.3f}" if solve else "n/a"
+        seconds = str(stages.get(name, {}).get("seconds", "n/a"))
+        rows.append([name, cfg.model.name, members, *counts, mean, *_cost(metrics), seconds])
     return rows
 
 
@@ -325,11 +280,7 @@ def _benchmark_section(out: Path) -> Section:
     table += [
         [
             benchmark_label(r["benchmark"]),
-            pct(r["base"]),
-            pct(r["baseline"]),
-            pct(r["population_mean"]),
-            pct(r["best"]),
-            pct(r["worst"]),
+            *(pct(r[k]) for k in ("base", "baseline", "population_mean", "best", "worst")),
         ]
         + [r.get("scorer") or "project (written before scorers were recorded)"]
         for r in rows

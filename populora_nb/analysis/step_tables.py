@@ -70,19 +70,10 @@ def proposals_table(step: Step) -> pd.DataFrame:
     rows = []
     for p in step.out.proposals:
         said, reason = verdict(p.result)
-        program = getattr(p.parsed, "program", "") or ""
-        rows.append(
-            {
-                "proposer": p.proposer,
-                "solver": p.solver,
-                "kind": p.kind,
-                "verdict": said,
-                "reason": reason,
-                "copy": p.copy or "",
-                "program (first line)": program.strip().splitlines()[0][:60] if program.strip() else "",
-                "ρ": p.rho,
-            }
-        )
+        program = (getattr(p.parsed, "program", "") or "").strip()
+        row = {"proposer": p.proposer, "solver": p.solver, "kind": p.kind, "verdict": said, "reason": reason}
+        first = program.splitlines()[0][:60] if program else ""
+        rows.append(row | {"copy": p.copy or "", "program (first line)": first, "ρ": p.rho})
     return pd.DataFrame(rows)
 
 
@@ -100,18 +91,14 @@ def rollouts_table(step: Step) -> pd.DataFrame:
     for (solver, where, train), statuses in groups.items():
         kind, fresh = tasks[(solver, where, train)]
         rho = step.out.proposals[where].rho if fresh else None
-        rows.append(
-            {
-                "solver": solver,
-                "task": f"proposal {where}" if fresh else "buffer task",
-                "kind": kind,
-                "trained on": train,
-                "rollouts": "".join(MARK[s] for s in statuses),
-                "passed": sum(s == "correct" for s in statuses),
-                "k": len(statuses),
-                "ρ": rho,
-            }
-        )
+        row = {
+            "solver": solver,
+            "task": f"proposal {where}" if fresh else "buffer task",
+            "kind": kind,
+            "trained on": train,
+        }
+        row |= {"rollouts": "".join(MARK[s] for s in statuses), "passed": sum(s == "correct" for s in statuses)}
+        rows.append(row | {"k": len(statuses), "ρ": rho})
     return pd.DataFrame(rows)
 
 
@@ -120,16 +107,10 @@ def rewards_table(step: Step) -> pd.DataFrame:
     by: dict[tuple[str, str], list[float]] = defaultdict(list)
     for s in step.out.samples:
         by[(s.member, s.group[1])].append(s.reward)
+    names = {("propose", True): "teacher", ("propose", False): "proposer", ("solve", True): "student"}
     rows = [
-        {
-            "member": m,
-            "role": {("propose", True): "teacher", ("propose", False): "proposer", ("solve", True): "student"}.get(
-                (role, step.population), "solver"
-            ),
-            "samples": len(r),
-            "rewards": ", ".join(f"{v:+g}×{n}" for v, n in sorted(Counter(r).items())),
-            "mean reward": sum(r) / len(r),
-        }
+        {"member": m, "role": names.get((role, step.population), "solver"), "samples": len(r)}
+        | {"rewards": ", ".join(f"{v:+g}×{n}" for v, n in sorted(Counter(r).items())), "mean reward": sum(r) / len(r)}
         for (m, role), r in by.items()
     ]
     return pd.DataFrame(rows)
@@ -145,19 +126,9 @@ def advantages_table(step: Step) -> pd.DataFrame:
     for (member, role, kind), samples in by.items():
         r = pd.Series([s.reward for s in samples])
         a = pd.Series([s.advantage for s in samples])
-        rows.append(
-            {
-                "member": member,
-                "role": role,
-                "kind": kind,
-                "n": len(samples),
-                "reward mean": r.mean(),
-                "reward sd": r.std(ddof=0),
-                "advantage mean": a.mean(),
-                "advantage min": a.min(),
-                "advantage max": a.max(),
-            }
-        )
+        row = {"member": member, "role": role, "kind": kind, "n": len(samples), "reward mean": r.mean()}
+        row |= {"reward sd": r.std(ddof=0), "advantage mean": a.mean()}
+        rows.append(row | {"advantage min": a.min(), "advantage max": a.max()})
     return pd.DataFrame(rows)
 
 
@@ -193,20 +164,10 @@ def ratings_table(step: Step) -> pd.DataFrame:
     rows = []
     for member, before in step.ratings_before.items():
         after = step.state.ratings.get(member, before)
-        rows.append(
-            {
-                "member": member,
-                "role": step.state.roster.get(member, ""),
-                "μ before": before.mu,
-                "μ after": after.mu,
-                "Δμ": after.mu - before.mu,
-                "σ before": before.sigma,
-                "σ after": after.sigma,
-                "games won": won[member],
-                "games lost": lost[member],
-                "rules (matches)": "; ".join(f"{rule} ×{n}" for rule, n in rules[member].items()) or "no match",
-            }
-        )
+        row = {"member": member, "role": step.state.roster.get(member, ""), "μ before": before.mu, "μ after": after.mu}
+        row |= {"Δμ": after.mu - before.mu, "σ before": before.sigma, "σ after": after.sigma}
+        row |= {"games won": won[member], "games lost": lost[member]}
+        rows.append(row | {"rules (matches)": "; ".join(f"{r} ×{n}" for r, n in rules[member].items()) or "no match"})
     return pd.DataFrame(rows)
 
 
@@ -216,16 +177,8 @@ def evolution_table(step: Step) -> pd.DataFrame:
     rows = []
     for b in step.births:
         changes = b.get("parent_changes") or [b.get("relative_change")]
+        row = {k: b[k] for k in ("role", "replaced", "child", "operator")} | {"parents": ", ".join(b["parents"])}
         rows.append(
-            {
-                "role": b["role"],
-                "replaced": b["replaced"],
-                "child": b["child"],
-                "operator": b["operator"],
-                "parents": ", ".join(b["parents"]),
-                "distance from parents": ", ".join(f"{c:.3g}" for c in changes),
-                "μ": b["mu"],
-                "σ": b["sigma"],
-            }
+            row | {"distance from parents": ", ".join(f"{c:.3g}" for c in changes), "μ": b["mu"], "σ": b["sigma"]}
         )
     return pd.DataFrame(rows)

@@ -1,14 +1,11 @@
 """Synthetic run directories in the loop's record format, for a demo without a model and for tests.
 
 ``write_synthetic_experiment(dir)`` writes ``dir/baseline`` and ``dir/population``; each holds
-``tasks.jsonl`` (one row per proposed task, the columns ``populora_nb.analysis.frames.load_tasks``
-reads), ``metrics.jsonl`` (per step and proposer: ``teacher/valid_rate``, ``student/solve_rate``),
-``probe.jsonl`` (a scripted difficulty probe, `synthetic_probe_rows`) and a stub ``config.yaml``
-(``agent``, ``preset: synthetic``, ``seed``, ``steps``; not a full config, so
-``RunDir.load_config`` does not read it). Nothing here trains or runs a model: it is useful where
-there is no real run yet, to see how the complexity and coverage analysis (notebook 05) reads, and
-as a fixture with a known answer for the tests. Every figure drawn from it shows data that is made
-up, so say so in its title.
+``tasks.jsonl`` (the columns `frames.load_tasks` reads), ``metrics.jsonl`` (per step and proposer:
+``teacher/valid_rate``, ``student/solve_rate``), ``probe.jsonl`` (`synthetic_probe_rows`) and a stub
+``config.yaml`` (``agent``, ``preset: synthetic``, ``seed``, ``steps``; not one ``RunDir.load_config``
+reads). Nothing here runs a model: it shows how the analysis reads before a real run exists, and is
+a fixture with a known answer for the tests. A figure drawn from it should say its data is made up.
 
 Programs are random but well-formed Python at a chosen nesting level; outputs are literals of a
 plausible type, NOT what the program returns (nothing is executed). Two scripted trajectories mimic
@@ -35,22 +32,21 @@ SEED_PROGRAM = "def f(a):\n    return a"
 _TYPES = ("int", "str", "list[int]", "list[str]", "dict", "float", "bool", "tuple")
 
 
+_LITERALS = {
+    "int": lambda rng: rng.randint(-20, 99),
+    "str": lambda rng: rng.choice(["Hello world", "abc", "racecar", "a b c", "xyz"]),
+    "list[int]": lambda rng: [rng.randint(0, 9) for _ in range(rng.randint(1, 5))],
+    "list[str]": lambda rng: [rng.choice("abcde") for _ in range(rng.randint(1, 4))],
+    "dict": lambda rng: {rng.choice("abcde"): rng.randint(0, 9) for _ in range(rng.randint(1, 3))},
+    "float": lambda rng: round(rng.uniform(-5, 5), 2),
+    "bool": lambda rng: rng.random() < 0.5,
+    "tuple": lambda rng: (rng.randint(0, 9), rng.choice("ab")),
+}
+"""A random literal of each type in ``_TYPES``."""
+
+
 def _literal(rng: random.Random, kind: str) -> str:
-    if kind == "int":
-        return repr(rng.randint(-20, 99))
-    if kind == "str":
-        return repr(rng.choice(["Hello world", "abc", "racecar", "a b c", "xyz"]))
-    if kind == "list[int]":
-        return repr([rng.randint(0, 9) for _ in range(rng.randint(1, 5))])
-    if kind == "list[str]":
-        return repr([rng.choice("abcde") for _ in range(rng.randint(1, 4))])
-    if kind == "dict":
-        return repr({rng.choice("abcde"): rng.randint(0, 9) for _ in range(rng.randint(1, 3))})
-    if kind == "float":
-        return repr(round(rng.uniform(-5, 5), 2))
-    if kind == "bool":
-        return repr(rng.random() < 0.5)
-    return repr((rng.randint(0, 9), rng.choice("ab")))
+    return repr(_LITERALS[kind](rng))
 
 
 def _block(rng: random.Random, level: int, indent: int, names: list[str]) -> list[str]:
@@ -161,16 +157,10 @@ def write_synthetic_run(
             ]
             tasks += rows
             valid = [r for r in rows if r["valid"]]
-            role = "agent" if agent == "baseline" else "teacher"
-            metrics.append(
-                {
-                    "step": step,
-                    "member": proposer,
-                    "role": role,
-                    "teacher/valid_rate": len(valid) / len(rows),
-                    "student/solve_rate": sum(r["solve_rate"] for r in valid) / max(1, len(valid)),
-                }
-            )
+            row = {"step": step, "member": proposer, "role": "agent" if agent == "baseline" else "teacher"}
+            row["teacher/valid_rate"] = len(valid) / len(rows)
+            row["student/solve_rate"] = sum(r["solve_rate"] for r in valid) / max(1, len(valid))
+            metrics.append(row)
     if matches and agent == "population":
         _add_matches(tasks, metrics, run_dir, n_teachers, random.Random(seed + 7919))
     (run_dir / "config.yaml").write_text(
@@ -198,18 +188,8 @@ def synthetic_probe_rows(
             for index in range(prompts):
                 valid = rng.random() < 0.8
                 solved = sum(rng.random() < p for _ in range(8))
-                rows.append(
-                    {
-                        "step": step,
-                        "proposer": proposer,
-                        "kind": "code_o",
-                        "solver": "probe-solver",
-                        "valid": valid,
-                        "solve_rate": solved / 8 if valid else None,
-                        "prompt_index": index,
-                        "rollouts": 8,
-                    }
-                )
+                row = {"step": step, "proposer": proposer, "kind": "code_o", "solver": "probe-solver", "valid": valid}
+                rows.append(row | {"solve_rate": solved / 8 if valid else None, "prompt_index": index, "rollouts": 8})
     return rows
 
 
@@ -221,16 +201,9 @@ def _add_matches(tasks: list[dict], metrics: list[dict], run_dir: Path, n: int, 
     for step in sorted({t["step"] for t in tasks}):
         for t in (t for t in tasks if t["step"] == step):
             t["solver"] = students[(int(t["proposer"][1:]) + step) % n] if t["valid"] else None
-            rows.append(
-                {
-                    **{k: t[k] for k in ("step", "kind", "valid")},
-                    "teacher": t["proposer"],
-                    "student": t["solver"] or students[0],
-                    "rho": t["solve_rate"],
-                    "rollouts": 8,
-                    "contested": t["valid"] and 0 < t["solve_rate"] < 1,
-                }
-            )
+            row = {k: t[k] for k in ("step", "kind", "valid")} | {"teacher": t["proposer"]}
+            row |= {"student": t["solver"] or students[0], "rho": t["solve_rate"], "rollouts": 8}
+            rows.append(row | {"contested": t["valid"] and 0 < t["solve_rate"] < 1})
         mu = {m: v + rng.gauss(0, 0.8) for m, v in mu.items()}
         metrics += [
             {"step": step, "member": s, "role": "student", "rating/mu": mu[s], "rating/sigma": 8.3 / (1 + step) ** 0.5}
@@ -241,17 +214,8 @@ def _add_matches(tasks: list[dict], metrics: list[dict], run_dir: Path, n: int, 
                 m.update({"rating/mu": mu[m["member"]], "rating/sigma": 8.3 / (1 + step) ** 0.5})
         if step and step % 10 == 0:
             teachers = sorted((m for m in mu if m.startswith("T")), key=mu.__getitem__)
-            child = f"teacher-s{step + 1}-0"
-            births.append(
-                {
-                    "step": step,
-                    "birth_step": step + 1,
-                    "child": child,
-                    "parents": [teachers[-1]],
-                    "replaced": teachers[0],
-                }
-                | {"operator": "svd_structured", "role": "teacher"}
-            )
+            birth = {"step": step, "birth_step": step + 1, "child": f"teacher-s{step + 1}-0", "parents": [teachers[-1]]}
+            births.append(birth | {"replaced": teachers[0], "operator": "svd_structured", "role": "teacher"})
     (run_dir / "matches.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (run_dir / "lineage.jsonl").write_text("".join(json.dumps(b) + "\n" for b in births))
 
