@@ -31,15 +31,9 @@ TASK_TIMEOUT_CAP_S = 60.0
 """evalplus: EVALPLUS_TIMEOUT_PER_TASK, the wall limit for one program on one input set."""
 GROUND_TRUTH_TIMEOUT_S = 300.0
 MBPP_OUTPUT_NOT_NONE_TASKS = ("check_str", "text_match_three", "text_starta_endb")
-MBPP_OUTPUT_SET_EQ_TASKS = (
-    "similar_elements",
-    "find_char_long",
-    "common_in_nested_lists",
-    "extract_singly",
-    "larg_nnum",
-    "intersection_array",
-    "find_dissimilar",
-    "Diff",
+MBPP_OUTPUT_SET_EQ_TASKS = tuple(
+    "similar_elements find_char_long common_in_nested_lists extract_singly larg_nnum intersection_array "
+    "find_dissimilar Diff".split()
 )
 
 

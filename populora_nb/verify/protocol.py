@@ -12,17 +12,8 @@ import json
 import signal
 from typing import Any
 
-RUN_STATUSES = (
-    "ok",
-    "no_f",
-    "runtime_error",
-    "timeout",
-    "memory",
-    "output_not_literal",
-    "output_too_long",
-    "crash",
-    "not_run",
-    "nondeterministic",
+RUN_STATUSES = tuple(
+    "ok no_f runtime_error timeout memory output_not_literal output_too_long crash not_run nondeterministic".split()
 )
 """Per-input statuses of a run; "ok" is the only success."""
 
