@@ -20,15 +20,12 @@ the same names, with peft's own adapter switched off for the route.
   * one slot for all rows: two plain matmuls, ``x @ A_mᵀ`` then ``@ B_mᵀ`` (with autograd, for
     training); the base output gets the term added in place when no gradient is recorded;
   * mixed rows, B ≤ N: each row's factors are gathered once per context (``index_select``), then
-    per module ``bmm(x, A_rowsᵀ)`` → (B, T, r) and ``baddbmm`` into the output. Measured per
-    decoding step (batch 8, SmolLM2 shapes, one thread) this costs the same as one shared adapter;
+    per module ``bmm(x, A_rowsᵀ)`` → (B, T, r) and ``baddbmm`` into the output;
   * mixed rows, B > N (several rows per member): gathering would copy B/N times the population,
     so decoding steps use ``x @ A_flatᵀ`` over the used slots' stacked A (every slot's r features
     in one matmul), a 0/1 mask keeping each row's own block, and ``addmm`` with the stacked Bt: no
     copy, each used member read once per step, at U× the (small) LoRA FLOPs; the prefill still
     gathers, one module at a time.
-  Either way a mixed batch is a constant number of batched ops per module, against peft's loop
-  of one sub-batch per adapter.
   * training several members at once (``route_groups``, the batched update): each
     row's factors gathered from its member's leaf parameters with autograd, two ``bmm`` per module,
     so every member's parameters get exactly the gradient of their own rows.
@@ -133,9 +130,7 @@ class MultiLoRA:
         Each row's factors are gathered from the used members' leaf parameters (a differentiable
         ``stack`` + index: (B, r, d_in) and (B, r, d_out), small beside the activations), and every
         module adds ``bmm(bmm(x, A_rowsᵀ), Bt_rows)``: two batched matmuls whatever the number of
-        members. A member's gradient is the sum over its own rows only, the one it would get alone.
-        (One pair of matmuls per member with the deltas concatenated was slower than the loop's update
-        on the smoke model: the (B, T, d_out) concatenation and its backward; this form is faster.)"""
+        members. A member's gradient is the sum over its own rows only, the one it would get alone."""
         runs = slot_runs(slots)
         if len(runs) == 1 and all(slot_runs(layout) == runs for layout in also):
             with self.route_slot(runs[0]):
