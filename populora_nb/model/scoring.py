@@ -5,8 +5,9 @@ log-probs at the sampling temperature). Through the LM's own forward that costs 
 and, in the log-softmax, several (N, V) float32 copies, as much as the activations of a 1.5B model
 at Qwen's 152k vocabulary. So the LM is split into its backbone (the decoder stack with its final
 norm) and its output layer, and ``rl.completion_logprobs_from_hidden`` applies that layer to the
-completion rows' hidden states a chunk at a time, recomputing each chunk in the backward pass. A model whose logits are more than its output layer's product (a logit
-softcap or scale in its config, as Gemma 2, Cohere and Granite have) keeps the full forward.
+completion rows' hidden states a chunk at a time, recomputing each chunk in the backward pass. A
+model whose logits are more than its output layer's product (a logit softcap or scale in its config,
+as Gemma 2, Cohere and Granite have) keeps the full forward.
 """
 
 from __future__ import annotations
