@@ -340,16 +340,8 @@ def evaluate(
                 scores = score_many(
                     [p for p in problems for _ in range(n_samples)], completions, verifier, math_checker, truths
                 )
-                done[name] = _finish(
-                    name,
-                    bench,
-                    problems,
-                    completions,
-                    scores,
-                    n_samples,
-                    settings,
-                    {"generate": gen_s, "score": time.time() - t1},
-                )
+                seconds = {"generate": gen_s, "score": time.time() - t1}
+                done[name] = _finish(name, bench, problems, completions, scores, n_samples, settings, seconds)
                 if out is not None:
                     out.mkdir(parents=True, exist_ok=True)
                     _result_path(out, name, bench).write_text(json.dumps(asdict(done[name]), indent=1))

@@ -198,11 +198,8 @@ def evalplus_ground_truth(
         failures = tuple(
             f"input {i}: {r.status} {r.detail[:120]}".strip() for i, r in enumerate(res) if r.status != "ok"
         )
-        out.append(
-            GroundTruth(
-                tuple(r.output if r.status == "ok" else None for r in res), tuple(r.seconds for r in res), failures
-            )
-        )
+        outputs = tuple(r.output if r.status == "ok" else None for r in res)
+        out.append(GroundTruth(outputs, tuple(r.seconds for r in res), failures))
     return out
 
 

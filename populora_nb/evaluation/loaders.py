@@ -339,11 +339,7 @@ def _parse_lcb(name: str, r: dict, index: int) -> Problem:
         entry_point=metadata.get("func_name") or "",
         tests=cases,
         starter_code=starter,
-        meta={
-            "contest_date": r.get("contest_date", ""),
-            "difficulty": r.get("difficulty", ""),
-            "platform": r.get("platform", ""),
-        },
+        meta={k: r.get(k, "") for k in ("contest_date", "difficulty", "platform")},
     )
 
 

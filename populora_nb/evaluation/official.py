@@ -20,6 +20,7 @@ with the scorer that made it (`EvalResult.scorer`).
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -255,6 +256,4 @@ def rescore_results(
 
 
 def _digest(completions: list[str]) -> str:
-    import hashlib
-
     return hashlib.sha256(json.dumps(completions).encode()).hexdigest()

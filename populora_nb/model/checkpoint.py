@@ -156,11 +156,8 @@ def read_adapter(directory: str | Path, lora: LoRAConfig, base_name: str) -> LoR
     want: dict[str, Any] = {"rank": lora.rank, "alpha": float(lora.alpha), "model": base_name}
     if (directory / ADAPTER_FILE).is_file():
         factors, config = load_member_factors(directory)
-        theirs = {
-            "rank": config.get("r"),
-            "alpha": config.get("lora_alpha"),
-            "model": config.get("base_model_name_or_path"),
-        }
+        keys = {"rank": "r", "alpha": "lora_alpha", "model": "base_model_name_or_path"}
+        theirs = {ours: config.get(key) for ours, key in keys.items()}
     elif (directory / LEGACY_ADAPTER).is_file():
         with safe_open(str(directory / LEGACY_ADAPTER), framework="pt") as fh:
             meta = fh.metadata() or {}

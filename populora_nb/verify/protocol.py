@@ -75,15 +75,7 @@ def decode_run(
     if len(results) < n:  # the run ended early: say why for the first missing input
         why = why or ("timeout" if signal_number == signal.SIGXCPU else "crash")
         detail = f"signal {signal_number}" if signal_number else f"exit code {exit_code}"
-        results.append(
-            {
-                "status": why,
-                "output": "",
-                "detail": detail if why == "crash" else "",
-                "stdout": "",
-                "seconds": 0.0,
-                "load": False,
-            }
-        )
+        failed = dict(status=why, output="", detail=detail if why == "crash" else "", stdout="", seconds=0.0)
+        results.append(failed | {"load": False})
         results += [dict(results[-1], status="not_run", detail="")] * (n - len(results))
     return results

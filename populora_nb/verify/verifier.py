@@ -257,14 +257,10 @@ class Verifier(ZygotePool):
             out.append([RunResult(bad.reason, detail=bad.detail)] * len(inputs) if bad else None)
             if bad is None:
                 assert isinstance(code, CodeType)  # an Invalid program would be `bad`
-                jobs.append(
-                    (
-                        len(out) - 1,
-                        self._job(
-                            code, parsed, None, wall_s, entry_point, mode="suite", limits=[float(t) for t in limits]
-                        ),
-                    )
+                job = self._job(
+                    code, parsed, None, wall_s, entry_point, mode="suite", limits=[float(t) for t in limits]
                 )
+                jobs.append((len(out) - 1, job))
         self._run_jobs([job for _, job in jobs])
         for row, job in jobs:
             out[row] = [RunResult(r["status"], r["output"], r["detail"], r["seconds"]) for r in job.results][

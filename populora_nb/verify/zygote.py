@@ -55,13 +55,8 @@ class Isolation:
 
     def __str__(self) -> str:
         if self.level == "namespaces":
-            on = {
-                "user": self.user_namespace,
-                "mount": True,
-                "pid": self.pid_namespace,
-                "network": self.network_namespace,
-            }
-            kinds = ", ".join(k for k, v in on.items() if v)
+            on = {"user": self.user_namespace, "mount": True, "pid": self.pid_namespace}
+            kinds = ", ".join(k for k, v in (on | {"network": self.network_namespace}).items() if v)
             who = "unprivileged uid" if self.uids else "no capabilities"
             return f"namespaces ({kinds}; empty read-only root; children: {who}, no new processes)"
         if self.level == "root-chroot":
