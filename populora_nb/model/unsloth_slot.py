@@ -52,6 +52,13 @@ def _accumulate(param: Tensor) -> None:
     param.grad = None
 
 
+def _clear(*params: Tensor) -> None:
+    """Drop the slot parameters' gradients and float32 sums (a new member, or handed over)."""
+    for p in params:
+        p.grad = None
+        setattr(p, FP32_GRAD, None)
+
+
 class UnslothSlot:
     def __init__(self, base: Base, lora: LoRAConfig) -> None:
         from unsloth import FastLanguageModel  # CUDA only: importing it patches transformers
@@ -94,10 +101,8 @@ class UnslothSlot:
         self._load(multi, slot)
         self.fast.for_training(self.peft_model)
         self.peft_model.eval()  # keep the attention mask (see __init__); LoRA dropout is 0 anyway
-        for a, b in self.slot.values():
-            a.grad = b.grad = None
-            setattr(a, FP32_GRAD, None)
-            setattr(b, FP32_GRAD, None)
+        for pair in self.slot.values():
+            _clear(*pair)
         with checkpointing(self.base.model, gradient_checkpointing):
             yield
 
@@ -116,9 +121,7 @@ class UnslothSlot:
             ga, gb = getattr(a, FP32_GRAD), getattr(b, FP32_GRAD)
             pa.grad = None if ga is None else ga.to(pa.dtype)
             pb.grad = None if gb is None else gb.t().to(pb.dtype).contiguous()  # Bt layout
-            a.grad = b.grad = None
-            setattr(a, FP32_GRAD, None)
-            setattr(b, FP32_GRAD, None)
+            _clear(a, b)
 
     @torch.no_grad()
     def generate(

@@ -137,17 +137,8 @@ class VLLMEngine:
         with engine_env(self.cuda, self.rollout):  # vLLM reads its logging level when first imported
             from vllm import LLM
 
-        kwargs = engine_args(
-            self._model_dir(),
-            self.base.dtype,
-            self.lora,
-            self.rollout,
-            max_loras,
-            max_model_len,
-            seed,
-            self.cuda,
-            self.share,
-        )
+        limits = (max_loras, max_model_len, seed, self.cuda, self.share)
+        kwargs = engine_args(self._model_dir(), self.base.dtype, self.lora, self.rollout, *limits)
         if getattr(self.base, "weights", "pretrained") == "random":
             kwargs["load_format"] = "dummy"  # the same shapes, vLLM's own random values (model.weights)
         try:
@@ -199,8 +190,7 @@ class VLLMEngine:
             self._next_id += 1
             engine.add_lora(LoRARequest(name, lora_id, str(path)))
             if old is not None:
-                engine.remove_lora(old.lora_int_id)
-                shutil.rmtree(self.work / "adapters" / f"{old.lora_int_id}", ignore_errors=True)
+                self._remove(old.lora_int_id)
         self._adapters[name] = LoRARequest(name, lora_id, str(path))
         if visible(factors, self.lora.alpha / self.lora.rank, self.base.dtype):
             self._zero.discard(name)
@@ -217,8 +207,11 @@ class VLLMEngine:
         old = self._adapters.pop(name, None)
         self._zero.discard(name)
         if old is not None:
-            self.llm.llm_engine.remove_lora(old.lora_int_id)
-            shutil.rmtree(self.work / "adapters" / f"{old.lora_int_id}", ignore_errors=True)
+            self._remove(old.lora_int_id)
+
+    def _remove(self, lora_id: int) -> None:
+        self.llm.llm_engine.remove_lora(lora_id)
+        shutil.rmtree(self.work / "adapters" / f"{lora_id}", ignore_errors=True)
 
     @property
     def adapters(self) -> list[str]:
@@ -298,14 +291,9 @@ class VLLMEngine:
         if not members:
             return
         ids = self.base.tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"]
-        params = SamplingParams(
-            n=1,
-            temperature=0.0,
-            max_tokens=PROBE_TOKENS,
-            ignore_eos=True,
-            logprobs=0,
-            skip_reading_prefix_cache=True,  # every row computed in this batch, the base's included
-        )
+        # skip_reading_prefix_cache: every row computed in this batch, the base's included
+        probe = dict(max_tokens=PROBE_TOKENS, ignore_eos=True, logprobs=0, skip_reading_prefix_cache=True)
+        params = SamplingParams(n=1, temperature=0.0, **probe)
         rows: list[str | None] = [None, *members]
         outs = self.llm.generate(
             [{"prompt_token_ids": ids}] * len(rows),
