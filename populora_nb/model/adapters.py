@@ -379,8 +379,7 @@ class Population:
     # ---- save / load ----------------------------------------------------------------------
 
     def save_member(self, member_id: str, directory: str | Path) -> Path:
-        """Write a peft LoRA adapter (adapter_model.safetensors + adapter_config.json) that
-        ``peft.PeftModel.from_pretrained(base_model, directory)`` loads, plus populora_member.json."""
+        """The member as a peft LoRA adapter with its record (`checkpoint.write_peft_adapter`)."""
         record = dataclasses.asdict(self.member(member_id))
         return write_peft_adapter(directory, self.factors(member_id), self.lora, self.base.name, record)
 

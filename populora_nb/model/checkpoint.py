@@ -119,7 +119,7 @@ def write_peft_adapter(
     for name, pair in factors.items():
         tensors[f"{PEFT_PREFIX}{name}.lora_A.weight"] = pair.A.to(dtype or pair.A.dtype).contiguous().cpu()
         tensors[f"{PEFT_PREFIX}{name}.lora_B.weight"] = pair.B.to(dtype or pair.B.dtype).contiguous().cpu()
-    save_file(tensors, directory / "adapter_model.safetensors", metadata={"format": "pt"})
+    save_file(tensors, directory / ADAPTER_FILE, metadata={"format": "pt"})
     LoraConfig(
         r=lora.rank,
         lora_alpha=lora.alpha,  # type: ignore[arg-type]  # peft annotates int; a float alpha works
@@ -138,8 +138,8 @@ def load_member_factors(directory: str | Path) -> tuple[LoRAFactors, dict]:
     same modules), ready for ``Population.set_factors``. The config's alpha/r is returned, not
     applied: rescale B when it differs from the population's."""
     directory = Path(directory)
-    config = read_file(directory / "adapter_config.json")
-    tensors = read_file(directory / "adapter_model.safetensors")
+    config = read_file(directory / ADAPTER_CONFIG)
+    tensors = read_file(directory / ADAPTER_FILE)
     names = sorted({k[len(PEFT_PREFIX) :].rsplit(".lora_", 1)[0] for k in tensors})
     factors = {
         n: LoRAPair(tensors[f"{PEFT_PREFIX}{n}.lora_A.weight"], tensors[f"{PEFT_PREFIX}{n}.lora_B.weight"])

