@@ -43,15 +43,8 @@ def module_shapes(cfg: Any) -> dict[str, tuple[int, int]]:
     heads = cfg.num_attention_heads
     head_dim = getattr(cfg, "head_dim", None) or h // heads
     q, kv = heads * head_dim, cfg.num_key_value_heads * head_dim
-    return {
-        "q_proj": (h, q),
-        "k_proj": (h, kv),
-        "v_proj": (h, kv),
-        "o_proj": (q, h),
-        "gate_proj": (h, m),
-        "up_proj": (h, m),
-        "down_proj": (m, h),
-    }
+    attention = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h)}
+    return attention | {"gate_proj": (h, m), "up_proj": (h, m), "down_proj": (m, h)}
 
 
 def base_params(cfg: Any) -> int:
