@@ -249,16 +249,8 @@ def _finish(
     rows, counts = [], []
     for j, p in enumerate(problems):
         mine = scores[j * n_samples : (j + 1) * n_samples]
-        rows.append(
-            {
-                "id": p.id,
-                "passed": [s.passed for s in mine],
-                "status": [s.status for s in mine],
-                "base_passed": [s.base_passed for s in mine],
-                "answer": [s.answer for s in mine],
-                "completion": completions[j * n_samples : (j + 1) * n_samples],
-            }
-        )
+        row = {"id": p.id} | {k: [getattr(s, k) for s in mine] for k in ("passed", "status", "base_passed", "answer")}
+        rows.append(row | {"completion": completions[j * n_samples : (j + 1) * n_samples]})
         counts.append(sum(s.passed for s in mine))
     ks = sorted({1, n_samples})
     metrics = {f"pass@{k}": sum(pass_at_k(n_samples, c, k) for c in counts) / len(counts) for k in ks} if counts else {}
