@@ -53,8 +53,15 @@ from populora_nb.model.vllm_setup import (
     start_error,
 )
 
-__all__ = ["VLLM_LORA_RANKS", "AdapterNotApplied", "EngineError", "EngineOutput", "VLLMEngine", "lora_slot_rank"]
-__all__ += ["row_seed"]
+__all__ = [
+    "VLLM_LORA_RANKS",
+    "AdapterNotApplied",
+    "EngineError",
+    "EngineOutput",
+    "VLLMEngine",
+    "lora_slot_rank",
+    "row_seed",
+]
 
 PROBE_TEXT = "def f(x):\n    return x + 1\n\nprint(f("
 """The applied-adapter probe's prompt: any short text the base continues."""
