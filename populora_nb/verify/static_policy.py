@@ -121,7 +121,7 @@ class SandboxPolicy:
     max_output_chars: int = 1_000
     """repr length cap: AZR truncates outputs to 400 chars; here longer outputs are rejected."""
     max_stdout_chars: int = 1 << 20
-    """run_script's stdout cap; validation discards printed text."""
+    """run_script_many's stdout cap; validation discards printed text."""
     min_code_f_inputs: int = 2
     """At least one shown and one hidden pair (AZR writes 10: 5 shown, 5 hidden)."""
     disable_dangerous: bool = True

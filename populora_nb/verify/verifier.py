@@ -268,12 +268,9 @@ class Verifier(ZygotePool):
             ]
         return cast("list[list[RunResult]]", out)  # every None above was a job's row, now filled
 
-    def run_script(self, source: str, stdin: str = "", timeout_s: float | None = None) -> ScriptResult:
-        """Run a whole program as __main__ reading `stdin`; its stdout comes back (LiveCodeBench)."""
-        return self.run_script_many([(source, stdin)], timeout_s)[0]
-
     def run_script_many(self, items: Sequence[tuple[str, str]], timeout_s: float | None = None) -> list[ScriptResult]:
-        """run_script() for a batch of (source, stdin); every run shares the worker pool."""
+        """Run each whole program as __main__ reading its stdin; its stdout comes back (LiveCodeBench).
+        Every run shares the worker pool."""
         out: list = []
         jobs: dict[int, _Job] = {}
         for i, (source, stdin) in enumerate(items):
