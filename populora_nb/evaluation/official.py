@@ -37,7 +37,7 @@ from populora_nb.evaluation.benchmarks import EvalResult, Score, _finish, _resul
 from populora_nb.evaluation.loaders import Problem, benchmark_path, load_benchmark
 from populora_nb.evaluation.programs import evalplus_program
 from populora_nb.verify import isolation
-from populora_nb.verify.zygote import IsolationUnavailable, SandboxError
+from populora_nb.verify.zygote import IsolationUnavailable, SandboxError, spawn_sandbox
 
 EVALPLUS_VERSION = "0.3.1"
 OFFICIAL_SCORER = f"evalplus {EVALPLUS_VERSION} official"
@@ -101,15 +101,7 @@ def _mountpoint(read_only: Sequence[str]) -> str:
 
 
 def _run_sandbox(cfg: dict, env: dict, jobs: list[dict], timeout_s: float | None) -> dict:
-    proc = subprocess.Popen(
-        [sys.executable, "-I", "-B", str(SANDBOX_SCRIPT), json.dumps(cfg)],
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        cwd="/",
-        start_new_session=True,
-    )
+    proc = spawn_sandbox([sys.executable, "-I", "-B", str(SANDBOX_SCRIPT), json.dumps(cfg)], env)
     try:
         out, _ = proc.communicate(json.dumps(jobs).encode(), timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -176,9 +168,7 @@ def score_official(
     tasks = sorted({p.id for p in problems})
     n = max(1, min(workers, len(tasks)))
     share = {t: i % n for i, t in enumerate(tasks)}  # whole tasks per sandbox: ground truth once each
-    groups: list[list[int]] = [[] for _ in range(n)]
-    for i, p in enumerate(problems):
-        groups[share[p.id]].append(i)
+    groups = [[i for i, p in enumerate(problems) if share[p.id] == k] for k in range(n)]
     cfgs = [
         {
             "isolation_py": isolation.__file__,

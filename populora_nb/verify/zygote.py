@@ -128,22 +128,9 @@ def spawn_zygote(cfg: dict, hash_seed: int, seed_class: int, memory_mb: int) -> 
     # A session of its own: Ctrl-C in a notebook interrupts the caller, not the zygotes.
     # One BLAS/OpenMP thread: children may not start threads (RLIMIT_NPROC 0), and numpy (an
     # allowed benchmark module) would otherwise start a pool in the zygote that forks cannot keep.
-    env = {
-        "PYTHONHASHSEED": str(hash_seed),
-        "PYTHONIOENCODING": "utf-8",
-        "OPENBLAS_NUM_THREADS": "1",
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-S", "-B", SANDBOX_SCRIPT, json.dumps(cfg)],
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        cwd="/",
-        start_new_session=True,
-    )
+    env = {"PYTHONHASHSEED": str(hash_seed), "PYTHONIOENCODING": "utf-8"}
+    env |= dict.fromkeys(("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"), "1")
+    proc = spawn_sandbox([sys.executable, "-S", "-B", SANDBOX_SCRIPT, json.dumps(cfg)], env)
     zygote = Zygote(proc, seed_class, {})
     with selectors.DefaultSelector() as sel:
         sel.register(zygote.replies, selectors.EVENT_READ)
@@ -164,6 +151,15 @@ def spawn_zygote(cfg: dict, hash_seed: int, seed_class: int, memory_mb: int) -> 
         raise SandboxError(f"sandbox zygote did not start: {sys.executable} -S {SANDBOX_SCRIPT}")
     zygote.hello = hello
     return zygote
+
+
+def spawn_sandbox(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """A sandbox process (a zygote, or official evalplus' sandbox): only ``env`` as its environment,
+    requests on its stdin, replies on its stdout, stderr discarded, cwd ``/``, a session of its own."""
+    pipe = subprocess.PIPE
+    return subprocess.Popen(
+        argv, env=env, stdin=pipe, stdout=pipe, stderr=subprocess.DEVNULL, cwd="/", start_new_session=True
+    )
 
 
 def module_paths(modules: frozenset) -> list[str]:
