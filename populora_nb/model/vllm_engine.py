@@ -126,12 +126,9 @@ class VLLMEngine:
         self.share: float | None = None
         """The engine's share of the card ("auto": the card less the trainer's counted peak); None on a CPU."""
         if self.cuda:
-            card = torch.cuda.mem_get_info()[1]
-            trainer = trainer_memory(
-                base.model.config, lora, max_loras, micro_batch, max_model_len, base.dtype.itemsize
-            )
-            requested = rollout.gpu_memory_utilization
-            self.share = checked_share(requested, trainer, card, base.model.config, max_model_len, base.dtype.itemsize)
+            card, cfg, nbytes = torch.cuda.mem_get_info()[1], base.model.config, base.dtype.itemsize
+            trainer = trainer_memory(cfg, lora, max_loras, micro_batch, max_model_len, nbytes)
+            self.share = checked_share(rollout.gpu_memory_utilization, trainer, card, cfg, max_model_len, nbytes)
         try:
             self.llm = self._start(max_loras, max_model_len, seed)
         except BaseException:
