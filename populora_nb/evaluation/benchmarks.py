@@ -173,8 +173,7 @@ def _score_code(
     if "evalplus" in by_kind:
         idx = by_kind["evalplus"]
         known = dict(truths or {})
-        missing = [problems[i] for i in idx if problems[i].id not in known]
-        known.update(zip((p.id for p in missing), evalplus_ground_truth(missing, verifier)) if missing else ())
+        known |= _ground_truth_cached([problems[i] for i in idx if problems[i].id not in known], verifier, None)
         verdicts = score_evalplus(
             [problems[i] for i in idx], [completions[i] for i in idx], [known[problems[i].id] for i in idx], verifier
         )

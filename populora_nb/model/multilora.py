@@ -197,8 +197,11 @@ class MultiLoRA:
             a_all, bt_all = self.A[name].to(cdt), self.Bt[name].to(cdt)  # no copy when dtypes agree
             a_flat_t = a_all[lo:hi].view(-1, a_all.shape[-1]).t()  # (d_in, U·r), a view
             bt_flat = bt_all[lo:hi].view(-1, bt_all.shape[-1])  # (U·r, d_out), a view
-            if gather_once:
-                rows = (a_all.index_select(0, slots).transpose(1, 2), bt_all.index_select(0, slots))
+
+            def gather() -> tuple[Tensor, Tensor]:  # each row's factors: (B, d_in, r), (B, r, d_out)
+                return a_all.index_select(0, slots).transpose(1, 2), bt_all.index_select(0, slots)
+
+            rows = gather() if gather_once else None
 
             def hook(module: nn.Module, args: tuple, out: Tensor) -> Tensor:
                 x = args[0]  # (B, T, d_in)
@@ -208,11 +211,7 @@ class MultiLoRA:
                     xa = (x.reshape(x.shape[0], -1) @ a_flat_t).mul_(block)  # (B, U·r)
                     out.view(out.shape[0], -1).addmm_(xa, bt_flat, alpha=scale)
                     return out
-                a_rows_t, bt_rows = (
-                    rows
-                    if gather_once
-                    else (a_all.index_select(0, slots).transpose(1, 2), bt_all.index_select(0, slots))
-                )
+                a_rows_t, bt_rows = rows if rows is not None else gather()
                 xa = torch.bmm(x, a_rows_t)  # (B, T, r)
                 return out.baddbmm_(xa, bt_rows, alpha=scale)  # (B, T, d_out)
 
