@@ -3,14 +3,10 @@
 
 Official evalplus runs each candidate with `untrusted_check` in a plain multiprocessing child whose
 only guard is `reliability_guard`'s stubs: not a sandbox (its own docstring says so). Model output
-never runs outside ours, so here every candidate runs in `official_sandbox.py`, a child process
-that imports evalplus and reads the data first, then enters new user / mount / PID / network / IPC
-namespaces, pivots into a root holding only Python, its site-packages and the system libraries
-(read-only) plus small fresh tmpfs on /tmp and /dev/shm, sets rlimits and no_new_privs, drops every
-capability, and only then reads the programs; verdicts come back as JSON on a pipe no candidate can
-reach. A minimal root rather than the whole filesystem made read-only: nothing of the machine
-(home directories, other runs, the host's /proc) is even readable, and no host process is
-reachable through /proc. Where namespaces are unavailable it refuses, unless the caller opts in
+never runs outside ours, so here every candidate runs in `official_sandbox.py` (its docstring lists
+the walls, in the order they go up) in a minimal read-only root rather than the whole filesystem
+made read-only: nothing of the machine (home directories, other runs, the host's /proc) is even
+readable. Where namespaces are unavailable it refuses, unless the caller opts in
 (`allow_unsafe_no_isolation`, as the verifier's `verifier.allow_unsafe_no_isolation`).
 
 The program judged for each completion is the project's extraction (`programs.evalplus_program`,
