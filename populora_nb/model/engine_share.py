@@ -68,8 +68,8 @@ def lora_params(cfg: Any, lora: LoRAConfig) -> int:
 def activation_bytes_per_token(cfg: Any, checkpointing: bool, dtype_bytes: int = 2) -> int:
     """Bytes a backward pass keeps per scored token. Without checkpointing, per layer: about 7
     hidden-sized values (two norm inputs, q/k/v input, attention output, o_proj input, residuals)
-    and 4 MLP-sized ones (gate and up outputs, the activation, down's input): 2.6 MB at `gpu`. With
-    it, each layer's input plus one layer's recompute: 0.4 MB at `paper` (docs/performance.md)."""
+    and 4 MLP-sized ones (gate and up outputs, the activation, down's input). With it, each layer's
+    input plus one layer's recompute (docs/performance.md has the sizes at each preset)."""
     h, m, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
     one_layer = 7 * h + 4 * m
     values = layers * h + one_layer if checkpointing else layers * one_layer
