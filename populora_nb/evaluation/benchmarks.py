@@ -173,8 +173,7 @@ def _score_code(
     if "evalplus" in by_kind:
         idx = by_kind["evalplus"]
         known = dict(truths or {})
-        missing = [problems[i] for i in idx if problems[i].id not in known]
-        known.update(zip((p.id for p in missing), evalplus_ground_truth(missing, verifier)) if missing else ())
+        known |= _ground_truth_cached([problems[i] for i in idx if problems[i].id not in known], verifier, None)
         verdicts = score_evalplus(
             [problems[i] for i in idx], [completions[i] for i in idx], [known[problems[i].id] for i in idx], verifier
         )
@@ -249,16 +248,8 @@ def _finish(
     rows, counts = [], []
     for j, p in enumerate(problems):
         mine = scores[j * n_samples : (j + 1) * n_samples]
-        rows.append(
-            {
-                "id": p.id,
-                "passed": [s.passed for s in mine],
-                "status": [s.status for s in mine],
-                "base_passed": [s.base_passed for s in mine],
-                "answer": [s.answer for s in mine],
-                "completion": completions[j * n_samples : (j + 1) * n_samples],
-            }
-        )
+        row = {"id": p.id} | {k: [getattr(s, k) for s in mine] for k in ("passed", "status", "base_passed", "answer")}
+        rows.append(row | {"completion": completions[j * n_samples : (j + 1) * n_samples]})
         counts.append(sum(s.passed for s in mine))
     ks = sorted({1, n_samples})
     metrics = {f"pass@{k}": sum(pass_at_k(n_samples, c, k) for c in counts) / len(counts) for k in ks} if counts else {}
@@ -340,16 +331,8 @@ def evaluate(
                 scores = score_many(
                     [p for p in problems for _ in range(n_samples)], completions, verifier, math_checker, truths
                 )
-                done[name] = _finish(
-                    name,
-                    bench,
-                    problems,
-                    completions,
-                    scores,
-                    n_samples,
-                    settings,
-                    {"generate": gen_s, "score": time.time() - t1},
-                )
+                seconds = {"generate": gen_s, "score": time.time() - t1}
+                done[name] = _finish(name, bench, problems, completions, scores, n_samples, settings, seconds)
                 if out is not None:
                     out.mkdir(parents=True, exist_ok=True)
                     _result_path(out, name, bench).write_text(json.dumps(asdict(done[name]), indent=1))

@@ -31,15 +31,9 @@ TASK_TIMEOUT_CAP_S = 60.0
 """evalplus: EVALPLUS_TIMEOUT_PER_TASK, the wall limit for one program on one input set."""
 GROUND_TRUTH_TIMEOUT_S = 300.0
 MBPP_OUTPUT_NOT_NONE_TASKS = ("check_str", "text_match_three", "text_starta_endb")
-MBPP_OUTPUT_SET_EQ_TASKS = (
-    "similar_elements",
-    "find_char_long",
-    "common_in_nested_lists",
-    "extract_singly",
-    "larg_nnum",
-    "intersection_array",
-    "find_dissimilar",
-    "Diff",
+MBPP_OUTPUT_SET_EQ_TASKS = tuple(
+    "similar_elements find_char_long common_in_nested_lists extract_singly larg_nnum intersection_array "
+    "find_dissimilar Diff".split()
 )
 
 
@@ -204,11 +198,8 @@ def evalplus_ground_truth(
         failures = tuple(
             f"input {i}: {r.status} {r.detail[:120]}".strip() for i, r in enumerate(res) if r.status != "ok"
         )
-        out.append(
-            GroundTruth(
-                tuple(r.output if r.status == "ok" else None for r in res), tuple(r.seconds for r in res), failures
-            )
-        )
+        outputs = tuple(r.output if r.status == "ok" else None for r in res)
+        out.append(GroundTruth(outputs, tuple(r.seconds for r in res), failures))
     return out
 
 

@@ -22,21 +22,8 @@ from populora_nb.verify import RunResult, Verifier
 LCB_TIMEOUT_S = 6.0
 
 
-LCB_MODULES = (
-    "string",
-    "re",
-    "datetime",
-    "collections",
-    "heapq",
-    "bisect",
-    "copy",
-    "math",
-    "random",
-    "statistics",
-    "itertools",
-    "functools",
-    "operator",
-    "json",
+LCB_MODULES = tuple(
+    "string re datetime collections heapq bisect copy math random statistics itertools functools operator json".split()
 )
 """Modules lcb_runner imports before a solution runs: star-imported (with typing) and by name (with sys)."""
 LCB_PREAMBLE = (

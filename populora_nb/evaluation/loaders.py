@@ -200,34 +200,17 @@ def _tuples(x: Any) -> Any:
     return tuple(_tuples(i) for i in x) if isinstance(x, list) else x
 
 
+_MBPP_TUPLE_ARGUMENTS = frozenset(
+    (2, 116, 132, 143, 222, 261, 273, 394, 399, 421, 424, 429, 470, 560, 579, 596, 616, 630, 726, 740, 744, 809)
+)
+"""MBPP+ tasks whose every argument is a tuple stored as a JSON list (evalplus/data/mbpp.py)."""
+
+
 def mbpp_deserialize_inputs(task_id: str, inputs: list) -> list:
     """MBPP+ stores tuples, sets and complex numbers as JSON lists/strings; rebuild them per task.
     Mirrors evalplus/data/mbpp.py (same task lists, same quirks: an empty set becomes ``{}``)."""
     n = int(task_id.split("/")[-1])
-    if n in (
-        2,
-        116,
-        132,
-        143,
-        222,
-        261,
-        273,
-        394,
-        399,
-        421,
-        424,
-        429,
-        470,
-        560,
-        579,
-        596,
-        616,
-        630,
-        726,
-        740,
-        744,
-        809,
-    ):
+    if n in _MBPP_TUPLE_ARGUMENTS:
         return [[tuple(a) for a in inp] for inp in inputs]
     if n in (63, 64, 70, 94, 120, 237, 272, 299, 400, 409, 417, 438, 473, 614, 780):
         return [[[tuple(x) for x in a] for a in inp] for inp in inputs]
@@ -356,11 +339,7 @@ def _parse_lcb(name: str, r: dict, index: int) -> Problem:
         entry_point=metadata.get("func_name") or "",
         tests=cases,
         starter_code=starter,
-        meta={
-            "contest_date": r.get("contest_date", ""),
-            "difficulty": r.get("difficulty", ""),
-            "platform": r.get("platform", ""),
-        },
+        meta={k: r.get(k, "") for k in ("contest_date", "difficulty", "platform")},
     )
 
 

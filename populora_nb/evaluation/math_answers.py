@@ -96,12 +96,9 @@ class MathChecker:
 
     def _start(self) -> subprocess.Popen[str]:
         source = _WORKER.format(memory=self.memory_mb << 20)
+        pipe = subprocess.PIPE
         proc = subprocess.Popen(
-            [sys.executable, "-c", source],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
+            [sys.executable, "-c", source], stdin=pipe, stdout=pipe, stderr=subprocess.DEVNULL, text=True
         )
         if self._readline(proc, self.start_timeout_s) is None:
             proc.kill()

@@ -3,14 +3,10 @@
 
 Official evalplus runs each candidate with `untrusted_check` in a plain multiprocessing child whose
 only guard is `reliability_guard`'s stubs: not a sandbox (its own docstring says so). Model output
-never runs outside ours, so here every candidate runs in `official_sandbox.py`, a child process
-that imports evalplus and reads the data first, then enters new user / mount / PID / network / IPC
-namespaces, pivots into a root holding only Python, its site-packages and the system libraries
-(read-only) plus small fresh tmpfs on /tmp and /dev/shm, sets rlimits and no_new_privs, drops every
-capability, and only then reads the programs; verdicts come back as JSON on a pipe no candidate can
-reach. A minimal root rather than the whole filesystem made read-only: nothing of the machine
-(home directories, other runs, the host's /proc) is even readable, and no host process is
-reachable through /proc. Where namespaces are unavailable it refuses, unless the caller opts in
+never runs outside ours, so here every candidate runs in `official_sandbox.py` (its docstring lists
+the walls, in the order they go up) in a minimal read-only root rather than the whole filesystem
+made read-only: nothing of the machine (home directories, other runs, the host's /proc) is even
+readable. Where namespaces are unavailable it refuses, unless the caller opts in
 (`allow_unsafe_no_isolation`, as the verifier's `verifier.allow_unsafe_no_isolation`).
 
 The program judged for each completion is the project's extraction (`programs.evalplus_program`,
@@ -20,6 +16,7 @@ with the scorer that made it (`EvalResult.scorer`).
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -36,7 +33,7 @@ from populora_nb.evaluation.benchmarks import EvalResult, Score, _finish, _resul
 from populora_nb.evaluation.loaders import Problem, benchmark_path, load_benchmark
 from populora_nb.evaluation.programs import evalplus_program
 from populora_nb.verify import isolation
-from populora_nb.verify.zygote import IsolationUnavailable, SandboxError
+from populora_nb.verify.zygote import IsolationUnavailable, SandboxError, spawn_sandbox
 
 EVALPLUS_VERSION = "0.3.1"
 OFFICIAL_SCORER = f"evalplus {EVALPLUS_VERSION} official"
@@ -100,15 +97,7 @@ def _mountpoint(read_only: Sequence[str]) -> str:
 
 
 def _run_sandbox(cfg: dict, env: dict, jobs: list[dict], timeout_s: float | None) -> dict:
-    proc = subprocess.Popen(
-        [sys.executable, "-I", "-B", str(SANDBOX_SCRIPT), json.dumps(cfg)],
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        cwd="/",
-        start_new_session=True,
-    )
+    proc = spawn_sandbox([sys.executable, "-I", "-B", str(SANDBOX_SCRIPT), json.dumps(cfg)], env)
     try:
         out, _ = proc.communicate(json.dumps(jobs).encode(), timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -175,9 +164,7 @@ def score_official(
     tasks = sorted({p.id for p in problems})
     n = max(1, min(workers, len(tasks)))
     share = {t: i % n for i, t in enumerate(tasks)}  # whole tasks per sandbox: ground truth once each
-    groups: list[list[int]] = [[] for _ in range(n)]
-    for i, p in enumerate(problems):
-        groups[share[p.id]].append(i)
+    groups = [[i for i, p in enumerate(problems) if share[p.id] == k] for k in range(n)]
     cfgs = [
         {
             "isolation_py": isolation.__file__,
@@ -255,6 +242,4 @@ def rescore_results(
 
 
 def _digest(completions: list[str]) -> str:
-    import hashlib
-
     return hashlib.sha256(json.dumps(completions).encode()).hexdigest()

@@ -49,11 +49,9 @@ def summary_table(
     worst member averages, the paper's aggregate). `members` defaults to every other model; an
     empty list leaves the population columns nan (e.g. the base before training)."""
     by = {(r.model, r.benchmark): r.score for r in results}
-    scorers: dict[str, list[str]] = {}
+    scorers: dict[str, dict[str, None]] = {}  # benchmark -> its scorers, in order (an ordered set)
     for r in results:
-        scorers.setdefault(r.benchmark, [])
-        if r.scorer not in scorers[r.benchmark]:
-            scorers[r.benchmark].append(r.scorer)
+        scorers.setdefault(r.benchmark, {})[r.scorer] = None
     members = list(members) if members is not None else sorted({r.model for r in results} - {base, baseline})
     present = [m for m in (base, baseline, *members) if any(k[0] == m for k in by)]
     benches = list(dict.fromkeys(r.benchmark for r in results))

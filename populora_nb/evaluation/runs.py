@@ -129,16 +129,13 @@ def evaluate_experiment(
     members: list[str] = []
     if vllm:
         members = evaluate_on_engine(config, out, base, models, benches, common)
-        write_report(load_results(eval_dir), eval_dir, members=members or None)
-        return eval_dir
-    if "base" in models:
+    if "base" in models and not vllm:
         evaluate({"base": hf_generate(base.model, base.tokenizer, ec.max_new_tokens)}, benches, **common)
-    if "baseline" in models:
+    if "baseline" in models and not vllm:
         agent = greedy(trained_policy(stage_config(config, "baseline"), out / "baseline", base), ec.max_new_tokens)
         evaluate({"baseline": lambda prompts: agent({"agent": prompts})["agent"]}, benches, **common)
-    if "population" in models:
-        pop_cfg = stage_config(config, "population")
-        policy = trained_policy(pop_cfg, out / "population", base)
+    if "population" in models and not vllm:
+        policy = trained_policy(stage_config(config, "population"), out / "population", base)
         members = policy.members
         evaluate(members, benches, generate_joint=greedy(policy, ec.max_new_tokens), **common)
     write_report(load_results(eval_dir), eval_dir, members=members or None)

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor
@@ -215,14 +215,10 @@ class Population:
         ids, mask = left_pad(prompt_ids, tok.pad_token_id, self.base.device)
         slots = torch.tensor([self.member(m).slot for m in member_ids], device=self.base.device)
         stops = list(stop_token_ids) if stop_token_ids is not None else [tok.eos_token_id]
-        sampling = dict(
-            max_new_tokens=max_new_tokens,
-            stop_token_ids=stops,
-            pad_token_id=tok.pad_token_id,
-            temperature=temperature,
-            top_p=top_p,
-            generator=generator,
+        sampling: dict[str, Any] = dict(
+            max_new_tokens=max_new_tokens, stop_token_ids=stops, pad_token_id=tok.pad_token_id
         )
+        sampling |= dict(temperature=temperature, top_p=top_p, generator=generator)
         if self._slot_engine is not None:
             tokens, lengths = self._slot_engine.generate(self.multi, slots, ids, mask, **sampling)
         else:
@@ -383,8 +379,7 @@ class Population:
     # ---- save / load ----------------------------------------------------------------------
 
     def save_member(self, member_id: str, directory: str | Path) -> Path:
-        """Write a peft LoRA adapter (adapter_model.safetensors + adapter_config.json) that
-        ``peft.PeftModel.from_pretrained(base_model, directory)`` loads, plus populora_member.json."""
+        """The member as a peft LoRA adapter with its record (`checkpoint.write_peft_adapter`)."""
         record = dataclasses.asdict(self.member(member_id))
         return write_peft_adapter(directory, self.factors(member_id), self.lora, self.base.name, record)
 

@@ -98,13 +98,10 @@ def load_base(config: ExperimentConfig | ModelConfig, seed: int = 0) -> Base:
 def release_cached_memory() -> None:
     """Give the CUDA memory this process's caching allocator holds but no tensor uses back to the
     device, so another process (the vLLM engine) or a base loaded next can map it; a no-op without
-    CUDA.
-
-    torch keeps freed blocks reserved for reuse: after an update the trainer's peak (activations,
-    log-prob buffers) stays reserved, and the engine's ``wake_up`` (42 GiB at ``gpu``, 63 GiB at
-    ``paper``) or a new engine's free-memory check then fails with an out-of-memory.
-    ``gc.collect`` first, so tensors held only by reference cycles (an autograd graph's closures)
-    are freed before the cache is emptied. Called before every base load, engine start and wake."""
+    CUDA. torch keeps freed blocks reserved for reuse: after an update the trainer's peak stays
+    reserved, and the engine's ``wake_up`` or a new engine's free-memory check then fails with an
+    out-of-memory. ``gc.collect`` first, so tensors held only by reference cycles (an autograd
+    graph's closures) are freed before the cache is emptied."""
     if torch.cuda.is_available():
         gc.collect()
         torch.cuda.empty_cache()

@@ -1,11 +1,10 @@
 """The whole population's update in one pass: every member's rows share each forward and backward.
 
-PopuLoRA's efficiency claim (8 adapters at ~1.31x one agent's wall clock) needs training batched as
-generation is: one pass over mixed rows, each row through its own member's LoRA factors, where a loop
-of one update per member runs N small passes. Here the members' batches are concatenated,
-sorted by length and cut into micro-batches of ``rl.micro_batch`` rows across members (so a pass
-needs no more activation memory than one member's micro-batch in the loop); inside a micro-batch the
-rows are grouped by member and routed with `MultiLoRA.route_groups`.
+PopuLoRA's efficiency claim (8 adapters at ~1.31x one agent's wall clock, §4) needs training batched
+as generation is: one pass over mixed rows, each row through its own member's LoRA factors. Here the
+members' batches are concatenated, sorted by length and cut into micro-batches of ``rl.micro_batch``
+rows across members (so a pass needs no more activation memory than one member's micro-batch in the
+loop); inside a micro-batch the rows are grouped by member and routed with `MultiLoRA.route_groups`.
 
 Each member's loss is normalised exactly as in its own update (`Population.train_step`): a token
 (or row) mean over *its* samples, each micro-batch's part weighted by its share of the member's

@@ -119,7 +119,7 @@ def write_peft_adapter(
     for name, pair in factors.items():
         tensors[f"{PEFT_PREFIX}{name}.lora_A.weight"] = pair.A.to(dtype or pair.A.dtype).contiguous().cpu()
         tensors[f"{PEFT_PREFIX}{name}.lora_B.weight"] = pair.B.to(dtype or pair.B.dtype).contiguous().cpu()
-    save_file(tensors, directory / "adapter_model.safetensors", metadata={"format": "pt"})
+    save_file(tensors, directory / ADAPTER_FILE, metadata={"format": "pt"})
     LoraConfig(
         r=lora.rank,
         lora_alpha=lora.alpha,  # type: ignore[arg-type]  # peft annotates int; a float alpha works
@@ -138,8 +138,8 @@ def load_member_factors(directory: str | Path) -> tuple[LoRAFactors, dict]:
     same modules), ready for ``Population.set_factors``. The config's alpha/r is returned, not
     applied: rescale B when it differs from the population's."""
     directory = Path(directory)
-    config = read_file(directory / "adapter_config.json")
-    tensors = read_file(directory / "adapter_model.safetensors")
+    config = read_file(directory / ADAPTER_CONFIG)
+    tensors = read_file(directory / ADAPTER_FILE)
     names = sorted({k[len(PEFT_PREFIX) :].rsplit(".lora_", 1)[0] for k in tensors})
     factors = {
         n: LoRAPair(tensors[f"{PEFT_PREFIX}{n}.lora_A.weight"], tensors[f"{PEFT_PREFIX}{n}.lora_B.weight"])
@@ -156,11 +156,8 @@ def read_adapter(directory: str | Path, lora: LoRAConfig, base_name: str) -> LoR
     want: dict[str, Any] = {"rank": lora.rank, "alpha": float(lora.alpha), "model": base_name}
     if (directory / ADAPTER_FILE).is_file():
         factors, config = load_member_factors(directory)
-        theirs = {
-            "rank": config.get("r"),
-            "alpha": config.get("lora_alpha"),
-            "model": config.get("base_model_name_or_path"),
-        }
+        keys = {"rank": "r", "alpha": "lora_alpha", "model": "base_model_name_or_path"}
+        theirs = {ours: config.get(key) for ours, key in keys.items()}
     elif (directory / LEGACY_ADAPTER).is_file():
         with safe_open(str(directory / LEGACY_ADAPTER), framework="pt") as fh:
             meta = fh.metadata() or {}

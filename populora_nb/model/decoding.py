@@ -53,13 +53,16 @@ def sample_next(logits: Tensor, temperature: float, top_p: float, generator: tor
 
 
 @torch.no_grad()
-def prefill(model: nn.Module, input_ids: Tensor, attention_mask: Tensor, cache: DynamicCache) -> Tensor:
-    """The left-padded prompts' forward into ``cache``; returns their last logits (B, V)."""
+def prefill(
+    model: nn.Module, input_ids: Tensor, attention_mask: Tensor, cache: DynamicCache, positions: Tensor | None = None
+) -> Tensor:
+    """The left-padded prompts' forward into ``cache`` (a decoding step: the new tokens at
+    ``positions``); returns their last logits (B, V)."""
     cache_kw, keep_kw = forward_kwarg_names(model)
     return model(
         input_ids=input_ids,
         attention_mask=attention_mask,
-        position_ids=position_ids_from_mask(attention_mask),
+        position_ids=position_ids_from_mask(attention_mask) if positions is None else positions,
         use_cache=True,
         **{cache_kw: cache, keep_kw: 1},
     ).logits[:, -1, :]
@@ -86,7 +89,6 @@ def decode(
     and last logits (B, V) already computed (`prefill`, or the shared prefill), else `prefill` runs."""
     if max_new_tokens <= 0:
         return input_ids.new_zeros(input_ids.shape[0], 0), input_ids.new_zeros(input_ids.shape[0])
-    cache_kw, keep_kw = forward_kwarg_names(model)
     cache = prefilled[0] if prefilled is not None else new_cache(model)
     logits = prefilled[1] if prefilled is not None else prefill(model, input_ids, attention_mask, cache)
     batch = input_ids.shape[0]
@@ -99,13 +101,7 @@ def decode(
     out: list[Tensor] = []
     for step in range(max_new_tokens):
         if step:
-            logits = model(
-                input_ids=out[-1][:, None],
-                attention_mask=mask,
-                position_ids=positions,
-                use_cache=True,
-                **{cache_kw: cache, keep_kw: 1},
-            ).logits[:, -1, :]  # (B, V)
+            logits = prefill(model, out[-1][:, None], mask, cache, positions)  # (B, V)
         token = sample_next(logits, temperature, top_p, generator)
         token = torch.where(done, torch.full_like(token, pad_token_id), token)
         out.append(token)

@@ -43,15 +43,8 @@ def module_shapes(cfg: Any) -> dict[str, tuple[int, int]]:
     heads = cfg.num_attention_heads
     head_dim = getattr(cfg, "head_dim", None) or h // heads
     q, kv = heads * head_dim, cfg.num_key_value_heads * head_dim
-    return {
-        "q_proj": (h, q),
-        "k_proj": (h, kv),
-        "v_proj": (h, kv),
-        "o_proj": (q, h),
-        "gate_proj": (h, m),
-        "up_proj": (h, m),
-        "down_proj": (m, h),
-    }
+    attention = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h)}
+    return attention | {"gate_proj": (h, m), "up_proj": (h, m), "down_proj": (m, h)}
 
 
 def base_params(cfg: Any) -> int:
@@ -75,8 +68,8 @@ def lora_params(cfg: Any, lora: LoRAConfig) -> int:
 def activation_bytes_per_token(cfg: Any, checkpointing: bool, dtype_bytes: int = 2) -> int:
     """Bytes a backward pass keeps per scored token. Without checkpointing, per layer: about 7
     hidden-sized values (two norm inputs, q/k/v input, attention output, o_proj input, residuals)
-    and 4 MLP-sized ones (gate and up outputs, the activation, down's input): 2.6 MB at `gpu`. With
-    it, each layer's input plus one layer's recompute: 0.4 MB at `paper` (docs/performance.md)."""
+    and 4 MLP-sized ones (gate and up outputs, the activation, down's input). With it, each layer's
+    input plus one layer's recompute (docs/performance.md has the sizes at each preset)."""
     h, m, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
     one_layer = 7 * h + 4 * m
     values = layers * h + one_layer if checkpointing else layers * one_layer

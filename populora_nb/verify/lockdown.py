@@ -12,67 +12,12 @@ import io
 import sys
 from types import ModuleType, SimpleNamespace
 
-_OS_DISABLED = (
-    "system",
-    "popen",
-    "fork",
-    "forkpty",
-    "kill",
-    "killpg",
-    "abort",
-    "_exit",
-    "remove",
-    "unlink",
-    "rmdir",
-    "removedirs",
-    "rename",
-    "renames",
-    "replace",
-    "mkdir",
-    "makedirs",
-    "mkfifo",
-    "mknod",
-    "link",
-    "symlink",
-    "chmod",
-    "lchmod",
-    "fchmod",
-    "chown",
-    "lchown",
-    "fchown",
-    "truncate",
-    "ftruncate",
-    "utime",
-    "chdir",
-    "fchdir",
-    "chroot",
-    "open",
-    "pipe",
-    "putenv",
-    "unsetenv",
-    "setuid",
-    "setgid",
-    "setreuid",
-    "setregid",
-    "execv",
-    "execve",
-    "execl",
-    "execle",
-    "execlp",
-    "execlpe",
-    "execvp",
-    "execvpe",
-    "spawnl",
-    "spawnle",
-    "spawnlp",
-    "spawnlpe",
-    "spawnv",
-    "spawnve",
-    "spawnvp",
-    "spawnvpe",
-    "posix_spawn",
-    "posix_spawnp",
-    "register_at_fork",
+_OS_DISABLED = tuple(
+    "system popen fork forkpty kill killpg abort _exit remove unlink rmdir removedirs rename renames "
+    "replace mkdir makedirs mkfifo mknod link symlink chmod lchmod fchmod chown lchown fchown truncate "
+    "ftruncate utime chdir fchdir chroot open pipe putenv unsetenv setuid setgid setreuid setregid execv "
+    "execve execl execle execlp execlpe execvp execvpe spawnl spawnle spawnlp spawnlpe spawnv spawnve "
+    "spawnvp spawnvpe posix_spawn posix_spawnp register_at_fork".split()
 )
 _DISABLED = {
     "os": _OS_DISABLED,
@@ -82,30 +27,11 @@ _DISABLED = {
     "builtins": ("open", "breakpoint", "help", "input"),
     "shutil": ("rmtree", "move", "copy", "copy2", "copyfile", "copytree", "chown", "make_archive", "unpack_archive"),
 }
-CODECS = (
-    # codecs load lazily, which the empty root forbids: the zygote imports these first (all ~120: 3.5 MB)
-    "ascii",
-    "latin_1",
-    "utf_8_sig",
-    "utf_16",
-    "utf_16_le",
-    "utf_16_be",
-    "utf_32",
-    "utf_32_le",
-    "utf_32_be",
-    "utf_7",
-    "cp1252",
-    "cp437",
-    "mac_roman",
-    "iso8859_15",
-    "charmap",
-    "idna",
-    "punycode",
-    "raw_unicode_escape",
-    "unicode_escape",
-    "hex_codec",
-    "base64_codec",
-    "rot_13",
+# codecs load lazily, which the empty root forbids: the zygote imports these first (all ~120: 3.5 MB)
+CODECS = tuple(
+    "ascii latin_1 utf_8_sig utf_16 utf_16_le utf_16_be utf_32 utf_32_le utf_32_be utf_7 cp1252 cp437 "
+    "mac_roman iso8859_15 charmap idna punycode raw_unicode_escape unicode_escape hex_codec base64_codec "
+    "rot_13".split()
 )
 
 

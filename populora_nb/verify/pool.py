@@ -5,6 +5,7 @@ hangs, draw new hash seeds. It knows requests and replies, not tasks (`rules`, `
 
 from __future__ import annotations
 
+import contextlib
 import marshal
 import os
 import selectors
@@ -63,8 +64,7 @@ class ZygotePool:
 
     Use as a context manager (or call `close`). Thread-safe: concurrent batches are serialised and
     each batch uses every worker. `workers` is how many runs go at once; one per core is enough on
-    an idle machine, twice that hides scheduling latency on a busy one (on cores shared with
-    other jobs, twice the workers gave more throughput). `uid_base`: as root, children run as
+    an idle machine, twice that hides scheduling latency on a busy one. `uid_base`: as root, children run as
     uid_base + f(parent pid, zygote), a uid of their own, so no run can signal another's process.
     `hash_seeds`: None draws two random different seeds, and new ones every `reseed_every`
     validated proposals (the zygotes restart); fixed seeds are never changed. `namespaces=False`
@@ -273,22 +273,13 @@ class ZygotePool:
         old.proc.kill()
         old.proc.wait()
         for pipe in (old.requests, old.replies):
-            try:
+            with contextlib.suppress(OSError):  # a broken pipe may fail to flush on close
                 pipe.close()
-            except OSError:  # a broken pipe may fail to flush on close
-                pass
         self._zygotes[zi] = self._spawn(zi)
         for job in reversed(lost):
             if job.retried:
-                job.results = [
-                    {
-                        "status": "sandbox_error",
-                        "output": "",
-                        "detail": "zygote failed twice",
-                        "stdout": "",
-                        "seconds": 0.0,
-                    }
-                ] * job.n
+                failed = dict(status="sandbox_error", output="", detail="zygote failed twice", stdout="", seconds=0.0)
+                job.results = [failed] * job.n
             else:
                 job.retried = True
                 queues[job.seed_class].appendleft(job)

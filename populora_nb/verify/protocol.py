@@ -12,17 +12,8 @@ import json
 import signal
 from typing import Any
 
-RUN_STATUSES = (
-    "ok",
-    "no_f",
-    "runtime_error",
-    "timeout",
-    "memory",
-    "output_not_literal",
-    "output_too_long",
-    "crash",
-    "not_run",
-    "nondeterministic",
+RUN_STATUSES = tuple(
+    "ok no_f runtime_error timeout memory output_not_literal output_too_long crash not_run nondeterministic".split()
 )
 """Per-input statuses of a run; "ok" is the only success."""
 
@@ -84,15 +75,7 @@ def decode_run(
     if len(results) < n:  # the run ended early: say why for the first missing input
         why = why or ("timeout" if signal_number == signal.SIGXCPU else "crash")
         detail = f"signal {signal_number}" if signal_number else f"exit code {exit_code}"
-        results.append(
-            {
-                "status": why,
-                "output": "",
-                "detail": detail if why == "crash" else "",
-                "stdout": "",
-                "seconds": 0.0,
-                "load": False,
-            }
-        )
+        failed = dict(status=why, output="", detail=detail if why == "crash" else "", stdout="", seconds=0.0)
+        results.append(failed | {"load": False})
         results += [dict(results[-1], status="not_run", detail="")] * (n - len(results))
     return results

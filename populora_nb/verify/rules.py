@@ -28,7 +28,7 @@ class RunResult:
 
 @dataclass(frozen=True)
 class ScriptResult:
-    """One whole-program run (`Verifier.run_script`): a status, and its stdout if it ran."""
+    """One whole-program run (`Verifier.run_script_many`): a status, and its stdout if it ran."""
 
     status: str
     stdout: str = ""

@@ -75,9 +75,8 @@ else:
 
 _OS = SimpleNamespace(**vars(os))  # the zygote's own references, untouched by the stubs
 _REAL_INPUT = builtins.input
-_CURRENT = SimpleNamespace(
-    globals={}, libc=None, isolation=None
-)  # the running program's globals ({} matches no caller)
+# the running program's globals ({} matches no caller), and the zygote's libc and isolation module
+_CURRENT = SimpleNamespace(globals={}, libc=None, isolation=None)
 
 
 # ---------------------------------------------------------------- the child

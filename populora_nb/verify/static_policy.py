@@ -9,9 +9,6 @@ proposed tasks, `BENCHMARK_POLICY` for benchmark code and solutions to it. The s
 This is a fast first filter that gives a clear reason, never the boundary: Python has too many
 routes from an allowed object to a dangerous one to close them all by syntax. The boundary is the
 OS layer (`isolation.py`), which holds with this filter switched off (tests/test_isolation.py).
-
-Long because most of it is data (the module, name and attribute lists, one per line, each with its
-reason) that a reviewer audits in one place; the checking code itself is about 150 lines.
 """
 
 from __future__ import annotations
@@ -23,91 +20,23 @@ from dataclasses import dataclass
 from types import CodeType, MappingProxyType, ModuleType
 
 AZR_BANNED_MODULES = frozenset(
-    {
-        "logging",
-        "random",
-        "multiprocessing",
-        "pebble",
-        "subprocess",
-        "threading",
-        "datetime",
-        "time",
-        "hashlib",
-        "hmac",
-        "bcrypt",
-        "calendar",
-    }
+    "logging random multiprocessing pebble subprocess threading datetime time hashlib hmac bcrypt calendar".split()
 )
 """AZR's list (azr code_utils/checks.py), kept as an explicit ban even where an allow-list is wider."""
 SYSTEM_MODULES = frozenset(
-    {
-        "os",
-        "sys",
-        "shutil",
-        "socket",
-        "signal",
-        "ctypes",
-        "importlib",
-        "io",
-        "pathlib",
-        "tempfile",
-        "builtins",
-        "gc",
-        "inspect",
-        "pickle",
-        "marshal",
-    }
+    "os sys shutil socket signal ctypes importlib io pathlib tempfile builtins gc inspect pickle marshal".split()
 )
 TASK_MODULES = frozenset(
-    {
-        "math",
-        "cmath",
-        "collections",
-        "collections.abc",
-        "itertools",
-        "functools",
-        "re",
-        "string",
-        "heapq",
-        "bisect",
-        "operator",
-        "copy",
-        "typing",
-        "fractions",
-        "decimal",
-        "statistics",
-        "numbers",
-        "array",
-        "enum",
-        "abc",
-        "base64",
-        "binascii",
-        "zlib",
-        "struct",
-        "json",
-        "textwrap",
-        "unicodedata",
-        "difflib",
-    }
+    "math cmath collections collections.abc itertools functools re string heapq bisect operator copy "
+    "typing fractions decimal statistics numbers array enum abc base64 binascii zlib struct json "
+    "textwrap unicodedata difflib".split()
 )
 """Modules that real AZR tasks import (see tests/test_verifier.py's corpus check), nothing else.
 Not `dataclasses`: no seed task uses it and it pulls in `inspect` and `ast` (2.4 MB that every fork
 copies); not `queue`: it imports `threading`, whose after-fork hook doubles the cost of a fork."""
 NUMPY_MODULES = frozenset(
-    {
-        "numpy",
-        "numpy.linalg",
-        "numpy.random",
-        "numpy.fft",
-        "numpy.polynomial",
-        "numpy.ma",
-        "numpy.lib",
-        "numpy.lib.scimath",
-        "numpy.dtypes",
-        "numpy.exceptions",
-        "numpy.matrixlib",
-        "numpy.version",
-    }
+    "numpy numpy.linalg numpy.random numpy.fft numpy.polynomial numpy.ma numpy.lib numpy.lib.scimath "
+    "numpy.dtypes numpy.exceptions numpy.matrixlib numpy.version".split()
 )
 """numpy and the public submodules ``import numpy`` binds (np.linalg, np.random...): preloaded by
 the zygote from site-packages, as the empty root has no files to import later. Not numpy.ctypeslib,
@@ -116,31 +45,8 @@ BENCHMARK_MODULES = (
     TASK_MODULES
     | NUMPY_MODULES
     | frozenset(
-        {
-            "sys",
-            "io",
-            "random",
-            "datetime",
-            "calendar",
-            "time",
-            "hashlib",
-            "types",
-            "contextlib",
-            "dataclasses",
-            "pprint",
-            "reprlib",
-            "graphlib",
-            "weakref",
-            "keyword",
-            "warnings",
-            "_strptime",
-            "queue",
-            "ast",
-            "html",
-            "secrets",
-            "locale",
-            "sre_constants",
-        }
+        "sys io random datetime calendar time hashlib types contextlib dataclasses pprint reprlib "
+        "graphlib weakref keyword warnings _strptime queue ast html secrets locale sre_constants".split()
     )
 )
 """Benchmark code and solutions to it (HumanEval+, MBPP+, LiveCodeBench stdin programs): what
@@ -148,23 +54,8 @@ correct model solutions import in practice (numpy, queue, ast...). evalplus itse
 allow-list (its `reliability_guard` stubs os/shutil/subprocess functions instead); docs/benchmarks.md lists
 the modules a solution may import here and what stays banned (os, subprocess, pickle...)."""
 FRAME_ATTRIBUTES = frozenset(
-    {
-        "gi_frame",
-        "gi_code",
-        "gi_yieldfrom",
-        "cr_frame",
-        "cr_code",
-        "cr_await",
-        "ag_frame",
-        "ag_code",
-        "f_back",
-        "f_globals",
-        "f_locals",
-        "f_builtins",
-        "f_code",
-        "tb_frame",
-        "tb_next",
-    }
+    "gi_frame gi_code gi_yieldfrom cr_frame cr_code cr_await ag_frame ag_code f_back f_globals "
+    "f_locals f_builtins f_code tb_frame tb_next".split()
 )
 """Non-dunder routes from any generator or traceback to the harness's globals."""
 REFLECTIVE_ATTRIBUTES = frozenset(
@@ -178,31 +69,9 @@ BANNED_NAMES = frozenset(
 BY_NAME_CALLS = frozenset({"getattr", "setattr", "delattr", "attrgetter", "methodcaller"})
 """Callables that reach attributes by string: allowed only with a constant, non-dunder name."""
 SAFE_DUNDERS = frozenset(
-    {
-        "__init__",
-        "__name__",
-        "__doc__",
-        "__len__",
-        "__iter__",
-        "__next__",
-        "__contains__",
-        "__getitem__",
-        "__setitem__",
-        "__delitem__",
-        "__eq__",
-        "__ne__",
-        "__lt__",
-        "__le__",
-        "__gt__",
-        "__ge__",
-        "__hash__",
-        "__repr__",
-        "__str__",
-        "__add__",
-        "__sub__",
-        "__mul__",
-        "__bool__",
-    }
+    "__init__ __name__ __doc__ __len__ __iter__ __next__ __contains__ __getitem__ __setitem__ "
+    "__delitem__ __eq__ __ne__ __lt__ __le__ __gt__ __ge__ __hash__ __repr__ __str__ __add__ __sub__ "
+    "__mul__ __bool__".split()
 )
 
 INVALID_REASONS = MappingProxyType(
@@ -252,7 +121,7 @@ class SandboxPolicy:
     max_output_chars: int = 1_000
     """repr length cap: AZR truncates outputs to 400 chars; here longer outputs are rejected."""
     max_stdout_chars: int = 1 << 20
-    """run_script's stdout cap; validation discards printed text."""
+    """run_script_many's stdout cap; validation discards printed text."""
     min_code_f_inputs: int = 2
     """At least one shown and one hidden pair (AZR writes 10: 5 shown, 5 hidden)."""
     disable_dangerous: bool = True
@@ -275,20 +144,7 @@ TASK_POLICY = SandboxPolicy()
 BENCHMARK_POLICY = SandboxPolicy(
     allowed_modules=BENCHMARK_MODULES,
     banned_modules=frozenset(
-        {
-            "subprocess",
-            "multiprocessing",
-            "pebble",
-            "socket",
-            "ctypes",
-            "os",
-            "shutil",
-            "signal",
-            "importlib",
-            "pathlib",
-            "tempfile",
-            "pickle",
-        }
+        "subprocess multiprocessing pebble socket ctypes os shutil signal importlib pathlib tempfile pickle".split()
     ),
     banned_names=BANNED_NAMES - {"open", "exit", "quit"},  # scripts end with exit(); open(0) reads stdin
     allowed_dunder_attributes=SAFE_DUNDERS,

@@ -2,16 +2,11 @@
 AZR's executor, hardened).
 
 Every reward comes from here, and a population multiplies the proposers that will look for holes.
-Two layers stand between a model's program and the machine:
-  1. a static policy (`static_policy.py`, checked on the AST in the parent): an allow-list of
-     modules, AZR's banned modules, banned builtins, no dunder or reflective attribute access. A
-     fast first filter with a clear reason, never the boundary (Python has too many routes);
-  2. the sandbox (`sandbox.py`, `isolation.py`, run by `pool.py`): a warmed zygote per hash seed, inside its own
-     user, mount, PID, network and IPC namespaces with an empty read-only root, forks one child per
-     run (no capabilities, rlimits, no new processes). No root needed; as root the same namespaces
-     and an unprivileged uid per zygote. `Verifier.isolation` says what the zygotes achieved; with
-     no OS-level isolation ("none": not root, no user namespaces) `start` refuses unless
-     ``allow_unsafe_no_isolation=True``.
+Two layers stand between a model's program and the machine: the static policy (`static_policy.py`,
+on the AST in the parent: a fast first filter with a clear reason, never the boundary) and the
+sandbox (`sandbox.py`, `isolation.py`, run by `pool.py`: a warmed zygote per hash seed in its own
+namespaces, forking one confined child per run). `Verifier.isolation` says what the zygotes
+achieved; with no OS-level isolation ("none") `start` refuses unless ``allow_unsafe_no_isolation=True``.
 The parent never executes model text: inputs, answers and outputs are parsed with ``ast`` only,
 and compared as values (answers with AZR's ``==``, `outputs_equal`: 1, 1.0 and True are equal;
 inputs and repeated runs type-strictly, `values_equal`), so ``'zz') or (True`` and objects with an
@@ -31,14 +26,13 @@ seeds happen to agree on it (for ``hash(a) % 2``, half the time), but not reliab
 
 Statuses are strings from `INVALID_REASONS` (for `validate`) and `VERDICTS` (for `judge`); the
 single reason that is not the model's fault is "sandbox_error". `BENCHMARK_POLICY` runs benchmark
-code and solutions to it (``run_many`` with any entry point, ``run_suites`` — the module once, then
-every input under its own limit, evalplus' semantics —, ``run_script_many`` with stdin) under the
-same isolation with a wider allow-list (numpy included: the zygote imports it from site-packages
-before its root is emptied).
+code and solutions to it (`run_many`, `run_suites`, `run_script_many`) under the same isolation
+with a wider allow-list.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Sequence
 from types import CodeType
@@ -91,12 +85,7 @@ class Verifier(ZygotePool):
     def probe(cls, vc) -> Isolation:
         """The isolation a verifier with these settings gets here (starts and stops one); raises
         SandboxError where it would refuse to run model code."""
-        with cls(
-            timeout_s=vc.timeout_s,
-            memory_mb=vc.memory_mb,
-            workers=1,
-            allow_unsafe_no_isolation=vc.allow_unsafe_no_isolation,
-        ) as v:
+        with cls.from_config(dataclasses.replace(vc, workers=1)) as v:
             assert v.isolation is not None  # set by start()
             return v.isolation
 
@@ -268,14 +257,10 @@ class Verifier(ZygotePool):
             out.append([RunResult(bad.reason, detail=bad.detail)] * len(inputs) if bad else None)
             if bad is None:
                 assert isinstance(code, CodeType)  # an Invalid program would be `bad`
-                jobs.append(
-                    (
-                        len(out) - 1,
-                        self._job(
-                            code, parsed, None, wall_s, entry_point, mode="suite", limits=[float(t) for t in limits]
-                        ),
-                    )
+                job = self._job(
+                    code, parsed, None, wall_s, entry_point, mode="suite", limits=[float(t) for t in limits]
                 )
+                jobs.append((len(out) - 1, job))
         self._run_jobs([job for _, job in jobs])
         for row, job in jobs:
             out[row] = [RunResult(r["status"], r["output"], r["detail"], r["seconds"]) for r in job.results][
@@ -283,12 +268,9 @@ class Verifier(ZygotePool):
             ]
         return cast("list[list[RunResult]]", out)  # every None above was a job's row, now filled
 
-    def run_script(self, source: str, stdin: str = "", timeout_s: float | None = None) -> ScriptResult:
-        """Run a whole program as __main__ reading `stdin`; its stdout comes back (LiveCodeBench)."""
-        return self.run_script_many([(source, stdin)], timeout_s)[0]
-
     def run_script_many(self, items: Sequence[tuple[str, str]], timeout_s: float | None = None) -> list[ScriptResult]:
-        """run_script() for a batch of (source, stdin); every run shares the worker pool."""
+        """Run each whole program as __main__ reading its stdin; its stdout comes back (LiveCodeBench).
+        Every run shares the worker pool."""
         out: list = []
         jobs: dict[int, _Job] = {}
         for i, (source, stdin) in enumerate(items):

@@ -4,6 +4,7 @@ hello line, and shut it down; and what isolation the zygotes reported (`Isolatio
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -54,16 +55,8 @@ class Isolation:
 
     def __str__(self) -> str:
         if self.level == "namespaces":
-            kinds = ", ".join(
-                k
-                for k, on in (
-                    ("user", self.user_namespace),
-                    ("mount", True),
-                    ("pid", self.pid_namespace),
-                    ("network", self.network_namespace),
-                )
-                if on
-            )
+            on = {"user": self.user_namespace, "mount": True, "pid": self.pid_namespace}
+            kinds = ", ".join(k for k, v in (on | {"network": self.network_namespace}).items() if v)
             who = "unprivileged uid" if self.uids else "no capabilities"
             return f"namespaces ({kinds}; empty read-only root; children: {who}, no new processes)"
         if self.level == "root-chroot":
@@ -90,10 +83,7 @@ def isolation_of(hellos: list[dict], hash_seeds: tuple[int, ...]) -> Isolation:
 
 def random_hash_seeds() -> tuple[int, int]:
     """Two different PYTHONHASHSEEDs in 1..2**32-1 (0 would turn hash randomisation off)."""
-    first = secrets.randbelow(2**32 - 1) + 1
-    second = first
-    while second == first:
-        second = secrets.randbelow(2**32 - 1) + 1
+    first, second = secrets.SystemRandom().sample(range(1, 2**32), 2)
     return first, second
 
 
@@ -114,9 +104,8 @@ class Zygote:
     @property
     def replies(self) -> IO[bytes]:
         """The zygote's stdout, where its hello line and replies come from: unbuffered, so a read
-        takes no byte past the reply it reads. (A buffered reader would also swallow the next
-        pipelined reply; select() on the pipe then never fires for it and the pool waited out the
-        zygote's deadline, 2 x timeout + 30 s, a stall whenever the machine was busy.)"""
+        takes no byte past the reply it reads (a buffered reader would also swallow the next pipelined
+        reply, which select() on the pipe then never signals: the pool would wait out the deadline)."""
         assert self.proc.stdout is not None  # spawned with stdout=PIPE
         return cast(IO[bytes], cast(io.BufferedReader, self.proc.stdout).raw)
 
@@ -139,22 +128,9 @@ def spawn_zygote(cfg: dict, hash_seed: int, seed_class: int, memory_mb: int) -> 
     # A session of its own: Ctrl-C in a notebook interrupts the caller, not the zygotes.
     # One BLAS/OpenMP thread: children may not start threads (RLIMIT_NPROC 0), and numpy (an
     # allowed benchmark module) would otherwise start a pool in the zygote that forks cannot keep.
-    env = {
-        "PYTHONHASHSEED": str(hash_seed),
-        "PYTHONIOENCODING": "utf-8",
-        "OPENBLAS_NUM_THREADS": "1",
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-S", "-B", SANDBOX_SCRIPT, json.dumps(cfg)],
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        cwd="/",
-        start_new_session=True,
-    )
+    env = {"PYTHONHASHSEED": str(hash_seed), "PYTHONIOENCODING": "utf-8"}
+    env |= dict.fromkeys(("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"), "1")
+    proc = spawn_sandbox([sys.executable, "-S", "-B", SANDBOX_SCRIPT, json.dumps(cfg)], env)
     zygote = Zygote(proc, seed_class, {})
     with selectors.DefaultSelector() as sel:
         sel.register(zygote.replies, selectors.EVENT_READ)
@@ -175,6 +151,15 @@ def spawn_zygote(cfg: dict, hash_seed: int, seed_class: int, memory_mb: int) -> 
         raise SandboxError(f"sandbox zygote did not start: {sys.executable} -S {SANDBOX_SCRIPT}")
     zygote.hello = hello
     return zygote
+
+
+def spawn_sandbox(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """A sandbox process (a zygote, or official evalplus' sandbox): only ``env`` as its environment,
+    requests on its stdin, replies on its stdout, stderr discarded, cwd ``/``, a session of its own."""
+    pipe = subprocess.PIPE
+    return subprocess.Popen(
+        argv, env=env, stdin=pipe, stdout=pipe, stderr=subprocess.DEVNULL, cwd="/", start_new_session=True
+    )
 
 
 def module_paths(modules: frozenset) -> list[str]:
@@ -212,8 +197,6 @@ def shutdown(zygotes: list[Zygote], base_dir: str | None) -> None:
             z.proc.wait()
         z.replies.close()
     zygotes.clear()
-    try:
-        if base_dir is not None:
+    if base_dir is not None:
+        with contextlib.suppress(OSError):
             remove_tree(base_dir)  # iterative: what a program built may be thousands of levels deep
-    except OSError:
-        pass
