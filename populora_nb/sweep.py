@@ -10,16 +10,9 @@ command on a laptop, a GPU node or a Ray cluster.
     SWEEP/sweep.json          the sweep's specification (grid, seeds, stages, resources)
     SWEEP/tune/               Ray Tune's own state (restored when the same sweep is rerun)
 
-Fault tolerance is Tune's: a trial that fails or whose worker dies is retried up to
-``max_failures`` times, and the retry resumes its experiment directory from the latest verified
-checkpoint (completed stages are skipped). Rerunning the same sweep restores Tune's state; a changed
-grid starts fresh Tune trials, and the points already complete finish in seconds.
-
-Ray is an optional extra (``pip install -e ".[sweep]"``): this module imports it only inside the
-functions that run a sweep.
-
-Long because a sweep is one concept end to end (grid, trial, Tune launch, aggregation); each part
-is short and the seams between them are Ray's, best read in one place.
+Fault tolerance is Tune's: a failed trial is retried up to ``max_failures`` times and resumes its
+experiment directory from the latest verified checkpoint. Ray is an optional extra (``[sweep]``),
+imported only inside the functions that run a sweep.
 """
 
 from __future__ import annotations
@@ -42,11 +35,8 @@ from populora_nb.errors import UserInputError
 from populora_nb.experiment import STAGES, run_experiment
 from populora_nb.presets import PRESETS, parse_override
 
-# What one trial asks Ray for, per preset. CPU presets: torch threads = the trial's CPUs (2 threads
-# beat 1 on this machine's cores, DESIGN.md), so a smoke trial takes both cores of a
-# 2-core machine and tiny trials (a few seconds of model time each) run two at a time. GPU presets:
-# one GPU per trial (the whole population shares one base model on it, docs/scaling.md), plus CPUs
-# for the verifier's sandbox workers.
+# What one trial asks Ray for, per preset: on CPU, torch threads = the trial's CPUs (DESIGN.md); on GPU,
+# one GPU per trial (the population shares one base model on it), plus CPUs for the sandbox workers.
 PRESET_RESOURCES: Mapping[str, Mapping[str, float]] = {
     "tiny": {"cpu": 1},
     "smoke": {"cpu": 2},
@@ -263,9 +253,8 @@ def run_sweep(
     say: Callable[[str], None] = print,
 ) -> Path:
     """Run every trial of ``spec`` not yet complete as a Ray Tune trial, then write the sweep
-    report; returns its path. ``address``: an existing Ray cluster (``auto`` or ``ray://host:10001``);
-    without it a local Ray is started (``num_cpus``/``num_gpus`` cap it) and shut down after. A Ray
-    already initialised in this process (a notebook, a test) is used as is."""
+    report; returns its path. ``address``: an existing Ray cluster; without it a local Ray is started
+    (``num_cpus``/``num_gpus`` cap it) and shut down after, unless one is already initialised."""
     import ray
     from ray import tune
 
