@@ -6,11 +6,9 @@ trains, each run with its own engine over the same base), times the engine on a 
 into generate / validate / train / sync; population ÷ baseline step time; peak memory (the trainer's
 GPU allocation, else the process's RSS); rollout tokens/s; mixed ÷ single-adapter generation time.
 
-The split is measured: ``generate`` is the time inside the policy's ``generate`` (the engine's
-sampling, tokenising and decoding), ``validate`` the proposal validation (``time/validate_s``) plus
+``generate`` is the time inside the policy's ``generate``, ``validate`` the proposal validation plus
 the sandbox checking answers, ``train`` ``time/update_s``, ``sync`` ``time/sync_s``. A failure ends
-the check with one line naming its stage. Each stage boundary notes the peak reserved and the free
-memory (CUDA: the trainer's allocator and the card, the engine included; CPU: peak RSS and free RAM).
+the check with one line naming its stage; each stage boundary notes peak and free memory.
 
 ``doctor --weights random`` needs no download: the preset's architecture with random weights (vLLM's
 dummy weights in the engine), every completion at its token budget, alternating ±1 advantages (random
@@ -365,9 +363,8 @@ def _run_agent(
 
 
 def _train_on_every_sample(policy: LoRAPolicy) -> None:
-    """Random weights tie every reward, so every advantage is 0 and `update` would skip the step:
-    give this policy's samples alternating ±1 advantages instead, so each update does the work a real
-    step's does (module docstring). Only this policy object is changed."""
+    """Random weights tie every reward (advantage 0, update skipped): give this policy's samples
+    alternating ±1 advantages, so each update does a real step's work. Only this policy is changed."""
     inner = policy.update_members
 
     def update_members(samples: Any) -> dict[str, dict[str, float]]:

@@ -150,11 +150,8 @@ def student_train_and_score(
     seed: int = 0,
     examples: Mapping[str, Task] | None = None,
 ) -> TrainAndScore:
-    """`train_and_score(child, n)` for `retention_curves`: install the child in `member`'s slot
-    (fresh AdamW, as a newborn gets in the loop; the slot's old weights are overwritten), then n + 1
-    times solve `tasks_per_step` tasks drawn from `pool` with `rollouts` samples each and score the
-    mean student reward; the first n of these rollouts each drive one update. Value t is thus the
-    reward after t updates, and value 0 is the child as born."""
+    """`train_and_score(child, n)` for a student child in `member`'s slot (`_train_and_score`): each
+    step solves `tasks_per_step` tasks drawn from `pool`, `rollouts` each; score: the mean student reward."""
     cfg = _solve_config(config, rollouts, seed)
 
     def samples_at(step: int) -> list[Sample]:
@@ -177,9 +174,8 @@ def teacher_train_and_score(
     seed: int = 0,
 ) -> TrainAndScore:
     """`train_and_score(child, n)` for a teacher child in `member`'s slot: each step it proposes
-    `rl.teacher_proposals` tasks of each kind (references drawn from the fixed `buffers`, which do
-    not grow), `student` solves the valid ones with `rollouts` samples and is never updated, and
-    the child gets the PopuLoRA teacher reward. Score: the mean teacher reward of the step."""
+    `rl.teacher_proposals` tasks per kind (references from the fixed `buffers`), the never-updated
+    `student` solves them; score: the mean PopuLoRA teacher reward."""
     cfg = _solve_config(config, rollouts, seed)
     fixed = dict(buffers)
     examples = worked_examples(fixed)
@@ -228,11 +224,9 @@ def run_retention(
 ) -> dict[str, list[float]]:
     """Retention curves of `operators` for the trained population in `run_dir` (its latest
     checkpoint; None: a fresh population). The parent is `member` or the fittest member of `role`
-    by μ − kσ (k = evolution.fitness_k); crossovers take the next fittest as second parent. The
-    child trains in the parent's slot. A run without members of `role` (the AZR baseline) uses its
-    single agent as parent and partner. `config` gives the model, sampling and verifier settings
-    (use the run's own: `RunDir(run_dir).load_config()`). Defaults: `tasks_per_step` = a student's
-    tasks per loop step (rl.student_tasks × kinds), `rollouts` = rl.rollouts.
+    by μ − kσ (k = evolution.fitness_k), the next fittest the second parent of crossovers; the AZR
+    baseline uses its single agent as both. The child trains in the parent's slot under `config` (the
+    run's own). Defaults: `tasks_per_step` = rl.student_tasks × kinds, `rollouts` = rl.rollouts.
     Returns operator name → n_steps + 1 scores."""
     own_verifier = verifier is None
     if verifier is None:
