@@ -9,16 +9,13 @@
     RUN/checkpoints/step_N/manifest.json  sha256 and size of every file in it, and of each record stream
     RUN/checkpoints/latest   the name of the newest complete checkpoint
 
-A copy of a finished run kept for reading (the committed results under docs/results/) may hold a
-stream gzip-compressed as ``STREAM.jsonl.gz`` (`gzip -9n`); it reads the same, and is never appended to.
+A finished run kept for reading may hold a stream as ``STREAM.jsonl.gz``; it reads the same.
 
-Rows are appended as a step finishes. A run killed mid-step leaves rows for steps after its last
-checkpoint (and maybe a torn last line); resuming cuts each stream back to the bytes the checkpoint's
-manifest recorded, so the resumed run rewrites them exactly. The manifest is written last, before
-the atomic rename, so resume can tell a damaged checkpoint or a record stream that lost committed
-rows (`verify_checkpoint`) from a plain kill, and refuses them with a `CorruptRunError` naming the
-file. Every random choice in a step is seeded from (run seed, step, purpose), so a resumed run needs
-no saved RNG state to repeat an uninterrupted one.
+Rows are appended as a step finishes. Resuming cuts each stream back to the bytes the checkpoint's
+manifest recorded (dropping rows of a killed step and a torn last line), so the resumed run rewrites
+them exactly; a damaged checkpoint or a stream that lost committed rows (`verify_checkpoint`) is
+refused with a `CorruptRunError` naming the file. Every random choice in a step is seeded from
+(run seed, step, purpose), so a resumed run needs no saved RNG state.
 """
 
 from __future__ import annotations
