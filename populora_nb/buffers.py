@@ -5,9 +5,8 @@ azr_ray_trainer.py) holds an 'input' (code_i), an 'output' (code_o) and a 'probl
 a gen_code_i step's valid programs go to 'input' only (`add_input_batch`), a gen_code_o step's to
 'output' only (`add_output_batch`); only the seeds are put in both, before step 1.
 
-AZR keeps the first 16,384 entries and then stops storing, so after about 250 steps its references
-freeze; here a full buffer instead drops its oldest non-seed entry (FIFO), so references keep
-tracking what the population writes now, while the seeds are never evicted. References are drawn
+AZR keeps the first 16,384 entries and then stops storing (its references freeze); here a full buffer
+drops its oldest non-seed entry (FIFO), so references keep tracking what the population writes now. References are drawn
 uniformly (AZR's `gen_data_probabilities_strategy = "uniform"`, `get_gen_code_io_data`), or
 recency-weighted with weight proportional to insertion rank (the newest entry is n times as likely
 as the oldest).
@@ -86,8 +85,7 @@ class TaskBuffer:
         up to k of the latest batch's tasks without replacement (`random.sample(new_programs, ...)`),
         then the rest of the k uniformly without replacement from the whole buffer, the new tasks
         included (`random.sample(full_dataset, remaining)`), so a new task can be drawn twice.
-        Where AZR would fail (fewer than k entries in all; it asserts its seeds outnumber a batch),
-        this returns fewer than k."""
+        With fewer than k entries in all (AZR asserts otherwise) this returns fewer than k."""
         new = rng.sample(self.recent, min(k, len(self.recent)))
         return new + rng.sample(self.tasks, min(k - len(new), len(self.tasks)))
 

@@ -56,9 +56,8 @@ def _done(out: Path) -> dict:
 
 
 def _mark(out: Path, stage: str, seconds: float, resumed: bool = False) -> None:
-    """Record a finished stage. ``seconds`` is the wall time of the invocation that finished it: a
-    stage resumed from a checkpoint (``"resumed": true``) cost more, and its per-step ``time/step_s``
-    in metrics.jsonl is the cost record that survives kills."""
+    """Record a finished stage. ``seconds`` is the wall time of the invocation that finished it (a
+    resumed stage cost more: its ``time/step_s`` rows are the cost record that survives kills)."""
     done = _done(out)
     done[stage] = {"seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
     if resumed:

@@ -107,9 +107,8 @@ def run(
 
 def progress_bar(config: ExperimentConfig, enabled: bool) -> tqdm:
     """One progress line from the first second: loading, then the running step (0-based, as in the
-    records) and the count of steps done. A text bar, not a widget: in a notebook its last line is
-    still there after the kernel stops, and in an exported or reopened one. On stdout: JupyterLab
-    paints stderr as a pink error box under the cell, which a newcomer reads as a failure."""
+    records) and the steps done. A text bar (it survives the kernel and export), on stdout (JupyterLab
+    paints stderr as an error box)."""
     desc = f"{config.run.agent}: loading the model"
     return tqdm(total=config.run.steps, desc=desc, unit="step", disable=not enabled, file=sys.stdout)
 

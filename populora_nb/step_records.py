@@ -113,9 +113,8 @@ def _rate(attempts: Sequence[Attempt], status: str) -> float:
 def token_counts(outcome: StepOutcome, tokenizer) -> dict[str, dict[str, float]]:
     """Per member, the step's compute in completion tokens: ``compute/generated_tokens`` (its
     proposals and every rollout it sampled, trained on or not) and ``compute/trained_tokens`` (the
-    completions of its samples, when its update ran). The paper matches compute per adapter: each
-    population member spends about what the single agent does, so the population's total is about
-    n_T times the baseline's; these counts let the report measure that instead of assuming it."""
+    completions of its samples, when its update ran): the paper matches compute per adapter, and
+    these counts let the report measure that instead of assuming it."""
     counts: dict[str, dict[str, float]] = {}
 
     def add(member: str, key: str, text: str, token_ids: TokenIds | None) -> None:
