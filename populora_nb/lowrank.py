@@ -61,9 +61,7 @@ def work_dtype(factors: LoRAFactors) -> torch.dtype:
     return torch.promote_types(next(iter(factors.values())).A.dtype, torch.float32)
 
 
-# ---------------------------------------------------------------------------------------------
-# SVD of weighted sums of ΔW, in factored form, batched over modules
-# ---------------------------------------------------------------------------------------------
+# ---- SVD of weighted sums of ΔW, in factored form, batched over modules
 
 
 @dataclass(frozen=True)

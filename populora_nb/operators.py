@@ -32,9 +32,7 @@ from populora_nb.lowrank import (
     work_dtype,
 )
 
-# ---------------------------------------------------------------------------------------------
-# Mutations: one parent → child of rank r
-# ---------------------------------------------------------------------------------------------
+# ---- Mutations: one parent → child of rank r
 
 
 def _randn(shape: Sequence[int], generator: torch.Generator, like: Tensor) -> Tensor:
@@ -127,9 +125,7 @@ def copy_parent(parent: LoRAFactors, *, generator: torch.Generator | None = None
     return {name: LoRAPair(A.clone(), B.clone()) for name, (A, B) in parent.items()}
 
 
-# ---------------------------------------------------------------------------------------------
-# Crossovers: two parents → child of rank r. By convention parent_1 is the fitter one.
-# ---------------------------------------------------------------------------------------------
+# ---- Crossovers: two parents → child of rank r. By convention parent_1 is the fitter one.
 
 
 def _merge_to_rank_r(stacked: LoRAFactors, weights: Sequence[float]) -> LoRAFactors:
@@ -272,9 +268,7 @@ def crossover_extrapolative(
     return _merge_to_rank_r(stack_parents([parent_1, parent_2]), (eta, 1.0 - eta))
 
 
-# ---------------------------------------------------------------------------------------------
-# Registry and test/benchmark adapters
-# ---------------------------------------------------------------------------------------------
+# ---- Registry and test/benchmark adapters
 
 Operator = Callable[..., LoRAFactors]  # (parent[, parent_2], *, generator, hyperparameters…)
 

@@ -79,10 +79,8 @@ def member_metrics(member: str, role: str, outcome: StepOutcome, kinds: Sequence
         row["lengths/propose_chars"] = sum(len(p.completion) for p in mine) / len(mine)
     attempts = [a for a in outcome.attempts if a.solver == member]
     if attempts:
-        # The headline solve rates are over fresh tasks (proposed this step, matched to this solver):
-        # the rho the teacher reward and the curriculum story are about. Buffer tasks (PopuLoRA's
-        # top-ups, AZR's solver batch, seeds such as the identity) are easier and older; they are
-        # recorded apart under buffer_* so they can never masquerade as the fresh curve.
+        # Headline solve rates are over fresh tasks (the rho the teacher reward is about); buffer tasks
+        # (top-ups, AZR's solver batch, seeds) are easier and older, recorded apart under buffer_*.
         row["student/n_attempts"] = len(attempts)
         row["student/malformed_rate"] = _rate(attempts, "malformed")
         for prefix, subset in (
