@@ -42,9 +42,7 @@ class TaskBuffer:
     n_added: int = 0
     """Every task ever added, evicted or not (a counter for curves)."""
     n_recent: int = 0
-    """How many of the newest entries the latest batch added (`add_batch`: one step's valid tasks;
-    before the first step, the seeds and whatever else was added one at a time). AZR's
-    `get_recent_additions(key, step, past_epoch_window=1)`: the entries of the previous step."""
+    """How many of the newest entries the latest `add_batch` added: AZR's `get_recent_additions`."""
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -80,12 +78,9 @@ class TaskBuffer:
         return self.tasks[len(self.tasks) - self.n_recent :]
 
     def sample_max_new(self, k: int, rng: random.Random) -> list[Task]:
-        """AZR's solver batch, `CodeIORayPPOTrainer._create_train_code_pred_dataloader` with
-        `pred_data_mix_strategy = "max_new"` (its default and every released self-play script's):
-        up to k of the latest batch's tasks without replacement (`random.sample(new_programs, ...)`),
-        then the rest of the k uniformly without replacement from the whole buffer, the new tasks
-        included (`random.sample(full_dataset, remaining)`), so a new task can be drawn twice.
-        With fewer than k entries in all (AZR asserts otherwise) this returns fewer than k."""
+        """AZR's solver batch (`_create_train_code_pred_dataloader`, ``pred_data_mix_strategy = "max_new"``):
+        up to k of the latest batch's tasks, then the rest uniformly from the whole buffer, new tasks
+        included (so one can be drawn twice), each without replacement; fewer than k if the buffer is."""
         new = rng.sample(self.recent, min(k, len(self.recent)))
         return new + rng.sample(self.tasks, min(k - len(new), len(self.tasks)))
 
@@ -151,10 +146,9 @@ def task_from_json(data: dict) -> Task:
 
 def snippet_pool(buffers: Mapping[str, TaskBuffer]) -> TaskBuffer | None:
     """The programs a code_f proposer is shown (one, to write inputs for): the code_o and code_i
-    buffers' programs merged, each program once, as AZR draws them (`_create_train_code_gen_dataloader`:
-    "For code_f we use merged snippets from all datasets", `dataset_manager.get_snippets`). Seeds
-    first, then the written programs alternating between the two buffers oldest first, so
-    ``reference_sampling="recency"`` still weights the newest most. None when neither buffer exists."""
+    buffers' programs merged, each once, as AZR draws them (`dataset_manager.get_snippets`): seeds
+    first, then the written ones alternating oldest first (so recency sampling still favours the
+    newest). None when neither buffer exists."""
     parts = [buffers[k] for k in ("code_o", "code_i") if k in buffers]
     if not parts:
         return None

@@ -54,12 +54,7 @@ BENCHMARK_FILES: Mapping[str, tuple[ProblemKind, tuple[str, ...]]] = types.Mappi
         "mbppplus": ("evalplus", ("mbppplus/MbppPlus.jsonl", "mbppplus/MbppPlus.jsonl.gz")),
         "livecodebench": (
             "lcb",
-            (
-                "livecodebench/test6.jsonl",
-                "livecodebench/test5.jsonl",
-                "livecodebench/test.jsonl",
-                "livecodebench/livecodebench_v5.jsonl",
-            ),
+            tuple(f"livecodebench/{n}.jsonl" for n in ("test6", "test5", "test", "livecodebench_v5")),
         ),
         "gsm8k": ("math", ("gsm8k/test.jsonl",)),
         "aime24": ("math", ("math/aime24/test.jsonl",)),

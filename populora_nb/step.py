@@ -52,9 +52,8 @@ from populora_nb.verify import Verifier
 
 @dataclass
 class Step:
-    """One step of ``state`` (AZR's agent when ``config.run.agent == "baseline"``, else the
-    population), run stage by stage. Each method runs one stage, keeps its product on the object
-    and returns it; `run` calls them all in order. ``out`` is what the loop records."""
+    """One step of ``state`` (AZR's agent or the population), stage by stage: each method runs one stage,
+    keeps its product and returns it; `run` calls them in order. ``out`` is what the loop records."""
 
     policy: Policy
     verifier: Verifier
@@ -76,9 +75,8 @@ class Step:
 
     @classmethod
     def by_hand(cls, policy: Policy, verifier: Verifier, state: RunState, config: ExperimentConfig) -> Step:
-        """A step on a deep copy of ``state``: the buffers, ratings and roster it changes are the
-        copy's, so the run's own state (and its run directory, which a step never writes) is left
-        as it was. ``policy`` is updated in place: pass one the run does not go on with."""
+        """A step on a deep copy of ``state``, so the run's own state is left as it was; ``policy`` is
+        updated in place: pass one the run does not go on with."""
         return cls(policy, verifier, copy.deepcopy(state), config)
 
     def run(self) -> StepOutcome:
