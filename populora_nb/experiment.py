@@ -41,9 +41,8 @@ STAGES = ("warmup", "baseline", "population", "eval", "analysis", "report")
 
 
 def check_inputs(config: ExperimentConfig, stages: Sequence[str] = STAGES) -> None:
-    """Fail before anything is written on the files a config names that its field checks do not
-    read: the seed tasks (parsed) when a stage trains, and a benchmark data root the user named
-    when a stage evaluates (the default root may be absent: evaluation then notes it and skips)."""
+    """Fail before anything is written on files the config names but its checks do not read: the seed
+    tasks when a stage trains, a benchmark data root the user named when a stage evaluates."""
     if {"warmup", "baseline", "population"} & set(stages):
         load_seed_triplets(config.tasks.seeds_path)
     if "eval" in stages and data_dir_is_set(config.eval.data_dir):
@@ -97,8 +96,8 @@ def run_experiment(
 
 def adopt_warmup(out: str | Path, source: str | Path) -> None:
     """Give the experiment ``out`` the finished warm-up of the experiment ``source`` (a copy of its
-    ``warmup/`` directory) and mark its warmup stage complete, so experiments whose warm-up settings
-    agree share one warm-up (the pilot's candidates, `pilot.run_pilot`). The caller checks they agree."""
+    ``warmup/`` directory) and mark its warmup stage complete (the pilot's candidates share one this
+    way); the caller checks that their warm-up settings agree."""
     out, source = Path(out), Path(source)
     if "warmup" in _done(out):
         return

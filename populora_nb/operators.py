@@ -110,8 +110,7 @@ def mutation_full_gaussian(parent: LoRAFactors, *, generator: torch.Generator, e
 
 def mutation_neftune(parent: LoRAFactors, *, generator: torch.Generator, alpha: float = 0.5) -> LoRAFactors:
     """M5 (optional in the paper): NEFTune-style uniform noise U(−b, b), b = α/√(r·d_in), on the down
-    factor A only (NEFTune: α/√(L·d) on embeddings; here the r rows of A play the L tokens). The
-    noise std is α/√r times a kaiming-initialised A's std (9% at α = 0.5, r = 32); B is copied."""
+    factor A only (NEFTune: α/√(L·d) on embeddings; here the r rows of A play the L tokens); B is copied."""
     child: LoRAFactors = {}
     for name, (A, B) in parent.items():
         bound = alpha / math.sqrt(A.shape[0] * A.shape[1])
@@ -129,9 +128,8 @@ def copy_parent(parent: LoRAFactors, *, generator: torch.Generator | None = None
 
 
 def _merge_to_rank_r(stacked: LoRAFactors, weights: Sequence[float]) -> LoRAFactors:
-    """Best rank-r approximation (Eckart–Young) of Σ w_i ΔW_i of a `stack_parents` stack, re-factored.
-    All modules at once: merging layer by layer (to reuse memory) measured slower here, as the
-    batched r×r work then runs in many small calls."""
+    """Best rank-r approximation (Eckart–Young) of Σ w_i ΔW_i of a `stack_parents` stack, re-factored;
+    all modules at once, so the r×r work runs batched."""
     svd = stacked_svd(stacked, weights)
     r = svd.S.shape[-1] // len(weights)
     S = svd.S[:, :r]

@@ -172,10 +172,9 @@ def peak_memory_gb() -> dict[str, float]:
 
 
 def memory_mark(stage: str) -> dict[str, float | str]:
-    """The peak reserved and the free memory now, in GB, named by ``stage`` (the doctor's stage
-    boundaries). CUDA: the trainer allocator's peak reservation since `reset_peak_memory` (what it
-    keeps from a vLLM engine until emptied) and the card's free memory (the engine's share counted);
-    CPU: the process's peak RSS since then and the host's available RAM."""
+    """The peak reserved and the free memory now, in GB, named by ``stage``: on CUDA the trainer
+    allocator's peak since `reset_peak_memory` and the card's free memory; on CPU the peak RSS and
+    available RAM."""
     import psutil
 
     torch = sys.modules.get("torch")

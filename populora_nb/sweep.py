@@ -49,9 +49,8 @@ PROGRESS_METRICS: Mapping[str, str] = {"valid": "teacher/valid_rate", "solve_rat
 
 @dataclass(frozen=True)
 class CrashOnce:
-    """Test hook: the trial of (point, seed) exits the process (``os._exit(1)``, like a killed
-    worker) right after the baseline stage logs its first step (after that step's checkpoint), once:
-    a marker file keeps the retry alive."""
+    """Test hook: the trial of (point, seed) exits (``os._exit(1)``, like a killed worker) after the
+    baseline's first logged step, once (a marker file keeps the retry alive)."""
 
     point: str
     seed: int
@@ -363,9 +362,8 @@ def _md_table(rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def cross_table(spec: SweepSpec, window: int = 5) -> list[list[str]]:
-    """One row per grid point: seeds, and for each headline series population − baseline with its
-    95% bootstrap interval over seeds, paired by seed (``*`` where it and the Welch t interval both
-    exclude 0: with few seeds the bootstrap alone is too narrow, `analysis.seed_stats`)."""
+    """One row per grid point: seeds, and per headline series population − baseline with its 95% paired
+    bootstrap interval over seeds (``*`` where it and the Welch t interval both exclude 0: `analysis.seed_stats`)."""
     rows = [["grid point", "seeds", *(f"Δ {label}" for label in HEADLINE.values())]]
     for point in spec.points:
         experiments = complete_experiments(spec, point)
