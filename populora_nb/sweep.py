@@ -98,12 +98,8 @@ def point_name(overrides: Mapping[str, Any]) -> str:
 
 def grid_points(grid: Mapping[str, Sequence[Any]]) -> dict[str, dict[str, Any]]:
     """The Cartesian product of ``{dotted key: [values]}``, by name, in a stable order."""
-    keys = list(grid)
-    points = {}
-    for values in itertools.product(*(grid[k] for k in keys)):
-        overrides = dict(zip(keys, values))
-        points[point_name(overrides)] = overrides
-    return points
+    points = (dict(zip(grid, values)) for values in itertools.product(*grid.values()))
+    return {point_name(p): p for p in points}
 
 
 def parse_grid(texts: Sequence[str]) -> dict[str, list[Any]]:
@@ -142,11 +138,8 @@ def make_spec(
         raise UserInputError(f"unknown stages {unknown}; stages are {', '.join(STAGES)}")
     if not seeds or len(set(seeds)) != len(seeds):
         raise UserInputError(f"--seeds {list(seeds)}: give distinct seeds, e.g. --seeds 0 1 2")
-    resources = dict(PRESET_RESOURCES.get(preset, {"cpu": 1}))
-    if cpus_per_trial is not None:
-        resources["cpu"] = cpus_per_trial
-    if gpus_per_trial is not None:
-        resources["gpu"] = gpus_per_trial
+    given = {"cpu": cpus_per_trial, "gpu": gpus_per_trial}
+    resources = {**PRESET_RESOURCES.get(preset, {"cpu": 1}), **{k: v for k, v in given.items() if v is not None}}
     spec = SweepSpec(
         out=str(Path(out).absolute()),
         preset=preset,
@@ -228,18 +221,10 @@ def _reporter(spec: SweepSpec):
     from ray.widgets.util import in_notebook
 
     metrics = {"stage": "stage", "step": "step", "valid": "valid", "solve_rate": "solve ρ"}
-    params = {"point": "point", "seed": "seed"}
+    columns = {"metric_columns": metrics, "parameter_columns": {"point": "point", "seed": "seed"}}
     if in_notebook():
-        return tune.JupyterNotebookReporter(
-            overwrite=True,
-            metric_columns=metrics,
-            parameter_columns=params,
-            max_column_length=60,
-            max_report_frequency=5,
-        )
-    return tune.CLIReporter(
-        metric_columns=metrics, parameter_columns=params, max_column_length=60, max_report_frequency=30
-    )
+        return tune.JupyterNotebookReporter(overwrite=True, max_column_length=60, max_report_frequency=5, **columns)
+    return tune.CLIReporter(max_column_length=60, max_report_frequency=30, **columns)
 
 
 def run_sweep(

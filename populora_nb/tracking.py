@@ -50,9 +50,7 @@ def step_metrics(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     for row in rows:
         member = str(row.get("member", ""))
         for key, value in row.items():
-            if key in _META or isinstance(value, str) or value is None:
-                continue
-            if not isinstance(value, (int, float)) or not math.isfinite(value):
+            if key in _META or not isinstance(value, (int, float)) or not math.isfinite(value):
                 continue
             out[key if key.startswith(STEP_WIDE) or not member else f"{key}/{member}"] = float(value)
     return out
