@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from populora_nb.analysis.protocol import HEADLINE, compare, comparison_table, run_series, write_seed_report
+from populora_nb.analysis.protocol import HEADLINE, _md_table, compare, comparison_table, run_series, write_seed_report
 from populora_nb.config import load_config
 from populora_nb.errors import UserInputError
 from populora_nb.experiment import STAGES, run_experiment
@@ -337,12 +337,6 @@ def complete_experiments(spec: SweepSpec, point: str) -> list[Path]:
     trained = [s for s in ("baseline", "population") if s in spec.stages]
     return [
         spec.experiment_dir(point, seed) for seed in spec.seeds if set(trained) <= set(_done_stages(spec, point, seed))
-    ]
-
-
-def _md_table(rows: Sequence[Sequence[str]]) -> list[str]:
-    return ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])] + [
-        "| " + " | ".join(r) + " |" for r in rows[1:]
     ]
 
 
