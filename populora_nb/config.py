@@ -565,8 +565,7 @@ def load_config(
 
 
 def check_mechanisms(config: ExperimentConfig) -> None:
-    """Refuse a config under which a mechanism of the population could never act: a
-    teacher band 0 < rho < win_threshold that holds no reachable rho = j/k."""
+    """Refuse a config whose teacher band 0 < rho < win_threshold holds no reachable rho = j/k (no teacher can win)."""
     k, threshold = config.rl.rollouts, config.matchmaking.win_threshold
     if not reachable_band(k, threshold):
         fewest = int(1 / threshold) + 1  # the smallest k with 1/k < threshold
@@ -584,8 +583,7 @@ def reachable_band(rollouts: int, threshold: float) -> list[float]:
 
 
 def check_operator_mix(weights: Mapping[str, float]) -> None:
-    """The one check of an operator mix (``evolution.operators``, `evolution.OperatorMix`): known
-    names, weights ≥ 0 with a positive sum."""
+    """The one check of an operator mix: known names, weights ≥ 0 with a positive sum."""
     unknown = sorted(set(weights) - OPERATOR_NAMES)
     if unknown:
         raise ConfigError(f"unknown operators {unknown}; choose from {sorted(OPERATOR_NAMES)}")

@@ -56,8 +56,7 @@ WARMUP_EXAMPLES = "examples.jsonl"
 
 
 def normalise(program: str) -> str:
-    """The program as ``ast.unparse`` writes it (formatting and comments dropped), or its
-    whitespace-collapsed text if it does not parse."""
+    """The program as ``ast.unparse`` writes it, or its whitespace-collapsed text if it does not parse."""
     try:
         return ast.unparse(ast.parse(program))
     except (SyntaxError, ValueError, RecursionError):
@@ -119,8 +118,7 @@ def start_fingerprints(run_dir: str | Path) -> set[str]:
 
 
 def classify(kind: str, program: str, inputs: Sequence[str], shown: Sequence[str], seen: set[str]) -> CopyClass:
-    """The copy class of one valid proposal (module docstring), given the programs its prompt
-    showed and the fingerprints seen so far in the run."""
+    """The copy class of one valid proposal, given the programs its prompt showed and the run's fingerprints."""
     if kind != "code_f" and normalise(program) in {normalise(r) for r in shown}:
         return "reference"
     return "earlier" if fingerprint(kind, program, inputs) in seen else "new"

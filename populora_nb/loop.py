@@ -120,8 +120,7 @@ def timed_step(
     state: RunState,
     config: ExperimentConfig,
 ) -> tuple[StepOutcome, dict[str, float]]:
-    """One step (`step.baseline_step` or `step.population_step`) and what it cost: its seconds
-    (``time/step_s``) and peak memory."""
+    """One step (`step.baseline_step` or `step.population_step`) and its seconds (``time/step_s``) and peak memory."""
     reset_peak_memory()
     started = time.perf_counter()
     out = step_fn(policy, verifier, state, config)
@@ -156,8 +155,7 @@ def metric_rows(
 
 
 def record_step(rd: RunDir, step: int, out: StepOutcome, rows: list[dict], config: ExperimentConfig) -> None:
-    """The step's records: every proposal (tasks.jsonl), every member's metrics (metrics.jsonl) and,
-    in the population, every match (matches.jsonl)."""
+    """The step's records: tasks.jsonl, metrics.jsonl and, in the population, matches.jsonl."""
     rd.append("tasks", task_rows(step, out.proposals))
     rd.append("metrics", rows)
     if config.run.agent == "population":
@@ -183,8 +181,7 @@ def match_rows(step: int, out: StepOutcome, threshold: float) -> list[dict]:
 
 
 def evolution_due(step: int, config: ExperimentConfig) -> bool:
-    """Evolution runs after every E-th step of a population run, but not after the last step: its
-    children would never train or play."""
+    """After every E-th step of a population run, but not the last (its children would never train)."""
     ec = config.evolution
     population = config.run.agent == "population" and ec.enabled
     return population and (step + 1) % ec.every == 0 and step + 1 < config.run.steps

@@ -317,8 +317,7 @@ def pfsp_pairs(
 def round_robin_pairs(
     teachers: Sequence[MemberId], students: Sequence[MemberId], step: int
 ) -> list[tuple[MemberId, MemberId]]:
-    """Teacher i plays student (i + step) mod n: over n consecutive steps every pair meets once
-    (for as many teachers as students). The ablation without ratings."""
+    """The ablation without ratings: teacher i plays student (i + step) mod n, so every pair meets in n steps."""
     if not students:
         raise ValueError("round_robin_pairs needs at least one student")
     n = len(students)

@@ -129,8 +129,7 @@ class RunFacts:
 
 
 def run_facts(run_dir: str | Path) -> RunFacts:
-    """Count one run's band, its teacher wins (a population) and its seconds per step; empty facts
-    for a run that was not made."""
+    """One run's band counts, teacher wins and seconds per step; empty facts for a run not made."""
     if not Path(run_dir).is_dir():
         return RunFacts()
     rd = RunDir(Path(run_dir))

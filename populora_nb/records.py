@@ -205,8 +205,7 @@ class RunDir:
         return int(name[5:]), path
 
     def verified_checkpoint(self) -> tuple[int, Path] | None:
-        """`latest_checkpoint` with its files checked against its manifest (for readers of a finished run:
-        the record streams are not checked)."""
+        """`latest_checkpoint` with its files (not the record streams) checked against its manifest."""
         latest = self.latest_checkpoint()
         if latest is not None:
             self.verify_checkpoint(latest[1], records=False)

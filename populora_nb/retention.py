@@ -150,7 +150,7 @@ def student_train_and_score(
     seed: int = 0,
     examples: Mapping[str, Task] | None = None,
 ) -> TrainAndScore:
-    """`train_and_score(child, n)` for a student child in `member`'s slot (`_train_and_score`): each
+    """`train_and_score(child, n)` for a student child in `member`'s slot (`_retrain`): each
     step solves `tasks_per_step` tasks drawn from `pool`, `rollouts` each; score: the mean student reward."""
     cfg = _solve_config(config, rollouts, seed)
 
@@ -197,8 +197,7 @@ def teacher_train_and_score(
 def load_population(
     config: ExperimentConfig, run_dir: str | Path | None, verifier: Verifier, base: Base | None = None
 ) -> tuple[LoRAPolicy, RunState]:
-    """The population and state of `run_dir`'s latest checkpoint, or a fresh population on the seed
-    buffers when `run_dir` is None."""
+    """The population and state of `run_dir`'s latest checkpoint, or a fresh one when `run_dir` is None."""
     if run_dir is None:
         state = initial_state(config, verifier)
         return LoRAPolicy.create(config, list(state.roster.items()), base=base), state

@@ -111,8 +111,7 @@ class Attempt:
 
 @dataclass
 class StepOutcome:
-    """What one step made: its proposals, attempts, learning samples, per-member update statistics
-    and stage timings. The loop turns it into records (`member_metrics`, `task_rows`)."""
+    """What one step made (proposals, attempts, samples, update statistics, timings), for the records."""
 
     proposals: list[Proposed] = field(default_factory=list)
     attempts: list[Attempt] = field(default_factory=list)
@@ -202,8 +201,7 @@ def propose(
 
 
 def token_counter(tokenizer: Any, fmt: str) -> Callable[[Any], int]:
-    """A prompt's length in tokens as the policy will see it: rendered, then tokenised as
-    `model.policy` tokenises it (no special tokens added)."""
+    """A prompt's length in tokens as the policy sees it: rendered, tokenised without special tokens."""
     return lambda prompt: len(tokenizer(render(prompt, tokenizer, fmt), add_special_tokens=False)["input_ids"])  # type: ignore[arg-type]
 
 
