@@ -18,11 +18,7 @@ import torch
 
 from populora_nb.config import PAPER_OPERATORS, MatchmakingConfig, check_operator_mix
 from populora_nb.lowrank import LoRAFactors
-from populora_nb.operators import (
-    OPERATORS,
-    Operator,
-    arity,
-)
+from populora_nb.operators import OPERATORS, Operator, arity
 
 TRUESKILL_PRIOR = (MatchmakingConfig.mu, MatchmakingConfig.sigma)
 """The rating prior (μ, σ) of `MatchmakingConfig`, the one place it is defined."""

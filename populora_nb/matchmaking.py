@@ -196,10 +196,7 @@ def _spread(j: int, k: int) -> list[bool]:
 
 
 def update_ratings(
-    ratings: Mapping[MemberId, Rating],
-    matches: Sequence[Match],
-    env: trueskill.TrueSkill,
-    threshold: float = 1.0,
+    ratings: Mapping[MemberId, Rating], matches: Sequence[Match], env: trueskill.TrueSkill, threshold: float = 1.0
 ) -> dict[MemberId, Rating]:
     """New ratings after ``matches``; the input mapping is not modified.
 
@@ -334,9 +331,7 @@ class SolveRateMatrix(NamedTuple):
 
 
 def solve_rate_matrix(
-    matches: Sequence[Match],
-    teachers: Sequence[MemberId] | None = None,
-    students: Sequence[MemberId] | None = None,
+    matches: Sequence[Match], teachers: Sequence[MemberId] | None = None, students: Sequence[MemberId] | None = None
 ) -> SolveRateMatrix:
     """Teacher × student mean ρ over played matches (valid and attempted), for the pairing heatmap.
 
