@@ -21,6 +21,26 @@ from populora_nb.errors import ConfigError
 TINY_MODEL = "tiny"
 """``model.name`` of the random 2-layer Llama built in memory (`model.random_base`)."""
 
+_LAPTOP: Mapping[str, Any] = {
+    # What smoke and cpu share: a 135M model on a laptop CPU.
+    "model.dtype": "bfloat16",  # this CPU's AMX/AVX-512 BF16: a faster step than fp32 (docs/performance.md)
+    "sampling.temperature": 0.7,  # 135M writes runnable code ~6/20 at 0.7, ~never at 1.0
+    "sampling.propose_max_new_tokens": 72,  # a 135M proposal is a short function + one input
+    "sampling.solve_max_new_tokens": 24,  # an output or input literal
+    # k = 4: three solve rates in the teacher's band; counts matching per-adapter trained tokens (EXPECTED_LENGTHS)
+    "rl.rollouts": 4,
+    "rl.proposals_per_kind": 3,
+    "rl.teacher_proposals_per_kind": 4,
+    "rl.student_tasks_per_kind": 3,
+    "rl.micro_batch": 4,
+    # code_i only: more tasks in 0 < rho < 1 at a lower step cost (docs/results/cpu-pilot). A departure
+    # from AZR's task mix: the arms race on the kind a 135M model can be taught in 40 steps.
+    "tasks.kinds": ["code_i"],
+    "tasks.n_references": 2,  # shorter prompts for a 135M model on CPU
+    "tasks.prompt_style": "short",  # 135M loses the format under AZR's full criteria (docs/methodology.md)
+    "eval.max_new_tokens": 96,
+}
+
 # Presets are short named overrides; each line says why it differs from the defaults.
 PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
     {
@@ -42,20 +62,7 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "eval.max_new_tokens": 16,
         },
         "smoke": {
-            # `make run`'s first experiment, minutes on 2 cores: the `cpu` preset without its warm-up, for 3 steps.
-            "model.dtype": "bfloat16",  # this CPU's AMX/AVX-512 BF16: a faster step than fp32 (docs/performance.md)
-            "sampling.temperature": 0.7,  # 135M writes runnable code ~6/20 at 0.7, ~never at 1.0
-            "sampling.propose_max_new_tokens": 72,  # a 135M proposal is a short function + one input (cpu preset)
-            "sampling.solve_max_new_tokens": 24,  # an output or input literal
-            # k = 4: three solve rates in the teacher's band; the `cpu` preset's compute-matched counts
-            "rl.rollouts": 4,
-            "rl.proposals_per_kind": 3,
-            "rl.teacher_proposals_per_kind": 4,
-            "rl.student_tasks_per_kind": 3,
-            "rl.micro_batch": 4,
-            "tasks.kinds": ["code_i"],  # as cpu: a departure from AZR's three kinds, flagged there
-            "tasks.n_references": 2,  # shorter prompts for a 135M model on CPU
-            "tasks.prompt_style": "short",  # 135M loses the format under AZR's full criteria (docs/methodology.md)
+            **_LAPTOP,  # `make run`'s first experiment, minutes on 2 cores: `cpu` without its warm-up, for 3 steps
             "run.steps": 3,
             "run.checkpoint_every": 1,
             "evolution.every": 2,  # one evolution event, after step 1 (children are not judged within 3 steps)
@@ -64,27 +71,10 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "probe.prompts_per_kind": 4,
             "probe.rollouts": 4,
             "eval.limit": 2,  # 10 models (base, baseline, 8 members): eval dominates on CPU
-            # One code benchmark: every model evaluated within make run's minutes; the `cpu` preset adds gsm8k.
-            "eval.benchmarks": ["humanevalplus"],
-            "eval.max_new_tokens": 96,
+            "eval.benchmarks": ["humanevalplus"],  # one code benchmark, every model within make run's minutes
         },
         "cpu": {
-            # A laptop research run after a shared warm-up (costs: docs/performance.md).
-            "model.dtype": "bfloat16",  # this CPU's AMX/AVX-512 BF16: a faster step than fp32 (docs/performance.md)
-            "sampling.temperature": 0.7,  # as smoke: 135M writes runnable code at 0.7, ~never at 1.0
-            "sampling.propose_max_new_tokens": 72,  # a 135M proposal is a short function + one input
-            "sampling.solve_max_new_tokens": 24,  # an output or input literal
-            # k = 4 for a reachable teacher band; counts matching per-adapter trained tokens (EXPECTED_LENGTHS)
-            "rl.rollouts": 4,
-            "rl.proposals_per_kind": 3,
-            "rl.teacher_proposals_per_kind": 4,
-            "rl.student_tasks_per_kind": 3,
-            "rl.micro_batch": 4,
-            # code_i only: more tasks in 0 < rho < 1 at a lower step cost (docs/results/cpu-pilot). A departure
-            # from AZR's task mix: the arms race on the kind a 135M model can be taught in 40 steps.
-            "tasks.kinds": ["code_i"],
-            "tasks.n_references": 2,
-            "tasks.prompt_style": "short",  # as smoke
+            **_LAPTOP,  # a laptop research run after a shared warm-up (costs: docs/performance.md)
             "run.steps": 40,
             "run.checkpoint_every": 5,  # resumable: at most 5 steps lost to a kill
             "evolution.every": 10,
@@ -95,7 +85,6 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "warmup.enabled": True,  # rejection-sampling fine-tuning before RL, shared by both runs
             "eval.limit": 4,
             "eval.benchmarks": ["humanevalplus", "gsm8k"],
-            "eval.max_new_tokens": 96,
         },
         "gpu": {
             "model.name": "Qwen/Qwen2.5-Coder-1.5B-Instruct",  # fits 4T+4S with room for rollouts on one GPU
