@@ -17,6 +17,7 @@ trained on) and linear_0_5 (the mean ΔW of both parents) are the controls.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -202,8 +203,7 @@ def load_population(
         state = initial_state(config, verifier)
         return LoRAPolicy.create(config, list(state.roster.items()), base=base), state
     loaded = load_run(run_dir, config, base=base)
-    policy, state = loaded.policy, loaded.state
-    return policy, state
+    return loaded.policy, loaded.state
 
 
 def run_retention(
@@ -227,11 +227,9 @@ def run_retention(
     baseline uses its single agent as both. The child trains in the parent's slot under `config` (the
     run's own). Defaults: `tasks_per_step` = rl.student_tasks × kinds, `rollouts` = rl.rollouts.
     Returns operator name → n_steps + 1 scores."""
-    own_verifier = verifier is None
-    if verifier is None:
-        verifier = Verifier.from_config(config.verifier)
-        verifier.start()
-    try:
+    with contextlib.ExitStack() as owned:  # a verifier this call started is closed however it ends
+        if verifier is None:
+            verifier = owned.enter_context(Verifier.from_config(config.verifier))
         policy, state = load_population(config, run_dir, verifier, base)
         ranked = fittest(state.roster, state.ratings, role, config.evolution.fitness_k) or list(state.roster)
         parent = member or ranked[0]
@@ -266,9 +264,6 @@ def run_retention(
             operators=operators,
             seed=seed,
         )
-    finally:
-        if own_verifier:
-            verifier.close()
 
 
 def _with_progress(train_and_score: TrainAndScore, total: int) -> TrainAndScore:
