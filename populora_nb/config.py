@@ -1,12 +1,11 @@
 """One typed config tree for an experiment; the named presets live in `populora_nb.presets`.
 
 `load_config` builds one from a preset plus overrides (a nested dict, dotted keys, or a YAML file).
-Every field is type-checked and range-checked on load; a bad value raises one `ConfigError` naming
-the field and how to fix it. The only environment variable read is `POPULORA_PRESET`.
+Every field is type- and range-checked on load; a bad value raises one `ConfigError` naming the
+field and the fix. The only environment variable read is `POPULORA_PRESET`.
 
-Long because every one of the ~80 fields carries its help text (tests/test_config.py requires it),
-and the checks of a config read only data held here (operator names, benchmark names and files) so
-that the config imports no other layer; the presets and the loading machinery live in `presets`.
+Long because every one of the ~80 fields carries its help text, and the checks read only data held
+here (operator and benchmark names), so the config imports no other layer.
 """
 
 from __future__ import annotations
@@ -30,18 +29,11 @@ BUNDLED_MODEL = "bundled:smollm2-135m"
 # The paper's four mutations and four crossovers (names of populora_nb.operators.OPERATORS), equally
 # likely in the default mix. M5 is optional in the paper and the controls are baselines, not evolution.
 PAPER_OPERATORS = (
-    "svd_structured",
-    "layer_selective_gaussian",
-    "component_masking",
-    "full_gaussian",
-    "dare",
-    "layer_swap",
-    "svd_subspace",
-    "extrapolative",
+    *("svd_structured", "layer_selective_gaussian", "component_masking", "full_gaussian"),  # M1-M4
+    *("dare", "layer_swap", "svd_subspace", "extrapolative"),  # X1-X4
 )
 OPERATOR_NAMES = frozenset({*PAPER_OPERATORS, "neftune", "copy_parent", "linear_0_5"})
-"""Every operator of `populora_nb.operators.OPERATORS` (tests/test_config.py holds the two equal): the
-names a mix may weight, known here so that checking a config needs no tensor code."""
+"""The names of `populora_nb.operators.OPERATORS`, known here so that checking a config needs no tensor code."""
 ProblemKind = Literal["evalplus", "lcb", "math"]
 """How a benchmark's problems are scored (`populora_nb.evaluation.loaders`)."""
 # The benchmarks ``eval.benchmarks`` may name -> (kind, candidate files under the data root: the first
@@ -529,8 +521,7 @@ class ExperimentConfig:
 
     @property
     def propose_prompt_budget(self) -> int:
-        """Tokens a proposer prompt may take: ``model.max_seq_len`` less the completion's room (a vLLM
-        engine rejects a whole batch over one prompt of its max_model_len; `prompts.bounded_propose_prompt`)."""
+        """Tokens a proposer prompt may take: ``model.max_seq_len`` less the completion's room."""
         return self.model.max_seq_len - self.sampling.propose_max_new_tokens
 
     @property
@@ -554,10 +545,8 @@ def load_config(
 ) -> ExperimentConfig:
     """Build a validated config: preset (argument, else $POPULORA_PRESET, else smoke), then the
     YAML file's values, then `overrides` (nested dicts or dotted keys like ``"rl.rollouts": 8``).
-
-    ``recorded``: the config of a run already on disk, read to analyse its records (`RunDir.load_config`):
-    the checks that keep a *new* run from measuring nothing (`check_mechanisms`) are skipped, so runs
-    recorded under earlier rules still load; running one again goes through them."""
+    ``recorded``: a run already on disk (`RunDir.load_config`), so `check_mechanisms`, which keeps a
+    *new* run from measuring nothing, is skipped and runs recorded under earlier rules still load."""
     config = build_config(ExperimentConfig, preset, overrides, yaml_path)
     if not recorded:
         check_mechanisms(config)
@@ -608,8 +597,7 @@ def load_saved_config(path: str | Path) -> ExperimentConfig:
 
 
 def describe(config: ExperimentConfig, *sections: str) -> str:
-    """The config as a notebook shows it: every field of the named sections (default: all), one
-    section per line, so what ran is on the page rather than a hand-picked few fields."""
+    """The config as a notebook shows it: every field of the named sections (default: all), one line each."""
     d = config.to_dict()
     names = sections or tuple(k for k, v in d.items() if isinstance(v, dict))
     lines = [f"preset {config.preset}"] if not sections else []
