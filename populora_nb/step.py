@@ -154,9 +154,8 @@ class Step:
     def reward(self) -> list[Sample]:
         """Every proposal's and trained rollout's reward, and its TRR++ advantage within its group."""
         proposer_reward = teacher_reward if self.population else azr_proposer_reward
-        self.out.samples = reward_samples(
-            self.out.proposals, self.out.attempts, proposer_reward, self.config.rl.advantage_scale
-        )
+        scale = self.config.rl.advantage_scale
+        self.out.samples = reward_samples(self.out.proposals, self.out.attempts, proposer_reward, scale)
         return self.out.samples
 
     def update(self) -> dict[str, dict[str, float]]:
@@ -214,17 +213,9 @@ def pair(state: RunState, config: ExperimentConfig) -> dict[str, str]:
     if mc.mode == "round_robin":
         pairs = round_robin_pairs(state.teachers, state.students, state.step)
     else:
-        env = trueskill_env(config)
-        pairs = pfsp_pairs(
-            state.teachers,
-            state.students,
-            state.ratings,
-            env,
-            rng_for(config.run.seed, state.step, "pfsp"),
-            weighting="var" if mc.mode == "pfsp_var" else "hard",
-            gamma=mc.gamma,
-            floor=mc.floor,
-        )
+        env, rng = trueskill_env(config), rng_for(config.run.seed, state.step, "pfsp")
+        weighting = "var" if mc.mode == "pfsp_var" else "hard"
+        pairs = pfsp_pairs(state.teachers, state.students, state.ratings, env, rng, weighting, mc.gamma, mc.floor)
     return dict(pairs)
 
 
@@ -262,15 +253,8 @@ def evolve(policy: Policy, state: RunState, config: ExperimentConfig) -> list[di
         # How far the operator moved the child from each parent, ‖ΔW_c − ΔW_p‖ / ‖ΔW_p‖: a mutation
         # that barely moves is a copy, one that moves by more than 100% is a restart.
         moved = [relative_change(p, child) for p in parents]
-        policy.replace(
-            birth.replaced,
-            birth.child,
-            child,
-            birth.parents,
-            birth.operator,
-            step + 1,
-            inherit_optimizer_from=birth.parents[0] if ec.inherit_optimizer else None,
-        )
+        adam = birth.parents[0] if ec.inherit_optimizer else None
+        policy.replace(birth.replaced, birth.child, child, birth.parents, birth.operator, step + 1, adam)
         mu, sigma = inherit_rating(
             [(state.ratings[p].mu, state.ratings[p].sigma) for p in birth.parents],
             sigma_inflation=ec.sigma_inflation,
