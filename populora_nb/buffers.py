@@ -101,47 +101,23 @@ class TaskBuffer:
         return [self.tasks[i] for i in chosen]
 
     def to_json(self) -> dict:
-        return {
-            "kind": self.kind,
-            "cap": self.cap,
-            "n_seeds": self.n_seeds,
-            "n_added": self.n_added,
-            "n_recent": self.n_recent,
-            "tasks": [task_to_json(t) for t in self.tasks],
-        }
+        counts = {f: getattr(self, f) for f in ("kind", "cap", "n_seeds", "n_added", "n_recent")}
+        return {**counts, "tasks": [task_to_json(t) for t in self.tasks]}
 
     @classmethod
     def from_json(cls, data: dict) -> TaskBuffer:
-        return cls(
-            kind=data["kind"],
-            cap=data["cap"],
-            n_seeds=data["n_seeds"],
-            n_added=data["n_added"],
-            n_recent=data.get("n_recent", 0),  # a checkpoint from before it was kept: no batch is recent
-            tasks=[task_from_json(t) for t in data["tasks"]],
-        )
+        counts = {f: data[f] for f in ("kind", "cap", "n_seeds", "n_added")}
+        # a checkpoint from before n_recent was kept: no batch is recent
+        return cls(**counts, n_recent=data.get("n_recent", 0), tasks=[task_from_json(t) for t in data["tasks"]])
 
 
 def task_to_json(task: Task) -> dict:
-    return {
-        "kind": task.kind,
-        "program": task.program,
-        "inputs": list(task.inputs),
-        "outputs": list(task.outputs),
-        "message": task.message,
-        "meta": task.meta,
-    }
+    return dataclasses.asdict(task) | {"inputs": list(task.inputs), "outputs": list(task.outputs)}
 
 
 def task_from_json(data: dict) -> Task:
-    return Task(
-        kind=data["kind"],
-        program=data["program"],
-        inputs=tuple(data["inputs"]),
-        outputs=tuple(data["outputs"]),
-        message=data.get("message", ""),
-        meta=data.get("meta", {}),
-    )
+    pairs = {"inputs": tuple(data["inputs"]), "outputs": tuple(data["outputs"])}
+    return Task(**{"message": "", "meta": {}, **data, **pairs})
 
 
 def snippet_pool(buffers: Mapping[str, TaskBuffer]) -> TaskBuffer | None:
