@@ -18,6 +18,7 @@ population_step: PFSP pairs each teacher with a student → teachers propose (on
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -163,19 +164,9 @@ def record_step(rd: RunDir, step: int, out: StepOutcome, rows: list[dict], confi
 
 
 def match_rows(step: int, out: StepOutcome, threshold: float) -> list[dict]:
-    """One row per match, in proposal order."""
+    """One row per match, in proposal order; ``contested``: the teacher won games on it (the mechanism is live)."""
     return [
-        {
-            "step": step,
-            "teacher": m.teacher,
-            "student": m.student,
-            "kind": p.kind,
-            "valid": m.valid,
-            "rho": m.rho,
-            "rollouts": m.rollouts,
-            # the teacher won games on it (0 < rho < win_threshold): the mechanism is live
-            "contested": contested(m, threshold),
-        }
+        {"step": step, "kind": p.kind, **dataclasses.asdict(m), "contested": contested(m, threshold)}
         for p, m in zip(out.proposals, out.matches)
     ]
 

@@ -39,11 +39,9 @@ def task_rows(step: int, proposals: Sequence[Proposed]) -> list[dict]:
         if isinstance(r, Task):
             row.update(task_to_json(r), valid=True, reason=None)
             row.pop("meta", None)
-        elif isinstance(r, Invalid):
-            row.update(program="", inputs=[], outputs=[], message="", valid=False, reason=r.reason)
         else:
-            why = r.reason if r is not None else "not_validated"
-            row.update(program="", inputs=[], outputs=[], message="", valid=False, reason=f"parse:{why}")
+            why = r.reason if isinstance(r, Invalid) else f"parse:{r.reason if r is not None else 'not_validated'}"
+            row.update(program="", inputs=[], outputs=[], message="", valid=False, reason=why)
         if isinstance(r, Invalid) and isinstance(p.parsed, Proposal):
             row["program"] = p.parsed.program  # what the teacher wrote, for reading why it was rejected
         rows.append(row)
