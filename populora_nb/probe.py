@@ -33,7 +33,7 @@ from populora_nb.buffers import TaskBuffer
 from populora_nb.config import ExperimentConfig
 from populora_nb.copies import known_fingerprints, mark_copies
 from populora_nb.policy import PROBE_SOLVER, Policy
-from populora_nb.stages import Proposed, SolveJob, propose, solve, solve_rates, validate, worked_examples
+from populora_nb.stages import Proposed, learnability_jobs, propose, solve, solve_rates, validate, worked_examples
 from populora_nb.step_records import task_rows
 from populora_nb.tasks import Task
 from populora_nb.verify import Verifier
@@ -76,11 +76,7 @@ def run_probe(
     seen = known_fingerprints(t for b in references.values() for t in b.tasks)
     proposals = mark_copies(proposals, seen)
     proposals = [dataclasses.replace(p, solver=PROBE_SOLVER) for p in proposals]
-    jobs = [
-        SolveJob(PROBE_SOLVER, p.result, i, pc.rollouts, train=False)
-        for i, p in enumerate(proposals)
-        if isinstance(p.result, Task)
-    ]
+    jobs = learnability_jobs(PROBE_SOLVER, proposals, pc.rollouts)  # rho only, never trained on
     attempts = solve(policy, verifier, jobs, fixed, 0, worked_examples(references))
     return solve_rates(proposals, attempts)
 
