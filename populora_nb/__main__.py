@@ -58,14 +58,11 @@ def default_notebooks() -> Path:
 def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: $POPULORA_PRESET or smoke")
     p.add_argument("--config", type=Path, default=None, help="YAML file of overrides")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override one field, e.g. --set rl.rollouts=8 (repeatable)",
-    )
+    _add_set(p, "override one field, e.g. --set rl.rollouts=8 (repeatable)")
+
+
+def _add_set(p: argparse.ArgumentParser, text: str) -> None:
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=text)
 
 
 def _config(args: argparse.Namespace, extra: dict | None = None):
@@ -104,7 +101,6 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
 
 
 def cmd_seed(args: argparse.Namespace) -> int:
-
     config = _config(args, {"run.agent": "baseline"})
     check_inputs(config, ("baseline",))
     policy = LoRAPolicy.create(config, list(roster_for(config).items()))
@@ -118,16 +114,14 @@ def cmd_seed(args: argparse.Namespace) -> int:
             on_round=lambda r, n: print(f"[seed] round {r}: {n} tasks", flush=True),
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w") as fh:
-        for t in tasks:
-            fh.write(json.dumps({"program": t.program, "inputs": list(t.inputs), "outputs": list(t.outputs)}) + "\n")
+    rows = ({"program": t.program, "inputs": list(t.inputs), "outputs": list(t.outputs)} for t in tasks)
+    args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     print(f"[seed] {len(tasks)} seed tasks in {args.out}; use them with --set tasks.seeds_path={args.out}")
     return 0
 
 
 def _isolation(config) -> str:
     """What the verifier's sandbox gets here, once per command; raises where it would refuse to run."""
-
     return str(Verifier.probe(config.verifier))
 
 
@@ -165,7 +159,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     table = args.experiment_dir / "eval" / "table.md"
     if args.scorer == "evalplus":
         require_evalplus()  # one line saying how to install it, before any model loads
-
         eval_dir = args.experiment_dir / "eval"
         if not eval_dir.is_dir() or not any(r.benchmark in OFFICIAL_DATASET for r in load_results(eval_dir)):
             evaluate_experiment(config, args.experiment_dir, say=say, require_data=True)  # completions first
@@ -185,7 +178,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-
     if importlib.util.find_spec("ray") is None:
         raise UserInputError("sweep needs Ray: pip install -e '.[sweep]' (ray[tune]==2.60.0)")
     spec = make_spec(
@@ -305,9 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("pilot", cmd_pilot, "a few steps of each candidate setting: band share, teacher wins, cost", False)
     p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: cpu")
-    p.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="for every candidate"
-    )
+    _add_set(p, "for every candidate")
     p.add_argument("--out", type=Path, required=True, help="pilot directory, one experiment per candidate (resumable)")
     p.add_argument("--steps", type=int, default=4, help="steps of each run")
     p.add_argument("--only", nargs="*", default=None, help="candidate names (default: all, in order)")
