@@ -29,7 +29,7 @@ from populora_nb.analysis.liveness import liveness, played_tasks, share_interval
 from populora_nb.analysis.new_tasks import new_task_table
 from populora_nb.config import ExperimentConfig, load_config
 from populora_nb.errors import UserInputError
-from populora_nb.experiment import adopt_warmup, run_experiment
+from populora_nb.experiment import adopt_warmup, done_stages, run_experiment
 from populora_nb.records import RunDir
 
 
@@ -236,9 +236,7 @@ def run_pilot(
 def recorded_seconds(exp: str | Path) -> float:
     """Seconds the experiment's stages took, summed from its stages.json (0 for an adopted warm-up; a
     stage resumed after a kill counts only the invocation that finished it, and is marked so)."""
-    path = Path(exp) / "stages.json"
-    stages = json.loads(path.read_text()) if path.exists() else {}
-    return float(sum(stage.get("seconds", 0.0) for stage in stages.values()))
+    return float(sum(stage.get("seconds", 0.0) for stage in done_stages(exp).values()))
 
 
 def _intervals(f: RunFacts) -> dict[str, list[float] | None]:

@@ -32,7 +32,7 @@ from typing import Any
 from populora_nb.analysis.protocol import HEADLINE, _md_table, compare, comparison_table, run_series, write_seed_report
 from populora_nb.config import load_config
 from populora_nb.errors import UserInputError
-from populora_nb.experiment import STAGES, run_experiment
+from populora_nb.experiment import STAGES, done_stages, run_experiment
 from populora_nb.presets import PRESETS, parse_override
 
 # What one trial asks Ray for, per preset: on CPU, torch threads = the trial's CPUs (DESIGN.md); on GPU,
@@ -323,21 +323,15 @@ def _spec_key(spec: SweepSpec) -> str:
 # ---- the report -------------------------------------------------------------------------------------
 
 
-def _done_stages(spec: SweepSpec, point: str, seed: int) -> dict:
-    path = spec.experiment_dir(point, seed) / "stages.json"
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
 def _complete(spec: SweepSpec, point: str, seed: int) -> bool:
-    return set(spec.stages) <= set(_done_stages(spec, point, seed))
+    return set(spec.stages) <= set(done_stages(spec.experiment_dir(point, seed)))
 
 
 def complete_experiments(spec: SweepSpec, point: str) -> list[Path]:
     """The seeds' experiment directories of ``point`` whose training stages (of those asked) finished."""
     trained = [s for s in ("baseline", "population") if s in spec.stages]
-    return [
-        spec.experiment_dir(point, seed) for seed in spec.seeds if set(trained) <= set(_done_stages(spec, point, seed))
-    ]
+    dirs = [spec.experiment_dir(point, seed) for seed in spec.seeds]
+    return [d for d in dirs if set(trained) <= set(done_stages(d))]
 
 
 def cross_table(spec: SweepSpec, window: int = 5) -> list[list[str]]:
