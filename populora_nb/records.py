@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
 import math
 import os
@@ -236,7 +237,7 @@ class RunDir:
         if records:
             for stream, want in manifest["records"].items():
                 p = self.path / f"{stream}.jsonl"
-                got = _hash_file(p, want["size"]) if p.exists() else _hash_bytes(b"")
+                got = _hash_file(p, want["size"])
                 if got != want:
                     # Rows of committed steps cannot be regenerated without re-running those steps.
                     raise CorruptRunError(
@@ -247,10 +248,7 @@ class RunDir:
         return manifest
 
     def _stream_hashes(self) -> dict[str, dict]:
-        return {
-            s: _hash_file(self.path / f"{s}.jsonl") if (self.path / f"{s}.jsonl").exists() else _hash_bytes(b"")
-            for s in STREAMS
-        }
+        return {s: _hash_file(self.path / f"{s}.jsonl") for s in STREAMS}
 
 
 def _file_hashes(root: Path) -> dict[str, dict]:
@@ -258,9 +256,9 @@ def _file_hashes(root: Path) -> dict[str, dict]:
 
 
 def _hash_file(path: Path, limit: int | None = None) -> dict:
-    """sha256, size and line count of a file's first ``limit`` bytes (all of it by default)."""
+    """sha256, size and line count of a file's first ``limit`` bytes (all of it by default; none if absent)."""
     h, size, rows = hashlib.sha256(), 0, 0
-    with open(path, "rb") as fh:
+    with open(path, "rb") if path.exists() else io.BytesIO() as fh:
         while limit is None or size < limit:
             chunk = fh.read(1 << 20 if limit is None else min(1 << 20, limit - size))
             if not chunk:
@@ -269,10 +267,6 @@ def _hash_file(path: Path, limit: int | None = None) -> dict:
             size += len(chunk)
             rows += chunk.count(b"\n")
     return {"sha256": h.hexdigest(), "size": size, "rows": rows}
-
-
-def _hash_bytes(data: bytes) -> dict:
-    return {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "rows": data.count(b"\n")}
 
 
 def write_json(path: Path, data: Any) -> None:
