@@ -216,12 +216,8 @@ def bounded_propose_prompt(
             lengths.append(count(prompt))
             if lengths[-1] <= budget:
                 return prompt, (ref,)
-        raise _too_long(
-            f"every code_f proposer prompt tried ({len(lengths)})",
-            min(lengths, default=0),
-            budget,
-            "propose_max_new_tokens",
-        )
+        what = f"every code_f proposer prompt tried ({len(lengths)})"
+        raise _too_long(what, min(lengths, default=0), budget, "propose_max_new_tokens")
     kept = list(references)
     while True:
         prompt = propose_prompt(kind, kept, n_inputs, style)
@@ -308,12 +304,10 @@ def render(prompt: str | Dialogue, tokenizer, fmt: PromptFormat) -> str:
 
 
 def _answer_region(text: str, fmt: PromptFormat) -> str | ParseFailure:
-    if fmt == "r1":
-        found = _ANSWER.findall(text)
-        if not found:
-            return ParseFailure("no_answer_tag")
-        return found[-1]
-    return text
+    if fmt != "r1":
+        return text
+    found = _ANSWER.findall(text)
+    return found[-1] if found else ParseFailure("no_answer_tag")
 
 
 def fenced_blocks(text: str) -> list[tuple[str, str]]:
