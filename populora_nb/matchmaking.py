@@ -337,21 +337,14 @@ def solve_rate_matrix(
 
     Rows and columns: ``teachers`` / ``students`` when given, else the order of first appearance.
     """
+    rows = list(teachers) if teachers is not None else list(dict.fromkeys(m.teacher for m in matches))
+    cols = list(students) if students is not None else list(dict.fromkeys(m.student for m in matches))
     by_pair: dict[tuple[MemberId, MemberId], list[float]] = defaultdict(list)
-    seen_t: dict[MemberId, None] = {}
-    seen_s: dict[MemberId, None] = {}
     for m in matches:
-        seen_t.setdefault(m.teacher)
-        seen_s.setdefault(m.student)
-        if m.played:
-            assert m.rho is not None  # played implies it
+        if m.played and m.rho is not None:  # played implies rho
             by_pair[(m.teacher, m.student)].append(m.rho)
-    rows = list(teachers) if teachers is not None else list(seen_t)
-    cols = list(students) if students is not None else list(seen_s)
     rho = np.full((len(rows), len(cols)), np.nan)
-    row_of = {t: i for i, t in enumerate(rows)}
-    col_of = {s: j for j, s in enumerate(cols)}
     for (t, s), values in by_pair.items():
-        if t in row_of and s in col_of:
-            rho[row_of[t], col_of[s]] = float(np.mean(values))
+        if t in rows and s in cols:
+            rho[rows.index(t), cols.index(s)] = float(np.mean(values))
     return SolveRateMatrix(rows, cols, rho)
