@@ -49,9 +49,8 @@ from populora_nb.tasks import Task
 from populora_nb.tracking import open_tracker
 from populora_nb.verify import Verifier
 
+
 # ---- run --------------------------------------------------------------------------------------------
-
-
 def run(
     config: ExperimentConfig,
     run_dir: str | Path,
@@ -104,8 +103,6 @@ def run(
 
 
 # ---- the loop's pieces ------------------------------------------------------------------------------
-
-
 def progress_bar(config: ExperimentConfig, enabled: bool) -> tqdm:
     """One progress line from the first second: loading, then the running step (0-based, as in the
     records) and the steps done. A text bar (it survives the kernel and export), on stdout (JupyterLab

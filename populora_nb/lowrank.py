@@ -62,8 +62,6 @@ def work_dtype(factors: LoRAFactors) -> torch.dtype:
 
 
 # ---- SVD of weighted sums of ΔW, in factored form, batched over modules
-
-
 @dataclass(frozen=True)
 class FactoredSVD:
     """SVD of Σ_i w_i B_i A_i for every module (M modules, p parents, q = p·r), never forming ΔW.

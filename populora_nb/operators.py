@@ -32,9 +32,8 @@ from populora_nb.lowrank import (
     work_dtype,
 )
 
+
 # ---- Mutations: one parent → child of rank r
-
-
 def _randn(shape: Sequence[int], generator: torch.Generator, like: Tensor) -> Tensor:
     return torch.randn(tuple(shape), generator=generator, dtype=like.dtype, device=like.device)
 
@@ -125,8 +124,6 @@ def copy_parent(parent: LoRAFactors, *, generator: torch.Generator | None = None
 
 
 # ---- Crossovers: two parents → child of rank r. By convention parent_1 is the fitter one.
-
-
 def _merge_to_rank_r(stacked: LoRAFactors, weights: Sequence[float]) -> LoRAFactors:
     """Best rank-r approximation (Eckart–Young) of Σ w_i ΔW_i of a `stack_parents` stack, re-factored;
     all modules at once, so the r×r work runs batched."""
@@ -267,7 +264,6 @@ def crossover_extrapolative(
 
 
 # ---- Registry and test/benchmark adapters
-
 Operator = Callable[..., LoRAFactors]  # (parent[, parent_2], *, generator, hyperparameters…)
 
 # Default strengths are chosen so every mutation moves ΔW by a comparable `relative_change` (~0.18

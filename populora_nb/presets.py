@@ -195,8 +195,6 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 # ---- validation machinery -------------------------------------------------------------------
-
-
 # Keys old run directories' config.yaml hold that no longer mean anything: dropped, so old runs still load.
 RETIRED_KEYS = frozenset({"sampling.seed"})
 

@@ -49,8 +49,6 @@ class ParseFailure:
 
 
 # ---- prompt text --------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Dialogue:
     """A question after worked examples. In the chat format each example is a (user, assistant)
@@ -301,8 +299,6 @@ def render(prompt: str | Dialogue, tokenizer, fmt: PromptFormat) -> str:
 
 
 # ---- parsing --------------------------------------------------------------------------------
-
-
 def _answer_region(text: str, fmt: PromptFormat) -> str | ParseFailure:
     if fmt != "r1":
         return text

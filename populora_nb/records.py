@@ -72,7 +72,6 @@ class RunDir:
             raise CorruptRunError(f"{path} does not load ({_one_line(e)})") from None
 
     # ---- row streams ------------------------------------------------------------------------
-
     def stream_file(self, stream: str) -> Path:
         """The file holding ``stream``: ``STREAM.jsonl``, or its compressed copy when only that exists."""
         plain = self.path / f"{stream}.jsonl"
@@ -150,7 +149,6 @@ class RunDir:
         return max((r["step"] for r in rows), default=-1)
 
     # ---- checkpoints --------------------------------------------------------------------------
-
     @property
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"

@@ -43,9 +43,8 @@ from populora_nb.rl import trr_plus_plus_advantages
 from populora_nb.tasks import Task
 from populora_nb.verify import Invalid, Proposal, Verifier
 
+
 # ---- plain data passed between stages -------------------------------------------------------------
-
-
 @dataclass
 class Proposed:
     """One proposal of a step: who wrote it, prompt and completion, the verdict, the matched solver and rho."""
@@ -132,8 +131,6 @@ def seed_for(seed: int, step: int, purpose: str) -> int:
 
 
 # ---- stages ---------------------------------------------------------------------------------------
-
-
 def propose(
     policy: Policy,
     proposers: Sequence[str],

@@ -94,7 +94,6 @@ class Step:
         return self.out
 
     # ---- the stages ----------------------------------------------------------------------------
-
     def pair(self) -> dict[str, str]:
         """PFSP's matching of teachers to students on the current ratings (`pair`), with the win
         probability of every teacher × student pair that weighted it."""
@@ -186,8 +185,6 @@ class Step:
 
 
 # ---- the loop's steps and the pieces they share ---------------------------------------------------
-
-
 def baseline_step(policy: Policy, verifier: Verifier, state: RunState, config: ExperimentConfig) -> StepOutcome:
     """One step of AZR's single agent (module docstring); updates the agent and grows the buffers."""
     return Step(policy, verifier, state, config).run()

@@ -184,8 +184,6 @@ def memory_mark(stage: str) -> dict[str, float | str]:
 
 
 # ---- the one line a step leaves behind -----------------------------------------------------------
-
-
 def _mean(rows: Sequence[dict], key: str, role: str | None = None) -> float | None:
     vals = [r[key] for r in rows if r.get(key) is not None and (role is None or r.get("role") == role)]
     return sum(vals) / len(vals) if vals else None

@@ -82,8 +82,6 @@ class SweepSpec:
 
 
 # ---- the grid ---------------------------------------------------------------------------------------
-
-
 def _slug(value: Any) -> str:
     text = json.dumps(value, separators=(",", ":")) if not isinstance(value, str) else value
     return re.sub(r"[^A-Za-z0-9._+-]+", "-", text).strip("-") or "empty"
@@ -157,8 +155,6 @@ def make_spec(
 
 
 # ---- one trial --------------------------------------------------------------------------------------
-
-
 def _progress(experiment: Path, stage: str) -> dict[str, float]:
     """The training stage's last logged step and the progress metrics' means over members then."""
     run_dir = experiment / stage
@@ -212,8 +208,6 @@ def trial(params: Mapping[str, Any], spec: SweepSpec) -> None:
 
 
 # ---- the sweep --------------------------------------------------------------------------------------
-
-
 def _reporter(spec: SweepSpec):
     """A compact table: trial state, grid point, seed, stage, step and the headline metric; in a
     notebook it redraws in place (Tune's JupyterNotebookReporter)."""
@@ -321,8 +315,6 @@ def _spec_key(spec: SweepSpec) -> str:
 
 
 # ---- the report -------------------------------------------------------------------------------------
-
-
 def _complete(spec: SweepSpec, point: str, seed: int) -> bool:
     return set(spec.stages) <= set(done_stages(spec.experiment_dir(point, seed)))
 
