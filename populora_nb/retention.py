@@ -27,6 +27,7 @@ from typing import Literal
 import torch
 from tqdm.auto import tqdm
 
+from populora_nb import stages
 from populora_nb.buffers import TaskBuffer
 from populora_nb.checkpoints import load_run
 from populora_nb.config import ExperimentConfig
@@ -38,19 +39,7 @@ from populora_nb.model.policy import LoRAPolicy
 from populora_nb.operators import OPERATORS, Operator, arity
 from populora_nb.policy import Sample
 from populora_nb.rewards import teacher_reward
-from populora_nb.stages import (
-    Attempt,
-    SolveJob,
-    propose,
-    reward_samples,
-    rng_for,
-    solve,
-    solve_jobs,
-    solve_rates,
-    update,
-    validate,
-    worked_examples,
-)
+from populora_nb.stages import Attempt, SolveJob, rng_for
 from populora_nb.state import RunState, initial_state
 from populora_nb.tasks import Task
 from populora_nb.verify import Verifier
@@ -113,7 +102,7 @@ def fittest(roster: Mapping[str, str], ratings: Mapping[str, Rating], role: str,
 
 
 def _solve_config(config: ExperimentConfig, rollouts: int, seed: int) -> ExperimentConfig:
-    # solve_jobs() reads k from config.rl.rollouts; solve() seeds generation from config.run.seed.
+    # stages.solve_jobs() reads k from config.rl.rollouts; stages.solve() seeds generation from config.run.seed.
     return dataclasses.replace(
         config, rl=dataclasses.replace(config.rl, rollouts=rollouts), run=dataclasses.replace(config.run, seed=seed)
     )
@@ -135,7 +124,7 @@ def _retrain(
         samples = samples_at(step)
         scores.append(_mean([s.reward for s in samples]))
         if step < num_steps:
-            update(policy, samples, [member])
+            stages.update(policy, samples, [member])
     return scores
 
 
@@ -157,8 +146,8 @@ def student_train_and_score(
 
     def samples_at(step: int) -> list[Sample]:
         jobs = [SolveJob(member, task, None, rollouts) for task in draw_tasks(pool, tasks_per_step, seed, step)]
-        attempts: list[Attempt] = solve(policy, verifier, jobs, cfg, step, dict(examples or {}))
-        return reward_samples([], attempts, teacher_reward, config.rl.advantage_scale)
+        attempts: list[Attempt] = stages.solve(policy, verifier, jobs, cfg, step, dict(examples or {}))
+        return stages.reward_samples([], attempts, teacher_reward, config.rl.advantage_scale)
 
     return lambda child, num_steps: _retrain(policy, member, child, num_steps, samples_at)
 
@@ -179,17 +168,17 @@ def teacher_train_and_score(
     `student` solves them; score: the mean PopuLoRA teacher reward."""
     cfg = _solve_config(config, rollouts, seed)
     fixed = dict(buffers)
-    examples = worked_examples(fixed)
+    examples = stages.worked_examples(fixed)
     n_inputs = config.tasks.code_f_inputs
 
     def samples_at(step: int) -> list[Sample]:
-        proposals = propose(policy, [member], fixed, cfg, step, config.rl.teacher_proposals)
-        proposals = validate(verifier, proposals, n_inputs)
+        proposals = stages.propose(policy, [member], fixed, cfg, step, config.rl.teacher_proposals)
+        proposals = stages.validate(verifier, proposals, n_inputs)
         # No buffers for top-ups: only the child's own tasks are solved, and the student does not learn.
-        jobs = solve_jobs({student: list(range(len(proposals)))}, proposals, {}, cfg, step, quota=0)
-        attempts = solve(policy, verifier, jobs, cfg, step, examples)
-        proposals = solve_rates(proposals, attempts)
-        samples = reward_samples(proposals, attempts, teacher_reward, config.rl.advantage_scale)
+        jobs = stages.solve_jobs({student: list(range(len(proposals)))}, proposals, {}, cfg, step, quota=0)
+        attempts = stages.solve(policy, verifier, jobs, cfg, step, examples)
+        proposals = stages.solve_rates(proposals, attempts)
+        samples = stages.reward_samples(proposals, attempts, teacher_reward, config.rl.advantage_scale)
         return [s for s in samples if s.member == member]
 
     return lambda child, num_steps: _retrain(policy, member, child, num_steps, samples_at)
@@ -247,7 +236,7 @@ def run_retention(
                 tasks_per_step=per_step,
                 rollouts=n_rollouts,
                 seed=seed,
-                examples=worked_examples(state.buffers),
+                examples=stages.worked_examples(state.buffers),
             )
         else:
             opponent = (fittest(state.roster, state.ratings, "student", config.evolution.fitness_k) or [parent])[0]
