@@ -120,11 +120,6 @@ def cmd_seed(args: argparse.Namespace) -> int:
     return 0
 
 
-def _isolation(config) -> str:
-    """What the verifier's sandbox gets here, once per command; raises where it would refuse to run."""
-    return str(Verifier.probe(config.verifier))
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     extra = {
         k: v
@@ -135,7 +130,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_inputs(config, (config.run.agent,))
     out = args.out or Path(config.run.out_dir) / f"{config.run.agent}-{time.strftime('%Y%m%d-%H%M%S')}"
     print(f"[run] {config.run.agent} · preset {config.preset} · {config.run.steps} steps → {out}", flush=True)
-    print(f"[run] sandbox isolation: {_isolation(config)}", flush=True)
+    print(f"[run] sandbox isolation: {Verifier.probe(config.verifier)}", flush=True)
     dash = Dashboard(out, config.run.steps, config.tasks.kinds)
     t0 = time.time()
     run_loop(config, out, on_step=dash.update, progress=False)
@@ -146,7 +141,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_experiment(args: argparse.Namespace) -> int:
     config = _config(args)
     out = args.out or Path(config.run.out_dir) / f"experiment-{config.preset}-{time.strftime('%Y%m%d-%H%M%S')}"
-    print(f"[experiment] sandbox isolation: {_isolation(config)}", flush=True)
+    print(f"[experiment] sandbox isolation: {Verifier.probe(config.verifier)}", flush=True)
     t0 = time.time()
     run_experiment(config, out, stages=args.stages or STAGES, say=lambda m: print(m, flush=True))
     print(f"[experiment] finished in {time.time() - t0:.0f}s: {out / 'report.html'}", flush=True)
@@ -204,7 +199,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_protocol(args: argparse.Namespace) -> int:
     config = _config(args)
-    print(f"[protocol] sandbox isolation: {_isolation(config)}", flush=True)
+    print(f"[protocol] sandbox isolation: {Verifier.probe(config.verifier)}", flush=True)
     run_protocol(
         config, args.out, args.seeds, args.stages or DEFAULT_STAGES, args.window, say=lambda m: print(m, flush=True)
     )
