@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from populora_nb.analysis.protocol import HEADLINE, _md_table, compare, comparison_table, run_series, write_seed_report
+from populora_nb.analysis.protocol import HEADLINE, compare, comparison_table, run_series, write_seed_report
 from populora_nb.config import load_config
 from populora_nb.errors import UserInputError
 from populora_nb.experiment import STAGES, done_stages, run_experiment
@@ -324,6 +324,12 @@ def complete_experiments(spec: SweepSpec, point: str) -> list[Path]:
     trained = [s for s in ("baseline", "population") if s in spec.stages]
     dirs = [spec.experiment_dir(point, seed) for seed in spec.seeds]
     return [d for d in dirs if set(trained) <= set(done_stages(d))]
+
+
+def _md_table(rows: Sequence[Sequence[str]]) -> list[str]:
+    return ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])] + [
+        "| " + " | ".join(r) + " |" for r in rows[1:]
+    ]
 
 
 def cross_table(spec: SweepSpec, window: int = 5) -> list[list[str]]:
