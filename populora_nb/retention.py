@@ -27,7 +27,7 @@ from typing import Literal
 import torch
 from tqdm.auto import tqdm
 
-from populora_nb import stages
+import populora_nb.stages as stages
 from populora_nb.buffers import TaskBuffer
 from populora_nb.checkpoints import load_run
 from populora_nb.config import ExperimentConfig
