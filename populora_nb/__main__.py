@@ -58,14 +58,11 @@ def default_notebooks() -> Path:
 def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: $POPULORA_PRESET or smoke")
     p.add_argument("--config", type=Path, default=None, help="YAML file of overrides")
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override one field, e.g. --set rl.rollouts=8 (repeatable)",
-    )
+    _add_set(p, "override one field, e.g. --set rl.rollouts=8 (repeatable)")
+
+
+def _add_set(p: argparse.ArgumentParser, text: str) -> None:
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=text)
 
 
 def _config(args: argparse.Namespace, extra: dict | None = None):
@@ -104,7 +101,6 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
 
 
 def cmd_seed(args: argparse.Namespace) -> int:
-
     config = _config(args, {"run.agent": "baseline"})
     check_inputs(config, ("baseline",))
     policy = LoRAPolicy.create(config, list(roster_for(config).items()))
@@ -118,17 +114,10 @@ def cmd_seed(args: argparse.Namespace) -> int:
             on_round=lambda r, n: print(f"[seed] round {r}: {n} tasks", flush=True),
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w") as fh:
-        for t in tasks:
-            fh.write(json.dumps({"program": t.program, "inputs": list(t.inputs), "outputs": list(t.outputs)}) + "\n")
+    rows = ({"program": t.program, "inputs": list(t.inputs), "outputs": list(t.outputs)} for t in tasks)
+    args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     print(f"[seed] {len(tasks)} seed tasks in {args.out}; use them with --set tasks.seeds_path={args.out}")
     return 0
-
-
-def _isolation(config) -> str:
-    """What the verifier's sandbox gets here, once per command; raises where it would refuse to run."""
-
-    return str(Verifier.probe(config.verifier))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -141,7 +130,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_inputs(config, (config.run.agent,))
     out = args.out or Path(config.run.out_dir) / f"{config.run.agent}-{time.strftime('%Y%m%d-%H%M%S')}"
     print(f"[run] {config.run.agent} · preset {config.preset} · {config.run.steps} steps → {out}", flush=True)
-    print(f"[run] sandbox isolation: {_isolation(config)}", flush=True)
+    print(f"[run] sandbox isolation: {Verifier.probe(config.verifier)}", flush=True)
     dash = Dashboard(out, config.run.steps, config.tasks.kinds)
     t0 = time.time()
     run_loop(config, out, on_step=dash.update, progress=False)
@@ -152,7 +141,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_experiment(args: argparse.Namespace) -> int:
     config = _config(args)
     out = args.out or Path(config.run.out_dir) / f"experiment-{config.preset}-{time.strftime('%Y%m%d-%H%M%S')}"
-    print(f"[experiment] sandbox isolation: {_isolation(config)}", flush=True)
+    print(f"[experiment] sandbox isolation: {Verifier.probe(config.verifier)}", flush=True)
     t0 = time.time()
     run_experiment(config, out, stages=args.stages or STAGES, say=lambda m: print(m, flush=True))
     print(f"[experiment] finished in {time.time() - t0:.0f}s: {out / 'report.html'}", flush=True)
@@ -165,7 +154,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     table = args.experiment_dir / "eval" / "table.md"
     if args.scorer == "evalplus":
         require_evalplus()  # one line saying how to install it, before any model loads
-
         eval_dir = args.experiment_dir / "eval"
         if not eval_dir.is_dir() or not any(r.benchmark in OFFICIAL_DATASET for r in load_results(eval_dir)):
             evaluate_experiment(config, args.experiment_dir, say=say, require_data=True)  # completions first
@@ -185,7 +173,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-
     if importlib.util.find_spec("ray") is None:
         raise UserInputError("sweep needs Ray: pip install -e '.[sweep]' (ray[tune]==2.60.0)")
     spec = make_spec(
@@ -212,7 +199,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_protocol(args: argparse.Namespace) -> int:
     config = _config(args)
-    print(f"[protocol] sandbox isolation: {_isolation(config)}", flush=True)
+    print(f"[protocol] sandbox isolation: {Verifier.probe(config.verifier)}", flush=True)
     run_protocol(
         config, args.out, args.seeds, args.stages or DEFAULT_STAGES, args.window, say=lambda m: print(m, flush=True)
     )
@@ -305,9 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("pilot", cmd_pilot, "a few steps of each candidate setting: band share, teacher wins, cost", False)
     p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: cpu")
-    p.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="for every candidate"
-    )
+    _add_set(p, "for every candidate")
     p.add_argument("--out", type=Path, required=True, help="pilot directory, one experiment per candidate (resumable)")
     p.add_argument("--steps", type=int, default=4, help="steps of each run")
     p.add_argument("--only", nargs="*", default=None, help="candidate names (default: all, in order)")

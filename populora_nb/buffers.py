@@ -5,9 +5,8 @@ azr_ray_trainer.py) holds an 'input' (code_i), an 'output' (code_o) and a 'probl
 a gen_code_i step's valid programs go to 'input' only (`add_input_batch`), a gen_code_o step's to
 'output' only (`add_output_batch`); only the seeds are put in both, before step 1.
 
-AZR keeps the first 16,384 entries and then stops storing, so after about 250 steps its references
-freeze; here a full buffer instead drops its oldest non-seed entry (FIFO), so references keep
-tracking what the population writes now, while the seeds are never evicted. References are drawn
+AZR keeps the first 16,384 entries and then stops storing (its references freeze); here a full buffer
+drops its oldest non-seed entry (FIFO), so references keep tracking what the population writes now. References are drawn
 uniformly (AZR's `gen_data_probabilities_strategy = "uniform"`, `get_gen_code_io_data`), or
 recency-weighted with weight proportional to insertion rank (the newest entry is n times as likely
 as the oldest).
@@ -43,9 +42,7 @@ class TaskBuffer:
     n_added: int = 0
     """Every task ever added, evicted or not (a counter for curves)."""
     n_recent: int = 0
-    """How many of the newest entries the latest batch added (`add_batch`: one step's valid tasks;
-    before the first step, the seeds and whatever else was added one at a time). AZR's
-    `get_recent_additions(key, step, past_epoch_window=1)`: the entries of the previous step."""
+    """How many of the newest entries the latest `add_batch` added: AZR's `get_recent_additions`."""
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -81,13 +78,9 @@ class TaskBuffer:
         return self.tasks[len(self.tasks) - self.n_recent :]
 
     def sample_max_new(self, k: int, rng: random.Random) -> list[Task]:
-        """AZR's solver batch, `CodeIORayPPOTrainer._create_train_code_pred_dataloader` with
-        `pred_data_mix_strategy = "max_new"` (its default and every released self-play script's):
-        up to k of the latest batch's tasks without replacement (`random.sample(new_programs, ...)`),
-        then the rest of the k uniformly without replacement from the whole buffer, the new tasks
-        included (`random.sample(full_dataset, remaining)`), so a new task can be drawn twice.
-        Where AZR would fail (fewer than k entries in all; it asserts its seeds outnumber a batch),
-        this returns fewer than k."""
+        """AZR's solver batch (`_create_train_code_pred_dataloader`, ``pred_data_mix_strategy = "max_new"``):
+        up to k of the latest batch's tasks, then the rest uniformly from the whole buffer, new tasks
+        included (so one can be drawn twice), each without replacement; fewer than k if the buffer is."""
         new = rng.sample(self.recent, min(k, len(self.recent)))
         return new + rng.sample(self.tasks, min(k - len(new), len(self.tasks)))
 
@@ -108,55 +101,30 @@ class TaskBuffer:
         return [self.tasks[i] for i in chosen]
 
     def to_json(self) -> dict:
-        return {
-            "kind": self.kind,
-            "cap": self.cap,
-            "n_seeds": self.n_seeds,
-            "n_added": self.n_added,
-            "n_recent": self.n_recent,
-            "tasks": [task_to_json(t) for t in self.tasks],
-        }
+        counts = {f: getattr(self, f) for f in ("kind", "cap", "n_seeds", "n_added", "n_recent")}
+        return {**counts, "tasks": [task_to_json(t) for t in self.tasks]}
 
     @classmethod
     def from_json(cls, data: dict) -> TaskBuffer:
-        return cls(
-            kind=data["kind"],
-            cap=data["cap"],
-            n_seeds=data["n_seeds"],
-            n_added=data["n_added"],
-            n_recent=data.get("n_recent", 0),  # a checkpoint from before it was kept: no batch is recent
-            tasks=[task_from_json(t) for t in data["tasks"]],
-        )
+        counts = {f: data[f] for f in ("kind", "cap", "n_seeds", "n_added")}
+        # a checkpoint from before n_recent was kept: no batch is recent
+        return cls(**counts, n_recent=data.get("n_recent", 0), tasks=[task_from_json(t) for t in data["tasks"]])
 
 
 def task_to_json(task: Task) -> dict:
-    return {
-        "kind": task.kind,
-        "program": task.program,
-        "inputs": list(task.inputs),
-        "outputs": list(task.outputs),
-        "message": task.message,
-        "meta": task.meta,
-    }
+    return dataclasses.asdict(task) | {"inputs": list(task.inputs), "outputs": list(task.outputs)}
 
 
 def task_from_json(data: dict) -> Task:
-    return Task(
-        kind=data["kind"],
-        program=data["program"],
-        inputs=tuple(data["inputs"]),
-        outputs=tuple(data["outputs"]),
-        message=data.get("message", ""),
-        meta=data.get("meta", {}),
-    )
+    pairs = {"inputs": tuple(data["inputs"]), "outputs": tuple(data["outputs"])}
+    return Task(**{"message": "", "meta": {}, **data, **pairs})
 
 
 def snippet_pool(buffers: Mapping[str, TaskBuffer]) -> TaskBuffer | None:
     """The programs a code_f proposer is shown (one, to write inputs for): the code_o and code_i
-    buffers' programs merged, each program once, as AZR draws them (`_create_train_code_gen_dataloader`:
-    "For code_f we use merged snippets from all datasets", `dataset_manager.get_snippets`). Seeds
-    first, then the written programs alternating between the two buffers oldest first, so
-    ``reference_sampling="recency"`` still weights the newest most. None when neither buffer exists."""
+    buffers' programs merged, each once, as AZR draws them (`dataset_manager.get_snippets`): seeds
+    first, then the written ones alternating oldest first (so recency sampling still favours the
+    newest). None when neither buffer exists."""
     parts = [buffers[k] for k in ("code_o", "code_i") if k in buffers]
     if not parts:
         return None

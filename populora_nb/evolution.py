@@ -18,11 +18,7 @@ import torch
 
 from populora_nb.config import PAPER_OPERATORS, MatchmakingConfig, check_operator_mix
 from populora_nb.lowrank import LoRAFactors
-from populora_nb.operators import (
-    OPERATORS,
-    Operator,
-    arity,
-)
+from populora_nb.operators import OPERATORS, Operator, arity
 
 TRUESKILL_PRIOR = (MatchmakingConfig.mu, MatchmakingConfig.sigma)
 """The rating prior (μ, σ) of `MatchmakingConfig`, the one place it is defined."""
@@ -106,16 +102,12 @@ def plan_replacement(
     """In each role, the `num_replaced` weakest members by μ − kσ are replaced by children of
     parents chosen by tournament among the rest of that role, with operators drawn from `mix`.
 
-    Children younger than `grace_steps` are not replaced (founding members never are in grace, so
-    the first event replaces as any other does). A child starts with an inflated σ
-    (`inherit_rating`), so its μ − kσ is low until its own games shrink σ; judged at the very next
-    event it is the weakest by construction. The
-    config's default grace is two evolution intervals: a child trains and plays through one whole
-    interval, and is first judged at the second event after its birth, when its σ has come down
-    to its peers' (every rollout is a rating game, so a member plays tens of games per interval)
-    and its μ reflects its own play. `newborn_fate` measures that a newborn of equal skill is then
-    culled at the chance rate. Children are named "{role}-s{step}-{j}". Crossover parents come
-    fitter first; a crossover is only drawn when the role has two possible parents.
+    Children younger than `grace_steps` are not replaced (founding members are never in grace).
+    Judged at the very next event a child would be weakest by construction (its σ not yet shrunk by
+    its own games), so the config's default grace is two intervals: first judged at the second event
+    after its birth, a newborn of equal skill is culled at the chance rate (`newborn_fate`).
+    Children are named "{role}-s{step}-{j}". Crossover parents come fitter first; a crossover is
+    only drawn when the role has two possible parents.
     """
     ids = [m.member_id for m in members]
     if len(set(ids)) != len(ids):
@@ -149,8 +141,7 @@ def inherit_rating(
     """A child's starting (μ, σ): its parents' mean μ with the larger parent σ times
     `sigma_inflation`, capped at the prior σ (never less known than a stranger); or the prior itself
     when `from_prior`. The default 1 keeps the parents' σ: an inflated σ makes the child's μ move
-    faster in its first games, so among equals it lands in the bottom tail, and is culled, more
-    often than chance (`newborn_fate`; the numbers are in `EvolutionConfig.sigma_inflation`)."""
+    faster in its first games, so among equals it is culled more often than chance (`newborn_fate`)."""
     if from_prior:
         return prior
     mu = sum(m for m, _ in parents) / len(parents)

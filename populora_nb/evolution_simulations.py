@@ -73,13 +73,11 @@ def newborn_fate(
     sigma_inflation: float = 1.0,
     k: float = 3.0,
 ) -> list[NewbornFate]:
-    """Replacement among members of equal skill, with the real rating rule: every step each teacher
-    plays `tasks_per_step` matches against a randomly matched student (valid with
-    `valid_probability`, each of `rollouts` rollouts solved with `solve_probability`, the same for
-    everyone), rated by `matchmaking.update_ratings`; every `every` steps `plan_replacement` (grace
-    `grace_steps`, default 2 × every) replaces one member per role and the child inherits its
-    parents' rating as `step.evolve` does. Returns, for each child, whether it was replaced at its
-    first eligible event. Among equals that should happen at the chance rate 1 / eligible."""
+    """Replacement among members of equal skill under the real rules: each teacher plays `tasks_per_step`
+    random matches a step (the same validity and solve probabilities for all), rated by `update_ratings`;
+    every `every` steps `plan_replacement` replaces one member per role, the child inheriting as in
+    `step.evolve`. Returns, per child, whether it was replaced at its first eligible event (among
+    equals: the chance rate 1 / eligible)."""
     env = make_trueskill()
     grace = 2 * every if grace_steps is None else grace_steps
     roles = {f"T{i}": "teacher" for i in range(members_per_role)} | {

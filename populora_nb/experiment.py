@@ -41,25 +41,24 @@ STAGES = ("warmup", "baseline", "population", "eval", "analysis", "report")
 
 
 def check_inputs(config: ExperimentConfig, stages: Sequence[str] = STAGES) -> None:
-    """Fail before anything is written on the files a config names that its field checks do not
-    read: the seed tasks (parsed) when a stage trains, and a benchmark data root the user named
-    when a stage evaluates (the default root may be absent: evaluation then notes it and skips)."""
+    """Fail before anything is written on files the config names but its checks do not read: the seed
+    tasks when a stage trains, a benchmark data root the user named when a stage evaluates."""
     if {"warmup", "baseline", "population"} & set(stages):
         load_seed_triplets(config.tasks.seeds_path)
     if "eval" in stages and data_dir_is_set(config.eval.data_dir):
         resolve_data_dir(config.eval.data_dir)
 
 
-def _done(out: Path) -> dict:
-    p = out / "stages.json"
+def done_stages(out: str | Path) -> dict:
+    """The experiment's finished stages as its stages.json records them ({} before the first)."""
+    p = Path(out) / "stages.json"
     return json.loads(p.read_text()) if p.exists() else {}
 
 
 def _mark(out: Path, stage: str, seconds: float, resumed: bool = False) -> None:
-    """Record a finished stage. ``seconds`` is the wall time of the invocation that finished it: a
-    stage resumed from a checkpoint (``"resumed": true``) cost more, and its per-step ``time/step_s``
-    in metrics.jsonl is the cost record that survives kills."""
-    done = _done(out)
+    """Record a finished stage. ``seconds`` is the wall time of the invocation that finished it (a
+    resumed stage cost more: its ``time/step_s`` rows are the cost record that survives kills)."""
+    done = done_stages(out)
     done[stage] = {"seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
     if resumed:
         done[stage]["resumed"] = True
@@ -78,13 +77,13 @@ def run_experiment(
     stages = [s for s in STAGES if s in stages]  # always in the experiment's order
     check_inputs(config, stages)
     trains = {"baseline", "population"} & set(stages)
-    if config.warmup.enabled and trains and "warmup" not in stages and "warmup" not in _done(Path(out)):
+    if config.warmup.enabled and trains and "warmup" not in stages and "warmup" not in done_stages(Path(out)):
         raise UserInputError(
             f"warmup.enabled: the warmup stage must run before {' and '.join(sorted(trains))} (add warmup to --stages)"
         )
     out = RunDir.create(out, config).path  # saves config.yaml, or checks it is this config (with a diff)
     for stage in stages:
-        if stage in _done(out):
+        if stage in done_stages(out):
             say(f"[experiment] {stage}: already complete, skipped")
             continue
         t0 = time.time()
@@ -98,12 +97,12 @@ def run_experiment(
 
 def adopt_warmup(out: str | Path, source: str | Path) -> None:
     """Give the experiment ``out`` the finished warm-up of the experiment ``source`` (a copy of its
-    ``warmup/`` directory) and mark its warmup stage complete, so experiments whose warm-up settings
-    agree share one warm-up (the pilot's candidates, `pilot.run_pilot`). The caller checks they agree."""
+    ``warmup/`` directory) and mark its warmup stage complete (the pilot's candidates share one this
+    way); the caller checks that their warm-up settings agree."""
     out, source = Path(out), Path(source)
-    if "warmup" in _done(out):
+    if "warmup" in done_stages(out):
         return
-    if "warmup" not in _done(source):
+    if "warmup" not in done_stages(source):
         raise UserInputError(f"{source} has no finished warm-up to share (its warmup stage is not complete)")
     shutil.rmtree(out / "warmup", ignore_errors=True)
     shutil.copytree(source / "warmup", out / "warmup")

@@ -18,6 +18,7 @@ population_step: PFSP pairs each teacher with a student → teachers propose (on
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -48,9 +49,8 @@ from populora_nb.tasks import Task
 from populora_nb.tracking import open_tracker
 from populora_nb.verify import Verifier
 
+
 # ---- run --------------------------------------------------------------------------------------------
-
-
 def run(
     config: ExperimentConfig,
     run_dir: str | Path,
@@ -103,13 +103,10 @@ def run(
 
 
 # ---- the loop's pieces ------------------------------------------------------------------------------
-
-
 def progress_bar(config: ExperimentConfig, enabled: bool) -> tqdm:
     """One progress line from the first second: loading, then the running step (0-based, as in the
-    records) and the count of steps done. A text bar, not a widget: in a notebook its last line is
-    still there after the kernel stops, and in an exported or reopened one. On stdout: JupyterLab
-    paints stderr as a pink error box under the cell, which a newcomer reads as a failure."""
+    records) and the steps done. A text bar (it survives the kernel and export), on stdout (JupyterLab
+    paints stderr as an error box)."""
     desc = f"{config.run.agent}: loading the model"
     return tqdm(total=config.run.steps, desc=desc, unit="step", disable=not enabled, file=sys.stdout)
 
@@ -121,8 +118,7 @@ def timed_step(
     state: RunState,
     config: ExperimentConfig,
 ) -> tuple[StepOutcome, dict[str, float]]:
-    """One step (`step.baseline_step` or `step.population_step`) and what it cost: its seconds
-    (``time/step_s``) and peak memory."""
+    """One step (`step.baseline_step` or `step.population_step`) and its seconds (``time/step_s``) and peak memory."""
     reset_peak_memory()
     started = time.perf_counter()
     out = step_fn(policy, verifier, state, config)
@@ -157,8 +153,7 @@ def metric_rows(
 
 
 def record_step(rd: RunDir, step: int, out: StepOutcome, rows: list[dict], config: ExperimentConfig) -> None:
-    """The step's records: every proposal (tasks.jsonl), every member's metrics (metrics.jsonl) and,
-    in the population, every match (matches.jsonl)."""
+    """The step's records: tasks.jsonl, metrics.jsonl and, in the population, matches.jsonl."""
     rd.append("tasks", task_rows(step, out.proposals))
     rd.append("metrics", rows)
     if config.run.agent == "population":
@@ -166,26 +161,15 @@ def record_step(rd: RunDir, step: int, out: StepOutcome, rows: list[dict], confi
 
 
 def match_rows(step: int, out: StepOutcome, threshold: float) -> list[dict]:
-    """One row per match, in proposal order."""
+    """One row per match, in proposal order; ``contested``: the teacher won games on it (the mechanism is live)."""
     return [
-        {
-            "step": step,
-            "teacher": m.teacher,
-            "student": m.student,
-            "kind": p.kind,
-            "valid": m.valid,
-            "rho": m.rho,
-            "rollouts": m.rollouts,
-            # the teacher won games on it (0 < rho < win_threshold): the mechanism is live
-            "contested": contested(m, threshold),
-        }
+        {"step": step, "kind": p.kind, **dataclasses.asdict(m), "contested": contested(m, threshold)}
         for p, m in zip(out.proposals, out.matches)
     ]
 
 
 def evolution_due(step: int, config: ExperimentConfig) -> bool:
-    """Evolution runs after every E-th step of a population run, but not after the last step: its
-    children would never train or play."""
+    """After every E-th step of a population run, but not the last (its children would never train)."""
     ec = config.evolution
     population = config.run.agent == "population" and ec.enabled
     return population and (step + 1) % ec.every == 0 and step + 1 < config.run.steps

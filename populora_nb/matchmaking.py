@@ -15,28 +15,20 @@ one member, against an opponent held fixed):
   solves about half the time).
 * The teacher of a task that teaches nothing (ρ = 0, or ρ ≥ ``threshold`` when it is below 1;
   reward 0) loses k games to a fixed *reference opponent* at the prior, and of an invalid task
-  (reward −1) 2k: the student, who beat or failed a task that was no contest, is not the teacher's
-  opponent there, and two losses inside one pair would drag both down together (a spiral measured in
-  tests/test_matchmaking.py).
+  (reward −1) 2k: the student is not the teacher's opponent on a task that was no contest, and two
+  losses inside one pair would drag both down together.
 * A valid task never attempted (ρ is None) plays no game (``reward_samples`` gives it no reward).
 
 Against identical opponents the teacher's order is then invalid < unsolvable = trivial < contested,
-lower contested ρ better; tests/test_matchmaking.py checks that property, not the rule.
-
-The rule the earlier version used, one game per match won by the teacher only for 0 < ρ <
-threshold and by the student otherwise, rated a student that failed every rollout (ρ = 0) up and
-one that solved a quarter down, and at 2 rollouts with threshold ½ no teacher could ever win.
-``config.reachable_band`` is the config's check that the teacher's band holds a ρ = j/k.
+lower contested ρ better. ``config.reachable_band`` checks that the teacher's band holds a ρ = j/k.
 
 PFSP (AlphaStar, Vinyals et al. 2019) then samples each step's pairing with weight f(p), p the
 rated probability that the teacher beats that student: f_var(p) = p(1 − p) favours near-balanced
 matchups, f_hard(p) = (1 − p)^γ favours students the teacher tends to lose to. The draw is a
-*matching*: every student gets as many teachers as any other (±1), so no student sits out a step
-while another plays two teachers.
+*matching*: every student gets as many teachers as any other (±1).
 
-The ``trueskill`` package does the Bayesian update; every function takes an explicit
-``trueskill.TrueSkill`` environment (``make_trueskill``) and never touches the package's global
-one. Ratings travel as a small frozen ``Rating`` so records and tests need no trueskill objects.
+The ``trueskill`` package does the Bayesian update, always in an explicit ``trueskill.TrueSkill``
+environment (``make_trueskill``); ratings travel as a small frozen ``Rating``.
 """
 
 from __future__ import annotations
@@ -76,12 +68,9 @@ class Match:
     valid: bool
     """The verifier accepted the task; invalid tasks are never shown to the student."""
     rho: float | None = None
-    """The student's solve rate on the task; None when the student never attempted it (always so
-    for an invalid task)."""
+    """The student's solve rate on the task; None when it never attempted it (always for an invalid task)."""
     rollouts: int | None = None
-    """k: the student's rollouts at the task (rho is a multiple of 1/k). An invalid task costs the
-    teacher 2k lost games: its reward -1 lies as far below 0 as 0 below a contested task's best.
-    Needed to rate the match; None only when reading records written before matches carried it."""
+    """k: the student's rollouts at the task (rho is a multiple of 1/k); None only in old records."""
 
     def __post_init__(self) -> None:
         if not self.valid and self.rho is not None:
@@ -121,9 +110,8 @@ def make_trueskill(
     tau: float = MatchmakingConfig.tau,
     draw_probability: float = MatchmakingConfig.draw_probability,
 ) -> trueskill.TrueSkill:
-    """A TrueSkill environment; the defaults are `MatchmakingConfig`'s, the package's one prior: the
-    trueskill package's own, except no draws: every game of ``teacher_games`` and ``student_games`` has
-    a winner (a draw would pull a member towards its opponent's rating whatever its reward)."""
+    """A TrueSkill environment at `MatchmakingConfig`'s prior: trueskill's own, except no draws (every
+    game has a winner; a draw would pull a member towards its opponent whatever its reward)."""
     import trueskill  # where used: stages and the model import this module on machines without it
 
     return trueskill.TrueSkill(mu=mu, sigma=sigma, beta=beta, tau=tau, draw_probability=draw_probability)
@@ -137,9 +125,8 @@ def initial_ratings(members: Sequence[MemberId], env: trueskill.TrueSkill) -> di
 def win_probability(a: Rating, b: Rating, env: trueskill.TrueSkill) -> float:
     """P(a beats b) = Φ((μa − μb) / sqrt(2β² + σa² + σb²)).
 
-    Not part of the trueskill package (its author declined it, sublee/trueskill#1, #17); this is
-    the two-player formula from its documentation, ignoring the draw margin (we allow no draws).
-    Φ is computed with math.erfc: trueskill's built-in cdf is a 1e-8 approximation.
+    The two-player formula from trueskill's documentation (the package has no such function),
+    without a draw margin; Φ via math.erfc (trueskill's cdf is a 1e-8 approximation).
     """
     denom = math.sqrt(2.0 * env.beta**2 + a.sigma**2 + b.sigma**2)
     z = (a.mu - b.mu) / denom
@@ -147,8 +134,7 @@ def win_probability(a: Rating, b: Rating, env: trueskill.TrueSkill) -> float:
 
 
 def reference_rating(env: trueskill.TrueSkill) -> Rating:
-    """The fixed opponent an invalid task is lost to: the prior (mu, sigma), never updated. The
-    prior, not the partner, so an invalid task costs the same whoever the partner was."""
+    """The fixed opponent an invalid task is lost to: the prior, so it costs the same whoever the partner."""
     return Rating(float(env.mu), float(env.sigma))
 
 
@@ -210,16 +196,12 @@ def _spread(j: int, k: int) -> list[bool]:
 
 
 def update_ratings(
-    ratings: Mapping[MemberId, Rating],
-    matches: Sequence[Match],
-    env: trueskill.TrueSkill,
-    threshold: float = 1.0,
+    ratings: Mapping[MemberId, Rating], matches: Sequence[Match], env: trueskill.TrueSkill, threshold: float = 1.0
 ) -> dict[MemberId, Rating]:
     """New ratings after ``matches``; the input mapping is not modified.
 
-    Matches, and the games within one, are applied one at a time in the order given (TrueSkill
-    updates are sequential; the loop passes matches in proposal order: teacher by teacher, task by
-    task). A member no game moved is returned exactly as given.
+    Matches and their games are applied one at a time in the order given (TrueSkill is sequential).
+    A member no game moved is returned exactly as given.
     """
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"threshold is a solve rate and must lie in (0, 1], got {threshold}")
@@ -240,18 +222,15 @@ def update_ratings(
                 current[member] = _rated(current[member], opponent, won=game.won, env=env)
             if games:
                 moved.add(member)
-    # A rating that no game moved is returned as given: trueskill stores a Gaussian as
-    # (pi, tau) = (1/sigma², mu/sigma²), and that round trip alone can change mu in the last bit.
+    # Unmoved ratings as given: trueskill's (pi, tau) round trip alone can change mu in the last bit.
     return {m: Rating(float(current[m].mu), float(current[m].sigma)) if m in moved else r for m, r in ratings.items()}
 
 
 def _rated(
     member: trueskill.Rating, opponent: trueskill.Rating, *, won: bool, env: trueskill.TrueSkill
 ) -> trueskill.Rating:
-    """``member`` after one game against ``opponent``, whose rating this game does not change. The
-    module-level rate_1vs1 with env= is the supported form (the TrueSkill.rate_1vs1 method is
-    deprecated since trueskill 0.4); it takes the winner first. Partial play through trueskill's
-    weights=(1, 0) instead clamps the 0 to 1e-4 and still inflates the held side's sigma by tau."""
+    """``member`` after one game against ``opponent``, whose rating this game does not change
+    (trueskill's weights=(1, 0) would clamp the 0 to 1e-4 and still inflate its sigma)."""
     import trueskill  # where used (see make_trueskill)
 
     if won:
@@ -270,9 +249,8 @@ def pfsp_weights(
     """Sampling probabilities of each student for this teacher (they sum to 1).
 
     weights = (1 − floor) · f(p) / Σ f(p) + floor / n, with p = P(teacher beats student) and
-    f = p(1 − p) ("var") or (1 − p)^gamma ("hard"). The uniform floor keeps every student
-    reachable, so a rating that is wrong can still be corrected by play; if every f(p) is 0 the
-    f part falls back to uniform.
+    f = p(1 − p) ("var") or (1 − p)^gamma ("hard"). The floor keeps every student reachable so a
+    wrong rating can be corrected by play; if every f(p) is 0 the f part is uniform.
     """
     if not students:
         raise ValueError("pfsp_weights needs at least one student")
@@ -304,16 +282,11 @@ def pfsp_pairs(
 ) -> list[tuple[MemberId, MemberId]]:
     """One (teacher, student) pair per teacher, in ``teachers`` order: a PFSP-weighted matching.
 
-    Independent draws per teacher collide: at equal ratings with 4 teachers and 4 students, 91%
-    of steps leave some student without a teacher (1 − 4!/4⁴), so it neither trains on fresh
-    tasks nor gets rated. Instead each student has a capacity: with n_T ≥ n_S teachers, ⌊n_T/n_S⌋
-    each and n_T mod n_S one more (which ones is part of the draw); with fewer teachers than
-    students, one each, so every teacher gets a distinct student. Teachers draw in a random order
-    (so no teacher always picks first) from the students with capacity left, with their
-    ``pfsp_weights`` renormalised over those students. Over many steps, pairs that PFSP weights
-    more are still drawn more; where teachers all prefer the same student ("hard", one strong
-    student), it takes only its share and the rest go to their next choices. Tasks per teacher
-    are the caller's business (one pair, several tasks).
+    Independent draws would leave students without a teacher (at 4 x 4, 1 − 4!/4⁴ of steps), so each
+    student has a capacity: ⌊n_T/n_S⌋ teachers and n_T mod n_S of them one more (drawn); with fewer
+    teachers than students, one each. Teachers draw in a random order from the students with
+    capacity left, their ``pfsp_weights`` renormalised over those, so PFSP's preferred pairs are
+    still drawn more.
     """
     if not students:
         raise ValueError("pfsp_pairs needs at least one student")
@@ -341,8 +314,7 @@ def pfsp_pairs(
 def round_robin_pairs(
     teachers: Sequence[MemberId], students: Sequence[MemberId], step: int
 ) -> list[tuple[MemberId, MemberId]]:
-    """Teacher i plays student (i + step) mod n: over n consecutive steps every pair meets once
-    (for as many teachers as students). The ablation without ratings."""
+    """The ablation without ratings: teacher i plays student (i + step) mod n, so every pair meets in n steps."""
     if not students:
         raise ValueError("round_robin_pairs needs at least one student")
     n = len(students)
@@ -359,30 +331,20 @@ class SolveRateMatrix(NamedTuple):
 
 
 def solve_rate_matrix(
-    matches: Sequence[Match],
-    teachers: Sequence[MemberId] | None = None,
-    students: Sequence[MemberId] | None = None,
+    matches: Sequence[Match], teachers: Sequence[MemberId] | None = None, students: Sequence[MemberId] | None = None
 ) -> SolveRateMatrix:
     """Teacher × student mean ρ over played matches (valid and attempted), for the pairing heatmap.
 
-    Row and column orders are ``teachers`` / ``students`` when given (members that never played
-    keep a NaN row or column), else the order of first appearance in ``matches``.
+    Rows and columns: ``teachers`` / ``students`` when given, else the order of first appearance.
     """
+    rows = list(teachers) if teachers is not None else list(dict.fromkeys(m.teacher for m in matches))
+    cols = list(students) if students is not None else list(dict.fromkeys(m.student for m in matches))
     by_pair: dict[tuple[MemberId, MemberId], list[float]] = defaultdict(list)
-    seen_t: dict[MemberId, None] = {}
-    seen_s: dict[MemberId, None] = {}
     for m in matches:
-        seen_t.setdefault(m.teacher)
-        seen_s.setdefault(m.student)
-        if m.played:
-            assert m.rho is not None  # played implies it
+        if m.played and m.rho is not None:  # played implies rho
             by_pair[(m.teacher, m.student)].append(m.rho)
-    rows = list(teachers) if teachers is not None else list(seen_t)
-    cols = list(students) if students is not None else list(seen_s)
     rho = np.full((len(rows), len(cols)), np.nan)
-    row_of = {t: i for i, t in enumerate(rows)}
-    col_of = {s: j for j, s in enumerate(cols)}
     for (t, s), values in by_pair.items():
-        if t in row_of and s in col_of:
-            rho[row_of[t], col_of[s]] = float(np.mean(values))
+        if t in rows and s in cols:
+            rho[rows.index(t), cols.index(s)] = float(np.mean(values))
     return SolveRateMatrix(rows, cols, rho)

@@ -32,11 +32,8 @@ from populora_nb.lowrank import (
     work_dtype,
 )
 
-# ---------------------------------------------------------------------------------------------
-# Mutations: one parent → child of rank r
-# ---------------------------------------------------------------------------------------------
 
-
+# ---- Mutations: one parent → child of rank r
 def _randn(shape: Sequence[int], generator: torch.Generator, like: Tensor) -> Tensor:
     return torch.randn(tuple(shape), generator=generator, dtype=like.dtype, device=like.device)
 
@@ -59,8 +56,7 @@ def mutation_svd_structured(
         # Only non-empty components rotate: an empty one's U column is 0 and would drain the others.
         skew = (g - g.mT) * alive[:, :, None] * alive[:, None, :] / math.sqrt(2 * r)  # entries ~ N(0, 1/r)
         half_skew = epsilon * rotation_scale * skew / 2
-        # Cayley transform (I − K/2)⁻¹(I + K/2): exactly orthogonal, equal to exp(K) to second order,
-        # and several times cheaper than matrix_exp for a batch of 196 matrices.
+        # Cayley transform (I − K/2)⁻¹(I + K/2): exactly orthogonal, exp(K) to second order, cheaper than matrix_exp.
         rotations.append(torch.linalg.solve(eye - half_skew, eye + half_skew))  # (M, r, r)
     a = a_row_norms(S, svd.gauge[:, None], svd.a_row_rms[:, None])
     t_b = (svd.u_coef @ rotations[0]) * (S / a)[:, None, :]
@@ -113,8 +109,7 @@ def mutation_full_gaussian(parent: LoRAFactors, *, generator: torch.Generator, e
 
 def mutation_neftune(parent: LoRAFactors, *, generator: torch.Generator, alpha: float = 0.5) -> LoRAFactors:
     """M5 (optional in the paper): NEFTune-style uniform noise U(−b, b), b = α/√(r·d_in), on the down
-    factor A only (NEFTune: α/√(L·d) on embeddings; here the r rows of A play the L tokens). The
-    noise std is α/√r times a kaiming-initialised A's std (9% at α = 0.5, r = 32); B is copied."""
+    factor A only (NEFTune: α/√(L·d) on embeddings; here the r rows of A play the L tokens); B is copied."""
     child: LoRAFactors = {}
     for name, (A, B) in parent.items():
         bound = alpha / math.sqrt(A.shape[0] * A.shape[1])
@@ -128,15 +123,10 @@ def copy_parent(parent: LoRAFactors, *, generator: torch.Generator | None = None
     return {name: LoRAPair(A.clone(), B.clone()) for name, (A, B) in parent.items()}
 
 
-# ---------------------------------------------------------------------------------------------
-# Crossovers: two parents → child of rank r. By convention parent_1 is the fitter one.
-# ---------------------------------------------------------------------------------------------
-
-
+# ---- Crossovers: two parents → child of rank r. By convention parent_1 is the fitter one.
 def _merge_to_rank_r(stacked: LoRAFactors, weights: Sequence[float]) -> LoRAFactors:
-    """Best rank-r approximation (Eckart–Young) of Σ w_i ΔW_i of a `stack_parents` stack, re-factored.
-    All modules at once: merging layer by layer (to reuse memory) measured slower here, as the
-    batched r×r work then runs in many small calls."""
+    """Best rank-r approximation (Eckart–Young) of Σ w_i ΔW_i of a `stack_parents` stack, re-factored;
+    all modules at once, so the r×r work runs batched."""
     svd = stacked_svd(stacked, weights)
     r = svd.S.shape[-1] // len(weights)
     S = svd.S[:, :r]
@@ -154,9 +144,8 @@ def linear_0_5(
 
 def _keep_mask(shape: Sequence[int], threshold: int, generator: torch.Generator, like: Tensor) -> Tensor:
     """A {0, 1} mask of `shape` in `like`'s working dtype, each entry 0 with probability threshold/256."""
-    # One random byte per entry, 8 per 64-bit draw: far cheaper than a float uniform draw, which
-    # keeps DARE fast at 7B; the drop rate is therefore quantised to 1/256. The byte → {0, 1}
-    # step runs as float sub + clamp, several times faster here than a compare + masked_fill.
+    # One random byte per entry (8 per 64-bit draw), far cheaper than a float draw at 7B: the drop
+    # rate is quantised to 1/256. Float sub + clamp is faster here than compare + masked_fill.
     numel = math.prod(shape)
     bits = torch.empty(math.ceil(numel / 8), dtype=torch.int64, device=like.device)
     random_bytes = bits.random_(-(2**63), None, generator=generator).view(torch.uint8)[:numel]
@@ -165,8 +154,7 @@ def _keep_mask(shape: Sequence[int], threshold: int, generator: torch.Generator,
 
 
 def _dropped_stack(parents: Sequence[LoRAFactors], threshold: int, generator: torch.Generator) -> LoRAFactors:
-    """`stack_parents` of the parents with DARE's drop applied (no rescale). One mask per stacked
-    factor, multiplied by each parent's block in place: ~25% faster than masking each factor apart."""
+    """`stack_parents` of the parents with DARE's drop applied (no rescale), one mask per stacked factor."""
     stacked: LoRAFactors = {}
     for name in check_parents(parents):
         (r, d_in), d_out = parents[0][name].A.shape, parents[0][name].B.shape[0]
@@ -186,14 +174,11 @@ def crossover_dare(
     the rest by 1/(1−p), then average the two ΔW re-factored to rank r. DARE drops up to 0.9 of a
     full fine-tune's deltas; LoRA factors are far less redundant, hence the lower default.
 
-    The only crossover that moves identical parents: their child is the parent plus drop noise of
-    expected relative size `dare_identical_change(p)` ≈ √(p/(1−p)), 0.50 at p = 0.2; measured 0.51
-    on synthetic_factors (24 modules of 256×256, r = 8) and 0.53 at r = 32, 576×1536. For
-    unrelated parents it adds to their mix in quadrature: 0.80 → 0.92 at p = 0.2, noise 0.45."""
+    The only crossover that moves identical parents: by drop noise of expected relative size
+    `dare_identical_change(p)` ≈ √(p/(1−p)); for unrelated parents it adds to their mix in quadrature."""
     threshold = min(255, round(p * 256))
     scale = 256.0 / (256 - threshold)  # 1/(1 − p) for the quantised p
-    # Both factors carry the 1/(1−p) rescale, so each dropped ΔW carries scale²: folded into the
-    # merge weights instead of another pass over 80M entries.
+    # Both factors carry the 1/(1−p) rescale, so each dropped ΔW carries scale²: folded into the merge weights.
     child = _merge_to_rank_r(_dropped_stack([parent_1, parent_2], threshold, generator), (0.5 * scale**2,) * 2)
     dtype = next(iter(parent_1.values())).A.dtype
     return {name: LoRAPair(A.to(dtype), B.to(dtype)) for name, (A, B) in child.items()}
@@ -227,13 +212,9 @@ def crossover_svd_subspace(
     k = 0 gives ΔW_2. The two parts are orthogonal on both sides, so they are the child's SVD, and
     identical parents give the parent back: the projection leaves exactly its trailing r−k triplets.
 
-    Why the projection: ΔW_2's own top r−k triplets (this operator's first definition) repeat the
-    directions parent_1 already gave and drop the rest, so identical parents moved 0.78 and parents
-    0.02 apart 0.78 (`relative_change`, synthetic_factors: 24 modules of 256×256, r = 8, random
-    k, 5 seeds). ΔW_2's triplets k … r−1 give identical parents back too, but which triplet lands
-    in slot k is unstable where singular values lie close; the projection does not depend on that
-    split. Parents 0.02 apart moved 0.016 (trailing) and 0.014 (projection) at a spectral decay of
-    0.9 per slot, 0.032 and 0.015 at 0.99."""
+    Why the projection: ΔW_2's own top r−k triplets would repeat parent_1's directions (identical
+    parents would move), and ΔW_2's triplets k … r−1 depend on an unstable split where singular
+    values lie close; the projection depends on neither."""
     grams_a, grams_b = stacked_grams([parent_1, parent_2])  # (M, 2r, 2r): blocks [11 12; 21 22]
     M, r = grams_a.shape[0], grams_a.shape[-1] // 2
     dtype, device = work_dtype(parent_1), grams_a.device
@@ -282,22 +263,12 @@ def crossover_extrapolative(
     return _merge_to_rank_r(stack_parents([parent_1, parent_2]), (eta, 1.0 - eta))
 
 
-# ---------------------------------------------------------------------------------------------
-# Registry and test/benchmark adapters
-# ---------------------------------------------------------------------------------------------
-
+# ---- Registry and test/benchmark adapters
 Operator = Callable[..., LoRAFactors]  # (parent[, parent_2], *, generator, hyperparameters…)
 
-# Default strengths, chosen so every mutation moves ΔW by a comparable amount. Measured with
-# `relative_change` (‖ΔW_child − ΔW_parent‖ / ‖ΔW_parent‖) on `synthetic_factors` (24 modules of
-# 256×256, r = 8, 5 seeds): M1 0.17, M2 (ε 0.25) 0.18, M4 (ε 0.15) 0.19, M5 (α 0.5) 0.18. At the
-# earlier defaults M4 moved 0.06 and M2 0.07 while M3 moved 0.51 and X1 DARE at p = 0.5 1.33:
-# mutations that small are copies in practice, and DARE's drop noise swamped the parents it mixes.
-# M3 stays larger (0.36 at ρ = 0.125): it removes whole singular components, and one of r = 8 is
-# its smallest non-zero step. Crossovers are measured against parent 1, so their size is mostly
-# the distance between the parents (linear_0_5: 0.80 for unrelated parents; identical parents give
-# parent 1 back). DARE at p = 0.2 (0.92) adds drop noise of 0.45 in quadrature to that mix, and
-# moves identical parents by 0.51 (expected 0.50, `dare_identical_change`): 2.7 mutation steps.
+# Default strengths are chosen so every mutation moves ΔW by a comparable `relative_change` (~0.18
+# on `synthetic_factors`; smaller ones are copies in practice). M3 moves more: one whole singular
+# component is its smallest step. Crossovers move by about the distance between the parents.
 MUTATIONS: Mapping[str, Operator] = MappingProxyType(
     {
         "svd_structured": mutation_svd_structured,  # M1

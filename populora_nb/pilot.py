@@ -2,10 +2,8 @@
 preset under which the mechanism is live before hours go into seeds.
 
 Both AZR's collapse and PopuLoRA's arms race run on tasks that their matched solver *sometimes*
-solves. The first laptop protocol had almost none (most of the population's valid fresh tasks at
-ρ = 0, no teacher win; docs/methodology.md), so its curves could not show the contrast whatever
-happened. A pilot runs each candidate for ``steps`` steps, baseline and population, on one seed,
-and reads from the records:
+solves; without them the curves cannot show the contrast (docs/methodology.md). A pilot runs each
+candidate for ``steps`` steps, baseline and population, on one seed, and reads from the records:
 
 * the **band share**: valid fresh tasks with 0 < ρ < 1 out of those the matched solver attempted
   (`tasks.jsonl`; the aim: >= 20% in both runs), beside the ρ = 0 share;
@@ -13,11 +11,9 @@ and reads from the records:
   (`analysis.liveness`; the aim: >= 10%);
 * the **cost**: seconds per step of each run, and of the warm-up.
 
-Candidates that share a warm-up setting share one warm-up (`experiment.adopt_warmup`): the first
-candidate to need it runs it, the others copy its directory, so a candidate's rows differ from another's
-only in what the candidate changes. One seed and a few steps give counts, not estimates with intervals:
-the table prints the counts behind every share, and the choice it supports is of a setting for the
-protocol, which then measures with intervals.
+Candidates that share a warm-up setting share one warm-up (`experiment.adopt_warmup`), so their
+rows differ only in what the candidate changes. One seed and a few steps give counts, not estimates:
+the table prints the counts behind every share; the protocol then measures with intervals.
 """
 
 from __future__ import annotations
@@ -33,7 +29,7 @@ from populora_nb.analysis.liveness import liveness, played_tasks, share_interval
 from populora_nb.analysis.new_tasks import new_task_table
 from populora_nb.config import ExperimentConfig, load_config
 from populora_nb.errors import UserInputError
-from populora_nb.experiment import adopt_warmup, run_experiment
+from populora_nb.experiment import adopt_warmup, done_stages, run_experiment
 from populora_nb.records import RunDir
 
 
@@ -45,13 +41,11 @@ class Candidate:
     overrides: Mapping[str, Any]
     why: str
     warmup_from: str | None = None
-    """An earlier candidate whose warm-up this one adopts although its own settings would change the
-    warm-up (fewer references change the warm-up's prompts): the pilot then compares settings of the RL
-    steps from one starting adapter, and says so. None: its own settings decide (`warmup_key`)."""
+    """An earlier candidate whose warm-up this one adopts although its settings would change it, so both
+    start from one adapter; None: its own settings decide (`warmup_key`)."""
 
 
-# The cpu preset's task mix before the pilot chose code_i only; stated, so each candidate stays the setting it
-# was when the preset changes under it (a resumed pilot would otherwise be a different experiment).
+# Each candidate states the settings it varies, so it stays itself if the preset changes under a resumed pilot.
 MIXED = {"tasks.kinds": ["code_o", "code_i"]}
 SOLVER = {**MIXED, "warmup.solver": True}
 COPY_ARMS = {"tasks.n_references": 2, "tasks.reject_repeats": False, "tasks.reject_copies": "none"}
@@ -60,8 +54,6 @@ CANDIDATES: tuple[Candidate, ...] = (
     Candidate("preset", MIXED, "the cpu preset before the pilot: k = 4, code_o + code_i, the proposer warm-up"),
     Candidate("solver-warmup", SOLVER, "a solver warm-up beside the proposer warm-up (solver_warmup.py)"),
     Candidate("k8", {**SOLVER, "rl.rollouts": 8}, "8 rollouts: rho in steps of 1/8, a wider band to land in"),
-    # The two code_i candidates were added after the first pilot (docs/results/cpu-pilot/README.md):
-    # without the solver warm-up, which did not raise the held-out solve rate there.
     Candidate(
         "code_i-only",
         {"tasks.kinds": ["code_i"]},
@@ -82,9 +74,7 @@ CANDIDATES: tuple[Candidate, ...] = (
         {**SOLVER, "population.n_teachers": 2, "population.n_students": 2},
         "a 2T + 2S population: about half the population's cost per step, so more steps for the budget",
     ),
-    # What makes a 135M proposer write new tasks (docs/results/cpu-pilot-new-tasks): the cpu preset (code_i,
-    # K = 2) against rejecting what it copies and against one reference. Each arm states the three settings
-    # it varies, so it stays itself if the preset changes; all four start from the control's warm-up.
+    # What makes a 135M proposer write new tasks (docs/results/cpu-pilot-new-tasks); all four share a warm-up.
     Candidate("control", COPY_ARMS, "the cpu preset: repeats and copies kept, K = 2 references (the K = 2 arm)"),
     Candidate(
         "reject-repeats",
@@ -139,8 +129,7 @@ class RunFacts:
 
 
 def run_facts(run_dir: str | Path) -> RunFacts:
-    """Count one run's band, its teacher wins (a population) and its seconds per step; empty facts
-    for a run that was not made."""
+    """One run's band counts, teacher wins and seconds per step; empty facts for a run not made."""
     if not Path(run_dir).is_dir():
         return RunFacts()
     rd = RunDir(Path(run_dir))
@@ -201,9 +190,8 @@ def run_pilot(
     say: Callable[[str], None] = print,
     runs: Sequence[str] = ("baseline", "population"),
 ) -> list[PilotRow]:
-    """Each candidate as an experiment directory ``out/<name>`` (warm-up, then ``runs``; resumable: a
-    rerun finishes what is missing), then its facts (a run not made reads as empty). ``extra``
-    overrides every candidate (e.g. ``{"run.seed": 1}``)."""
+    """Each candidate as a resumable experiment directory ``out/<name>`` (warm-up, then ``runs``), then
+    its facts (a run not made reads as empty). ``extra`` overrides every candidate."""
     out = Path(out)
     warmups: dict[str, Path] = {}
     names: dict[str, Path] = {}  # candidates that ran (or adopted) a warm-up, by name
@@ -248,9 +236,7 @@ def run_pilot(
 def recorded_seconds(exp: str | Path) -> float:
     """Seconds the experiment's stages took, summed from its stages.json (0 for an adopted warm-up; a
     stage resumed after a kill counts only the invocation that finished it, and is marked so)."""
-    path = Path(exp) / "stages.json"
-    stages = json.loads(path.read_text()) if path.exists() else {}
-    return float(sum(stage.get("seconds", 0.0) for stage in stages.values()))
+    return float(sum(stage.get("seconds", 0.0) for stage in done_stages(exp).values()))
 
 
 def _intervals(f: RunFacts) -> dict[str, list[float] | None]:

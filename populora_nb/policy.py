@@ -70,8 +70,7 @@ class Policy(Protocol):
         ...
 
     def update_members(self, samples: Mapping[str, Sequence[Sample]]) -> dict[str, dict[str, float]]:
-        """One policy-gradient step of each member's adapter on its own samples (all members in one
-        batched pass, or one after another); returns each member's statistics."""
+        """One policy-gradient step of each member's adapter on its own samples; each member's statistics."""
         ...
 
     def save(self, path: Path) -> None: ...

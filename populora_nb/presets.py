@@ -1,10 +1,6 @@
 """The named presets (tiny, smoke, cpu, gpu, paper) as data, and how a tree of config dataclasses
-is built from one.
-
-`populora_nb.config.load_config` is the entry point: a preset, then a YAML file's values, then
-overrides (nested dicts or dotted keys), each value type- and range-checked into the dataclasses
-of `populora_nb.config`, which `build_config` is handed. This module sits below config (it
-imports no part of the package but `errors`), so config imports it at the top.
+is built from one (`populora_nb.config.load_config` is the entry point). Imports only `errors`, so
+config can import it.
 """
 
 from __future__ import annotations
@@ -24,6 +20,26 @@ from populora_nb.errors import ConfigError
 
 TINY_MODEL = "tiny"
 """``model.name`` of the random 2-layer Llama built in memory (`model.random_base`)."""
+
+_LAPTOP: Mapping[str, Any] = {
+    # What smoke and cpu share: a 135M model on a laptop CPU.
+    "model.dtype": "bfloat16",  # this CPU's AMX/AVX-512 BF16: a faster step than fp32 (docs/performance.md)
+    "sampling.temperature": 0.7,  # 135M writes runnable code ~6/20 at 0.7, ~never at 1.0
+    "sampling.propose_max_new_tokens": 72,  # a 135M proposal is a short function + one input
+    "sampling.solve_max_new_tokens": 24,  # an output or input literal
+    # k = 4: three solve rates in the teacher's band; counts matching per-adapter trained tokens (EXPECTED_LENGTHS)
+    "rl.rollouts": 4,
+    "rl.proposals_per_kind": 3,
+    "rl.teacher_proposals_per_kind": 4,
+    "rl.student_tasks_per_kind": 3,
+    "rl.micro_batch": 4,
+    # code_i only: more tasks in 0 < rho < 1 at a lower step cost (docs/results/cpu-pilot). A departure
+    # from AZR's task mix: the arms race on the kind a 135M model can be taught in 40 steps.
+    "tasks.kinds": ["code_i"],
+    "tasks.n_references": 2,  # shorter prompts for a 135M model on CPU
+    "tasks.prompt_style": "short",  # 135M loses the format under AZR's full criteria (docs/methodology.md)
+    "eval.max_new_tokens": 96,
+}
 
 # Presets are short named overrides; each line says why it differs from the defaults.
 PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
@@ -46,77 +62,29 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "eval.max_new_tokens": 16,
         },
         "smoke": {
-            # `make run`'s first experiment, sized to finish in minutes on 2 cores: the `cpu` preset's task set
-            # and per-sample costs (code_i only, bf16, short budgets), without its warm-up, for 3 steps.
-            "model.dtype": "bfloat16",  # this CPU's AMX/AVX-512 BF16: a faster step than fp32 (docs/performance.md)
-            "sampling.temperature": 0.7,  # 135M writes runnable code ~6/20 at 0.7, ~never at 1.0
-            "sampling.propose_max_new_tokens": 72,  # a 135M proposal is a short function + one input (cpu preset)
-            "sampling.solve_max_new_tokens": 24,  # an output or input literal
-            # k = 4 puts three solve rates in the teacher's band. Compute per adapter: the agent trains
-            # on 3 proposals + 3 solver answers, a teacher on its 4 proposals, a student on 3 tasks x 4 rollouts:
-            # the `cpu` preset's counts, compute-matched at its measured lengths (tests/test_compute.py).
-            "rl.rollouts": 4,
-            "rl.proposals_per_kind": 3,
-            "rl.teacher_proposals_per_kind": 4,
-            "rl.student_tasks_per_kind": 3,
-            "rl.micro_batch": 4,
-            # code_i only: cheaper per population step than code_o + code_i and more tasks in 0 < rho < 1
-            # (the pilot, docs/results/cpu-pilot); a departure from AZR's three-kind mix (the `cpu` preset's, flagged).
-            "tasks.kinds": ["code_i"],
-            "tasks.n_references": 2,  # shorter prompts for a 135M model on CPU
-            # 135M loses the format under AZR's full criteria: 23/64 valid tasks with the short proposer prompt,
-            # 2/64 with the full one (docs/methodology.md)
-            "tasks.prompt_style": "short",
+            **_LAPTOP,  # `make run`'s first experiment, minutes on 2 cores: `cpu` without its warm-up, for 3 steps
             "run.steps": 3,
             "run.checkpoint_every": 1,
             "evolution.every": 2,  # one evolution event, after step 1 (children are not judged within 3 steps)
             "probe.every": 2,  # the difficulty probe before training (step 0) and at step 2
-            # 4 fixed prompts per run (one per teacher, all four for the agent), 4 solver samples: the probe's curve
-            # is drawn (two events) at about a third of the probe's cost before, a third of a smoke population step
-            # (docs/results/make-run); a run this short cannot measure difficulty anyway (the report says so).
+            # one prompt per teacher, 4 samples: the curve is drawn cheaply; 3 steps cannot measure difficulty anyway
             "probe.prompts_per_kind": 4,
             "probe.rollouts": 4,
             "eval.limit": 2,  # 10 models (base, baseline, 8 members): eval dominates on CPU
-            # One code benchmark: every model evaluated within make run's minutes; the `cpu` preset adds gsm8k.
-            "eval.benchmarks": ["humanevalplus"],
-            "eval.max_new_tokens": 96,
+            "eval.benchmarks": ["humanevalplus"],  # one code benchmark, every model within make run's minutes
         },
         "cpu": {
-            # A laptop research run: the smoke task set, made cheaper per sample, run longer,
-            # after a shared warm-up. Measured costs in docs/performance.md.
-            "model.dtype": "bfloat16",  # this CPU's AMX/AVX-512 BF16: a faster step than fp32 (docs/performance.md)
-            "sampling.temperature": 0.7,  # as smoke: 135M writes runnable code at 0.7, ~never at 1.0
-            "sampling.propose_max_new_tokens": 72,  # a 135M proposal is a short function + one input
-            "sampling.solve_max_new_tokens": 24,  # an output or input literal
-            # k = 4 for a reachable teacher band; counts that match per-adapter trained tokens at this preset's
-            # measured lengths (tests/test_compute.py); the pilot (docs/results/cpu-pilot) revisits them and their cost.
-            "rl.rollouts": 4,
-            "rl.proposals_per_kind": 3,
-            "rl.teacher_proposals_per_kind": 4,
-            "rl.student_tasks_per_kind": 3,
-            "rl.micro_batch": 4,
-            # The pilot (docs/results/cpu-pilot): code_i only put more played tasks in 0 < rho < 1 than
-            # code_o + code_i at k = 4, at a lower cost per population step, and keeps the counts above
-            # compute-matched; AZR's third kind (code_f) was already out. A departure from AZR's task mix,
-            # flagged as one: the CPU run measures the arms race on the kind a 135M model can be taught in
-            # 40 steps, not AZR's three-kind curriculum.
-            "tasks.kinds": ["code_i"],
-            "tasks.n_references": 2,
-            "tasks.prompt_style": "short",  # as smoke (measured at 96 new tokens; the full prompt ran out of them)
+            **_LAPTOP,  # a laptop research run after a shared warm-up (costs: docs/performance.md)
             "run.steps": 40,
             "run.checkpoint_every": 5,  # resumable: at most 5 steps lost to a kill
             "evolution.every": 10,
-            "probe.every": 10,  # 4 probe events in 40 steps (0-30): equal counts cost the baseline 4x its old probe
-            # 8 prompts per run and event, split across the teachers: the population's count before the split,
-            # now the baseline's too (it answered 2). 16 rollouts: at step 0 (warm-up adapter, 40 valid tasks)
-            # 35% of probe tasks in 0 < rho < 1 against 28% at 8 (docs/results/probe-choice, which also says
-            # what the issue's 40 tasks per run would cost: 56 prompts an event, not adopted for its cost).
+            "probe.every": 10,  # 4 probe events in 40 steps (0-30)
+            # 8 prompts per run and event; 16 rollouts put more probe tasks in 0 < rho < 1 (docs/results/probe-choice)
             "probe.prompts_per_kind": 8,
             "probe.rollouts": 16,
             "warmup.enabled": True,  # rejection-sampling fine-tuning before RL, shared by both runs
             "eval.limit": 4,
             "eval.benchmarks": ["humanevalplus", "gsm8k"],
-            "eval.max_new_tokens": 96,
         },
         "gpu": {
             "model.name": "Qwen/Qwen2.5-Coder-1.5B-Instruct",  # fits 4T+4S with room for rollouts on one GPU
@@ -124,20 +92,17 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "tasks.prompt_format": "r1",  # AZR's <think> block: reasoning length can grow (a paper claim)
             "sampling.propose_max_new_tokens": 2048,  # room for that growth (AZR allows 8096, the paper preset)
             "sampling.solve_max_new_tokens": 2048,
-            # Compute matched per adapter in trained tokens (EXPECTED_LENGTHS): the agent trains on 8 proposals +
-            # 8 solver answers per kind, a teacher on 16 proposals, a student on one rollout of each of >= 16 tasks
-            # (AZR's one response per solver task; all 4 rollouts still give rho), 1.00x each at equal lengths.
+            # Compute matched per adapter in trained tokens (EXPECTED_LENGTHS): a student trains on one rollout
+            # of each of >= 16 tasks (AZR's one response per solver task; all 4 rollouts still give rho).
             "rl.proposals_per_kind": 8,
             "rl.rollouts": 4,
             "rl.teacher_proposals_per_kind": 16,
             "rl.student_tasks_per_kind": 16,
             "rl.student_rollouts_trained": 1,
-            # <= 2 x 6,144 tokens x ~2.7 MB of saved bf16 activations per token (28 layers, no
-            # checkpointing; docs/performance.md) ~ 33 GB, beside ~5 GB fixed; the engine takes the rest
-            # (rollout.gpu_memory_utilization "auto", docs/gpu-memory.md)
+            # activations of 2 x 6,144 tokens fit beside the engine (docs/gpu-memory.md)
             "rl.micro_batch": 2,
             "run.steps": 200,
-            # 20 events; 16 prompts x 3 kinds per run (4 per teacher), generated only: ~5% of a step (estimate)
+            # 20 events; 16 prompts x 3 kinds per run (4 per teacher), generated only
             "probe.every": 10,
             "probe.prompts_per_kind": 16,
             "run.checkpoint_every": 10,
@@ -158,11 +123,10 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
             "rl.teacher_proposals_per_kind": 32,
             "rl.student_tasks_per_kind": 32,
             "rl.student_rollouts_trained": 1,
-            # <= 2 x 14,240 tokens x ~0.4 MB per token (checkpointed layer inputs + one layer's
-            # recompute, 7B bf16) ~ 11 GB, beside ~23 GB fixed; the engine takes the rest (docs/gpu-memory.md)
+            # checkpointed activations of 2 x 14,240 tokens fit beside the engine (docs/gpu-memory.md)
             "rl.micro_batch": 2,
             "run.steps": 500,
-            "probe.every": 20,  # 25 events; generated only, never trained on: a few % of a step (estimate)
+            "probe.every": 20,  # 25 events; generated only, never trained on
             "probe.prompts_per_kind": 32,  # per run: 8 per teacher
             "run.checkpoint_every": 25,
             "model.max_seq_len": 14240,  # AZR: max_prompt_length 6144 + max_response_length 8096
@@ -173,12 +137,9 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
 
 EXPECTED_LENGTHS: Mapping[str, tuple[int, int]] = types.MappingProxyType(
     {
-        # (proposal, answer) completion tokens each preset's per-kind counts were chosen at; tests/test_compute.py
-        # runs every preset's counts at its lengths and requires each role within the ±15% trained-token band.
-        "cpu": (37, 13),  # measured by the first cpu protocol (docs/results/cpu-protocol-before-27)
-        # Stated, not measured: under the r1 format both roles write a <think> block under the same cap, so a
-        # proposal and an answer are expected about as long. Only the ratio matters: the counts stay within
-        # the band while answers are 0.74-1.35x as long as proposals; re-choose them from a GPU run's lengths.
+        # (proposal, answer) completion tokens each preset's per-kind counts were chosen at (tests/test_compute.py)
+        "cpu": (37, 13),  # measured (docs/results/cpu-protocol-before-27)
+        # Stated, not measured: under r1 both roles write a <think> block under the same cap; only the ratio matters.
         "gpu": (600, 600),
         "paper": (1500, 1500),
     }
@@ -234,10 +195,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 # ---- validation machinery -------------------------------------------------------------------
-
-
-# Keys an earlier version wrote into every run's config.yaml that no longer mean anything: read and
-# dropped, so old runs still load (a key that changed meaning is refused instead, e.g. invalid_policy).
+# Keys old run directories' config.yaml hold that no longer mean anything: dropped, so old runs still load.
 RETIRED_KEYS = frozenset({"sampling.seed"})
 
 

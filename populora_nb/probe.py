@@ -1,19 +1,14 @@
 """The fixed difficulty probe: every proposer's tasks scored on one scale.
 
-A run's own solve rate rho mixes two things: how hard the teacher's tasks are and how good the
-matched student has become. A falling rho can mean harder tasks or a weaker student, and the
-baseline's rate (4 proposals a step) moves in steps of 0.25. Neither AZR nor PopuLoRA report a
-measure that separates the two; the paper's claim ("teachers propose harder tasks as students
-improve") is about the first. The probe measures it apart from the second:
+A run's own solve rate rho mixes how hard the teacher's tasks are with how good the matched student
+has become. The paper's claim ("teachers propose harder tasks as students improve") is about the
+first; neither AZR nor PopuLoRA report a measure that separates the two. The probe does:
 
 - **fixed prompts, equal counts**: each run answers the same ``probe.prompts_per_kind`` proposer
   prompts of each kind at every event, their references drawn once from the packaged seed tasks with
-  ``probe.seed`` (not the run's seed and not the run's growing buffers), so the two runs of an
-  experiment and every seed of a protocol are asked the same questions. The prompts are split across
-  the run's proposers (prompt j to proposer j mod n, `probe_askers`): the baseline's agent answers
-  all of them, the population's teachers a share each, so both runs put the same number of tasks to
-  the solver (a population answering every prompt with every teacher had 4x the baseline's tasks, and
-  a mean over the baseline's few tasks was mostly noise);
+  ``probe.seed`` (not the run's seed or buffers), so every run and seed is asked the same questions,
+  split across the run's proposers (prompt j to proposer j mod n, `probe_askers`) so both runs put
+  the same number of tasks to the solver;
 - **seeded sampling**: the same generation seed at every probe event, so two events differ by the
   adapters only (common random numbers);
 - **one frozen solver**: the shared starting adapter (the warm-up adapter when ``lora.warmup`` is
@@ -25,7 +20,7 @@ improve") is about the first. The probe measures it apart from the second:
 What a probe event gives per proposer (`probe_metrics`): the valid rate of its probe answers,
 ``probe/rho`` (the frozen solver's mean solve rate over its valid probe tasks: lower is harder for a
 fixed reader), the share of them in 0 < rho < 1, and the share that are not copies of the shown
-references. Its cost is stated per step (``time/probe_s`` at a probe step; docs/methodology.md).
+references. Its cost is ``time/probe_s`` at a probe step.
 """
 
 from __future__ import annotations
@@ -38,15 +33,7 @@ from populora_nb.buffers import TaskBuffer
 from populora_nb.config import ExperimentConfig
 from populora_nb.copies import known_fingerprints, mark_copies
 from populora_nb.policy import PROBE_SOLVER, Policy
-from populora_nb.stages import (
-    Proposed,
-    SolveJob,
-    propose,
-    solve,
-    solve_rates,
-    validate,
-    worked_examples,
-)
+from populora_nb.stages import Proposed, learnability_jobs, propose, solve, solve_rates, validate, worked_examples
 from populora_nb.step_records import task_rows
 from populora_nb.tasks import Task
 from populora_nb.verify import Verifier
@@ -79,22 +66,17 @@ def run_probe(
     references: dict[str, TaskBuffer],
     config: ExperimentConfig,
 ) -> list[Proposed]:
-    """One probe event: the proposers answer the fixed prompts between them (`probe_askers`; one prompt
-    per asker and kind, so the references are drawn in prompt order whoever answers), the verifier validates, the frozen
-    solver attempts each valid task ``probe.rollouts`` times. Returns the proposals with their rho
-    (the frozen solver's) and copy class (against the shown references and the seeds only, not the
-    run's history: the probe's scale must not depend on what a run wrote before)."""
+    """One probe event: the proposers answer the fixed prompts between them (`probe_askers`), the
+    verifier validates, the frozen solver attempts each valid task ``probe.rollouts`` times. Returns the
+    proposals with their rho and copy class (against the references and seeds only, not the run's
+    history, so the probe's scale does not depend on what a run wrote before)."""
     fixed, pc = fixed_config(config), config.probe
     proposals = propose(policy, probe_askers(proposers, config), references, fixed, 0, 1)
     proposals = validate(verifier, proposals, config.tasks.code_f_inputs)
     seen = known_fingerprints(t for b in references.values() for t in b.tasks)
     proposals = mark_copies(proposals, seen)
     proposals = [dataclasses.replace(p, solver=PROBE_SOLVER) for p in proposals]
-    jobs = [
-        SolveJob(PROBE_SOLVER, p.result, i, pc.rollouts, train=False)
-        for i, p in enumerate(proposals)
-        if isinstance(p.result, Task)
-    ]
+    jobs = learnability_jobs(PROBE_SOLVER, proposals, pc.rollouts)  # rho only, never trained on
     attempts = solve(policy, verifier, jobs, fixed, 0, worked_examples(references))
     return solve_rates(proposals, attempts)
 

@@ -9,8 +9,8 @@ block, shown K reference tasks; a code_f proposer gets one existing program and 
 ```` ```input ```` or ```` ```python ```` blocks.
 
 Two styles of the code_o / code_i proposer prompt (``tasks.prompt_style``): ``azr``, those criteria,
-and ``short``, two sentences for a 135M model, which loses the answer format under the full text
-(measured in the same section). Two prompt formats: ``r1``, AZR's ``User: ... Assistant: <think>``
+and ``short``, two sentences for a 135M model, which loses the answer format under the full text.
+Two prompt formats: ``r1``, AZR's ``User: ... Assistant: <think>``
 with the answer inside the last ``<answer>...</answer>``; and ``chat``, the tokenizer's chat
 template (a 135M instruct model only follows its own template). Parsers return a typed result or a
 `ParseFailure` naming the reason; model text is never evaluated here.
@@ -49,8 +49,6 @@ class ParseFailure:
 
 
 # ---- prompt text --------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Dialogue:
     """A question after worked examples. In the chat format each example is a (user, assistant)
@@ -69,9 +67,8 @@ PROPOSE_TRIPLET = (
 before it (the criteria follow only in the question, so K references do not repeat them K times)."""
 
 SHORT_TRIPLET = PROPOSE_TRIPLET + " Use only the standard library; no randomness, time, files or printing."
-"""The ``short`` style's whole code_o / code_i instruction (the package's earlier prompt):
-SmolLM2-135M writes a valid task for 23/64 of these prompts and 2/64 of the full ones
-(docs/methodology.md, "AZR's proposer and solver criteria")."""
+"""The ``short`` style's whole code_o / code_i instruction; SmolLM2-135M writes valid tasks far more
+often under it than under the full criteria (docs/methodology.md)."""
 
 PROGRAM_RULES = (
     "- Name the entry function f; helper functions may be nested inside f, and classes defined before it.",
@@ -172,8 +169,7 @@ def propose_prompt(
     shown as earlier answers; code_f: ``n_inputs`` inputs and a message for the first reference's program.
 
     ``style`` (``tasks.prompt_style``): "azr" states every criterion of AZR's prompts; "short" keeps
-    the code_o / code_i instruction to two sentences, for a 135M model, which loses the format under
-    the full criteria (measured; docs/methodology.md). code_f was not measured, so it keeps the criteria."""
+    the code_o / code_i instruction to two sentences (module docstring); code_f keeps the criteria."""
     if style not in ("azr", "short"):
         raise ValueError(f"prompt style {style!r}: use 'azr' or 'short'")
     if kind == "code_f":
@@ -209,8 +205,7 @@ def bounded_propose_prompt(
     """`propose_prompt` that fits in ``budget`` tokens (``count``: a prompt's length once rendered and
     tokenised), and the references it shows. A rollout engine rejects a whole batch over one prompt of
     its ``max_model_len`` (vLLM), so prompts fit by construction: code_o / code_i drop their longest
-    reference until the prompt fits (a cut program is no program, so none is truncated; the caller
-    records how many went); code_f takes the first candidate program whose prompt fits. Raises
+    reference until it fits (none is truncated); code_f takes the first candidate that fits. Raises
     `PromptTooLongError` when even no reference (code_f: no candidate) fits."""
     if kind == "code_f":
         lengths = []
@@ -219,12 +214,8 @@ def bounded_propose_prompt(
             lengths.append(count(prompt))
             if lengths[-1] <= budget:
                 return prompt, (ref,)
-        raise _too_long(
-            f"every code_f proposer prompt tried ({len(lengths)})",
-            min(lengths, default=0),
-            budget,
-            "propose_max_new_tokens",
-        )
+        what = f"every code_f proposer prompt tried ({len(lengths)})"
+        raise _too_long(what, min(lengths, default=0), budget, "propose_max_new_tokens")
     kept = list(references)
     while True:
         prompt = propose_prompt(kind, kept, n_inputs, style)
@@ -308,15 +299,11 @@ def render(prompt: str | Dialogue, tokenizer, fmt: PromptFormat) -> str:
 
 
 # ---- parsing --------------------------------------------------------------------------------
-
-
 def _answer_region(text: str, fmt: PromptFormat) -> str | ParseFailure:
-    if fmt == "r1":
-        found = _ANSWER.findall(text)
-        if not found:
-            return ParseFailure("no_answer_tag")
-        return found[-1]
-    return text
+    if fmt != "r1":
+        return text
+    found = _ANSWER.findall(text)
+    return found[-1] if found else ParseFailure("no_answer_tag")
 
 
 def fenced_blocks(text: str) -> list[tuple[str, str]]:

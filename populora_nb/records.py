@@ -9,22 +9,20 @@
     RUN/checkpoints/step_N/manifest.json  sha256 and size of every file in it, and of each record stream
     RUN/checkpoints/latest   the name of the newest complete checkpoint
 
-A copy of a finished run kept for reading (the committed results under docs/results/) may hold a
-stream gzip-compressed as ``STREAM.jsonl.gz`` (`gzip -9n`); it reads the same, and is never appended to.
+A finished run kept for reading may hold a stream as ``STREAM.jsonl.gz``; it reads the same.
 
-Rows are appended as a step finishes. A run killed mid-step leaves rows for steps after its last
-checkpoint (and maybe a torn last line); resuming cuts each stream back to the bytes the checkpoint's
-manifest recorded, so the resumed run rewrites them exactly. The manifest is written last, before
-the atomic rename, so resume can tell a damaged checkpoint or a record stream that lost committed
-rows (`verify_checkpoint`) from a plain kill, and refuses them with a `CorruptRunError` naming the
-file. Every random choice in a step is seeded from (run seed, step, purpose), so a resumed run needs
-no saved RNG state to repeat an uninterrupted one.
+Rows are appended as a step finishes. Resuming cuts each stream back to the bytes the checkpoint's
+manifest recorded (dropping rows of a killed step and a torn last line), so the resumed run rewrites
+them exactly; a damaged checkpoint or a stream that lost committed rows (`verify_checkpoint`) is
+refused with a `CorruptRunError` naming the file. Every random choice in a step is seeded from
+(run seed, step, purpose), so a resumed run needs no saved RNG state.
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
 import math
 import os
@@ -74,7 +72,6 @@ class RunDir:
             raise CorruptRunError(f"{path} does not load ({_one_line(e)})") from None
 
     # ---- row streams ------------------------------------------------------------------------
-
     def stream_file(self, stream: str) -> Path:
         """The file holding ``stream``: ``STREAM.jsonl``, or its compressed copy when only that exists."""
         plain = self.path / f"{stream}.jsonl"
@@ -152,7 +149,6 @@ class RunDir:
         return max((r["step"] for r in rows), default=-1)
 
     # ---- checkpoints --------------------------------------------------------------------------
-
     @property
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
@@ -208,8 +204,7 @@ class RunDir:
         return int(name[5:]), path
 
     def verified_checkpoint(self) -> tuple[int, Path] | None:
-        """`latest_checkpoint` with its files checked against its manifest (for readers of a finished run:
-        the record streams are not checked)."""
+        """`latest_checkpoint` with its files (not the record streams) checked against its manifest."""
         latest = self.latest_checkpoint()
         if latest is not None:
             self.verify_checkpoint(latest[1], records=False)
@@ -240,7 +235,7 @@ class RunDir:
         if records:
             for stream, want in manifest["records"].items():
                 p = self.path / f"{stream}.jsonl"
-                got = _hash_file(p, want["size"]) if p.exists() else _hash_bytes(b"")
+                got = _hash_file(p, want["size"])
                 if got != want:
                     # Rows of committed steps cannot be regenerated without re-running those steps.
                     raise CorruptRunError(
@@ -251,10 +246,7 @@ class RunDir:
         return manifest
 
     def _stream_hashes(self) -> dict[str, dict]:
-        return {
-            s: _hash_file(self.path / f"{s}.jsonl") if (self.path / f"{s}.jsonl").exists() else _hash_bytes(b"")
-            for s in STREAMS
-        }
+        return {s: _hash_file(self.path / f"{s}.jsonl") for s in STREAMS}
 
 
 def _file_hashes(root: Path) -> dict[str, dict]:
@@ -262,9 +254,9 @@ def _file_hashes(root: Path) -> dict[str, dict]:
 
 
 def _hash_file(path: Path, limit: int | None = None) -> dict:
-    """sha256, size and line count of a file's first ``limit`` bytes (all of it by default)."""
+    """sha256, size and line count of a file's first ``limit`` bytes (all of it by default; none if absent)."""
     h, size, rows = hashlib.sha256(), 0, 0
-    with open(path, "rb") as fh:
+    with open(path, "rb") if path.exists() else io.BytesIO() as fh:
         while limit is None or size < limit:
             chunk = fh.read(1 << 20 if limit is None else min(1 << 20, limit - size))
             if not chunk:
@@ -273,10 +265,6 @@ def _hash_file(path: Path, limit: int | None = None) -> dict:
             size += len(chunk)
             rows += chunk.count(b"\n")
     return {"sha256": h.hexdigest(), "size": size, "rows": rows}
-
-
-def _hash_bytes(data: bytes) -> dict:
-    return {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "rows": data.count(b"\n")}
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -17,6 +17,7 @@ trained on) and linear_0_5 (the mean ΔW of both parents) are the controls.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -26,6 +27,7 @@ from typing import Literal
 import torch
 from tqdm.auto import tqdm
 
+import populora_nb.stages as stages
 from populora_nb.buffers import TaskBuffer
 from populora_nb.checkpoints import load_run
 from populora_nb.config import ExperimentConfig
@@ -37,19 +39,7 @@ from populora_nb.model.policy import LoRAPolicy
 from populora_nb.operators import OPERATORS, Operator, arity
 from populora_nb.policy import Sample
 from populora_nb.rewards import teacher_reward
-from populora_nb.stages import (
-    Attempt,
-    SolveJob,
-    propose,
-    reward_samples,
-    rng_for,
-    solve,
-    solve_jobs,
-    solve_rates,
-    update,
-    validate,
-    worked_examples,
-)
+from populora_nb.stages import Attempt, SolveJob, rng_for
 from populora_nb.state import RunState, initial_state
 from populora_nb.tasks import Task
 from populora_nb.verify import Verifier
@@ -112,7 +102,7 @@ def fittest(roster: Mapping[str, str], ratings: Mapping[str, Rating], role: str,
 
 
 def _solve_config(config: ExperimentConfig, rollouts: int, seed: int) -> ExperimentConfig:
-    # solve_jobs() reads k from config.rl.rollouts; solve() seeds generation from config.run.seed.
+    # stages.solve_jobs() reads k from config.rl.rollouts; stages.solve() seeds generation from config.run.seed.
     return dataclasses.replace(
         config, rl=dataclasses.replace(config.rl, rollouts=rollouts), run=dataclasses.replace(config.run, seed=seed)
     )
@@ -134,7 +124,7 @@ def _retrain(
         samples = samples_at(step)
         scores.append(_mean([s.reward for s in samples]))
         if step < num_steps:
-            update(policy, samples, [member])
+            stages.update(policy, samples, [member])
     return scores
 
 
@@ -150,17 +140,14 @@ def student_train_and_score(
     seed: int = 0,
     examples: Mapping[str, Task] | None = None,
 ) -> TrainAndScore:
-    """`train_and_score(child, n)` for `retention_curves`: install the child in `member`'s slot
-    (fresh AdamW, as a newborn gets in the loop; the slot's old weights are overwritten), then n + 1
-    times solve `tasks_per_step` tasks drawn from `pool` with `rollouts` samples each and score the
-    mean student reward; the first n of these rollouts each drive one update. Value t is thus the
-    reward after t updates, and value 0 is the child as born."""
+    """`train_and_score(child, n)` for a student child in `member`'s slot (`_retrain`): each
+    step solves `tasks_per_step` tasks drawn from `pool`, `rollouts` each; score: the mean student reward."""
     cfg = _solve_config(config, rollouts, seed)
 
     def samples_at(step: int) -> list[Sample]:
         jobs = [SolveJob(member, task, None, rollouts) for task in draw_tasks(pool, tasks_per_step, seed, step)]
-        attempts: list[Attempt] = solve(policy, verifier, jobs, cfg, step, dict(examples or {}))
-        return reward_samples([], attempts, teacher_reward, config.rl.advantage_scale)
+        attempts: list[Attempt] = stages.solve(policy, verifier, jobs, cfg, step, dict(examples or {}))
+        return stages.reward_samples([], attempts, teacher_reward, config.rl.advantage_scale)
 
     return lambda child, num_steps: _retrain(policy, member, child, num_steps, samples_at)
 
@@ -177,22 +164,21 @@ def teacher_train_and_score(
     seed: int = 0,
 ) -> TrainAndScore:
     """`train_and_score(child, n)` for a teacher child in `member`'s slot: each step it proposes
-    `rl.teacher_proposals` tasks of each kind (references drawn from the fixed `buffers`, which do
-    not grow), `student` solves the valid ones with `rollouts` samples and is never updated, and
-    the child gets the PopuLoRA teacher reward. Score: the mean teacher reward of the step."""
+    `rl.teacher_proposals` tasks per kind (references from the fixed `buffers`), the never-updated
+    `student` solves them; score: the mean PopuLoRA teacher reward."""
     cfg = _solve_config(config, rollouts, seed)
     fixed = dict(buffers)
-    examples = worked_examples(fixed)
+    examples = stages.worked_examples(fixed)
     n_inputs = config.tasks.code_f_inputs
 
     def samples_at(step: int) -> list[Sample]:
-        proposals = propose(policy, [member], fixed, cfg, step, config.rl.teacher_proposals)
-        proposals = validate(verifier, proposals, n_inputs)
+        proposals = stages.propose(policy, [member], fixed, cfg, step, config.rl.teacher_proposals)
+        proposals = stages.validate(verifier, proposals, n_inputs)
         # No buffers for top-ups: only the child's own tasks are solved, and the student does not learn.
-        jobs = solve_jobs({student: list(range(len(proposals)))}, proposals, {}, cfg, step, quota=0)
-        attempts = solve(policy, verifier, jobs, cfg, step, examples)
-        proposals = solve_rates(proposals, attempts)
-        samples = reward_samples(proposals, attempts, teacher_reward, config.rl.advantage_scale)
+        jobs = stages.solve_jobs({student: list(range(len(proposals)))}, proposals, {}, cfg, step, quota=0)
+        attempts = stages.solve(policy, verifier, jobs, cfg, step, examples)
+        proposals = stages.solve_rates(proposals, attempts)
+        samples = stages.reward_samples(proposals, attempts, teacher_reward, config.rl.advantage_scale)
         return [s for s in samples if s.member == member]
 
     return lambda child, num_steps: _retrain(policy, member, child, num_steps, samples_at)
@@ -201,14 +187,12 @@ def teacher_train_and_score(
 def load_population(
     config: ExperimentConfig, run_dir: str | Path | None, verifier: Verifier, base: Base | None = None
 ) -> tuple[LoRAPolicy, RunState]:
-    """The population and state of `run_dir`'s latest checkpoint, or a fresh population on the seed
-    buffers when `run_dir` is None."""
+    """The population and state of `run_dir`'s latest checkpoint, or a fresh one when `run_dir` is None."""
     if run_dir is None:
         state = initial_state(config, verifier)
         return LoRAPolicy.create(config, list(state.roster.items()), base=base), state
     loaded = load_run(run_dir, config, base=base)
-    policy, state = loaded.policy, loaded.state
-    return policy, state
+    return loaded.policy, loaded.state
 
 
 def run_retention(
@@ -228,17 +212,13 @@ def run_retention(
 ) -> dict[str, list[float]]:
     """Retention curves of `operators` for the trained population in `run_dir` (its latest
     checkpoint; None: a fresh population). The parent is `member` or the fittest member of `role`
-    by μ − kσ (k = evolution.fitness_k); crossovers take the next fittest as second parent. The
-    child trains in the parent's slot. A run without members of `role` (the AZR baseline) uses its
-    single agent as parent and partner. `config` gives the model, sampling and verifier settings
-    (use the run's own: `RunDir(run_dir).load_config()`). Defaults: `tasks_per_step` = a student's
-    tasks per loop step (rl.student_tasks × kinds), `rollouts` = rl.rollouts.
+    by μ − kσ (k = evolution.fitness_k), the next fittest the second parent of crossovers; the AZR
+    baseline uses its single agent as both. The child trains in the parent's slot under `config` (the
+    run's own). Defaults: `tasks_per_step` = rl.student_tasks × kinds, `rollouts` = rl.rollouts.
     Returns operator name → n_steps + 1 scores."""
-    own_verifier = verifier is None
-    if verifier is None:
-        verifier = Verifier.from_config(config.verifier)
-        verifier.start()
-    try:
+    with contextlib.ExitStack() as owned:  # a verifier this call started is closed however it ends
+        if verifier is None:
+            verifier = owned.enter_context(Verifier.from_config(config.verifier))
         policy, state = load_population(config, run_dir, verifier, base)
         ranked = fittest(state.roster, state.ratings, role, config.evolution.fitness_k) or list(state.roster)
         parent = member or ranked[0]
@@ -256,7 +236,7 @@ def run_retention(
                 tasks_per_step=per_step,
                 rollouts=n_rollouts,
                 seed=seed,
-                examples=worked_examples(state.buffers),
+                examples=stages.worked_examples(state.buffers),
             )
         else:
             opponent = (fittest(state.roster, state.ratings, "student", config.evolution.fitness_k) or [parent])[0]
@@ -273,9 +253,6 @@ def run_retention(
             operators=operators,
             seed=seed,
         )
-    finally:
-        if own_verifier:
-            verifier.close()
 
 
 def _with_progress(train_and_score: TrainAndScore, total: int) -> TrainAndScore:

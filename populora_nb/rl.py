@@ -7,11 +7,8 @@ separately in each group, ``A = (r − mean_group) / (std_group + eps)``. AZR gr
 PPO's ratio clipping (several epochs over one batch) and a k3 KL penalty to a reference policy
 (off by default, as in AZR).
 
-Nothing here touches a model: inputs are tensors of log-probabilities, outputs a loss and a dict of
-floats for logging. ``completion_logprobs`` turns logits into those log-probabilities at the
-temperature the completions were sampled at, so every log-prob is of the policy that sampled;
-``completion_logprobs_from_hidden`` does the same from the final hidden states and the output
-layer, a chunk of rows at a time, so the (tokens × vocabulary) logits are never held whole.
+Nothing here touches a model: inputs are tensors of log-probabilities (``completion_logprobs``, at
+the sampling temperature), outputs a loss and a dict of floats for logging.
 """
 
 from __future__ import annotations
@@ -34,25 +31,17 @@ def trr_plus_plus_advantages(
 ) -> torch.Tensor:
     """Whiten scalar rewards within each group: ``(r − mean) / (std + eps)``. Returns (B,) float32.
 
-    One advantage per completion (per-sequence), broadcast by the loss to all its tokens. This is
-    AZR's TRR++: the reward is one scalar per response, so whitening the scalars gives each
-    response equal weight in the group statistics. (verl's REINFORCE++ whitens token-level returns
-    instead, which weights every response by its length; with outcome-only rewards that only
-    shifts the statistics towards long responses, so we do not copy it.)
-
-    ``std`` is the population standard deviation (divide by n), so a whitened group has mean 0
-    and std exactly 1 up to ``eps``; verl's ``masked_whiten`` uses the unbiased estimate, which
-    differs by a factor sqrt(n / (n − 1)) — a learning-rate rescale, not a change of direction.
+    One advantage per completion, broadcast by the loss to all its tokens: AZR's TRR++ whitens the
+    scalar rewards, so each response weighs the same in the group statistics (verl's token-level
+    whitening would weight responses by length). ``std`` divides by n (verl's unbiased estimate
+    differs by sqrt(n / (n − 1)), a learning-rate rescale).
 
     ``scale_keys`` (one per reward, e.g. ``(member, role)``) keep the group's mean as the baseline
     but divide by one scale per scale key: the root mean square of the centred rewards over all its
-    samples, as REINFORCE++'s global normalisation does over a whole batch. A group of 2 whitened
-    on its own is ±1 whatever its gap, so a validity gap (−1 vs 0) and a difficulty gap (0 vs 0.5)
-    teach the same amount; over a member's whole role batch their sizes survive.
+    samples, as REINFORCE++'s global normalisation does, so a validity gap (−1 vs 0) stays larger
+    than a difficulty gap (0 vs 0.5) where a group of 2 on its own is ±1 whatever its gap.
 
-    Degenerate groups get advantage 0: a group of size 1 has no baseline to compare with (its
-    sample would otherwise get 0 / eps), and a group whose rewards are all equal carries no
-    preference between its samples.
+    Degenerate groups (size 1: no baseline; all rewards equal: no preference) get advantage 0.
     """
     r = torch.as_tensor(rewards, dtype=torch.float64).flatten()
     if r.numel() != len(group_keys):
@@ -111,13 +100,8 @@ def _check_loss_inputs(
         raise ValueError(f"logprobs must be (B, T), got shape {shape}")
     if advantages.shape != logprobs.shape[:1]:
         raise ValueError(f"advantages must be (B,) = {shape[:1]}, got {tuple(advantages.shape)}")
-    named = (
-        ("completion_mask", completion_mask),
-        ("old_logprobs", old_logprobs),
-        ("ref_logprobs", ref_logprobs),
-        ("entropy", entropy),
-    )
-    for name, other in named:
+    named = {"completion_mask": completion_mask, "old_logprobs": old_logprobs, "ref_logprobs": ref_logprobs}
+    for name, other in {**named, "entropy": entropy}.items():
         if other is not None and other.shape != logprobs.shape:
             raise ValueError(f"{name} {tuple(other.shape)} must match logprobs {shape}")
 
@@ -143,20 +127,14 @@ def policy_gradient_loss(
         pg = −min(ratio · A, clip(ratio, 1 − epsilon, 1 + epsilon) · A)        (PPO-clip)
         kl = exp(ref − logp) − (ref − logp) − 1                               (k3, ≥ 0)
         loss = agg(pg) + kl_coef · agg(kl)
-    Without ``old_logprobs`` the batch is on-policy: logp_old = logp.detach(), the ratio is 1
-    and the gradient is plain REINFORCE, −A ∇logp. With them, the caller runs several epochs on
-    one batch and clipping stops the gradient of tokens that moved past the trust region in the
-    direction the advantage favours.
+    Without ``old_logprobs`` the batch is on-policy (ratio 1, plain REINFORCE −A ∇logp); with them
+    (several epochs on one batch) clipping stops tokens that moved past the trust region.
 
-    ``aggregation`` defaults to "token_mean" (every completion token of the batch weighs the same;
-    verl's default loss_agg_mode, which AZR trains with); "sequence_mean" averages each
-    completion first, so long and short completions weigh the same.
-
-    ``entropy`` (per-token entropy of the current policy, e.g. ``completion_entropy``) is only
-    logged. Stats keys: ``loss/total``, ``loss/pg``, ``loss/kl`` (when ``ref_logprobs`` is given),
-    ``policy/clip_frac``, ``policy/approx_kl`` and ``policy/ratio_max`` (when ``old_logprobs``
-    is given), ``policy/entropy`` (when ``entropy`` is given), ``policy/advantage_mean``,
-    ``policy/n_tokens``.
+    ``aggregation``: "token_mean" (every token weighs the same; verl's default, which AZR trains
+    with) or "sequence_mean" (each completion averaged first). ``entropy`` is only logged.
+    Stats keys: ``loss/total``, ``loss/pg``, ``loss/kl`` (with ``ref_logprobs``), ``policy/clip_frac``,
+    ``policy/approx_kl``, ``policy/ratio_max`` (with ``old_logprobs``), ``policy/entropy`` (with
+    ``entropy``), ``policy/advantage_mean``, ``policy/n_tokens``.
     """
     _check_loss_inputs(logprobs, completion_mask, advantages, old_logprobs, ref_logprobs, entropy)
     if not 0.0 < epsilon < 1.0:
@@ -236,18 +214,8 @@ def _completion_positions(
 def logprob_temperature(temperature: float) -> float:
     """The temperature log-probs are taken at for completions sampled at ``temperature``.
 
-    The policy being optimised is the one that sampled: softmax(logits / T). Scoring at T = 1
-    while sampling at T = 0.7 would make "old" and "new" log-probs, the PPO ratio and the KL
-    describe a different, flatter policy than the one whose samples earned the advantages. TRL's
-    GRPOTrainer (``_get_per_token_logps``) and veRL's actor likewise divide the logits by the
-    rollout temperature before the log-softmax.
-
-    Temperature 0 (greedy) returns 1.0: greedy decoding is not a stochastic policy (its
-    distribution is a point mass on the argmax, log-prob 0 and no gradient for every sampled
-    token), so there is no sampling distribution to match and we score under the model's own,
-    untempered distribution rather than divide by zero. TRL and veRL likewise never score at
-    T = 0: training log-probs use the temperature of sampled rollouts, greedy decoding serves
-    evaluation.
+    The policy optimised is the one that sampled, softmax(logits / T), as in TRL's GRPOTrainer and
+    veRL's actor. Greedy (0) is no stochastic policy, so it scores at 1.0 rather than divide by zero.
     """
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature}")
@@ -255,8 +223,7 @@ def logprob_temperature(temperature: float) -> float:
 
 
 CHUNK_ROWS = 64
-"""Rows per log-prob chunk: at Qwen's 152k vocabulary one (64, V) float32 buffer is 39 MB, and a chunk
-makes about five; the head's weight is read once per chunk, a small cost beside the backbone's."""
+"""Rows per log-prob chunk: bounds the (rows, V) float32 buffers a chunk makes at a large vocabulary."""
 
 
 def completion_logprobs(
@@ -273,17 +240,9 @@ def completion_logprobs(
     the one the completions were *sampled* at, so old, new and reference log-probs are those of the
     policy that sampled (``logprob_temperature``: 0, greedy, scores at 1).
 
-    With top_p < 1 the sampler draws from a truncated, renormalised distribution; these are still
-    log-probs of the temperature-scaled *untruncated* distribution, as in TRL and veRL. The two
-    agree at top_p = 1, the default, which no preset changes.
-
-    Only the N completion rows of ``logits`` are gathered and normalised: the log-softmax costs
-    (N, V) instead of (B, T, V), which matters when prompts are long and the vocabulary is 49k+
-    (DESIGN: "log-probs only on completion tokens"), and those rows go ``chunk_rows`` at a time
-    (``token_logprobs``), so no (N, V) float32 copy is made or kept for the backward pass. The rows
-    are upcast to float32 so bf16 logits do not lose the small differences the ratio depends on.
-    Gradients flow to ``logits``. Given the hidden states instead of the logits,
-    ``completion_logprobs_from_hidden`` also leaves out the (B, L, V) logits themselves.
+    With top_p < 1 these are still log-probs of the untruncated distribution, as in TRL and veRL.
+    Only the N completion rows are normalised, ``chunk_rows`` at a time in float32 (``token_logprobs``),
+    so no (B, T, V) or (N, V) float32 copy is kept. Gradients flow to ``logits``.
     """
     b, t, row = _completion_positions(logits, input_ids, completion_mask)
     token_logp = token_logprobs(logits[b, row], input_ids[b, t], temperature, chunk_rows=chunk_rows)  # (N,)
@@ -302,10 +261,8 @@ def completion_logprobs_from_hidden(
 
     ``hidden`` (B, L, D) are the last L positions' final hidden states and ``head`` the output layer
     that maps them to logits (an LM's ``lm_head``). Only the N completion rows go through ``head``,
-    ``chunk_rows`` at a time with activation checkpointing, so what a scored token keeps for the
-    backward pass is its D hidden values, not V logits: the memory per scored token no longer grows
-    with the vocabulary (benchmarks/bench_logprobs.py measures it).
-    Gradients flow to ``hidden`` (and to ``head``'s weights if they require one)."""
+    ``chunk_rows`` at a time with activation checkpointing, so a scored token keeps D hidden values
+    for the backward pass, not V logits. Gradients flow to ``hidden`` (and ``head``'s weights)."""
     b, t, row = _completion_positions(hidden, input_ids, completion_mask)
     token_logp = token_logprobs(hidden[b, row], input_ids[b, t], temperature, head=head, chunk_rows=chunk_rows)
     return _place(token_logp, b, t, input_ids.shape)
@@ -321,12 +278,9 @@ def token_logprobs(
     """``log softmax(head(rows) / T)[taken]`` row by row: (N,) float32 from ``rows`` (N, D), ``taken`` (N,).
 
     ``head`` maps rows to logits (None: ``rows`` are the logits). The rows go ``chunk_rows`` at a
-    time, and while a gradient is recorded each chunk runs under non-reentrant activation
-    checkpointing: its (chunk, V) float32 logits are freed once the chunk's log-probs are out and
-    recomputed chunk by chunk in the backward pass, so only ``rows`` themselves are kept. Every row's
-    value is the unchunked one (the reductions run along V, row by row). A single chunk is not
-    checkpointed: what it keeps is bounded by the chunk anyway, and the first checkpoint of a process
-    costs seconds (torch imports its compiler stack for it)."""
+    time, each (while a gradient is recorded) under non-reentrant activation checkpointing, so its
+    (chunk, V) logits are recomputed in the backward rather than kept; values equal the unchunked
+    ones. A single chunk is not checkpointed (bounded anyway; a first checkpoint costs seconds)."""
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
     t = logprob_temperature(temperature)
@@ -358,10 +312,8 @@ def completion_entropy(
     temperature: float = 1.0,
     chunk_rows: int = CHUNK_ROWS,
 ) -> torch.Tensor:
-    """Entropy of the next-token distribution that produced each completion token, at the sampling
-    ``temperature`` (as ``completion_logprobs``); (B, T), 0 elsewhere. For logging only: computed
-    without gradient, same positions as ``completion_logprobs``, ``chunk_rows`` rows at a time so the
-    (N, V) log-softmax is never whole."""
+    """Entropy of the next-token distribution at each completion token, at the sampling ``temperature``;
+    (B, T), 0 elsewhere. For logging: no gradient, ``chunk_rows`` rows at a time."""
     with torch.no_grad():
         b, t, row = _completion_positions(logits, input_ids, completion_mask)
         scale = logprob_temperature(temperature)

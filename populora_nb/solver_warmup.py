@@ -1,11 +1,10 @@
 """The solver warm-up: rejection-sampling fine-tuning on the model's own verified solutions, beside
 the proposer warm-up (`populora_nb.warmup`), so that students start able to solve some tasks.
 
-Why: the learning signal that both AZR's collapse and PopuLoRA's arms race run on is a
-task its matched solver *sometimes* solves (0 < ρ < 1). In the first laptop protocol most of the
-population's valid fresh tasks had ρ = 0 (docs/methodology.md): the 135M solver almost never solved
-anything, so teachers had nothing to win and students nothing to learn from. The proposer warm-up raises the valid-task
-rate the same way; this raises the solve rate.
+Why: both AZR's collapse and PopuLoRA's arms race run on tasks the matched solver *sometimes* solves
+(0 < ρ < 1); a 135M solver that solves almost nothing leaves teachers nothing to win and students
+nothing to learn from (docs/methodology.md). The proposer warm-up raises the valid-task rate; this
+raises the solve rate.
 
 What it does, with the warm-up adapter after its proposer fine-tuning: every training task (the
 accepted proposals the proposer warm-up collected, and the collection half's seeds) is attempted
@@ -77,11 +76,8 @@ def attempt(
     """``warmup.solver_samples`` attempts at every task by ``member``, each prompt showing its kind's
     worked example (``examples``, as `stages.worked_examples` gives RL's), judged by the verifier.
 
-    Generated in chunks of at most ``warmup.batch`` rows, as the proposer warm-up's rounds are: the
-    native decoder's memory grows with the rows of one call (about 67 MB a row at a 438-token prompt
-    on the cpu preset), and the ~500 rows of a cpu warm-up's training tasks in one call took 24 GB
-    and were killed. Chunk i samples with seed step + i, so the before/after measurements, which pass
-    the same tasks and step, draw the same numbers."""
+    Generated in chunks of at most ``warmup.batch`` rows, as the native decoder's memory grows with the
+    rows of one call; chunk i samples with seed step + i, so before/after draw the same numbers."""
     samples = config.warmup.solver_samples
     per_chunk = max(1, config.warmup.batch // samples)
     attempts: list[Attempt] = []

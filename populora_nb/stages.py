@@ -43,14 +43,11 @@ from populora_nb.rl import trr_plus_plus_advantages
 from populora_nb.tasks import Task
 from populora_nb.verify import Invalid, Proposal, Verifier
 
+
 # ---- plain data passed between stages -------------------------------------------------------------
-
-
 @dataclass
 class Proposed:
-    """One proposal of a step: who wrote it, the rendered prompt and the completion, the parsed
-    task's verdict (`result`: a Task, an Invalid with its reason, or a ParseFailure), the matched
-    solver and its solve rate rho (None until solved, and for an invalid task)."""
+    """One proposal of a step: who wrote it, prompt and completion, the verdict, the matched solver and rho."""
 
     proposer: str
     kind: str
@@ -64,14 +61,11 @@ class Proposed:
     rho: float | None = None
     token_ids: TokenIds | None = None
     references: tuple[str, ...] = ()
-    """The reference programs its prompt showed (code_o / code_i; a code_f prompt shows a program to
-    write inputs for, not inputs), so a copy of one can be told apart (`copies.mark_copies`)."""
+    """The reference programs its code_o / code_i prompt showed, so a copy of one can be told apart."""
     references_dropped: int = 0
-    """References drawn but left out so the prompt fits ``config.propose_prompt_budget`` (code_f: 1
-    when the drawn program was too long and a shorter one of the buffer was shown instead)."""
+    """References drawn but left out so the prompt fits (code_f: 1 when a shorter program was shown)."""
     copy: str | None = None
-    """For a valid task: "new", "reference" (a shown reference's program) or "earlier" (a seed's, a
-    warm-up example's or an earlier proposal's of the run); see `populora_nb.copies`."""
+    """For a valid task: "new", "reference" or "earlier" (`populora_nb.copies`)."""
     repeat: bool | None = None
     """For a valid task: the same program and input as a task met before in the run (`copies.is_repeat`)."""
 
@@ -116,8 +110,7 @@ class Attempt:
 
 @dataclass
 class StepOutcome:
-    """What one step made: its proposals, attempts, learning samples, per-member update statistics
-    and stage timings. The loop turns it into records (`member_metrics`, `task_rows`)."""
+    """What one step made (proposals, attempts, samples, update statistics, timings), for the records."""
 
     proposals: list[Proposed] = field(default_factory=list)
     attempts: list[Attempt] = field(default_factory=list)
@@ -138,8 +131,6 @@ def seed_for(seed: int, step: int, purpose: str) -> int:
 
 
 # ---- stages ---------------------------------------------------------------------------------------
-
-
 def propose(
     policy: Policy,
     proposers: Sequence[str],
@@ -207,19 +198,14 @@ def propose(
 
 
 def token_counter(tokenizer: Any, fmt: str) -> Callable[[Any], int]:
-    """A prompt's length in tokens as the policy will see it: rendered, then tokenised as
-    `model.policy` tokenises it (no special tokens added)."""
+    """A prompt's length in tokens as the policy sees it: rendered, tokenised without special tokens."""
     return lambda prompt: len(tokenizer(render(prompt, tokenizer, fmt), add_special_tokens=False)["input_ids"])  # type: ignore[arg-type]
 
 
 def validate(verifier: Verifier, proposals: Sequence[Proposed], code_f_inputs: int) -> list[Proposed]:
-    """The proposals with their verdicts (``result``): a Task, an Invalid(reason), or the
-    ParseFailure itself; ``parsed`` is kept as it was. New objects: the inputs are not changed.
-
-    A code_f task must have exactly the ``code_f_inputs`` inputs its prompt asked for (AZR: 10, half
-    shown, half hidden); the verifier has already rejected repeated inputs."""
+    """New proposals with their verdicts (``result``): a Task, an Invalid(reason), or the ParseFailure
+    itself. A code_f task must have exactly the ``code_f_inputs`` inputs its prompt asked for."""
     todo = [p for p in proposals if not isinstance(p.parsed, ParseFailure)]
-    # the verifier applies the count rule too (verify.rules.wrong_input_count), so it lives in one place
     verdicts = iter(verifier.validate_many([p.parsed for p in todo], code_f_inputs=code_f_inputs))  # type: ignore[misc]
     out = []
     for p in proposals:
@@ -239,10 +225,9 @@ def solve_jobs(
     quota: int,
     trained_rollouts: int | None = None,
 ) -> list[SolveJob]:
-    """PopuLoRA's student batch: k rollouts of every valid task proposed to each solver, topped up
-    from the buffers to ``quota`` tasks of each kind per solver (compute matching: a population
-    student's `rl.student_tasks`, the `own_rollouts` baseline's own `proposals_per_kind`), all
-    trained on: ``trained_rollouts`` of each (a student's `rl.student_rollouts_trained`; all k when None)."""
+    """PopuLoRA's student batch: k rollouts of every valid task proposed to each solver, topped up from
+    the buffers to ``quota`` tasks of each kind per solver (compute matching), ``trained_rollouts`` of
+    each trained on (None: all k)."""
     rng = rng_for(config.run.seed, step, "topup")
     k, r = config.rl.rollouts, trained_rollouts
     jobs: list[SolveJob] = []
@@ -267,13 +252,9 @@ def learnability_jobs(solver: str, proposals: list[Proposed], rollouts: int) -> 
 
 
 def buffer_jobs(solver: str, buffers: dict[str, TaskBuffer], config: ExperimentConfig, step: int) -> list[SolveJob]:
-    """AZR's solver batch: `proposals_per_kind` tasks of each kind from the buffer as it stood
-    before this step's proposals, one response each, trained on (AZR: n = 1 response per solver
-    prompt, REINFORCE++ across the batch). As AZR's `fit` builds it at the top of each step with
-    `_create_train_code_pred_dataloader` (`pred_data_mix_strategy = "max_new"`,
-    `past_epoch_window = 1`): every task of that kind the previous step validated comes first,
-    the rest is drawn uniformly from the whole buffer (`TaskBuffer.sample_max_new`). So the solver
-    trains mostly on what the proposer just wrote: all of it when every proposal was valid."""
+    """AZR's solver batch: `proposals_per_kind` tasks of each kind from the buffer as it stood before
+    this step's proposals (`TaskBuffer.sample_max_new`: the previous step's valid tasks first), one
+    response each, trained on (AZR: n = 1 response per solver prompt, REINFORCE++ across the batch)."""
     rng = rng_for(config.run.seed, step, "solver_batch")
     return [
         SolveJob(solver, t, None, 1)
@@ -400,9 +381,7 @@ def update(policy: Policy, samples: list[Sample], members: Sequence[str]) -> dic
 
 
 def grow_buffers(buffers: dict[str, TaskBuffer], proposals: Sequence[Proposed]) -> None:
-    """Add this step's valid tasks to the run's buffers, in place (the buffers are the run's state):
-    each kind's to its own buffer only, as one batch (the next step's solver batch starts from it,
-    `buffer_jobs`). AZR keeps the kinds apart: `_compute_batch` adds a gen_code_i step's valid
-    programs with `add_input_batch` and a gen_code_o step's with `add_output_batch`, never both."""
+    """Add this step's valid tasks to the run's buffers, in place: each kind's to its own buffer only,
+    as one batch (the next step's solver batch starts from it), as AZR keeps the kinds apart (`buffers`)."""
     for kind, buffer in buffers.items():
         buffer.add_batch([p.result for p in proposals if p.kind == kind and isinstance(p.result, Task)])

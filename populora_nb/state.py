@@ -61,14 +61,8 @@ class RunState:
         buffers = {k: TaskBuffer.from_json(b) for k, b in d["buffers"].items()}
         # A checkpoint written before copies were classed: the buffers hold what the run had met.
         seen = set(d["seen"]) if "seen" in d else known_fingerprints(t for b in buffers.values() for t in b.tasks)
-        return cls(
-            step=d["step"],
-            roster=dict(d["roster"]),
-            born=d["born"],
-            buffers=buffers,
-            ratings={m: Rating(mu, sigma) for m, (mu, sigma) in d["ratings"].items()},
-            seen=seen,
-        )
+        ratings = {m: Rating(mu, sigma) for m, (mu, sigma) in d["ratings"].items()}
+        return cls(d["step"], dict(d["roster"]), buffers, ratings, born=d["born"], seen=seen)
 
 
 def trueskill_env(config: ExperimentConfig) -> trueskill.TrueSkill:
@@ -78,9 +72,7 @@ def trueskill_env(config: ExperimentConfig) -> trueskill.TrueSkill:
     return _trueskill_env(mc.mu, mc.sigma, mc.beta, mc.tau, mc.draw_probability)
 
 
-@functools.lru_cache(maxsize=16)  # the env is immutable parameters; caching only avoids rebuilding it
-def _trueskill_env(mu: float, sigma: float, beta: float, tau: float, draw: float) -> trueskill.TrueSkill:
-    return make_trueskill(mu, sigma, beta, tau, draw)
+_trueskill_env = functools.lru_cache(maxsize=16)(make_trueskill)  # immutable parameters: cached, never rebuilt
 
 
 def roster_for(config: ExperimentConfig) -> dict[str, str]:

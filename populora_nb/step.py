@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+import populora_nb.stages as stages
 from populora_nb.config import ExperimentConfig
 from populora_nb.copies import mark_copies
 from populora_nb.evolution import MemberRating, OperatorMix, apply_operator, inherit_rating, plan_replacement
@@ -26,24 +27,7 @@ from populora_nb.lowrank import relative_change
 from populora_nb.matchmaking import Match, Rating, pfsp_pairs, round_robin_pairs, update_ratings, win_probability
 from populora_nb.policy import Policy, Sample
 from populora_nb.rewards import azr_proposer_reward, teacher_reward
-from populora_nb.stages import (
-    Attempt,
-    Proposed,
-    StepOutcome,
-    buffer_jobs,
-    grow_buffers,
-    learnability_jobs,
-    propose,
-    reward_samples,
-    rng_for,
-    seed_for,
-    solve,
-    solve_jobs,
-    solve_rates,
-    update,
-    validate,
-    worked_examples,
-)
+from populora_nb.stages import Attempt, Proposed, StepOutcome, rng_for, seed_for
 from populora_nb.state import RunState, trueskill_env
 from populora_nb.step_records import Timer
 from populora_nb.tasks import Task
@@ -52,9 +36,8 @@ from populora_nb.verify import Verifier
 
 @dataclass
 class Step:
-    """One step of ``state`` (AZR's agent when ``config.run.agent == "baseline"``, else the
-    population), run stage by stage. Each method runs one stage, keeps its product on the object
-    and returns it; `run` calls them all in order. ``out`` is what the loop records."""
+    """One step of ``state`` (AZR's agent or the population), stage by stage: each method runs one stage,
+    keeps its product and returns it; `run` calls them in order. ``out`` is what the loop records."""
 
     policy: Policy
     verifier: Verifier
@@ -76,9 +59,8 @@ class Step:
 
     @classmethod
     def by_hand(cls, policy: Policy, verifier: Verifier, state: RunState, config: ExperimentConfig) -> Step:
-        """A step on a deep copy of ``state``: the buffers, ratings and roster it changes are the
-        copy's, so the run's own state (and its run directory, which a step never writes) is left
-        as it was. ``policy`` is updated in place: pass one the run does not go on with."""
+        """A step on a deep copy of ``state``, so the run's own state is left as it was; ``policy`` is
+        updated in place: pass one the run does not go on with."""
         return cls(policy, verifier, copy.deepcopy(state), config)
 
     def run(self) -> StepOutcome:
@@ -96,7 +78,6 @@ class Step:
         return self.out
 
     # ---- the stages ----------------------------------------------------------------------------
-
     def pair(self) -> dict[str, str]:
         """PFSP's matching of teachers to students on the current ratings (`pair`), with the win
         probability of every teacher × student pair that weighted it."""
@@ -115,9 +96,9 @@ class Step:
         with Timer(self.out.timings, "propose_s"):
             if self.population:
                 teachers, per_kind = self.state.teachers, c.rl.teacher_proposals
-                proposals = propose(self.policy, teachers, self.state.buffers, c, step, per_kind)
+                proposals = stages.propose(self.policy, teachers, self.state.buffers, c, step, per_kind)
             else:
-                proposals = propose(self.policy, ["agent"], self.state.buffers, c, step)
+                proposals = stages.propose(self.policy, ["agent"], self.state.buffers, c, step)
         # the solver is known before anything is solved: the matched student, or the agent itself
         solver = self.partner.get if self.population else (lambda _: "agent")
         self.out.proposals = [dataclasses.replace(p, solver=solver(p.proposer)) for p in proposals]
@@ -126,7 +107,7 @@ class Step:
     def validate(self) -> list[Proposed]:
         """The verifier's verdict on every proposal (a Task, or the reason it is invalid), and its copy class."""
         with Timer(self.out.timings, "validate_s"):
-            valid = validate(self.verifier, self.out.proposals, self.config.tasks.code_f_inputs)
+            valid = stages.validate(self.verifier, self.out.proposals, self.config.tasks.code_f_inputs)
             tasks = self.config.tasks
             self.out.proposals = mark_copies(valid, self.state.seen, tasks.reject_copies, tasks.reject_repeats)
         return self.out.proposals
@@ -140,31 +121,30 @@ class Step:
                 for i, p in enumerate(self.out.proposals):
                     assignments[self.partner[p.proposer]].append(i)
                 quota, trained = c.rl.student_tasks, c.rl.student_rollouts_trained
-                jobs = solve_jobs(assignments, self.out.proposals, buffers, c, step, quota, trained)
+                jobs = stages.solve_jobs(assignments, self.out.proposals, buffers, c, step, quota, trained)
             elif c.run.baseline_solver == "azr":
                 # AZR: k learnability rollouts per valid proposal set rho (not trained on); the solver
                 # learns from its own batch of buffer tasks, one response each.
-                jobs = learnability_jobs("agent", self.out.proposals, c.rl.rollouts)
-                jobs += buffer_jobs("agent", buffers, c, step)
+                jobs = stages.learnability_jobs("agent", self.out.proposals, c.rl.rollouts)
+                jobs += stages.buffer_jobs("agent", buffers, c, step)
             else:  # "own_rollouts": the solver trains on the rollouts that measured its own proposals
                 mine = {"agent": list(range(len(self.out.proposals)))}
-                jobs = solve_jobs(mine, self.out.proposals, buffers, c, step, c.rl.proposals_per_kind)
-            self.out.attempts = solve(self.policy, self.verifier, jobs, c, step, worked_examples(buffers))
-            self.out.proposals = solve_rates(self.out.proposals, self.out.attempts)
+                jobs = stages.solve_jobs(mine, self.out.proposals, buffers, c, step, c.rl.proposals_per_kind)
+            self.out.attempts = stages.solve(self.policy, self.verifier, jobs, c, step, stages.worked_examples(buffers))
+            self.out.proposals = stages.solve_rates(self.out.proposals, self.out.attempts)
         return self.out.attempts
 
     def reward(self) -> list[Sample]:
         """Every proposal's and trained rollout's reward, and its TRR++ advantage within its group."""
         proposer_reward = teacher_reward if self.population else azr_proposer_reward
-        self.out.samples = reward_samples(
-            self.out.proposals, self.out.attempts, proposer_reward, self.config.rl.advantage_scale
-        )
+        scale = self.config.rl.advantage_scale
+        self.out.samples = stages.reward_samples(self.out.proposals, self.out.attempts, proposer_reward, scale)
         return self.out.samples
 
     def update(self) -> dict[str, dict[str, float]]:
         """One policy-gradient update of each member on its own samples; each member's statistics."""
         with Timer(self.out.timings, "update_s"):
-            self.out.update_stats = update(self.policy, self.out.samples, list(self.state.roster))
+            self.out.update_stats = stages.update(self.policy, self.out.samples, list(self.state.roster))
         with Timer(self.out.timings, "sync_s"):
             sync_engine(self.policy)
         return self.out.update_stats
@@ -180,7 +160,7 @@ class Step:
 
     def grow(self) -> None:
         """This step's valid tasks join the buffers."""
-        grow_buffers(self.state.buffers, self.out.proposals)
+        stages.grow_buffers(self.state.buffers, self.out.proposals)
 
     def evolve(self) -> list[dict]:
         """The evolution event the loop runs every E steps (`evolve`), run now; its lineage rows."""
@@ -189,8 +169,6 @@ class Step:
 
 
 # ---- the loop's steps and the pieces they share ---------------------------------------------------
-
-
 def baseline_step(policy: Policy, verifier: Verifier, state: RunState, config: ExperimentConfig) -> StepOutcome:
     """One step of AZR's single agent (module docstring); updates the agent and grows the buffers."""
     return Step(policy, verifier, state, config).run()
@@ -216,17 +194,9 @@ def pair(state: RunState, config: ExperimentConfig) -> dict[str, str]:
     if mc.mode == "round_robin":
         pairs = round_robin_pairs(state.teachers, state.students, state.step)
     else:
-        env = trueskill_env(config)
-        pairs = pfsp_pairs(
-            state.teachers,
-            state.students,
-            state.ratings,
-            env,
-            rng_for(config.run.seed, state.step, "pfsp"),
-            weighting="var" if mc.mode == "pfsp_var" else "hard",
-            gamma=mc.gamma,
-            floor=mc.floor,
-        )
+        env, rng = trueskill_env(config), rng_for(config.run.seed, state.step, "pfsp")
+        weighting = "var" if mc.mode == "pfsp_var" else "hard"
+        pairs = pfsp_pairs(state.teachers, state.students, state.ratings, env, rng, weighting, mc.gamma, mc.floor)
     return dict(pairs)
 
 
@@ -264,15 +234,8 @@ def evolve(policy: Policy, state: RunState, config: ExperimentConfig) -> list[di
         # How far the operator moved the child from each parent, ‖ΔW_c − ΔW_p‖ / ‖ΔW_p‖: a mutation
         # that barely moves is a copy, one that moves by more than 100% is a restart.
         moved = [relative_change(p, child) for p in parents]
-        policy.replace(
-            birth.replaced,
-            birth.child,
-            child,
-            birth.parents,
-            birth.operator,
-            step + 1,
-            inherit_optimizer_from=birth.parents[0] if ec.inherit_optimizer else None,
-        )
+        adam = birth.parents[0] if ec.inherit_optimizer else None
+        policy.replace(birth.replaced, birth.child, child, birth.parents, birth.operator, step + 1, adam)
         mu, sigma = inherit_rating(
             [(state.ratings[p].mu, state.ratings[p].sigma) for p in birth.parents],
             sigma_inflation=ec.sigma_inflation,

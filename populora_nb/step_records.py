@@ -39,11 +39,9 @@ def task_rows(step: int, proposals: Sequence[Proposed]) -> list[dict]:
         if isinstance(r, Task):
             row.update(task_to_json(r), valid=True, reason=None)
             row.pop("meta", None)
-        elif isinstance(r, Invalid):
-            row.update(program="", inputs=[], outputs=[], message="", valid=False, reason=r.reason)
         else:
-            why = r.reason if r is not None else "not_validated"
-            row.update(program="", inputs=[], outputs=[], message="", valid=False, reason=f"parse:{why}")
+            why = r.reason if isinstance(r, Invalid) else f"parse:{r.reason if r is not None else 'not_validated'}"
+            row.update(program="", inputs=[], outputs=[], message="", valid=False, reason=why)
         if isinstance(r, Invalid) and isinstance(p.parsed, Proposal):
             row["program"] = p.parsed.program  # what the teacher wrote, for reading why it was rejected
         rows.append(row)
@@ -79,10 +77,8 @@ def member_metrics(member: str, role: str, outcome: StepOutcome, kinds: Sequence
         row["lengths/propose_chars"] = sum(len(p.completion) for p in mine) / len(mine)
     attempts = [a for a in outcome.attempts if a.solver == member]
     if attempts:
-        # The headline solve rates are over fresh tasks (proposed this step, matched to this solver):
-        # the rho the teacher reward and the curriculum story are about. Buffer tasks (PopuLoRA's
-        # top-ups, AZR's solver batch, seeds such as the identity) are easier and older; they are
-        # recorded apart under buffer_* so they can never masquerade as the fresh curve.
+        # Headline solve rates are over fresh tasks (the rho the teacher reward is about); buffer tasks
+        # (top-ups, AZR's solver batch, seeds) are easier and older, recorded apart under buffer_*.
         row["student/n_attempts"] = len(attempts)
         row["student/malformed_rate"] = _rate(attempts, "malformed")
         for prefix, subset in (
@@ -113,9 +109,8 @@ def _rate(attempts: Sequence[Attempt], status: str) -> float:
 def token_counts(outcome: StepOutcome, tokenizer) -> dict[str, dict[str, float]]:
     """Per member, the step's compute in completion tokens: ``compute/generated_tokens`` (its
     proposals and every rollout it sampled, trained on or not) and ``compute/trained_tokens`` (the
-    completions of its samples, when its update ran). The paper matches compute per adapter: each
-    population member spends about what the single agent does, so the population's total is about
-    n_T times the baseline's; these counts let the report measure that instead of assuming it."""
+    completions of its samples, when its update ran): the paper matches compute per adapter, and
+    these counts let the report measure that instead of assuming it."""
     counts: dict[str, dict[str, float]] = {}
 
     def add(member: str, key: str, text: str, token_ids: TokenIds | None) -> None:
@@ -175,10 +170,9 @@ def peak_memory_gb() -> dict[str, float]:
 
 
 def memory_mark(stage: str) -> dict[str, float | str]:
-    """The peak reserved and the free memory now, in GB, named by ``stage`` (the doctor's stage
-    boundaries). CUDA: the trainer allocator's peak reservation since `reset_peak_memory` (what it
-    keeps from a vLLM engine until emptied) and the card's free memory (the engine's share counted);
-    CPU: the process's peak RSS since then and the host's available RAM."""
+    """The peak reserved and the free memory now, in GB, named by ``stage``: on CUDA the trainer
+    allocator's peak since `reset_peak_memory` and the card's free memory; on CPU the peak RSS and
+    available RAM."""
     import psutil
 
     torch = sys.modules.get("torch")
@@ -190,8 +184,6 @@ def memory_mark(stage: str) -> dict[str, float | str]:
 
 
 # ---- the one line a step leaves behind -----------------------------------------------------------
-
-
 def _mean(rows: Sequence[dict], key: str, role: str | None = None) -> float | None:
     vals = [r[key] for r in rows if r.get(key) is not None and (role is None or r.get("role") == role)]
     return sum(vals) / len(vals) if vals else None

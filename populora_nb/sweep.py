@@ -10,16 +10,9 @@ command on a laptop, a GPU node or a Ray cluster.
     SWEEP/sweep.json          the sweep's specification (grid, seeds, stages, resources)
     SWEEP/tune/               Ray Tune's own state (restored when the same sweep is rerun)
 
-Fault tolerance is Tune's: a trial that fails or whose worker dies is retried up to
-``max_failures`` times, and the retry resumes its experiment directory from the latest verified
-checkpoint (completed stages are skipped). Rerunning the same sweep restores Tune's state; a changed
-grid starts fresh Tune trials, and the points already complete finish in seconds.
-
-Ray is an optional extra (``pip install -e ".[sweep]"``): this module imports it only inside the
-functions that run a sweep.
-
-Long because a sweep is one concept end to end (grid, trial, Tune launch, aggregation); each part
-is short and the seams between them are Ray's, best read in one place.
+Fault tolerance is Tune's: a failed trial is retried up to ``max_failures`` times and resumes its
+experiment directory from the latest verified checkpoint. Ray is an optional extra (``[sweep]``),
+imported only inside the functions that run a sweep.
 """
 
 from __future__ import annotations
@@ -39,14 +32,11 @@ from typing import Any
 from populora_nb.analysis.protocol import HEADLINE, compare, comparison_table, run_series, write_seed_report
 from populora_nb.config import load_config
 from populora_nb.errors import UserInputError
-from populora_nb.experiment import STAGES, run_experiment
+from populora_nb.experiment import STAGES, done_stages, run_experiment
 from populora_nb.presets import PRESETS, parse_override
 
-# What one trial asks Ray for, per preset. CPU presets: torch threads = the trial's CPUs (2 threads
-# beat 1 on this machine's cores, DESIGN.md), so a smoke trial takes both cores of a
-# 2-core machine and tiny trials (a few seconds of model time each) run two at a time. GPU presets:
-# one GPU per trial (the whole population shares one base model on it, docs/scaling.md), plus CPUs
-# for the verifier's sandbox workers.
+# What one trial asks Ray for, per preset: on CPU, torch threads = the trial's CPUs (DESIGN.md); on GPU,
+# one GPU per trial (the population shares one base model on it), plus CPUs for the sandbox workers.
 PRESET_RESOURCES: Mapping[str, Mapping[str, float]] = {
     "tiny": {"cpu": 1},
     "smoke": {"cpu": 2},
@@ -59,9 +49,8 @@ PROGRESS_METRICS: Mapping[str, str] = {"valid": "teacher/valid_rate", "solve_rat
 
 @dataclass(frozen=True)
 class CrashOnce:
-    """Test hook: the trial of (point, seed) exits the process (``os._exit(1)``, like a killed
-    worker) right after the baseline stage logs its first step (after that step's checkpoint), once:
-    a marker file keeps the retry alive."""
+    """Test hook: the trial of (point, seed) exits (``os._exit(1)``, like a killed worker) after the
+    baseline's first logged step, once (a marker file keeps the retry alive)."""
 
     point: str
     seed: int
@@ -93,8 +82,6 @@ class SweepSpec:
 
 
 # ---- the grid ---------------------------------------------------------------------------------------
-
-
 def _slug(value: Any) -> str:
     text = json.dumps(value, separators=(",", ":")) if not isinstance(value, str) else value
     return re.sub(r"[^A-Za-z0-9._+-]+", "-", text).strip("-") or "empty"
@@ -109,12 +96,8 @@ def point_name(overrides: Mapping[str, Any]) -> str:
 
 def grid_points(grid: Mapping[str, Sequence[Any]]) -> dict[str, dict[str, Any]]:
     """The Cartesian product of ``{dotted key: [values]}``, by name, in a stable order."""
-    keys = list(grid)
-    points = {}
-    for values in itertools.product(*(grid[k] for k in keys)):
-        overrides = dict(zip(keys, values))
-        points[point_name(overrides)] = overrides
-    return points
+    points = (dict(zip(grid, values)) for values in itertools.product(*grid.values()))
+    return {point_name(p): p for p in points}
 
 
 def parse_grid(texts: Sequence[str]) -> dict[str, list[Any]]:
@@ -153,11 +136,8 @@ def make_spec(
         raise UserInputError(f"unknown stages {unknown}; stages are {', '.join(STAGES)}")
     if not seeds or len(set(seeds)) != len(seeds):
         raise UserInputError(f"--seeds {list(seeds)}: give distinct seeds, e.g. --seeds 0 1 2")
-    resources = dict(PRESET_RESOURCES.get(preset, {"cpu": 1}))
-    if cpus_per_trial is not None:
-        resources["cpu"] = cpus_per_trial
-    if gpus_per_trial is not None:
-        resources["gpu"] = gpus_per_trial
+    given = {"cpu": cpus_per_trial, "gpu": gpus_per_trial}
+    resources = {**PRESET_RESOURCES.get(preset, {"cpu": 1}), **{k: v for k, v in given.items() if v is not None}}
     spec = SweepSpec(
         out=str(Path(out).absolute()),
         preset=preset,
@@ -175,8 +155,6 @@ def make_spec(
 
 
 # ---- one trial --------------------------------------------------------------------------------------
-
-
 def _progress(experiment: Path, stage: str) -> dict[str, float]:
     """The training stage's last logged step and the progress metrics' means over members then."""
     run_dir = experiment / stage
@@ -230,8 +208,6 @@ def trial(params: Mapping[str, Any], spec: SweepSpec) -> None:
 
 
 # ---- the sweep --------------------------------------------------------------------------------------
-
-
 def _reporter(spec: SweepSpec):
     """A compact table: trial state, grid point, seed, stage, step and the headline metric; in a
     notebook it redraws in place (Tune's JupyterNotebookReporter)."""
@@ -239,18 +215,10 @@ def _reporter(spec: SweepSpec):
     from ray.widgets.util import in_notebook
 
     metrics = {"stage": "stage", "step": "step", "valid": "valid", "solve_rate": "solve ρ"}
-    params = {"point": "point", "seed": "seed"}
+    columns = {"metric_columns": metrics, "parameter_columns": {"point": "point", "seed": "seed"}}
     if in_notebook():
-        return tune.JupyterNotebookReporter(
-            overwrite=True,
-            metric_columns=metrics,
-            parameter_columns=params,
-            max_column_length=60,
-            max_report_frequency=5,
-        )
-    return tune.CLIReporter(
-        metric_columns=metrics, parameter_columns=params, max_column_length=60, max_report_frequency=30
-    )
+        return tune.JupyterNotebookReporter(overwrite=True, max_column_length=60, max_report_frequency=5, **columns)
+    return tune.CLIReporter(max_column_length=60, max_report_frequency=30, **columns)
 
 
 def run_sweep(
@@ -263,9 +231,8 @@ def run_sweep(
     say: Callable[[str], None] = print,
 ) -> Path:
     """Run every trial of ``spec`` not yet complete as a Ray Tune trial, then write the sweep
-    report; returns its path. ``address``: an existing Ray cluster (``auto`` or ``ray://host:10001``);
-    without it a local Ray is started (``num_cpus``/``num_gpus`` cap it) and shut down after. A Ray
-    already initialised in this process (a notebook, a test) is used as is."""
+    report; returns its path. ``address``: an existing Ray cluster; without it a local Ray is started
+    (``num_cpus``/``num_gpus`` cap it) and shut down after, unless one is already initialised."""
     import ray
     from ray import tune
 
@@ -348,23 +315,15 @@ def _spec_key(spec: SweepSpec) -> str:
 
 
 # ---- the report -------------------------------------------------------------------------------------
-
-
-def _done_stages(spec: SweepSpec, point: str, seed: int) -> dict:
-    path = spec.experiment_dir(point, seed) / "stages.json"
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
 def _complete(spec: SweepSpec, point: str, seed: int) -> bool:
-    return set(spec.stages) <= set(_done_stages(spec, point, seed))
+    return set(spec.stages) <= set(done_stages(spec.experiment_dir(point, seed)))
 
 
 def complete_experiments(spec: SweepSpec, point: str) -> list[Path]:
     """The seeds' experiment directories of ``point`` whose training stages (of those asked) finished."""
     trained = [s for s in ("baseline", "population") if s in spec.stages]
-    return [
-        spec.experiment_dir(point, seed) for seed in spec.seeds if set(trained) <= set(_done_stages(spec, point, seed))
-    ]
+    dirs = [spec.experiment_dir(point, seed) for seed in spec.seeds]
+    return [d for d in dirs if set(trained) <= set(done_stages(d))]
 
 
 def _md_table(rows: Sequence[Sequence[str]]) -> list[str]:
@@ -374,9 +333,8 @@ def _md_table(rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def cross_table(spec: SweepSpec, window: int = 5) -> list[list[str]]:
-    """One row per grid point: seeds, and for each headline series population − baseline with its
-    95% bootstrap interval over seeds, paired by seed (``*`` where it and the Welch t interval both
-    exclude 0: with few seeds the bootstrap alone is too narrow, `analysis.seed_stats`)."""
+    """One row per grid point: seeds, and per headline series population − baseline with its 95% paired
+    bootstrap interval over seeds (``*`` where it and the Welch t interval both exclude 0: `analysis.seed_stats`)."""
     rows = [["grid point", "seeds", *(f"Δ {label}" for label in HEADLINE.values())]]
     for point in spec.points:
         experiments = complete_experiments(spec, point)

@@ -12,11 +12,9 @@ figures at the end (`log_report`). Where each writes:
     RUN/wandb/           a W&B run directory: offline unless WANDB_MODE says otherwise
     EXP/tensorboard/, EXP/wandb/   the report's figures (images), in a run named "report"
 
-The names and values are TRL's (``report_to``: "none", "tensorboard", "wandb", or a list). The
-backends are optional extras (``pip install -e ".[track]"``), imported only when chosen; a missing one
-is a one-line `UserInputError` naming the install command. W&B is offline by default, so a run never
-needs an account or a network: ``wandb sync RUN/wandb/offline-run-*`` uploads it later. That is the one
-environment variable read here (WANDB_MODE, W&B's own), because a user who set it chose the mode.
+The names and values are TRL's. The backends are optional extras (``[track]``), imported only when
+chosen; a missing one is a one-line `UserInputError`. W&B is offline unless WANDB_MODE (W&B's own
+variable) says otherwise, so a run needs no account: ``wandb sync RUN/wandb/offline-run-*`` uploads it.
 """
 
 from __future__ import annotations
@@ -52,9 +50,7 @@ def step_metrics(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     for row in rows:
         member = str(row.get("member", ""))
         for key, value in row.items():
-            if key in _META or isinstance(value, str) or value is None:
-                continue
-            if not isinstance(value, (int, float)) or not math.isfinite(value):
+            if key in _META or not isinstance(value, (int, float)) or not math.isfinite(value):
                 continue
             out[key if key.startswith(STEP_WIDE) or not member else f"{key}/{member}"] = float(value)
     return out

@@ -1,30 +1,20 @@
 """The warm-up: rejection-sampling fine-tuning (expert iteration) on the model's own proposals that
 the verifier accepted, before RL, so that a small model starts where RL has signal.
 
-Why: TRR++ learns only from groups whose rewards differ. A 135M model whose proposals are mostly
-invalid gives its teachers few such groups, so on a CPU budget of a few dozen steps RL barely moves
-it. Expert iteration (sample, keep what a verifier accepts, fine-tune on it) is the standard way to
-raise that rate with no outside data: AZR's own seeding run grows a buffer from the untrained
-model's accepted proposals (`loop.grow_seeds`), and this stage fine-tunes on exactly such proposals.
-Nothing here reads a benchmark: the prompts are the proposer prompts of `stages.propose` with
-references from the seed buffer, and an example is kept only when the verifier ran its program in
-the sandbox and accepted it (`accepted_examples`).
+Why: TRR++ learns only from groups whose rewards differ, and a small model's mostly invalid
+proposals give few. Expert iteration (sample, keep what a verifier accepts, fine-tune on it) raises
+that rate with no outside data, on the kind of proposals AZR's seeding run keeps (`loop.grow_seeds`):
+the proposer prompts of `stages.propose`, examples only what the sandboxed verifier accepted.
 
 The stage (``experiment --stages warmup``; `run_warmup`) measures the valid-task rate on held-out
 proposer prompts, collects up to ``warmup.examples`` distinct accepted proposals, fine-tunes one
 LoRA adapter on them (token-mean negative log-likelihood of the completion, the base frozen), and
-measures again on the same held-out prompts with the same sampling seeds (a paired before/after).
-Held out means other references too: the seed programs are split in two disjoint halves
-(`split_seeds`), collection prompts show only the one and measurement prompts only the other, so
-the after-rate is not read on the very references the examples were written from.
-With ``warmup.solver`` the same adapter then goes through the solver warm-up (`populora_nb.solver_warmup`:
-the model's own verified answers, fine-tuned on, the solve rate measured before and after on held-out tasks).
-It writes ``EXP/warmup/``: the adapter as a peft LoRA adapter (``adapter_model.safetensors`` and
-``adapter_config.json``, `model.checkpoint.write_peft_adapter`; earlier versions wrote
-``factors.safetensors``, which `model.checkpoint.read_adapter` still reads), ``examples.jsonl`` (and
-``solver_examples.jsonl``), ``report.json``.
-Baseline and population then both start every member from those factors (``lora.warmup``), so the
-comparison stays fair: the warm-up is shared, only what follows differs.
+measures again on the same held-out prompts with the same sampling seeds (a paired before/after);
+held-out prompts show the other half of the seed programs (`split_seeds`). With ``warmup.solver``
+the adapter then goes through the solver warm-up (`populora_nb.solver_warmup`). It writes
+``EXP/warmup/``: the peft LoRA adapter (`model.checkpoint.write_peft_adapter`), ``examples.jsonl``
+(and ``solver_examples.jsonl``), ``report.json``. Baseline and population both start every member
+from it (``lora.warmup``): the warm-up is shared, only what follows differs.
 """
 
 from __future__ import annotations
@@ -146,9 +136,8 @@ def collect(
 
 def split_seeds(buffers: dict[str, TaskBuffer], seed: int) -> tuple[dict[str, TaskBuffer], dict[str, TaskBuffer]]:
     """The seed buffers cut in two by program: (collection, measurement), disjoint, covering every
-    seed, the measurement half the smaller one when the count is odd. A program is in the same half
-    in every kind's buffer (code_o and code_i hold the same seeds). Deterministic in ``seed``: the
-    programs are sorted, then shuffled by a generator of their own (no other draw moves it)."""
+    seed, the measurement half the smaller one when odd; a program is in the same half in every kind's
+    buffer. Deterministic in ``seed`` (sorted, then shuffled by a generator of their own)."""
     programs = sorted({t.program for b in buffers.values() for t in b.tasks})
     if len(programs) < 2:
         raise UserInputError(
