@@ -234,8 +234,15 @@ def evolve(policy: Policy, state: RunState, config: ExperimentConfig) -> list[di
         # How far the operator moved the child from each parent, ‖ΔW_c − ΔW_p‖ / ‖ΔW_p‖: a mutation
         # that barely moves is a copy, one that moves by more than 100% is a restart.
         moved = [relative_change(p, child) for p in parents]
-        adam = birth.parents[0] if ec.inherit_optimizer else None
-        policy.replace(birth.replaced, birth.child, child, birth.parents, birth.operator, step + 1, adam)
+        policy.replace(
+            birth.replaced,
+            birth.child,
+            child,
+            birth.parents,
+            birth.operator,
+            step + 1,
+            inherit_optimizer_from=birth.parents[0] if ec.inherit_optimizer else None,
+        )
         mu, sigma = inherit_rating(
             [(state.ratings[p].mu, state.ratings[p].sigma) for p in birth.parents],
             sigma_inflation=ec.sigma_inflation,

@@ -64,12 +64,13 @@ def member_metrics(member: str, role: str, outcome: StepOutcome, kinds: Sequence
         row["teacher/repeat_rate"] = sum(bool(p.repeat) for p in valid) / len(valid) if valid else None
         row["teacher/reference_copy_rate"] = sum(p.copy == "reference" for p in valid) / len(valid) if valid else None
         for p in mine:
+            if isinstance(p.result, Task):
+                continue
             if isinstance(p.result, Invalid):
                 reason = p.result.reason
-            elif isinstance(p.result, ParseFailure):
-                reason = f"parse_{p.result.reason}"
-            if not isinstance(p.result, Task):
-                row[f"invalid/{reason}"] = row.get(f"invalid/{reason}", 0) + 1
+            else:  # a parse failure, or a proposal that never reached the verifier
+                reason = f"parse_{p.result.reason if isinstance(p.result, ParseFailure) else 'not_validated'}"
+            row[f"invalid/{reason}"] = row.get(f"invalid/{reason}", 0) + 1
         for kind in kinds:
             of_kind = [p for p in mine if p.kind == kind]
             if of_kind:
