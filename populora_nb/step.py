@@ -194,9 +194,16 @@ def pair(state: RunState, config: ExperimentConfig) -> dict[str, str]:
     if mc.mode == "round_robin":
         pairs = round_robin_pairs(state.teachers, state.students, state.step)
     else:
-        env, rng = trueskill_env(config), rng_for(config.run.seed, state.step, "pfsp")
-        weighting = "var" if mc.mode == "pfsp_var" else "hard"
-        pairs = pfsp_pairs(state.teachers, state.students, state.ratings, env, rng, weighting, mc.gamma, mc.floor)
+        pairs = pfsp_pairs(
+            state.teachers,
+            state.students,
+            state.ratings,
+            trueskill_env(config),
+            rng_for(config.run.seed, state.step, "pfsp"),
+            weighting="var" if mc.mode == "pfsp_var" else "hard",
+            gamma=mc.gamma,
+            floor=mc.floor,
+        )
     return dict(pairs)
 
 

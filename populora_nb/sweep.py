@@ -215,10 +215,18 @@ def _reporter(spec: SweepSpec):
     from ray.widgets.util import in_notebook
 
     metrics = {"stage": "stage", "step": "step", "valid": "valid", "solve_rate": "solve ρ"}
-    columns = {"metric_columns": metrics, "parameter_columns": {"point": "point", "seed": "seed"}}
+    params = {"point": "point", "seed": "seed"}
     if in_notebook():
-        return tune.JupyterNotebookReporter(overwrite=True, max_column_length=60, max_report_frequency=5, **columns)
-    return tune.CLIReporter(max_column_length=60, max_report_frequency=30, **columns)
+        return tune.JupyterNotebookReporter(
+            overwrite=True,
+            metric_columns=metrics,
+            parameter_columns=params,
+            max_column_length=60,
+            max_report_frequency=5,
+        )
+    return tune.CLIReporter(
+        metric_columns=metrics, parameter_columns=params, max_column_length=60, max_report_frequency=30
+    )
 
 
 def run_sweep(

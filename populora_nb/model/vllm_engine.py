@@ -295,9 +295,14 @@ class VLLMEngine:
         if not members:
             return
         ids = self.base.tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"]
-        # skip_reading_prefix_cache: every row computed in this batch, the base's included
-        probe = dict(max_tokens=PROBE_TOKENS, ignore_eos=True, logprobs=0, skip_reading_prefix_cache=True)
-        params = SamplingParams(n=1, temperature=0.0, **probe)
+        params = SamplingParams(
+            n=1,
+            temperature=0.0,
+            max_tokens=PROBE_TOKENS,
+            ignore_eos=True,
+            logprobs=0,
+            skip_reading_prefix_cache=True,  # every row computed in this batch, the base's included
+        )
         rows: list[str | None] = [None, *members]
         outs = self.llm.generate(
             [{"prompt_token_ids": ids}] * len(rows),
