@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from populora_nb.analysis.protocol import HEADLINE, compare, comparison_table, run_series, write_seed_report
+from populora_nb.analysis.seed_stats import md_table
 from populora_nb.config import load_config
 from populora_nb.errors import UserInputError
 from populora_nb.experiment import STAGES, done_stages, run_experiment
@@ -334,12 +335,6 @@ def complete_experiments(spec: SweepSpec, point: str) -> list[Path]:
     return [d for d in dirs if set(trained) <= set(done_stages(d))]
 
 
-def _md_table(rows: Sequence[Sequence[str]]) -> list[str]:
-    return ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])] + [
-        "| " + " | ".join(r) + " |" for r in rows[1:]
-    ]
-
-
 def cross_table(spec: SweepSpec, window: int = 5) -> list[list[str]]:
     """One row per grid point: seeds, and per headline series population − baseline with its 95% paired
     bootstrap interval over seeds (``*`` where it and the Welch t interval both exclude 0: `analysis.seed_stats`)."""
@@ -352,7 +347,7 @@ def cross_table(spec: SweepSpec, window: int = 5) -> list[list[str]]:
                 cells.append("n/a")
             else:
                 interval = "" if math.isnan(c.low) else f" [{c.low:+.3f}, {c.high:+.3f}]"
-                cells.append(f"{c.difference:+.3f}{interval}{' *' if c.separated and c.t_separated else ''}")
+                cells.append(f"{c.difference:+.3f}{interval}{' *' if c.separated else ''}")
         rows.append([point, str(len(experiments)), *(cells or ["n/a"] * len(HEADLINE))])
     return rows
 
@@ -369,7 +364,7 @@ def write_sweep_report(spec: SweepSpec, window: int = 5) -> Path:
         "a 95% bootstrap interval over seeds (paired by seed; none from one seed); * marks a difference whose "
         "bootstrap and Welch t intervals both exclude 0.",
         "",
-        *_md_table(cross_table(spec, window)),
+        *md_table(cross_table(spec, window)),
     ]
     for point, overrides in spec.points.items():
         experiments = complete_experiments(spec, point)
@@ -383,7 +378,7 @@ def write_sweep_report(spec: SweepSpec, window: int = 5) -> Path:
         if not experiments:
             continue
         write_seed_report(experiments, out / point, window=window)
-        lines += _md_table(comparison_table(compare(experiments, window=window)))
+        lines += md_table(comparison_table(compare(experiments, window=window)))
         for key, label in HEADLINE.items():
             lines += ["", f"![{label}]({point}/seeds_{key.replace('/', '_')}.png)"]
     path = out / "sweep_report.md"

@@ -3,24 +3,16 @@ uncertainty (PopuLoRA compares single-agent self-play with the population; a cla
 only as good as its spread over seeds).
 
 Input: experiment directories, one per seed, each holding ``baseline/`` and ``population/`` runs of
-one config but ``run.seed``; the series and how each is read: `populora_nb.analysis.protocol_series`.
-
-Per series and run, each seed gives a start value (mean over its first ``window`` logged steps) and
-an end value (its last ``window``); coverage gives its rarefied count in those two windows. Over
-seeds (`populora_nb.analysis.seed_stats`), each with a 95% t-interval (the headline and the only
-verdict) and beside it the seeds' range (n <= 3, where that is what the percentile bootstrap is) or
-the percentile bootstrap (n >= 4):
+one config but ``run.seed``; the series and their start and end windows: `protocol_series`. Over
+seeds, each number gets a 95% t-interval (the headline and the only verdict) with the seeds' range
+or bootstrap beside it (`seed_stats`):
   start, end         the mean over seeds (one-sample t);
   change             end − start, paired by seed (paired t: each seed is its own control);
   population − base  the end values' difference, paired by seed when both runs exist for the same
                      seeds (they share the seed and the warm-up): the paired t; else unpaired: Welch.
-The report's words follow the intervals (`seed_stats.verdict`): a rise, fall or difference is said
-only where its t-interval excludes 0, else "no detectable change/difference"; the series of a table
-are one family, so it says how many false separations chance alone would give and adds Holm-adjusted
-p-values. Also: the warm-up's gain (`warmup_gain`) and the minimum detectable difference (`power`).
-
-Long because the report is written from one `Comparison` type read three ways, tables, sentences
-and figures, which share its labels and its Holm families.
+A rise, fall or difference is said only where its t-interval excludes 0 (`seed_stats.verdict`); the
+series of a table are one family, with Holm-adjusted p-values. Also: the warm-up's gain
+(`warmup_gain`) and the minimum detectable difference (`power`).
 """
 
 from __future__ import annotations
@@ -77,13 +69,13 @@ from populora_nb.analysis.seed_stats import (
     scale_of,
     verdict,
 )
-from populora_nb.analysis.warmup_gain import plot_warmup_gain, warmup_gain, warmup_json, warmup_lines
+from populora_nb.analysis.warmup_gain import plot_start_end, plot_warmup_gain, warmup_gain, warmup_json, warmup_lines
 from populora_nb.analysis.windows import complexity_window_lines
 
 __all__ = [  # the series side lives in protocol_series; its names stay importable from here
     "HEADLINE", "RUNS", "Band", "band", "end_value", "run_series", "start_value", "seed_values",
     "Estimate", "RunSummary", "Comparison", "compare", "comparison_table", "run_table", "comparison_json",
-    "plot_seed_band", "plot_coverage", "write_seed_report",
+    "plot_seed_band", "write_seed_report",
 ]  # fmt: skip
 
 
@@ -317,7 +309,8 @@ def comparison_json(
 ) -> dict[str, Any]:
     """Every number of one series: per run and seed the start, end and per-step values, the
     intervals, the difference, and for the rating spread each seed's final ranking; with the
-    Holm-adjusted p of the difference and of each run's change where the report's families give them."""
+    Holm-adjusted p of the difference and of each run's change where the report's families give them.
+    NaN stays NaN (``_clean`` makes it strict JSON)."""
     runs: dict[str, Any] = {}
     for run, s in c.runs.items():
         dirs = run_dirs(experiments, run)
@@ -334,14 +327,8 @@ def comparison_json(
         if c.key in POPULATION_ONLY:
             entry["final_ranking"] = {n: final_ranking(run_records(dirs[n]).metrics) for n in s.seeds}
         runs[run] = entry
-    return _clean(
-        {
-            "label": HEADLINE.get(c.key, c.key),
-            "n_units": c.n_units,
-            "runs": runs,
-            "difference": {**c.estimate.as_dict(), "paired": c.paired, "holm_p": holm_p},
-        }
-    )
+    difference = {**c.estimate.as_dict(), "paired": c.paired, "holm_p": holm_p}
+    return {"label": HEADLINE.get(c.key, c.key), "n_units": c.n_units, "runs": runs, "difference": difference}
 
 
 # ----------------------------------------------------------------------------- figures
@@ -353,45 +340,22 @@ def plot_seed_band(
     window: int = 5,
     comparison: Comparison | None = None,
 ) -> Figure:
-    """``key`` for baseline and population across seeds: a per-step series as its mean and 95%
-    t band over steps (``protocol_series.plot_step_band``), coverage as its start and end values
-    (``plot_coverage``). Returns the Figure."""
-    if is_coverage(key):
-        return plot_coverage(experiments, key, ax, window=window, comparison=comparison)
-    return plot_step_band(experiments, key, ax, smooth=window)
-
-
-def plot_coverage(
-    experiments: Sequence[str | Path],
-    key: str,
-    ax: Axes | None = None,
-    *,
-    window: int = 5,
-    comparison: Comparison | None = None,
-) -> Figure:
-    """Coverage ``key`` in the first and last ``window`` steps, per run: each seed's rarefied value
-    (dots) and the mean over seeds with its 95% t-interval (bars)."""
+    """``key`` for baseline and population across seeds. A per-step series: its mean and 95% t band
+    over steps (``protocol_series.plot_step_band``). Coverage: per run, each seed's rarefied value in
+    the first and last ``window`` steps (dots) and the mean over seeds with its 95% t-interval (bars)."""
+    if not is_coverage(key):
+        return plot_step_band(experiments, key, ax, smooth=window)
     c = comparison or compare(experiments, (key,), window)[0]
     fig, ax = axes_or_new(ax)
-    drawn = False
     for offset, run in zip((-0.08, 0.08), RUNS):
         s = c.runs[run]
-        if not s.seeds:
-            continue
-        drawn = True
-        x = np.array([0.0, 1.0]) + offset
-        for start, end in zip(s.start, s.end):
-            ax.plot(x, [start, end], color=COLORS[run], alpha=0.3, marker=".", lw=0.8)
-        means = np.array([s.start_est.mean, s.end_est.mean])
-        bars = np.array([[s.start_est.t_low, s.end_est.t_low], [s.start_est.t_high, s.end_est.t_high]])
-        err = np.nan_to_num(np.abs(bars - means), nan=0.0)  # no bar from one seed
-        ax.errorbar(
-            x, means, yerr=err, color=COLORS[run], marker="o", capsize=4, label=f"{run} (n = {len(s.seeds)} seeds)"
-        )
+        if s.seeds:
+            x, label = np.array([0.0, 1.0]) + offset, f"{run} (n = {len(s.seeds)} seeds)"
+            plot_start_end(ax, x, zip(s.start, s.end), s.start_est, s.end_est, COLORS[run], 0.3, 0.8, label)
     ax.set_xticks([0, 1], [f"first {window} steps", f"last {window} steps"])
     ax.set_xlim(-0.5, 1.5)
     ax.set(ylabel="expected distinct features", title=f"{series_label(c)}\nmean over seeds, 95% t")
-    if drawn:
+    if any(c.runs[run].seeds for run in RUNS):
         ax.legend(fontsize=8)
     else:
         say_empty(ax, f"{key}: fewer than 2 programs in some window" if c.n_units is not None else "no task records")
@@ -410,6 +374,11 @@ def write_seed_report(
     out.mkdir(parents=True, exist_ok=True)
     comparisons = compare(experiments, window=window, n_resamples=n_resamples, seed=seed)
     diff_p, change_p = difference_holm(comparisons), change_holm(comparisons)
+    n_differences = sum(not math.isnan(p) for p in diff_p.values())
+    families = [
+        (n_differences, "population − baseline differences", "in the table's Holm p column"),
+        (len(change_p), "start-to-end changes", "in the sentence of each change its t-interval separates"),
+    ]
     live_lines, live_records = protocol_liveness(experiments, seed=seed)
     probe_lines, probe_records = probe_floor_lines(experiments, seed=seed)
     analyses = {
@@ -429,17 +398,7 @@ def write_seed_report(
         "seeds is the headline (paired t for differences at the same seeds); beside it, the seeds' range up to 3 "
         f"seeds, the percentile bootstrap from 4 (pairs resampled together; {n_resamples} resamples, seed {seed}).",
         "",
-        how_to_read(
-            len(experiments),
-            [
-                (
-                    sum(not math.isnan(p) for p in diff_p.values()),
-                    "population − baseline differences",
-                    "in the table's Holm p column",
-                ),
-                (len(change_p), "start-to-end changes", "in the sentence of each change its t-interval separates"),
-            ],
-        ),
+        how_to_read(len(experiments), families),
         "",
         *live_lines,
         "",

@@ -12,11 +12,12 @@ variation between warm-ups.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from populora_nb.analysis.figures import axes_or_new
@@ -107,14 +108,30 @@ def warmup_json(g: WarmupGain) -> dict:
     }
 
 
+def plot_start_end(
+    ax: Axes,
+    x: Sequence[float],
+    pairs: Iterable[tuple[float, float]],
+    first: Estimate,
+    last: Estimate,
+    color: str,
+    alpha: float,
+    lw: float | None = None,
+    label: str | None = None,
+) -> None:
+    """Each seed's (first, last) values as a faint line, and the two means over seeds with 95% t bars
+    (no bar from one seed)."""
+    for a, b in pairs:
+        ax.plot(x, [a, b], color=color, alpha=alpha, marker=".", lw=lw)
+    means = np.array([first.mean, last.mean])
+    bars = np.array([[first.t_low, last.t_low], [first.t_high, last.t_high]])
+    ax.errorbar(x, means, yerr=np.nan_to_num(np.abs(bars - means)), color=color, marker="o", capsize=4, label=label)
+
+
 def plot_warmup_gain(g: WarmupGain) -> Figure:
     """Each seed's valid rate before and after (lines), the means with 95% t bars."""
     fig, ax = axes_or_new(None, figsize=(4.5, 3.5))
-    for b, a in zip(g.before, g.after):
-        ax.plot([0, 1], [b, a], color="tab:blue", alpha=0.35, marker=".")
-    means = np.array([g.before_est.mean, g.after_est.mean])
-    bars = np.array([[g.before_est.t_low, g.after_est.t_low], [g.before_est.t_high, g.after_est.t_high]])
-    ax.errorbar([0, 1], means, yerr=np.nan_to_num(np.abs(bars - means)), color="tab:blue", marker="o", capsize=4)
+    plot_start_end(ax, [0, 1], zip(g.before, g.after), g.before_est, g.after_est, "tab:blue", alpha=0.35)
     ax.set_xticks([0, 1], ["before warm-up", "after warm-up"])
     ax.set_xlim(-0.4, 1.4)
     ax.set(ylabel="valid-task rate (held-out prompts)", title=f"warm-up over {len(g.seeds)} seeds, 95% t")
