@@ -29,7 +29,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from populora_nb.analysis.protocol import HEADLINE, compare, comparison_table, run_series, write_seed_report
+from populora_nb.analysis.protocol import HEADLINE, compare, comparison_table, write_seed_report
+from populora_nb.analysis.protocol_series import run_series
 from populora_nb.analysis.seed_stats import md_table
 from populora_nb.config import load_config
 from populora_nb.errors import UserInputError
@@ -336,8 +337,8 @@ def complete_experiments(spec: SweepSpec, point: str) -> list[Path]:
 
 
 def cross_table(spec: SweepSpec, window: int = 5) -> list[list[str]]:
-    """One row per grid point: seeds, and per headline series population − baseline with its 95% paired
-    bootstrap interval over seeds (``*`` where it and the Welch t interval both exclude 0: `analysis.seed_stats`)."""
+    """One row per grid point: seeds, and per headline series population − baseline with the spread of
+    its per-seed differences (`analysis.seed_stats`; ``*`` where its 95% t-interval excludes 0)."""
     rows = [["grid point", "seeds", *(f"Δ {label}" for label in HEADLINE.values())]]
     for point in spec.points:
         experiments = complete_experiments(spec, point)

@@ -13,6 +13,9 @@ or bootstrap beside it (`seed_stats`):
 A rise, fall or difference is said only where its t-interval excludes 0 (`seed_stats.verdict`); the
 series of a table are one family, with Holm-adjusted p-values. Also: the warm-up's gain
 (`warmup_gain`) and the minimum detectable difference (`power`).
+
+Long because the report is written from one `Comparison` type read three ways, tables, sentences
+and figures, which share its labels and its Holm families.
 """
 
 from __future__ import annotations
@@ -40,7 +43,6 @@ from populora_nb.analysis.protocol_series import (
     POPULATION_ONLY,
     RUNS,
     WITHIN_RUN_ONLY,
-    Band,
     band,
     end_value,
     final_ranking,
@@ -48,7 +50,6 @@ from populora_nb.analysis.protocol_series import (
     plot_step_band,
     run_dirs,
     run_records,
-    run_series,
     seed_names,
     seed_values,
     start_value,
@@ -72,10 +73,9 @@ from populora_nb.analysis.seed_stats import (
 from populora_nb.analysis.warmup_gain import plot_start_end, plot_warmup_gain, warmup_gain, warmup_json, warmup_lines
 from populora_nb.analysis.windows import complexity_window_lines
 
-__all__ = [  # the series side lives in protocol_series; its names stay importable from here
-    "HEADLINE", "RUNS", "Band", "band", "end_value", "run_series", "start_value", "seed_values",
-    "Estimate", "RunSummary", "Comparison", "compare", "comparison_table", "run_table", "comparison_json",
-    "plot_seed_band", "write_seed_report",
+__all__ = [  # band, end_value and start_value live in protocol_series and stay importable from here
+    "HEADLINE", "band", "end_value", "start_value", "RunSummary", "Comparison", "compare", "comparison_table",
+    "run_table", "comparison_json", "plot_seed_band", "write_seed_report",
 ]  # fmt: skip
 
 
@@ -98,9 +98,6 @@ class Comparison:
     """One series: both runs over seeds and the end difference population − baseline."""
 
     key: str
-    baseline: tuple[float, ...]
-    population: tuple[float, ...]
-    """End values per seed (``runs[...].end``)."""
     estimate: Estimate
     """population − baseline: paired t (Welch t when unpaired) with the seeds' spread beside it."""
     paired: bool
@@ -108,6 +105,8 @@ class Comparison:
     n_units: int | None = None
     """Coverage only: the common number of programs every window is rarefied to."""
 
+    baseline = property(lambda self: self.runs["baseline"].end, doc="end values per seed")
+    population = property(lambda self: self.runs["population"].end)
     # The difference's numbers under the names `sweep.cross_table` reads.
     difference = property(lambda self: self.estimate.mean)
     low = property(lambda self: self.estimate.low, doc="the companion: the seeds' range at n <= 3, else bootstrap")
@@ -148,15 +147,14 @@ def compare(
     for key in keys:
         values, n_units = seed_values(experiments, key, window)
         runs = {run: _summary(run, values[run], key, level, n_resamples, seed) for run in RUNS}
-        base, pop = values["baseline"], values["population"]
-        paired = bool(base) and base.keys() == pop.keys()  # same seeds: each pair shares seed and warm-up
-        a, b = [base[s][1] for s in base], [pop[s][1] for s in (base if paired else pop)]
-        d = (
-            MISSING  # two different definitions: no difference to report
-            if key in WITHIN_RUN_ONLY
-            else difference_estimate(a, b, paired, level, n_resamples, rng=named_rng(seed, f"{key}|difference"))
-        )
-        out.append(Comparison(key, tuple(a), tuple(b), d, paired, runs, n_units))
+        base, pop = runs["baseline"], runs["population"]
+        paired = bool(base.seeds) and base.seeds == pop.seeds  # each pair shares its seed and warm-up
+        d = MISSING  # WITHIN_RUN_ONLY: two different definitions, no difference to report
+        if key not in WITHIN_RUN_ONLY:
+            d = difference_estimate(
+                base.end, pop.end, paired, level, n_resamples, rng=named_rng(seed, f"{key}|difference")
+            )
+        out.append(Comparison(key, d, paired, runs, n_units))
     return out
 
 

@@ -54,7 +54,7 @@ from __future__ import annotations
 import functools
 import math
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,15 +90,11 @@ COMPLEXITY_SERIES: Mapping[str, str] = {
     "complexity/n_variables": "variables of newly written programs",
 }
 COPY_KEY = "copies/copy_rate"
-"""Share of valid proposals that copy a shown reference, a seed, a warm-up example or an earlier program
-(`populora_nb.copies`): read beside complexity and coverage, which count only new programs."""
 assert tuple(k.split("/", 1)[1] for k in COMPLEXITY_SERIES) == COMPLEXITY_FIELDS, "one series per field"
 PROBE_SERIES: Mapping[str, str] = {
     "probe/rho": "probe ρ: frozen solver on fixed prompts",
     "probe/valid_rate": "valid rate on the probe's fixed prompts",
 }
-"""The difficulty probe's series (`populora_nb.probe`), logged at probe events only: their start and end
-are the first and the last event (step 0 is before any training, the same adapter in both runs)."""
 SPREAD_KEY = "rating/mu_spread"
 COVERAGE_SERIES: Mapping[str, str] = {
     "coverage/ngrams": "distinct AST n-grams at equal n (rarefied)",
@@ -198,17 +194,12 @@ def _mu_by_step(rows: Sequence[dict]) -> dict[int, dict[str, float]]:
     return dict(sorted(by_step.items()))
 
 
-def _role_of(rows: Sequence[dict]) -> dict[str, str]:
-    """member -> its role as logged (members without one share the role "")."""
-    return {str(r["member"]): str(r.get("role") or "") for r in rows if "member" in r}
-
-
 def rating_spread_series(rows: Sequence[dict]) -> dict[int, float]:
     """step -> the within-role spread of TrueSkill μ: the standard deviation (ddof = 0) of μ over the
     members of one role rated that step, averaged over the roles with >= 2 rated members. Within a
     role, because teachers and students are opponents: the gap between the two roles' means says who
     wins the matches, not whether the members of a role stratify. Steps with no such role are left out."""
-    role_of = _role_of(rows)
+    role_of = {str(r["member"]): str(r.get("role") or "") for r in rows if "member" in r}  # no role: ""
     out: dict[int, float] = {}
     for step, mu in _mu_by_step(rows).items():
         by_role: dict[str, list[float]] = {}
@@ -313,12 +304,18 @@ def seed_values(experiments: Sequence[str | Path], key: str, window: int = 5) ->
     if is_coverage(key):
         return _coverage_values(experiments, key, window)
     values: SeedValues = {run: {} for run in RUNS}
+    for run, name, rec in _each_run(experiments):
+        start, end = start_end(rec, key, window)
+        if not (math.isnan(start) or math.isnan(end)):
+            values[run][name] = (start, end)
+    return values, None
+
+
+def _each_run(experiments: Sequence[str | Path]) -> Iterator[tuple[str, str, RunRecords]]:
+    """(run, seed name, its records) of every run directory the experiments hold, baseline first."""
     for run in RUNS:
         for name, d in run_dirs(experiments, run).items():
-            start, end = start_end(run_records(d), key, window)
-            if not (math.isnan(start) or math.isnan(end)):
-                values[run][name] = (start, end)
-    return values, None
+            yield run, name, run_records(d)
 
 
 def start_end(rec: RunRecords, key: str, window: int) -> tuple[float, float]:
@@ -331,8 +328,8 @@ def start_end(rec: RunRecords, key: str, window: int) -> tuple[float, float]:
         if rec.analysis is None or not rec.analysis.steps:
             return math.nan, math.nan
         if key in REPEAT_SERIES:
-            spans = fixed_windows(rec.analysis.steps, window)
-            start, end = pooled_windows(repeat_items(key, rec.played, rec.valid), spans)
+            items, spans = repeat_items(key, rec.played, rec.valid), fixed_windows(rec.analysis.steps, window)
+            start, end = pooled_windows(items, spans)
             return start, end
         first, last = complexity_windows(rec.analysis, key.split("/", 1)[1], window)
         return first.value, last.value
@@ -342,12 +339,11 @@ def start_end(rec: RunRecords, key: str, window: int) -> tuple[float, float]:
 def _coverage_values(experiments: Sequence[str | Path], key: str, window: int) -> tuple[SeedValues, int | None]:
     """Rarefied coverage at ONE n for every run, seed and window: the smallest window's unit count.
     Runs without task records are left out; n < 2 leaves every value out (nothing to compare)."""
-    units = {}
-    for run in RUNS:
-        for name, d in run_dirs(experiments, run).items():
-            analysis = run_records(d).analysis
-            if analysis is not None:
-                units[run, name] = coverage_window_units(analysis, key, window)
+    units = {
+        (run, name): coverage_window_units(rec.analysis, key, window)
+        for run, name, rec in _each_run(experiments)
+        if rec.analysis is not None
+    }
     values: SeedValues = {run: {} for run in RUNS}
     if not units:
         return values, None

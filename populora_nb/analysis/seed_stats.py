@@ -5,23 +5,14 @@ runs at the same seed); a mean, a 95% interval and a p-value for it come out. Tw
 computed, and only one carries the verdict:
 
   Student t (the headline)  ``t_interval``, ``paired_t_interval``, ``welch_interval`` (scipy.stats'
-                            one-sample, paired and Welch t-tests). Assumes the seed values are
-                            normal and pays for estimating their spread from n values (quantile 4.30
-                            at 2 degrees of freedom); under that assumption it has its stated 95%
-                            coverage at any n. Two runs at the same seeds are compared by the PAIRED
-                            t, the t-interval of the per-seed differences: the two runs of a seed can
-                            be correlated either way, so an unpaired interval is neither right nor
-                            conservative.
-                            Every verdict (``Estimate.separated``) is this interval's.
-  spread of the seeds       ``seed_spread``: the companion, no normality assumed. At n <= 3 it is
-                            the seeds' RANGE (min, max): that is what the 95% percentile bootstrap
-                            of 3 values is (1 resample in 27 repeats the smallest value three times,
-                            more than the 2.5% the percentile cuts), so the bootstrap is named for
-                            what it is and computed exactly. "Excludes 0" then only says the seeds
-                            share a sign, which 3 seeds of a null, symmetric effect do 1 time in 4.
-                            At n >= 4, the percentile bootstrap (``bootstrap_interval``,
-                            ``paired_bootstrap_difference``: scipy.stats.bootstrap, pairs resampled
-                            together); it still under-covers at few seeds.
+                            one-sample, paired and Welch t-tests): 95% coverage at any n if the seed
+                            values are normal. Two runs at the same seeds are compared by the PAIRED
+                            t: their values can be correlated either way, so an unpaired interval is
+                            neither right nor conservative. Every verdict (``Estimate.separated``) is
+                            this interval's.
+  spread of the seeds       ``seed_spread``: the companion, no normality assumed: the seeds' range at
+                            n <= 3 (what their 95% percentile bootstrap is), the percentile bootstrap
+                            (scipy.stats.bootstrap, pairs resampled together) from 4.
 
 A family of series tested together is corrected with ``holm`` (Holm 1979: step-down Bonferroni,
 family-wise error at most α). Every bootstrap takes an explicit, seeded ``numpy.random.Generator``
@@ -42,7 +33,9 @@ Triple = tuple[float, float, float]
 _NAN3: Triple = (math.nan, math.nan, math.nan)
 
 RANGE_MAX_N = 3
-"""Up to this many seeds the companion interval is the seeds' range (= their percentile bootstrap)."""
+"""Up to this many seeds the companion interval is the seeds' range: their 95% percentile bootstrap
+(1 resample in 27 repeats the smallest of 3 values, more than the 2.5% the percentile cuts), named for
+what it is and computed exactly. Excluding 0 it only says the seeds share a sign."""
 
 
 # ----------------------------------------------------------------------------- Student t
