@@ -110,7 +110,7 @@ def warmup_json(g: WarmupGain) -> dict:
 
 def plot_start_end(
     ax: Axes,
-    x: Sequence[float],
+    x: Sequence[float] | np.ndarray,
     pairs: Iterable[tuple[float, float]],
     first: Estimate,
     last: Estimate,
