@@ -108,9 +108,8 @@ def io_signature(input_text: str, output_text: str) -> str:
 
 def ast_shape(tree: ast.AST) -> str:
     """A digest of the normalised tree (module docstring): equal iff same shape up to renaming."""
-    bound = {identifier(n) for n in ast.walk(tree) if not (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))} - {
-        None
-    }
+    binders = (n for n in ast.walk(tree) if not (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)))
+    bound = {identifier(n) for n in binders} - {None}
     canon: dict[str, str] = {}
     out: list[str] = []
     stack: list[ast.AST | str] = [tree]

@@ -42,12 +42,13 @@ def in_notebook() -> bool:
 
 
 def verdict(row: dict) -> str:
-    """A task record's verdict, worded the same in the dashboard and the notebooks."""
+    """A task's verdict, worded the same in the dashboard, the explorer and the notebooks; a tasks.jsonl
+    row's with its solve rate (a frames row has none: it shows ρ in its own column)."""
     if not row["valid"]:
         return f"rejected: {row['reason']}"
-    if row.get("solve_rate") is None:
-        return "valid, not attempted"
-    return f"valid, solve rate {row['solve_rate']:.2f}"
+    if "solve_rate" not in row:
+        return "valid"
+    return "valid, not attempted" if row["solve_rate"] is None else f"valid, solve rate {row['solve_rate']:.2f}"
 
 
 def tasks_html(rows: Sequence[dict]) -> str:

@@ -29,7 +29,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from populora_nb.analysis.dashboard import in_notebook
+from populora_nb.analysis.dashboard import in_notebook, verdict
 from populora_nb.analysis.figures import finish, png_bytes, say_empty
 from populora_nb.analysis.frames import COMPLEXITY_COLUMNS, RunFrames
 
@@ -86,10 +86,6 @@ def ancestry(lineage: pd.DataFrame, member: str) -> pd.DataFrame:
         out.append({"generation": generation, **{k: row.get(k) for k in _ANCESTRY[1:]}})
         todo += [(p, generation + 1) for p in row.get("parents") or ()]
     return pd.DataFrame(out, columns=_ANCESTRY).astype({"birth_step": "Int64"})
-
-
-def verdict(row: dict[str, Any]) -> str:
-    return "valid" if row["valid"] else f"rejected: {row['reason']}"
 
 
 def tasks_table(tasks: pd.DataFrame, max_rows: int = 20) -> str:
