@@ -283,8 +283,7 @@ def compare_at_equal_n(curves: Mapping[str, Rarefaction], n: int | None = None) 
     if not curves:
         raise ValueError("no curves to compare")
     largest = min(c.size for c in curves.values())
-    if n is None:
-        n = largest
+    n = largest if n is None else n
     if not 0 <= n <= largest:
         raise ValueError(f"n must be in [0, {largest}] (the smallest run's units), got {n}")
     return CoverageComparison(n=n, at={name: c.at(n) for name, c in curves.items()})

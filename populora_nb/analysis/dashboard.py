@@ -68,9 +68,8 @@ def tasks_html(rows: Sequence[dict]) -> str:
 
 
 class Dashboard:
-    """A run's live view: in a notebook, the status, a figure (solve rates and valid rate; ratings or
-    rewards) and the latest tasks, redrawn after each step; in a terminal, one ``step_summary`` line
-    per step. Everything is read from the run directory's records."""
+    """A run's live view (module docstring), read from its records; in a terminal, one ``step_summary``
+    line per step."""
 
     def __init__(
         self,
@@ -95,10 +94,6 @@ class Dashboard:
     def steps_done(self) -> int:
         """Steps with logged metrics."""
         return len({r["step"] for r in self.history})
-
-    def complete(self) -> bool:
-        """Whether every step of the run is logged."""
-        return self.steps_done() >= self.total
 
     def status(self) -> str:
         """Where the run stands, in words: steps done of the total, and what is running."""
@@ -147,13 +142,10 @@ class Dashboard:
 
     def finish(self) -> None:
         """After `run(...)`: the final figure, table and summary stay as ordinary outputs."""
-        if not self.notebook:
-            print(self.status(), file=self.stream, flush=True)
-            return
-        if not self._handles:
-            self.show()
-        else:
+        if self.notebook and self._handles:
             self._render()
+        else:
+            self.show()  # a terminal: the status line; a notebook not yet shown: the whole view
 
     def _render(self) -> None:
         from IPython.display import HTML, Image

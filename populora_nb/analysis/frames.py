@@ -22,8 +22,8 @@ for a sweep's grid point), so a run, an experiment, a protocol and a sweep read 
 
 This module is the analyses' one door to the records: ``records`` (one stream's rows, as
 `RunDir.read` parses them), ``load_tasks`` (the task rows as `TaskRecord`\ s, classed and checked),
-``analyse_run`` and ``step_mean``; every analysis, plot and the seed protocol read through them
-(tests/test_frames.py fails on a second reader).
+``analyse_run``, ``step_mean`` and ``step_value``; every analysis, plot and the seed protocol read
+through them (tests/test_frames.py fails on a second reader).
 """
 
 from __future__ import annotations
