@@ -238,13 +238,11 @@ class Explorer:
         for (a, b, c), run in zip(axes, runs):
             mine = sel[sel["run"] == run]
             counts = mine.groupby(["step", "valid"]).size().unstack(fill_value=0) if len(mine) else pd.DataFrame()
-            bottom = None
-            for valid, color in ((True, "C2"), (False, "0.7")):
+            bottom = 0
+            for valid, color, label in ((True, "C2", "valid"), (False, "0.7", "invalid")):
                 if valid in counts.columns:
-                    a.bar(
-                        counts.index, counts[valid], bottom=bottom, color=color, label="valid" if valid else "invalid"
-                    )
-                    bottom = counts[valid] if bottom is None else bottom + counts[valid]
+                    a.bar(counts.index, counts[valid], bottom=bottom, color=color, label=label)
+                    bottom = bottom + counts[valid]
             a.axvline(at, color="k", lw=0.8, ls=":")
             a.set_xlim(self.steps.value[0] - 0.6, self.steps.value[1] + 0.6)
             a.set(title=f"{run}: selected tasks per step", xlabel="step", ylabel="tasks")
