@@ -94,10 +94,8 @@ def tasks_table(tasks: pd.DataFrame, max_rows: int = 20) -> str:
         return "<p><i>no task matches</i></p>"
     rows = []
     for r in tasks.head(max_rows).to_dict("records"):
-        cells = r | {
-            "verdict": verdict(r),
-            "attempts": "" if pd.isna(r["n_solved"]) else f"{r['n_solved']}/{r['rollouts']}",
-        }
+        attempts = "" if pd.isna(r["n_solved"]) else f"{r['n_solved']}/{r['rollouts']}"
+        cells = r | {"verdict": verdict(r), "attempts": attempts}
         cells |= {c: "" if pd.isna(r[c]) else f"{r[c]:{f}}" for c, f in (("rho", ".2f"), ("ast_depth", ".0f"))}
         first = " ".join(str(r["program"] or "(nothing parsable)").split())[:60]  # the program on one line
         tds = "".join(f"<td>{html.escape(_text(cells[c]))}</td>" for c in TABLE_COLUMNS)

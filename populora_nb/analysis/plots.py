@@ -111,9 +111,8 @@ def plot_step_metric(
 def plot_ratings(run_dir: str | Path, ax: Axes | None = None) -> Figure:
     """TrueSkill mu per member over steps with a ±sigma band, coloured by role."""
     fig, ax = axes_or_new(ax, (7, 4), steps=True)
-    rows = records(run_dir, "metrics")
     members: dict[str, list[dict]] = defaultdict(list)
-    for r in (r for r in rows if r.get("rating/mu") is not None):
+    for r in (r for r in records(run_dir, "metrics") if r.get("rating/mu") is not None):
         members[r["member"]].append(r)
     ax.set(xlabel="step", ylabel="TrueSkill μ (band: ±σ)", title="Ratings")
     if not members:
