@@ -278,14 +278,10 @@ def _benchmark_section(out: Path) -> Section:
         ]
     pct = lambda v: "n/a" if v is None else f"{100 * v:.1f}"  # noqa: E731
     table = [["benchmark", "base", "baseline", "population mean", "best", "worst", "scorer"]]
-    table += [
-        [
-            benchmark_label(r["benchmark"]),
-            *(pct(r[k]) for k in ("base", "baseline", "population_mean", "best", "worst")),
-        ]
-        + [r.get("scorer") or "project (written before scorers were recorded)"]
-        for r in rows
-    ]
+    for r in rows:
+        cells = [pct(r[k]) for k in ("base", "baseline", "population_mean", "best", "worst")]
+        scorer = r.get("scorer") or "project (written before scorers were recorded)"
+        table.append([benchmark_label(r["benchmark"]), *cells, scorer])
     text = "pass@1 (%), greedy" + (f"; {note}" if note else "") + "."
     if official.exists():
         text += " Rows scored by official evalplus 0.3.1 (run in the sandbox) say so in the scorer column."
