@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from populora_nb.analysis.liveness import share_interval
-from populora_nb.analysis.new_tasks import better, mean_ratio, new_task_table, run_steps, step_mean, step_share
+from populora_nb.analysis.new_tasks import better, mean_interval, mean_ratio, new_task_table, run_steps, step_share
 from populora_nb.config import load_config
 from populora_nb.records import RunDir
 
@@ -62,8 +62,8 @@ def test_intervals_resample_whole_steps():
     share, low, high = step_share(hits, totals, "x")
     wilson = share_interval(32, 80)
     assert share == pytest.approx(0.4) and (high - low) > 1.5 * (wilson[1] - wilson[0])
-    mean, lo, hi = step_mean(hits)
-    assert mean == pytest.approx(3.2) and lo < 3.2 < hi and step_mean(np.array([2.0, 2.0])) == (2.0, 2.0, 2.0)
+    mean, lo, hi = mean_interval(hits)
+    assert mean == pytest.approx(3.2) and lo < 3.2 < hi and mean_interval(np.array([2.0, 2.0])) == (2.0, 2.0, 2.0)
     ratio, rlo, rhi = mean_ratio(hits * 2, hits, "r")
     assert ratio == pytest.approx(2.0) and rlo < 2.0 < rhi  # independent resamples of the two runs
 

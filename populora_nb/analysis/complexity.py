@@ -290,20 +290,22 @@ def analyse_tasks(tasks: Sequence[TaskRecord], written: Literal["new", "all"] = 
 
 def _share_series(marks: Sequence[tuple[CopyMark, bool]], window: int) -> StepSeries:
     """Per step, the share of ``marks`` flagged (pooled over ``window`` steps) with a ±1 SE band."""
-    by_step: dict[int, list[float]] = defaultdict(list)
-    for c, flag in marks:
-        by_step[c.step].append(float(flag))
 
     def share(pooled: np.ndarray) -> tuple[float, float, float]:
         rate = float(pooled.mean())
         se = math.sqrt(rate * (1 - rate) / len(pooled))
         return rate, max(0.0, rate - se), min(1.0, rate + se)
 
-    return _rolling(by_step, window, share)
+    return _rolling(((c.step, float(flag)) for c, flag in marks), window, share)
 
 
-def _rolling(by_step: Mapping[int, list[float]], window: int, summary: Callable[[np.ndarray], tuple]) -> StepSeries:
-    """At each step with values, ``summary`` (mean, lo, hi) of the values of the last ``window`` steps."""
+def _rolling(items: Iterable[tuple[int, float]], window: int, summary: Callable[[np.ndarray], tuple]) -> StepSeries:
+    """At each step with values, ``summary`` (mean, lo, hi) of the (step, value) ``items`` of the last
+    ``window`` steps; NaN values (unparsed, unsolved) are left out."""
+    by_step: dict[int, list[float]] = defaultdict(list)
+    for step, value in items:
+        if not math.isnan(value):
+            by_step[step].append(value)
     steps = np.array(sorted(by_step), dtype=np.int64)
     pooled = [np.array([v for t in range(s - window + 1, s + 1) for v in by_step.get(int(t), ())]) for s in steps]
     table = np.array([(*summary(p), len(p)) for p in pooled], dtype=np.float64).reshape(-1, 4)
@@ -329,16 +331,11 @@ def step_series(
 ) -> StepSeries:
     """Rolling summary of ``metric`` (a field, e.g. ``"sloc"``, ``"solve_rate"``) of the items
     given (``RunAnalysis.series`` picks them): at each step with data, pool the items of the last
-    ``window`` steps (by step number) and give their mean and the ``band`` percentiles. NaNs
-    (unparsed, unsolved) are left out."""
+    ``window`` steps (by step number) and give their mean and the ``band`` percentiles (NaNs left out)."""
     if window < 1:
         raise ValueError(f"window must be >= 1 step, got {window}")
-    by_step: dict[int, list[float]] = defaultdict(list)
-    for p in programs:
-        value = float(getattr(p, metric))
-        if not math.isnan(value):
-            by_step[p.step].append(value)
-    return _rolling(by_step, window, lambda pooled: (pooled.mean(), *np.percentile(pooled, band)))
+    items = ((p.step, float(getattr(p, metric))) for p in programs)
+    return _rolling(items, window, lambda pooled: (pooled.mean(), *np.percentile(pooled, band)))
 
 
 # ----------------------------------------------------------------------------- collapse detector

@@ -164,8 +164,6 @@ def plot_program_metric_per_proposer(
     drawn = [ax.plot(s.steps, s.mean, label=name) for name, s in series.items() if len(s.steps)]
     name = LABELS.get(metric, metric)
     ax.set(xlabel="step", ylabel=name, title=title or f"{name} per teacher (rolling {window}-step mean)")
-    solved = " solved" if metric == "solve_rate" else ""
-    finish(
-        ax, bool(drawn), f"no teacher has a valid written program{solved}:\nnothing to plot", fontsize="small", ncol=2
-    )
+    why = f"no teacher has a valid written program{' solved' if metric == 'solve_rate' else ''}:\nnothing to plot"
+    finish(ax, bool(drawn), why, fontsize="small", ncol=2)
     return fig

@@ -113,11 +113,8 @@ def compute_table(runs: Mapping[str, str | Path]) -> list[list[str]]:
                 gen, train = c.ratio_to(base)
                 per = f"{_fmt(gen)} / {_fmt(train)}"
                 band = "n/a" if train != train else ("yes" if abs(train - 1) <= BAND else "no")
-                total = (
-                    "(see the run's row)"
-                    if role is not None
-                    else f"{_fmt(_div(c.generated, base.generated))} / {_fmt(_div(c.trained, base.trained))}"
-                )
+                total = f"{_fmt(_div(c.generated, base.generated))} / {_fmt(_div(c.trained, base.trained))}"
+                total = "(see the run's row)" if role is not None else total
             tokens = (c.generated, c.trained, c.generated_per_adapter, c.trained_per_adapter)
             rows.append([label, str(c.adapters), str(c.steps), *(f"{t:.0f}" for t in tokens), per, band, total])
     return rows

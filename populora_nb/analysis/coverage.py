@@ -108,9 +108,8 @@ def io_signature(input_text: str, output_text: str) -> str:
 
 def ast_shape(tree: ast.AST) -> str:
     """A digest of the normalised tree (module docstring): equal iff same shape up to renaming."""
-    bound = {identifier(n) for n in ast.walk(tree) if not (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))} - {
-        None
-    }
+    binders = (n for n in ast.walk(tree) if not (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)))
+    bound = {identifier(n) for n in binders} - {None}
     canon: dict[str, str] = {}
     out: list[str] = []
     stack: list[ast.AST | str] = [tree]
@@ -284,8 +283,7 @@ def compare_at_equal_n(curves: Mapping[str, Rarefaction], n: int | None = None) 
     if not curves:
         raise ValueError("no curves to compare")
     largest = min(c.size for c in curves.values())
-    if n is None:
-        n = largest
+    n = largest if n is None else n
     if not 0 <= n <= largest:
         raise ValueError(f"n must be in [0, {largest}] (the smallest run's units), got {n}")
     return CoverageComparison(n=n, at={name: c.at(n) for name, c in curves.items()})

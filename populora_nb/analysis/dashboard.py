@@ -42,12 +42,13 @@ def in_notebook() -> bool:
 
 
 def verdict(row: dict) -> str:
-    """A task record's verdict, worded the same in the dashboard and the notebooks."""
+    """A task's verdict, worded the same in the dashboard, the explorer and the notebooks; a tasks.jsonl
+    row's with its solve rate (a frames row has none: it shows ρ in its own column)."""
     if not row["valid"]:
         return f"rejected: {row['reason']}"
-    if row.get("solve_rate") is None:
-        return "valid, not attempted"
-    return f"valid, solve rate {row['solve_rate']:.2f}"
+    if "solve_rate" not in row:
+        return "valid"
+    return "valid, not attempted" if row["solve_rate"] is None else f"valid, solve rate {row['solve_rate']:.2f}"
 
 
 def tasks_html(rows: Sequence[dict]) -> str:
@@ -67,9 +68,8 @@ def tasks_html(rows: Sequence[dict]) -> str:
 
 
 class Dashboard:
-    """A run's live view: in a notebook, the status, a figure (solve rates and valid rate; ratings or
-    rewards) and the latest tasks, redrawn after each step; in a terminal, one ``step_summary`` line
-    per step. Everything is read from the run directory's records."""
+    """A run's live view (module docstring), read from its records; in a terminal, one ``step_summary``
+    line per step."""
 
     def __init__(
         self,
@@ -94,10 +94,6 @@ class Dashboard:
     def steps_done(self) -> int:
         """Steps with logged metrics."""
         return len({r["step"] for r in self.history})
-
-    def complete(self) -> bool:
-        """Whether every step of the run is logged."""
-        return self.steps_done() >= self.total
 
     def status(self) -> str:
         """Where the run stands, in words: steps done of the total, and what is running."""
@@ -146,13 +142,10 @@ class Dashboard:
 
     def finish(self) -> None:
         """After `run(...)`: the final figure, table and summary stay as ordinary outputs."""
-        if not self.notebook:
-            print(self.status(), file=self.stream, flush=True)
-            return
-        if not self._handles:
-            self.show()
-        else:
+        if self.notebook and self._handles:
             self._render()
+        else:
+            self.show()  # a terminal: the status line; a notebook not yet shown: the whole view
 
     def _render(self) -> None:
         from IPython.display import HTML, Image

@@ -27,7 +27,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from populora_nb.analysis.figures import figure_of, finish, line_band
-from populora_nb.analysis.frames import records
+from populora_nb.analysis.frames import records, step_value
 from populora_nb.analysis.liveness import played_tasks
 from populora_nb.analysis.seed_stats import fmt_interval, t_interval, welch_interval
 
@@ -79,13 +79,8 @@ def probe_events(run_dir: str | Path) -> list[ProbeEvent]:
 def probe_cost(run_dir: str | Path) -> float | None:
     """The probe's seconds over the training steps' seconds, whole run: its cost per step as a
     fraction (the design aims at <= 0.10). None when the probe never ran."""
-    probe: dict[int, float] = {}
-    steps: dict[int, float] = {}
-    for r in records(run_dir, "metrics"):
-        if r.get("time/probe_s") is not None:
-            probe[r["step"]] = float(r["time/probe_s"])  # one event per step, logged on each proposer's row
-        if r.get("time/step_s") is not None:
-            steps[r["step"]] = float(r["time/step_s"])
+    rows = records(run_dir, "metrics")
+    probe, steps = step_value(rows, "time/probe_s"), step_value(rows)
     if not probe or not steps:
         return None
     return sum(probe.values()) / sum(steps.values())

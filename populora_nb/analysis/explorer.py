@@ -29,7 +29,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from populora_nb.analysis.dashboard import in_notebook
+from populora_nb.analysis.dashboard import in_notebook, verdict
 from populora_nb.analysis.figures import finish, png_bytes, say_empty
 from populora_nb.analysis.frames import COMPLEXITY_COLUMNS, RunFrames
 
@@ -88,20 +88,14 @@ def ancestry(lineage: pd.DataFrame, member: str) -> pd.DataFrame:
     return pd.DataFrame(out, columns=_ANCESTRY).astype({"birth_step": "Int64"})
 
 
-def verdict(row: dict[str, Any]) -> str:
-    return "valid" if row["valid"] else f"rejected: {row['reason']}"
-
-
 def tasks_table(tasks: pd.DataFrame, max_rows: int = 20) -> str:
     """An HTML table of tasks (`TABLE_COLUMNS` and the program's first line), the first ``max_rows``."""
     if tasks.empty:
         return "<p><i>no task matches</i></p>"
     rows = []
     for r in tasks.head(max_rows).to_dict("records"):
-        cells = r | {
-            "verdict": verdict(r),
-            "attempts": "" if pd.isna(r["n_solved"]) else f"{r['n_solved']}/{r['rollouts']}",
-        }
+        attempts = "" if pd.isna(r["n_solved"]) else f"{r['n_solved']}/{r['rollouts']}"
+        cells = r | {"verdict": verdict(r), "attempts": attempts}
         cells |= {c: "" if pd.isna(r[c]) else f"{r[c]:{f}}" for c, f in (("rho", ".2f"), ("ast_depth", ".0f"))}
         first = " ".join(str(r["program"] or "(nothing parsable)").split())[:60]  # the program on one line
         tds = "".join(f"<td>{html.escape(_text(cells[c]))}</td>" for c in TABLE_COLUMNS)
@@ -242,13 +236,11 @@ class Explorer:
         for (a, b, c), run in zip(axes, runs):
             mine = sel[sel["run"] == run]
             counts = mine.groupby(["step", "valid"]).size().unstack(fill_value=0) if len(mine) else pd.DataFrame()
-            bottom = None
-            for valid, color in ((True, "C2"), (False, "0.7")):
+            bottom = 0
+            for valid, color, label in ((True, "C2", "valid"), (False, "0.7", "invalid")):
                 if valid in counts.columns:
-                    a.bar(
-                        counts.index, counts[valid], bottom=bottom, color=color, label="valid" if valid else "invalid"
-                    )
-                    bottom = counts[valid] if bottom is None else bottom + counts[valid]
+                    a.bar(counts.index, counts[valid], bottom=bottom, color=color, label=label)
+                    bottom = bottom + counts[valid]
             a.axvline(at, color="k", lw=0.8, ls=":")
             a.set_xlim(self.steps.value[0] - 0.6, self.steps.value[1] + 0.6)
             a.set(title=f"{run}: selected tasks per step", xlabel="step", ylabel="tasks")

@@ -22,8 +22,8 @@ for a sweep's grid point), so a run, an experiment, a protocol and a sweep read 
 
 This module is the analyses' one door to the records: ``records`` (one stream's rows, as
 `RunDir.read` parses them), ``load_tasks`` (the task rows as `TaskRecord`\ s, classed and checked),
-``analyse_run`` and ``step_mean``; every analysis, plot and the seed protocol read through them
-(tests/test_frames.py fails on a second reader).
+``analyse_run``, ``step_mean`` and ``step_value``; every analysis, plot and the seed protocol read
+through them (tests/test_frames.py fails on a second reader).
 """
 
 from __future__ import annotations
@@ -154,6 +154,16 @@ def step_mean(rows: Iterable[dict], key: str, role: str | None = None) -> dict[i
     )
 
 
+def step_value(rows: Iterable[dict], key: str = "time/step_s") -> dict[int, float]:
+    """step -> ``key`` at that step, for a per-step value every member's row repeats (the step's
+    seconds ``time/step_s``, the probe's ``time/probe_s``): the analyses' one reader of a step's cost."""
+    out: dict[int, float] = {}
+    for r in rows:
+        if r.get(key) is not None:
+            out.setdefault(int(r["step"]), float(r[key]))
+    return out
+
+
 _REQUIRED = ("step", "proposer", "kind", "program", "valid")
 
 
@@ -224,11 +234,9 @@ def load_frames(path: str | Path) -> RunFrames:
 
 def _labelled(df: pd.DataFrame, labels: dict[str, Any]) -> pd.DataFrame:
     """``df`` with the label columns first (point, seed, run: those the layout gave)."""
-    df = df.copy()
+    df = df.drop(columns=[key for key in labels if key in df.columns])
     for key in reversed(LABELS):
         if key in labels:
-            if key in df.columns:
-                df = df.drop(columns=key)
             df.insert(0, key, labels[key])
     return df
 
@@ -314,10 +322,7 @@ def task_frame(run_dir: Path, rows: list[dict], matches: list[dict], rollouts: i
         record.update(_complexity(row) if written else dict.fromkeys(COMPLEXITY_COLUMNS))
         out.append(record)
     df = pd.DataFrame(out, columns=None if out else [c for c in TASK_COLUMNS if c != "run"])
-    for col in ("rollouts", "n_solved"):
-        if col in df.columns:
-            df[col] = df[col].astype("Int64")  # whole counts with missing values, not floats
-    return df
+    return df.astype({"rollouts": "Int64", "n_solved": "Int64"})  # whole counts with missing values, not floats
 
 
 def _complexity(row: dict) -> dict[str, Any]:

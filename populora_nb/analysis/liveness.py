@@ -206,7 +206,6 @@ def share_interval(n: int, d: int) -> tuple[float, float]:
     """The 95% Wilson score interval of a share n/d (scipy's ``binomtest``). It treats the d items as
     independent draws: read it as the least uncertainty a count carries; where items cluster by step
     the report uses the block bootstrap (`analysis.clustered`)."""
-
     ci = binomtest(n, d).proportion_ci(confidence_level=0.95, method="wilson")
     return float(ci.low), float(ci.high)
 

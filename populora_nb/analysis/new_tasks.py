@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from populora_nb.analysis.frames import records
+from populora_nb.analysis.frames import records, step_value
 from populora_nb.analysis.liveness import liveness
 from populora_nb.records import RunDir
 
@@ -75,10 +75,7 @@ def run_steps(run_dir: str | Path) -> RunSteps:
     """Count a run's records per step (module docstring)."""
     rd = RunDir(Path(run_dir))
     tasks = records(rd.path, "tasks")
-    seconds: dict[int, float] = {}
-    for row in records(rd.path, "metrics"):
-        if row.get("time/step_s") is not None:
-            seconds.setdefault(int(row["step"]), float(row["time/step_s"]))
+    seconds = step_value(records(rd.path, "metrics"))
     steps = sorted({int(t["step"]) for t in tasks} | set(seconds))
     index = {s: i for i, s in enumerate(steps)}
     counts = {k: np.zeros(len(steps)) for k in ("proposals", "valid", "new_valid", "new_played", "new_in_band")}
@@ -106,7 +103,7 @@ def run_steps(run_dir: str | Path) -> RunSteps:
     )
 
 
-def step_mean(values: np.ndarray, name: str = "") -> tuple[float, float, float]:
+def mean_interval(values: np.ndarray, name: str = "") -> tuple[float, float, float]:
     """(mean, low, high): the per-step mean and its 95% percentile bootstrap interval over steps (NaN
     bounds under 2 steps; a zero-width interval when every step gave the same value)."""
     x = np.asarray(values, dtype=float)
@@ -114,8 +111,8 @@ def step_mean(values: np.ndarray, name: str = "") -> tuple[float, float, float]:
     if not len(x):
         return math.nan, math.nan, math.nan
     mean = float(x.mean())
-    if np.all(x == x[0]):
-        return (mean, mean, mean) if len(x) > 1 else (mean, math.nan, math.nan)
+    if len(x) > 1 and np.all(x == x[0]):
+        return mean, mean, mean
     low, high = _bootstrap((x,), lambda a, axis=-1: a.mean(axis=axis), paired=False, name=name)
     return mean, low, high
 
@@ -175,20 +172,14 @@ def better(candidate: RunSteps, control: RunSteps) -> bool:
     return bool(new_c >= NEW_RATIO * new_0 and new_c > 0 and rate_c >= VALID_RATIO * rate_0)
 
 
-def _fmt(triple: tuple[float, float, float], pct: bool = False, digits: str = ".2f") -> str:
+def _fmt(triple: tuple[float, float, float], digits: str = ".2f") -> str:
     mean, low, high = triple
     if math.isnan(mean):
         return "n/a"
-    f = (lambda v: f"{v:.0%}") if pct else (lambda v: f"{v:{digits}}")
-    return f(mean) + ("" if math.isnan(low) else f" [{f(low)}, {f(high)}]")
+    return f"{mean:{digits}}" + ("" if math.isnan(low) else f" [{low:{digits}}, {high:{digits}}]")
 
 
 RUNS = ("baseline", "population")
-
-
-def _made(run_dir: Path) -> bool:
-    """A run that recorded tasks (a run not started, or stopped before its first step, did not)."""
-    return run_dir.is_dir() and RunDir(run_dir).has("tasks")
 
 
 def new_task_table(experiments: Mapping[str, str | Path]) -> tuple[list[str], dict]:
@@ -199,7 +190,7 @@ def new_task_table(experiments: Mapping[str, str | Path]) -> tuple[list[str], di
     if not names:
         return [], {}
     counts = {
-        n: {run: run_steps(Path(p) / run) for run in RUNS if _made(Path(p) / run)} for n, p in experiments.items()
+        n: {r: run_steps(Path(p) / r) for r in RUNS if RunDir(Path(p) / r).has("tasks")} for n, p in experiments.items()
     }
     control = counts[names[0]]
     lines = [
@@ -215,24 +206,24 @@ def new_task_table(experiments: Mapping[str, str | Path]) -> tuple[list[str], di
                 lines.append(f"| {name if run == 'baseline' else ''} | {run} | not run | | | | | | |")
                 continue
             c = counts[name][run]
-            new = step_mean(c.new_valid, f"{name}/{run}/new")
+            new = mean_interval(c.new_valid, f"{name}/{run}/new")
             ratio = mean_ratio(c.new_valid, control[run].new_valid, f"{name}/{run}/ratio")
             valid = step_share(c.valid, c.proposals, f"{name}/{run}/valid")
             band = step_share(c.new_in_band, c.new_played, f"{name}/{run}/band")
             won = None
             if c.games is not None and c.games_won is not None:
                 won = (
-                    step_mean(c.games_won, f"{name}/{run}/won"),
+                    mean_interval(c.games_won, f"{name}/{run}/won"),
                     step_share(c.games_won, c.games, f"{name}/{run}/games"),
                 )
-            cost = step_mean(c.seconds, f"{name}/{run}/cost")
-            won_cell = "—" if won is None else f"{_fmt(won[0], digits='.1f')}; {_fmt(won[1], pct=True)}"
-            band_cell = f"{_fmt(band, pct=True)} ({int(c.new_in_band.sum())}/{int(c.new_played.sum())})"
+            cost = mean_interval(c.seconds, f"{name}/{run}/cost")
+            won_cell = "—" if won is None else f"{_fmt(won[0], '.1f')}; {_fmt(won[1], '.0%')}"
+            band_cell = f"{_fmt(band, '.0%')} ({int(c.new_in_band.sum())}/{int(c.new_played.sum())})"
             lines.append(
                 f"| {name if run == 'baseline' else ''} | {run} | {len(c.steps)} | {_fmt(new)} "
                 f"({int(c.new_valid.sum())}) | {'control' if name == names[0] else _fmt(ratio)} | "
-                f"{_fmt(valid, pct=True)} ({int(c.valid.sum())}/{int(c.proposals.sum())}) | {band_cell} | "
-                f"{won_cell} | {_fmt(cost, digits='.1f')} |"
+                f"{_fmt(valid, '.0%')} ({int(c.valid.sum())}/{int(c.proposals.sum())}) | {band_cell} | "
+                f"{won_cell} | {_fmt(cost, '.1f')} |"
             )
             row = {"candidate": name, "run": run, "steps": len(c.steps), "new_valid_per_step": new}
             row |= {"ratio_to_control": ratio, "valid_rate": valid, "band_share_new": band}

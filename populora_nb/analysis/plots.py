@@ -12,7 +12,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 
 from populora_nb.analysis.figures import axes_or_new, figure_of, finish, say_empty
 from populora_nb.analysis.frames import records, step_mean
@@ -41,10 +40,6 @@ def label(key: str) -> str:
     return METRIC_LABELS.get(key, key)
 
 
-def _ax(ax: Axes | None, figsize: tuple[float, float] = (6, 3.5)) -> tuple[Figure, Axes]:
-    return axes_or_new(ax, figsize, steps=True)
-
-
 def _xy(series: Mapping[int, float]) -> tuple[list[int], list[float]]:
     """A `frames.step_mean` series as (steps, values) for ``ax.plot``."""
     return list(series), list(series.values())
@@ -66,7 +61,7 @@ def plot_solve_rates(
     valid-proposal rate (black). Every kind gets a legend entry, "no valid task" when it has no
     point, so a kind listed in a task table is never missing from the legend.
     """
-    fig, ax = _ax(ax, (7, 3.8))
+    fig, ax = axes_or_new(ax, (7, 3.8), steps=True)
     prefix = "" if source == "fresh" else "buffer_"
     drawn = False  # any solve-rate point
     for (name, path), style in zip(runs.items(), ["-", "--", ":", "-."]):
@@ -100,7 +95,7 @@ def plot_step_metric(
 ) -> Figure:
     """One logged metric ``key`` over steps, one line per run: its mean per step over the members
     (of ``role``) that logged it."""
-    fig, ax = _ax(ax)
+    fig, ax = axes_or_new(ax, steps=True)
     series = {name: step_mean(records(path, "metrics"), key, role) for name, path in runs.items()}
     for name, s in series.items():
         if s:
@@ -115,10 +110,9 @@ def plot_step_metric(
 
 def plot_ratings(run_dir: str | Path, ax: Axes | None = None) -> Figure:
     """TrueSkill mu per member over steps with a ±sigma band, coloured by role."""
-    fig, ax = _ax(ax, (7, 4))
-    rows = records(run_dir, "metrics")
+    fig, ax = axes_or_new(ax, (7, 4), steps=True)
     members: dict[str, list[dict]] = defaultdict(list)
-    for r in (r for r in rows if r.get("rating/mu") is not None):
+    for r in (r for r in records(run_dir, "metrics") if r.get("rating/mu") is not None):
         members[r["member"]].append(r)
     ax.set(xlabel="step", ylabel="TrueSkill μ (band: ±σ)", title="Ratings")
     if not members:
@@ -169,7 +163,7 @@ def _label_ends(ax: Axes, ends: list[tuple[float, str, str]], x: float, fontsize
 
 def plot_solve_matrix(run_dir: str | Path, last_steps: int | None = None, ax: Axes | None = None) -> Figure:
     """Teacher × student mean solve rate over the (last) matches; blank where they never met."""
-    fig, ax = _ax(ax, (5, 4))
+    fig, ax = axes_or_new(ax, (5, 4), steps=True)
     rows = records(run_dir, "matches")
     if last_steps is not None and rows:
         cutoff = max(r["step"] for r in rows) - last_steps
@@ -207,7 +201,7 @@ def plot_solve_matrix(run_dir: str | Path, last_steps: int | None = None, ax: Ax
 
 def plot_valid_rate_per_teacher(run_dir: str | Path, ax: Axes | None = None) -> Figure:
     """Each proposer's valid-proposal rate (share of its proposals that passed validation) over steps."""
-    fig, ax = _ax(ax)
+    fig, ax = axes_or_new(ax, steps=True)
     rows = [r for r in records(run_dir, "metrics") if r.get("teacher/valid_rate") is not None]
     for m in dict.fromkeys(r["member"] for r in rows):
         rs = [r for r in rows if r["member"] == m]
@@ -221,7 +215,7 @@ def plot_valid_rate_per_teacher(run_dir: str | Path, ax: Axes | None = None) -> 
 
 def plot_invalid_reasons(run_dir: str | Path, ax: Axes | None = None) -> Figure:
     """Why proposals were rejected, summed over the run."""
-    fig, ax = _ax(ax)
+    fig, ax = axes_or_new(ax, steps=True)
     tasks = records(run_dir, "tasks")
     counts = Counter(r["reason"] for r in tasks if not r["valid"])
     items = sorted(counts.items(), key=lambda kv: kv[1])
@@ -235,7 +229,7 @@ def plot_invalid_reasons(run_dir: str | Path, ax: Axes | None = None) -> Figure:
 
 def plot_rewards(run_dir: str | Path, ax: Axes | None = None) -> Figure:
     """Mean proposer reward and mean solver reward per step (a baseline's substitute for ratings)."""
-    fig, ax = _ax(ax)
+    fig, ax = axes_or_new(ax, steps=True)
     rows = records(run_dir, "metrics")
     series = {
         name: step_mean(rows, f"reward/{key}_mean") for key, name in (("propose", "proposer"), ("solve", "solver"))
@@ -263,7 +257,7 @@ def plot_lineage(
     between dark and light. `founders` (id → role) adds initial members the records never mention.
     `end_step`: the run's number of steps, where the lifetimes of the last members end (a lifetime
     [b, d) covers steps b … d − 1); without it they end one evolution interval after the last birth."""
-    fig, ax = axes_or_new(ax, (10, 4))
+    fig, ax = axes_or_new(ax, (10, 4), steps=True)
     births = sorted(lineage_records, key=lambda r: r.step)
     children = {r.child for r in births}
     role_of = dict(founders or {}) | {i: r.role for r in births for i in (r.replaced, r.child, *r.parents)}
@@ -297,7 +291,6 @@ def plot_lineage(
     slot = [sum(role_of[g] == role_of[f] for g in initial[:i]) for i, f in enumerate(initial)]  # index within role
     ax.set_yticks(range(len(initial)), [f"{role_of[f]} slot {n}" for f, n in zip(initial, slot)])
     ax.set(xlim=(0, end), xlabel="step", title="lineage: children replace the weakest of their role")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
 

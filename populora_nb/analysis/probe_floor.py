@@ -71,11 +71,10 @@ def equal_count_difference(
         return None
     first, last = shared[0], shared[-1]
     rng = named_rng(seed, "probe-equal-count")
-    means = {}
+    means, counts = {}, {step: min(len(b[step]), len(p[step])) for step in (first, last)}
     for name, run in (("baseline", b), ("population", p)):
         for step in (first, last):
-            m = min(len(b[step]), len(p[step]))
-            draws = np.stack([rng.choice(run[step], size=m, replace=False) for _ in range(n_draws)])
+            draws = np.stack([rng.choice(run[step], size=counts[step], replace=False) for _ in range(n_draws)])
             means[name, step] = draws.mean(axis=1)  # (n_draws,)
     adjusted = (means["population", last] - means["population", first]) - (
         means["baseline", last] - means["baseline", first]
@@ -84,7 +83,7 @@ def equal_count_difference(
     return EqualCount(
         first,
         last,
-        (min(len(b[first]), len(p[first])), min(len(b[last]), len(p[last]))),
+        (counts[first], counts[last]),
         (float(means["baseline", first].mean()), float(means["baseline", last].mean())),
         (float(means["population", first].mean()), float(means["population", last].mean())),
         float(adjusted.mean()),

@@ -21,9 +21,10 @@ from populora_nb.analysis.compute import compute_table
 from populora_nb.analysis.coverage import COVERAGE_KINDS, rarefaction_curves
 from populora_nb.analysis.difficulty_probe import plot_probe, probe_events, probe_table
 from populora_nb.analysis.figures import save_figure
-from populora_nb.analysis.frames import analyse_run, records
+from populora_nb.analysis.frames import analyse_run, records, step_value
 from populora_nb.analysis.liveness import CHECKS, liveness
 from populora_nb.analysis.runs import find_runs
+from populora_nb.analysis.seed_stats import md_table
 from populora_nb.config import ExperimentConfig
 from populora_nb.evaluation.humaneval import benchmark_label
 from populora_nb.evolution import Lineage
@@ -240,7 +241,7 @@ def _run_table(out: Path, runs: dict[str, Path]) -> list[list[str]]:
 def _cost(metrics: list[dict]) -> tuple[str, str]:
     """Mean seconds per step and the largest per-step peak memory (the GPU's when it ran on one, else
     the process's resident set)."""
-    per_step = {r["step"]: r["time/step_s"] for r in metrics if r.get("time/step_s") is not None}
+    per_step = step_value(metrics)
     logged = [r.get("memory/cuda_peak_gb", r.get("memory/peak_rss_gb")) for r in metrics]
     peaks = [float(p) for p in logged if p is not None]
     where = " (GPU)" if any("memory/cuda_peak_gb" in r for r in metrics) else " (RSS)"
@@ -277,24 +278,14 @@ def _benchmark_section(out: Path) -> Section:
         ]
     pct = lambda v: "n/a" if v is None else f"{100 * v:.1f}"  # noqa: E731
     table = [["benchmark", "base", "baseline", "population mean", "best", "worst", "scorer"]]
-    table += [
-        [
-            benchmark_label(r["benchmark"]),
-            *(pct(r[k]) for k in ("base", "baseline", "population_mean", "best", "worst")),
-        ]
-        + [r.get("scorer") or "project (written before scorers were recorded)"]
-        for r in rows
-    ]
+    for r in rows:
+        cells = [pct(r[k]) for k in ("base", "baseline", "population_mean", "best", "worst")]
+        scorer = r.get("scorer") or "project (written before scorers were recorded)"
+        table.append([benchmark_label(r["benchmark"]), *cells, scorer])
     text = "pass@1 (%), greedy" + (f"; {note}" if note else "") + "."
     if official.exists():
         text += " Rows scored by official evalplus 0.3.1 (run in the sandbox) say so in the scorer column."
     return Section("Benchmarks", text, ["eval/benchmarks.png"] if (eval_dir / "benchmarks.png").exists() else [], table)
-
-
-def _md_table(rows: list[list[str]]) -> str:
-    esc = lambda c: c.replace("|", "\\|")  # noqa: E731
-    lines = ["| " + " | ".join(map(esc, rows[0])) + " |", "|" + "---|" * len(rows[0])]
-    return "\n".join(lines + ["| " + " | ".join(map(esc, r)) + " |" for r in rows[1:]])
 
 
 def _inline_code(text: str) -> str:
@@ -312,7 +303,7 @@ def write_report(out: str | Path) -> tuple[Path, Path]:
         md.append(f"## {s.title}\n\n{s.text}\n")
         body.append(f"<h2>{html.escape(s.title)}</h2><p>{_inline_code(html.escape(s.text))}</p>")
         if s.table:
-            md.append(_md_table(s.table) + "\n")
+            md.append("\n".join(md_table([[c.replace("|", "\\|") for c in r] for r in s.table])) + "\n")
             head = "".join(f"<th>{html.escape(c)}</th>" for c in s.table[0])
             cells = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in s.table[1:])
             body.append(f"<table><tr>{head}</tr>{cells}</table>")

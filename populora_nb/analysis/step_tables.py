@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 
 from populora_nb.matchmaking import game_rule, student_games, teacher_games
 from populora_nb.prompts import ParseFailure
+from populora_nb.stages import Attempt
 from populora_nb.step import Step
 from populora_nb.tasks import Task
 from populora_nb.verify import Invalid
@@ -53,15 +54,14 @@ def plot_pairing(step: Step) -> Figure:
     return fig
 
 
-def verdict(result: object) -> tuple[str, str]:
-    """(verdict, reason) of a validated proposal: valid, invalid with the verifier's reason, or unparsed."""
-    if isinstance(result, Task):
-        return "valid", ""
+def _verdict(result: object) -> tuple[str, str]:
+    """(verdict, reason) of a proposal's validation result, with the verifier's detail (a tasks.jsonl row's
+    verdict: `dashboard.verdict`)."""
     if isinstance(result, Invalid):
         return "invalid", f"{result.reason}: {result.detail[:80]}" if result.detail else result.reason
     if isinstance(result, ParseFailure):
         return "unparsed", result.reason
-    return "not validated", ""
+    return "valid" if isinstance(result, Task) else "not validated", ""
 
 
 def proposals_table(step: Step) -> pd.DataFrame:
@@ -69,7 +69,7 @@ def proposals_table(step: Step) -> pd.DataFrame:
     class, the first line of its program, and ρ once solved."""
     rows = []
     for p in step.out.proposals:
-        said, reason = verdict(p.result)
+        said, reason = _verdict(p.result)
         program = (getattr(p.parsed, "program", "") or "").strip()
         row = {"proposer": p.proposer, "solver": p.solver, "kind": p.kind, "verdict": said, "reason": reason}
         first = program.splitlines()[0][:60] if program else ""
@@ -80,25 +80,20 @@ def proposals_table(step: Step) -> pd.DataFrame:
 def rollouts_table(step: Step) -> pd.DataFrame:
     """Each solver's rollouts per task: ✓ passed, ✗ failed, · unparseable; passed of k, and ρ for a
     task proposed this step (a buffer task, drawn to fill the batch, has none)."""
-    groups: dict[tuple, list[str]] = defaultdict(list)
-    tasks: dict[tuple, tuple[str, bool]] = {}
+    groups: dict[tuple, list[Attempt]] = defaultdict(list)
     for a in step.out.attempts:
         # a task proposed this step by its index; a buffer task by identity (its rollouts share the object)
-        key = (a.solver, a.proposed_index if a.fresh else id(a.task), a.train)
-        groups[key].append(a.status)
-        tasks.setdefault(key, (a.task.kind, a.fresh))
+        groups[(a.solver, a.proposed_index if a.fresh else id(a.task), a.train)].append(a)
     rows = []
-    for (solver, where, train), statuses in groups.items():
-        kind, fresh = tasks[(solver, where, train)]
-        rho = step.out.proposals[where].rho if fresh else None
-        row = {
-            "solver": solver,
-            "task": f"proposal {where}" if fresh else "buffer task",
-            "kind": kind,
+    for (solver, where, train), attempts in groups.items():
+        fresh, statuses = attempts[0].fresh, [a.status for a in attempts]
+        row = {"solver": solver, "task": f"proposal {where}" if fresh else "buffer task", "kind": attempts[0].task.kind}
+        row |= {
             "trained on": train,
+            "rollouts": "".join(MARK[s] for s in statuses),
+            "passed": statuses.count("correct"),
         }
-        row |= {"rollouts": "".join(MARK[s] for s in statuses), "passed": sum(s == "correct" for s in statuses)}
-        rows.append(row | {"k": len(statuses), "ρ": rho})
+        rows.append(row | {"k": len(statuses), "ρ": step.out.proposals[where].rho if fresh else None})
     return pd.DataFrame(rows)
 
 

@@ -29,9 +29,6 @@ import yaml
 
 SEED_PROGRAM = "def f(a):\n    return a"
 """AZR's identity seed, the first program in every buffer."""
-_TYPES = ("int", "str", "list[int]", "list[str]", "dict", "float", "bool", "tuple")
-
-
 _LITERALS = {
     "int": lambda rng: rng.randint(-20, 99),
     "str": lambda rng: rng.choice(["Hello world", "abc", "racecar", "a b c", "xyz"]),
@@ -42,7 +39,8 @@ _LITERALS = {
     "bool": lambda rng: rng.random() < 0.5,
     "tuple": lambda rng: (rng.randint(0, 9), rng.choice("ab")),
 }
-"""A random literal of each type in ``_TYPES``."""
+"""A random literal of each type a synthetic program's I/O may have, in the order the runs add them."""
+_TYPES = tuple(_LITERALS)
 
 
 def _literal(rng: random.Random, kind: str) -> str:
