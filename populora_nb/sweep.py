@@ -362,8 +362,8 @@ def write_sweep_report(spec: SweepSpec, window: int = 5) -> Path:
         "",
         f"Stages {', '.join(spec.stages)}; shared overrides {spec.overrides or 'none'}. Each entry is "
         f"population − baseline of a run's mean over its last {window} logged steps, averaged over seeds, with "
-        "a 95% bootstrap interval over seeds (paired by seed; none from one seed); * marks a difference whose "
-        "bootstrap and Welch t intervals both exclude 0.",
+        "the spread of its per-seed differences (their range up to 3 seeds, a 95% percentile bootstrap from 4; "
+        "none from one seed); * marks a difference whose paired 95% t-interval excludes 0.",
         "",
         *md_table(cross_table(spec, window)),
     ]
