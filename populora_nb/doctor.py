@@ -2,12 +2,10 @@
 
 It loads the base once, runs two population and two baseline steps (vLLM samples, the trainer
 trains, each run with its own engine over the same base), times the engine on a mixed batch (8 rows,
-8 members' adapters) against one adapter, and prints one table: load times; seconds per step split
-into generate / validate / train / sync; population ÷ baseline step time; peak memory (the trainer's
-GPU allocation, else the process's RSS); rollout tokens/s; mixed ÷ single-adapter generation time.
-
-``generate`` is the time inside the policy's ``generate``, ``validate`` the proposal validation plus
-the sandbox checking answers, ``train`` ``time/update_s``, ``sync`` ``time/sync_s``. A failure ends
+8 members' adapters) against one adapter, and prints one table (`DoctorReport.table`, whose legend
+says what each part of a step's time holds): load times; seconds per step split into generate /
+validate / train / sync; population ÷ baseline step time; peak memory (the trainer's GPU allocation,
+else the process's RSS); rollout tokens/s; mixed ÷ single-adapter generation time. A failure ends
 the check with one line naming its stage; each stage boundary notes peak and free memory.
 
 ``doctor --weights random`` needs no download: the preset's architecture with random weights (vLLM's
@@ -38,7 +36,7 @@ from populora_nb.model.base import Base, load_base
 from populora_nb.model.engine_share import GIB, TrainerMemory, describe, measured_check, run_share
 from populora_nb.model.policy import LoRAPolicy
 from populora_nb.state import roster_for
-from populora_nb.step_records import memory_mark, reset_peak_memory, step_summary
+from populora_nb.step_records import Timer, memory_mark, reset_peak_memory, step_summary
 from populora_nb.verify import Verifier
 
 DEFAULTS: dict[str, Any] = {"rollout.engine": "vllm", "run.steps": 2, "run.checkpoint_every": 0, "probe.every": 0}
@@ -47,6 +45,8 @@ RANDOM_WEIGHTS: dict[str, Any] = {"model.weights": "random", "sampling.ignore_eo
 """What ``weights="random"`` adds: the architecture with random weights, every completion at its budget."""
 MIXED_ROWS = 8
 """Rows of the mixed vs single-adapter micro-measurement."""
+PARTS = ("generate", "validate", "train", "sync")
+"""The parts a step's seconds are split into (`RunTimes`: ``generate_s`` ...)."""
 
 
 @dataclass
@@ -114,8 +114,7 @@ class DoctorReport:
         d = asdict(self)
         d.update(ok=self.ok, step_ratio=self.step_ratio, mixed_ratio=self.mixed_ratio)
         for run in ("population", "baseline"):
-            times: RunTimes = getattr(self, run)
-            d[run]["tokens_per_s"] = times.tokens_per_s
+            d[run]["tokens_per_s"] = getattr(self, run).tokens_per_s
         return d
 
     def table(self) -> str:
@@ -128,10 +127,7 @@ class DoctorReport:
             ("load: base model (s, shared)", f(self.base_load_s), ""),
             ("load: vLLM engine start (s)", f(p.engine_start_s), f(b.engine_start_s)),
             (f"step (s, mean of {self.steps})", f(p.mean("step_s")), f(b.mean("step_s"))),
-            ("  generate (s/step)", f(p.mean("generate_s")), f(b.mean("generate_s"))),
-            ("  validate (s/step)", f(p.mean("validate_s")), f(b.mean("validate_s"))),
-            ("  train (s/step)", f(p.mean("train_s")), f(b.mean("train_s"))),
-            ("  sync (s/step)", f(p.mean("sync_s")), f(b.mean("sync_s"))),
+            *((f"  {part} (s/step)", f(p.mean(f"{part}_s")), f(b.mean(f"{part}_s"))) for part in PARTS),
             ("rollout tokens/s", f(p.tokens_per_s), f(b.tokens_per_s)),
             (f"peak memory (GB, {self.memory_kind})", f(p.peak_gb), f(b.peak_gb)),
             ("train vs engine log-prob gap, max", gap or f(p.logp_diff_max), gap or f(b.logp_diff_max)),
@@ -175,7 +171,7 @@ class DoctorReport:
         for run in ("population", "baseline"):
             t: RunTimes = getattr(self, run)
             needed |= {f"{run}.peak_gb": t.peak_gb, f"{run}.tokens_per_s": t.tokens_per_s}
-            for name in ("step_s", "generate_s", "validate_s", "train_s", "sync_s", "tokens"):
+            for name in ("step_s", *(f"{part}_s" for part in PARTS), "tokens"):
                 values = getattr(t, name)
                 needed[f"{run}.{name}"] = None if len(values) != self.steps else sum(values)
             if self.engine == "vllm":
@@ -197,11 +193,8 @@ class _StepClock:
         inner = getattr(obj, method)
 
         def timed(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
+            with Timer(self.seconds, key):
                 return inner(*args, **kwargs)
-            finally:
-                self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - started
 
         setattr(obj, method, timed)  # an instance attribute: only this object is timed
 
@@ -213,7 +206,7 @@ class _StepClock:
 class _Stage:
     """Which stage is running, for the one-line failure message; notes the memory at each end."""
 
-    def __init__(self, marks: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, marks: list[dict[str, Any]]) -> None:
         self.name = "config"
         self.marks = marks
 
@@ -225,8 +218,7 @@ class _Stage:
         started = time.perf_counter()
         yield
         say(f"[doctor] {name} done in {time.perf_counter() - started:.1f}s")
-        if self.marks is not None:
-            self.marks.append(memory_mark(name))
+        self.marks.append(memory_mark(name))
 
 
 def run_doctor(

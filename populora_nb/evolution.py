@@ -162,14 +162,9 @@ def apply_operator(
     return registry[record.operator](*parents, generator=generator)
 
 
-def lineage_parents(records: Sequence[Lineage]) -> dict[str, tuple[str, ...]]:
-    """The lineage tree as child → parents."""
-    return {r.child: r.parents for r in records}
-
-
 def ancestors(member_id: str, records: Sequence[Lineage]) -> set[str]:
     """Every member that `member_id` descends from."""
-    tree = lineage_parents(records)
+    tree = {r.child: r.parents for r in records}  # the lineage tree as child -> parents
     found: set[str] = set()
     stack = list(tree.get(member_id, ()))
     while stack:

@@ -32,12 +32,13 @@ from populora_nb.errors import UserInputError
 from populora_nb.evaluation.loaders import data_dir_is_set, resolve_data_dir
 from populora_nb.evaluation.runs import evaluate_experiment
 from populora_nb.loop import run
-from populora_nb.records import RunDir
+from populora_nb.records import RunDir, write_atomic
 from populora_nb.step_records import step_summary
 from populora_nb.tracking import log_report, trackers
 from populora_nb.warmup import run_warmup
 
 STAGES = ("warmup", "baseline", "population", "eval", "analysis", "report")
+StageFunction = Callable[[ExperimentConfig, Path, Callable[[str], None]], object]
 
 
 def check_inputs(config: ExperimentConfig, stages: Sequence[str] = STAGES) -> None:
@@ -62,9 +63,7 @@ def _mark(out: Path, stage: str, seconds: float, resumed: bool = False) -> None:
     done[stage] = {"seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
     if resumed:
         done[stage]["resumed"] = True
-    tmp = out / "stages.json.tmp"
-    tmp.write_text(json.dumps(done, indent=1))
-    tmp.replace(out / "stages.json")
+    write_atomic(out / "stages.json", json.dumps(done, indent=1))
 
 
 def run_experiment(
@@ -109,7 +108,7 @@ def adopt_warmup(out: str | Path, source: str | Path) -> None:
     _mark(out, "warmup", 0.0)
 
 
-def _train(agent: str) -> Callable[[ExperimentConfig, Path, Callable[[str], None]], None]:
+def _train(agent: str) -> StageFunction:
     def stage(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> None:
         cfg = stage_config(config, agent)
         if config.warmup.enabled:  # run_experiment has checked that the warmup stage is complete
@@ -141,10 +140,6 @@ def _warmup(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> 
     )
 
 
-def _eval(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> None:
-    evaluate_experiment(config, out, say)
-
-
 def _analysis(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> None:
     paths = make_figures(out)
     say(f"[analysis] {len(paths)} figures in {out / 'figures'}")
@@ -158,11 +153,11 @@ def _report(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> 
         say(f"[report] {n} figures to {', '.join(trackers(config.run.report_to))} under {out}")
 
 
-STAGE_FUNCTIONS = {
+STAGE_FUNCTIONS: dict[str, StageFunction] = {
     "warmup": _warmup,
     "baseline": _train("baseline"),
     "population": _train("population"),
-    "eval": _eval,
+    "eval": evaluate_experiment,
     "analysis": _analysis,
     "report": _report,
 }

@@ -1,18 +1,10 @@
-"""`run`, which drives AZR's single-agent step or PopuLoRA's population step (`populora_nb.step`,
-stage by stage) into a run directory with checkpoints and resume, and AZR's seeding run (`grow_seeds`).
+"""`run`, which drives AZR's single-agent step or PopuLoRA's population step (`populora_nb.step`
+says what each does, stage by stage) into a run directory with checkpoints and resume, and AZR's
+seeding run (`grow_seeds`).
 
 `run` reads as CleanRL's loop does: for each step, the difficulty probe when due, the step
 (`timed_step`), its records (`metric_rows`, `record_step`), evolution when due (`evolution_due`,
 `step.evolve`) and a checkpoint when due (`checkpoint_due`, `checkpoints.write_checkpoint`).
-
-baseline_step:   agent proposes every kind → validate → k learnability rollouts per valid task set
-                 rho (not trained on) → the agent solves a batch of buffer tasks, one response
-                 each → AZR proposer reward + student reward → one TRR++ update of the agent
-                 (AZR's recipe; ``run.baseline_solver="own_rollouts"`` trains on the k rollouts).
-population_step: PFSP pairs each teacher with a student → teachers propose (one mixed batch) →
-                 validate → matched students solve (one mixed batch) → PopuLoRA teacher reward
-                 (-1 / 0 / 1-rho) + student reward → one update per member → TrueSkill updates →
-                 every E steps, evolution replaces the weakest of each role (`evolve`).
 """
 
 from __future__ import annotations
@@ -36,7 +28,9 @@ from populora_nb.probe import probe_due, probe_metrics, probe_rows, run_probe
 from populora_nb.records import RunDir
 from populora_nb.stages import StepOutcome, propose, validate
 from populora_nb.state import RunState, initial_state, roster_for, seed_buffers
-from populora_nb.step import baseline_step, evolve, population_step
+from populora_nb.step import baseline_step as baseline_step  # re-exported: callers import the steps from here
+from populora_nb.step import evolve, run_step
+from populora_nb.step import population_step as population_step
 from populora_nb.step_records import (
     member_metrics,
     peak_memory_gb,
@@ -59,14 +53,12 @@ def run(
     on_step: Callable[[int, list[dict]], None] | None = None,
     progress: bool = True,
 ) -> RunDir:
-    """Run ``config.run.steps`` steps into ``run_dir``, resuming from its latest checkpoint. Each
-    step: the probe when due, the step, its records, evolution when due, a checkpoint when due."""
+    """Run ``config.run.steps`` steps into ``run_dir``, resuming from its latest checkpoint (module docstring)."""
     rd = RunDir.create(run_dir, config)
     agent = config.run.agent
-    step_fn = baseline_step if agent == "baseline" else population_step
     with contextlib.ExitStack() as owned:  # what this run started, closed however it ends
         # run.report_to's trackers (none by default): a missing backend fails here, in one line, before any work
-        tracker = owned.enter_context(contextlib.closing(open_tracker(config.run.report_to, rd.path, config.to_dict())))
+        tracker = owned.enter_context(open_tracker(config.run.report_to, rd.path, config.to_dict()))
         if verifier is None:
             verifier = owned.enter_context(Verifier.from_config(config.verifier))
         bar = owned.enter_context(progress_bar(config, progress))
@@ -85,7 +77,7 @@ def run(
                 probe_refs = probe_refs or seed_buffers(config, verifier)
                 probed = difficulty_probe(policy, verifier, state, config, probe_refs, rd)
             bar.set_description_str(f"{agent} · step {step} running")
-            out, cost = timed_step(step_fn, policy, verifier, state, config)
+            out, cost = timed_step(policy, verifier, state, config)
             rows = metric_rows(step, out, state, config, cost, probed, policy.tokenizer)
             record_step(rd, step, out, rows, config)
             if evolution_due(step, config):
@@ -112,16 +104,12 @@ def progress_bar(config: ExperimentConfig, enabled: bool) -> tqdm:
 
 
 def timed_step(
-    step_fn: Callable[[Policy, Verifier, RunState, ExperimentConfig], StepOutcome],
-    policy: Policy,
-    verifier: Verifier,
-    state: RunState,
-    config: ExperimentConfig,
+    policy: Policy, verifier: Verifier, state: RunState, config: ExperimentConfig
 ) -> tuple[StepOutcome, dict[str, float]]:
-    """One step (`step.baseline_step` or `step.population_step`) and its seconds (``time/step_s``) and peak memory."""
+    """One step (`step.run_step`) and its seconds (``time/step_s``) and peak memory."""
     reset_peak_memory()
     started = time.perf_counter()
-    out = step_fn(policy, verifier, state, config)
+    out = run_step(policy, verifier, state, config)
     return out, {"time/step_s": time.perf_counter() - started, **peak_memory_gb()}
 
 
@@ -213,14 +201,10 @@ def grow_seeds(
         state.step = round_
         proposals = propose(policy, ["agent"], state.buffers, config, round_)
         proposals = validate(verifier, proposals, config.tasks.code_f_inputs)
-        for p in proposals:
-            if (
-                isinstance(p.result, Task)
-                and p.kind in ("code_o", "code_i")
-                and (p.result.program, p.result.inputs) not in seen
-            ):
-                seen.add((p.result.program, p.result.inputs))
-                buffer.add(Task(buffer.kind, p.result.program, p.result.inputs, p.result.outputs))
+        for task in (p.result for p in proposals if p.kind in ("code_o", "code_i")):
+            if isinstance(task, Task) and (task.program, task.inputs) not in seen:
+                seen.add((task.program, task.inputs))
+                buffer.add(Task(buffer.kind, task.program, task.inputs, task.outputs))
         if on_round is not None:
             on_round(round_, len(buffer))
     return buffer.tasks

@@ -151,10 +151,8 @@ class Game(NamedTuple):
 
 
 def teacher_games(match: Match, threshold: float = 1.0) -> list[Game]:
-    """The teacher's games in ``match`` (module docstring): against the student, a win per failed
-    and a loss per solved rollout of a contested task; against the reference, k losses for a task
-    that teaches nothing and 2k for an invalid one; none for a task never attempted. Outcomes are
-    spread evenly through the games (TrueSkill's sequential updates depend slightly on order)."""
+    """The teacher's games in ``match`` by the module docstring's rules (`game_rule` names each case).
+    Outcomes are spread evenly through the games (TrueSkill's sequential updates depend slightly on order)."""
     if not match.valid:
         return [Game(False, "reference")] * (2 * match.k)
     if not match.played:
@@ -165,8 +163,7 @@ def teacher_games(match: Match, threshold: float = 1.0) -> list[Game]:
 
 
 def student_games(match: Match) -> list[Game]:
-    """The student's games in ``match``: against the teacher, a win per solved rollout and a loss per
-    failed one; none when it did not play (an invalid task, or one never attempted)."""
+    """The student's games in ``match`` by the module docstring's rules (`game_rule` names each case)."""
     if not match.played:
         return []
     return [Game(solved, "partner") for solved in _spread(match.solved, match.k)]

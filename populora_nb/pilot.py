@@ -202,17 +202,15 @@ def run_pilot(
         config = load_config(preset, settings)
         exp = out / cand.name
         key = warmup_key(config)
-        if cand.warmup_from is not None and config.warmup.enabled:
-            if cand.warmup_from not in names:
-                raise UserInputError(
-                    f"pilot candidate {cand.name!r} adopts {cand.warmup_from!r}'s warm-up: "
-                    f"run {cand.warmup_from!r} before it"
-                )
+        if cand.warmup_from is not None and config.warmup.enabled and cand.warmup_from not in names:
+            raise UserInputError(
+                f"pilot candidate {cand.name!r} adopts {cand.warmup_from!r}'s warm-up: "
+                f"run {cand.warmup_from!r} before it"
+            )
+        source = names.get(cand.warmup_from) if cand.warmup_from is not None else warmups.get(key)
+        if config.warmup.enabled and source is not None and source != exp:
             RunDir.create(exp, config)
-            adopt_warmup(exp, names[cand.warmup_from])
-        elif config.warmup.enabled and key in warmups and warmups[key] != exp:
-            RunDir.create(exp, config)
-            adopt_warmup(exp, warmups[key])
+            adopt_warmup(exp, source)
         say(f"[pilot] {cand.name}: {cand.why}")
         run_experiment(config, exp, stages=("warmup", *runs), say=say)
         if config.warmup.enabled:

@@ -84,13 +84,9 @@ def run_probe(
 def probe_rows(step: int, proposals: Sequence[Proposed], config: ExperimentConfig) -> list[dict]:
     """The probe.jsonl rows of one event: a tasks.jsonl row per probe proposal (`task_rows`), with
     the prompt it answered (the same index means the same prompt at every event) and the rollouts."""
-    kinds = len(config.tasks.kinds)
+    kinds = len(config.tasks.kinds)  # propose() orders jobs by asker (one per prompt, `probe_askers`), then kind
     rows = task_rows(step, proposals)
-    for i, row in enumerate(rows):
-        # propose() orders jobs by asker (one per prompt, `probe_askers`), then kind
-        row["prompt_index"] = i // kinds
-        row["rollouts"] = config.probe.rollouts
-    return rows
+    return [row | {"prompt_index": i // kinds, "rollouts": config.probe.rollouts} for i, row in enumerate(rows)]
 
 
 def probe_metrics(proposals: Sequence[Proposed], member: str) -> dict[str, float | None]:

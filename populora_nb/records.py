@@ -128,9 +128,7 @@ class RunDir:
             if not p.exists():
                 continue
             keep = [r for r in self.read(stream) if r.get("step", -1) <= step]
-            tmp = p.with_suffix(".tmp")
-            tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in keep))
-            os.replace(tmp, p)
+            write_atomic(p, "".join(json.dumps(r, sort_keys=True) + "\n" for r in keep))
 
     def truncate_to(self, manifest: dict) -> None:
         """Cut every stream back to the bytes a checkpoint's manifest recorded (call after
@@ -139,14 +137,11 @@ class RunDir:
             p = self.path / f"{stream}.jsonl"
             size = manifest["records"].get(stream, {"size": 0})["size"]
             if p.exists() and p.stat().st_size != size:
-                tmp = p.with_suffix(".tmp")
                 with open(p, "rb") as fh:
-                    tmp.write_bytes(fh.read(size))
-                os.replace(tmp, p)
+                    write_atomic(p, fh.read(size))
 
     def last_logged_step(self) -> int:
-        rows = self.read("metrics")
-        return max((r["step"] for r in rows), default=-1)
+        return max((r["step"] for r in self.read("metrics")), default=-1)
 
     # ---- checkpoints --------------------------------------------------------------------------
     @property
@@ -169,22 +164,15 @@ class RunDir:
         final = self.checkpoint_dir(step)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
-        latest = self.checkpoints / "latest"
-        (self.checkpoints / "latest.tmp").write_text(final.name)
-        os.replace(self.checkpoints / "latest.tmp", latest)
+        write_atomic(self.checkpoints / "latest", final.name)
         # Old checkpoints only cost disk; keep a couple to fall back on when the newest is damaged.
-        done = sorted(p for p in self.checkpoints.glob("step_*") if p.is_dir())
-        for old in done[:-keep]:
+        for _, old in self.committed_checkpoints()[keep:]:
             shutil.rmtree(old, ignore_errors=True)
         return final
 
     def committed_checkpoints(self) -> list[tuple[int, Path]]:
         """Every renamed-into-place checkpoint directory, newest first (scratch `.tmp_*` ones excluded)."""
-        found = []
-        for p in self.checkpoints.glob("step_*"):
-            name = p.name.split("_")[1]
-            if p.is_dir() and name.isdigit():
-                found.append((int(name), p))
+        found = [(int(p.name[5:]), p) for p in self.checkpoints.glob("step_*") if p.is_dir() and p.name[5:].isdigit()]
         return sorted(found, reverse=True)
 
     def latest_checkpoint(self) -> tuple[int, Path] | None:
@@ -267,10 +255,15 @@ def _hash_file(path: Path, limit: int | None = None) -> dict:
     return {"sha256": h.hexdigest(), "size": size, "rows": rows}
 
 
-def write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(_jsonable(data), sort_keys=True))
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write ``path`` through a temporary file renamed into place: a kill leaves the old or the new file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data if isinstance(data, bytes) else data.encode())
     os.replace(tmp, path)
+
+
+def write_json(path: Path, data: Any) -> None:
+    write_atomic(path, json.dumps(_jsonable(data), sort_keys=True))
 
 
 def read_json(path: Path) -> Any:

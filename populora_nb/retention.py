@@ -7,12 +7,9 @@ next fittest is the second parent of crossovers) and hands it to a `train_and_sc
 which retrains it on a fixed task set with the loop's own stages and returns its reward before
 training and after each step. Every operator sees the same task draws and the same generation
 seeds, so the curves differ only through the child's weights; copy_parent (the parent itself,
-trained on) and linear_0_5 (the mean ΔW of both parents) are the controls.
-
-    student: solve `tasks_per_step` tasks drawn from the run's valid tasks, `rollouts` each,
-             student reward (+1 / −0.5 / −1), TRR++ advantages, one update; score = mean reward.
-    teacher: propose against a fixed student (who does not learn), PopuLoRA teacher reward
-             (−1 / 0 / 1 − ρ), one update; score = mean teacher reward.
+trained on) and linear_0_5 (the mean ΔW of both parents) are the controls. A student child is scored
+by its mean student reward (`student_train_and_score`), a teacher child by its mean teacher reward
+against a fixed student (`teacher_train_and_score`).
 """
 
 from __future__ import annotations
@@ -256,7 +253,6 @@ def run_retention(
 
 
 def _with_progress(train_and_score: TrainAndScore, total: int) -> TrainAndScore:
-
     bar = tqdm(total=total, desc="retention")
 
     def wrapped(child: LoRAFactors, num_steps: int) -> list[float]:

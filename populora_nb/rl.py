@@ -1,11 +1,10 @@
 """Policy-gradient math: TRR++ advantages and the clipped policy-gradient loss (AZR §3.3.5).
 
-Task-Relative REINFORCE++ (TRR++, AZR arXiv 2505.03335 eq. 8) whitens the scalar rewards
-separately in each group, ``A = (r − mean_group) / (std_group + eps)``. AZR groups by
-(task kind × role); a population adds the member, so the caller passes one key per sample, e.g.
-``(member_id, "teacher", "code_o")``. The loss is REINFORCE with these advantages, optionally with
-PPO's ratio clipping (several epochs over one batch) and a k3 KL penalty to a reference policy
-(off by default, as in AZR).
+Task-Relative REINFORCE++ (TRR++, AZR arXiv 2505.03335 eq. 8) whitens the scalar rewards within
+each group (`trr_plus_plus_advantages`). AZR groups by (task kind × role); a population adds the
+member, so the caller passes one key per sample, e.g. ``(member_id, "teacher", "code_o")``. The loss
+(`policy_gradient_loss`) is REINFORCE with these advantages, optionally with PPO's ratio clipping and
+a k3 KL penalty to a reference policy (off by default, as in AZR).
 
 Nothing here touches a model: inputs are tensors of log-probabilities (``completion_logprobs``, at
 the sampling temperature), outputs a loss and a dict of floats for logging.
@@ -86,26 +85,6 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor, aggregation: Aggregation) 
     raise ValueError(f"aggregation must be 'token_mean' or 'sequence_mean', got {aggregation!r}")
 
 
-def _check_loss_inputs(
-    logprobs: torch.Tensor,
-    completion_mask: torch.Tensor,
-    advantages: torch.Tensor,
-    old_logprobs: torch.Tensor | None,
-    ref_logprobs: torch.Tensor | None,
-    entropy: torch.Tensor | None,
-) -> None:
-    """Shape checks for ``policy_gradient_loss``; a mismatch would otherwise broadcast silently."""
-    shape = tuple(logprobs.shape)
-    if logprobs.dim() != 2:
-        raise ValueError(f"logprobs must be (B, T), got shape {shape}")
-    if advantages.shape != logprobs.shape[:1]:
-        raise ValueError(f"advantages must be (B,) = {shape[:1]}, got {tuple(advantages.shape)}")
-    named = {"completion_mask": completion_mask, "old_logprobs": old_logprobs, "ref_logprobs": ref_logprobs}
-    for name, other in {**named, "entropy": entropy}.items():
-        if other is not None and other.shape != logprobs.shape:
-            raise ValueError(f"{name} {tuple(other.shape)} must match logprobs {shape}")
-
-
 def policy_gradient_loss(
     logprobs: torch.Tensor,
     completion_mask: torch.Tensor,
@@ -136,7 +115,15 @@ def policy_gradient_loss(
     ``policy/approx_kl``, ``policy/ratio_max`` (with ``old_logprobs``), ``policy/entropy`` (with
     ``entropy``), ``policy/advantage_mean``, ``policy/n_tokens``.
     """
-    _check_loss_inputs(logprobs, completion_mask, advantages, old_logprobs, ref_logprobs, entropy)
+    shape = tuple(logprobs.shape)  # shapes checked: a mismatch would otherwise broadcast silently
+    if logprobs.dim() != 2:
+        raise ValueError(f"logprobs must be (B, T), got shape {shape}")
+    if advantages.shape != logprobs.shape[:1]:
+        raise ValueError(f"advantages must be (B,) = {shape[:1]}, got {tuple(advantages.shape)}")
+    aligned = {"completion_mask": completion_mask, "old_logprobs": old_logprobs, "ref_logprobs": ref_logprobs}
+    for name, other in {**aligned, "entropy": entropy}.items():
+        if other is not None and other.shape != logprobs.shape:
+            raise ValueError(f"{name} {tuple(other.shape)} must match logprobs {shape}")
     if not 0.0 < epsilon < 1.0:
         raise ValueError(f"epsilon is the PPO clip range and must lie in (0, 1), got {epsilon}")
     if kl_coef < 0.0:

@@ -1,7 +1,5 @@
-"""The stages of one self-play step, data in and data out; `loop.py` chains them into AZR's
-single-agent step (`baseline_step`) and PopuLoRA's population step (`population_step`):
-
-    propose → parse → validate → solve → judge → reward → advantages → update → rate → evolve
+"""The stages of one self-play step, data in and data out; `step.Step` chains them (its docstring
+draws the order) into AZR's single-agent step and PopuLoRA's population step.
 
 No model code lives here: generation and the policy-gradient update go through a `Policy`
 (`populora_nb.policy`; `model.policy.LoRAPolicy` on a real model, a scripted policy in tests). The
@@ -12,8 +10,7 @@ proposer its solve rate rho in the same step (as AZR's code does). When a solver
 of a kind than a proposer writes (few proposals are valid early on), the batch is topped up with
 tasks from the buffer, so every member gets the same number of samples each step (per-adapter
 compute matching); top-up tasks train the solver but play no match.
-
-What a step records lives in `step_records`; what the stages need from a model, in `policy`.
+What a step records lives in `step_records`.
 """
 
 from __future__ import annotations

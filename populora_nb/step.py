@@ -79,26 +79,37 @@ class Step:
 
     # ---- the stages ----------------------------------------------------------------------------
     def pair(self) -> dict[str, str]:
-        """PFSP's matching of teachers to students on the current ratings (`pair`), with the win
-        probability of every teacher × student pair that weighted it."""
+        """teacher -> student for this step: a PFSP-weighted matching on TrueSkill ratings, in which every
+        student gets as many teachers as any other (within one), or the round-robin ablation; with the
+        win probability of every teacher × student pair that weighted it."""
         self.ratings_before = dict(self.state.ratings)
-        env = trueskill_env(self.config)
-        r = self.state.ratings
+        env, mc, state = trueskill_env(self.config), self.config.matchmaking, self.state
+        r = state.ratings
         self.win_probabilities = {
-            t: {s: win_probability(r[t], r[s], env) for s in self.state.students} for t in self.state.teachers
+            t: {s: win_probability(r[t], r[s], env) for s in state.students} for t in state.teachers
         }
-        self.partner = pair(self.state, self.config)
+        if mc.mode == "round_robin":
+            pairs = round_robin_pairs(state.teachers, state.students, state.step)
+        else:
+            pairs = pfsp_pairs(
+                state.teachers,
+                state.students,
+                state.ratings,
+                env,
+                rng_for(self.config.run.seed, state.step, "pfsp"),
+                weighting="var" if mc.mode == "pfsp_var" else "hard",
+                gamma=mc.gamma,
+                floor=mc.floor,
+            )
+        self.partner = dict(pairs)
         return self.partner
 
     def propose(self) -> list[Proposed]:
         """Every proposer writes its tasks in one mixed-adapter batch; each is given its solver."""
         c, step = self.config, self.state.step
+        proposers, per_kind = (self.state.teachers, c.rl.teacher_proposals) if self.population else (["agent"], None)
         with Timer(self.out.timings, "propose_s"):
-            if self.population:
-                teachers, per_kind = self.state.teachers, c.rl.teacher_proposals
-                proposals = stages.propose(self.policy, teachers, self.state.buffers, c, step, per_kind)
-            else:
-                proposals = stages.propose(self.policy, ["agent"], self.state.buffers, c, step)
+            proposals = stages.propose(self.policy, proposers, self.state.buffers, c, step, per_kind)
         # the solver is known before anything is solved: the matched student, or the agent itself
         solver = self.partner.get if self.population else (lambda _: "agent")
         self.out.proposals = [dataclasses.replace(p, solver=solver(p.proposer)) for p in proposals]
@@ -145,15 +156,21 @@ class Step:
         """One policy-gradient update of each member on its own samples; each member's statistics."""
         with Timer(self.out.timings, "update_s"):
             self.out.update_stats = stages.update(self.policy, self.out.samples, list(self.state.roster))
+        # a rollout engine apart from the trainer (vLLM, `LoRAPolicy.sync`) gets the updated members
         with Timer(self.out.timings, "sync_s"):
-            sync_engine(self.policy)
+            if hasattr(self.policy, "sync"):
+                self.policy.sync()
         return self.out.update_stats
 
     def rate(self) -> list[Match]:
         """One TrueSkill match per proposal, in proposal order; the ratings move (`update_ratings`)."""
         if not self.ratings_before:
             self.ratings_before = dict(self.state.ratings)
-        self.out.matches = step_matches(self.out, self.config)
+        # rho is None unless the partner attempted the task (always so for an invalid one): Match.played
+        k = self.config.rl.rollouts
+        self.out.matches = [
+            Match(p.proposer, p.solver or "", isinstance(p.result, Task), p.rho, k) for p in self.out.proposals
+        ]
         env, threshold = trueskill_env(self.config), self.config.matchmaking.win_threshold
         self.state.ratings = update_ratings(self.state.ratings, self.out.matches, env, threshold)
         return self.out.matches
@@ -169,49 +186,13 @@ class Step:
 
 
 # ---- the loop's steps and the pieces they share ---------------------------------------------------
-def baseline_step(policy: Policy, verifier: Verifier, state: RunState, config: ExperimentConfig) -> StepOutcome:
-    """One step of AZR's single agent (module docstring); updates the agent and grows the buffers."""
+def run_step(policy: Policy, verifier: Verifier, state: RunState, config: ExperimentConfig) -> StepOutcome:
+    """One step of AZR's single agent or of the population, as ``config.run.agent`` says (module
+    docstring); updates the members, the ratings (population) and the buffers."""
     return Step(policy, verifier, state, config).run()
 
 
-def population_step(policy: Policy, verifier: Verifier, state: RunState, config: ExperimentConfig) -> StepOutcome:
-    """One PopuLoRA step (module docstring); updates every member, the ratings and the buffers."""
-    return Step(policy, verifier, state, config).run()
-
-
-def sync_engine(policy: Policy) -> None:
-    """Hand the updated members to a rollout engine that samples apart from the trainer (vLLM,
-    `LoRAPolicy.sync`) before the next step generates; a policy without one has nothing to do."""
-    sync = getattr(policy, "sync", None)
-    if sync is not None:
-        sync()
-
-
-def pair(state: RunState, config: ExperimentConfig) -> dict[str, str]:
-    """teacher -> student for this step: a PFSP-weighted matching on TrueSkill ratings, in which every
-    student gets as many teachers as any other (within one), or the round-robin ablation."""
-    mc = config.matchmaking
-    if mc.mode == "round_robin":
-        pairs = round_robin_pairs(state.teachers, state.students, state.step)
-    else:
-        pairs = pfsp_pairs(
-            state.teachers,
-            state.students,
-            state.ratings,
-            trueskill_env(config),
-            rng_for(config.run.seed, state.step, "pfsp"),
-            weighting="var" if mc.mode == "pfsp_var" else "hard",
-            gamma=mc.gamma,
-            floor=mc.floor,
-        )
-    return dict(pairs)
-
-
-def step_matches(out: StepOutcome, config: ExperimentConfig) -> list[Match]:
-    """The step's matches, one per proposal, in proposal order; rho is None unless the partner
-    attempted the task (always so for an invalid one): Match.played."""
-    k = config.rl.rollouts
-    return [Match(p.proposer, p.solver or "", isinstance(p.result, Task), p.rho, k) for p in out.proposals]
+baseline_step = population_step = run_step  # the loop's step under each agent's name: `Step` branches on the agent
 
 
 def evolve(policy: Policy, state: RunState, config: ExperimentConfig) -> list[dict]:

@@ -40,12 +40,19 @@ def task_rows(step: int, proposals: Sequence[Proposed]) -> list[dict]:
             row.update(task_to_json(r), valid=True, reason=None)
             row.pop("meta", None)
         else:
-            why = r.reason if isinstance(r, Invalid) else f"parse:{r.reason if r is not None else 'not_validated'}"
-            row.update(program="", inputs=[], outputs=[], message="", valid=False, reason=why)
+            row.update(program="", inputs=[], outputs=[], message="", valid=False, reason=invalid_reason(r, ":"))
         if isinstance(r, Invalid) and isinstance(p.parsed, Proposal):
             row["program"] = p.parsed.program  # what the teacher wrote, for reading why it was rejected
         rows.append(row)
     return rows
+
+
+def invalid_reason(result: Invalid | ParseFailure | None, sep: str) -> str:
+    """Why a proposal is invalid: the verifier's reason, or ``parse``, ``sep`` and the parse failure
+    (``not_validated``: it never reached the verifier)."""
+    if isinstance(result, Invalid):
+        return result.reason
+    return f"parse{sep}{result.reason if result is not None else 'not_validated'}"
 
 
 def member_metrics(member: str, role: str, outcome: StepOutcome, kinds: Sequence[str]) -> dict:
@@ -64,13 +71,9 @@ def member_metrics(member: str, role: str, outcome: StepOutcome, kinds: Sequence
         row["teacher/repeat_rate"] = sum(bool(p.repeat) for p in valid) / len(valid) if valid else None
         row["teacher/reference_copy_rate"] = sum(p.copy == "reference" for p in valid) / len(valid) if valid else None
         for p in mine:
-            if isinstance(p.result, Task):
-                continue
-            if isinstance(p.result, Invalid):
-                reason = p.result.reason
-            else:  # a parse failure, or a proposal that never reached the verifier
-                reason = f"parse_{p.result.reason if isinstance(p.result, ParseFailure) else 'not_validated'}"
-            row[f"invalid/{reason}"] = row.get(f"invalid/{reason}", 0) + 1
+            if not isinstance(p.result, Task):
+                key = f"invalid/{invalid_reason(p.result, '_')}"
+                row[key] = row.get(key, 0) + 1
         for kind in kinds:
             of_kind = [p for p in mine if p.kind == kind]
             if of_kind:
