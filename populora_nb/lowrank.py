@@ -4,9 +4,8 @@ PopuLoRA's evolution operators (`populora_nb.operators`).
 For each module ΔW = B @ A has rank ≤ r; it is never formed. Its SVD comes from the r×r Gram
 matrices of the factors (see `gram_svd`), folded into r×r coefficient matrices, so the only big
 work per module is the Gram products and two (d × r)·(r × r) products. The Grams run in the
-factors' precision (float32 by default) and the r×r eigen-decompositions in float64, batched over
-modules: float64 Grams cost several times the time for an error that stays small even on
-near-collinear parents; the price is that components below √eps·S_max count as empty.
+factors' precision (float64 Grams cost several times the time for an error that stays small even on
+near-collinear parents) and the r×r eigen-decompositions in float64, batched over modules.
 """
 
 from __future__ import annotations

@@ -199,8 +199,7 @@ def crossover_layer_swap(parent_1: LoRAFactors, parent_2: LoRAFactors, *, genera
     """X2: each module's (A, B) copied whole from a parent drawn by a fair coin."""
     check_parents([parent_1, parent_2])
     coins = torch.rand(len(parent_1), generator=generator, device=generator.device).lt(0.5).tolist()
-    chosen = {name: parent_1[name] if heads else parent_2[name] for name, heads in zip(parent_1, coins)}
-    return {name: LoRAPair(A.clone(), B.clone()) for name, (A, B) in chosen.items()}
+    return copy_parent({name: parent_1[name] if heads else parent_2[name] for name, heads in zip(parent_1, coins)})
 
 
 def crossover_svd_subspace(
@@ -291,20 +290,11 @@ CROSSOVERS: Mapping[str, Operator] = MappingProxyType(
 OPERATORS: Mapping[str, Operator] = MappingProxyType({**MUTATIONS, **CROSSOVERS})
 CONTROLS = frozenset({"copy_parent", "linear_0_5"})
 PAPER_IDS: Mapping[str, str] = MappingProxyType(
-    {
-        "svd_structured": "M1",
-        "layer_selective_gaussian": "M2",
-        "component_masking": "M3",
-        "full_gaussian": "M4",
-        "neftune": "M5",
-        "dare": "X1",
-        "layer_swap": "X2",
-        "svd_subspace": "X3",
-        "extrapolative": "X4",
-        "copy_parent": "copy_parent",
-        "linear_0_5": "linear_0_5",
-    }
+    {name: f"M{i}" for i, name in enumerate(MUTATIONS, 1)}
+    | {name: f"X{i}" for i, name in enumerate(CROSSOVERS, 1)}
+    | {name: name for name in CONTROLS}
 )
+"""Each operator's id in the paper (M1–M5, X1–X4: registry order); a control is its own name."""
 
 
 def arity(operator: str) -> int:

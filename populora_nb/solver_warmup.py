@@ -6,15 +6,13 @@ Why: both AZR's collapse and PopuLoRA's arms race run on tasks the matched solve
 nothing to learn from (docs/methodology.md). The proposer warm-up raises the valid-task rate; this
 raises the solve rate.
 
-What it does, with the warm-up adapter after its proposer fine-tuning: every training task (the
-accepted proposals the proposer warm-up collected, and the collection half's seeds) is attempted
-``warmup.solver_samples`` times with the run's solver prompt (`stages.solve`: one worked example,
-the run's sampling); an answer the verifier judges correct becomes an example (at most one per
-(task, answer), up to ``warmup.solver_examples``), and the adapter is fine-tuned on them with the
-proposer warm-up's loss (`model.sft.fine_tune`). The solve rate is measured before and after on
-held-out tasks with the same prompts and seeds: the measurement half's seeds and the tasks the
-held-out proposer rounds accepted, none of whose programs is a training task's.
-Nothing reads a benchmark; only the verifier decides what is correct.
+After the proposer fine-tuning, every training task (the accepted proposals and the collection
+half's seeds) is attempted ``warmup.solver_samples`` times with the run's solver prompt
+(`stages.solve`); each distinct answer the verifier judges correct becomes an example (up to
+``warmup.solver_examples``), fine-tuned on with the proposer warm-up's loss (`model.sft`). The solve
+rate is measured before and after, with the same prompts and seeds, on held-out tasks (the
+measurement half's seeds and the tasks the held-out proposer rounds accepted), none of whose programs
+is a training task's. Only the verifier decides what is correct; nothing reads a benchmark.
 """
 
 from __future__ import annotations
@@ -50,13 +48,11 @@ class SolveRate:
 
 def distinct_tasks(tasks: Sequence[Task], exclude: Set[str] = frozenset()) -> list[Task]:
     """One task per (kind, program, inputs), in order, leaving out any whose program is in ``exclude``."""
-    seen, out = set(), []
+    unique: dict[tuple[str, str, tuple[str, ...]], Task] = {}
     for t in tasks:
-        key = (t.kind, t.program, tuple(t.inputs))
-        if key not in seen and t.program not in exclude:
-            seen.add(key)
-            out.append(t)
-    return out
+        if t.program not in exclude:
+            unique.setdefault((t.kind, t.program, tuple(t.inputs)), t)
+    return list(unique.values())
 
 
 def seed_tasks(buffers: dict[str, TaskBuffer]) -> list[Task]:
@@ -97,16 +93,13 @@ def solve_rate(attempts: Sequence[Attempt]) -> SolveRate:
 
 def solved_examples(attempts: Sequence[Attempt], limit: int) -> list[Example]:
     """The correct attempts as fine-tuning examples, one per (task, answer text), at most ``limit``."""
-    seen, out = set(), []
+    unique: dict[tuple[str, str, tuple[str, ...], str], Example] = {}
     for a in attempts:
-        key = (a.task.kind, a.task.program, tuple(a.task.inputs), a.completion.strip())
-        if a.status != "correct" or key in seen:
-            continue
-        seen.add(key)
-        out.append(
-            Example(a.task.kind, a.prompt, a.completion, a.token_ids, a.task.program, tuple(a.task.inputs), a.task)
-        )
-    return out[:limit]
+        task = a.task
+        if a.status == "correct":
+            example = Example(task.kind, a.prompt, a.completion, a.token_ids, task.program, tuple(task.inputs), task)
+            unique.setdefault((task.kind, task.program, tuple(task.inputs), a.completion.strip()), example)
+    return list(unique.values())[:limit]
 
 
 def run_solver_warmup(

@@ -7,14 +7,12 @@ that rate with no outside data, on the kind of proposals AZR's seeding run keeps
 the proposer prompts of `stages.propose`, examples only what the sandboxed verifier accepted.
 
 The stage (``experiment --stages warmup``; `run_warmup`) measures the valid-task rate on held-out
-proposer prompts, collects up to ``warmup.examples`` distinct accepted proposals, fine-tunes one
-LoRA adapter on them (token-mean negative log-likelihood of the completion, the base frozen), and
-measures again on the same held-out prompts with the same sampling seeds (a paired before/after);
-held-out prompts show the other half of the seed programs (`split_seeds`). With ``warmup.solver``
-the adapter then goes through the solver warm-up (`populora_nb.solver_warmup`). It writes
-``EXP/warmup/``: the peft LoRA adapter (`model.checkpoint.write_peft_adapter`), ``examples.jsonl``
-(and ``solver_examples.jsonl``), ``report.json``. Baseline and population both start every member
-from it (``lora.warmup``): the warm-up is shared, only what follows differs.
+proposer prompts (the other half of the seed programs, `split_seeds`), collects up to
+``warmup.examples`` distinct accepted proposals, fine-tunes one LoRA adapter on them (`model.sft`),
+and measures again with the same prompts and seeds (a paired before/after); with ``warmup.solver``
+the solver warm-up follows. It writes ``EXP/warmup/``: the peft adapter, ``examples.jsonl`` (and
+``solver_examples.jsonl``), ``report.json``. Baseline and population both start every member from
+it (``lora.warmup``): the warm-up is shared, only what follows differs.
 """
 
 from __future__ import annotations
@@ -100,13 +98,11 @@ def measure(
 ) -> ValidRate:
     """The valid rate on the held-out rounds (`MEASURE_STEP` + i): the same prompts and seeds each
     call. The tasks they accepted are appended to ``accepted`` when given."""
-    rounds = [
-        proposal_round(config, policy, verifier, buffers, MEASURE_STEP + i) for i in range(config.warmup.measure_rounds)
-    ]
+    steps = range(MEASURE_STEP, MEASURE_STEP + config.warmup.measure_rounds)
+    proposals = [p for step in steps for p in proposal_round(config, policy, verifier, buffers, step)]
     if accepted is not None:
-        accepted += [p.result for r in rounds for p in r if isinstance(p.result, Task)]
-    rates = [valid_rate(r) for r in rounds]
-    return ValidRate(sum(r.accepted for r in rates), sum(r.total for r in rates))
+        accepted += [p.result for p in proposals if isinstance(p.result, Task)]
+    return valid_rate(proposals)
 
 
 def collect(
@@ -121,17 +117,16 @@ def collect(
     wc = config.warmup
     seen: set[tuple[str, str, tuple[str, ...]]] = set()
     examples: list[Example] = []
-    accepted = total = 0
+    proposed: list[Proposed] = []
     for r in range(wc.max_rounds):
         proposals = proposal_round(config, policy, verifier, buffers, COLLECT_STEP + r)
-        rate = valid_rate(proposals)
-        accepted, total = accepted + rate.accepted, total + rate.total
+        proposed += proposals
         examples += accepted_examples(proposals, seen)
         if on_round is not None:
             on_round(r, len(examples))
         if len(examples) >= wc.examples:
             break
-    return examples[: wc.examples], ValidRate(accepted, total)
+    return examples[: wc.examples], valid_rate(proposed)
 
 
 def split_seeds(buffers: dict[str, TaskBuffer], seed: int) -> tuple[dict[str, TaskBuffer], dict[str, TaskBuffer]]:
@@ -206,14 +201,13 @@ def run_warmup(config: ExperimentConfig, out: str | Path, say: Callable[[str], N
         policy.close()
     record = {"id": MEMBER, "role": "agent", "warmup": True}
     write_peft_adapter(out, policy.population.factors(MEMBER), cfg.lora, cfg.model.name, record)
-    with open(out / EXAMPLES, "w") as fh:
-        for e in examples:
-            fh.write(json.dumps({"kind": e.kind, "program": e.program, "inputs": list(e.inputs)}) + "\n")
+    rows = [{"kind": e.kind, "program": e.program, "inputs": list(e.inputs)} for e in examples]
+    (out / EXAMPLES).write_text("".join(json.dumps(row) + "\n" for row in rows))
     if cfg.warmup.solver:  # what the solver warm-up fine-tuned on: the task and the model's correct answer
-        with open(out / SOLVER_EXAMPLES, "w") as fh:
-            for e in solved:
-                row = {"kind": e.kind, "program": e.program, "inputs": list(e.inputs), "answer": e.completion}
-                fh.write(json.dumps(row) + "\n")
+        rows = [
+            {"kind": e.kind, "program": e.program, "inputs": list(e.inputs), "answer": e.completion} for e in solved
+        ]
+        (out / SOLVER_EXAMPLES).write_text("".join(json.dumps(row) + "\n" for row in rows))
     report = {
         "seed": cfg.run.seed,
         "before": dataclasses.asdict(before) | {"rate": before.rate},

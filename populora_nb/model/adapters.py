@@ -1,16 +1,10 @@
 """The population's LoRA adapters: the member bank, mixed-adapter generation, one-member training.
 
 PopuLoRA (arXiv 2605.16727 §3) keeps N LoRA members (teachers and students; the AZR baseline has
-one "agent") on one frozen base. A member is data (DESIGN.md): an id, a role, its parents and
-birth step, its factors (A, B) for every adapted module, and its own AdamW state. Its id is its
-name in the loop ("agent", "T0", "S3", an evolved child's name), the one id used end to end; the
-slot (its row of the stacked factors) is the bank's own detail. Ratings are not stored here:
-matchmaking keeps them, keyed by the same ids, so evolution can read both. What a training step
-consumes is in ``batch``; checkpoints and peft adapters on disk in ``checkpoint``.
-
-Initialisation: each member draws A independently (peft's Kaiming-uniform, one seed per member).
-With ``init="zero_b"`` (peft's default) B = 0, so all members start as the base model and differ
-only once trained; with ``init="random"`` B ~ N(0, random_b_std²) and members differ from step 0.
+one "agent") on one frozen base. A member is data (DESIGN.md): an id (its name in the loop, used
+end to end), a role, its parents and birth step, its factors (A, B) for every adapted module, and
+its own AdamW state; its slot (row of the stacked factors) stays inside the bank. Ratings are not
+stored here: matchmaking keeps them under the same ids.
 
 Compute goes through ``multilora.MultiLoRA`` on the transformers backend (all rows of a mixed batch
 in one forward per decoding step) and through ``unsloth_slot.UnslothSlot`` on the Unsloth backend
@@ -34,10 +28,10 @@ from torch import Tensor
 from populora_nb.config import LoRAConfig
 from populora_nb.lowrank import LoRAFactors, LoRAPair
 from populora_nb.model.base import Base, decode_text
-from populora_nb.model.batch import Generation, LossFn, TrainBatch, left_pad
+from populora_nb.model.batch import Generation, LossFn, TrainBatch, left_pad, micro_batch_size_of
 from populora_nb.model.checkpoint import SavedPopulation, read_population, write_peft_adapter, write_population
 from populora_nb.model.multilora import MultiLoRA, checkpointing
-from populora_nb.model.shared_prompt import completion_logprobs, decode_rows, grouped_order
+from populora_nb.model.shared_prompt import completion_logprobs, decode_rows, micro_batch_order, repeated_prompts
 from populora_nb.model.unsloth_slot import UnslothSlot
 
 Role = Literal["teacher", "student", "agent"]
@@ -49,7 +43,7 @@ class Member:
     ``Population.optimizers[id]``."""
 
     id: str
-    """The member's name, the one id used everywhere ("agent", "T0", "S3", an evolved child's)."""
+    """The member's name in the loop ("agent", "T0", "S3", an evolved child's)."""
     role: Role
     slot: int
     """Row of the stacked factors this member occupies (a replaced member's child reuses it)."""
@@ -67,11 +61,8 @@ def roles_for(n_teachers: int, n_students: int) -> dict[str, Role]:
 
 class Population:
     """The bank of LoRA members on one frozen base: their factors (one row, a *slot*, of
-    ``multilora``'s stacked tensors per member), their records and their AdamW states.
-
-    Every method names members by their ids, the loop's names ("T0", "S3", a child's name); slots
-    stay inside. Build with ``Population.create`` (fresh members) or ``Population.load`` (a
-    checkpoint); ``generate`` samples a mixed batch, ``train_step`` trains one member."""
+    ``multilora``'s stacked tensors per member), their records and their AdamW states. Build with
+    ``create`` (fresh members) or ``load`` (a checkpoint)."""
 
     def __init__(self, base: Base, lora: LoRAConfig, n_slots: int) -> None:
         self.base = base
@@ -90,10 +81,9 @@ class Population:
         cls, base: Base, roster: Mapping[str, Role], lora: LoRAConfig, seed: int = 0, random_b_std: float = 1e-3
     ) -> Population:
         """One member per ``{name: role}`` of the roster (e.g. ``roles_for(4, 4)``), in its order,
-        the i-th initialised from its own seed ``(seed, i)``.
-
-        ``random_b_std`` (only for ``lora.init == "random"``) keeps ΔW x near 1% of W x for a
-        pretrained 135M layer: members differ, yet none starts far from the base."""
+        the i-th drawing A (peft's Kaiming-uniform) from its own seed ``(seed, i)``. B = 0 with
+        ``lora.init="zero_b"`` (every member starts as the base); with ``"random"``, B ~
+        N(0, random_b_std²), which keeps ΔW x near 1% of W x for a pretrained 135M layer."""
         for name, role in roster.items():
             if role not in get_args(Role):
                 raise ValueError(f"member {name!r}: role must be one of {get_args(Role)}, got {role!r}")
@@ -242,8 +232,8 @@ class Population:
         model = self.base.model
         share = share_prompts and self._slot_engine is None
 
-        def logprobs(b: TrainBatch) -> Tensor:
-            return completion_logprobs(model, b, share)  # without the (tokens × vocab) logits (model.scoring)
+        def logprobs(b: TrainBatch) -> Tensor:  # without the (tokens × vocab) logits (model.scoring)
+            return completion_logprobs(model, b, repeated_prompts(b) if share else None)
 
         if member_id is None:
             with self._slot_engine.bare() if self._slot_engine is not None else self.multi.bare():
@@ -283,8 +273,7 @@ class Population:
         ``share_prompts``: rows of one prompt kept together and its prompt run once per chunk
         (`model.shared_prompt`), the same step. Returns the loss_fn's stats averaged over chunks plus
         ``optim/*``, ``time/*``."""
-        if weight_by not in ("rows", "tokens"):
-            raise ValueError(f"weight_by must be 'rows' or 'tokens', got {weight_by!r}")
+        size = micro_batch_size_of(weight_by)
         start = time.perf_counter()
         member = self.member(member_id)
         self.zero_grad(member_id)
@@ -292,9 +281,7 @@ class Population:
         n = batch.input_ids.shape[0]
         step = micro_batch_size or n
         if step < n:  # similar lengths (or one prompt's rows) share a micro-batch, padded to its own longest
-            by_length = batch.attention_mask.sum(dim=1).argsort(descending=True, stable=True)
-            batch = batch.rows(grouped_order(batch).to(self.base.device) if share_prompts else by_length)
-        size = (lambda b: b.input_ids.shape[0]) if weight_by == "rows" else (lambda b: float(b.completion_mask.sum()))
+            batch = batch.rows(micro_batch_order(batch, share_prompts).to(self.base.device))
         total = max(size(batch), 1e-9)
         stats: dict[str, float] = {}
         with self._member_forward(member_id, share_prompts) as forward:

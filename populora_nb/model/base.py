@@ -52,8 +52,7 @@ class Base:
     """On Unsloth: the peft model wrapped around ``model`` in place by the first population's slot
     (`model.unsloth_slot`) and shared by every later population on this base."""
     weights: str = "pretrained"
-    """"random": built by `random_base`; ``source`` then holds only config.json and a tokenizer, and
-    an engine loads the shapes with dummy weights."""
+    """"pretrained", or "random" (built by `random_base`; an engine loads the shapes with dummy weights)."""
 
     @property
     def device(self) -> torch.device:

@@ -1,8 +1,6 @@
 """What one member's policy-gradient step trains on: sampled generations, left-padded into a batch.
 
-`Population.generate` returns `Generation`s (prompt and completion token ids as sampled);
-`train_batch` left-pads them into a `TrainBatch` whose completion tokens are the ones scored, and
-`Population.train_step` / `Population.logprobs` run it under one member's adapter.
+`train_batch` left-pads `Generation`s into a `TrainBatch` whose completion tokens are the ones scored.
 """
 
 from __future__ import annotations
@@ -16,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from populora_nb.policy import TokenIds
 from populora_nb.rl import logprob_temperature
 
 LossFn = Callable[[Tensor, "TrainBatch"], tuple[Tensor, dict[str, float]]]
@@ -106,9 +105,31 @@ def train_batch(
     return TrainBatch(ids, attn, comp, torch.as_tensor(advantages, dtype=torch.float32), temperature=temperature)
 
 
+def micro_batch_size_of(weight_by: str) -> Callable[[TrainBatch], float]:
+    """A micro-batch's size, whose share of the batch weighs its loss: its rows or its completion
+    tokens (``weight_by``, the loss's mean). Raises ValueError for anything else."""
+    if weight_by == "rows":
+        return lambda b: float(b.input_ids.shape[0])
+    if weight_by == "tokens":
+        return lambda b: float(b.completion_mask.sum())
+    raise ValueError(f"weight_by must be 'rows' or 'tokens', got {weight_by!r}")
+
+
+def sample_generation(
+    member_id: str, tokenizer: Any, prompt: str, completion: str, token_ids: TokenIds | None
+) -> Generation:
+    """What a sample is scored as: the token ids it was sampled as, or, for a completion no model
+    sampled (a scripted one, tests), its tokenisation ended by the stop token."""
+    if token_ids is not None:
+        return Generation(member_id, list(token_ids[0]), list(token_ids[1]), completion, True)
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    completion_ids = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    return Generation(member_id, prompt_ids, completion_ids, completion, True)
+
+
 def concat(batches: Sequence[TrainBatch]) -> TrainBatch:
     """The rows of every batch in order, left-padded to the widest: several members' batches as one
-    (the batched update, `Population.train_step_batched`). Padding is masked out everywhere and
+    (the batched update, `batched_update.train_members`). Padding is masked out everywhere and
     positions count real tokens, so a row scores the same in any batch. An optional field (old,
     reference or engine log-probs) must be present in all batches or in none."""
     if not batches:

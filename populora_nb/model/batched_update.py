@@ -1,18 +1,15 @@
 """The whole population's update in one pass: every member's rows share each forward and backward.
 
 PopuLoRA's efficiency claim (8 adapters at ~1.31x one agent's wall clock, §4) needs training batched
-as generation is: one pass over mixed rows, each row through its own member's LoRA factors. Here the
-members' batches are concatenated, sorted by length and cut into micro-batches of ``rl.micro_batch``
-rows across members (so a pass needs no more activation memory than one member's micro-batch in the
-loop); inside a micro-batch the rows are grouped by member and routed with `MultiLoRA.route_groups`.
+as generation is. The members' batches are concatenated, sorted and cut into micro-batches of
+``rl.micro_batch`` rows across members (no more activation memory than one member's micro-batch);
+inside one the rows are grouped by member and routed with `MultiLoRA.route_groups`.
 
-Each member's loss is normalised exactly as in its own update (`Population.train_step`): a token
-(or row) mean over *its* samples, each micro-batch's part weighted by its share of the member's
-tokens (or rows). Summing the members' losses before one backward gives each member's factors the
-gradient of its own loss alone, since no other loss depends on them; then each member clips its own
-gradient and takes its own AdamW step, its optimizer state in the same layout as the loop's (so
-checkpoints and evolution's optimizer inheritance are unchanged). The loop stays for the Unsloth
-backend, whose kernels serve one active adapter (`rl.update`).
+Each member's loss is normalised exactly as in its own update (`Population.train_step`), each
+micro-batch's part weighted by its share of the member's tokens (or rows). Summing the members'
+losses before one backward gives each member's factors the gradient of its own loss alone, since no
+other loss depends on them; then each member clips its own gradient and takes its own AdamW step.
+Unsloth, whose kernels serve one active adapter, keeps the per-member loop (`rl.update`).
 """
 
 from __future__ import annotations
@@ -25,10 +22,9 @@ import torch
 from torch import Tensor
 
 from populora_nb.model.adapters import Population
-from populora_nb.model.batch import LossFn, TrainBatch, concat
+from populora_nb.model.batch import LossFn, TrainBatch, concat, micro_batch_size_of
 from populora_nb.model.multilora import checkpointing
-from populora_nb.model.scoring import lm_completion_logprobs
-from populora_nb.model.shared_prompt import grouped_order, prompt_groups, shared_prompt_logprobs
+from populora_nb.model.shared_prompt import completion_logprobs, micro_batch_order, repeated_prompts
 
 
 def train_members(
@@ -40,13 +36,9 @@ def train_members(
     share_prompts: bool = False,
 ) -> dict[str, dict[str, float]]:
     """One AdamW step for each member of ``batches`` on its own batch and loss, the rows of all
-    members sharing each micro-batch of ``micro_batch_size`` rows. Every other member and the base
-    stay bit-identical. Returns per member its loss_fn's stats averaged over its micro-batches (as
-    `Population.train_step` does), ``optim/*``, and ``time/train_step_s``: its share (by rows) of the
-    pass's seconds. ``share_prompts``: each micro-batch runs a member's repeated prompt once
-    (`model.shared_prompt`), its rows ordered so a group's rows stay together; the same update."""
-    if weight_by not in ("rows", "tokens"):
-        raise ValueError(f"weight_by must be 'rows' or 'tokens', got {weight_by!r}")
+    members sharing each micro-batch of ``micro_batch_size`` rows; arguments and stats as
+    `Population.train_step`'s, ``time/train_step_s`` each member's share (by rows) of the pass."""
+    size = micro_batch_size_of(weight_by)
     if population.base.backend == "unsloth":
         raise ValueError("the batched update needs the transformers backend (Unsloth serves one adapter at a time)")
     start = time.perf_counter()
@@ -61,14 +53,7 @@ def train_members(
     slot_of = [population.member(m).slot for m in members]
     n = combined.input_ids.shape[0]
     step = micro_batch_size or n
-    if share_prompts:  # a group's rows adjacent, so a micro-batch holds whole groups where it can
-        order = grouped_order(combined, owner.tolist())
-    else:
-        order = combined.attention_mask.sum(dim=1).cpu().argsort(descending=True, stable=True)
-
-    def size(b: TrainBatch) -> float:
-        return float(b.input_ids.shape[0]) if weight_by == "rows" else float(b.completion_mask.sum())
-
+    order = micro_batch_order(combined, share_prompts, owner.tolist())
     totals = [max(size(batches[m]), 1e-9) for m in members]
     stats: list[dict[str, float]] = [{} for _ in members]
     model = population.base.model
@@ -77,17 +62,13 @@ def train_members(
         rows = rows[owner[rows].argsort(stable=True)]  # each member's rows together, for route_groups
         chunk = combined.rows(rows.to(device)).trimmed()
         chunk_owner = owner[rows].tolist()
-        groups = prompt_groups(chunk, chunk_owner) if share_prompts else None
-        groups = groups if groups is not None and groups.n_groups < len(chunk_owner) else None  # none repeats
+        groups = repeated_prompts(chunk, chunk_owner) if share_prompts else None
         prompt_layout = [[slot_of[i] for i in groups.group_owner]] if groups is not None else []
         with (
             population.multi.route_groups([slot_of[i] for i in chunk_owner], also=prompt_layout),
             checkpointing(model, population.lora.gradient_checkpointing),
         ):
-            if groups is not None:
-                logprobs = shared_prompt_logprobs(model, chunk, groups)  # (B, T)
-            else:
-                logprobs = lm_completion_logprobs(model, chunk)
+            logprobs = completion_logprobs(model, chunk, groups)  # (B, T)
             loss: Tensor | float = 0.0
             for i in sorted(set(chunk_owner)):
                 first, end = chunk_owner.index(i), len(chunk_owner) - chunk_owner[::-1].index(i)

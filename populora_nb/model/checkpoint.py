@@ -3,18 +3,13 @@
 A checkpoint directory (``Population.save``) holds ``factors.safetensors`` (every adapted module's
 stacked ``A`` and ``Bᵀ``, one row per slot of the bank), ``optimizers.safetensors`` (each member's
 AdamW state, keys ``{member}.{param index}.{field}``) and ``population.json`` (base, LoRA config
-and the member records). Members are keyed by their names, the ids the loop uses.
+and the member records), members keyed by their names. The older format numbered members (integer
+ids and ``next_id`` in population.json, optimizer keys ``{integer id}.…``) and kept their names in
+``names.json`` (``[[name, id], …]``); `read_population` translates it, a parent that had already
+left reading as ``#{id}``.
 
-Checkpoints in the older format numbered members instead (integer ids and ``next_id`` in
-population.json, optimizer keys ``{integer id}.…``) and kept the loop's names beside them in
-``names.json`` (``[[name, id], …]``). `read_population` still reads them, translating every id to
-its name; a parent that had already left the population has no name there and reads as ``#{id}``.
-
-A single member exports as a peft LoRA adapter (`write_peft_adapter`), which
-``peft.PeftModel.from_pretrained`` loads and `load_member_factors` reads back: the one file format
-of a lone adapter (the warm-up's, a member exported for evaluation or pushed to a rollout engine).
-`read_adapter` also reads the format earlier versions wrote the warm-up adapter in
-(``factors.safetensors``: keys ``{module}.A`` / ``{module}.B``, metadata rank, alpha and model).
+A lone adapter (the warm-up's, a member exported or pushed to a rollout engine) is a peft LoRA
+adapter (`write_peft_adapter`), which ``peft.PeftModel.from_pretrained`` loads.
 """
 
 from __future__ import annotations
@@ -41,10 +36,9 @@ ADAPTER_FILE, ADAPTER_CONFIG = "adapter_model.safetensors", "adapter_config.json
 """A peft adapter directory's tensors and config (what `write_peft_adapter` writes)."""
 
 LEGACY_ADAPTER = "factors.safetensors"
-"""The lone adapter file of earlier versions (the warm-up's), which `read_adapter` still reads."""
+"""The older lone-adapter file: keys ``{module}.A`` / ``{module}.B``, metadata rank, alpha and model."""
 
 LEGACY_NAMES = "names.json"
-"""Where older-format checkpoints kept the loop's names of their integer-numbered members."""
 
 
 @dataclass
@@ -75,8 +69,8 @@ def write_population(directory: str | Path, saved: SavedPopulation) -> Path:
 
 
 def read_population(directory: str | Path, device: str = "cpu") -> SavedPopulation:
-    """A checkpoint written by `write_population`, or in the older integer-numbered format (module
-    docstring). Factors load on the CPU, optimizer states on ``device``."""
+    """A checkpoint in either format (module docstring); factors load on the CPU, optimizer states
+    on ``device``."""
     directory = Path(directory)
     meta = read_file(directory / "population.json")
     fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["lora"].items()}
@@ -149,9 +143,8 @@ def load_member_factors(directory: str | Path) -> tuple[LoRAFactors, dict]:
 
 
 def read_adapter(directory: str | Path, lora: LoRAConfig, base_name: str) -> LoRAFactors:
-    """The lone adapter in ``directory`` (a peft adapter, or the ``factors.safetensors`` of an
-    earlier version), refused in one line when it is missing or was trained for another model, rank
-    or alpha than ``lora`` on ``base_name``."""
+    """The lone adapter in ``directory`` (a peft adapter, or a `LEGACY_ADAPTER`), refused in one line
+    when it is missing or was trained for another model, rank or alpha than ``lora`` on ``base_name``."""
     directory = Path(directory)
     want: dict[str, Any] = {"rank": lora.rank, "alpha": float(lora.alpha), "model": base_name}
     if (directory / ADAPTER_FILE).is_file():

@@ -1,9 +1,7 @@
 """Sampling from a causal LM with a KV cache: the native decoder the routes of `multilora` serve.
 
 ``decode`` is a plain KV-cache sampling loop (temperature, top-p, stop tokens) driven by an explicit
-``torch.Generator``, the prompt prefilled in one forward (or handed in already prefilled, as the shared
-prefill of `model.shared_prompt` does). Positions count real tokens, so a left-padded row decodes as
-it would alone.
+``torch.Generator``. Positions count real tokens, so a left-padded row decodes as it would alone.
 """
 
 from __future__ import annotations

@@ -11,10 +11,8 @@ what the trainer does not need, counted from the model's shapes:
             + a margin (CUDA context, allocator fragmentation, what a sleeping engine keeps)
     share   = (card − trainer) / card, at most `MAX_SHARE`
 
-The activations are counted although the engine sleeps while they exist: the share then fits even
-with ``rollout.sleep_during_training=false`` or a sleep that frees less than it should. A share that
-leaves the engine less than its own weights and one full-length sequence of KV does not fit, and
-says so in one line. docs/gpu-memory.md has the table at the `gpu` and `paper` presets.
+The activations are counted although the engine sleeps while they exist, so the share fits even with
+``rollout.sleep_during_training=false`` or a sleep that frees less than it should (docs/gpu-memory.md).
 """
 
 from __future__ import annotations

@@ -13,25 +13,9 @@ parameters updates the stacks in place: generation always sees the latest weight
 and no other slot's rows are ever written.
 
 Routing. Forward hooks on the target modules add the LoRA term to the base output. They exist only
-inside a ``route_*`` context, so outside one the model is the untouched base (and peft can wrap it).
-A base peft has already wrapped (Unsloth's ``get_peft_model`` swaps each target ``nn.Linear`` for a
-peft ``lora.Linear`` in place) is adapted through the ``base_layer`` inside each peft layer, under
-the same names, with peft's own adapter switched off for the route.
-  * one slot for all rows: two plain matmuls, ``x @ A_mᵀ`` then ``@ B_mᵀ`` (with autograd, for
-    training); the base output gets the term added in place when no gradient is recorded;
-  * mixed rows, B ≤ N: each row's factors are gathered once per context (``index_select``), then
-    per module ``bmm(x, A_rowsᵀ)`` → (B, T, r) and ``baddbmm`` into the output;
-  * mixed rows, B > N (several rows per member): gathering would copy B/N times the population,
-    so decoding steps use ``x @ A_flatᵀ`` over the used slots' stacked A (every slot's r features
-    in one matmul), a 0/1 mask keeping each row's own block, and ``addmm`` with the stacked Bt: no
-    copy, each used member read once per step, at U× the (small) LoRA FLOPs; the prefill still
-    gathers, one module at a time.
-  * training several members at once (``route_groups``, the batched update): each
-    row's factors gathered from its member's leaf parameters with autograd, two ``bmm`` per module,
-    so every member's parameters get exactly the gradient of their own rows.
-
-Decoding under a route is `model.decoding`; ``checkpointing`` wraps the decoder layers in
-non-reentrant activation checkpointing for a training forward, independent of the transformers version.
+inside a ``route_*`` context (one slot for all rows, mixed rows for decoding, grouped rows for the
+batched update), so outside one the model is the untouched base (and peft can wrap it; a target
+peft wrapped first is adapted through its ``base_layer``: `find_target_modules`).
 """
 
 from __future__ import annotations
@@ -98,7 +82,8 @@ class MultiLoRA:
 
     @contextlib.contextmanager
     def route_slot(self, slot: int) -> Iterator[None]:
-        """Every row uses ``slot``; differentiable with respect to the slot's parameters."""
+        """Every row uses ``slot``: two plain matmuls, differentiable with respect to the slot's
+        parameters (added in place to the base output when no gradient is recorded)."""
         params = self.slot_params[slot]
         scale, cdt = self.scale, self.compute_dtype
 
@@ -126,11 +111,8 @@ class MultiLoRA:
         ``also``: further row layouts of the same slots, for forwards of another batch size inside the
         route (the shared prompt pass runs one row per prompt, then one per rollout); each forward
         takes the layout of its own size, even when a checkpointed layer re-runs in the backward.
-
-        Each row's factors are gathered from the used members' leaf parameters (a differentiable
-        ``stack`` + index: (B, r, d_in) and (B, r, d_out), small beside the activations), and every
-        module adds ``bmm(bmm(x, A_rowsᵀ), Bt_rows)``: two batched matmuls whatever the number of
-        members. A member's gradient is the sum over its own rows only, the one it would get alone."""
+        Two batched matmuls per module whatever the number of members; a member's gradient is the
+        sum over its own rows only, the one it would get alone."""
         runs = slot_runs(slots)
         if len(runs) == 1 and all(slot_runs(layout) == runs for layout in also):
             with self.route_slot(runs[0]):

@@ -1,17 +1,13 @@
 """The loop's `Policy` on a real model: the LoRA population generates, and learns with TRR++.
 
-Members are named by the loop's ids ("agent", "T0", "S3", an evolved child's name) here and in
-the `Population` alike. This module returns every completion with the token ids it was sampled as
-(they travel with the proposal or attempt into its `Sample`, so the policy gradient scores exactly
-the sampled tokens, not a re-tokenisation of the text), and turns a member's samples into
-policy-gradient updates (`rl.policy_gradient_loss`, PPO-clip over `rl.ppo_epochs`, optional KL to
-the frozen base), with every log-prob taken at the sampling temperature it was drawn at.
+Every completion carries the token ids it was sampled as (they travel into its `Sample`, so the
+policy gradient scores exactly the sampled tokens, not a re-tokenisation of the text); a member's
+samples become policy-gradient updates (`rl.policy_gradient_loss`, PPO-clip over `rl.ppo_epochs`,
+optional KL to the frozen base), every log-prob taken at the sampling temperature.
 
 With ``rollout.engine="vllm"`` a `VLLMEngine` samples instead (started on the first generation):
-each member is an adapter in it, pushed again after every update (`sync`, timed by the loop as
-``time/sync_s``) and whenever evolution or a checkpoint changes it. The trainer still recomputes every
-log-prob it trains on; it records how far the engine's were (``rollout/logp_diff_mean``, ``_max``),
-and stops the run when they are far beyond rounding (``rollout.logp_gap_limit``).
+each member is an adapter in it, pushed again whenever its factors change (`sync`). The trainer
+still recomputes every log-prob it trains on and compares the engine's (`Mismatch`).
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ from populora_nb.errors import UserInputError
 from populora_nb.lowrank import LoRAFactors, LoRAPair
 from populora_nb.model.adapters import Population, Role
 from populora_nb.model.base import Base, load_base
-from populora_nb.model.batch import Generation, LossFn, TrainBatch, aligned_logprobs, train_batch
+from populora_nb.model.batch import Generation, LossFn, TrainBatch, aligned_logprobs, sample_generation, train_batch
 from populora_nb.model.batched_update import train_members
 from populora_nb.model.checkpoint import read_adapter
 from populora_nb.model.vllm_engine import EngineError, VLLMEngine
@@ -40,8 +36,7 @@ from populora_nb.rl import policy_gradient_loss
 class LoRAPolicy:
     """What the loop generates and trains with on a real model: a `Population` of LoRA members on
     one frozen `Base`, sampling and updating with the run's config (``sampling``, ``rl``), and
-    replacing members when evolution breeds children. Members are named by the loop's ids
-    throughout; `members` lists them."""
+    replacing members when evolution breeds children."""
 
     def __init__(self, config: ExperimentConfig, base: Base, population: Population, engine: VLLMEngine | None = None):
         self.config, self.base, self.population = config, base, population
@@ -146,40 +141,14 @@ class LoRAPolicy:
     ) -> list[Completion]:
         """One completion per (member, prompt), sampled in one mixed-adapter batch; each carries the
         token ids it was sampled as, which `update` scores."""
-        sc = self.config.sampling
-        if PROBE_SOLVER in member_ids and PROBE_SOLVER not in self.population.ids():
-            raise ConfigError(
-                f"{self._loaded_from or 'this population'} holds no difficulty-probe solver (it was "
-                "written before the probe or with probe.every=0); run it with probe.every=0"
-            )
-        if self.engine is not None:
-            return self._engine_generate(member_ids, prompts, max_new_tokens, sc.temperature, seed)
-        generator = torch.Generator(device=self.base.device).manual_seed(seed)
-        gens = self.population.generate(
-            member_ids,
-            list(prompts),
-            max_new_tokens=max_new_tokens,
-            temperature=sc.temperature,
-            top_p=sc.top_p,
-            generator=generator,
-            stop_token_ids=[] if sc.ignore_eos else None,
-            share_prompts=self.config.rl.share_prompts,
-        )
-        return [Completion(g.text, (tuple(g.prompt_ids), tuple(g.completion_ids))) for g in gens]
+        return self._generate(member_ids, prompts, max_new_tokens, self.config.sampling.temperature, seed)
 
     def generate_greedy(self, member_ids: Sequence[str], prompts: Sequence[str], max_new_tokens: int) -> list[str]:
         """The greedy (temperature 0) completion text of each (member, prompt), in one mixed-adapter
         batch: what evaluation scores."""
-        if self.engine is not None:
-            return [c.text for c in self._engine_generate(member_ids, prompts, max_new_tokens, 0.0, None)]
-        stops: list[int] | None = [] if self.config.sampling.ignore_eos else None
-        share = self.config.rl.share_prompts
-        gens = self.population.generate(
-            member_ids, list(prompts), max_new_tokens, 0.0, stop_token_ids=stops, share_prompts=share
-        )
-        return [g.text for g in gens]
+        return [c.text for c in self._generate(member_ids, prompts, max_new_tokens, 0.0, None)]
 
-    def _engine_generate(
+    def _generate(
         self,
         member_ids: Sequence[str],
         prompts: Sequence[str],
@@ -187,16 +156,32 @@ class LoRAPolicy:
         temperature: float,
         seed: int | None,
     ) -> list[Completion]:
-        engine = self.engine
-        assert engine is not None
-        if self._stale:
-            self._push_stale()
-        tok = self.tokenizer
-        prompt_ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
-        if not all(prompt_ids):
-            raise ValueError("every prompt needs at least one token")
+        if PROBE_SOLVER in member_ids and PROBE_SOLVER not in self.population.ids():
+            raise ConfigError(
+                f"{self._loaded_from or 'this population'} holds no difficulty-probe solver (it was "
+                "written before the probe or with probe.every=0); run it with probe.every=0"
+            )
         sc = self.config.sampling
         stops: list[int] | None = [] if sc.ignore_eos else None  # fixed lengths: every row to its budget
+        engine = self.engine
+        if engine is None:
+            generator = None if seed is None else torch.Generator(device=self.base.device).manual_seed(seed)
+            gens = self.population.generate(
+                member_ids,
+                list(prompts),
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                top_p=sc.top_p,
+                generator=generator,
+                stop_token_ids=stops,
+                share_prompts=self.config.rl.share_prompts,
+            )
+            return [Completion(g.text, (tuple(g.prompt_ids), tuple(g.completion_ids))) for g in gens]
+        if self._stale:
+            self._push_stale()
+        prompt_ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        if not all(prompt_ids):
+            raise ValueError("every prompt needs at least one token")
         outs = engine.generate(
             list(member_ids), prompt_ids, max_new_tokens, temperature, sc.top_p, seed=seed, stop_token_ids=stops
         )
@@ -222,50 +207,36 @@ class LoRAPolicy:
         members' rows or one member at a time (`batched_update`): the same factors and AdamW moments
         either way. A member whose advantages are all 0 takes no step (``optim/skipped`` 1) and costs
         nothing; a member without samples gets no entry."""
-        if not self.batched_update:
-            return {m: self.update(m, mine) for m, mine in samples.items() if mine}
-        out: dict[str, dict[str, float]] = {}
-        todo: dict[str, tuple[TrainBatch, Mismatch, int]] = {}
-        for m, mine in samples.items():
-            if not mine:
-                continue
-            if all(s.advantage == 0 for s in mine):
-                out[m] = {"optim/skipped": 1.0}
-            else:
-                batch, mismatch = self._prepare(m, mine)
-                todo[m] = (batch, mismatch, len(mine))
-        if not todo:
-            return out
-        rl = self.config.rl
-        loss_fns = {m: self._loss_fn(mismatch) for m, (_, mismatch, _) in todo.items()}
-        stats: dict[str, dict[str, float]] = {}
-        for epoch in range(rl.ppo_epochs):
-            for _, mismatch, _ in todo.values():
-                mismatch.active = epoch == 0  # before any optimizer step: the weights the engine sampled with
-            batches = {m: batch for m, (batch, _, _) in todo.items()}
-            stats = train_members(self.population, batches, loss_fns, **self._passes())
-        for m, (_, mismatch, n) in todo.items():
-            out[m] = stats[m] | mismatch.stats() | {"optim/skipped": 0.0, "optim/n_samples": float(n)}
-        return {m: out[m] for m in samples if m in out}  # in the caller's order
+        return self._update({m: mine for m, mine in samples.items() if mine}, self.batched_update)
 
     def update(self, member_id: str, samples: Sequence[Sample]) -> dict[str, float]:
         """PPO-clip / REINFORCE update of one member on its own samples; returns the step's stats
         (``optim/skipped`` 1 when every advantage is 0 and no step was taken)."""
-        if all(s.advantage == 0 for s in samples):
+        return self._update({member_id: samples}, batched=False)[member_id]
+
+    def _update(self, samples: Mapping[str, Sequence[Sample]], batched: bool) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        todo: dict[str, tuple[TrainBatch, Mismatch]] = {}
+        for m, mine in samples.items():
             # Zero advantages carry no gradient, but an AdamW step would still move the factors
             # along their momentum: skip the step entirely.
-            return {"optim/skipped": 1.0}
-        rl = self.config.rl
-        batch, mismatch = self._prepare(member_id, samples)
-        loss_fn = self._loss_fn(mismatch)
-        stats: dict[str, float] = {}
-        for epoch in range(rl.ppo_epochs):
-            mismatch.active = epoch == 0  # before any optimizer step: the weights the engine sampled with
-            stats = self.population.train_step(member_id, batch, loss_fn, **self._passes())
-        stats |= mismatch.stats()
-        stats["optim/skipped"] = 0.0
-        stats["optim/n_samples"] = float(len(samples))
-        return stats
+            if all(s.advantage == 0 for s in mine):
+                out[m] = {"optim/skipped": 1.0}
+            else:
+                todo[m] = self._prepare(m, mine)
+        batches = {m: batch for m, (batch, _) in todo.items()}
+        loss_fns = {m: self._loss_fn(mismatch) for m, (_, mismatch) in todo.items()}
+        stats: dict[str, dict[str, float]] = {}
+        for epoch in range(self.config.rl.ppo_epochs):
+            for _, mismatch in todo.values():
+                mismatch.active = epoch == 0  # before any optimizer step: the weights the engine sampled with
+            if batched:
+                stats = train_members(self.population, batches, loss_fns, **self._passes())
+            else:
+                stats = {m: self.population.train_step(m, b, loss_fns[m], **self._passes()) for m, b in batches.items()}
+        for m, (_, mismatch) in todo.items():
+            out[m] = stats[m] | mismatch.stats() | {"optim/skipped": 0.0, "optim/n_samples": float(len(samples[m]))}
+        return {m: out[m] for m in samples}  # in the caller's order
 
     def _passes(self) -> dict:
         """How an update's passes run: micro-batches (token-weighted) and prompt sharing."""
@@ -276,9 +247,8 @@ class LoRAPolicy:
         """The member's samples as a batch to train on (with the engine's log-probs to compare, the
         reference and old log-probs the config asks for), and the mismatch monitor of its update."""
         gens = [self._generation(member_id, s) for s in samples]
-        # Score at the temperature the samples were drawn at: old, new and reference log-probs are
-        # then those of the policy that sampled (rl.logprob_temperature says why, and what 0 does).
-        # With top_p < 1 they stay those of the untruncated distribution (rl.completion_logprobs).
+        # scored at the sampling temperature (TrainBatch.temperature); with top_p < 1 the log-probs
+        # stay those of the untruncated distribution (rl.completion_logprobs)
         temperature = self.config.sampling.temperature
         batch = train_batch(gens, [s.advantage for s in samples], self.tokenizer.pad_token_id, temperature=temperature)
         sampled = [self._sampled.pop((member_id, s.token_ids), None) if s.token_ids else None for s in samples]
@@ -316,14 +286,7 @@ class LoRAPolicy:
         return loss_fn
 
     def _generation(self, member_id: str, s: Sample) -> Generation:
-        if s.token_ids is not None:  # sampled by a model: score exactly those tokens
-            prompt_ids, completion_ids = s.token_ids
-            return Generation(member_id, list(prompt_ids), list(completion_ids), s.completion, True)
-        # Not sampled by a model (e.g. a scripted completion): score its tokenisation.
-        tok = self.tokenizer
-        prompt_ids = tok(s.prompt, add_special_tokens=False)["input_ids"]
-        completion_ids = tok(s.completion, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-        return Generation(member_id, prompt_ids, completion_ids, s.completion, True)
+        return sample_generation(member_id, self.tokenizer, s.prompt, s.completion, s.token_ids)
 
     # ---- evolution ------------------------------------------------------------------------------
 
@@ -367,8 +330,7 @@ class LoRAPolicy:
 
 
 class LogprobGapError(EngineError):
-    """The engine's log-probs are far from the trainer's: it sampled from other weights. The run
-    stops before the optimizer step, so nothing trains on those samples (a one-line CLI error)."""
+    """The engine's log-probs are far from the trainer's (`Mismatch`): it sampled from other weights."""
 
 
 class Mismatch:

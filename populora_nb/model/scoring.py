@@ -1,13 +1,11 @@
 """Completion log-probs of a causal LM for the policy gradient, without its (tokens × vocab) logits.
 
-The trainer scores every completion token it trains on (PopuLoRA §3 / AZR: old, new and reference
-log-probs at the sampling temperature). Through the LM's own forward that costs (B, L, V) logits
-and, in the log-softmax, several (N, V) float32 copies, as much as the activations of a 1.5B model
-at Qwen's 152k vocabulary. So the LM is split into its backbone (the decoder stack with its final
-norm) and its output layer, and ``rl.completion_logprobs_from_hidden`` applies that layer to the
-completion rows' hidden states a chunk at a time, recomputing each chunk in the backward pass. A
-model whose logits are more than its output layer's product (a logit softcap or scale in its config,
-as Gemma 2, Cohere and Granite have) keeps the full forward.
+Through the LM's own forward, scoring costs (B, L, V) logits and several (N, V) float32 copies in
+the log-softmax, as much as the activations of a 1.5B model at Qwen's 152k vocabulary. So the LM is
+split into its backbone (with its final norm) and its output layer, which
+``rl.completion_logprobs_from_hidden`` applies to the completion rows a chunk at a time. A model
+whose logits are more than its output layer's product (a logit softcap or scale in its config, as
+Gemma 2, Cohere and Granite have) keeps the full forward.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """Supervised fine-tuning of one member on completions the verifier accepted: the step both
 warm-ups (`populora_nb.warmup`, `populora_nb.solver_warmup`) take after rejection sampling.
-
-The loss is the token-mean negative log-likelihood of the completion tokens as sampled, the base
-frozen; what is fine-tuned on (`Example`) is collected by the warm-ups.
 """
 
 from __future__ import annotations
@@ -12,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from populora_nb.config import ExperimentConfig
-from populora_nb.model.batch import Generation, train_batch
+from populora_nb.model.batch import sample_generation, train_batch
 from populora_nb.model.policy import LoRAPolicy
 from populora_nb.policy import TokenIds
 from populora_nb.tasks import Task
@@ -43,14 +40,7 @@ def fine_tune(policy: LoRAPolicy, examples: Sequence[Example], config: Experimen
     wc = config.warmup
     rng = random.Random(seed)
     tok = policy.tokenizer
-    gens = []
-    for e in examples:
-        if e.token_ids is not None:
-            prompt_ids, completion_ids = map(list, e.token_ids)
-        else:  # not sampled by a model (tests): its tokenisation, ended by the stop token
-            prompt_ids = tok(e.prompt, add_special_tokens=False)["input_ids"]
-            completion_ids = tok(e.completion, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-        gens.append(Generation(MEMBER, prompt_ids, completion_ids, e.completion, True))
+    gens = [sample_generation(MEMBER, tok, e.prompt, e.completion, e.token_ids) for e in examples]
 
     def nll(logprobs, b):
         mask = b.completion_mask.to(logprobs.dtype)

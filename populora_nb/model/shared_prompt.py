@@ -133,6 +133,14 @@ def grouped_order(batch: TrainBatch, owners: Sequence[int] | None = None) -> Ten
     return torch.tensor(order, dtype=torch.long)
 
 
+def micro_batch_order(batch: TrainBatch, share_prompts: bool, owners: Sequence[int] | None = None) -> Tensor:
+    """The row order micro-batches are cut from: `grouped_order` with ``share_prompts``, else longest
+    first, so similar lengths share a micro-batch."""
+    if share_prompts:
+        return grouped_order(batch, owners)
+    return batch.attention_mask.sum(dim=1).cpu().argsort(descending=True, stable=True)
+
+
 class PrefixLayer(DynamicLayer):
     """One decoder layer's cache that never grows: ``update(k, v)`` returns the fixed prefix's keys
     and values (gathered by ``rows`` when given) followed by ``k, v``, and records ``k, v`` as
@@ -175,10 +183,9 @@ def prefix_pass(backbone: nn.Module, n_layers: int, ids: Tensor, mask: Tensor) -
 def shared_prompt_logprobs(
     model: nn.Module, batch: TrainBatch, groups: PromptGroups | None = None, chunk_rows: int = 256
 ) -> Tensor:
-    """Completion log-probs (B, T) of ``batch``, equal to `lm_completion_logprobs` to float32 rounding,
-    with each group's prompt through the backbone once (module docstring). The caller opens a route
-    that serves both the groups' rows (``groups.group_owner``) and the batch's; ``groups`` defaults to
-    one owner for all rows. A model whose logits are more than its head's product takes the unshared path."""
+    """Completion log-probs (B, T) of ``batch`` with each group's prompt through the backbone once
+    (module docstring). The caller opens a route that serves both the groups' rows
+    (``groups.group_owner``) and the batch's; ``groups`` defaults to one owner for all rows."""
     parts = split_lm(model)
     groups = groups if groups is not None else prompt_groups(batch)
     if parts is None or groups.prefix_ids.shape[1] == 0:  # no head split, or every prompt one token long
@@ -200,14 +207,15 @@ def shared_prompt_logprobs(
     return torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=logp.device).index_put((b, t), logp)
 
 
-def completion_logprobs(model: nn.Module, batch: TrainBatch, share_prompts: bool) -> Tensor:
-    """`shared_prompt_logprobs` when ``share_prompts`` and some rows repeat a prompt, else
-    `lm_completion_logprobs`: for a route that serves any batch size (one member, or the bare base)."""
-    if share_prompts:
-        groups = prompt_groups(batch)
-        if groups.n_groups < batch.input_ids.shape[0]:
-            return shared_prompt_logprobs(model, batch, groups)
-    return lm_completion_logprobs(model, batch)
+def repeated_prompts(batch: TrainBatch, owners: Sequence[int] | None = None) -> PromptGroups | None:
+    """`prompt_groups` of ``batch`` when some rows repeat a prompt, else None (nothing to share)."""
+    groups = prompt_groups(batch, owners)
+    return groups if groups.n_groups < batch.input_ids.shape[0] else None
+
+
+def completion_logprobs(model: nn.Module, batch: TrainBatch, groups: PromptGroups | None) -> Tensor:
+    """`shared_prompt_logprobs` over ``groups`` (`repeated_prompts`), or `lm_completion_logprobs` without."""
+    return lm_completion_logprobs(model, batch) if groups is None else shared_prompt_logprobs(model, batch, groups)
 
 
 def distinct_rows(slots: Tensor, ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -229,10 +237,8 @@ def distinct_rows(slots: Tensor, ids: Tensor, mask: Tensor) -> tuple[Tensor, Ten
 def decode_rows(
     multi: MultiLoRA, model: nn.Module, slots: Tensor, ids: Tensor, mask: Tensor, share_prompts: bool, **sampling: Any
 ) -> tuple[Tensor, Tensor]:
-    """`decoding.decode` of the left-padded prompts, row i under slot ``slots[i]``. With
-    ``share_prompts`` each distinct (slot, prompt) is prefilled once (routed to its slot), its cache
-    and last logits gathered to its rows in the batch's own order: positions, masks and the order of
-    the random draws are the unshared prefill's, so the samples are too (to float32 rounding)."""
+    """`decoding.decode` of the left-padded prompts, row i under slot ``slots[i]``; with
+    ``share_prompts`` each distinct (slot, prompt) prefilled once (module docstring)."""
     firsts, which = distinct_rows(slots, ids, mask)
     if not share_prompts or len(firsts) == len(slots):
         with multi.route_rows(slots):

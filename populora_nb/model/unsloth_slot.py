@@ -13,15 +13,8 @@ keeps its own AdamW state; the slot is only a compute buffer, in the base's dtyp
 to float32 (``_cast_input_dtype``) and keeps that copy for the backward, outside the memory budget
 (Qwen2's q/k/v, which carry biases, are not fused by Unsloth and take peft's path). Gradients reach
 the slot in that dtype and are summed into float32 buffers after every backward (micro-batches),
-which `grads_to` hands to the masters.
-
-One peft model per base, shared by every population on it (the doctor's population and baseline,
-a policy ``load_run`` loads into): ``get_peft_model`` wraps the base's layers in place, and a
-second call re-creates the "default" adapter's modules (plain peft 0.21, which Unsloth calls
-underneath), so an earlier population's slot would write into weights no forward reads. Every use
-loads its member first, so sharing the slot between populations is safe. For mixed-batch-heavy workloads on a
-GPU, ``model.backend=transformers`` keeps the batched multi-LoRA path. Written from Unsloth's
-``models/llama.py`` (get_peft_model, for_training / for_inference, CausalLM_fast_forward).
+which `grads_to` hands to the masters. Written from Unsloth's ``models/llama.py`` (get_peft_model,
+for_training / for_inference, CausalLM_fast_forward).
 """
 
 from __future__ import annotations
@@ -176,8 +169,10 @@ class UnslothSlot:
 
 def shared_peft_model(base: Base, lora: LoRAConfig, get_peft_model: Callable[..., Any]) -> Any:
     """The base's one peft model: wrapped with ``get_peft_model`` (Unsloth's) on first use and kept on
-    ``base.peft_model``; a later population reuses it when its LoRA shape is the same, and is refused
-    otherwise (one peft slot holds one rank and module set)."""
+    ``base.peft_model``; a later population on the base (the doctor's baseline, a policy ``load_run``
+    loads into) reuses it when its LoRA shape is the same, and is refused otherwise. A second
+    ``get_peft_model`` would re-create the "default" adapter's modules (peft 0.21), so an earlier
+    population's slot would write into weights no forward reads; every use loads its member first."""
     if base.peft_model is None:
         base.peft_model = get_peft_model(
             base.model,

@@ -6,21 +6,12 @@ requests to the correct adapter without swapping the base model" (PopuLoRA §4):
 and Unsloth (``fast_inference``) use for RL rollouts. Here one ``generate`` call serves a mixed batch
 in which every row names its member's adapter; the base weights are loaded once.
 
-The engine only samples. It returns each completion's token ids and its own per-token log-probs
-(after temperature, ``logprobs_mode="processed_logprobs"``, i.e. the distribution it sampled from);
-the trainer recomputes log-probs for the policy gradient and compares (`model.policy`), as TRL and
-veRL monitor their training–inference mismatch.
-
-Weight sync: a member's factors reach the engine as a peft adapter written to a RAM-backed directory
-(`model.vllm_setup.ram_dir`), registered under a fresh adapter id (``rollout.sync="new_id"``; the
-old id is dropped; prefix caching on, `vllm_setup.prefix_caching`) or reloaded under its id
-(``"inplace"``, vLLM's ``load_inplace``).
-
-Applied adapters: after the engine starts and after every wake, `check_applied` probes every member
-against the bare base, so an engine sampling from the base stops the run (`AdapterNotApplied`).
-
-The engine core runs in its own process (vLLM's default): on a CPU its thread binding and its
-patched ``torch.set_num_threads`` then stay out of the trainer's process.
+The engine only samples: it returns each completion's token ids and its own per-token log-probs
+(after temperature, ``logprobs_mode="processed_logprobs"``); the trainer recomputes the log-probs it
+trains on and compares (`model.policy`), as TRL and veRL monitor their training–inference mismatch.
+A member's factors reach the engine as a peft adapter in a RAM-backed directory (`push`), and
+`check_applied` probes every member against the bare base after start and every wake. The engine
+core runs in its own process (vLLM's default), so on a CPU its thread binding stays out of the trainer's.
 """
 
 from __future__ import annotations
@@ -41,27 +32,16 @@ from populora_nb.model.base import Base, decode_text, release_cached_memory
 from populora_nb.model.checkpoint import write_peft_adapter
 from populora_nb.model.engine_share import checked_share, trainer_memory
 from populora_nb.model.vllm_setup import (
-    VLLM_LORA_RANKS,
     EngineError,
     adapter_bytes,
     cpu_lora_slots,
     engine_args,
     engine_env,
     install_hint,
-    lora_slot_rank,
+    lora_slot_rank,  # noqa: F401  (callers import it from here)
     ram_dir,
     start_error,
 )
-
-__all__ = [
-    "VLLM_LORA_RANKS",
-    "AdapterNotApplied",
-    "EngineError",
-    "EngineOutput",
-    "VLLMEngine",
-    "lora_slot_rank",
-    "row_seed",
-]
 
 PROBE_TEXT = "def f(x):\n    return x + 1\n\nprint(f("
 """The applied-adapter probe's prompt: any short text the base continues."""
@@ -90,11 +70,7 @@ class EngineOutput:
 
 
 class VLLMEngine:
-    """One vLLM engine over ``base``'s weights with LoRA on, and the members' adapters in it.
-
-    ``push(name, factors)`` makes a member's current factors the ones the engine samples with;
-    ``generate`` takes one adapter name per row (None: the bare base). ``close`` ends the engine
-    process and removes the adapter directory."""
+    """One vLLM engine over ``base``'s weights with LoRA on, and the members' adapters in it."""
 
     def __init__(
         self,
@@ -270,12 +246,10 @@ class VLLMEngine:
         outs = self.llm.generate(prompts, params, lora_request=requests, use_tqdm=False)
         rows = []
         for p, o in zip(prompt_ids, outs):
-            c = o.outputs[0]
-            ids = list(c.token_ids)
-            lps = [float(pos[t].logprob) for t, pos in zip(ids, c.logprobs or [])]
+            ids, lps = _tokens_and_logprobs(o.outputs[0])
             stopped = bool(ids) and ids[-1] in stops
             cached = int(getattr(o, "num_cached_tokens", None) or 0)
-            rows.append(EngineOutput(list(p), ids, lps, decode_text(tok, ids), stopped, cached))
+            rows.append(EngineOutput(list(p), list(ids), list(lps), decode_text(tok, list(ids)), stopped, cached))
         return rows
 
     def _request(self, name: str | None) -> Any:
@@ -364,7 +338,7 @@ def visible(factors: LoRAFactors, scale: float, dtype: torch.dtype) -> bool:
 
 
 def _tokens_and_logprobs(completion: Any) -> tuple[tuple[int, ...], tuple[float, ...]]:
-    """A probe row's greedy tokens and the log-prob of each."""
+    """An engine row's sampled tokens and the log-prob of each."""
     ids = tuple(completion.token_ids)
     return ids, tuple(float(pos[t].logprob) for t, pos in zip(ids, completion.logprobs or []))
 

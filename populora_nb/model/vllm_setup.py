@@ -117,8 +117,7 @@ def _share(rollout: RolloutConfig, gpu_share: float | None) -> float:
 
 
 ENGINE_INIT_FAILED = "Engine core initialization failed"
-"""What the parent sees when the engine's own process dies while starting (vLLM prints the cause
-above it); on a GPU that is most often its out-of-memory."""
+"""What the parent process sees when the engine's own process dies while starting."""
 
 
 def start_error(e: BaseException, max_model_len: int, cuda: bool) -> BaseException:
