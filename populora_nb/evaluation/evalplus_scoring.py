@@ -53,7 +53,7 @@ class GroundTruth:
 
     @classmethod
     def from_json(cls, d: dict) -> GroundTruth:
-        """Inverse of `to_json` (caches written before ``failures`` existed read as none)."""
+        """Inverse of `to_json`; a cache without ``failures`` reads as none."""
         return cls(tuple(d["outputs"]), tuple(d["seconds"]), tuple(d.get("failures", ())))
 
 

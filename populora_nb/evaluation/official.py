@@ -161,33 +161,31 @@ def score_official(
     for bench in sorted({p.benchmark for p in problems}):
         env[OVERRIDE_ENV[OFFICIAL_DATASET[bench]]] = str(benchmark_path(bench, data_dir).resolve())
     read_only = _read_only_paths()
+    cfg = {
+        "isolation_py": isolation.__file__,
+        "owner_pid": os.getpid(),
+        "namespaces": namespaces,
+        "allow_unsafe_no_isolation": allow_unsafe_no_isolation,
+        "read_only": read_only,
+        "mountpoint": _mountpoint(read_only),
+        "tmpfs": {"/tmp": 256, "/dev/shm": 64},
+        "memory_mb": memory_mb,
+    }
     tasks = sorted({p.id for p in problems})
     n = max(1, min(workers, len(tasks)))
     share = {t: i % n for i, t in enumerate(tasks)}  # whole tasks per sandbox: ground truth once each
     groups = [[i for i, p in enumerate(problems) if share[p.id] == k] for k in range(n)]
-    cfgs = [
-        {
-            "isolation_py": isolation.__file__,
-            "owner_pid": os.getpid(),
-            "namespaces": namespaces,
-            "allow_unsafe_no_isolation": allow_unsafe_no_isolation,
-            "read_only": read_only,
-            "mountpoint": _mountpoint(read_only),
-            "tmpfs": {"/tmp": 256, "/dev/shm": 64},
-            "memory_mb": memory_mb,
-            "uid": 200_000 + (os.getpid() * 64 + k) % 1_000_000_000,  # as root: a uid of its own per sandbox
-        }
-        for k in range(n)
-    ]
-    jobs = [
-        [
+
+    def judge(k: int) -> dict:
+        uid = 200_000 + (os.getpid() * 64 + k) % 1_000_000_000  # as root: a uid of its own per sandbox
+        jobs = [
             {"dataset": OFFICIAL_DATASET[problems[i].benchmark], "task_id": problems[i].id, "solution": programs[i]}
-            for i in group
+            for i in groups[k]
         ]
-        for group in groups
-    ]
+        return _run_sandbox(dict(cfg, uid=uid), env, jobs, timeout_s)
+
     with ThreadPoolExecutor(n) as pool:
-        replies = list(pool.map(lambda k: _run_sandbox(cfgs[k], env, jobs[k], timeout_s), range(n)))
+        replies = list(pool.map(judge, range(n)))
     verdicts: list[tuple[bool, bool, str]] = [(False, False, "")] * len(problems)
     for group, reply in zip(groups, replies):
         for i, (base, plus, why) in zip(group, reply["verdicts"]):
