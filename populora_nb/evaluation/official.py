@@ -101,10 +101,8 @@ def _run_sandbox(cfg: dict, env: dict, jobs: list[dict], timeout_s: float | None
     try:
         out, _ = proc.communicate(json.dumps(jobs).encode(), timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
         raise SandboxError(f"official evalplus sandbox ran past {timeout_s} s; killed") from None
-    finally:
+    finally:  # killed on any way out
         if proc.poll() is None:
             proc.kill()
             proc.wait()
@@ -151,9 +149,8 @@ def score_official(
     bad = sorted({p.benchmark for p in problems if p.benchmark not in OFFICIAL_DATASET})
     if bad:
         raise ValueError(f"official evalplus scores {', '.join(OFFICIAL_DATASET)} only, not {', '.join(bad)}")
-    programs = (
-        list(programs) if programs is not None else [evalplus_program(p, c) for p, c in zip(problems, completions)]
-    )
+    if programs is None:
+        programs = [evalplus_program(p, c) for p, c in zip(problems, completions)]
     if not problems:
         return OfficialScores([])
     env = {"PYTHONIOENCODING": "utf-8", "TMPDIR": "/tmp", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}

@@ -263,19 +263,18 @@ def remove_tree(path: str) -> None:
     _os.rmdir(path)
 
 
-def sweep_stale(parent_dir: str, prefix: str) -> list[str]:
+def sweep_stale(parent_dir: str, prefix: str) -> None:
     """Remove ``{parent_dir}/{prefix}{pid}-*`` directories of ours whose owning pid is dead."""
-    removed: list[str] = []
     try:
         entries = list(_os.scandir(parent_dir))
     except OSError:
-        return removed
+        return
     for entry in entries:
-        if not entry.name.startswith(prefix):
-            continue
         pid = entry.name[len(prefix) :].split("-", 1)[0]
+        if not entry.name.startswith(prefix) or not pid.isdigit():
+            continue
         try:
-            if not pid.isdigit() or entry.stat(follow_symlinks=False).st_uid != _os.geteuid():
+            if entry.stat(follow_symlinks=False).st_uid != _os.geteuid():
                 continue
             _os.kill(int(pid), 0)
             continue  # the owner still runs
@@ -285,7 +284,5 @@ def sweep_stale(parent_dir: str, prefix: str) -> list[str]:
             continue
         try:
             remove_tree(entry.path)
-            removed.append(entry.path)
         except OSError:
             pass
-    return removed

@@ -245,11 +245,9 @@ def _policy_violation(tree: ast.Module, policy: SandboxPolicy, entry_point: str 
                     )
                 ):
                     return Invalid("banned_call", f"{name} with a non-constant, dunder or frame name")
-                base = _module_of(node.args[0], modules) if node.args and name != "attrgetter" else None
-                second = node.args[1] if len(node.args) > 1 else None  # a str constant, checked above
-                sub = None
-                if base and isinstance(second, ast.Constant) and isinstance(second.value, str):
-                    sub = _submodule(base, second.value)
+                base = _module_of(node.args[0], modules) if name in ("getattr", "setattr", "delattr") else None
+                attr = node.args[1].value if base and isinstance(node.args[1], ast.Constant) else None
+                sub = _submodule(base, attr) if base and isinstance(attr, str) else None  # a str, checked above
                 if sub and not policy.module_allowed(sub):
                     return Invalid("banned_attribute", f"getattr({base}, ...) is module {sub}")
         elif type(node) is ast.Name and node.id in BY_NAME_CALLS and id(node) not in call_targets:

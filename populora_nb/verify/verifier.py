@@ -18,9 +18,9 @@ and set order). The seeds are secret, random and redrawn every `reseed_every` va
 so a program cannot be tuned to them (one whose output depends on hash() still passes when both
 seeds happen to agree on it, but not reliably).
 
-Statuses are strings from `INVALID_REASONS` (`validate`) and `VERDICTS` (`judge_many`); the single
-reason that is not the model's fault is "sandbox_error". `BENCHMARK_POLICY` runs benchmark code
-(`run_many`, `run_suites`, `run_script_many`) under the same isolation with a wider allow-list.
+Statuses are strings from `INVALID_REASONS` (`validate`) and `VERDICTS` (`judge_many`).
+`BENCHMARK_POLICY` runs benchmark code (`run_many`, `run_suites`, `run_script_many`) under the same
+isolation with a wider allow-list.
 """
 
 from __future__ import annotations
@@ -52,13 +52,11 @@ from populora_nb.verify.zygote import Isolation
 class Verifier(ZygotePool):
     """Validates tasks and checks answers on a pool of warmed zygotes (one per worker, two seeds).
 
-    Use as a context manager (or call `close`). The settings are the pool's (`pool.ZygotePool`:
-    workers, hash seeds and reseeding, namespaces, the opt-in to run without isolation); `policy`
-    is what model code may do (`static_policy.SandboxPolicy`).
+    Use as a context manager (or call `close`). The settings are `pool.ZygotePool`'s; `policy` is
+    what model code may do (`static_policy.SandboxPolicy`).
     """
 
     def __init__(self, *args: Any, **settings: Any) -> None:
-        """The pool's settings (`ZygotePool`)."""
         super().__init__(*args, **settings)
         self._code_cache: dict[tuple[str, str | None], CodeType | Invalid] = {}
         self._args_cache: OrderedDict[str, tuple | Invalid] = OrderedDict()

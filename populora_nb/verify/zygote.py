@@ -126,7 +126,7 @@ def read_exactly(stream: IO[bytes], size: int) -> bytes:
 def spawn_zygote(cfg: dict, hash_seed: int, seed_class: int, memory_mb: int) -> Zygote:
     """Start one zygote with `cfg` and wait for its hello; raise SandboxError (ValueError for too
     little memory) when it cannot serve, killing it first."""
-    # -S: no site-packages inside; a two-variable env: nothing of the parent's environment leaks.
+    # -S: no site-packages inside; an env of our own: nothing of the parent's environment leaks.
     # A session of its own: Ctrl-C in a notebook interrupts the caller, not the zygotes.
     # One BLAS/OpenMP thread: children may not start threads (RLIMIT_NPROC 0), and numpy (an
     # allowed benchmark module) would otherwise start a pool in the zygote that forks cannot keep.
