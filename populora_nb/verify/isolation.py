@@ -23,6 +23,7 @@ that must keep importing after the pivot (official evalplus, `evaluation/officia
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import platform
@@ -243,10 +244,8 @@ def remove_tree(path: str) -> None:
                     child = name
                     break
             if child is not None:
-                try:  # a program may have left a directory unreadable (mode 000); not a link here
+                with contextlib.suppress(OSError):  # a program may have left it unreadable (mode 000); not a link
                     _os.chmod(child, 0o700, dir_fd=fd)
-                except OSError:
-                    pass
                 down = _os.open(child, flags, dir_fd=fd)
                 _os.close(fd)
                 fd = down
@@ -282,7 +281,5 @@ def sweep_stale(parent_dir: str, prefix: str) -> None:
             pass
         except OSError:  # another user's pid, or the entry vanished
             continue
-        try:
+        with contextlib.suppress(OSError):
             remove_tree(entry.path)
-        except OSError:
-            pass
