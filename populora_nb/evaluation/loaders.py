@@ -355,14 +355,10 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-def _gsm8k_gold(answer: str) -> str:
-    return answer.split("####")[-1].strip().replace(",", "")
-
-
 # benchmark -> (question field, gold from the record); AZR's math_eval conventions.
 _MATH_FIELDS: Mapping[str, tuple[str, Callable[[dict], str]]] = types.MappingProxyType(
     {
-        "gsm8k": ("question", lambda r: _gsm8k_gold(r["answer"])),
+        "gsm8k": ("question", lambda r: r["answer"].split("####")[-1].strip().replace(",", "")),
         "aime24": ("problem", lambda r: str(r["answer"])),
         "aime25": ("problem", lambda r: str(r["answer"])),
         "amc23": ("problem", lambda r: _plain_number(r["answer"])),

@@ -208,7 +208,7 @@ def rescore_results(
             results.append(saved)
             continue
         completions = [c for row in saved.problems for c in row["completion"]]
-        digest = _digest(completions)
+        digest = hashlib.sha256(json.dumps(completions).encode()).hexdigest()
         path = _result_path(out, saved.model, saved.benchmark)
         if path.is_file():
             old = EvalResult(**json.loads(path.read_text()))
@@ -234,7 +234,3 @@ def rescore_results(
         say(f"[eval] {saved.model} / {saved.benchmark}: official evalplus pass@1 {result.score:.3f}")
         results.append(result)
     return results
-
-
-def _digest(completions: list[str]) -> str:
-    return hashlib.sha256(json.dumps(completions).encode()).hexdigest()

@@ -20,6 +20,7 @@ Standard library and evalplus only: the project's package is not imported here.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import importlib.util
@@ -34,14 +35,6 @@ import types
 PR_SET_DUMPABLE = 4
 NPROC = 64
 """Processes (threads count) the sandbox's uid may have: evalplus forks one per check; a fork bomb stops here."""
-
-
-def _load_isolation(path: str) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location("populora_isolation", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _load_evalplus() -> tuple[types.ModuleType, object, dict]:
@@ -148,10 +141,8 @@ def _kill_the_rest() -> None:
     """As pid 1 of the sandbox's PID namespace: kill every other process in it and reap them all
     (orphans come to pid 1; unreaped they would count against RLIMIT_NPROC)."""
     while True:  # again after each reap: a process forked while the first kill went round dies too
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         try:
             os.waitpid(-1, 0)
         except ChildProcessError:
@@ -161,7 +152,11 @@ def _kill_the_rest() -> None:
 def main() -> None:
     cfg = json.loads(sys.argv[1])
     libc = ctypes.CDLL(None, use_errno=True)
-    isolation = _load_isolation(cfg["isolation_py"])
+    # by its path: -I keeps the project's package off sys.path
+    spec = importlib.util.spec_from_file_location("populora_isolation", cfg["isolation_py"])
+    assert spec is not None and spec.loader is not None
+    isolation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(isolation)
     isolation.set_parent_death(libc, lambda: os.getppid() != cfg["owner_pid"])
     answer_fd = 1
 
