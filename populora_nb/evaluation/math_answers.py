@@ -17,7 +17,6 @@ import selectors
 import subprocess
 import sys
 from collections.abc import Sequence
-from typing import IO
 
 from populora_nb.evaluation.loaders import last_boxed
 
@@ -62,11 +61,10 @@ def normalize(answer: str) -> str:
     return re.sub(r"\s+|\$|\\[,!; ]", "", answer).rstrip(".")
 
 
-def _pipes(proc: subprocess.Popen[str]) -> tuple[IO[str], IO[str]]:
-    """The worker's stdin and stdout (`MathChecker._start` always opens both as pipes)."""
-    if proc.stdin is None or proc.stdout is None:
-        raise RuntimeError("math-verify worker started without pipes")
-    return proc.stdin, proc.stdout
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """Kill a worker, close its pipes and reap it."""
+    proc.kill()
+    proc.communicate()
 
 
 class MathChecker:
@@ -87,11 +85,7 @@ class MathChecker:
     def close(self) -> None:
         """Stop the worker process (a later check starts a fresh one)."""
         if self._proc is not None:
-            self._proc.kill()
-            self._proc.wait()
-            for stream in (self._proc.stdin, self._proc.stdout):
-                if stream is not None:
-                    stream.close()
+            _stop(self._proc)
             self._proc = None
 
     def _start(self) -> subprocess.Popen[str]:
@@ -101,8 +95,7 @@ class MathChecker:
             [sys.executable, "-c", source], stdin=pipe, stdout=pipe, stderr=subprocess.DEVNULL, text=True
         )
         if self._readline(proc, self.start_timeout_s) is None:
-            proc.kill()
-            proc.wait()
+            _stop(proc)
             raise RuntimeError(
                 "math-verify worker did not start: is math-verify installed? (pip install 'populora_nb[eval]')"
             )
@@ -110,12 +103,12 @@ class MathChecker:
 
     @staticmethod
     def _readline(proc: subprocess.Popen[str], timeout_s: float) -> dict | None:
-        _, stdout = _pipes(proc)
+        assert proc.stdout is not None  # started with stdout=PIPE
         with selectors.DefaultSelector() as sel:
-            sel.register(stdout, selectors.EVENT_READ)
+            sel.register(proc.stdout, selectors.EVENT_READ)
             if not sel.select(timeout=timeout_s):
                 return None
-        line = stdout.readline()
+        line = proc.stdout.readline()
         return json.loads(line) if line else None
 
     def check(self, gold: str, answer: str) -> tuple[bool, str]:
@@ -125,9 +118,9 @@ class MathChecker:
         if self._proc is None:
             self._proc = self._start()
         try:
-            stdin, _ = _pipes(self._proc)
-            stdin.write(json.dumps({"gold": gold, "pred": answer}) + "\n")
-            stdin.flush()
+            assert self._proc.stdin is not None  # started with stdin=PIPE
+            self._proc.stdin.write(json.dumps({"gold": gold, "pred": answer}) + "\n")
+            self._proc.stdin.flush()
             reply = self._readline(self._proc, self.timeout_s)
         except (BrokenPipeError, OSError):
             reply = None

@@ -101,10 +101,8 @@ def _run_sandbox(cfg: dict, env: dict, jobs: list[dict], timeout_s: float | None
     try:
         out, _ = proc.communicate(json.dumps(jobs).encode(), timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
         raise SandboxError(f"official evalplus sandbox ran past {timeout_s} s; killed") from None
-    finally:
+    finally:  # killed on any way out
         if proc.poll() is None:
             proc.kill()
             proc.wait()
@@ -151,9 +149,8 @@ def score_official(
     bad = sorted({p.benchmark for p in problems if p.benchmark not in OFFICIAL_DATASET})
     if bad:
         raise ValueError(f"official evalplus scores {', '.join(OFFICIAL_DATASET)} only, not {', '.join(bad)}")
-    programs = (
-        list(programs) if programs is not None else [evalplus_program(p, c) for p, c in zip(problems, completions)]
-    )
+    if programs is None:
+        programs = [evalplus_program(p, c) for p, c in zip(problems, completions)]
     if not problems:
         return OfficialScores([])
     env = {"PYTHONIOENCODING": "utf-8", "TMPDIR": "/tmp", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
@@ -161,33 +158,31 @@ def score_official(
     for bench in sorted({p.benchmark for p in problems}):
         env[OVERRIDE_ENV[OFFICIAL_DATASET[bench]]] = str(benchmark_path(bench, data_dir).resolve())
     read_only = _read_only_paths()
+    cfg = {
+        "isolation_py": isolation.__file__,
+        "owner_pid": os.getpid(),
+        "namespaces": namespaces,
+        "allow_unsafe_no_isolation": allow_unsafe_no_isolation,
+        "read_only": read_only,
+        "mountpoint": _mountpoint(read_only),
+        "tmpfs": {"/tmp": 256, "/dev/shm": 64},
+        "memory_mb": memory_mb,
+    }
     tasks = sorted({p.id for p in problems})
     n = max(1, min(workers, len(tasks)))
     share = {t: i % n for i, t in enumerate(tasks)}  # whole tasks per sandbox: ground truth once each
     groups = [[i for i, p in enumerate(problems) if share[p.id] == k] for k in range(n)]
-    cfgs = [
-        {
-            "isolation_py": isolation.__file__,
-            "owner_pid": os.getpid(),
-            "namespaces": namespaces,
-            "allow_unsafe_no_isolation": allow_unsafe_no_isolation,
-            "read_only": read_only,
-            "mountpoint": _mountpoint(read_only),
-            "tmpfs": {"/tmp": 256, "/dev/shm": 64},
-            "memory_mb": memory_mb,
-            "uid": 200_000 + (os.getpid() * 64 + k) % 1_000_000_000,  # as root: a uid of its own per sandbox
-        }
-        for k in range(n)
-    ]
-    jobs = [
-        [
+
+    def judge(k: int) -> dict:
+        uid = 200_000 + (os.getpid() * 64 + k) % 1_000_000_000  # as root: a uid of its own per sandbox
+        jobs = [
             {"dataset": OFFICIAL_DATASET[problems[i].benchmark], "task_id": problems[i].id, "solution": programs[i]}
-            for i in group
+            for i in groups[k]
         ]
-        for group in groups
-    ]
+        return _run_sandbox(dict(cfg, uid=uid), env, jobs, timeout_s)
+
     with ThreadPoolExecutor(n) as pool:
-        replies = list(pool.map(lambda k: _run_sandbox(cfgs[k], env, jobs[k], timeout_s), range(n)))
+        replies = list(pool.map(judge, range(n)))
     verdicts: list[tuple[bool, bool, str]] = [(False, False, "")] * len(problems)
     for group, reply in zip(groups, replies):
         for i, (base, plus, why) in zip(group, reply["verdicts"]):
@@ -213,7 +208,7 @@ def rescore_results(
             results.append(saved)
             continue
         completions = [c for row in saved.problems for c in row["completion"]]
-        digest = _digest(completions)
+        digest = hashlib.sha256(json.dumps(completions).encode()).hexdigest()
         path = _result_path(out, saved.model, saved.benchmark)
         if path.is_file():
             old = EvalResult(**json.loads(path.read_text()))
@@ -239,7 +234,3 @@ def rescore_results(
         say(f"[eval] {saved.model} / {saved.benchmark}: official evalplus pass@1 {result.score:.3f}")
         results.append(result)
     return results
-
-
-def _digest(completions: list[str]) -> str:
-    return hashlib.sha256(json.dumps(completions).encode()).hexdigest()

@@ -6,11 +6,10 @@ In this order, so that nothing a model wrote exists in the process before the wa
 
   1. import evalplus (`evalplus.eval`, `evalplus.gen.util`, the data loaders) and read the local
      HumanEval+ / MBPP+ files (`HUMANEVAL_OVERRIDE_PATH` / `MBPP_OVERRIDE_PATH`), offline;
-  2. enter new user (not as root), mount, PID, network, IPC and UTS namespaces
-     (`isolation.enter_namespaces`: this process continues as pid 1) and pivot into a root that
-     holds only the Python installation and site-packages, the system libraries (/usr, /lib,
-     /lib64, /etc/ld.so.cache), all read-only, plus fresh size-limited tmpfs on /tmp and /dev/shm
-     (evalplus chdirs into a temp dir; multiprocessing.Value needs shared memory);
+  2. enter new namespaces (`isolation.enter_namespaces`: this process continues as pid 1) and
+     pivot into a root that holds only Python, site-packages and the system libraries, read-only
+     (`official._read_only_paths`), plus fresh size-limited tmpfs on /tmp and /dev/shm (evalplus
+     chdirs into a temp dir; multiprocessing.Value needs shared memory);
   3. rlimits, no_new_privs, every capability dropped (as root: an unprivileged uid of its own),
      the parent-death signal set again after the credential change;
   4. only then read the request (programs to check) from stdin, and answer on a pipe no candidate
@@ -21,6 +20,7 @@ Standard library and evalplus only: the project's package is not imported here.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import importlib.util
@@ -35,14 +35,6 @@ import types
 PR_SET_DUMPABLE = 4
 NPROC = 64
 """Processes (threads count) the sandbox's uid may have: evalplus forks one per check; a fork bomb stops here."""
-
-
-def _load_isolation(path: str) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location("populora_isolation", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _load_evalplus() -> tuple[types.ModuleType, object, dict]:
@@ -109,25 +101,22 @@ def _check(official, dataset: str, problem: dict, solution: str, expected: dict)
     return [base, base and plus, why]
 
 
-def _isolate(cfg: dict, libc) -> tuple[dict, int | None]:
-    """Steps 2 and 3; returns (facts, read end of the waiter's liveness pipe or None)."""
-    isolation = _load_isolation(cfg["isolation_py"])
+def _isolate(cfg: dict, libc, isolation: types.ModuleType) -> dict:
+    """Steps 2 and 3; returns the facts (level "none": nothing was done unless opted in)."""
     facts: dict = {"level": "none"}
-    alive = None
+    alive = None  # the read end of a pipe whose write end the waiter outside the PID namespace keeps
     if cfg["namespaces"]:
-        alive_r, alive_w = os.pipe()  # the waiter outside the PID namespace keeps alive_w
+        alive, alive_w = os.pipe()
         entered = isolation.enter_namespaces(libc, os.getuid(), os.getgid(), True)
+        os.close(alive_w)
         if "error" in entered:
-            os.close(alive_r)
-            os.close(alive_w)
-            facts["why_not"] = entered["error"]
+            os.close(alive)
+            alive, facts["why_not"] = None, entered["error"]
         else:
-            os.close(alive_w)
-            alive = alive_r
             isolation.pivot_to_read_only_root(libc, cfg["mountpoint"], cfg["read_only"], cfg["tmpfs"])
             facts = dict(entered, level="namespaces", root="read-only: " + ", ".join(cfg["read_only"]))
     if facts["level"] == "none" and not cfg["allow_unsafe_no_isolation"]:
-        return facts, alive
+        return facts
     memory = cfg["memory_mb"] * 1024 * 1024
     for res, value in (
         (resource.RLIMIT_AS, (memory, memory)),  # >= evalplus's own 4 GiB per check, which it sets lower
@@ -137,26 +126,23 @@ def _isolate(cfg: dict, libc) -> tuple[dict, int | None]:
         (resource.RLIMIT_NOFILE, (256, 256)),
     ):
         resource.setrlimit(res, value)
-    root = os.geteuid() == 0
-    isolation.drop_privileges(libc, cfg["uid"] if root else None)
+    uid = cfg["uid"] if os.geteuid() == 0 else None
+    isolation.drop_privileges(libc, uid)
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no candidate may ptrace pid 1 (or another candidate)
-    facts["no_new_privs"] = True
-    facts["uid"] = cfg["uid"] if root else None
+    facts |= {"no_new_privs": True, "uid": uid}
     if alive is not None:
         isolation.set_parent_death(libc, lambda: bool(select.select([alive], [], [], 0)[0]))
     else:
         isolation.set_parent_death(libc, lambda: os.getppid() != cfg["owner_pid"])
-    return facts, alive
+    return facts
 
 
 def _kill_the_rest() -> None:
     """As pid 1 of the sandbox's PID namespace: kill every other process in it and reap them all
     (orphans come to pid 1; unreaped they would count against RLIMIT_NPROC)."""
     while True:  # again after each reap: a process forked while the first kill went round dies too
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         try:
             os.waitpid(-1, 0)
         except ChildProcessError:
@@ -166,7 +152,12 @@ def _kill_the_rest() -> None:
 def main() -> None:
     cfg = json.loads(sys.argv[1])
     libc = ctypes.CDLL(None, use_errno=True)
-    _load_isolation(cfg["isolation_py"]).set_parent_death(libc, lambda: os.getppid() != cfg["owner_pid"])
+    # by its path: -I keeps the project's package off sys.path
+    spec = importlib.util.spec_from_file_location("populora_isolation", cfg["isolation_py"])
+    assert spec is not None and spec.loader is not None
+    isolation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(isolation)
+    isolation.set_parent_death(libc, lambda: os.getppid() != cfg["owner_pid"])
     answer_fd = 1
 
     def answer(obj: dict) -> None:
@@ -181,7 +172,7 @@ def main() -> None:
         return
     devnull = os.open(os.devnull, os.O_RDWR)
     try:
-        facts, _ = _isolate(cfg, libc)
+        facts = _isolate(cfg, libc, isolation)
     except OSError as e:  # half-isolated: say why and judge nothing
         answer({"error": f"namespace setup failed: {e}", "kind": "isolation"})
         return

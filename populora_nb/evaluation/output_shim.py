@@ -33,8 +33,6 @@ import numbers as _bench_numbers
 def _bench_plain(x):
     if x is None or type(x) is bool:
         return x
-    if isinstance(x, bool):
-        return bool(x)
     if isinstance(x, int):
         return int(x)
     if isinstance(x, float):

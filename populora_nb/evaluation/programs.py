@@ -22,18 +22,16 @@ def _parse(code: str) -> ast.Module | None:
             return None
 
 
-def _keep(node: ast.stmt) -> bool:
-    """evalplus' sanitizer keeps definitions and imports; example calls and prints go."""
-    return isinstance(
-        node,
-        (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign),
-    )
+_KEPT = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)
+"""What evalplus' sanitizer keeps: definitions and imports; example calls and prints go."""
 
 
 def sanitize(code: str) -> str:
     """Top-level definitions, imports and assignments only (unparseable code is returned as is)."""
     tree = _parse(code)
-    return code if tree is None else ast.unparse(ast.Module(body=[n for n in tree.body if _keep(n)], type_ignores=[]))
+    if tree is None:
+        return code
+    return ast.unparse(ast.Module(body=[n for n in tree.body if isinstance(n, _KEPT)], type_ignores=[]))
 
 
 def _defines(code: str, name: str) -> bool:

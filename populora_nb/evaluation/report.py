@@ -33,7 +33,6 @@ class TableRow:
     """Who made this row's numbers (`EvalResult.scorer`; several joined by " + " when they differ)."""
 
 
-# ---------------------------------------------------------------- table and figure
 def _stats(xs: Sequence[float]) -> tuple[float, float, float]:
     """(mean, max, min); all nan when the list is empty or any entry is nan (a member not scored)."""
     if not xs or any(math.isnan(x) for x in xs):

@@ -31,9 +31,9 @@ from populora_nb.model.vllm_engine import VLLMEngine
 from populora_nb.records import RunDir
 
 
-def trained_policy(config: ExperimentConfig, run_dir: Path, base: Base) -> LoRAPolicy:
-    """The members of a finished run, from its latest checkpoint."""
-    return load_run(run_dir, config, base=base).policy
+def trained_policy(config: ExperimentConfig, out: Path, stage: str, base: Base) -> LoRAPolicy:
+    """The members of a finished stage of the experiment in `out`, from its latest checkpoint."""
+    return load_run(out / stage, stage_config(config, stage), base=base).policy
 
 
 def greedy(
@@ -132,10 +132,10 @@ def evaluate_experiment(
     if "base" in models and not vllm:
         evaluate({"base": hf_generate(base.model, base.tokenizer, ec.max_new_tokens)}, benches, **common)
     if "baseline" in models and not vllm:
-        agent = greedy(trained_policy(stage_config(config, "baseline"), out / "baseline", base), ec.max_new_tokens)
+        agent = greedy(trained_policy(config, out, "baseline", base), ec.max_new_tokens)
         evaluate({"baseline": lambda prompts: agent({"agent": prompts})["agent"]}, benches, **common)
     if "population" in models and not vllm:
-        policy = trained_policy(stage_config(config, "population"), out / "population", base)
+        policy = trained_policy(config, out, "population", base)
         members = policy.members
         evaluate(members, benches, generate_joint=greedy(policy, ec.max_new_tokens), **common)
     write_report(load_results(eval_dir), eval_dir, members=members or None)
@@ -149,10 +149,10 @@ def evaluate_on_engine(
     and every population member, all of them in the same mixed batches. Returns the members' names."""
     factors = {}
     if "baseline" in models:
-        factors["baseline"] = trained_policy(stage_config(config, "baseline"), out / "baseline", base).factors("agent")
+        factors["baseline"] = trained_policy(config, out, "baseline", base).factors("agent")
     members: list[str] = []
     if "population" in models:
-        policy = trained_policy(stage_config(config, "population"), out / "population", base)
+        policy = trained_policy(config, out, "population", base)
         members = policy.members
         factors |= {m: policy.factors(m) for m in members}
     names = (["base"] if "base" in models else []) + list(factors)

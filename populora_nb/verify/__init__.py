@@ -1,13 +1,9 @@
 """Checking model-written programs: AZR's validity rules, the worker pool that runs them, and the sandbox.
 
-Parent side: `verifier` (the `Verifier` the loop and the benchmarks call), `rules` (what makes a
-proposal a task and an answer a pass, as pure functions of run results), `pool` (the zygote pool:
-dispatching runs, replacing zygotes, reseeding), `zygote` (spawning one zygote, the `Isolation` it
-reports) and `static_policy` (the AST screen and allow-lists). Shared by parent and sandbox, standard
-library only: `literals` (parsing and writing values, never executing them) and `protocol` (the
-reply lines). Inside the sandbox: `sandbox` (the zygote script, run as a script, never imported),
-`lockdown` (its one-time stubs) and `isolation` (Linux namespaces, no root). `unsafe_azr` is AZR's
-own unsandboxed executor, kept only to measure agreement with it.
+Parent side: `verifier` (the `Verifier` the loop and the benchmarks call), `rules`, `pool`, `zygote`
+and `static_policy`. Shared by parent and sandbox, standard library only: `literals` and `protocol`.
+Inside the sandbox: `sandbox` (run as a script, never imported), `lockdown` and `isolation`.
+`unsafe_azr` is AZR's own unsandboxed executor, kept only to measure agreement with it.
 
 Importing this package loads no third-party module (the zygotes start only on `Verifier.start`).
 """

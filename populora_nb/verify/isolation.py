@@ -1,5 +1,5 @@
 """OS-level isolation of the verifier's sandbox without root: Linux namespaces set up by the zygote
-itself (PopuLoRA §3 verifier; the layer bubblewrap and nsjail build, here in ~150 lines of ctypes).
+itself (PopuLoRA §3 verifier; the layer bubblewrap and nsjail build, here with ctypes).
 
 Standard library only: `sandbox.py` imports it while running as a ``python -S`` script (the
 script's folder is sys.path[0]), and the parent imports it for `remove_tree` and `sweep_stale`.
@@ -17,14 +17,13 @@ Each run's child then drops every capability (or, as root, switches to an unpriv
 no_new_privs set, so it cannot remount the root read-write; a user namespace it creates itself
 inherits locked, read-only mounts. The parent-death signal is set again after every credential
 change (the kernel clears it there), and the parent checked afterwards (a race with its death).
-
-`pivot_to_read_only_root` is the variant for a process that must keep importing after the pivot
-(official evalplus, `evaluation/official_sandbox.py`): the new root holds chosen host paths bound
-read-only at their own place (Python, site-packages, system libraries) and fresh size-limited tmpfs.
+`pivot_to_read_only_root` builds a root that keeps chosen host paths, read-only, for a process
+that must keep importing after the pivot (official evalplus, `evaluation/official_sandbox.py`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import platform
@@ -121,27 +120,7 @@ def enter_namespaces(libc, owner_uid: int, owner_gid: int, network: bool) -> dic
 
 def pivot_to_empty_root(libc, mountpoint: str) -> None:
     """Make an empty read-only tmpfs this mount namespace's root; the old root is detached."""
-    number = _pivot_root_number()
-    _mount(libc, None, b"/", None, MS_REC | MS_PRIVATE, None)  # nothing we do propagates out
-    flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
-    _mount(libc, b"tmpfs", mountpoint.encode(), b"tmpfs", flags, b"size=16k,nr_inodes=8,mode=0555")
-    _pivot_into(libc, mountpoint, number)
-
-
-def _pivot_root_number() -> int:
-    number = _PIVOT_ROOT.get(platform.machine())
-    if number is None:
-        raise OSError(0, f"pivot_root: unknown syscall number on {platform.machine()}")
-    return number
-
-
-def _pivot_into(libc, mountpoint: str, number: int) -> None:
-    """``mountpoint`` becomes the root, the old root detached, the new one remounted read-only."""
-    _os.chdir(mountpoint)
-    _check(libc, libc.syscall(number, b".", b"."), "pivot_root")  # old root stacked under the new
-    _check(libc, libc.umount2(b".", MNT_DETACH), "umount old root")
-    _os.chdir("/")
-    _mount(libc, None, b"/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    pivot_to_read_only_root(libc, mountpoint, [], {}, (MS_NOEXEC, b"size=16k,nr_inodes=8,mode=0555"))
 
 
 _MS_OF_ST = (
@@ -175,23 +154,32 @@ def _remount_read_only(libc, path: str) -> None:
     _mount(libc, None, path.encode(), None, flags, None)
 
 
-def pivot_to_read_only_root(libc, mountpoint: str, read_only: list[str], tmpfs: dict[str, int]) -> None:
+def pivot_to_read_only_root(
+    libc,
+    mountpoint: str,
+    read_only: list[str],
+    tmpfs: dict[str, int],
+    root: tuple[int, bytes] = (0, b"size=1m,nr_inodes=4096,mode=0755"),
+) -> None:
     """Make a fresh tmpfs this mount namespace's root, holding only `read_only` (host paths, bound at
     the same place, read-only, nosuid, nodev, their submounts too) and a new size-limited tmpfs
     (mode 1777, nosuid, nodev, noexec) at each key of `tmpfs` ({path: MiB}); the old root is
     detached and the new root remounted read-only. `mountpoint` (a directory holding none of
-    `read_only`) is where the root is built. Fails closed: an OSError leaves the caller half-set-up.
+    `read_only`) is where the root is built; `root`: extra mount flags and the options of its tmpfs.
+    Fails closed: an OSError leaves the caller half-set-up.
     """
-    number = _pivot_root_number()
+    number = _PIVOT_ROOT.get(platform.machine())
+    if number is None:
+        raise OSError(0, f"pivot_root: unknown syscall number on {platform.machine()}")
     sources: list[str] = []
     for path in sorted({_os.path.realpath(p) for p in read_only if _os.path.exists(p)}):
         if not any(path == s or path.startswith(s.rstrip("/") + "/") for s in sources):
             sources.append(path)  # a path inside another is already there
     if any(s == mountpoint or s.startswith(mountpoint.rstrip("/") + "/") for s in sources):
         raise OSError(0, f"{mountpoint} holds a path to bind; build the root elsewhere")
-    points = _mount_points()
+    points = _mount_points() if sources else []
     _mount(libc, None, b"/", None, MS_REC | MS_PRIVATE, None)  # nothing we do propagates out
-    _mount(libc, b"tmpfs", mountpoint.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=1m,nr_inodes=4096,mode=0755")
+    _mount(libc, b"tmpfs", mountpoint.encode(), b"tmpfs", MS_NOSUID | MS_NODEV | root[0], root[1])
     for source in sources:
         target = mountpoint.rstrip("/") + source
         if _os.path.isdir(source):
@@ -209,7 +197,11 @@ def pivot_to_read_only_root(libc, mountpoint: str, read_only: list[str], tmpfs: 
         _os.makedirs(target, 0o755, exist_ok=True)
         options = f"size={int(mib)}m,nr_inodes=65536,mode=1777".encode()
         _mount(libc, b"tmpfs", target.encode(), b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, options)
-    _pivot_into(libc, mountpoint, number)
+    _os.chdir(mountpoint)
+    _check(libc, libc.syscall(number, b".", b"."), "pivot_root")  # old root stacked under the new
+    _check(libc, libc.umount2(b".", MNT_DETACH), "umount old root")
+    _os.chdir("/")
+    _mount(libc, None, b"/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
 
 
 def drop_privileges(libc, uid) -> None:
@@ -252,10 +244,8 @@ def remove_tree(path: str) -> None:
                     child = name
                     break
             if child is not None:
-                try:  # a program may have left a directory unreadable (mode 000); not a link here
+                with contextlib.suppress(OSError):  # a program may have left it unreadable (mode 000); not a link
                     _os.chmod(child, 0o700, dir_fd=fd)
-                except OSError:
-                    pass
                 down = _os.open(child, flags, dir_fd=fd)
                 _os.close(fd)
                 fd = down
@@ -272,19 +262,18 @@ def remove_tree(path: str) -> None:
     _os.rmdir(path)
 
 
-def sweep_stale(parent_dir: str, prefix: str) -> list[str]:
+def sweep_stale(parent_dir: str, prefix: str) -> None:
     """Remove ``{parent_dir}/{prefix}{pid}-*`` directories of ours whose owning pid is dead."""
-    removed: list[str] = []
     try:
         entries = list(_os.scandir(parent_dir))
     except OSError:
-        return removed
+        return
     for entry in entries:
-        if not entry.name.startswith(prefix):
-            continue
         pid = entry.name[len(prefix) :].split("-", 1)[0]
+        if not entry.name.startswith(prefix) or not pid.isdigit():
+            continue
         try:
-            if not pid.isdigit() or entry.stat(follow_symlinks=False).st_uid != _os.geteuid():
+            if entry.stat(follow_symlinks=False).st_uid != _os.geteuid():
                 continue
             _os.kill(int(pid), 0)
             continue  # the owner still runs
@@ -292,9 +281,5 @@ def sweep_stale(parent_dir: str, prefix: str) -> list[str]:
             pass
         except OSError:  # another user's pid, or the entry vanished
             continue
-        try:
+        with contextlib.suppress(OSError):
             remove_tree(entry.path)
-            removed.append(entry.path)
-        except OSError:
-            pass
-    return removed

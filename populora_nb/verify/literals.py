@@ -7,6 +7,7 @@ well as by the parent as `populora_nb.verify.literals`, so both sides agree on w
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from typing import TYPE_CHECKING
 
@@ -134,12 +135,8 @@ def _check_literal(v, depth: int) -> None:
         raise TypeError(f"{t.__name__} is not a literal type")
     if depth > MAX_LITERAL_DEPTH:
         raise TypeError("nested too deeply (or cyclic)")
-    for item in v.items() if t is dict else v:
-        if t is dict:
-            _check_literal(item[0], depth + 1)
-            _check_literal(item[1], depth + 1)
-        else:
-            _check_literal(item, depth + 1)
+    for item in itertools.chain.from_iterable(v.items()) if t is dict else v:  # keys and values
+        _check_literal(item, depth + 1)
 
 
 def literal_repr(value, max_chars: int) -> tuple[str, str]:

@@ -148,7 +148,6 @@ class ZygotePool:
 
     def _spawn(self, index: int) -> Zygote:
         cfg = {
-            "preload": sorted(self.policy.allowed_modules),
             "allowed_modules": sorted(self.policy.allowed_modules),
             "disable_dangerous": self.policy.disable_dangerous,
             "guard_imports": self.policy.guard_imports,

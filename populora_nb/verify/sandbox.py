@@ -1,18 +1,15 @@
 """The inside of the verifier: a warmed zygote that forks one short-lived, confined process per
 program run (PopuLoRA §3 verifier; AZR's executor, hardened).
 
-Run as a script (``python -S sandbox.py CONFIG_JSON``, by `pool`) it imports only the standard
-library and its sibling modules by plain name (its folder is ``sys.path[0]``): `literals`,
-`protocol` (shared with the parent, so both sides agree on values and replies), `lockdown` and
-`isolation`. Nothing from site-packages or the rest of the project is reachable from inside, and
-the parent never imports this file.
+Run as a script (``python -S sandbox.py CONFIG_JSON``, by `zygote.spawn_zygote`) it imports only
+the standard library and its sibling modules by plain name (its folder is ``sys.path[0]``):
+`literals`, `protocol`, `lockdown` and `isolation`. Nothing from site-packages or the rest of the
+project is reachable from inside, and the parent never imports this file.
 
 Layers, outermost first; the zygote reports which ones this machine allows (hello line, `level`):
-  zygote (once): user (unless root), mount, PID, network, IPC and UTS namespaces, its root an
-      empty read-only tmpfs (`isolation.py`; level "namespaces"), or without them, as root, an
-      empty network namespace (level "root-chroot"); modules preloaded, dangerous os/posix/shutil/
-      io/builtins functions replaced by stubs and socket modules removed (it keeps private
-      references for itself), imports by model code outside the policy refused, ``gc.freeze``;
+  zygote (once): the namespaces and empty read-only root of `isolation` (level "namespaces"), or
+      without them, as root, an empty network namespace (level "root-chroot"); modules preloaded,
+      then `lockdown` (stubs, import guard; it keeps private references for itself), ``gc.freeze``;
   child (per run): own session, killed as a group; stdin/stdout/stderr on /dev/null, every other
       fd closed; rlimits (CPU, address space, file size 0, no new processes, no core); no_new_privs
       and no capabilities (namespaces) or chroot into a fresh empty directory and an unprivileged
@@ -20,16 +17,16 @@ Layers, outermost first; the zygote reports which ones this machine allows (hell
 Without root and without user namespaces there is no OS layer ("none"): the Verifier refuses to
 run unless opted in. Everything a run needs is prepared in the zygote, so a fork copies it for
 free: each page a child writes costs a copy-on-write fault, which takes longer than most programs
-run. The OS layer is the boundary; the policy and the stubs only make escapes rarer and
-statuses clearer (a program that reached ``os`` anyway can write its own result lines, never
-another run's, and the parent parses and caps them as data).
+run. The OS layer is the boundary; the policy and the stubs only make escapes rarer and statuses
+clearer (a program that reached ``os`` anyway can write its own result lines, never another
+run's, and the parent parses and caps them as data).
 
-Protocol: a request is a header line ``mode entry n size timeout_s memory_mb`` (mode: ``call``
-— the module runs afresh before each input —, ``validate`` — call f twice per input —, ``suite`` —
-the module runs once, then each input in turn under its own SIGALRM limit, stopping at the first
-over it: evalplus' `unsafe_execute` — or ``script``) then `size` bytes of marshal data (code object,
-arguments, stdin, and for ``suite`` the per-input limits: the parent compiled and parsed them, so
-children skip that work); a reply is ``why signal exit_code size`` then the child's raw JSON lines.
+Protocol: a request is a header line ``mode entry n size timeout_s memory_mb`` then `size` bytes
+of marshal data (code object, arguments, stdin, and for ``suite`` the per-input limits), compiled
+and parsed by the parent; a reply is ``why signal exit_code size`` then the child's JSON lines.
+Modes: ``call`` (the module runs afresh before each input), ``validate`` (f called twice per
+input), ``suite`` (the module once, then each input under its own SIGALRM limit, stopping at the
+first over it: evalplus' `unsafe_execute`) and ``script`` (the program as __main__ on stdin).
 """
 
 from __future__ import annotations
@@ -308,11 +305,11 @@ def serve(cfg: dict) -> None:
     netns = facts.get("network_namespace", False)
     if not namespaces and root and cfg["netns"]:
         netns = setup_libc.unshare(isolation.CLONE_NEWNET) == 0
-    for codec in CODECS:  # codecs load lazily, which the empty root forbids; all ~120 would cost 3.5 MB
+    for codec in CODECS:
         __import__(f"encodings.{codec}")
     missing, path = [], list(sys.path)
     sys.path[:0] = cfg.get("paths", [])  # site-packages of allowed non-stdlib modules, for this import only
-    for name in cfg["preload"]:
+    for name in cfg["allowed_modules"]:
         try:
             __import__(name)
         except ImportError:

@@ -172,12 +172,13 @@ class Invalid:
 
 
 # ---------------------------------------------------------------- static policy (parent)
-def _module(name: str) -> ModuleType | None:
-    """The real module (allow-listed, or already loaded): which of its attributes are modules?"""
+def _submodule(base: str, name: str) -> str | None:
+    """The name of the module that attribute `name` of the real module `base` is, if it is one."""
     try:
-        return importlib.import_module(name)
+        value = getattr(importlib.import_module(base), name, None)
     except ImportError:
         return None
+    return value.__name__ if isinstance(value, ModuleType) else None
 
 
 def _dunder(name: str) -> bool:
@@ -244,19 +245,17 @@ def _policy_violation(tree: ast.Module, policy: SandboxPolicy, entry_point: str 
                     )
                 ):
                     return Invalid("banned_call", f"{name} with a non-constant, dunder or frame name")
-                base = _module_of(node.args[0], modules) if node.args and name != "attrgetter" else None
-                second = node.args[1] if len(node.args) > 1 else None  # a str constant, checked above
-                value = None
-                if base and isinstance(second, ast.Constant) and isinstance(second.value, str):
-                    value = getattr(_module(base), second.value, None)
-                if isinstance(value, ModuleType) and not policy.module_allowed(value.__name__):
-                    return Invalid("banned_attribute", f"getattr({base}, ...) is module {value.__name__}")
+                base = _module_of(node.args[0], modules) if name in ("getattr", "setattr", "delattr") else None
+                attr = node.args[1].value if base and isinstance(node.args[1], ast.Constant) else None
+                sub = _submodule(base, attr) if base and isinstance(attr, str) else None  # a str, checked above
+                if sub and not policy.module_allowed(sub):
+                    return Invalid("banned_attribute", f"getattr({base}, ...) is module {sub}")
         elif type(node) is ast.Name and node.id in BY_NAME_CALLS and id(node) not in call_targets:
             return Invalid("banned_call", f"{node.id} used as a value")
         elif type(node) is ast.Attribute and modules and (base := _module_of(node.value, modules)):
-            value = getattr(_module(base), node.attr, None)
-            if isinstance(value, ModuleType) and not policy.module_allowed(value.__name__):
-                return Invalid("banned_attribute", f"{base}.{node.attr} is module {value.__name__}")
+            sub = _submodule(base, node.attr)
+            if sub and not policy.module_allowed(sub):
+                return Invalid("banned_attribute", f"{base}.{node.attr} is module {sub}")
     if entry_point is not None and not any(
         isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == entry_point for n in tree.body
     ):
@@ -281,11 +280,11 @@ def _import_violation(
             target = alias.name if alias.asname else alias.name.split(".")[0]
             modules[alias.asname or target] = target
             continue
-        value = getattr(_module(module or ""), alias.name, None)  # `from typing import sys`
-        if isinstance(value, ModuleType):
-            if not policy.module_allowed(value.__name__):
-                return Invalid("banned_import", f"{value.__name__} via {module}")
-            modules[alias.asname or alias.name] = value.__name__
+        sub = _submodule(module or "", alias.name)  # `from typing import sys`
+        if sub:
+            if not policy.module_allowed(sub):
+                return Invalid("banned_import", f"{sub} via {module}")
+            modules[alias.asname or alias.name] = sub
     return None
 
 
@@ -294,6 +293,5 @@ def _module_of(node: ast.AST, modules: dict[str, str]) -> str | None:
     if isinstance(node, ast.Name):
         return modules.get(node.id)
     if isinstance(node, ast.Attribute) and (base := _module_of(node.value, modules)):
-        value = getattr(_module(base), node.attr, None)
-        return value.__name__ if isinstance(value, ModuleType) else None
+        return _submodule(base, node.attr)
     return None

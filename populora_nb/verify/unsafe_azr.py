@@ -32,9 +32,6 @@ def unsafe_azr_validate_many(proposals: Sequence[Proposal], pool: Executor) -> l
     it model output."""
     jobs = [(p.program, text) for p in proposals for text in p.inputs]
     outputs = iter(list(pool.map(_unsafe_azr_run, jobs)))
-    results: list[tuple[str, ...] | None] = []
-    for p in proposals:
-        run = [next(outputs) for _ in p.inputs]
-        done = tuple(x for x in run if x is not None)
-        results.append(done if len(done) == len(run) else None)  # one failed input fails the proposal
-    return results
+    runs = [[next(outputs) for _ in p.inputs] for p in proposals]
+    # one failed input fails the proposal
+    return [None if None in run else tuple(x for x in run if x is not None) for run in runs]

@@ -2,32 +2,25 @@
 AZR's executor, hardened).
 
 Every reward comes from here, and a population multiplies the proposers that will look for holes.
-Two layers stand between a model's program and the machine: the static policy (`static_policy.py`,
+Two layers stand between a model's program and the machine: the static policy (`static_policy`,
 on the AST in the parent: a fast first filter with a clear reason, never the boundary) and the
-sandbox (`sandbox.py`, `isolation.py`, run by `pool.py`: a warmed zygote per hash seed in its own
-namespaces, forking one confined child per run). `Verifier.isolation` says what the zygotes
-achieved; with no OS-level isolation ("none") `start` refuses unless ``allow_unsafe_no_isolation=True``.
-The parent never executes model text: inputs, answers and outputs are parsed with ``ast`` only,
-and compared as values (answers with AZR's ``==``, `outputs_equal`: 1, 1.0 and True are equal;
-inputs and repeated runs type-strictly, `values_equal`), so ``'zz') or (True`` and objects with an
-always-true ``__eq__`` cannot pass. The result lines come from the child, where the program also runs: a
-program that escapes the in-process layer can write its own lines, which is choosing its own
-output, as ``return`` does; so every line is treated as data: capped by the zygote (it reads at
-most the cap for the run's inputs) and again here, parsed as literals, one per input, for that
-run only. Outputs are capped, never truncated.
+sandbox (`sandbox`, `isolation`, run by `pool`); with no OS-level isolation `start` refuses unless
+``allow_unsafe_no_isolation=True``. The parent never executes model text: inputs, answers and
+outputs are parsed with ``ast`` only and compared as values (`literals`), so ``'zz') or (True`` and
+objects with an always-true ``__eq__`` cannot pass. The result lines come from the child, where the
+program also runs, so they are data: capped by the zygote and again here, parsed as literals, one
+per input, for that run only (`protocol`). Outputs are capped, never truncated.
 
 Determinism: each validation runs in two processes with different ``PYTHONHASHSEED`` and the
 outputs must agree as values, and inside each process f is called twice per input and must give
 the same answer (AZR's check: it catches state kept between calls; the two processes catch hash
-and set order). The two seeds are drawn at random per Verifier (``secrets``, never equal, never
-0) and drawn again every `reseed_every` validated proposals (the zygotes restart), so a program
-cannot be tuned to known seeds; a program whose output depends on hash() still passes when both
-seeds happen to agree on it (for ``hash(a) % 2``, half the time), but not reliably.
+and set order). The seeds are secret, random and redrawn every `reseed_every` validated proposals,
+so a program cannot be tuned to them (one whose output depends on hash() still passes when both
+seeds happen to agree on it, but not reliably).
 
-Statuses are strings from `INVALID_REASONS` (for `validate`) and `VERDICTS` (for `judge`); the
-single reason that is not the model's fault is "sandbox_error". `BENCHMARK_POLICY` runs benchmark
-code and solutions to it (`run_many`, `run_suites`, `run_script_many`) under the same isolation
-with a wider allow-list.
+Statuses are strings from `INVALID_REASONS` (`validate`) and `VERDICTS` (`judge_many`).
+`BENCHMARK_POLICY` runs benchmark code (`run_many`, `run_suites`, `run_script_many`) under the same
+isolation with a wider allow-list.
 """
 
 from __future__ import annotations
@@ -59,14 +52,11 @@ from populora_nb.verify.zygote import Isolation
 class Verifier(ZygotePool):
     """Validates tasks and checks answers on a pool of warmed zygotes (one per worker, two seeds).
 
-    Use as a context manager (or call `close`). The settings are the pool's (`pool.ZygotePool`:
-    workers, hash seeds and reseeding, namespaces, the opt-in to run without isolation); `policy`
-    is what model code may do (`static_policy.SandboxPolicy`).
+    Use as a context manager (or call `close`). The settings are `pool.ZygotePool`'s; `policy` is
+    what model code may do (`static_policy.SandboxPolicy`).
     """
 
     def __init__(self, *args: Any, **settings: Any) -> None:
-        """The pool's settings (`ZygotePool`: timeout_s, memory_mb, workers, policy, hash_seeds,
-        network_namespace, uid_base, namespaces, allow_unsafe_no_isolation, reseed_every)."""
         super().__init__(*args, **settings)
         self._code_cache: dict[tuple[str, str | None], CodeType | Invalid] = {}
         self._args_cache: OrderedDict[str, tuple | Invalid] = OrderedDict()

@@ -5,6 +5,7 @@ hello line, and shut it down; and what isolation the zygotes reported (`Isolatio
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
 import os
@@ -12,6 +13,7 @@ import secrets
 import selectors
 import subprocess
 import sys
+import sysconfig
 from dataclasses import dataclass
 from typing import IO, cast
 
@@ -124,7 +126,7 @@ def read_exactly(stream: IO[bytes], size: int) -> bytes:
 def spawn_zygote(cfg: dict, hash_seed: int, seed_class: int, memory_mb: int) -> Zygote:
     """Start one zygote with `cfg` and wait for its hello; raise SandboxError (ValueError for too
     little memory) when it cannot serve, killing it first."""
-    # -S: no site-packages inside; a two-variable env: nothing of the parent's environment leaks.
+    # -S: no site-packages inside; an env of our own: nothing of the parent's environment leaks.
     # A session of its own: Ctrl-C in a notebook interrupts the caller, not the zygotes.
     # One BLAS/OpenMP thread: children may not start threads (RLIMIT_NPROC 0), and numpy (an
     # allowed benchmark module) would otherwise start a pool in the zygote that forks cannot keep.
@@ -165,19 +167,14 @@ def spawn_sandbox(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
 def module_paths(modules: frozenset) -> list[str]:
     """sys.path entries of allowed modules outside the standard library (numpy for benchmarks): the
     zygote runs with -S and imports them once from there, before its root is emptied."""
-    import importlib.util
-    import sysconfig
-
     stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
     paths = []
-    for top in sorted({m.split(".")[0] for m in modules}):
-        spec = importlib.util.find_spec(top) if top not in sys.builtin_module_names else None
-        origin = (
-            os.path.realpath(spec.origin)
-            if spec is not None and spec.origin not in (None, "built-in", "frozen")
-            else ""
-        )
-        if spec is None or not origin or origin.startswith(stdlib + os.sep) and "site-packages" not in origin:
+    for top in sorted({m.split(".")[0] for m in modules} - set(sys.builtin_module_names)):
+        spec = importlib.util.find_spec(top)
+        if spec is None or spec.origin in (None, "built-in", "frozen"):
+            continue
+        origin = os.path.realpath(spec.origin)
+        if origin.startswith(stdlib + os.sep) and "site-packages" not in origin:
             continue
         entry = os.path.dirname(os.path.dirname(origin)) if spec.submodule_search_locations else os.path.dirname(origin)
         if entry not in paths:
