@@ -14,24 +14,17 @@ import pytest
 
 from populora_nb.analysis.coverage import rarefy
 from populora_nb.analysis.liveness_report import protocol_liveness
-from populora_nb.analysis.protocol import (
-    COLUMNS,
-    HEADLINE,
-    band,
-    compare,
-    comparison_table,
-    end_value,
-    finding_lines,
-    start_value,
-    write_seed_report,
-)
+from populora_nb.analysis.protocol import COLUMNS, HEADLINE, compare, comparison_table, finding_lines, write_seed_report
 from populora_nb.analysis.protocol_series import (
     BAND_KEY,
+    band,
     coverage_window_units,
+    end_value,
     expected_distinct,
     final_ranking,
     rating_spread_series,
     run_records,
+    start_value,
 )
 from populora_nb.analysis.synthetic import random_program, write_synthetic_experiment
 from populora_nb.analysis.windows import complexity_windows

@@ -123,11 +123,8 @@ _BINDERS = (ast.arg, ast.ExceptHandler, ast.MatchAs, ast.MatchStar, ast.MatchMap
 def variable_count(tree: ast.AST) -> int:
     """Distinct names bound as variables: stored ``Name``s, parameters, ``except ... as`` names
     and ``match`` captures."""
-
-    def binds(n: ast.AST) -> bool:
-        return isinstance(n, _BINDERS) or (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
-
-    return len({identifier(n) for n in ast.walk(tree) if binds(n)} - {None})
+    stored = (n for n in ast.walk(tree) if isinstance(n, _BINDERS) or isinstance(getattr(n, "ctx", None), ast.Store))
+    return len({identifier(n) for n in stored} - {None})
 
 
 @dataclass(frozen=True)
@@ -256,18 +253,13 @@ class RunAnalysis:
         """Every proposer with a written program or a code_f input set, sorted."""
         return tuple(sorted({p.proposer for p in self.programs} | {i.proposer for i in self.inputs}))
 
-    def series(
-        self, metric: str, window: int = 1, proposer: str | None = None, band: tuple[float, float] = (25.0, 75.0)
-    ) -> StepSeries:
+    def series(self, metric: str, window: int = 1, proposer: str | None = None) -> StepSeries:
         """``step_series`` of ``metric`` over the right tasks: ``solve_rate`` over every valid
         proposer task (code_f included: its inputs and difficulty are the proposer's), any other
         metric over the written programs only. ``proposer`` narrows it to one teacher."""
-        items: Iterable[ProgramMetrics | InputMetrics] = (
-            (*self.programs, *self.inputs) if metric == "solve_rate" else self.programs
-        )
-        if proposer is not None:
-            items = [t for t in items if t.proposer == proposer]
-        return step_series(items, metric, window=window, band=band)
+        items: tuple[ProgramMetrics | InputMetrics, ...] = (*self.programs, *self.inputs)
+        items = items if metric == "solve_rate" else self.programs
+        return step_series([t for t in items if proposer in (None, t.proposer)], metric, window=window)
 
 
 def analyse_tasks(tasks: Sequence[TaskRecord], written: Literal["new", "all"] = "new") -> RunAnalysis:
@@ -323,19 +315,14 @@ class StepSeries:
     count: np.ndarray  # (S,) programs pooled at each step
 
 
-def step_series(
-    programs: Iterable[ProgramMetrics | InputMetrics],
-    metric: str,
-    window: int = 1,
-    band: tuple[float, float] = (25.0, 75.0),
-) -> StepSeries:
+def step_series(programs: Iterable[ProgramMetrics | InputMetrics], metric: str, window: int = 1) -> StepSeries:
     """Rolling summary of ``metric`` (a field, e.g. ``"sloc"``, ``"solve_rate"``) of the items
     given (``RunAnalysis.series`` picks them): at each step with data, pool the items of the last
-    ``window`` steps (by step number) and give their mean and the ``band`` percentiles (NaNs left out)."""
+    ``window`` steps (by step number) and give their mean and interquartile band (NaNs left out)."""
     if window < 1:
         raise ValueError(f"window must be >= 1 step, got {window}")
     items = ((p.step, float(getattr(p, metric))) for p in programs)
-    return _rolling(items, window, lambda pooled: (pooled.mean(), *np.percentile(pooled, band)))
+    return _rolling(items, window, lambda pooled: (pooled.mean(), *np.percentile(pooled, (25.0, 75.0))))
 
 
 # ----------------------------------------------------------------------------- collapse detector

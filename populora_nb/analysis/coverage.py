@@ -229,28 +229,17 @@ def rarefy(
 
 
 def rarefaction_curves(
-    analyses: Mapping[str, RunAnalysis],
-    kind: str,
-    rng: np.random.Generator,
-    n_resamples: int = 200,
-    band: tuple[float, float] = (5.0, 95.0),
+    analyses: Mapping[str, RunAnalysis], kind: str, rng: np.random.Generator, n_resamples: int = 200
 ) -> dict[str, Rarefaction]:
     """One rarefaction curve of ``kind`` per run, e.g. ``{"baseline": ..., "population": ...}``."""
-    return {name: rarefy(coverage_units(a, kind), rng, n_resamples, band) for name, a in analyses.items()}
+    return {name: rarefy(coverage_units(a, kind), rng, n_resamples) for name, a in analyses.items()}
 
 
 def per_proposer_curves(
-    analysis: RunAnalysis,
-    kind: str,
-    rng: np.random.Generator,
-    n_resamples: int = 200,
-    band: tuple[float, float] = (5.0, 95.0),
+    analysis: RunAnalysis, kind: str, rng: np.random.Generator, n_resamples: int = 200
 ) -> dict[str, Rarefaction]:
     """One rarefaction curve of ``kind`` per proposer (teacher) of one run, over its own proposals."""
-    return {
-        name: rarefy(coverage_units(analysis, kind, proposer=name), rng, n_resamples, band)
-        for name in analysis.proposers
-    }
+    return {n: rarefy(coverage_units(analysis, kind, proposer=n), rng, n_resamples) for n in analysis.proposers}
 
 
 @dataclass(frozen=True)
@@ -263,10 +252,8 @@ class CoverageComparison:
     @property
     def leader(self) -> str | None:
         """The run whose band lies wholly above every other's, or None when bands overlap."""
-        for name, value in self.at.items():
-            if all(value.lo > other.hi for o, other in self.at.items() if o != name):
-                return name
-        return None
+        above = (n for n, v in self.at.items() if all(v.lo > w.hi for o, w in self.at.items() if o != n))
+        return next(above, None)
 
     def summary(self) -> str:
         """One line: each run's distinct count and band at the common n, and who covers more."""
@@ -290,15 +277,11 @@ def compare_at_equal_n(curves: Mapping[str, Rarefaction], n: int | None = None) 
 
 
 def compare_at_common_n(
-    analyses: Mapping[str, RunAnalysis],
-    kinds: Sequence[str],
-    rng: np.random.Generator,
-    n_resamples: int = 200,
-    band: tuple[float, float] = (5.0, 95.0),
+    analyses: Mapping[str, RunAnalysis], kinds: Sequence[str], rng: np.random.Generator, n_resamples: int = 200
 ) -> dict[str, CoverageComparison]:
     """Each kind's runs compared at ONE n shared by every kind: the smallest unit count over the
     runs and kinds. Kinds with the same units (ngrams and program_signatures: written programs)
     reach the same n anyway, so the size-insensitive measure is read where the n-grams are."""
-    curves = {kind: rarefaction_curves(analyses, kind, rng, n_resamples, band) for kind in kinds}
+    curves = {kind: rarefaction_curves(analyses, kind, rng, n_resamples) for kind in kinds}
     n = min((c.size for per_run in curves.values() for c in per_run.values()), default=0)
     return {kind: compare_at_equal_n(per_run, n) for kind, per_run in curves.items()}

@@ -6,7 +6,7 @@
     dash.finish()
 
 It shows a summary of the last step, the solve rates with the valid-proposal rate, TrueSkill μ ± σ
-(the baseline: its rewards) and the last few proposed tasks with their verdicts.
+(the baseline: its rewards) and the last five proposed tasks with their verdicts.
 
 Why plain outputs and not ipywidgets: a widget's state lives in the kernel, so a saved, exported
 or reopened notebook shows "Error displaying widget" where the results were. Each part is an
@@ -18,10 +18,8 @@ Steps are counted from 0; "k/N" counts the steps done.
 from __future__ import annotations
 
 import html
-import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
 
 from matplotlib.figure import Figure
 
@@ -71,17 +69,9 @@ class Dashboard:
     """A run's live view (module docstring), read from its records; in a terminal, one ``step_summary``
     line per step."""
 
-    def __init__(
-        self,
-        run_dir: str | Path,
-        total_steps: int,
-        kinds: Sequence[str] = ("code_o", "code_i", "code_f"),
-        n_tasks: int = 5,
-        stream: TextIO | None = None,
-    ):
+    def __init__(self, run_dir: str | Path, total_steps: int, kinds: Sequence[str] = ("code_o", "code_i", "code_f")):
         self.path = Path(run_dir)
-        self.total, self.kinds, self.n_tasks = total_steps, tuple(kinds), n_tasks
-        self.stream = stream or sys.stdout
+        self.total, self.kinds = total_steps, tuple(kinds)
         self.notebook = in_notebook()
         self._handles: dict = {}
         self._updated = False  # did a step finish while we watched (else: saved records only)
@@ -91,13 +81,9 @@ class Dashboard:
         """The metrics rows of the run so far (the records are the truth: a resume cuts them back)."""
         return records(self.path, "metrics")
 
-    def steps_done(self) -> int:
-        """Steps with logged metrics."""
-        return len({r["step"] for r in self.history})
-
     def status(self) -> str:
         """Where the run stands, in words: steps done of the total, and what is running."""
-        done = self.steps_done()
+        done = len({r["step"] for r in self.history})  # steps with logged metrics
         if done >= self.total:
             return f"run complete ({done}/{self.total})" + ("" if self._updated else ", showing saved records")
         if done:
@@ -125,7 +111,7 @@ class Dashboard:
     def show(self) -> None:
         """Display the dashboard; a finished run's saved records appear at once."""
         if not self.notebook:
-            print(self.status(), file=self.stream, flush=True)
+            print(self.status(), flush=True)
             return
         from IPython.display import HTML, display
 
@@ -136,7 +122,7 @@ class Dashboard:
         """`run(..., on_step=dash.update)` calls this after every step."""
         self._updated = True
         if not self.notebook:
-            print(step_summary(step, rows, self.kinds, self.total), file=self.stream, flush=True)
+            print(step_summary(step, rows, self.kinds, self.total), flush=True)
             return
         self._render()
 
@@ -159,4 +145,4 @@ class Dashboard:
         self._handles["head"].update(HTML(head))
         if history:
             self._handles["figure"].update(Image(data=png_bytes(self.figure()), format="png"))
-        self._handles["tasks"].update(HTML(tasks_html(records(self.path, "tasks")[-self.n_tasks :])))
+        self._handles["tasks"].update(HTML(tasks_html(records(self.path, "tasks")[-5:])))

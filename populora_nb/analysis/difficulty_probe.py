@@ -18,15 +18,14 @@ are descriptive intervals within one run; across seeds the seed protocol compare
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from populora_nb.analysis.figures import figure_of, finish, line_band
+from populora_nb.analysis.figures import finish, line_band
 from populora_nb.analysis.frames import records, step_value
 from populora_nb.analysis.liveness import played_tasks
 from populora_nb.analysis.seed_stats import fmt_interval, t_interval, welch_interval
@@ -86,14 +85,12 @@ def probe_cost(run_dir: str | Path) -> float | None:
     return sum(probe.values()) / sum(steps.values())
 
 
-def plot_probe(runs: Mapping[str, str | Path], axes: Sequence[Axes] | None = None) -> Figure:
+def plot_probe(runs: Mapping[str, str | Path]) -> Figure:
     """Left: each run's probe ρ per event with its 95% interval (lower = harder for the fixed
     solver). Middle: the valid rate of the answers to the fixed prompts. Right: the share of valid
     probe tasks in 0 < ρ < 1 (solid) and at ρ = 0 (dashed), with the floor-bound line: a probe whose
     tasks sit at ρ = 0 can show tasks getting easier, not harder (`analysis.probe_floor`)."""
-    if axes is None:
-        axes = list(plt.subplots(1, 3, figsize=(15, 3.6))[1])
-    fig = figure_of(axes[0])
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.6))
     drawn = False
     for name, path in runs.items():
         events = probe_events(path)
@@ -104,17 +101,15 @@ def plot_probe(runs: Mapping[str, str | Path], axes: Sequence[Axes] | None = Non
         mean, low, high = zip(*(e.rho for e in events))
         colour = line_band(axes[0], steps, mean, low, high, marker="o", ms=4, label=name, alpha=0.15).get_color()
         axes[1].plot(steps, [e.valid_rate for e in events], marker="o", ms=4, label=name, color=colour)
-        if len(axes) > 2:
-            band = [e.band_rate for e in events]
-            zero = [sum(r == 0 for r in e.rhos) / len(e.rhos) if e.rhos else math.nan for e in events]
-            axes[2].plot(steps, band, marker="o", ms=4, label=f"{name}: 0 < ρ < 1", color=colour)
-            axes[2].plot(steps, zero, marker="x", ms=4, ls="--", label=f"{name}: ρ = 0", color=colour)
+        band = [e.band_rate for e in events]
+        zero = [sum(r == 0 for r in e.rhos) / len(e.rhos) if e.rhos else math.nan for e in events]
+        axes[2].plot(steps, band, marker="o", ms=4, label=f"{name}: 0 < ρ < 1", color=colour)
+        axes[2].plot(steps, zero, marker="x", ms=4, ls="--", label=f"{name}: ρ = 0", color=colour)
     axes[0].set(xlabel="step", ylabel="probe ρ (frozen solver)", title="Difficulty probe: fixed prompts, one solver")
     axes[1].set(xlabel="step", ylabel="valid rate", title="Valid answers to the probe's prompts")
-    if len(axes) > 2:
-        floor = f"floor-bound above {FLOOR_SHARE:.0%} at ρ = 0"
-        axes[2].axhline(FLOOR_SHARE, color="grey", lw=0.8, ls=":", label=floor)
-        axes[2].set(xlabel="step", ylabel="share of valid probe tasks", title="Can the probe move both ways?")
+    floor = f"floor-bound above {FLOOR_SHARE:.0%} at ρ = 0"
+    axes[2].axhline(FLOOR_SHARE, color="grey", lw=0.8, ls=":", label=floor)
+    axes[2].set(xlabel="step", ylabel="share of valid probe tasks", title="Can the probe move both ways?")
     for ax in axes:
         ax.set_ylim(-0.03, 1.03)
         finish(ax, drawn, "no probe event recorded (probe.every = 0)", fontsize=8)

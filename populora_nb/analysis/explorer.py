@@ -194,11 +194,9 @@ class Explorer:
 
     def describe(self) -> str:
         """The filter in words (what the record says it shows)."""
+        choices = {name: getattr(self, name).value for name in _CHOICES}
         parts = [f"steps {self.steps.value[0]}–{self.steps.value[1]}"]
-        for name in _CHOICES:
-            value = getattr(self, name).value
-            if value != ALL:
-                parts.append(f"{name} {value}")
+        parts += [f"{name} {value}" for name, value in choices.items() if value != ALL]
         if tuple(self.rho.value) != (0.0, 1.0):
             parts.append(f"ρ in [{self.rho.value[0]:.2f}, {self.rho.value[1]:.2f}]")
         return ", ".join(parts)

@@ -227,7 +227,7 @@ def load_frames(path: str | Path) -> RunFrames:
         labels = labels_of(run_dir, root)
         for name, frame in _run_frames(run_dir).items():
             parts[name].append(_labelled(frame, labels))
-    frames = {name: _concat(dfs) for name, dfs in parts.items()}
+    frames = {name: pd.concat(dfs, ignore_index=True) for name, dfs in parts.items()}
     frames["tasks"] = frames["tasks"].reindex(columns=_ordered(frames["tasks"].columns, TASK_COLUMNS))
     return RunFrames(**frames)
 
@@ -239,11 +239,6 @@ def _labelled(df: pd.DataFrame, labels: dict[str, Any]) -> pd.DataFrame:
         if key in labels:
             df.insert(0, key, labels[key])
     return df
-
-
-def _concat(dfs: list[pd.DataFrame]) -> pd.DataFrame:
-    dfs = [d for d in dfs if len(d.columns)]
-    return pd.concat(dfs, ignore_index=True) if dfs else pd.DataFrame()
 
 
 def _ordered(columns: pd.Index, first: tuple[str, ...]) -> list[str]:

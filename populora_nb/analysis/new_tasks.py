@@ -39,6 +39,7 @@ from scipy import stats
 
 from populora_nb.analysis.frames import records, step_value
 from populora_nb.analysis.liveness import liveness
+from populora_nb.analysis.protocol_series import RUNS
 from populora_nb.records import RunDir
 
 NEW_RATIO = 2.0
@@ -177,9 +178,6 @@ def _fmt(triple: tuple[float, float, float], digits: str = ".2f") -> str:
     if math.isnan(mean):
         return "n/a"
     return f"{mean:{digits}}" + ("" if math.isnan(low) else f" [{low:{digits}}, {high:{digits}}]")
-
-
-RUNS = ("baseline", "population")
 
 
 def new_task_table(experiments: Mapping[str, str | Path]) -> tuple[list[str], dict]:

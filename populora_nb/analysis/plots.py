@@ -15,29 +15,18 @@ from matplotlib.figure import Figure
 
 from populora_nb.analysis.figures import axes_or_new, figure_of, finish, say_empty
 from populora_nb.analysis.frames import records, step_mean
+from populora_nb.analysis.protocol_series import HEADLINE
 from populora_nb.evolution import Lineage
 from populora_nb.matchmaking import Match, solve_rate_matrix
 from populora_nb.operators import CONTROLS, OPERATORS, PAPER_IDS
 
 KIND_COLORS = {"code_o": "tab:blue", "code_i": "tab:orange", "code_f": "tab:green"}
 ROLE_COLORS = {"teacher": "tab:red", "student": "tab:blue", "agent": "tab:gray"}
-METRIC_LABELS = {
-    "teacher/valid_rate": "valid-proposal rate",
-    "teacher/rho_mean": "mean ρ of valid proposals",
-    "student/solve_rate": "solve rate ρ (fresh tasks)",
-    "student/buffer_solve_rate": "solve rate on buffer tasks",
-    "student/malformed_rate": "malformed-answer rate",
-    "reward/propose_mean": "mean proposer reward",
-    "reward/solve_mean": "mean solver reward",
-    "rating/mu": "TrueSkill μ",
-    "time/step_s": "seconds per step",
-}
-"""Human names for the metric keys a reader meets on an axis (the keys stay in the records)."""
 
 
 def label(key: str) -> str:
-    """The human name of a metric key (the key itself when it has none)."""
-    return METRIC_LABELS.get(key, key)
+    """The human name of a metric key (`protocol_series.HEADLINE`; the key itself when it has none)."""
+    return HEADLINE.get(key, key)
 
 
 def _xy(series: Mapping[int, float]) -> tuple[list[int], list[float]]:
@@ -161,13 +150,10 @@ def _label_ends(ax: Axes, ends: list[tuple[float, str, str]], x: float, fontsize
         ax.annotate(name, (x, y), xytext=text_at, fontsize=fontsize, color=color, va="center", annotation_clip=False)
 
 
-def plot_solve_matrix(run_dir: str | Path, last_steps: int | None = None, ax: Axes | None = None) -> Figure:
-    """Teacher × student mean solve rate over the (last) matches; blank where they never met."""
+def plot_solve_matrix(run_dir: str | Path, ax: Axes | None = None) -> Figure:
+    """Teacher × student mean solve rate over the run's matches; blank where they never met."""
     fig, ax = axes_or_new(ax, (5, 4), steps=True)
     rows = records(run_dir, "matches")
-    if last_steps is not None and rows:
-        cutoff = max(r["step"] for r in rows) - last_steps
-        rows = [r for r in rows if r["step"] > cutoff]
     # runs recorded before matches carried their rollouts: rho alone is all this plot reads
     matches = [Match(r["teacher"], r["student"], r["valid"], r["rho"], r.get("rollouts")) for r in rows]
     teachers, students = sorted({str(m.teacher) for m in matches}), sorted({str(m.student) for m in matches})

@@ -32,7 +32,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from populora_nb.analysis.clustered import named_rng
-from populora_nb.analysis.figures import axes_or_new, save_figure, say_empty
+from populora_nb.analysis.figures import axes_or_new, finish, save_figure
 from populora_nb.analysis.liveness_report import protocol_liveness
 from populora_nb.analysis.power import power_lines, power_row
 from populora_nb.analysis.probe_floor import probe_floor_lines
@@ -43,8 +43,6 @@ from populora_nb.analysis.protocol_series import (
     POPULATION_ONLY,
     RUNS,
     WITHIN_RUN_ONLY,
-    band,
-    end_value,
     final_ranking,
     is_coverage,
     plot_step_band,
@@ -52,7 +50,6 @@ from populora_nb.analysis.protocol_series import (
     run_records,
     seed_names,
     seed_values,
-    start_value,
 )
 from populora_nb.analysis.repeat_series import RHO_NON_REPEATS_KEY, RHO_REPEATS_KEY, memory_sentence
 from populora_nb.analysis.seed_stats import (
@@ -72,11 +69,6 @@ from populora_nb.analysis.seed_stats import (
 )
 from populora_nb.analysis.warmup_gain import plot_start_end, plot_warmup_gain, warmup_gain, warmup_json, warmup_lines
 from populora_nb.analysis.windows import complexity_window_lines
-
-__all__ = [  # band, end_value and start_value live in protocol_series and stay importable from here
-    "HEADLINE", "band", "end_value", "start_value", "RunSummary", "Comparison", "compare", "comparison_table",
-    "run_table", "comparison_json", "plot_seed_band", "write_seed_report",
-]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -353,10 +345,8 @@ def plot_seed_band(
     ax.set_xticks([0, 1], [f"first {window} steps", f"last {window} steps"])
     ax.set_xlim(-0.5, 1.5)
     ax.set(ylabel="expected distinct features", title=f"{series_label(c)}\nmean over seeds, 95% t")
-    if any(c.runs[run].seeds for run in RUNS):
-        ax.legend(fontsize=8)
-    else:
-        say_empty(ax, f"{key}: fewer than 2 programs in some window" if c.n_units is not None else "no task records")
+    why = f"{key}: fewer than 2 programs in some window" if c.n_units is not None else "no task records"
+    finish(ax, any(c.runs[run].seeds for run in RUNS), why, fontsize=8)
     fig.tight_layout()
     return fig
 

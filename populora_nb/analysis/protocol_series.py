@@ -64,7 +64,7 @@ from matplotlib.figure import Figure
 
 from populora_nb.analysis.complexity import COMPLEXITY_FIELDS, RunAnalysis, analyse_tasks
 from populora_nb.analysis.coverage_windows import coverage_window_units, expected_distinct
-from populora_nb.analysis.figures import axes_or_new, say_empty
+from populora_nb.analysis.figures import axes_or_new, finish
 from populora_nb.analysis.frames import load_tasks, per_step, records, step_mean, stream_stamp
 from populora_nb.analysis.repeat_series import (
     BAND_KEY,
@@ -228,10 +228,7 @@ def window_values(series: Mapping[int, float], window: int) -> tuple[float, floa
     steps = sorted(series)
     if not steps:
         return math.nan, math.nan
-    return (
-        float(np.mean([series[s] for s in steps[:window]])),
-        float(np.mean([series[s] for s in steps[-window:]])),
-    )
+    return float(np.mean([series[s] for s in steps[:window]])), float(np.mean([series[s] for s in steps[-window:]]))
 
 
 # ----------------------------------------------------------------------------- experiments: runs over seeds
@@ -382,9 +379,6 @@ def plot_step_band(experiments: Sequence[str | Path], key: str, ax: Axes | None 
     smoothed = f", {smooth}-step rolling mean" if smooth > 1 else ""
     ax.set(xlabel="step", ylabel=textwrap.fill(name, 28), xlim=(0, None))
     ax.set_title(f"{name}\nmean over seeds{smoothed}, 95% t band", fontsize=10)
-    if drawn:
-        ax.legend(fontsize=8)
-    else:
-        say_empty(ax, f"no run logged {key}")
+    finish(ax, drawn, f"no run logged {key}", fontsize=8)
     fig.tight_layout()
     return fig

@@ -72,11 +72,8 @@ def repeat_series(key: str, played: Sequence[PlayedTask], valid: Sequence[tuple[
 def pooled_windows(items: Sequence[tuple[int, float]], spans: Sequence[tuple[int, int]]) -> tuple[float, ...]:
     """The mean over the items of each fixed step span (inclusive), NaN for a span with none: a series
     whose steps are sparse (repeats, non-repeats) read over the same steps in every run."""
-    out = []
-    for lo, hi in spans:
-        values = [v for step, v in items if lo <= step <= hi]
-        out.append(float(np.mean(values)) if values else math.nan)
-    return tuple(out)
+    values = [[v for step, v in items if lo <= step <= hi] for lo, hi in spans]
+    return tuple(float(np.mean(v)) if v else math.nan for v in values)
 
 
 def memory_sentence(run: str, total: Estimate, non_repeats: Estimate, repeats: Estimate) -> str | None:

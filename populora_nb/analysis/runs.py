@@ -12,18 +12,11 @@ RUN_STREAMS = ("metrics.jsonl", "tasks.jsonl")
 _SKIP_DIRS = {"checkpoints", "figures", "eval", "tune", "warmup"}
 
 
-def is_run_dir(path: str | Path) -> bool:
-    """Whether ``path`` holds a run's records (``metrics.jsonl`` or ``tasks.jsonl``, or their
-    compressed copies in committed results: `RunDir.has`)."""
-    run = RunDir(Path(path))
-    return any(run.has(stream.removesuffix(".jsonl")) for stream in RUN_STREAMS)
-
-
 def find_run_dirs(path: str | Path, depth: int = 3) -> list[Path]:
     """Every run directory at or under ``path`` (a run, an experiment, ``seed<S>/`` experiments, a
     sweep's ``<point>/seed-<k>/`` experiments), sorted; ``depth`` levels down at most."""
     root = Path(path)
-    if is_run_dir(root):
+    if any(RunDir(root).has(stream.removesuffix(".jsonl")) for stream in RUN_STREAMS):  # or a committed .jsonl.gz
         return [root]
     if depth == 0 or not root.is_dir():
         return []

@@ -30,7 +30,6 @@ from scipy import stats
 
 Triple = tuple[float, float, float]
 """(estimate, low, high); low and high are NaN when the data cannot give an interval."""
-_NAN3: Triple = (math.nan, math.nan, math.nan)
 
 RANGE_MAX_N = 3
 """Up to this many seeds the companion interval is the seeds' range: their 95% percentile bootstrap
@@ -127,7 +126,7 @@ def _bootstrap(
     if n_resamples < 1:
         raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
     if min(map(len, data)) == 0:
-        return _NAN3
+        return math.nan, math.nan, math.nan
     x, y = data[0], data[-1]
     d = float(x.mean()) if len(data) == 1 else float((y - x).mean()) if paired else float(y.mean() - x.mean())
     if min(map(len, data)) < 2:

@@ -113,6 +113,7 @@ def judge_children(lineage: Sequence[Mapping[str, Any]], founders: Mapping[str, 
     events = sorted({int(r["birth_step"]) for r in lineage})
     born_at = {str(r["child"]): int(r["birth_step"]) for r in lineage}
     role_of = {str(r["child"]): str(r["role"]) for r in lineage}
+    first_eligible = {c: next((e for e in events if e > b and e - b >= grace), None) for c, b in born_at.items()}
     # role -> member -> birth step (None: a founder, tracked by slot: its id is not needed)
     alive: dict[str, dict[str, int | None]] = {r: {f"founder{i}": None for i in range(n)} for r, n in founders.items()}
     judged: list[ChildJudgement] = []
@@ -121,7 +122,7 @@ def judge_children(lineage: Sequence[Mapping[str, Any]], founders: Mapping[str, 
         for role, members in alive.items():
             out = {str(r["replaced"]) for r in here if str(r["role"]) == role}
             eligible = [m for m, b in members.items() if b is None or event - b >= grace]
-            for child in (m for m in eligible if m in born_at and _first_eligible(born_at[m], events, grace) == event):
+            for child in (m for m in eligible if first_eligible.get(m) == event):
                 survived = child not in out
                 judged.append(ChildJudgement(child, role, born_at[child], event, len(eligible), len(out), survived))
         for r in here:
@@ -131,7 +132,3 @@ def judge_children(lineage: Sequence[Mapping[str, Any]], founders: Mapping[str, 
             members.pop(gone or "", None)
             members[str(r["child"])] = event
     return Survival(born=len(role_of), judged=tuple(judged))
-
-
-def _first_eligible(born: int, events: Sequence[int], grace: int) -> int | None:
-    return next((e for e in events if e > born and e - born >= grace), None)

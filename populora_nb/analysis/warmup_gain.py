@@ -96,12 +96,9 @@ def warmup_lines(g: WarmupGain) -> list[str]:
 
 
 def warmup_json(g: WarmupGain) -> dict:
-    return {
-        "seeds": list(g.seeds),
-        "before": list(g.before),
-        "after": list(g.after),
-        "proposals": list(g.proposals),
-        "examples": list(g.examples),
+    """The per-seed rates and counts, then the intervals, for seeds.json."""
+    per_seed = {k: list(getattr(g, k)) for k in ("seeds", "before", "after", "proposals", "examples")}
+    return per_seed | {
         "before_interval": g.before_est.as_dict(),
         "after_interval": g.after_est.as_dict(),
         "gain": g.gain.as_dict(),
