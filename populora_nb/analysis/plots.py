@@ -22,11 +22,20 @@ from populora_nb.operators import CONTROLS, OPERATORS, PAPER_IDS
 
 KIND_COLORS = {"code_o": "tab:blue", "code_i": "tab:orange", "code_f": "tab:green"}
 ROLE_COLORS = {"teacher": "tab:red", "student": "tab:blue", "agent": "tab:gray"}
+OTHER_LABELS = {
+    "teacher/rho_mean": "mean ρ of valid proposals",
+    "student/buffer_solve_rate": "solve rate on buffer tasks",
+    "student/malformed_rate": "malformed-answer rate",
+    "reward/solve_mean": "mean solver reward",
+    "rating/mu": "TrueSkill μ",
+    "time/step_s": "seconds per step",
+}
+"""Human names of the logged keys the protocol does not report (its own: `protocol_series.HEADLINE`)."""
 
 
 def label(key: str) -> str:
-    """The human name of a metric key (`protocol_series.HEADLINE`; the key itself when it has none)."""
-    return HEADLINE.get(key, key)
+    """The human name of a metric key (the key itself when it has none)."""
+    return HEADLINE.get(key) or OTHER_LABELS.get(key, key)
 
 
 def _xy(series: Mapping[int, float]) -> tuple[list[int], list[float]]:
