@@ -14,6 +14,7 @@ doctor      a short check of this machine: load, 2+2 steps, a table of times and
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -53,12 +54,6 @@ def default_notebooks() -> Path:
     return checkout if checkout.is_dir() else Path.cwd() / "notebooks"
 
 
-def _add_config_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: $POPULORA_PRESET or smoke")
-    p.add_argument("--config", type=Path, default=None, help="YAML file of overrides")
-    _add_set(p, "override one field, e.g. --set rl.rollouts=8 (repeatable)")
-
-
 def _add_set(p: argparse.ArgumentParser, text: str) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=text)
 
@@ -71,8 +66,7 @@ def _config(args: argparse.Namespace, extra: dict | None = None):
     return load_config(args.preset, {**_overrides(args), **(extra or {})}, args.config)
 
 
-def _say(message: str) -> None:
-    print(message, flush=True)
+_say = functools.partial(print, flush=True)
 
 
 def cmd_notebooks(args: argparse.Namespace) -> int:
@@ -256,7 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=say)
         p.set_defaults(func=func)
         if config:
-            _add_config_args(p)
+            p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: $POPULORA_PRESET or smoke")
+            p.add_argument("--config", type=Path, default=None, help="YAML file of overrides")
+            _add_set(p, "override one field, e.g. --set rl.rollouts=8 (repeatable)")
         return p
 
     p = command("run", cmd_run, "train the baseline or the population")

@@ -33,7 +33,7 @@ from populora_nb.lowrank import LoRAFactors
 from populora_nb.matchmaking import Rating
 from populora_nb.model.base import Base
 from populora_nb.model.policy import LoRAPolicy
-from populora_nb.operators import OPERATORS, Operator, arity
+from populora_nb.operators import OPERATORS, arity
 from populora_nb.policy import Sample
 from populora_nb.rewards import teacher_reward
 from populora_nb.stages import Attempt, SolveJob, rng_for
@@ -53,7 +53,6 @@ def retention_curves(
     num_steps: int = 20,
     operators: Sequence[str] = tuple(OPERATORS),
     seed: int = 0,
-    registry: Mapping[str, Operator] = OPERATORS,
 ) -> dict[str, list[float]]:
     """The retention experiment: for each operator, a child of the trained `parent` (with
     `partner` as second parent for crossovers, `parent` counted fitter), retrained by
@@ -64,7 +63,7 @@ def retention_curves(
     curves = {}
     for name in operators:
         generator = torch.Generator(device).manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
-        child = registry[name](*(parent, partner)[: arity(name)], generator=generator)
+        child = OPERATORS[name](*(parent, partner)[: arity(name)], generator=generator)
         curves[name] = [float(x) for x in train_and_score(child, num_steps)]
     return curves
 

@@ -318,9 +318,7 @@ def run_sweep(
 
 
 def _spec_key(spec: SweepSpec) -> str:
-    d = asdict(spec)
-    d.pop("cwd")
-    d.pop("crash_once")
+    d = {k: v for k, v in asdict(spec).items() if k not in ("cwd", "crash_once")}
     return json.dumps(d, sort_keys=True, default=str)
 
 
