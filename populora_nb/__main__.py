@@ -356,13 +356,8 @@ def _configs_in(out: Path) -> set[Path]:
 def _forget_failed_start(out: Path, existed: bool, configs_before: set[Path]) -> None:
     """After a run or experiment failed before finishing a step, take back the config.yaml files it
     wrote (the whole --out if it made it), so the rerun with a corrected config is not refused."""
-    progress = [
-        out / "stages.json",
-        *out.glob("metrics.jsonl"),
-        *out.glob("*/metrics.jsonl"),
-        *out.glob("checkpoints/latest"),
-        *out.glob("*/checkpoints/latest"),
-    ]
+    done = ("stages.json", "metrics.jsonl", "*/metrics.jsonl", "checkpoints/latest", "*/checkpoints/latest")
+    progress = [p for pattern in done for p in out.glob(pattern)]
     if not out.is_dir() or any(p.is_file() and p.stat().st_size > 0 for p in progress):
         return
     if not existed:

@@ -145,12 +145,7 @@ def inherit_rating(
     return mu, min(max(s for _, s in parents) * sigma_inflation, prior[1])
 
 
-def apply_operator(
-    record: Lineage,
-    parents: Sequence[LoRAFactors],
-    *,
-    generator: torch.Generator,
-) -> LoRAFactors:
+def apply_operator(record: Lineage, parents: Sequence[LoRAFactors], *, generator: torch.Generator) -> LoRAFactors:
     """The child's factors for a planned birth (`operators.OPERATORS`); `parents` in the record's order."""
     if len(parents) != arity(record.operator):
         raise ValueError(f"{record.operator} takes {arity(record.operator)} parents, got {len(parents)}")

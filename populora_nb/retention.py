@@ -104,10 +104,6 @@ def _solve_config(config: ExperimentConfig, rollouts: int, seed: int) -> Experim
     )
 
 
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values) if values else float("nan")
-
-
 def _retrain(
     policy: LoRAPolicy, member: str, child: LoRAFactors, num_steps: int, samples_at: Callable[[int], list[Sample]]
 ) -> list[float]:
@@ -118,7 +114,7 @@ def _retrain(
     scores = []
     for step in range(num_steps + 1):
         samples = samples_at(step)
-        scores.append(_mean([s.reward for s in samples]))
+        scores.append(sum(s.reward for s in samples) / len(samples) if samples else float("nan"))
         if step < num_steps:
             stages.update(policy, samples, [member])
     return scores
