@@ -119,12 +119,8 @@ def cmd_seed(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    extra = {
-        k: v
-        for k, v in (("run.agent", args.agent), ("run.steps", args.steps), ("run.seed", args.seed))
-        if v is not None
-    }
-    config = _config(args, extra)
+    extra = {"run.agent": args.agent, "run.steps": args.steps, "run.seed": args.seed}
+    config = _config(args, {k: v for k, v in extra.items() if v is not None})
     check_inputs(config, (config.run.agent,))
     out = args.out or Path(config.run.out_dir) / f"{config.run.agent}-{time.strftime('%Y%m%d-%H%M%S')}"
     _say(f"[run] {config.run.agent} · preset {config.preset} · {config.run.steps} steps → {out}")

@@ -102,7 +102,7 @@ def member_metrics(member: str, role: str, outcome: StepOutcome, kinds: Sequence
         rewards = [s.reward for s in outcome.samples if s.member == member and s.group[1] == s_role]
         if rewards:
             row[f"reward/{s_role}_mean"] = sum(rewards) / len(rewards)
-    row.update({k: v for k, v in outcome.update_stats.get(member, {}).items()})
+    row.update(outcome.update_stats.get(member, {}))
     row.update({f"time/{k}": v for k, v in outcome.timings.items()})
     return row
 
