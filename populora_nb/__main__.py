@@ -40,7 +40,6 @@ from populora_nb.loop import run as run_loop
 from populora_nb.model.policy import LoRAPolicy
 from populora_nb.pilot import CANDIDATES, run_pilot, write_pilot
 from populora_nb.presets import PRESETS, parse_override
-from populora_nb.records import CorruptRunError
 from populora_nb.seed_protocol import DEFAULT_STAGES, run_protocol
 from populora_nb.state import roster_for
 from populora_nb.sweep import make_spec, parse_grid, run_sweep
@@ -329,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
 # ---- errors at the edge -------------------------------------------------------------------------
 # A bad input ends in one line and exit 2: these types blame the user's config, paths or files.
 # Anything else is a bug and keeps its traceback; KeyboardInterrupt is never caught.
-USER_ERRORS: tuple[type[BaseException], ...] = (UserInputError, CorruptRunError, FileNotFoundError, PermissionError)
+USER_ERRORS: tuple[type[BaseException], ...] = (UserInputError, FileNotFoundError, PermissionError)
 
 
 def _check_out(out: Path, is_file: bool) -> None:
