@@ -14,6 +14,7 @@ doctor      a short check of this machine: load, 2+2 steps, a table of times and
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -39,7 +40,6 @@ from populora_nb.loop import run as run_loop
 from populora_nb.model.policy import LoRAPolicy
 from populora_nb.pilot import CANDIDATES, run_pilot, write_pilot
 from populora_nb.presets import PRESETS, parse_override
-from populora_nb.records import CorruptRunError
 from populora_nb.seed_protocol import DEFAULT_STAGES, run_protocol
 from populora_nb.state import roster_for
 from populora_nb.sweep import make_spec, parse_grid, run_sweep
@@ -51,12 +51,6 @@ def default_notebooks() -> Path:
     ./notebooks: a non-editable install carries the package, not the notebooks."""
     checkout = Path(__file__).resolve().parents[1] / "notebooks"
     return checkout if checkout.is_dir() else Path.cwd() / "notebooks"
-
-
-def _add_config_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: $POPULORA_PRESET or smoke")
-    p.add_argument("--config", type=Path, default=None, help="YAML file of overrides")
-    _add_set(p, "override one field, e.g. --set rl.rollouts=8 (repeatable)")
 
 
 def _add_set(p: argparse.ArgumentParser, text: str) -> None:
@@ -71,8 +65,7 @@ def _config(args: argparse.Namespace, extra: dict | None = None):
     return load_config(args.preset, {**_overrides(args), **(extra or {})}, args.config)
 
 
-def _say(message: str) -> None:
-    print(message, flush=True)
+_say = functools.partial(print, flush=True)
 
 
 def cmd_notebooks(args: argparse.Namespace) -> int:
@@ -125,12 +118,8 @@ def cmd_seed(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    extra = {
-        k: v
-        for k, v in (("run.agent", args.agent), ("run.steps", args.steps), ("run.seed", args.seed))
-        if v is not None
-    }
-    config = _config(args, extra)
+    extra = {"run.agent": args.agent, "run.steps": args.steps, "run.seed": args.seed}
+    config = _config(args, {k: v for k, v in extra.items() if v is not None})
     check_inputs(config, (config.run.agent,))
     out = args.out or Path(config.run.out_dir) / f"{config.run.agent}-{time.strftime('%Y%m%d-%H%M%S')}"
     _say(f"[run] {config.run.agent} · preset {config.preset} · {config.run.steps} steps → {out}")
@@ -256,7 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=say)
         p.set_defaults(func=func)
         if config:
-            _add_config_args(p)
+            p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: $POPULORA_PRESET or smoke")
+            p.add_argument("--config", type=Path, default=None, help="YAML file of overrides")
+            _add_set(p, "override one field, e.g. --set rl.rollouts=8 (repeatable)")
         return p
 
     p = command("run", cmd_run, "train the baseline or the population")
@@ -337,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
 # ---- errors at the edge -------------------------------------------------------------------------
 # A bad input ends in one line and exit 2: these types blame the user's config, paths or files.
 # Anything else is a bug and keeps its traceback; KeyboardInterrupt is never caught.
-USER_ERRORS: tuple[type[BaseException], ...] = (UserInputError, CorruptRunError, FileNotFoundError, PermissionError)
+USER_ERRORS: tuple[type[BaseException], ...] = (UserInputError, FileNotFoundError, PermissionError)
 
 
 def _check_out(out: Path, is_file: bool) -> None:
@@ -360,13 +351,8 @@ def _configs_in(out: Path) -> set[Path]:
 def _forget_failed_start(out: Path, existed: bool, configs_before: set[Path]) -> None:
     """After a run or experiment failed before finishing a step, take back the config.yaml files it
     wrote (the whole --out if it made it), so the rerun with a corrected config is not refused."""
-    progress = [
-        out / "stages.json",
-        *out.glob("metrics.jsonl"),
-        *out.glob("*/metrics.jsonl"),
-        *out.glob("checkpoints/latest"),
-        *out.glob("*/checkpoints/latest"),
-    ]
+    done = ("stages.json", "metrics.jsonl", "*/metrics.jsonl", "checkpoints/latest", "*/checkpoints/latest")
+    progress = [p for pattern in done for p in out.glob(pattern)]
     if not out.is_dir() or any(p.is_file() and p.stat().st_size > 0 for p in progress):
         return
     if not existed:

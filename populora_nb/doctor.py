@@ -2,11 +2,9 @@
 
 It loads the base once, runs two population and two baseline steps (vLLM samples, the trainer
 trains, each run with its own engine over the same base), times the engine on a mixed batch (8 rows,
-8 members' adapters) against one adapter, and prints one table (`DoctorReport.table`, whose legend
-says what each part of a step's time holds): load times; seconds per step split into generate /
-validate / train / sync; population ÷ baseline step time; peak memory (the trainer's GPU allocation,
-else the process's RSS); rollout tokens/s; mixed ÷ single-adapter generation time. A failure ends
-the check with one line naming its stage; each stage boundary notes peak and free memory.
+8 members' adapters) against one adapter, and prints one table of times and memory
+(`DoctorReport.table`, whose legend says what each row holds). A failure ends the check with one
+line naming its stage; each stage boundary notes peak and free memory.
 
 ``doctor --weights random`` needs no download: the preset's architecture with random weights (vLLM's
 dummy weights in the engine), every completion at its token budget, alternating ±1 advantages (random

@@ -26,8 +26,7 @@ class PathNotFoundError(UserInputError, FileNotFoundError):
 
 class CorruptRunError(UserInputError):
     """A run directory holds damaged or missing state. The message is one line: ``what`` names the
-    file and its fault, ``fix`` how to recover. A UserInputError (a ValueError): the CLI prints it as
-    one line."""
+    file and its fault, ``fix`` how to recover."""
 
     def __init__(self, what: str, fix: str = "restore the file, or start the run in a new --out") -> None:
         self.what, self.fix = what, fix

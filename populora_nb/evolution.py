@@ -18,10 +18,7 @@ import torch
 
 from populora_nb.config import PAPER_OPERATORS, MatchmakingConfig, check_operator_mix
 from populora_nb.lowrank import LoRAFactors
-from populora_nb.operators import OPERATORS, Operator, arity
-
-TRUESKILL_PRIOR = (MatchmakingConfig.mu, MatchmakingConfig.sigma)
-"""The rating prior (μ, σ) of `MatchmakingConfig`, the one place it is defined."""
+from populora_nb.operators import OPERATORS, arity
 
 
 @dataclass(frozen=True)
@@ -135,7 +132,7 @@ def inherit_rating(
     parents: Sequence[tuple[float, float]],
     *,
     sigma_inflation: float = 1.0,
-    prior: tuple[float, float] = TRUESKILL_PRIOR,
+    prior: tuple[float, float] = (MatchmakingConfig.mu, MatchmakingConfig.sigma),
     from_prior: bool = False,
 ) -> tuple[float, float]:
     """A child's starting (μ, σ): its parents' mean μ with the larger parent σ times
@@ -148,18 +145,11 @@ def inherit_rating(
     return mu, min(max(s for _, s in parents) * sigma_inflation, prior[1])
 
 
-def apply_operator(
-    record: Lineage,
-    parents: Sequence[LoRAFactors],
-    *,
-    generator: torch.Generator,
-    registry: Mapping[str, Operator] = OPERATORS,
-) -> LoRAFactors:
-    """The child's factors for a planned birth; `parents` in the record's order. Operator hyper-
-    parameters come from `registry` (e.g. a copy of OPERATORS with functools.partial entries)."""
+def apply_operator(record: Lineage, parents: Sequence[LoRAFactors], *, generator: torch.Generator) -> LoRAFactors:
+    """The child's factors for a planned birth (`operators.OPERATORS`); `parents` in the record's order."""
     if len(parents) != arity(record.operator):
         raise ValueError(f"{record.operator} takes {arity(record.operator)} parents, got {len(parents)}")
-    return registry[record.operator](*parents, generator=generator)
+    return OPERATORS[record.operator](*parents, generator=generator)
 
 
 def ancestors(member_id: str, records: Sequence[Lineage]) -> set[str]:

@@ -80,9 +80,7 @@ def newborn_fate(
     equals: the chance rate 1 / eligible)."""
     env = make_trueskill()
     grace = 2 * every if grace_steps is None else grace_steps
-    roles = {f"T{i}": "teacher" for i in range(members_per_role)} | {
-        f"S{i}": "student" for i in range(members_per_role)
-    }
+    roles = {f"{role[0].upper()}{i}": role for role in ("teacher", "student") for i in range(members_per_role)}
     ratings = initial_ratings(list(roles), env)
     born: dict[str, int | None] = dict.fromkeys(roles)  # founders: None
     waiting: dict[str, str] = {}  # child -> role, not yet judged at an eligible event

@@ -2,9 +2,8 @@
 says what each does, stage by stage) into a run directory with checkpoints and resume, and AZR's
 seeding run (`grow_seeds`).
 
-`run` reads as CleanRL's loop does: for each step, the difficulty probe when due, the step
-(`timed_step`), its records (`metric_rows`, `record_step`), evolution when due (`evolution_due`,
-`step.evolve`) and a checkpoint when due (`checkpoint_due`, `checkpoints.write_checkpoint`).
+`run` reads as CleanRL's loop does: for each step the probe, the step, its records, evolution and a
+checkpoint, each when due.
 """
 
 from __future__ import annotations

@@ -200,6 +200,8 @@ def update_ratings(
     Matches and their games are applied one at a time in the order given (TrueSkill is sequential).
     A member no game moved is returned exactly as given.
     """
+    import trueskill  # where used (see make_trueskill)
+
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"threshold is a solve rate and must lie in (0, 1], got {threshold}")
     current = {m: env.create_rating(mu=r.mu, sigma=r.sigma) for m, r in ratings.items()}
@@ -216,23 +218,16 @@ def update_ratings(
         for member, games in ((t, teacher_games(match, threshold)), (s, student_games(match))):
             for game in games:
                 opponent = before[member] if game.against == "partner" else reference
-                current[member] = _rated(current[member], opponent, won=game.won, env=env)
+                # One rate_1vs1 (winner first), keeping only the member's side: the opponent does not move
+                # (trueskill's weights=(1, 0) would clamp the 0 to 1e-4 and still inflate its sigma).
+                if game.won:
+                    current[member] = trueskill.rate_1vs1(current[member], opponent, env=env)[0]
+                else:
+                    current[member] = trueskill.rate_1vs1(opponent, current[member], env=env)[1]
             if games:
                 moved.add(member)
     # Unmoved ratings as given: trueskill's (pi, tau) round trip alone can change mu in the last bit.
     return {m: Rating(float(current[m].mu), float(current[m].sigma)) if m in moved else r for m, r in ratings.items()}
-
-
-def _rated(
-    member: trueskill.Rating, opponent: trueskill.Rating, *, won: bool, env: trueskill.TrueSkill
-) -> trueskill.Rating:
-    """``member`` after one game against ``opponent``, whose rating this game does not change
-    (trueskill's weights=(1, 0) would clamp the 0 to 1e-4 and still inflate its sigma)."""
-    import trueskill  # where used (see make_trueskill)
-
-    if won:
-        return trueskill.rate_1vs1(member, opponent, env=env)[0]
-    return trueskill.rate_1vs1(opponent, member, env=env)[1]
 
 
 def pfsp_weights(

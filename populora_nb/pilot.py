@@ -175,8 +175,8 @@ class PilotRow:
     population: RunFacts
     warmup: dict = field(default_factory=dict)
     seconds: float = 0.0
-    """The candidate's own stages as its stages.json recorded them (a shared warm-up counts for the
-    candidate that ran it), so a resumed pilot still reports what each candidate cost."""
+    """The candidate's own stages summed from its stages.json (an adopted warm-up counts 0; a stage resumed
+    after a kill counts only the invocation that finished it), so a resumed pilot still reports each cost."""
     path: Path | None = None
     """The candidate's experiment directory, for the tables that read its records per step."""
 
@@ -224,17 +224,11 @@ def run_pilot(
                 run_facts(exp / "baseline"),
                 run_facts(exp / "population"),
                 json.loads(report.read_text()) if report.exists() else {},
-                recorded_seconds(exp),
+                float(sum(stage.get("seconds", 0.0) for stage in done_stages(exp).values())),
                 exp,
             )
         )
     return rows
-
-
-def recorded_seconds(exp: str | Path) -> float:
-    """Seconds the experiment's stages took, summed from its stages.json (0 for an adopted warm-up; a
-    stage resumed after a kill counts only the invocation that finished it, and is marked so)."""
-    return float(sum(stage.get("seconds", 0.0) for stage in done_stages(exp).values()))
 
 
 def _intervals(f: RunFacts) -> dict[str, list[float] | None]:
@@ -260,11 +254,7 @@ def pilot_table(rows: Sequence[PilotRow]) -> str:
             else "none"
         )
         for run, f in (("baseline", r.baseline), ("population", r.population)):
-            wins = (
-                "—"
-                if f.valid_matches is None or f.teacher_wins is None
-                else share_text(f.teacher_wins, f.valid_matches, "valid")
-            )
+            wins = "—" if f.win_share is None else share_text(f.teacher_wins, f.valid_matches, "valid")  # type: ignore[arg-type]
             lines.append(
                 f"| {r.candidate.name if run == 'baseline' else ''} | {run} | {f.valid}/{f.proposals} | "
                 f"{share_text(f.in_band, f.played)} | {share_text(f.at_zero, f.played)} | {wins} | "

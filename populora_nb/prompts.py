@@ -157,11 +157,6 @@ def _propose_inputs(program: str, n_inputs: int) -> str:
     )
 
 
-def _propose_triplet_short(kind: TaskKind) -> str:
-    goal = "predict its output" if kind == "code_o" else "find an input that gives its output"
-    return f"{SHORT_TRIPLET} A solver will have to {goal}. Make it different from your earlier puzzles."
-
-
 def propose_prompt(
     kind: TaskKind, references: Sequence[Task], n_inputs: int = 10, style: PromptStyle = "azr"
 ) -> Dialogue:
@@ -177,9 +172,12 @@ def propose_prompt(
             raise ValueError("a code_f proposal needs one existing program to write inputs for")
         return Dialogue(_propose_inputs(references[0].program.strip(), n_inputs))
     if style == "short":
-        return Dialogue(_propose_triplet_short(kind), tuple((SHORT_TRIPLET, _triplet_answer(t)) for t in references))
-    shots = tuple((PROPOSE_TRIPLET, _triplet_answer(t)) for t in references)
-    return Dialogue(_propose_triplet(kind), shots)
+        goal = "predict its output" if kind == "code_o" else "find an input that gives its output"
+        question = f"{SHORT_TRIPLET} A solver will have to {goal}. Make it different from your earlier puzzles."
+    else:
+        question = _propose_triplet(kind)
+    shown = SHORT_TRIPLET if style == "short" else PROPOSE_TRIPLET
+    return Dialogue(question, tuple((shown, _triplet_answer(t)) for t in references))
 
 
 class PromptTooLongError(UserInputError):
@@ -355,4 +353,4 @@ def parse_answer(text: str, kind: TaskKind, fmt: PromptFormat) -> str | ParseFai
         return untagged[-1]  # a bare ``` fence: the model answered, only without the tag
     if fmt == "r1" and region.strip() and kind != "code_f":
         return region.strip()  # AZR accepts a bare literal inside <answer>
-    return ParseFailure(f"no_{want[0]}_block" if want[0] != "py" else "no_python_block")
+    return ParseFailure(f"no_{want[0]}_block")

@@ -160,7 +160,9 @@ class RunDir:
 
     def commit_checkpoint(self, tmp: Path, step: int, keep: int = 2) -> Path:
         # The manifest goes last: a checkpoint directory without a matching one is not committed state.
-        write_json(tmp / MANIFEST, {"step": step, "files": _file_hashes(tmp), "records": self._stream_hashes()})
+        files = {p.relative_to(tmp).as_posix(): _hash_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
+        streams = {s: _hash_file(self.path / f"{s}.jsonl") for s in STREAMS}
+        write_json(tmp / MANIFEST, {"step": step, "files": files, "records": streams})
         final = self.checkpoint_dir(step)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
@@ -232,13 +234,6 @@ class RunDir:
                         f"rows{' with other content' if got['size'] == want['size'] else ''}"
                     )
         return manifest
-
-    def _stream_hashes(self) -> dict[str, dict]:
-        return {s: _hash_file(self.path / f"{s}.jsonl") for s in STREAMS}
-
-
-def _file_hashes(root: Path) -> dict[str, dict]:
-    return {p.relative_to(root).as_posix(): _hash_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def _hash_file(path: Path, limit: int | None = None) -> dict:

@@ -33,7 +33,7 @@ from populora_nb.lowrank import LoRAFactors
 from populora_nb.matchmaking import Rating
 from populora_nb.model.base import Base
 from populora_nb.model.policy import LoRAPolicy
-from populora_nb.operators import OPERATORS, Operator, arity
+from populora_nb.operators import OPERATORS, arity
 from populora_nb.policy import Sample
 from populora_nb.rewards import teacher_reward
 from populora_nb.stages import Attempt, SolveJob, rng_for
@@ -53,7 +53,6 @@ def retention_curves(
     num_steps: int = 20,
     operators: Sequence[str] = tuple(OPERATORS),
     seed: int = 0,
-    registry: Mapping[str, Operator] = OPERATORS,
 ) -> dict[str, list[float]]:
     """The retention experiment: for each operator, a child of the trained `parent` (with
     `partner` as second parent for crossovers, `parent` counted fitter), retrained by
@@ -64,7 +63,7 @@ def retention_curves(
     curves = {}
     for name in operators:
         generator = torch.Generator(device).manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
-        child = registry[name](*(parent, partner)[: arity(name)], generator=generator)
+        child = OPERATORS[name](*(parent, partner)[: arity(name)], generator=generator)
         curves[name] = [float(x) for x in train_and_score(child, num_steps)]
     return curves
 
@@ -105,10 +104,6 @@ def _solve_config(config: ExperimentConfig, rollouts: int, seed: int) -> Experim
     )
 
 
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values) if values else float("nan")
-
-
 def _retrain(
     policy: LoRAPolicy, member: str, child: LoRAFactors, num_steps: int, samples_at: Callable[[int], list[Sample]]
 ) -> list[float]:
@@ -119,7 +114,7 @@ def _retrain(
     scores = []
     for step in range(num_steps + 1):
         samples = samples_at(step)
-        scores.append(_mean([s.reward for s in samples]))
+        scores.append(sum(s.reward for s in samples) / len(samples) if samples else float("nan"))
         if step < num_steps:
             stages.update(policy, samples, [member])
     return scores

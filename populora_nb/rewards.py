@@ -35,12 +35,13 @@ AZR_DEGENERATE_TASK_REWARD = -0.5
 """AZR proposer reward when every or no sample solved the task (no learning signal)."""
 
 
-_NEEDS_RHO = "a valid task needs its solve rate rho; pass valid=False for invalid tasks"
-
-
-def _check_rate(value: float, name: str) -> None:
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must lie in [0, 1] (a fraction of solved samples), got {value!r}")
+def _checked_rho(rho: float | None) -> float:
+    """A valid task's solve rate, which must be given and lie in [0, 1]."""
+    if rho is None:
+        raise ValueError("a valid task needs its solve rate rho; pass valid=False for invalid tasks")
+    if not 0.0 <= rho <= 1.0:
+        raise ValueError(f"rho must lie in [0, 1] (a fraction of solved samples), got {rho!r}")
+    return rho
 
 
 def student_reward(status: AnswerStatus) -> float:
@@ -69,9 +70,7 @@ def teacher_reward(valid: bool, rho: float | None) -> float:
     """
     if not valid:
         return INVALID_TASK_REWARD
-    if rho is None:
-        raise ValueError(_NEEDS_RHO)
-    _check_rate(rho, "rho")
+    rho = _checked_rho(rho)
     # ρ = 0 is an unsolvable-looking task: no reward for stumping the student completely.
     return 0.0 if rho == 0.0 else 1.0 - rho
 
@@ -85,9 +84,5 @@ def azr_proposer_reward(valid: bool, rho: float | None) -> float:
     """
     if not valid:
         return INVALID_TASK_REWARD
-    if rho is None:
-        raise ValueError(_NEEDS_RHO)
-    _check_rate(rho, "rho")
-    if rho in (0.0, 1.0):
-        return AZR_DEGENERATE_TASK_REWARD
-    return 1.0 - rho
+    rho = _checked_rho(rho)
+    return AZR_DEGENERATE_TASK_REWARD if rho in (0.0, 1.0) else 1.0 - rho

@@ -1,9 +1,8 @@
 """The stages of one self-play step, data in and data out; `step.Step` chains them (its docstring
 draws the order) into AZR's single-agent step and PopuLoRA's population step.
 
-No model code lives here: generation and the policy-gradient update go through a `Policy`
-(`populora_nb.policy`; `model.policy.LoRAPolicy` on a real model, a scripted policy in tests). The
-baseline is the same loop with one member, ``agent``, playing both roles, and AZR's proposer reward.
+No model code lives here: generation and the update go through a `Policy` (`populora_nb.policy`).
+The baseline is the same loop with one member, ``agent``, playing both roles, and AZR's proposer reward.
 
 Solve batches: the solver(s) solve this step's valid proposals with k rollouts each, which gives the
 proposer its solve rate rho in the same step (as AZR's code does). When a solver gets fewer tasks

@@ -5,6 +5,7 @@ table, stage timings and peak memory. Read by `loop.run`; the analysis package r
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import sys
 import time
@@ -101,7 +102,7 @@ def member_metrics(member: str, role: str, outcome: StepOutcome, kinds: Sequence
         rewards = [s.reward for s in outcome.samples if s.member == member and s.group[1] == s_role]
         if rewards:
             row[f"reward/{s_role}_mean"] = sum(rewards) / len(rewards)
-    row.update({k: v for k, v in outcome.update_stats.get(member, {}).items()})
+    row.update(outcome.update_stats.get(member, {}))
     row.update({f"time/{k}": v for k, v in outcome.timings.items()})
     return row
 
@@ -148,11 +149,8 @@ class Timer:
 
 def reset_peak_memory() -> None:
     """Start a new peak-memory window: Linux's VmHWM (via /proc/self/clear_refs) and CUDA's peak."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # "5" resets the peak RSS only
-    except OSError:  # not Linux, or not allowed: the peak stays the process's lifetime peak
-        pass
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:  # not Linux: the lifetime peak
+        f.write("5")  # "5" resets the peak RSS only
     torch = sys.modules.get("torch")  # never import torch here: the scripted tests run without a model
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.reset_peak_memory_stats()
