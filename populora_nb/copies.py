@@ -1,30 +1,37 @@
-"""What a proposer newly wrote: every valid proposal classed as a copy or as new.
+"""What a proposer newly wrote: every valid proposal classed by its program, and flagged when it
+repeats a task.
 
-The curriculum curves (complexity, coverage, valid rate) are read as what the teachers *write*, and
-a small model copies (docs/methodology.md), so each valid proposal is classed, in proposal order, as
+Two classes, each keyed on what it means (docs/methodology.md, "New programs and repeats"):
+
+**Program class** (``copy``), what the proposer *wrote*: for code_o / code_i the program alone, for
+code_f (which is handed a program) its input set. In proposal order a valid proposal is
 
 * ``"reference"``: its program is one of the reference programs its own prompt showed (code_o /
   code_i; a code_f prompt shows a program to write inputs for, and its inputs are never shown);
-* ``"earlier"``: it repeats a seed task's, a warm-up example's, or an earlier valid proposal's of the
-  same run (earlier steps, or earlier in the same step's proposal order);
-* ``"new"``: neither.
+* ``"earlier"``: its program is a seed task's, a warm-up example's, or an earlier valid proposal's
+  of the same run (earlier steps, or earlier in the same step's proposal order);
+* ``"new"``: neither: a **new program**, the measure of whether proposers keep writing.
 
-A valid proposal is also a **repeat** when it is the same *task* (normalised program and input;
-code_f: program and input set) as a seed, a warm-up example or an earlier valid proposal of the run.
-A copied program with a new input is a new task; a repeat's solve rate measures memory, not
-difficulty, so fresh-task ρ, the band share and teacher wins are also read over non-repeats
-(`populora_nb.analysis.liveness`).
+**Repeat**, the same *task as the student meets it*: code_o the program and its input, code_i the
+program and its output (the student is shown the output and finds any input), code_f the program and
+its shown input/output pairs, met before in the run (seed, warm-up example, earlier proposal). A
+copied program with a new input is not a repeat, but it is not a new program either: a proposer that
+re-poses one program with fresh arguments writes repeats never and new programs once.
 
-What is compared is what the proposer wrote (code_f: the inputs too), after ``ast.unparse``
-normalisation, so formatting and comments do not make a copy new but a renamed variable does; a
-program that does not parse is compared with whitespace collapsed. ``tasks.reject_copies =
-"reference"`` makes a copy of a shown reference invalid, a departure from AZR no preset uses.
+Programs are compared after **normalisation** (`normalise`): ``ast.unparse`` of the tree, so that
+formatting and comments do not count, with every parameter and locally bound name renamed in order
+of first binding (``$0``, ``$1``, ...), so that names do not count either; ``f``, builtins,
+attributes, imported and global names and literals are kept. ``def f(y): return y * 2`` is then the
+program ``def f(x): return x * 2``, while ``x * 3`` is another one. A program that does not parse is
+compared with whitespace collapsed.
 
-AZR keeps repeats: ``DatasetManager.add_input_batch`` / ``add_output_batch`` / ``add_problem_batch``
-(absolute_zero_reasoner/trainer/ppo/azr_ray_trainer.py) ``extend`` the buffers with every valid
-proposal without a duplicate check, and ``CodeIORewardManager._get_problem_generator_rewards_and_valid_programs``
-(rewards/reward_managers.py) pays a repeat the same learnability reward 1 − acc as a new task; so does
-``tasks.reject_repeats = False``, while ``True`` makes a repeat invalid (``repeat_of_earlier_task``).
+``tasks.reject_copies = "reference"`` makes a copy of a shown reference invalid, a departure from AZR
+no preset uses. AZR keeps repeats: ``DatasetManager.add_input_batch`` / ``add_output_batch`` /
+``add_problem_batch`` (absolute_zero_reasoner/trainer/ppo/azr_ray_trainer.py) ``extend`` the buffers
+with every valid proposal without a duplicate check, and
+``CodeIORewardManager._get_problem_generator_rewards_and_valid_programs`` (rewards/reward_managers.py)
+pays a repeat the same learnability reward 1 − acc as a new task; so does ``tasks.reject_repeats =
+False``, while ``True`` makes a repeat invalid (``repeat_of_earlier_task``).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import ast
 import dataclasses
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -53,42 +60,163 @@ REPEAT_OF_EARLIER_TASK = "repeat_of_earlier_task"
 """The Invalid reason of a repeat (module docstring) when ``tasks.reject_repeats`` is on."""
 WARMUP_EXAMPLES = "examples.jsonl"
 """The file of a warm-up directory listing the proposals it fine-tuned on (`populora_nb.warmup` writes it)."""
+KEY_MARK = ":"
+"""Every fingerprint is ``space:digest``; a checkpoint's fingerprints without it were keyed before
+names were normalised (`is_current_fingerprint`)."""
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _args(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> list[str]:
+    a = node.args
+    extra = [x for x in (a.vararg, a.kwarg) if x is not None]
+    return [x.arg for x in (*a.posonlyargs, *a.args, *extra[:1], *a.kwonlyargs, *extra[1:])]
+
+
+def _body_bindings(node: ast.AST) -> Iterator[str]:
+    """Names a function body binds, in the order a depth-first walk meets them, without entering
+    nested functions (whose own names are bound in this scope); ``global``/``nonlocal`` names and
+    imports are not local to it."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
+            yield child.id
+        elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield child.name
+            continue
+        elif isinstance(child, ast.Lambda):
+            continue
+        elif isinstance(child, ast.ExceptHandler) and child.name:
+            yield child.name
+        elif isinstance(child, (ast.MatchAs, ast.MatchStar)) and child.name:
+            yield child.name
+        yield from _body_bindings(child)
+
+
+def _declared_elsewhere(node: ast.AST) -> set[str]:
+    out: set[str] = set()
+    for child in ast.walk(node):
+        if isinstance(child, (ast.Global, ast.Nonlocal)):
+            out.update(child.names)
+    return out
+
+
+class _LocalNames(ast.NodeTransformer):
+    """Renames each function's parameters and locally bound names ``$0``, ``$1``, ... in order of
+    first binding (a ``$`` no source name can hold, so a renamed name never meets a kept one)."""
+
+    def __init__(self) -> None:
+        self.scopes: list[dict[str, str]] = []
+        self.count = 0
+
+    def _lookup(self, name: str) -> str:
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope[name]
+        return name
+
+    def _enter(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> None:
+        skip = _declared_elsewhere(node)
+        scope: dict[str, str] = {}
+        for name in [*_args(node), *_body_bindings(node if not isinstance(node, ast.Lambda) else node.body)]:
+            if name not in scope and name not in skip:
+                scope[name] = f"${self.count}"
+                self.count += 1
+        self.scopes.append(scope)
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> ast.AST:
+        # Decorators and defaults are evaluated in the enclosing scope, the name is bound there.
+        outer = [*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)]
+        if not isinstance(node, ast.Lambda):
+            outer += node.decorator_list
+            node.name = self._lookup(node.name) if self.scopes else node.name
+        for expr in outer:
+            self.visit(expr)
+        self._enter(node)
+        for arg in ast.walk(node.args):
+            if isinstance(arg, ast.arg):
+                arg.arg = self._lookup(arg.arg)
+        for field in ("body", "returns"):
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                setattr(node, field, [self.visit(s) for s in value])
+            elif isinstance(value, ast.AST) and field == "body":
+                node.body = self.visit(value)  # a lambda's body is one expression
+        self.scopes.pop()
+        return node
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        node.id = self._lookup(node.id)
+        return node
+
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> ast.AST:
+        if node.name:
+            node.name = self._lookup(node.name)
+        return self.generic_visit(node)
 
 
 def normalise(program: str) -> str:
-    """The program as ``ast.unparse`` writes it, or its whitespace-collapsed text if it does not parse."""
+    """The program as ``ast.unparse`` writes it with local names renamed (module docstring), or its
+    whitespace-collapsed text if it does not parse."""
     try:
-        return ast.unparse(ast.parse(program))
+        return ast.unparse(_LocalNames().visit(ast.parse(program)))
     except (SyntaxError, ValueError, RecursionError):
         return " ".join(program.split())
+
+
+def _key(space: str, *parts: str) -> str:
+    return space + KEY_MARK + hashlib.sha1("\0".join(parts).encode()).hexdigest()[:16]
 
 
 def fingerprint(kind: str, program: str, inputs: Sequence[str] = ()) -> str:
     """A short digest of what a proposer of ``kind`` wrote: the normalised program, plus the inputs
     for code_f. Programs of code_o and code_i share one space (a code_o program copied into a code_i
     task is still a copy)."""
-    written = normalise(program) + ("\0" + "\0".join(inputs) if kind == "code_f" else "")
-    space = "f" if kind == "code_f" else "p"
-    return space + hashlib.sha1(written.encode()).hexdigest()[:16]
+    if kind == "code_f":
+        return _key("written_f", normalise(program), *inputs)
+    return _key("program", normalise(program))
 
 
-def repeat_fingerprint(kind: str, program: str, inputs: Sequence[str]) -> str:
-    """A short digest of a whole task: the normalised program and its inputs, whatever the kind
-    (code_o and code_i share one space: a code_o task with the same program and input as a code_i
-    one is the same triplet). Held in the run's ``seen`` set beside ``fingerprint``'s, prefixed "r"."""
-    written = normalise(program) + "\0" + "\0".join(inputs)
-    space = "rf" if kind == "code_f" else "rp"
-    return space + hashlib.sha1(written.encode()).hexdigest()[:16]
+def repeat_fingerprints(kind: str, program: str, inputs: Sequence[str], outputs: Sequence[str] | None) -> set[str]:
+    """The digests of a task as its student meets it (module docstring): code_o (program, input),
+    code_i (program, output), code_f (program, shown pairs). ``outputs=None`` (a warm-up example
+    recorded without them) keys a code_i task by its input instead, which finds a later task with the
+    same program and input (and so the same output); every code_i task carries that key too."""
+    program = normalise(program)
+    if kind == "code_f":
+        shown = len(inputs) // 2  # `Task.n_shown`
+        return {_key("task_f", program, *inputs[:shown], "\0", *(outputs or ())[:shown])}
+    if kind == "code_o":
+        return {_key("task_o", program, *inputs)}
+    by_input = _key("task_i_input", program, *inputs)
+    return {by_input} if outputs is None else {by_input, _key("task_i", program, *outputs)}
 
 
-def task_fingerprints(kind: str, program: str, inputs: Sequence[str]) -> set[str]:
-    """Both fingerprints of one task: what the proposer wrote (copy classes) and the whole task (repeats)."""
-    return {fingerprint(kind, program, inputs), repeat_fingerprint(kind, program, inputs)}
+def is_current_fingerprint(key: str) -> bool:
+    """Whether a stored fingerprint has today's form (`KEY_MARK`)."""
+    return KEY_MARK in key
+
+
+def task_fingerprints(kind: str, program: str, inputs: Sequence[str], outputs: Sequence[str] | None) -> set[str]:
+    """Every fingerprint of one task met: what the proposer wrote (program class) and the task (repeats)."""
+    return {fingerprint(kind, program, inputs)} | repeat_fingerprints(kind, program, inputs, outputs)
+
+
+def seed_fingerprints(program: str, inputs: Sequence[str], outputs: Sequence[str] | None) -> set[str]:
+    """A seed triplet can be met as a code_o or a code_i task: the fingerprints of both."""
+    return task_fingerprints("code_o", program, inputs, outputs) | task_fingerprints("code_i", program, inputs, outputs)
 
 
 def known_fingerprints(tasks: Iterable[Task]) -> set[str]:
-    """The fingerprints of tasks a run starts with (seeds, warm-up examples): both kinds."""
-    return {fp for t in tasks for fp in task_fingerprints(t.kind, t.program, t.inputs)}
+    """The fingerprints of tasks a run starts with (seeds and buffer tasks), as code_o and code_i
+    where they are triplets."""
+    out: set[str] = set()
+    for t in tasks:
+        out |= task_fingerprints(t.kind, t.program, t.inputs, t.outputs)
+        if t.kind != "code_f":
+            out |= seed_fingerprints(t.program, t.inputs, t.outputs)
+    return out
 
 
 def warmup_fingerprints(directory: str | Path) -> set[str]:
@@ -98,7 +226,9 @@ def warmup_fingerprints(directory: str | Path) -> set[str]:
     if not path.is_file():
         return set()
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return {fp for r in rows for fp in task_fingerprints(r["kind"], r["program"], r.get("inputs", ()))}
+    return {
+        fp for r in rows for fp in task_fingerprints(r["kind"], r["program"], r.get("inputs", ()), r.get("outputs"))
+    }
 
 
 def start_fingerprints(run_dir: str | Path) -> set[str]:
@@ -111,22 +241,26 @@ def start_fingerprints(run_dir: str | Path) -> set[str]:
         seeds_path, warmup = config.tasks.seeds_path, config.lora.warmup
     except (OSError, UserInputError):  # records without a config (a synthetic run): the packaged seeds
         seeds_path, warmup = None, None
-    seen = {fp for s in load_seed_triplets(seeds_path) for fp in task_fingerprints("code_o", s["program"], s["inputs"])}
+    seen = {
+        fp
+        for s in load_seed_triplets(seeds_path)
+        for fp in seed_fingerprints(s["program"], s["inputs"], s.get("outputs"))
+    }
     if warmup and not Path(warmup).is_dir():  # records copied elsewhere: the experiment's own warm-up beside them
         warmup = str(Path(run_dir).parent / "warmup")
     return seen | (warmup_fingerprints(warmup) if warmup else set())
 
 
 def classify(kind: str, program: str, inputs: Sequence[str], shown: Sequence[str], seen: set[str]) -> CopyClass:
-    """The copy class of one valid proposal, given the programs its prompt showed and the run's fingerprints."""
+    """The program class of one valid proposal, given the programs its prompt showed and the run's fingerprints."""
     if kind != "code_f" and normalise(program) in {normalise(r) for r in shown}:
         return "reference"
     return "earlier" if fingerprint(kind, program, inputs) in seen else "new"
 
 
-def is_repeat(kind: str, program: str, inputs: Sequence[str], seen: set[str]) -> bool:
-    """The task (program and input) was met before in the run (module docstring)."""
-    return repeat_fingerprint(kind, program, inputs) in seen
+def is_repeat(kind: str, program: str, inputs: Sequence[str], outputs: Sequence[str], seen: set[str]) -> bool:
+    """The task as its student meets it was met before in the run (module docstring)."""
+    return bool(repeat_fingerprints(kind, program, inputs, outputs) & seen)
 
 
 def mark_copies(
@@ -143,21 +277,26 @@ def mark_copies(
             out.append(p)
             continue
         cls = classify(p.kind, task.program, task.inputs, p.references, seen)
-        repeat = is_repeat(p.kind, task.program, task.inputs, seen)
-        seen.update(task_fingerprints(p.kind, task.program, task.inputs))
+        repeat = is_repeat(p.kind, task.program, task.inputs, task.outputs, seen)
+        seen.update(task_fingerprints(p.kind, task.program, task.inputs, task.outputs))
         verdict: Task | Invalid = task
         if reject == "reference" and cls == "reference":
             verdict = Invalid(COPY_OF_REFERENCE, "the program is one of the references its prompt showed")
         elif reject_repeats and repeat:
-            verdict = Invalid(REPEAT_OF_EARLIER_TASK, "the same program and input as a task met before in the run")
+            verdict = Invalid(REPEAT_OF_EARLIER_TASK, "the same task as one met before in the run")
         out.append(dataclasses.replace(p, result=verdict, copy=cls, repeat=repeat))
     return out
 
 
 def copy_rate(classes: Sequence[str | None]) -> float | None:
-    """Share of classed proposals that are copies (reference or earlier); None when none is classed."""
+    """Share of classed proposals whose program is not new (reference or earlier); None when none is classed."""
     classed = [c for c in classes if c is not None]
     return sum(c != "new" for c in classed) / len(classed) if classed else None
+
+
+def _met(row: dict) -> bool:
+    """A row whose task the run met: valid, or rejected by a novelty rule after it was classed."""
+    return bool(row.get("valid")) or row.get("copy") is not None
 
 
 def repeat_rows(rows: Sequence[dict], start: Iterable[str] = ()) -> list[bool | None]:
@@ -166,25 +305,31 @@ def repeat_rows(rows: Sequence[dict], start: Iterable[str] = ()) -> list[bool | 
     seen = set(start)
     out: list[bool | None] = []
     for r in rows:
-        if not r.get("valid"):
-            out.append(None)
-            continue
-        fp = repeat_fingerprint(r["kind"], r["program"], r.get("inputs", ()))
-        out.append(fp in seen)
-        seen.add(fp)
+        keys = repeat_fingerprints(r["kind"], r["program"], r.get("inputs", ()), r.get("outputs", ()))
+        out.append(bool(keys & seen) if r.get("valid") else None)
+        if _met(r):
+            seen |= keys
     return out
 
 
 def classify_rows(rows: Sequence[dict], start: Iterable[str] = ()) -> list[str | None]:
-    """The copy class of each tasks.jsonl row: the recorded one, or for older records "copy" (reference
-    or earlier: the references were not recorded) or "new", from the rows' order and ``start``."""
+    """The program class of each tasks.jsonl row, re-read with today's normalisation from the rows'
+    order and ``start``: a recorded ``"reference"`` stays (the shown references were not recorded),
+    every other valid row is ``"earlier"`` when its program was met before, else ``"new"``. Records
+    written before names were normalised said "new" of a renamed copy; this reads them as it is now."""
     seen = set(start)
     out: list[str | None] = []
     for r in rows:
+        fp = fingerprint(r["kind"], r["program"], r.get("inputs", ()))
         if not r.get("valid"):
             out.append(r.get("copy"))
-            continue
-        fp = fingerprint(r["kind"], r["program"], r.get("inputs", ()))
-        out.append(r["copy"] if r.get("copy") else ("copy" if fp in seen else "new"))
-        seen.add(fp)
+        else:
+            out.append("reference" if r.get("copy") == "reference" else ("earlier" if fp in seen else "new"))
+        if _met(r):
+            seen.add(fp)
     return out
+
+
+def distinct_programs(rows: Sequence[dict]) -> int:
+    """How many different programs (normalised, `fingerprint`) the valid rows hold, copies of seeds included."""
+    return len({fingerprint(r["kind"], r["program"], r.get("inputs", ())) for r in rows if r.get("valid")})

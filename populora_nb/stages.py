@@ -63,7 +63,7 @@ class Proposed:
     copy: str | None = None
     """For a valid task: "new", "reference" or "earlier" (`populora_nb.copies`)."""
     repeat: bool | None = None
-    """For a valid task: the same program and input as a task met before in the run (`copies.is_repeat`)."""
+    """For a valid task: the same task as its student meets it, met before in the run (`copies.is_repeat`)."""
 
 
 @dataclass(frozen=True)

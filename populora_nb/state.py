@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from populora_nb.buffers import TaskBuffer, load_seed_triplets, make_buffers
 from populora_nb.config import ExperimentConfig
-from populora_nb.copies import known_fingerprints, warmup_fingerprints
+from populora_nb.copies import is_current_fingerprint, known_fingerprints, warmup_fingerprints
 from populora_nb.errors import DataFileError
 from populora_nb.matchmaking import Rating, initial_ratings, make_trueskill
 from populora_nb.tasks import Task
@@ -59,8 +59,11 @@ class RunState:
     @classmethod
     def from_json(cls, d: dict) -> RunState:
         buffers = {k: TaskBuffer.from_json(b) for k, b in d["buffers"].items()}
-        # A checkpoint written before copies were classed: the buffers hold what the run had met.
-        seen = set(d["seen"]) if "seen" in d else known_fingerprints(t for b in buffers.values() for t in b.tasks)
+        # A checkpoint written before copies were classed, or before names were normalised
+        # (`copies.is_current_fingerprint`): the buffers hold what the run had met.
+        stored = d.get("seen", [])
+        current = bool(stored) and all(is_current_fingerprint(k) for k in stored)
+        seen = set(stored) if current else known_fingerprints(t for b in buffers.values() for t in b.tasks)
         ratings = {m: Rating(mu, sigma) for m, (mu, sigma) in d["ratings"].items()}
         return cls(d["step"], dict(d["roster"]), buffers, ratings, born=d["born"], seen=seen)
 

@@ -33,7 +33,7 @@ def task_rows(step: int, proposals: Sequence[Proposed]) -> list[dict]:
             "solver": p.solver,
             "solve_rate": p.rho,
             "copy": p.copy,  # new / reference / earlier for a valid task (populora_nb.copies)
-            "repeat": p.repeat,  # the same program and input as a task met before (copies.is_repeat)
+            "repeat": p.repeat,  # the same task as its student meets it, met before (copies.is_repeat)
             "references_dropped": p.references_dropped,  # left out so the prompt fits its token budget
             "completion": p.completion[:4000],
         }  # what the teacher wrote, for reading failures

@@ -12,11 +12,12 @@ from populora_nb.copies import (
     classify,
     classify_rows,
     copy_rate,
+    distinct_programs,
     fingerprint,
     mark_copies,
     normalise,
     repeat_rows,
-    task_fingerprints,
+    seed_fingerprints,
 )
 from populora_nb.loop import run
 from populora_nb.prompts import ParseFailure
@@ -28,11 +29,26 @@ from tests.scripted import ScriptedPolicy
 DOUBLE = "def f(x):\n    return x * 2"
 
 
-def test_normalising_ignores_formatting_and_comments_but_not_a_rewrite():
+def test_normalising_ignores_formatting_comments_and_local_names():
     assert normalise("def f(x):  # doubles\n    return (x*2)") == normalise(DOUBLE)
     assert normalise("def f( x ):\n\n    return x *2\n") == normalise(DOUBLE)
-    assert normalise("def f(y):\n    return y * 2") != normalise(DOUBLE)  # renamed: rewritten, not copied
+    assert normalise("def f(y):\n    return y * 2") == normalise(DOUBLE)  # renamed: the same program
+    assert normalise("def f(x):\n    return x * 3") != normalise(DOUBLE)  # another literal: another program
     assert normalise("def f(:  x") == "def f(: x"  # unparsable: whitespace collapsed
+    # locals renamed in order of first binding, nested functions and comprehensions included
+    a = "def f(a, b):\n    t = [i * a for i in range(b)]\n    def g(z):\n        return z + t[0]\n    return g(b)"
+    b = "def f(p, q):\n    acc = [k * p for k in range(q)]\n    def h(w):\n        return w + acc[0]\n    return h(q)"
+    assert normalise(a) == normalise(b)
+    assert normalise("def f(a, b):\n    return a - b") != normalise("def f(a, b):\n    return b - a")  # order kept
+    # kept: f, builtins, attributes, imported and global names
+    assert normalise("def f(x):\n    return len(x)") != normalise("def f(x):\n    return sum(x)")
+    assert normalise("def f(x):\n    return x.upper()") != normalise("def f(x):\n    return x.lower()")
+    assert normalise("import math\ndef f(x):\n    return math.sqrt(x)") != normalise(
+        "import cmath\ndef f(x):\n    return cmath.sqrt(x)"
+    )
+    assert normalise("K = 2\ndef f(x):\n    return x * K") != normalise("J = 2\ndef f(x):\n    return x * J")
+    assert normalise("def f(x):\n    global K\n    K = x\n    return K").count("K") == 3
+    assert normalise("def g(x):\n    return x * 2") != normalise(DOUBLE)  # the function's own name is kept
 
 
 def test_classes_reference_earlier_and_new():
@@ -80,7 +96,7 @@ def _task(program, inputs=("1",), kind="code_o"):
 def test_a_repeat_is_the_same_program_and_input_and_can_be_rejected():
     """A copied program with a new input is a new task; the same program (reformatted) with the same
     input is a repeat, whichever class its program has; a seed's or warm-up example's task counts too."""
-    seed = task_fingerprints("code_o", "def f(a):\n    return a", ["'Hello world'"])
+    seed = seed_fingerprints("def f(a):\n    return a", ["'Hello world'"], ["'Hello world'"])
     batch = [
         _task(DOUBLE),
         _task(DOUBLE + "  # again", ["1"]),  # same task reformatted: a repeat (class earlier)
@@ -99,29 +115,63 @@ def test_a_repeat_is_the_same_program_and_input_and_can_be_rejected():
     assert [p.repeat for p in mark_copies(f, set())] == [False, False, True]
 
 
-def test_records_are_read_for_repeats_from_their_order():
+def test_a_repeat_is_the_task_as_its_student_meets_it():
+    """code_o: program and input; code_i: program and output (a new input with the same output is the
+    same task to a student who is shown the output); code_f: program and shown pairs. A code_i task is
+    not a repeat of a code_o task of the same program and input: its student meets another question."""
+    ident = "def f(a):\n    return a % 3"
     rows = [
-        {"valid": True, "kind": "code_o", "program": DOUBLE, "inputs": ["1"]},
-        {"valid": False, "kind": "code_o", "program": DOUBLE, "inputs": []},
-        {"valid": True, "kind": "code_i", "program": DOUBLE + "\n", "inputs": ["1"], "copy": "earlier"},
-        {"valid": True, "kind": "code_o", "program": DOUBLE, "inputs": ["3"]},
-        {"valid": True, "kind": "code_o", "program": "def f(a):\n    return a", "inputs": ["'Hello world'"]},
+        {"valid": True, "kind": "code_i", "program": ident, "inputs": ["4"], "outputs": ["1"]},
+        {"valid": False, "kind": "code_i", "program": ident, "inputs": [], "outputs": []},
+        {"valid": True, "kind": "code_i", "program": "def f(b):\n    return b % 3", "inputs": ["7"], "outputs": ["1"]},
+        {"valid": True, "kind": "code_i", "program": ident, "inputs": ["5"], "outputs": ["2"]},
+        {"valid": True, "kind": "code_o", "program": ident, "inputs": ["5"], "outputs": ["2"]},
+        {"valid": True, "kind": "code_o", "program": ident, "inputs": ["8"], "outputs": ["2"]},
+        {"valid": True, "kind": "code_o", "program": ident, "inputs": ["8"], "outputs": ["2"]},
     ]
-    start = task_fingerprints("code_o", "def f(a):\n    return a", ["'Hello world'"])
-    assert repeat_rows(rows, start) == [False, None, True, False, True]
-    assert repeat_rows(rows) == [False, None, True, False, False]
+    assert repeat_rows(rows) == [False, None, True, False, False, False, True]
+    # a seed triplet is met as code_o or as code_i
+    start = seed_fingerprints(ident, ["10"], ["1"])
+    assert repeat_rows(rows, start) == [True, None, True, False, False, False, True]
+    f = [  # code_f: the shown half of the pairs; the hidden half does not change what the solver meets
+        {"valid": True, "kind": "code_f", "program": ident, "inputs": ["1", "2"], "outputs": ["1", "2"]},
+        {"valid": True, "kind": "code_f", "program": ident, "inputs": ["1", "5"], "outputs": ["1", "2"]},
+        {"valid": True, "kind": "code_f", "program": ident, "inputs": ["4", "5"], "outputs": ["1", "2"]},
+    ]
+    assert repeat_rows(f) == [False, True, False]
 
 
-def test_records_of_earlier_runs_are_classed_from_their_order():
+def test_records_are_classed_by_program_with_names_normalised():
+    """Re-reading records: a recorded "reference" stays; every other valid row is classed again with
+    today's normalisation, so a renamed copy the run recorded as "new" reads as "earlier"."""
     rows = [
-        {"valid": True, "kind": "code_o", "program": DOUBLE, "inputs": ["1"]},
+        {"valid": True, "kind": "code_o", "program": DOUBLE, "inputs": ["1"], "copy": "new"},
         {"valid": False, "kind": "code_o", "program": "x", "inputs": []},
-        {"valid": True, "kind": "code_i", "program": DOUBLE + "\n", "inputs": ["3"]},
+        {"valid": True, "kind": "code_i", "program": "def f(y):\n    return y * 2", "inputs": ["3"], "copy": "new"},
         {"valid": True, "kind": "code_o", "program": "def f(a):\n    return a", "inputs": ["1"]},
         {"valid": True, "kind": "code_o", "program": "def f(b):\n    return b", "inputs": ["1"], "copy": "reference"},
+        {"valid": True, "kind": "code_o", "program": "def f(b):\n    return b + 1", "inputs": ["1"], "copy": "new"},
     ]
-    seed = {fingerprint("code_o", "def f(a):\n    return a")}
-    assert classify_rows(rows, seed) == ["new", None, "copy", "copy", "reference"]
+    seed = seed_fingerprints("def f(a):\n    return a", ["'x'"], ["'x'"])
+    assert classify_rows(rows, seed) == ["new", None, "earlier", "earlier", "reference", "new"]
+    assert distinct_programs(rows) == 3
+
+
+def test_one_program_with_fresh_inputs_is_no_repeat_but_one_new_program():
+    """The collapse the liveness checks missed: a proposer re-posing one program with a fresh argument
+    every time writes no repeat, and one new program."""
+    rows = [
+        {
+            "valid": True,
+            "kind": "code_i",
+            "program": f"def f({v}):\n    return {v} * {v}",
+            "inputs": [str(i)],
+            "outputs": [str(i * i)],
+        }
+        for i, v in zip(range(20), "nmxyznmxyznmxyznmxyz")
+    ]
+    assert not any(repeat_rows(rows))
+    assert classify_rows(rows).count("new") == 1 and distinct_programs(rows) == 1
 
 
 def test_the_loop_records_each_valid_proposals_class(tmp_path, tokenizer):
@@ -196,6 +246,6 @@ def test_copied_records_find_their_warm_up_beside_them(tmp_path):
     save_config(cfg, exp / "population" / "config.yaml")
     start = start_fingerprints(exp / "population")
     assert warmup_fingerprints(exp / "warmup") <= start
-    assert task_fingerprints("code_i", example["program"], ["3"]) <= start
-    row = {**example, "valid": True}
+    assert fingerprint("code_i", example["program"]) in start
+    row = {**example, "valid": True, "outputs": ["21"]}  # the example was recorded without its output
     assert repeat_rows([row], start) == [True] and repeat_rows([row]) == [False]

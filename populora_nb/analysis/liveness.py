@@ -1,73 +1,160 @@
 """Is the population's mechanism live? Counts read from a run's records before any curve is read
-(DESIGN.md: "a mechanism is only read once it is live, and each check can fail").
+(docs/design.md: "a mechanism is only read once it is live, and each check can fail").
 
 A population run measures an arms race only if its parts act, and each part has a check with a
-stated pass threshold (``CHECKS``), so that a run can fail it:
+stated threshold (``CHECKS``), built so that a collapse fails it:
 
-* **new tasks**: the share of valid tasks that are not repeats (`populora_nb.copies`: the same
-  program and input as a task met before) is at least ``NEW_PASS``. A repeat's ρ measures memory,
-  so the two checks below count non-repeats only.
-* **band**: the share of played non-repeat tasks (valid, fresh, attempted by the matched solver)
-  with 0 < ρ < 1, the only ones whose rollouts carry a difficulty signal, is at least ``BAND_PASS``.
+* **new programs**: the share of valid tasks whose program is new (`populora_nb.copies`: not a shown
+  reference's, a seed's, a warm-up example's or an earlier task's, names normalised) is at least
+  ``NEW_PASS``, judged over the whole run **and** over its last window (the last ``LAST_WINDOW`` of
+  its steps): a proposer that re-poses one program with fresh arguments writes no repeat but one new
+  program, and a run that wrote new programs early and only re-poses them at the end fails the window.
+* **band**: the share of played non-repeat tasks (valid, not met before as its student meets it,
+  attempted by the matched solver) with 0 < ρ < 1, the only ones whose rollouts carry a difficulty
+  signal, is at least ``BAND_PASS``. A repeat's ρ is read apart: its student may have met it before.
 * **teacher games**: the rating rule scores a match as k games for the teacher
   (`matchmaking.teacher_games`): on a contested task (0 < ρ < win_threshold) it wins one per failed
-  rollout, otherwise it wins none. The share of those games the teachers won on played non-repeat
-  tasks is at least ``GAMES_PASS``, and the share of matches where the teacher won most of its games
-  (more than k/2: ρ < ½ on a contested task) is at least ``MAJORITY_PASS``. Games, not matches in
-  the band: a task with ρ = 3/4 is in the band, but its teacher won 1 game of 4.
+  rollout, otherwise none. The share of those games the teachers won on played non-repeats is at
+  least ``GAMES_PASS``, and the share of matches where the teacher won most of its games (more than
+  k/2: ρ < ½ on a contested task) is at least ``MAJORITY_PASS``. Games, not matches in the band: a
+  task with ρ = 3/4 is in the band, but its teacher won 1 game of 4.
 * **children**: each child judged at its first event outside grace against the chance rate there
   (`populora_nb.analysis.survival`), "too few to judge" below ``survival.MIN_JUDGED`` children.
 
-Shares carry 95% intervals from a block bootstrap over 5-step blocks (`analysis.clustered`): a
-step's tasks share a proposer and repeat each other, so they are not independent draws.
+The band share, teacher games and mean ρ are also reported over new programs beside non-repeats:
+most non-repeats of a small proposer are copied programs with a fresh argument.
+
+**Each check reads its interval, not its point estimate** (`judge`): **pass** when the 95% interval
+lies at or above the threshold, **fail** when below, **inconclusive** when it straddles, **too few to
+judge** with fewer than ``MIN_BLOCKS`` bootstrap blocks, **no data** with nothing counted. The
+interval is a block bootstrap over step blocks (`analysis.clustered`: a step's tasks share a
+proposer and repeat each other), widened to at least the Wilson interval of the count (the least
+uncertainty n items carry: all blocks at 0 give a zero-width bootstrap, not precision). Blocks are
+``BLOCK_STEPS`` steps, fewer where the span would hold fewer than ``MIN_BLOCKS`` of them (the last
+window of 40 steps: 2-step blocks). A report says "every check passed" only when every check passed.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 from scipy.stats import binomtest
 
-from populora_nb.analysis.clustered import block_bootstrap_share
+from populora_nb.analysis.clustered import BLOCK_STEPS, block_bootstrap_share, block_counts
 from populora_nb.analysis.frames import records
 from populora_nb.analysis.survival import MIN_JUDGED, Survival, judge_children
-from populora_nb.copies import repeat_rows, start_fingerprints
+from populora_nb.copies import classify_rows, distinct_programs, repeat_rows, start_fingerprints
 from populora_nb.records import RunDir
 
 NEW_PASS = 0.10
-"""Least share of valid tasks that are not repeats (a run below it mostly replays its past)."""
+"""Least share of valid tasks with a new program (below it a run mostly re-poses what it wrote)."""
 BAND_PASS = 0.10
 """Least share of played non-repeat tasks with 0 < ρ < 1 (half the pilot's aim of 20% for a preset)."""
 GAMES_PASS = 0.05
 """Least share of the games on played non-repeat tasks that the teachers won."""
 MAJORITY_PASS = 0.05
 """Least share of played non-repeat matches in which the teacher won more than half of its games."""
+LAST_WINDOW = 0.25
+"""The last window: this share of the run's steps (rounded up), the end a collapse shows in."""
+MIN_BLOCKS = 4
+"""Fewest bootstrap blocks for a verdict: with fewer, resampling cannot say how blocks vary."""
 PASS: Mapping[str, float] = MappingProxyType(
-    {"new tasks": NEW_PASS, "band": BAND_PASS, "teacher games": GAMES_PASS, "teacher majority": MAJORITY_PASS}
+    {
+        "new programs": NEW_PASS,
+        "new programs, last window": NEW_PASS,
+        "band": BAND_PASS,
+        "teacher games": GAMES_PASS,
+        "teacher majority": MAJORITY_PASS,
+    }
 )
-"""Each share check's pass threshold."""
+"""Each share check's threshold."""
 CHECKS: Mapping[str, str] = {
-    "new tasks": f"share of valid tasks that are not repeats >= {NEW_PASS:.0%}",
+    "new programs": f"share of valid tasks with a new program >= {NEW_PASS:.0%}, over the whole run",
+    "new programs, last window": f"the same over the last {LAST_WINDOW:.0%} of steps",
     "band": f"share of played non-repeat tasks with 0 < ρ < 1 >= {BAND_PASS:.0%}",
     "teacher games": f"share of games teachers won on played non-repeat tasks >= {GAMES_PASS:.0%}",
     "teacher majority": f"share of played non-repeat matches the teacher won most games of >= {MAJORITY_PASS:.0%}",
     "children": f"children at their first eligible event not culled more than chance (one-sided p >= 0.05; "
     f"too few to judge below {MIN_JUDGED})",
 }
-"""Each liveness check and its pass threshold, as the report and docs/methodology.md state them."""
+"""Each liveness check and its threshold, as the report and docs/methodology.md state them; each share
+check passes only when its 95% interval lies at or above the threshold (module docstring)."""
+State = Literal["pass", "fail", "inconclusive", "too few to judge", "no data"]
+Over = Literal["non-repeats", "new programs", "all"]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One share check: the count, its interval, the blocks behind it and the state they give."""
+
+    share: float | None
+    hits: int
+    total: int
+    low: float
+    high: float
+    blocks: int
+    threshold: float
+    state: State
+
+    def text(self, of: str = "valid") -> str:
+        """``8% (47/590) [5%, 11%] (8 blocks): inconclusive``."""
+        if not self.total:
+            return f"n/a (0 {of}): no data"
+        return (
+            f"{self.hits / self.total:.0%} ({self.hits}/{self.total}) [{self.low:.0%}, {self.high:.0%}]: {self.state}"
+        )
+
+
+def block_steps(span: int) -> int:
+    """Steps per bootstrap block over ``span`` steps: ``BLOCK_STEPS``, fewer where the span would hold
+    fewer than ``MIN_BLOCKS`` blocks (at least 1)."""
+    return max(1, min(BLOCK_STEPS, span // MIN_BLOCKS))
+
+
+def judge(items: Sequence[tuple[int, bool]], threshold: float, *, block: int, seed: int = 0, name: str = "") -> Check:
+    """The state of a share check over ``items`` (step, hit), read from its interval (module docstring)."""
+    n, d = sum(bool(h) for _, h in items), len(items)
+    if not d:
+        return Check(None, 0, 0, math.nan, math.nan, 0, threshold, "no data")
+    low, high = block_bootstrap_share(items, block=block, seed=seed, name=name)
+    wilson_low, wilson_high = share_interval(n, d)
+    low, high = min(low, wilson_low), max(high, wilson_high)
+    blocks = len(block_counts(items, block)[1])
+    state: State
+    if blocks < MIN_BLOCKS or high - low <= 0:
+        state = "too few to judge"
+    elif low >= threshold:
+        state = "pass"
+    elif high < threshold:
+        state = "fail"
+    else:
+        state = "inconclusive"
+    return Check(n / d, n, d, low, high, blocks, threshold, state)
+
+
+@dataclass(frozen=True)
+class Valid:
+    """One valid task: its step, whether it repeats a task met before, whether its program is new."""
+
+    step: int
+    repeat: bool
+    new_program: bool
 
 
 @dataclass(frozen=True)
 class Played:
-    """One played task: its step, ρ, whether it repeats a task met before, and the teacher's games."""
+    """One played task: its step, ρ, its classes (`Valid`) and the teacher's games."""
 
     step: int
     rho: float
     repeat: bool
+    new_program: bool = False
     rollouts: int = 0
     teacher_won: int = 0
     """Games the teacher won under the rating rule (0 for the baseline, which plays no matches)."""
@@ -77,88 +164,152 @@ class Played:
 class Liveness:
     """What one run's records say about its mechanism (population: all checks; baseline: tasks only)."""
 
-    valid: tuple[tuple[int, bool], ...]
-    """(step, repeat) of every valid task."""
+    valid: tuple[Valid, ...]
     played: tuple[Played, ...]
+    steps: int
+    """Steps the run recorded (1 + its last step): the last window is the last ``LAST_WINDOW`` of them."""
+    distinct_programs: int = 0
+    """Different programs (names normalised) among its valid tasks, copies of seeds included."""
     survival: Survival | None = None
     """None for a run without evolution (the baseline)."""
     valid_matches: int = 0
     """Matches whose task the verifier accepted (population)."""
     contested: int = 0
     """Played matches with 0 < ρ < win_threshold, repeats included: the tasks the teacher won games on."""
+    seed: int = 0
+    """Seeds the bootstrap intervals (with each quantity's name): the same records give the same states."""
+    name: str = ""
+
+    @property
+    def window_start(self) -> int:
+        """The first step of the last window."""
+        return self.steps - max(1, math.ceil(self.steps * LAST_WINDOW))
 
     @property
     def non_repeats(self) -> list[Played]:
         """Played tasks that are not repeats."""
         return [p for p in self.played if not p.repeat]
 
-    def repeat_items(self, last_steps: int | None = None) -> list[tuple[int, bool]]:
-        """(step, repeat) of valid tasks, of the last ``last_steps`` steps with a valid task when given."""
-        if last_steps is None or not self.valid:
-            return list(self.valid)
-        steps = sorted({s for s, _ in self.valid})[-last_steps:]
-        return [v for v in self.valid if v[0] >= steps[0]]
+    def _over(self, over: Over) -> list[Played]:
+        if over == "all":
+            return list(self.played)
+        return self.non_repeats if over == "non-repeats" else [p for p in self.played if p.new_program]
 
-    def band_items(self, non_repeats_only: bool = True) -> list[tuple[int, bool]]:
-        return [(p.step, 0 < p.rho < 1) for p in (self.non_repeats if non_repeats_only else self.played)]
+    def new_program_items(self, last_window: bool = False) -> list[tuple[int, bool]]:
+        """(step, new program) of every valid task, of the last window only when asked."""
+        start = self.window_start if last_window else 0
+        return [(v.step, v.new_program) for v in self.valid if v.step >= start]
 
-    def game_items(self) -> list[tuple[int, bool]]:
-        """One (step, won) per game the teacher played on a played non-repeat task."""
-        return [(p.step, i < p.teacher_won) for p in self.non_repeats for i in range(p.rollouts)]
+    def repeat_items(self) -> list[tuple[int, bool]]:
+        """(step, repeat) of every valid task."""
+        return [(v.step, v.repeat) for v in self.valid]
 
-    def majority_items(self) -> list[tuple[int, bool]]:
-        return [(p.step, p.teacher_won > p.rollouts / 2) for p in self.non_repeats if p.rollouts]
+    def band_items(self, over: Over = "non-repeats") -> list[tuple[int, bool]]:
+        return [(p.step, 0 < p.rho < 1) for p in self._over(over)]
 
-    def shares(self) -> dict[str, float | None]:
-        """Each check's share (None where nothing was counted)."""
-        items = [[(s, not r) for s, r in self.valid], self.band_items(), self.game_items(), self.majority_items()]
-        return {k: sum(h for _, h in i) / len(i) if i else None for k, i in zip(PASS, items)}
+    def game_items(self, over: Over = "non-repeats") -> list[tuple[int, bool]]:
+        """One (step, won) per game the teacher played on a played task of the class."""
+        return [(p.step, i < p.teacher_won) for p in self._over(over) for i in range(p.rollouts)]
+
+    def majority_items(self, over: Over = "non-repeats") -> list[tuple[int, bool]]:
+        return [(p.step, p.teacher_won > p.rollouts / 2) for p in self._over(over) if p.rollouts]
+
+    def mean_rho(self, over: Over = "non-repeats") -> float | None:
+        rhos = [p.rho for p in self._over(over)]
+        return sum(rhos) / len(rhos) if rhos else None
+
+    def new_programs_per_step(self, last_window: bool = False) -> float:
+        """New programs written per recorded step (of the last window when asked)."""
+        span = self.steps - (self.window_start if last_window else 0)
+        return sum(h for _, h in self.new_program_items(last_window)) / span if span > 0 else 0.0
+
+    @cached_property
+    def judged(self) -> dict[str, Check]:
+        """Each share check (``CHECKS``) with its interval and state; games and majority with evolution
+        (computed once: each interval is a bootstrap)."""
+        whole, window = block_steps(self.steps), block_steps(self.steps - self.window_start)
+        items = {
+            "new programs": (self.new_program_items(), whole),
+            "new programs, last window": (self.new_program_items(True), window),
+            "band": (self.band_items(), whole),
+        }
+        if self.survival is not None:
+            items |= {"teacher games": (self.game_items(), whole), "teacher majority": (self.majority_items(), whole)}
+        return {
+            k: judge(i, PASS[k], block=b, seed=self.seed, name=f"{self.name}/check/{k}") for k, (i, b) in items.items()
+        }
 
     def checks(self) -> dict[str, str]:
-        """check -> "pass", "fail" or "too few to judge" (``CHECKS``); children only with evolution."""
-        out = {k: "no data" if v is None else ("pass" if v >= PASS[k] else "fail") for k, v in self.shares().items()}
-        if self.survival is None:
-            return {k: out[k] for k in ("new tasks", "band")}
-        return {**out, "children": self.survival.verdict}
+        """check -> its state; children only with evolution."""
+        out: dict[str, str] = {k: c.state for k, c in self.judged.items()}
+        if self.survival is not None:
+            out["children"] = self.survival.verdict
+        return out
 
     def failed(self) -> list[str]:
+        """Checks that failed or counted nothing."""
         return [k for k, v in self.checks().items() if v in ("fail", "no data")]
+
+    def not_passed(self) -> dict[str, list[str]]:
+        """state -> the checks in it, for every state but pass (empty when every check passed)."""
+        out: dict[str, list[str]] = {}
+        for k, v in self.checks().items():
+            if v != "pass":
+                out.setdefault(v, []).append(k)
+        return out
+
+    def verdict(self) -> str:
+        """ "Every check passed." only when it did; else each state other than pass with its checks."""
+        rest = self.not_passed()
+        if not rest:
+            return "Every check passed."
+        order = ("fail", "no data", "inconclusive", "too few to judge")
+        return " ".join(f"{s.capitalize()}: {', '.join(rest[s])}." for s in order if s in rest)
 
     def summary(self) -> str:
         """One paragraph a notebook prints and the report quotes."""
-        s, n_repeats = self.shares(), sum(r for _, r in self.valid)
-        rate = n_repeats / len(self.valid) if self.valid else None
+        judged, n_repeats = self.judged, sum(v.repeat for v in self.valid)
+        new, window = judged["new programs"], judged["new programs, last window"]
         text = (
-            f"{len(self.valid)} valid tasks, {n_repeats} repeats ({_pct(rate)}); "
-            f"{len(self.played)} played, {len(self.non_repeats)} not repeats: {_pct(s['band'])} in 0 < rho < 1"
+            f"{len(self.valid)} valid tasks, {self.distinct_programs} distinct programs, {n_repeats} repeats. "
+            f"New programs: {new.text()} ({self.new_programs_per_step():.2f} per step); in the last window (steps "
+            f"{self.window_start}–{self.steps - 1}) {window.text()} ({self.new_programs_per_step(True):.2f} per "
+            f"step). 0 < ρ < 1 among played non-repeats: {judged['band'].text('played')}; among played new "
+            f"programs: {_pct(self.band_items('new programs'))}"
         )
         if self.survival is not None:
             text += (
-                f"; teachers won {_pct(s['teacher games'])} of their games and most games in "
-                f"{_pct(s['teacher majority'])} of matches; children at their first eligible event: "
+                f". Teacher games won on non-repeats: {judged['teacher games'].text('games')} (on new programs "
+                f"{_pct(self.game_items('new programs'))}); matches the teacher won most games of: "
+                f"{judged['teacher majority'].text('matches')}. Children at their first eligible event: "
                 + self.survival.text()
             )
-        failed = self.failed()
-        return text + ". " + ("Failed: " + ", ".join(failed) + "." if failed else "Every check passed.")
+        return text + ". " + self.verdict()
 
-    def record(self, *, seed: int = 0, name: str = "") -> dict[str, Any]:
-        """The counts and block-bootstrap intervals behind the report (seeds.json)."""
+    def record(self) -> dict[str, Any]:
+        """The counts, intervals and states behind the report (seeds.json)."""
 
-        def entry(items: Sequence[tuple[int, bool]], what: str) -> list[Any]:
-            low, high = block_bootstrap_share(items, seed=seed, name=f"{name}/{what}")
-            return [sum(h for _, h in items), len(items), low, high]
+        def entry(c: Check) -> list[Any]:
+            return [c.hits, c.total, c.low, c.high, c.state]
 
+        judged = self.judged
         out: dict[str, Any] = {
-            "repeats": entry(self.repeat_items(), "repeats"),
-            "repeats_last5": entry(self.repeat_items(5), "repeats_last5"),
-            "band_non_repeats": entry(self.band_items(), "band_non_repeats"),
-            "band_all": entry(self.band_items(False), "band_all"),
+            "steps": self.steps,
+            "window_start": self.window_start,
+            "valid": len(self.valid),
+            "distinct_programs": self.distinct_programs,
+            "new_programs_per_step": self.new_programs_per_step(),
+            "new_programs_per_step_last_window": self.new_programs_per_step(True),
+            "repeats": [sum(v.repeat for v in self.valid), len(self.valid)],
+            **{k.replace(" ", "_").replace(",", ""): entry(c) for k, c in judged.items()},
+            "band_new_programs": _count(self.band_items("new programs")),
+            "band_all": _count(self.band_items("all")),
+            "mean_rho": {o: self.mean_rho(o) for o in ("non-repeats", "new programs", "all")},
             "checks": self.checks(),
         }
         if self.survival is not None:
             out |= {
-                "teacher_games": entry(self.game_items(), "teacher_games"),
-                "teacher_majority": entry(self.majority_items(), "teacher_majority"),
+                "teacher_games_new_programs": _count(self.game_items("new programs")),
                 "valid_matches": self.valid_matches,
                 "contested_any_rho": self.contested,
                 "children": self.survival.as_dict(),
@@ -166,40 +317,49 @@ class Liveness:
         return out
 
 
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.0%}"
+def _count(items: Sequence[tuple[int, bool]]) -> list[int]:
+    return [sum(h for _, h in items), len(items)]
 
 
-def liveness(run_dir: str | Path) -> Liveness:
+def _pct(items: Sequence[tuple[int, bool]]) -> str:
+    hits, total = _count(items)
+    return f"{hits / total:.0%} ({hits}/{total})" if total else "n/a"
+
+
+def liveness(run_dir: str | Path, *, seed: int = 0, name: str = "") -> Liveness:
     """Count, from ``tasks.jsonl`` (and for a population ``matches.jsonl``, one row per proposal in the
     same order, and ``lineage.jsonl``), whether the mechanism acted."""
     rd = RunDir(Path(run_dir))
     tasks = records(run_dir, "tasks")
-    repeats = repeat_rows(tasks, start_fingerprints(run_dir))
-    valid = tuple((int(t["step"]), bool(r)) for t, r in zip(tasks, repeats) if r is not None)
+    start = start_fingerprints(run_dir)
+    repeats, classes = repeat_rows(tasks, start), classify_rows(tasks, start)
+    steps = 1 + max((int(t["step"]) for t in tasks), default=-1)
+    flags = [(int(t["step"]), bool(r), c == "new") for t, r, c in zip(tasks, repeats, classes)]
+    valid = tuple(Valid(*f) for f, r in zip(flags, repeats) if r is not None)
+    distinct = distinct_programs(tasks)
     if not rd.has("matches"):
         played = tuple(
-            Played(int(t["step"]), float(t["solve_rate"]), bool(r))
-            for t, r in zip(tasks, repeats)
+            Played(s, float(t["solve_rate"]), rep, new)
+            for t, r, (s, rep, new) in zip(tasks, repeats, flags)
             if r is not None and t.get("solve_rate") is not None
         )
-        return Liveness(valid, played)
+        return Liveness(valid, played, steps, distinct, seed=seed, name=name)
     config = rd.load_config()  # a population's: its threshold, rollouts, grace and founders
     matches = records(run_dir, "matches")
     if len(matches) != len(tasks):
         raise ValueError(f"{run_dir}: {len(matches)} matches for {len(tasks)} task records (one per proposal)")
     threshold, k = config.matchmaking.win_threshold, config.rl.rollouts
     out = []
-    for m, r in zip(matches, repeats):
+    for m, r, (_, rep, new) in zip(matches, repeats, flags):
         if m["valid"] and m["rho"] is not None:
             rollouts = int(m.get("rollouts") or k)
             solved = round(float(m["rho"]) * rollouts)
             won = rollouts - solved if 0 < solved and m["rho"] < threshold else 0  # matchmaking.teacher_games
-            out.append(Played(int(m["step"]), float(m["rho"]), bool(r), rollouts, won))
+            out.append(Played(int(m["step"]), float(m["rho"]), bool(rep) and r is not None, new, rollouts, won))
     founders = {"teacher": config.population.n_teachers, "student": config.population.n_students}
     survival = judge_children(records(run_dir, "lineage"), founders, config.evolution.grace)
     n_valid, contested = sum(bool(m["valid"]) for m in matches), sum(0 < p.rho < threshold for p in out)
-    return Liveness(valid, tuple(out), survival, valid_matches=n_valid, contested=contested)
+    return Liveness(valid, tuple(out), steps, distinct, survival, n_valid, contested, seed=seed, name=name)
 
 
 def share_interval(n: int, d: int) -> tuple[float, float]:

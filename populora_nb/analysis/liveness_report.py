@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from populora_nb.analysis.clustered import BLOCK_STEPS, share_cell
-from populora_nb.analysis.liveness import CHECKS, Liveness, liveness
+from populora_nb.analysis.clustered import BLOCK_STEPS
+from populora_nb.analysis.liveness import CHECKS, LAST_WINDOW, MIN_BLOCKS, Liveness, liveness
 from populora_nb.analysis.seed_stats import md_table
 from populora_nb.analysis.survival import Survival
 from populora_nb.records import RunDir
@@ -16,46 +16,61 @@ from populora_nb.records import RunDir
 COLUMNS = (
     "seed",
     "run",
-    "repeats / valid tasks",
-    "repeats, last 5 steps",
+    "valid tasks",
+    "distinct programs",
+    "new programs / valid (per step)",
+    "new programs, last window (per step)",
+    "repeats / valid",
     "0 < ρ < 1, non-repeats",
-    "0 < ρ < 1, all played",
+    "0 < ρ < 1, new programs",
     "teacher games won, non-repeats",
     "matches the teacher won most games of",
     "children at first eligible event",
-    "checks failed",
+    "checks not passed",
 )
 
 
-def _row(name: str, run: str, live: Liveness, seed: int) -> list[str]:
-    tag = f"{name}/{run}"
-    last = live.repeat_items(5)
+def _cell(live: Liveness, check: str, of: str) -> str:
+    return live.judged[check].text(of)
+
+
+def _row(name: str, run: str, live: Liveness) -> list[str]:
+    n_repeats = sum(v.repeat for v in live.valid)
     cells = [
         name,
         run,
-        share_cell(live.repeat_items(), seed=seed, name=f"{tag}/repeats", of="valid"),
-        f"{sum(r for _, r in last) / len(last):.0%} ({sum(r for _, r in last)}/{len(last)})" if last else "n/a",
-        share_cell(live.band_items(), seed=seed, name=f"{tag}/band_non_repeats"),
-        share_cell(live.band_items(False), seed=seed, name=f"{tag}/band_all"),
+        str(len(live.valid)),
+        str(live.distinct_programs),
+        f"{_cell(live, 'new programs', 'valid')} ({live.new_programs_per_step():.2f})",
+        f"{_cell(live, 'new programs, last window', 'valid')} ({live.new_programs_per_step(True):.2f})",
+        f"{n_repeats}/{len(live.valid)}",
+        _cell(live, "band", "played"),
+        _fraction(live.band_items("new programs")),
     ]
     if live.survival is None:
         cells += ["—", "—", "—"]
     else:
         cells += [
-            share_cell(live.game_items(), seed=seed, name=f"{tag}/teacher_games", of="games"),
-            share_cell(live.majority_items(), seed=seed, name=f"{tag}/teacher_majority", of="matches"),
+            _cell(live, "teacher games", "games"),
+            _cell(live, "teacher majority", "matches"),
             live.survival.text(),
         ]
-    return [*cells, ", ".join(live.failed()) or "none"]
+    rest = live.not_passed()
+    return [*cells, "; ".join(f"{s}: {', '.join(c)}" for s, c in rest.items()) or "none"]
+
+
+def _fraction(items: Sequence[tuple[int, bool]]) -> str:
+    hits, total = sum(h for _, h in items), len(items)
+    return f"{hits / total:.0%} ({hits}/{total})" if total else "n/a (0 played)"
 
 
 def protocol_liveness(experiments: Sequence[str | Path], *, seed: int = 0) -> tuple[list[str], dict[str, Any]]:
-    """Per seed and run, the liveness checks with their counts and block-bootstrap intervals; the
-    children pooled over seeds; the seeds whose population failed a check, named. Records:
-    ``{"seeds": [per seed: its runs' `Liveness.record`], "pooled_children": ...}``."""
+    """Per seed and run, the liveness checks with their counts, intervals and states; the children
+    pooled over seeds; each seed whose population did not pass every check, named with the states.
+    Records: ``{"seeds": [per seed: its runs' `Liveness.record`], "pooled_children": ...}``."""
     rows: list[list[str]] = []
     records: list[dict[str, Any]] = []
-    failed: list[str] = []
+    not_passed: list[str] = []
     unrun: list[str] = []
     pooled: list[Survival] = []
     for exp in map(Path, experiments):
@@ -65,40 +80,44 @@ def protocol_liveness(experiments: Sequence[str | Path], *, seed: int = 0) -> tu
             if not RunDir(d).has("tasks"):
                 record[run] = None
                 continue
-            live = liveness(d)
-            record[run] = live.record(seed=seed, name=f"{exp.name}/{run}")
-            rows.append(_row(exp.name, run, live, seed))
+            live = liveness(d, seed=seed, name=f"{exp.name}/{run}")
+            record[run] = live.record()
+            rows.append(_row(exp.name, run, live))
             if run == "population":
                 pooled.append(live.survival or Survival(0, ()))
-                if live.failed():
-                    failed.append(f"{exp.name} ({', '.join(live.failed())})")
+                if live.not_passed():
+                    not_passed.append(f"{exp.name} ({live.verdict()})")
         if record.get("population") is None:
             unrun.append(exp.name)
         records.append(record)
     together = Survival(sum(s.born for s in pooled), tuple(j for s in pooled for j in s.judged))
     notes = []
-    if failed:
+    if not_passed:
         notes.append(
-            f"Failed a check: {'; '.join(failed)}: read those seeds' population curves with that part not acting."
+            f"Not every check passed: {'; '.join(not_passed)} Read those seeds' population curves with those parts "
+            "not shown to act."
         )
     if unrun:
         notes.append(f"No population records in {', '.join(unrun)}.")
-    verdict = " ".join(notes) or "Every seed's population passed every check it could be judged on."
+    verdict = " ".join(notes) or "Every seed's population passed every check."
     return [
         "## Is the mechanism live?",
         "",
-        "Counted from each seed's records before any curve is read (`analysis.liveness`). A **repeat** is a valid "
-        "task with the same normalised program and input (code_f: input set) as a task met before in the run (an "
-        "earlier task, a seed, a warm-up example; references are drawn from those): its ρ measures memory, not "
-        "difficulty, so the band share and the teacher's games count non-repeats. Teacher games are the games the "
-        "rating rule scored (`matchmaking.teacher_games`: on 0 < ρ < win_threshold one win per failed rollout, "
-        "else none), not membership of the band. Children are judged at their first evolution event outside grace, "
-        "against the chance rate there (1 − replaced / eligible members of the role), with the one-sided p of so "
-        "few survivors. Brackets: 95% intervals from a block bootstrap over "
-        f"{BLOCK_STEPS}-step blocks (seeded; a step's tasks share a proposer and repeat each other, so they are "
-        "not independent draws; `analysis.clustered`). The last 5 steps fall in one block: no interval.",
+        "Counted from each seed's records before any curve is read (`analysis.liveness`). A **new program** is a "
+        "valid task whose program (names, formatting and comments normalised) is not a shown reference's, a seed's, "
+        "a warm-up example's or an earlier task's of the run; a **repeat** is the same task as its student meets it "
+        "(code_o: program and input; code_i: program and output; code_f: program and shown pairs) met before: its "
+        "student may have met it, so the band share and the teacher's games count non-repeats, and are shown over "
+        "new programs beside them. Teacher games are the games the rating rule scored "
+        "(`matchmaking.teacher_games`: on 0 < ρ < win_threshold one win per failed rollout, else none), not "
+        "membership of the band. Children are judged at their first evolution event outside grace, against the "
+        "chance rate there, with the one-sided p of so few survivors. Brackets: 95% intervals from a block bootstrap "
+        f"over {BLOCK_STEPS}-step blocks (fewer steps per block where a span holds fewer than {MIN_BLOCKS}: the last "
+        f"window, the last {LAST_WINDOW:.0%} of steps), widened to at least the Wilson interval of the count; a check "
+        "**passes** when its interval lies at or above the threshold, **fails** below it, is **inconclusive** when "
+        f"it straddles it and **too few to judge** with fewer than {MIN_BLOCKS} blocks.",
         "",
-        "Checks and pass thresholds: " + "; ".join(f"**{k}**: {v}" for k, v in CHECKS.items()) + ".",
+        "Checks and thresholds: " + "; ".join(f"**{k}**: {v}" for k, v in CHECKS.items()) + ".",
         "",
         *md_table([COLUMNS, *rows]),
         "",

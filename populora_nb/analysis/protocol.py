@@ -275,7 +275,19 @@ def memory_lines(comparisons: Sequence[Comparison]) -> list[str]:
     keys = ("student/solve_rate", RHO_NON_REPEATS_KEY, RHO_REPEATS_KEY)
     if not all(k in by_key for k in keys):
         return []
-    said = [memory_sentence(run, *(by_key[k].runs[run].change for k in keys)) for run in RUNS]
+    change_p = change_holm(comparisons)
+    family = f"{len(change_p)} changes"
+    said = [
+        memory_sentence(
+            run,
+            by_key[keys[0]].runs[run].change,
+            by_key[keys[1]].runs[run].change,
+            by_key[keys[2]].runs[run].change,
+            holm=(change_p.get((keys[0], run), math.nan), change_p.get((keys[2], run), math.nan)),
+            family=family,
+        )
+        for run in RUNS
+    ]
     return ["", *[s for s in said if s]] if any(said) else []
 
 

@@ -1,16 +1,17 @@
-"""The seed protocol's series that tell new tasks from repeats (`populora_nb.copies`: a repeat has the
-same normalised program and input as a task met before in the run).
+"""The seed protocol's series that tell repeats from the rest (`populora_nb.copies`: a repeat is the
+same task as its student meets it, met before in the run).
 
   repeats/repeat_rate      per step, the share of valid tasks that are repeats: the proposers replaying
                            their past (or the seeds, the warm-up, a shown reference)
   band/share_non_repeats   per step, the share of played non-repeat tasks with 0 < ρ < 1: the band
-                           share over what the run newly posed (a repeat's ρ measures memory)
+                           share over tasks not met before (a repeat's student may have met it)
   rho/non_repeats          per step, the mean ρ of played non-repeat tasks: difficulty of new tasks
-  rho/repeats              per step, the mean ρ of played repeats: a solver remembering an answer
-                           raises it without any task getting easier
+  rho/repeats              per step, the mean ρ of played repeats: tasks met before (a seed, a
+                           warm-up example, an earlier task), which may or may not have been played
 
-A rise of the run's fresh-task ρ that ``rho/repeats`` carries while ``rho/non_repeats`` stays flat is
-memory, not a curriculum drifting to easy tasks.
+A rise of the run's fresh-task ρ that ``rho/repeats`` carries while ``rho/non_repeats`` stays flat rode
+on tasks met before, not on new tasks getting easier; the records do not say whether a student had
+played a repeat, so it is not read as memory.
 """
 
 from __future__ import annotations
@@ -76,19 +77,23 @@ def pooled_windows(items: Sequence[tuple[int, float]], spans: Sequence[tuple[int
     return tuple(float(np.mean(v)) if v else math.nan for v in values)
 
 
-def memory_sentence(run: str, total: Estimate, non_repeats: Estimate, repeats: Estimate) -> str | None:
+def memory_sentence(
+    run: str, total: Estimate, non_repeats: Estimate, repeats: Estimate, holm: tuple[float, float], family: str
+) -> str | None:
     """A sentence for a run whose fresh-task ρ rose from start to end while the ρ of its repeats rose and
-    that of its non-repeats did not (each by its own t-interval): the rise is memory of repeated tasks,
-    not new tasks getting easier. None when the intervals do not say so."""
+    that of its non-repeats did not, each by its own t-interval **and** both rises kept by Holm's
+    correction (``holm``: the Holm p of the total's and of the repeats' change, over ``family``). It says
+    the rise rode on tasks met before, not that students remembered them: a repeat may be of a seed or
+    a warm-up example no student had played. None when the intervals or Holm do not say so."""
     rose = [e.separated and e.mean > 0 for e in (total, repeats, non_repeats)]
-    if not (rose[0] and rose[1]) or rose[2] or math.isnan(non_repeats.mean):
+    if not (rose[0] and rose[1]) or rose[2] or math.isnan(non_repeats.mean) or not all(p < 0.05 for p in holm):
         return None
     moved = verdict(non_repeats, "rose", "fell", "shows no detectable change")
     return (
-        f"In the {run}, the rise of fresh-task ρ comes from repeats: the ρ of repeated tasks rose "
-        f"({repeats.mean:+.3f}, {repeats.t_kind} [{repeats.t_low:+.3f}, {repeats.t_high:+.3f}]) while the ρ of "
+        f"In the {run}, fresh-task ρ rose with the ρ of repeated tasks ({repeats.mean:+.3f}, {repeats.t_kind} "
+        f"[{repeats.t_low:+.3f}, {repeats.t_high:+.3f}]; both kept by Holm over the {family}) while the ρ of "
         f"non-repeats {moved} ({non_repeats.mean:+.3f}, {non_repeats.t_kind} "
-        f"[{non_repeats.t_low:+.3f}, {non_repeats.t_high:+.3f}]): a solver answering tasks it has met, not new "
-        "tasks getting easier (each by its own t-interval; whether Holm's correction over the changes keeps them is "
-        "in those series' lines above)."
+        f"[{non_repeats.t_low:+.3f}, {non_repeats.t_high:+.3f}]): the rise rode on tasks met before in the run, "
+        "not on new tasks getting easier. Whether a student had played a repeat before is not recorded, so this "
+        "is not a measure of memory."
     )

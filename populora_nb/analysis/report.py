@@ -136,11 +136,16 @@ def sections(out: Path) -> list[Section]:
         secs.append(
             Section(
                 "Is the mechanism live?",
-                "Read before any curve (DESIGN.md), each check against its threshold (`analysis.liveness`: "
+                "Read before any curve (docs/design.md), each check against its threshold (`analysis.liveness`: "
                 + "; ".join(f"{k}: {v}" for k, v in CHECKS.items())
-                + "). A repeat (same program and input as a task met before) measures memory, so the band "
-                "and the teacher's games count non-repeats; a child is judged at its first event outside grace. "
+                + "). Each share check reads its 95% interval: pass at or above the threshold, fail below, "
+                "inconclusive across it, too few to judge with fewer than 4 step blocks. A new program is one the "
+                "run had not met (names normalised); a repeat is the same task as its student meets it, met before, "
+                "so the band and the teacher's games count non-repeats; a child is judged at its first event "
+                "outside grace. "
+                + "**Population**: "
                 + live.summary()
+                + (f" **Baseline**: {liveness(runs['baseline']).summary()}" if "baseline" in runs else "")
                 + " "
                 + run_length_note(RunDir(runs["population"]).load_config()),
             )
