@@ -110,6 +110,7 @@ class RunFacts:
     proposals: int = 0
     valid_matches: int | None = None
     teacher_wins: int | None = None
+    """Valid matches in which the teacher won most of its rated games (ρ < ½ on a contested task)."""
     steps: int = 0
     seconds_per_step: float = float("nan")
 
@@ -151,7 +152,9 @@ def run_facts(run_dir: str | Path) -> RunFacts:
         facts.seconds_per_step = sum(per_step.values()) / len(per_step)
     if rd.has("matches"):
         live = liveness(rd.path)
-        facts.valid_matches, facts.teacher_wins = live.valid_matches, live.contested
+        # Matches the teacher won most of its rated games in (`analysis.liveness`), not the band share.
+        majority = sum(p.teacher_won > p.rollouts / 2 for p in live.played)
+        facts.valid_matches, facts.teacher_wins = live.valid_matches, majority
     return facts
 
 
@@ -241,7 +244,7 @@ def pilot_table(rows: Sequence[PilotRow]) -> str:
     """The pilot's table (markdown): per candidate and run, the band and zero shares with their
     counts, the teacher-win share, the warm-up's effect and the cost."""
     lines = [
-        "| candidate | run | valid / proposals | 0 < ρ < 1 | ρ = 0 | teacher wins / valid matches | s/step | "
+        "| candidate | run | valid / proposals | 0 < ρ < 1 | ρ = 0 | matches the teacher won most games of / valid matches | s/step | "
         "warm-up: valid rate, solve rate (held out, before → after) |",
         "|---|---|---|---|---|---|---:|---|",
     ]
@@ -272,7 +275,8 @@ def write_pilot(rows: Sequence[PilotRow], out: str | Path, preset: str, steps: i
         "",
         "Each candidate is an experiment (warm-up, baseline, population); candidates with the same warm-up "
         "settings share one warm-up. Shares count valid fresh tasks the matched solver attempted (ρ recorded); "
-        "teacher wins count valid matches with 0 < ρ < win_threshold (`analysis.liveness`). Brackets: the 95% "
+        "teacher wins count valid matches in which the teacher won most of its rated games (ρ < ½ on a task "
+        "with 0 < ρ < win_threshold: `analysis.liveness`), not the band. Brackets: the 95% "
         "Wilson interval of each share, as if its items were independent (a step's tasks share a proposer, so "
         f"the true interval is wider). One seed and {steps} steps: enough to tell a share near 5% from one "
         "near 25%, not to rank close candidates; the protocol measures with seeds. Aims (issue #31): "

@@ -46,7 +46,8 @@ def test_run_facts_count_the_band_the_zeros_and_the_teacher_wins(tmp_path):
     f = run_facts(rd.path)
     assert (f.played, f.in_band, f.at_zero, f.valid, f.proposals) == (5, 2, 2, 6, 7)
     assert f.band_share == 2 / 5 and f.zero_share == 2 / 5
-    assert (f.valid_matches, f.teacher_wins) == (6, 2) and f.win_share == 2 / 6
+    # the teacher won most games only at ρ = 1/4 (3 of 4); at ρ = 1/2 it won 2 of 4: contested, not won
+    assert (f.valid_matches, f.teacher_wins) == (6, 1) and f.win_share == 1 / 6
     assert f.steps == 2 and f.seconds_per_step == 15.0  # one value per step, not one per member row
 
 
