@@ -57,7 +57,7 @@ QUESTIONS = [
     "List the planets of the solar system.",
     "Why is the sky blue?",
 ]
-PAPER_LORA_PARAMS, PAPER_BASE_PARAMS = 80.7e6, 7.62e9  # Qwen2.5-7B, r=32, 7 modules x 28 layers (DESIGN.md)
+PAPER_LORA_PARAMS, PAPER_BASE_PARAMS = 80.7e6, 7.62e9  # Qwen2.5-7B, r=32, 7 modules x 28 layers (docs/design.md)
 
 
 def rss_bytes() -> int:

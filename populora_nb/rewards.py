@@ -10,7 +10,7 @@ Sources
 * AZR proposer (same reward manager applied to the learnability reward r = 1 − s̄, which AZR sets
   to 0 when s̄ ∈ {0, 1}; 0 is not > 0, so those tasks fall through to −0.5):
   1 − s for 0 < s < 1, −0.5 for s ∈ {0, 1}, −1 for an invalid task, s the solve rate over n samples.
-* PopuLoRA teacher (PopuLoRA blog / DESIGN.md): −1 invalid, 0 when ρ = 0, else 1 − ρ.
+* PopuLoRA teacher (PopuLoRA blog / docs/design.md): −1 invalid, 0 when ρ = 0, else 1 − ρ.
   Unlike AZR, a task nobody solves earns 0 rather than −0.5, and a task everyone solves earns 0
   (1 − 1) without a separate case.
 """

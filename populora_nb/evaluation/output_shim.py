@@ -1,4 +1,4 @@
-"""The output shim: how a benchmark program's results cross the sandbox boundary (DESIGN.md).
+"""The output shim: how a benchmark program's results cross the sandbox boundary (docs/design.md).
 
 Outputs cross as literals. A shim appended to each program turns results into plain literals
 first: builtin subclasses (Counter, namedtuple) and numpy scalars into their base types,

@@ -1,7 +1,7 @@
 """The population's LoRA adapters: the member bank, mixed-adapter generation, one-member training.
 
 PopuLoRA (arXiv 2605.16727 §3) keeps N LoRA members (teachers and students; the AZR baseline has
-one "agent") on one frozen base. A member is data (DESIGN.md): an id (its name in the loop, used
+one "agent") on one frozen base. A member is data (docs/design.md): an id (its name in the loop, used
 end to end), a role, its parents and birth step, its factors (A, B) for every adapted module, and
 its own AdamW state; its slot (row of the stacked factors) stays inside the bank. Ratings are not
 stored here: matchmaking keeps them under the same ids.
