@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -355,3 +356,14 @@ def test_a_non_editable_install_runs_a_tiny_step(tmp_path):
     )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert (work / "run" / "metrics.jsonl").read_text().strip(), "the step wrote no metrics"
+
+
+def test_what_a_user_reads_cites_the_design_in_the_repository():
+    """The design document a user can open is docs/design.md; the package, notebooks and docs cite no
+    design or style file that lives outside the repository."""
+    root = Path(__file__).resolve().parent.parent
+    assert (root / "docs" / "design.md").is_file()
+    read = [*root.joinpath("populora_nb").rglob("*.py"), *root.joinpath("notebooks").glob("*.py")]
+    read += [root / "README.md", root / "CONTRIBUTING.md", root / "pyproject.toml", *root.joinpath("docs").glob("*.md")]
+    citing = [str(p.relative_to(root)) for p in read if re.search(r"(?<!docs/)\b(DESIGN|STYLE)\.md", p.read_text())]
+    assert not citing, f"cite docs/design.md instead of a file outside the repository: {citing}"
