@@ -16,6 +16,7 @@ from populora_nb.analysis.seed_stats import (
     bootstrap_interval,
     claim,
     difference_estimate,
+    estimate_cell,
     holm,
     how_to_read,
     mean_estimate,
@@ -233,3 +234,14 @@ def test_the_power_section_reports_the_mdd_in_the_series_units():
     # Tied seeds measure no spread: an MDD of 0 ("any difference is detectable") would be the bias.
     assert "| same | 3 | +0 | 0 | n/a (the seeds tie: no spread measured) |" in lines
     assert "10 seeds 1.00" in lines
+
+
+def test_seeds_that_all_give_one_level_print_no_interval_not_a_zero_width_one():
+    """Three seeds at 0.000 (a share over a few tasks each): a [0.000, 0.000] t-interval would read as
+    precision; the cell says the seeds tie."""
+    tie = mean_estimate([0.0, 0.0, 0.0], rng=np.random.default_rng(0))
+    assert (tie.t_low, tie.t_high) == (0.0, 0.0)
+    assert "[none: the seeds tie]" in estimate_cell(tie)
+    assert "[0.000, 0.000]" not in estimate_cell(tie) and "[0, 0]" not in estimate_cell(tie)
+    spread = mean_estimate([0.1, 0.2, 0.3], rng=np.random.default_rng(0))
+    assert "seeds tie" not in estimate_cell(spread)

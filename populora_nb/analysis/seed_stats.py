@@ -318,9 +318,11 @@ def estimate_cell(e: Estimate, signed: bool = False, spread: bool = True) -> str
     if math.isnan(e.mean):
         return "n/a"
     scale = scale_of(e)
-    cell = f"{fmt_number(e.mean, signed, scale)} {fmt_interval(e.t_low, e.t_high, signed, scale)}".strip()
-    if math.isnan(e.t_low) and e.n >= 2:
-        cell += " [none: the seeds tie]"
+    # Seeds that all gave one value have no spread: a [0.000, 0.000] t-interval would read as precision.
+    if e.n >= 2 and (math.isnan(e.t_low) or e.t_low == e.t_high):
+        cell = f"{fmt_number(e.mean, signed, scale)} [none: the seeds tie]"
+    else:
+        cell = f"{fmt_number(e.mean, signed, scale)} {fmt_interval(e.t_low, e.t_high, signed, scale)}".strip()
     if spread and not math.isnan(e.low):
         cell += f" ({e.spread}: {fmt_number(e.low, signed, scale)}, {fmt_number(e.high, signed, scale)})"
     return cell
