@@ -151,8 +151,8 @@ def test_the_protocol_section_states_each_seeds_checks_and_names_a_failing_seed(
     lines, records = protocol_liveness([live, dead])
     text = "\n".join(lines)
     assert "| seed0 | baseline | 0% (0/3)" in text and "| seed0 | population |" in text
-    assert "2 of 2 (chance 1.3; p = 1; 6 born): too few to judge | none |" in text
-    assert "0 of 8 (chance 5.3; p = 0.00015; 12 born): fail | teacher majority, children |" in text
+    assert "2 of 2 (equal-skill chance 1.3; p = 1; 6 born): too few to judge | none |" in text
+    assert "0 of 8 (equal-skill chance 5.3; p = 0.00015; 12 born): fail | teacher majority, children |" in text
     assert "Failed a check: seed1 (teacher majority, children)" in text
     assert records["seeds"][1]["population"]["children"]["survived"] == 0
     assert records["pooled_children"]["n"] == 10
