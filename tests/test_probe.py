@@ -260,9 +260,9 @@ def test_a_probe_that_is_floor_bound_or_holds_too_few_tasks_gets_no_verdict_mdd_
         assert (len(c.baseline), len(c.population)) == ((3, 0) if floor else (0, 3))
         silent = {run: probe_silence(probe_events(exps[0] / run)) for run in ("baseline", "population")}
         assert silent == (
-            {"baseline": None, "population": "floor-bound (44/48 at ρ = 0)"}
+            {"baseline": None, "population": "floor-bound: 44/48 at ρ = 0"}
             if floor
-            else {"baseline": f"16 valid probe tasks (< {MIN_PROBE_TASKS})", "population": None}
+            else {"baseline": f"16 valid probe tasks, under {MIN_PROBE_TASKS}", "population": None}
         )
         assert math.isnan(difference_holm([c])["probe/rho"])  # out of the Holm family
         assert not any("no detectable difference" in line or "higher" in line for line in finding_lines([c]))

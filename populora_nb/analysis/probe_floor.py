@@ -56,8 +56,8 @@ def probe_silence(events: Sequence[ProbeEvent]) -> str | None:
     """Why a run's probe says nothing (floor-bound, fewer than ``MIN_PROBE_TASKS`` valid tasks, or
     both, in words), or None when its probe ρ can be read."""
     zero, n = floor_share(events)
-    why = [f"{n} valid probe tasks (< {MIN_PROBE_TASKS})"] if n < MIN_PROBE_TASKS else []
-    why += [f"floor-bound ({zero}/{n} at ρ = 0)"] if floor_bound(events) else []
+    why = [f"{n} valid probe tasks, under {MIN_PROBE_TASKS}"] if n < MIN_PROBE_TASKS else []
+    why += [f"floor-bound: {zero}/{n} at ρ = 0"] if floor_bound(events) else []
     return "; ".join(why) or None
 
 
@@ -146,7 +146,7 @@ def probe_floor_lines(experiments: Sequence[str | Path], *, seed: int = 0) -> tu
             cells += [
                 f"{eq.baseline[0]:.3f} / {eq.population[0]:.3f} (n = {eq.counts[0]})",
                 f"{eq.baseline[1]:.3f} / {eq.population[1]:.3f} (n = {eq.counts[1]})",
-                f"none: the {' and '.join(mute)} probe says nothing"
+                ("none: both probes say nothing" if len(mute) == 2 else f"none: the {mute[0]} probe says nothing")
                 if mute
                 else f"{eq.adjusted:+.3f} [{eq.low:+.3f}, {eq.high:+.3f}]",
             ]
@@ -159,8 +159,7 @@ def probe_floor_lines(experiments: Sequence[str | Path], *, seed: int = 0) -> tu
     head += " | (p_last − p_first) − (b_last − b_first) [95% of draws]"
     verdict = (
         f"Floor-bound (more than {FLOOR_SHARE:.0%} of valid probe tasks at ρ = 0): {', '.join(flagged)}. A floor-bound "
-        "probe cannot show tasks getting harder; its means count the few tasks above 0, so read its rows in the "
-        "tables above as those few tasks, not as difficulty."
+        "probe cannot show tasks getting harder; its means count the few tasks above 0, not difficulty."
         if flagged
         else f"No run is floor-bound (at most {FLOOR_SHARE:.0%} of valid probe tasks at ρ = 0)."
     )
