@@ -39,7 +39,7 @@ from populora_nb.analysis.figures import save_figure
 from populora_nb.analysis.plots import plot_lineage, plot_retention
 from populora_nb.analysis.runs import find_runs
 from populora_nb.config import load_config
-from populora_nb.evolution import MemberRating, OperatorMix, ancestors
+from populora_nb.evolution import MemberRating, ancestors
 from populora_nb.evolution_simulations import simulate_lineage
 from populora_nb.lowrank import lora_rank, relative_change, singular_values
 from populora_nb.operators import CONTROLS, OPERATORS, PAPER_IDS, arity, dare_identical_change, synthetic_factors
@@ -168,7 +168,8 @@ for name in crossovers:
 # %% [markdown]
 # ## A lineage over a few generations
 # `simulate_lineage` stands in for training and games (μ random-walks, σ shrinks 10% per step) and
-# calls the same `plan_replacement` as the training loop, with this preset's operator mix. What to
+# calls the same `plan_replacement` as the training loop, with this preset's evolution config (operator
+# mix, tournament size, grace, fitness k, members replaced). What to
 # look for: each event replaces the weakest teacher and student by children of the stronger ones.
 # A child starts with its parents' mean μ and their larger σ (`evolution.sigma_inflation` = 1), and
 # the config's grace lasts two evolution intervals: it trains through one whole interval and is first
@@ -178,15 +179,7 @@ for name in crossovers:
 founders = [
     MemberRating(f"{role}-{i}", role, mu=25.0, sigma=25.0 / 3.0) for role in ("teacher", "student") for i in range(4)
 ]
-records = simulate_lineage(
-    founders,
-    generations=generations,
-    every=ec.every,
-    rng=random.Random(seed),
-    num_replaced=ec.replace_per_role,
-    mix=OperatorMix(ec.operators),
-    grace_steps=ec.grace,
-)
+records = simulate_lineage(founders, ec, generations=generations, rng=random.Random(seed))
 fig, ax = plt.subplots(figsize=(12, 4.5))
 fig = plot_lineage(records, ax=ax, founders={m.member_id: m.role for m in founders})
 fig.tight_layout()
@@ -200,22 +193,25 @@ for record in records[-2:]:
 # %% [markdown]
 # ## Does a newborn get a fair chance?
 # Replacement is only evolution if a child can outlive its first judgement. `newborn_fate` plays
-# members of equal skill against each other with the real rating rule (every rollout a game) and
-# asks how often a child is replaced at its first eligible event; among equals the chance rate is
-# 1 / (members that event could replace). What to look for: the package's child σ near chance, a
-# doubled σ (the earlier default) well above it: its μ moves faster in its first games and lands in
-# the bottom tail more often.
+# members of equal skill against each other with the real rating rule (every rollout a game), under
+# this preset's own rules (tournament size, grace, fitness k, σ inflation, members, tasks, rollouts),
+# and asks how often a child survives its first eligible event; a peer's chance is 1 − culled /
+# eligible. A child inherits its tournament-chosen parents' rating, so it could start ahead of its
+# peers: what to look for is the package's child σ near chance (the head start is gone when it is
+# judged), and a doubled σ (the earlier default) well below it: its μ moves faster in its first games
+# and lands in the bottom tail more often.
 
 # %%
 from populora_nb.evolution_simulations import newborn_fate
 
 for inflation in (ec.sigma_inflation, 2.0):
-    fates = newborn_fate(events=200, every=5, rng=random.Random(seed), sigma_inflation=inflation)
-    culled = sum(f.replaced for f in fates) / len(fates)
-    chance = sum(1 / f.eligible for f in fates) / len(fates)
+    simulated = load_config(preset, {"evolution.sigma_inflation": inflation})
+    fates = newborn_fate(simulated, events=200, rng=random.Random(seed))
+    survived = sum(not f.replaced for f in fates) / len(fates)
+    chance = sum(f.chance for f in fates) / len(fates)
     print(
-        f"child sigma x{inflation}: culled at its first eligible event {culled:.2f} (n={len(fates)}), "
-        f"chance {chance:.2f}"
+        f"child sigma x{inflation}: survived its first eligible event {survived:.2f} (n={len(fates)}), "
+        f"a peer's chance {chance:.2f}"
     )
 
 # %% [markdown]

@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 import torch
 
-from populora_nb.config import PAPER_OPERATORS, MatchmakingConfig, check_operator_mix
+from populora_nb.config import PAPER_OPERATORS, EvolutionConfig, MatchmakingConfig, check_operator_mix
 from populora_nb.lowrank import LoRAFactors
 from populora_nb.operators import OPERATORS, arity
 
@@ -65,9 +65,7 @@ PAPER_MIX = OperatorMix(dict.fromkeys(PAPER_OPERATORS, 1.0))
 """The paper's default mix (`config.PAPER_OPERATORS`, equally likely)."""
 
 
-def tournament_select(
-    candidates: Sequence[MemberRating], rng: random.Random, size: int = 3, k: float = 3.0
-) -> MemberRating:
+def tournament_select(candidates: Sequence[MemberRating], rng: random.Random, size: int, k: float) -> MemberRating:
     """The fittest of `size` candidates drawn uniformly without replacement (all if fewer)."""
     contenders = rng.sample(list(candidates), min(size, len(candidates)))
     return max(contenders, key=lambda m: (fitness(m.mu, m.sigma, k), m.member_id))
@@ -90,19 +88,22 @@ def plan_replacement(
     *,
     step: int,
     rng: random.Random,
-    num_replaced: int = 1,
+    num_replaced: int = EvolutionConfig.replace_per_role,
     mix: OperatorMix = PAPER_MIX,
-    tournament_size: int = 3,
-    k: float = 3.0,
-    grace_steps: int = 0,
+    tournament_size: int,
+    k: float = EvolutionConfig.fitness_k,
+    grace_steps: int,
 ) -> list[Lineage]:
     """In each role, the `num_replaced` weakest members by μ − kσ are replaced by children of
     parents chosen by tournament among the rest of that role, with operators drawn from `mix`.
 
+    `tournament_size` and `grace_steps` have no default: a run takes them from its `EvolutionConfig`
+    (2 and 2 x ``every`` by default), and a simulation must too, or it judges other rules.
     Children younger than `grace_steps` are not replaced (founding members are never in grace).
     Judged at the very next event a child would be weakest by construction (its σ not yet shrunk by
     its own games), so the config's default grace is two intervals: first judged at the second event
-    after its birth, a newborn of equal skill is culled at the chance rate (`newborn_fate`).
+    after its birth, a newborn of equal skill is culled at the chance rate, its inherited tournament
+    winner's rating no help by then (`newborn_fate`, `analysis.survival.inheritance_edge`).
     Children are named "{role}-s{step}-{j}". Crossover parents come fitter first; a crossover is
     only drawn when the role has two possible parents.
     """

@@ -3,7 +3,8 @@ for plots and tests (`simulate_lineage`), and the fairness study of a newborn's 
 (`newborn_fate`: among members of equal skill a child must be culled at the chance rate).
 
 They call the very rules a run uses (`evolution.plan_replacement`, `evolution.inherit_rating`,
-`matchmaking.update_ratings`); only the games are drawn here instead of played.
+`matchmaking.update_ratings`) with the numbers a run uses, read from its config (tournament size,
+grace, fitness k, ...): only the games are drawn here instead of played.
 """
 
 from __future__ import annotations
@@ -12,38 +13,47 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from populora_nb.evolution import PAPER_MIX, Lineage, MemberRating, OperatorMix, inherit_rating, plan_replacement
+from populora_nb.config import EvolutionConfig, ExperimentConfig
+from populora_nb.evolution import Lineage, MemberRating, OperatorMix, inherit_rating, plan_replacement
 from populora_nb.matchmaking import Match, Rating, initial_ratings, make_trueskill, update_ratings
 
 
 def simulate_lineage(
     members: Sequence[MemberRating],
+    evolution: EvolutionConfig,
     *,
     generations: int,
-    every: int,
     rng: random.Random,
-    num_replaced: int = 1,
-    mix: OperatorMix = PAPER_MIX,
     drift: float = 1.0,
     sigma_decay: float = 0.9,
-    grace_steps: int = 0,
 ) -> list[Lineage]:
-    """A synthetic run for plots and tests: between evolution events each μ takes a Gaussian step
-    of size `drift` and σ shrinks by `sigma_decay` per update step, to a floor of 1 (standing in
-    for training and games); children inherit ratings through `inherit_rating`. No weights."""
+    """A synthetic run for plots and tests under ``evolution``'s rules (interval, grace, tournament
+    size, fitness k, members replaced, operator mix, σ inflation): between evolution events each μ
+    takes a Gaussian step of size `drift` and σ shrinks by `sigma_decay` per update step, to a floor
+    of 1 (standing in for training and games); children inherit ratings through `inherit_rating`.
+    No weights."""
+    ec = evolution
     population = {m.member_id: m for m in members}
     records: list[Lineage] = []
     for generation in range(1, generations + 1):
-        step = generation * every
+        step = generation * ec.every
         population = {
-            i: replace(m, mu=m.mu + rng.gauss(0.0, drift), sigma=max(1.0, m.sigma * sigma_decay**every))
+            i: replace(m, mu=m.mu + rng.gauss(0.0, drift), sigma=max(1.0, m.sigma * sigma_decay**ec.every))
             for i, m in population.items()
         }
         births = plan_replacement(
-            list(population.values()), step=step, rng=rng, num_replaced=num_replaced, mix=mix, grace_steps=grace_steps
+            list(population.values()),
+            step=step,
+            rng=rng,
+            num_replaced=ec.replace_per_role,
+            mix=OperatorMix(ec.operators),
+            tournament_size=ec.tournament_size,
+            k=ec.fitness_k,
+            grace_steps=ec.grace,
         )
         for birth in births:
-            mu, sigma = inherit_rating([(population[p].mu, population[p].sigma) for p in birth.parents])
+            parents = [(population[p].mu, population[p].sigma) for p in birth.parents]
+            mu, sigma = inherit_rating(parents, sigma_inflation=ec.sigma_inflation)
             del population[birth.replaced]
             population[birth.child] = MemberRating(birth.child, birth.role, mu, sigma, born=step)
         records.extend(births)
@@ -56,64 +66,79 @@ class NewbornFate:
 
     child: str
     replaced: bool
-    eligible: int  # members of its role that event could replace (the chance rate is num_replaced / eligible)
+    eligible: int
+    """Members of its role that event could replace, itself included."""
+    culled: int
+    """Members of its role that event replaced: a peer's chance to survive it is 1 − culled / eligible."""
+
+    @property
+    def chance(self) -> float:
+        """The survival probability of a member exchangeable with its peers at that event."""
+        return 1.0 - self.culled / self.eligible
 
 
 def newborn_fate(
+    config: ExperimentConfig,
     *,
     events: int,
-    every: int,
     rng: random.Random,
-    members_per_role: int = 4,
-    rollouts: int = 4,
-    tasks_per_step: int = 4,
     solve_probability: float = 0.5,
     valid_probability: float = 0.8,
-    grace_steps: int | None = None,
-    sigma_inflation: float = 1.0,
-    k: float = 3.0,
 ) -> list[NewbornFate]:
-    """Replacement among members of equal skill under the real rules: each teacher plays `tasks_per_step`
-    random matches a step (the same validity and solve probabilities for all), rated by `update_ratings`;
-    every `every` steps `plan_replacement` replaces one member per role, the child inheriting as in
-    `step.evolve`. Returns, per child, whether it was replaced at its first eligible event (among
-    equals: the chance rate 1 / eligible)."""
-    env = make_trueskill()
-    grace = 2 * every if grace_steps is None else grace_steps
-    roles = {f"{role[0].upper()}{i}": role for role in ("teacher", "student") for i in range(members_per_role)}
+    """Replacement among members of equal skill under the rules and numbers of ``config`` (members per
+    role, tasks per step, rollouts, TrueSkill prior, band threshold, and evolution's interval, grace,
+    tournament size, fitness k, members replaced and σ inflation): each teacher plays its step's tasks
+    against a random student (the same validity and solve probabilities for all), rated by
+    `update_ratings`; every ``evolution.every`` steps `plan_replacement` replaces the weakest, the
+    child inheriting its parents' rating as in `step.evolve`. Returns, per child, whether it was
+    replaced at its first eligible event (a peer's chance: `NewbornFate.chance`)."""
+    ec, mm = config.evolution, config.matchmaking
+    env = make_trueskill(mm.mu, mm.sigma, mm.beta, mm.tau, mm.draw_probability)
+    tasks_per_step, rollouts = config.rl.teacher_proposals * len(config.tasks.kinds), config.rl.rollouts
+    sizes = {"teacher": config.population.n_teachers, "student": config.population.n_students}
+    roles = {f"{role[0].upper()}{i}": role for role, n in sizes.items() for i in range(n)}
     ratings = initial_ratings(list(roles), env)
     born: dict[str, int | None] = dict.fromkeys(roles)  # founders: None
     waiting: dict[str, str] = {}  # child -> role, not yet judged at an eligible event
     fates: list[NewbornFate] = []
     step = 0
     while len(fates) < events:
-        for _ in range(every):
-            teachers = [m for m, r in roles.items() if r == "teacher"]
+        for _ in range(ec.every):
             students = [m for m, r in roles.items() if r == "student"]
-            rng.shuffle(students)
             matches = []
-            for t, s in zip(teachers, students):
+            for t in (m for m, r in roles.items() if r == "teacher"):
+                s = rng.choice(students)
                 for _ in range(tasks_per_step):
                     if rng.random() < valid_probability:
                         solved = sum(rng.random() < solve_probability for _ in range(rollouts))
                         matches.append(Match(t, s, True, solved / rollouts, rollouts))
                     else:
                         matches.append(Match(t, s, False, rollouts=rollouts))
-            ratings = update_ratings(ratings, matches, env)
+            ratings = update_ratings(ratings, matches, env, mm.win_threshold)
             step += 1
         members = [MemberRating(m, roles[m], ratings[m].mu, ratings[m].sigma, born[m]) for m in roles]
-        plan = plan_replacement(members, step=step, rng=rng, grace_steps=grace, k=k)
+        plan = plan_replacement(
+            members,
+            step=step,
+            rng=rng,
+            num_replaced=ec.replace_per_role,
+            mix=OperatorMix(ec.operators),
+            tournament_size=ec.tournament_size,
+            k=ec.fitness_k,
+            grace_steps=ec.grace,
+        )
         replaced = {b.replaced for b in plan}
         for child, role in list(waiting.items()):
-            if not next(m for m in members if m.member_id == child).in_grace(step, grace):
-                eligible = sum(1 for m in members if m.role == role and not m.in_grace(step, grace))
-                fates.append(NewbornFate(child, child in replaced, eligible))
+            if not next(m for m in members if m.member_id == child).in_grace(step, ec.grace):
+                eligible = sum(1 for m in members if m.role == role and not m.in_grace(step, ec.grace))
+                culled = sum(1 for b in plan if b.role == role)
+                fates.append(NewbornFate(child, child in replaced, eligible, culled))
                 del waiting[child]
         for birth in plan:
             parents = [(ratings[p].mu, ratings[p].sigma) for p in birth.parents]
-            mu, sigma = inherit_rating(parents, sigma_inflation=sigma_inflation, prior=(env.mu, env.sigma))
+            mu, sigma = inherit_rating(parents, sigma_inflation=ec.sigma_inflation, prior=(mm.mu, mm.sigma))
             del ratings[birth.replaced], roles[birth.replaced], born[birth.replaced]
-            waiting.pop(birth.replaced, None)  # replaced before it was ever judged: cannot happen with grace
+            waiting.pop(birth.replaced, None)  # replaced before it was ever judged: only without grace
             ratings[birth.child] = Rating(mu, sigma)
             roles[birth.child], born[birth.child], waiting[birth.child] = birth.role, step, birth.role
     return fates[:events]

@@ -244,7 +244,8 @@ def pilot_table(rows: Sequence[PilotRow]) -> str:
     """The pilot's table (markdown): per candidate and run, the band and zero shares with their
     counts, the teacher-win share, the warm-up's effect and the cost."""
     lines = [
-        "| candidate | run | valid / proposals | 0 < ρ < 1 | ρ = 0 | matches the teacher won most games of / valid matches | s/step | "
+        "| candidate | run | valid / proposals | 0 < ρ < 1 | ρ = 0 "
+        "| matches the teacher won most games of / valid matches | s/step | "
         "warm-up: valid rate, solve rate (held out, before → after) |",
         "|---|---|---|---|---|---|---:|---|",
     ]

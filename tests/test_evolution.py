@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from populora_nb.analysis.plots import plot_lineage
+from populora_nb.config import EvolutionConfig
 from populora_nb.evolution import (
     PAPER_MIX,
     Lineage,
@@ -49,6 +50,8 @@ from populora_nb.retention import retention_curves
 
 matplotlib.use("Agg")
 R = 6
+# plan_replacement's tournament size and grace have no defaults (a run's come from its config)
+RULES = {"tournament_size": 2, "grace_steps": 0}
 SHAPES = {  # (d_in, d_out)
     "layers.0.q_proj": (24, 24),
     "layers.0.k_proj": (24, 8),
@@ -370,12 +373,12 @@ def test_fitness_is_conservative_skill():
 
 def test_tournament_with_everyone_picks_the_fittest():
     members = _members()[:4]
-    assert tournament_select(members, random.Random(0), size=4).member_id == "teacher-3"
+    assert tournament_select(members, random.Random(0), size=4, k=3.0).member_id == "teacher-3"
 
 
 def test_plan_replaces_the_weakest_of_each_role_with_children_of_survivors():
     members = _members()
-    plan = plan_replacement(members, step=10, rng=random.Random(0), num_replaced=2)
+    plan = plan_replacement(members, step=10, rng=random.Random(0), num_replaced=2, **RULES)
     assert sorted((p.role, p.replaced) for p in plan) == [
         ("student", "student-0"),
         ("student", "student-1"),
@@ -390,15 +393,15 @@ def test_plan_replaces_the_weakest_of_each_role_with_children_of_survivors():
         fits = [fitness(rating[q].mu, rating[q].sigma) for q in p.parents]
         assert fits == sorted(fits, reverse=True)  # crossover parents: fitter first
     assert len({p.child for p in plan}) == 4 and all(p.step == 10 for p in plan)
-    assert plan == plan_replacement(members, step=10, rng=random.Random(0), num_replaced=2)
+    assert plan == plan_replacement(members, step=10, rng=random.Random(0), num_replaced=2, **RULES)
 
 
 def test_plan_uses_only_mutations_when_one_parent_is_left():
     members = _members(per_role=2)
     for seed in range(20):
-        assert all(arity(p.operator) == 1 for p in plan_replacement(members, step=5, rng=random.Random(seed)))
+        assert all(arity(p.operator) == 1 for p in plan_replacement(members, step=5, rng=random.Random(seed), **RULES))
     with pytest.raises(ValueError, match="must be smaller"):
-        plan_replacement(members, step=5, rng=random.Random(0), num_replaced=2)
+        plan_replacement(members, step=5, rng=random.Random(0), num_replaced=2, **RULES)
 
 
 def test_grace_protects_young_children():
@@ -406,7 +409,9 @@ def test_grace_protects_young_children():
     young = [
         MemberRating(m.member_id, m.role, m.mu, m.sigma, born=8 if m.member_id.endswith("-0") else 0) for m in members
     ]
-    replaced = {p.replaced for p in plan_replacement(young, step=10, rng=random.Random(0), grace_steps=5)}
+    replaced = {
+        p.replaced for p in plan_replacement(young, step=10, rng=random.Random(0), tournament_size=2, grace_steps=5)
+    }
     assert replaced == {"teacher-1", "student-1"}
 
 
@@ -430,9 +435,8 @@ def test_inherit_rating():
 
 
 def test_simulated_lineage_is_a_consistent_tree():
-    records = simulate_lineage(
-        _members(), generations=5, every=10, rng=random.Random(1), num_replaced=2, grace_steps=10
-    )
+    evolution = EvolutionConfig(every=10, replace_per_role=2, grace_steps=10)
+    records = simulate_lineage(_members(), evolution, generations=5, rng=random.Random(1))
     assert len(records) == 5 * 2 * 2
     alive = {m.member_id for m in _members()}
     for step in sorted({r.step for r in records}):
@@ -451,7 +455,7 @@ def test_apply_operator_and_plot(parents):
     assert _max_delta_error(child, linear_0_5(*parents)) < 1e-12
     with pytest.raises(ValueError, match="takes 2 parents"):
         apply_operator(record, parents[:1], generator=torch.Generator())
-    records = simulate_lineage(_members(), generations=3, every=5, rng=random.Random(0))
+    records = simulate_lineage(_members(), EvolutionConfig(every=5), generations=3, rng=random.Random(0))
     mentioned = {i for r in records for i in (r.replaced, *r.parents)} & {m.member_id for m in _members()}
     assert len(plot_lineage(records).axes[0].get_yticks()) == len(mentioned)
     ax = plot_lineage(records, founders={m.member_id: m.role for m in _members()}).axes[0]

@@ -247,8 +247,8 @@ def test_the_protocol_section_states_each_seeds_checks_and_names_a_failing_seed(
     lines, records = protocol_liveness([live, dead])
     text = "\n".join(lines)
     assert "| seed0 | baseline | 3 | 3 | 100% (3/3) [44%, 100%]: too few to judge (3.00)" in text
-    assert "| 2 of 2 (chance 1.3; p = 1; 6 born): too few to judge | too few to judge: children |" in text
-    assert "0 of 8 (chance 5.3; p = 0.00015; 12 born): fail | fail: teacher majority, children |" in text
+    assert "| 2 of 2 (equal-skill chance 1.3; p = 1; 6 born): too few to judge | too few to judge: children |" in text
+    assert "0 of 8 (equal-skill chance 5.3; p = 0.00015; 12 born): fail | fail: teacher majority, children |" in text
     assert "Not every check passed: seed0 (Too few to judge: children.); seed1 (Fail: teacher majority" in text
     assert records["seeds"][1]["population"]["children"]["survived"] == 0
     assert records["seeds"][0]["population"]["new_programs"][-1] == "pass"

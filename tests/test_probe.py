@@ -194,3 +194,78 @@ def test_a_probe_whose_tasks_all_sit_at_rho_zero_is_flagged_floor_bound(tmp_path
     lines, records = probe_floor_lines([tmp_path / "a"])
     assert "floor-bound" in lines[6] and "Floor-bound (more than 80%" in lines[-1]
     assert records[0]["baseline"]["floor_bound"] and not records[0]["population"]["floor_bound"]
+
+
+def _probe_run(path, rhos_per_event, members=("T0",)):
+    """A run directory with probe events at steps 0, 10, 20, 30 (each the given valid tasks' ρ) and the
+    matching ``probe/rho`` metric, as `populora_nb.probe` logs them."""
+    import json
+
+    path.mkdir(parents=True)
+    probe = [
+        {"step": 10 * e, "proposer": members[i % len(members)], "valid": True, "solve_rate": r, "prompt_index": i}
+        for e, rhos in enumerate(rhos_per_event)
+        for i, r in enumerate(rhos)
+    ]
+    metrics = [
+        {"step": 10 * e, "member": m, "probe/rho": sum(rhos) / len(rhos)}
+        for e, rhos in enumerate(rhos_per_event)
+        for m in members
+    ]
+    (path / "probe.jsonl").write_text("".join(json.dumps(r) + "\n" for r in probe))
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in metrics))
+
+
+def _probe_experiments(tmp_path, baseline_tasks, population_floor):
+    """3 seeds; per event the baseline answers ``baseline_tasks`` tasks, half of them at ρ = 0, and the
+    population 12 tasks, all but one at ρ = 0 when ``population_floor``, else half; the population's
+    last event sits 0.2 higher than its first at every seed."""
+    exps = []
+    for k in range(3):
+        e = tmp_path / f"seed{k}"
+        base = [[0.0, 0.5] * (baseline_tasks // 2) for _ in range(4)]
+        lift = [0.0, 0.0, 0.0, 0.2 + 0.01 * k]
+        if population_floor:
+            pop = [[0.0] * 11 + [0.5 + 4 * d] for d in lift]
+        else:
+            pop = [[0.0, 0.5 + 2 * d] * 6 for d in lift]
+        _probe_run(e / "baseline", base, members=("agent",))
+        _probe_run(e / "population", pop, members=("T0", "T1"))
+        exps.append(e)
+    return exps
+
+
+def test_a_probe_that_is_floor_bound_or_holds_too_few_tasks_gets_no_verdict_mdd_or_holm_place(tmp_path):
+    """Issue #51: a floor-bound probe, or one of fewer than MIN_PROBE_TASKS valid tasks (the committed
+    baselines' 15 and 9), gives the probe ρ series no value: no verdict, no detectable-difference figure,
+    no place in the Holm family; its seed's probe row shows no difference. Readable probes keep all three."""
+    import math
+
+    from populora_nb.analysis.difficulty_probe import probe_events
+    from populora_nb.analysis.power import power_row
+    from populora_nb.analysis.probe_floor import MIN_PROBE_TASKS, probe_floor_lines, probe_silence
+    from populora_nb.analysis.protocol import compare, difference_holm, difference_verdict, finding_lines
+
+    assert MIN_PROBE_TASKS > 15
+    readable = _probe_experiments(tmp_path / "readable", baseline_tasks=8, population_floor=False)  # 32 and 48 tasks
+    (c,) = compare(readable, keys=("probe/rho",), n_resamples=200)
+    assert c.paired and len(c.baseline) == len(c.population) == 3
+    assert difference_verdict(c, difference_holm([c])["probe/rho"]) == "population higher"
+    assert power_row("probe", c.baseline, c.population)["n"] == 3
+
+    for name, tasks, floor in (("few", 4, False), ("floor", 8, True)):  # 16 baseline tasks; a floor-bound population
+        exps = _probe_experiments(tmp_path / name, baseline_tasks=tasks, population_floor=floor)
+        (c,) = compare(exps, keys=("probe/rho",), n_resamples=200)
+        assert not c.paired and difference_verdict(c, difference_holm([c])["probe/rho"]) == "n/a"
+        assert (len(c.baseline), len(c.population)) == ((3, 0) if floor else (0, 3))
+        silent = {run: probe_silence(probe_events(exps[0] / run)) for run in ("baseline", "population")}
+        assert silent == (
+            {"baseline": None, "population": "floor-bound: 44/48 at ρ = 0"}
+            if floor
+            else {"baseline": f"16 valid probe tasks, under {MIN_PROBE_TASKS}", "population": None}
+        )
+        assert math.isnan(difference_holm([c])["probe/rho"])  # out of the Holm family
+        assert not any("no detectable difference" in line or "higher" in line for line in finding_lines([c]))
+        lines, records = probe_floor_lines(exps)
+        assert all(r["equal_count"] is None for r in records)
+        assert "probe says nothing" in lines[6] and "no place in the Holm families" in lines[-1]

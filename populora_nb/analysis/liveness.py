@@ -18,7 +18,7 @@ stated threshold (``CHECKS``), built so that a collapse fails it:
   least ``GAMES_PASS``, and the share of matches where the teacher won most of its games (more than
   k/2: ρ < ½ on a contested task) is at least ``MAJORITY_PASS``. Games, not matches in the band: a
   task with ρ = 3/4 is in the band, but its teacher won 1 game of 4.
-* **children**: each child judged at its first event outside grace against the chance rate there
+* **children**: each child judged at its first event outside grace against the equal-skill chance rate there
   (`populora_nb.analysis.survival`), "too few to judge" below ``survival.MIN_JUDGED`` children.
 
 The band share, teacher games and mean ρ are also reported over new programs beside non-repeats:

@@ -4,6 +4,11 @@ equal task counts once the step-0 value is taken out?
 * **Floor-bound.** The probe's frozen solver reads difficulty only where it sometimes solves a task.
   When more than ``FLOOR_SHARE`` of a run's valid probe tasks sit at ρ = 0, the probe cannot show
   tasks getting harder, and a mean over it is a count of the few tasks above 0: the run is flagged.
+* **Too few tasks.** Below ``MIN_PROBE_TASKS`` valid probe tasks a run's probe ρ is a mean of a handful
+  of tasks, most of them at 0.
+* **A probe that says nothing.** A run floor-bound or below ``MIN_PROBE_TASKS`` (`probe_silence`) gives
+  the seed protocol's probe ρ series no value: no verdict, no minimum detectable difference, and no
+  place in the Holm families (`protocol_series.seed_values`); its seed's row here shows no difference.
 * **Equal task counts.** A population answers the probe with every teacher, the baseline with one
   agent: a mean over a few tasks of a mostly-zero probe is 0 most of the time. At each event both
   runs are read at the smaller run's task count, drawing that many of the larger run's valid tasks
@@ -28,6 +33,12 @@ from populora_nb.analysis.clustered import named_rng
 from populora_nb.analysis.difficulty_probe import FLOOR_SHARE, ProbeEvent, probe_events
 from populora_nb.analysis.seed_stats import md_table
 
+MIN_PROBE_TASKS = 25
+"""Fewest valid probe tasks over a run's events for its probe ρ to be read. At the floor-bound edge
+(``FLOOR_SHARE``: 80% at ρ = 0) a run's mean probe ρ rests on the 1 task in 5 above 0: 25 tasks
+leave 5 of them, the fewest a mean is read over elsewhere in the package (`windows.MIN_PROGRAMS`
+new programs per window). The committed cpu protocol's baselines hold 15, 9 and 15."""
+
 
 def floor_share(events: Sequence[ProbeEvent]) -> tuple[int, int]:
     """(valid probe tasks at ρ = 0, valid probe tasks with ρ measured) over a run's events."""
@@ -39,6 +50,15 @@ def floor_bound(events: Sequence[ProbeEvent], threshold: float = FLOOR_SHARE) ->
     """More than ``threshold`` of the valid probe tasks at ρ = 0 (no task: not flagged, nothing to read)."""
     zero, n = floor_share(events)
     return bool(n) and zero / n > threshold
+
+
+def probe_silence(events: Sequence[ProbeEvent]) -> str | None:
+    """Why a run's probe says nothing (floor-bound, fewer than ``MIN_PROBE_TASKS`` valid tasks, or
+    both, in words), or None when its probe ρ can be read."""
+    zero, n = floor_share(events)
+    why = [f"{n} valid probe tasks, under {MIN_PROBE_TASKS}"] if n < MIN_PROBE_TASKS else []
+    why += [f"floor-bound: {zero}/{n} at ρ = 0"] if floor_bound(events) else []
+    return "; ".join(why) or None
 
 
 @dataclass(frozen=True)
@@ -99,6 +119,7 @@ def probe_floor_lines(experiments: Sequence[str | Path], *, seed: int = 0) -> tu
     rows: list[list[str]] = []
     records: list[dict[str, Any]] = []
     flagged: list[str] = []
+    silent: list[str] = []
     pooled = {"baseline": [0, 0], "population": [0, 0]}
     for exp in map(Path, experiments):
         events = {run: probe_events(exp / run) if (exp / run).is_dir() else [] for run in ("baseline", "population")}
@@ -114,17 +135,22 @@ def probe_floor_lines(experiments: Sequence[str | Path], *, seed: int = 0) -> tu
             per_event = n / len(evs) if evs else math.nan
             share = f"{zero / n:.0%} ({zero}/{n})" if n else "n/a"
             cells.append(f"{share}{' floor-bound' if bound else ''}, {per_event:.1f} per event")
-            record[run] = {"at_zero": zero, "valid": n, "events": len(evs), "floor_bound": bound}
+            why = probe_silence(evs)
+            silent += [f"{exp.name} {run} ({why})"] if why else []
+            record[run] = {"at_zero": zero, "valid": n, "events": len(evs), "floor_bound": bound, "says_nothing": why}
         eq = equal_count_difference(events["baseline"], events["population"], seed=seed)
+        mute = [run for run in events if record[run]["says_nothing"]]
         if eq is None:
             cells += ["n/a"] * 3
         else:
             cells += [
                 f"{eq.baseline[0]:.3f} / {eq.population[0]:.3f} (n = {eq.counts[0]})",
                 f"{eq.baseline[1]:.3f} / {eq.population[1]:.3f} (n = {eq.counts[1]})",
-                f"{eq.adjusted:+.3f} [{eq.low:+.3f}, {eq.high:+.3f}]",
+                ("none: both probes say nothing" if len(mute) == 2 else f"none: the {mute[0]} probe says nothing")
+                if mute
+                else f"{eq.adjusted:+.3f} [{eq.low:+.3f}, {eq.high:+.3f}]",
             ]
-            record["equal_count"] = eq.__dict__
+            record["equal_count"] = None if mute else eq.__dict__
         rows.append(cells)
         records.append(record)
     if not rows:
@@ -133,10 +159,19 @@ def probe_floor_lines(experiments: Sequence[str | Path], *, seed: int = 0) -> tu
     head += " | (p_last − p_first) − (b_last − b_first) [95% of draws]"
     verdict = (
         f"Floor-bound (more than {FLOOR_SHARE:.0%} of valid probe tasks at ρ = 0): {', '.join(flagged)}. A floor-bound "
-        "probe cannot show tasks getting harder; its means count the few tasks above 0, so read its rows in the "
-        "tables above as those few tasks, not as difficulty."
+        "probe cannot show tasks getting harder; its means count the few tasks above 0, not difficulty."
         if flagged
         else f"No run is floor-bound (at most {FLOOR_SHARE:.0%} of valid probe tasks at ρ = 0)."
+    )
+    verdict += (
+        f" A run's probe says nothing when it is floor-bound or holds fewer than {MIN_PROBE_TASKS} valid probe tasks "
+        f"(at the floor-bound edge its mean rests on the 1 task in 5 above 0: {MIN_PROBE_TASKS} tasks leave 5): "
+        f"{', '.join(silent)}. Those runs give the probe ρ series no value in the tables above, so a series left "
+        "with fewer than 2 seeds gets no verdict, no minimum detectable difference and no place in the Holm "
+        "families, and their seeds show no difference here."
+        if silent
+        else f" Every run holds at least {MIN_PROBE_TASKS} valid probe tasks and none is floor-bound: the probe ρ "
+        "series is read in full."
     )
     return [
         "## The difficulty probe as recorded",

@@ -39,7 +39,8 @@ From ``metrics.jsonl`` at difficulty-probe events (``populora_nb.probe``; none w
   probe/rho               the frozen starting adapter's solve rate of the valid tasks each proposer
                           wrote for the same fixed prompts under the same draws: difficulty on one
                           scale for both runs (a weaker student cannot lower it); start and end are
-                          the first and the last event
+                          the first and the last event; a run floor-bound or with fewer than
+                          ``probe_floor.MIN_PROBE_TASKS`` valid probe tasks gives no value
   probe/valid_rate        the share of the fixed prompts answered with a valid task
 From ``metrics.jsonl`` ``rating/mu`` (population only; the baseline plays no matches):
   rating/mu_spread        per step, the standard deviation (ddof = 0: the members present) of TrueSkill
@@ -64,8 +65,10 @@ from matplotlib.figure import Figure
 
 from populora_nb.analysis.complexity import COMPLEXITY_FIELDS, RunAnalysis, analyse_tasks
 from populora_nb.analysis.coverage_windows import coverage_window_units, expected_distinct
+from populora_nb.analysis.difficulty_probe import probe_events
 from populora_nb.analysis.figures import axes_or_new, finish
 from populora_nb.analysis.frames import load_tasks, per_step, records, step_mean, stream_stamp
+from populora_nb.analysis.probe_floor import probe_silence
 from populora_nb.analysis.repeat_series import (
     BAND_KEY,
     REPEAT_SERIES,
@@ -91,8 +94,9 @@ COMPLEXITY_SERIES: Mapping[str, str] = {
 }
 COPY_KEY = "copies/copy_rate"
 assert tuple(k.split("/", 1)[1] for k in COMPLEXITY_SERIES) == COMPLEXITY_FIELDS, "one series per field"
+PROBE_RHO_KEY = "probe/rho"
 PROBE_SERIES: Mapping[str, str] = {
-    "probe/rho": "probe ρ: frozen solver on fixed prompts",
+    PROBE_RHO_KEY: "probe ρ: frozen solver on fixed prompts",
     "probe/valid_rate": "valid rate on the probe's fixed prompts",
 }
 SPREAD_KEY = "rating/mu_spread"
@@ -296,12 +300,15 @@ def run_dirs(experiments: Sequence[str | Path], run: str) -> dict[str, Path]:
 
 
 def seed_values(experiments: Sequence[str | Path], key: str, window: int = 5) -> tuple[SeedValues, int | None]:
-    """Each run's (start, end) per seed, seeds without the series left out; for coverage also the
-    common n (None for a per-step series)."""
+    """Each run's (start, end) per seed, seeds without the series left out, and for probe ρ the runs
+    whose probe says nothing (floor-bound or too few tasks, `probe_floor.probe_silence`); for coverage
+    also the common n (None for a per-step series)."""
     if is_coverage(key):
         return _coverage_values(experiments, key, window)
     values: SeedValues = {run: {} for run in RUNS}
     for run, name, rec in _each_run(experiments):
+        if key == PROBE_RHO_KEY and probe_silence(probe_events(rec.path)):
+            continue  # floor-bound or too few tasks: its probe ρ says nothing (`probe_floor.probe_silence`)
         start, end = start_end(rec, key, window)
         if not (math.isnan(start) or math.isnan(end)):
             values[run][name] = (start, end)
