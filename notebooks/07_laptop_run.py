@@ -88,24 +88,25 @@ else:
 # population − baseline at the end. Read the caveat in it: with 3 seeds a percentile bootstrap is
 # the seeds' own range, so every verdict is the paired t-interval's, and a family of series is
 # reported with Holm's correction. Its first section, "Is the mechanism live?", gives per seed and run
-# each check with its pass threshold: the share of valid tasks that **repeat** a task met before (same
-# program and input: their ρ measures memory), 0 < ρ < 1 among non-repeats, the share of rated games
-# the teachers won and of matches they won most games of, and the children judged at their first
-# evolution event outside grace against the chance rate there ("too few to judge" below 4). Shares
-# carry block-bootstrap intervals over 5-step blocks. Read it before any curve. Every sentence of a
-# rise, fall or difference follows its own interval; an interval that includes 0 allows every
-# difference inside it, large ones of either sign included.
+# each check with its state, read from its 95% interval (pass above the threshold, fail below,
+# inconclusive across it, too few to judge with under 4 step blocks): the share of valid tasks whose
+# **program is new** (names, formatting and comments normalised), over the whole run and over its last
+# window; 0 < ρ < 1 among non-repeats (a **repeat** is the same task as its student meets it, met
+# before) and among new programs; the share of rated games the teachers won and of matches they won
+# most games of; and the children judged at their first evolution event outside grace against the
+# equal-skill chance rate there. Read it before any curve. Every sentence of a rise, fall or
+# difference follows its own interval and says whether Holm keeps it; an interval that includes 0
+# allows every difference inside it, large ones of either sign included.
 #
 # What the committed `cpu` protocol says, re-read from its records (docs/laptop-run.md has it all):
-# 75–77% of the population's valid tasks repeat an earlier task exactly (79–95% in the last 5 steps),
-# 58–76% of the baseline's. Among non-repeats the population's band share is 26%, 16%, 32% per seed;
-# teachers won 7–15% of their rated games and most games in 4–12% of matches (seed 1 below the 5%
-# threshold); only the step-10 children reach an eligible event in 40 steps, and 4 of those 6
-# survived it, the chance rate there. No population − baseline difference is detectable, with
-# intervals that allow large effects either way. The population's fresh-task ρ rose, but through
-# repeats: the ρ of repeated tasks rose while that of non-repeats fell. The complexity windows hold
-# too few new programs, and the difficulty probe is floor-bound (85% and 91% of its valid tasks at
-# ρ = 0), so neither says anything here.
+# both arms re-pose a few trivial programs. 90–93% of the populations' valid tasks re-use a program
+# met earlier (57–70 distinct programs in ~590 valid tasks), 83–90% of the baselines' (19–27 in
+# ~110); the new-programs check is inconclusive over every whole run and fails in two populations'
+# last window (0.2 and 0.7 new programs a step). No seed's population passes every check. No
+# population − baseline difference is detectable, with intervals that allow large effects either
+# way; no change within a run survives Holm's correction; the complexity windows hold too few new
+# programs and every run's probe is floor-bound or holds too few tasks. So at 135M the instrument
+# sees a collapse onto a few programs in both arms, and population vs AZR cannot be read.
 
 # %%
 committed = Path("..") / "docs" / "results" / "cpu-protocol"

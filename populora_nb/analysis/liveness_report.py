@@ -113,10 +113,11 @@ def protocol_liveness(experiments: Sequence[str | Path], *, seed: int = 0) -> tu
         "membership of the band. Children are judged at their first evolution event outside grace, against the "
         "equal-skill chance rate there (inheriting a tournament winner's rating does not favour survival: "
         "`analysis.survival`), with the one-sided p of so few survivors. Brackets: 95% intervals from a block "
-        f"bootstrap over {BLOCK_STEPS}-step blocks (fewer steps per block where a span holds fewer than {MIN_BLOCKS}: the last "
-        f"window, the last {LAST_WINDOW:.0%} of steps), widened to at least the Wilson interval of the count; a check "
-        "**passes** when its interval lies at or above the threshold, **fails** below it, is **inconclusive** when "
-        f"it straddles it and **too few to judge** with fewer than {MIN_BLOCKS} blocks.",
+        f"bootstrap over {BLOCK_STEPS}-step blocks (fewer steps per block where a span holds fewer than "
+        f"{MIN_BLOCKS}: the last window, the last {LAST_WINDOW:.0%} of steps), widened to at least the Wilson "
+        "interval of the count; a check **passes** when its interval lies at or above the threshold, **fails** "
+        "below it, is **inconclusive** when it straddles it and **too few to judge** with fewer than "
+        f"{MIN_BLOCKS} blocks.",
         "",
         "Checks and thresholds: " + "; ".join(f"**{k}**: {v}" for k, v in CHECKS.items()) + ".",
         "",
