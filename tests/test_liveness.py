@@ -64,9 +64,10 @@ def test_repeated_tasks_are_shown_as_repeats_and_left_out_of_the_band_share(tmp_
     assert checks["new programs"] == "fail" and checks["band"] == "too few to judge"  # one non-repeat played
 
 
-def _one_program_run(path, *, steps=40, per_step=10, new_until=0, rho=0.5):
+def _one_program_run(path, *, steps=40, per_step=10, new_until=0, rho=0.5, fresh_inputs=True):
     """A run of ``steps`` steps, ``per_step`` valid tasks each: every task a new program before step
-    ``new_until``, afterwards one program re-posed with a fresh input each time (renamed, reformatted)."""
+    ``new_until``, afterwards one program re-posed (renamed, reformatted), with a fresh input each
+    time or (``fresh_inputs=False``) the same one: exact repeats."""
     tasks, fresh = [], 0
     for step in range(steps):
         for i in range(per_step):
@@ -76,7 +77,7 @@ def _one_program_run(path, *, steps=40, per_step=10, new_until=0, rho=0.5):
             else:
                 name = "xyzwv"[i % 5]
                 program = f"def f({name}):\n    return {name} * {name}" + "  # again" * (i % 2)
-                tasks.append({**_task(rho, inputs=(str(fresh),), step=step), "program": program})
+                tasks.append({**_task(rho, inputs=(str(fresh if fresh_inputs else 0),), step=step), "program": program})
     return liveness(_run(path, tasks))
 
 
@@ -99,6 +100,9 @@ def test_a_run_new_at_the_start_and_copying_at_the_end_fails_its_last_window(tmp
     assert live.checks()["new programs"] == "pass"  # 301 of 400 over the whole run
     assert live.checks()["new programs, last window"] == "fail"
     assert live.judged["new programs, last window"].blocks == 5  # 10 steps in 2-step blocks
+    repeats = _one_program_run(tmp_path / "repeats", new_until=30, fresh_inputs=False)
+    assert all(v.repeat for v in repeats.valid if v.step >= 31)  # the last window: one task again and again
+    assert repeats.checks()["new programs, last window"] == "fail" and repeats.checks()["new programs"] == "pass"
 
 
 def test_an_interval_across_the_threshold_is_inconclusive_and_few_blocks_are_too_few():
