@@ -30,7 +30,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from populora_nb.analysis.dashboard import in_notebook, verdict
-from populora_nb.analysis.figures import finish, png_bytes, say_empty
+from populora_nb.analysis.figures import finish, png_image, say_empty
 from populora_nb.analysis.frames import COMPLEXITY_COLUMNS, RunFrames
 
 ALL = "all"
@@ -307,8 +307,8 @@ class Explorer:
     def _render(self) -> None:
         if not self._handles:
             return
-        from IPython.display import HTML, Image
+        from IPython.display import HTML
 
         self._handles["head"].update(HTML(self.head_html()))
-        self._handles["figure"].update(Image(data=png_bytes(self.figure()), format="png"))
+        self._handles["figure"].update(png_image(self.figure()))
         self._handles["detail"].update(HTML(self.detail_html()))

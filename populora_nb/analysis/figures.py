@@ -1,7 +1,7 @@
 """What every figure in ``populora_nb.analysis`` shares: a fresh axes when the caller gives none,
 a line with its band, the legend or the note an empty panel shows, and the one way a figure becomes
-a PNG. Every plotting function returns its ``Figure``, so a notebook shows it inline and the report
-saves it with ``save_figure``.
+a PNG. Every plotting function returns its ``Figure``: a notebook shows it with ``display(png_image(fig))``
+and the report saves it with ``save_figure``.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 # No matplotlib.use("Agg") here: it would switch a notebook that imports this module away from
 # inline figures. Saving works on every backend; matplotlib falls back to Agg without a display.
 import matplotlib.pyplot as plt
+from IPython.display import Image
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -66,6 +67,14 @@ def png_bytes(fig: Figure) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
+
+
+def png_image(fig: Figure) -> Image:
+    """``fig`` as a displayable PNG: ``display(png_image(fig))`` draws it in any notebook. A ``Figure``
+    made directly (not through pyplot, so that redrawing a live view does not pile figures up in
+    pyplot) has no inline display of its own: until something selects the inline backend, IPython
+    shows such a figure as its text repr ``<Figure size ... with N Axes>``."""
+    return Image(data=png_bytes(fig), format="png")
 
 
 def save_figure(fig: Figure, path: str | Path, close: bool = True) -> Path:
