@@ -27,10 +27,9 @@ import ipywidgets as widgets
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 
 from populora_nb.analysis.dashboard import in_notebook, verdict
-from populora_nb.analysis.figures import finish, png_image, say_empty
+from populora_nb.analysis.figures import finish, png_image, say_empty, whole_ticks
 from populora_nb.analysis.frames import COMPLEXITY_COLUMNS, RunFrames
 
 ALL = "all"
@@ -243,7 +242,7 @@ class Explorer:
             a.set_xlim(self.steps.value[0] - 0.6, self.steps.value[1] + 0.6)
             a.set(title=f"{run}: selected tasks per step", xlabel="step", ylabel="tasks")
             for axis in (a.xaxis, a.yaxis):
-                axis.set_major_locator(MaxNLocator(integer=True))
+                whole_ticks(axis)
             finish(a, bool(len(mine)), "no task matches the filter", fontsize=8)
             self._matrix(b, run, at)
             self._ratings(c, run, at)

@@ -13,7 +13,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from populora_nb.analysis.figures import axes_or_new, figure_of, finish, say_empty
+from populora_nb.analysis.figures import axes_or_new, figure_of, finish, say_empty, say_missing
 from populora_nb.analysis.frames import records, step_mean
 from populora_nb.analysis.protocol_series import HEADLINE
 from populora_nb.evolution import Lineage
@@ -56,12 +56,13 @@ def plot_solve_rates(
     student, the quantity the teacher reward and the collapse story are about. ``buffer``: the
     solvers' attempts at buffer tasks (PopuLoRA's top-ups, AZR's solver batch), older and easier
     tasks kept apart so they cannot lift the fresh curve. ``valid_rate`` adds each run's
-    valid-proposal rate (black). Every kind gets a legend entry, "no valid task" when it has no
-    point, so a kind listed in a task table is never missing from the legend.
+    valid-proposal rate (black). A kind with no point is named in the panel ("no data for ..."), so a
+    kind listed in a task table is never silently missing.
     """
     fig, ax = axes_or_new(ax, (7, 3.8), steps=True)
     prefix = "" if source == "fresh" else "buffer_"
     drawn = False  # any solve-rate point
+    missing: list[str] = []
     for (name, path), style in zip(runs.items(), ["-", "--", ":", "-."]):
         rows = records(path, "metrics")
         run_label = "" if len(runs) == 1 else f"{name} · "
@@ -71,7 +72,7 @@ def plot_solve_rates(
             if series:
                 ax.plot(*_xy(series), style, color=color, marker="o", ms=3, label=f"{run_label}{kind}")
             else:
-                ax.plot([], [], style, color=color, alpha=0.4, label=f"{run_label}{kind}: no valid task")
+                missing.append(f"{run_label}{kind}")
         series = step_mean(rows, "teacher/valid_rate") if valid_rate else {}
         if series:
             ax.plot(*_xy(series), style, color="k", lw=1, marker="s", ms=3, label=f"{run_label}valid-proposal rate")
@@ -81,9 +82,12 @@ def plot_solve_rates(
     if valid_rate:
         title = "Solve rate ρ per kind, and valid-proposal rate"
     ax.set(xlabel="step", ylabel="rate" if valid_rate else "solve rate", ylim=(-0.03, 1.03), title=title)
-    ax.legend(fontsize=8, ncol=2 if len(runs) > 1 else 1, loc="upper left")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, ncol=2 if len(runs) > 1 else 1, loc="upper left")
     if not drawn:
         say_empty(ax, "no valid proposal to solve yet" if source == "fresh" else "no buffer task was attempted")
+    else:
+        say_missing(ax, missing, "no valid task")
     fig.tight_layout()
     return fig
 
