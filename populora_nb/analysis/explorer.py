@@ -96,6 +96,7 @@ def tasks_table(tasks: pd.DataFrame, max_rows: int = 20) -> str:
         attempts = "" if pd.isna(r["n_solved"]) else f"{r['n_solved']}/{r['rollouts']}"
         cells = r | {"verdict": verdict(r), "attempts": attempts}
         cells |= {c: "" if pd.isna(r[c]) else f"{r[c]:{f}}" for c, f in (("rho", ".2f"), ("ast_depth", ".0f"))}
+        cells["rho"] = cells["rho"] or "–"  # no ρ: marked as the step tables mark it (step_tables.NO_RHO)
         first = " ".join(str(r["program"] or "(nothing parsable)").split())[:60]  # the program on one line
         tds = "".join(f"<td>{html.escape(_text(cells[c]))}</td>" for c in TABLE_COLUMNS)
         code = f"<td style='text-align:left;white-space:nowrap'><code>{html.escape(first)}</code></td>"

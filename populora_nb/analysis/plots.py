@@ -18,7 +18,7 @@ from populora_nb.analysis.frames import records, step_mean
 from populora_nb.analysis.protocol_series import HEADLINE
 from populora_nb.evolution import Lineage
 from populora_nb.matchmaking import Match, solve_rate_matrix
-from populora_nb.operators import CONTROLS, OPERATORS, PAPER_IDS
+from populora_nb.operators import CONTROLS, OPERATORS, PAPER_IDS, arity
 
 KIND_COLORS = {"code_o": "tab:blue", "code_i": "tab:orange", "code_f": "tab:green"}
 ROLE_COLORS = {"teacher": "tab:red", "student": "tab:blue", "agent": "tab:gray"}
@@ -283,15 +283,30 @@ def plot_lineage(
             arrow = dict(arrowstyle="->", color=op_color[r.operator], ls="--" if n else "-", lw=1.2)
             ax.annotate("", xy=(r.step, lane[r.child]), xytext=(r.step - 0.45 * gap, lane[parent]), arrowprops=arrow)
         ax.plot(r.step, lane[r.child], "o", color=op_color[r.operator], ms=5)
+        # the child's name where its lifetime starts: a lane holds its founder, then the children that replaced it
+        ax.annotate(r.child, (r.step, lane[r.child]), xytext=(3, 5), textcoords="offset points", fontsize=6)
     for op in operators:
-        ax.plot([], [], color=op_color[op], label=f"{PAPER_IDS.get(op, op)} {op}" if op not in CONTROLS else op)
+        ax.plot([], [], color=op_color[op], label=_operator_label(op))
     for role in roles:
         ax.plot([], [], color=role_color[role], lw=4, alpha=0.75, label=f"{role} lifetimes")
-    slot = [sum(role_of[g] == role_of[f] for g in initial[:i]) for i, f in enumerate(initial)]  # index within role
-    ax.set_yticks(range(len(initial)), [f"{role_of[f]} slot {n}" for f, n in zip(initial, slot)])
-    ax.set(xlim=(0, end), xlabel="step", title="lineage: children replace the weakest of their role")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_yticks(range(len(initial)), [f"{f} ({role_of[f]})" for f in initial])
+    ax.set(
+        xlim=(0, end),
+        xlabel="step",
+        ylabel="founder's lane",
+        title="lineage: children replace the weakest of their role",
+    )
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="operator (paper id)", title_fontsize=7)
     return fig
+
+
+def _operator_label(op: str) -> str:
+    """An operator as the legend names it: the paper's id (M: mutation, X: crossover), its name and
+    how many parents it takes; a control is its own name."""
+    if op in CONTROLS:
+        return f"{op} (control)"
+    what = "mutation, 1 parent" if arity(op) == 1 else "crossover, 2 parents"
+    return f"{PAPER_IDS.get(op, op)} {op} ({what})"
 
 
 def plot_retention(
