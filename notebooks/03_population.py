@@ -35,11 +35,13 @@ from populora_nb.analysis.plots import plot_lineage
 from populora_nb.config import load_config
 from populora_nb.evolution import Lineage
 from populora_nb.loop import run
+from populora_nb.presets import PRESET_SHOWS
 
 overrides = {"run.agent": "population", "run.seed": seed}
 if steps is not None:
     overrides["run.steps"] = steps
 config = load_config(preset, overrides)
+print(PRESET_SHOWS.get(preset, f"preset {preset}"))
 experiment = Path(out_dir) if out_dir else Path("..") / "runs" / f"notebooks-{preset}"
 run_dir = experiment / "population"
 print(

@@ -34,6 +34,10 @@ from populora_nb.analysis.figures import png_image, save_figure
 from populora_nb.analysis.frames import load_frames
 from populora_nb.analysis.runs import find_runs
 from populora_nb.analysis.synthetic import write_synthetic_experiment
+from populora_nb.presets import PRESET_SHOWS
+
+if run_dir is None:  # the preset's runs: what they can show
+    print(PRESET_SHOWS.get(preset, f"preset {preset}"))
 
 print(f"preset={preset!r} run_dir={run_dir!r} out_dir={out_dir!r} late_fraction={late_fraction} window={window}")
 

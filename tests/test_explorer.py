@@ -98,3 +98,6 @@ def test_notebook_08_draws_the_explorer_figure_as_a_png(tmp_path, monkeypatch):
     assert any("image/png" in k for k in kinds), cell.outputs
     shown = "".join(o.get("data", {}).get("text/plain", "") + o.get("text", "") for o in cell.outputs)
     assert "<Figure size" not in shown
+    # tiny has nothing to show, and the notebook says so first
+    first = next(c for c in nb.cells if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", []))
+    assert first.outputs[0]["text"].startswith("preset tiny: a random 2-layer model, so this run has nothing to show")
