@@ -106,9 +106,10 @@ def line_band(
 
 
 def png_bytes(fig: Figure) -> bytes:
-    """``fig`` as PNG bytes at its own dpi (the live views' in-place images)."""
+    """``fig`` as PNG bytes at its own dpi (the live views' in-place images), cropped to what is drawn:
+    a suptitle above the axes (``y > 1``) is kept, not cut off."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")
+    fig.savefig(buf, format="png", bbox_inches="tight")
     return buf.getvalue()
 
 
