@@ -88,8 +88,9 @@ test-fast: lint
 bench: setup
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b --quick || exit 1; done
 
+# CurveZMQ keys for the kernels' local sockets (ipykernel 7 warns "running over TCP without encryption" otherwise)
 lab: setup
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab --KernelManager.transport_encryption=auto notebooks/
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -43,11 +43,13 @@ from populora_nb.analysis.dashboard import Dashboard, verdict
 from populora_nb.analysis.figures import save_figure
 from populora_nb.config import load_config
 from populora_nb.loop import run
+from populora_nb.presets import PRESET_SHOWS
 
 overrides = {"run.agent": "baseline", "run.seed": seed}
 if steps is not None:
     overrides["run.steps"] = steps
 config = load_config(preset, overrides)
+print(PRESET_SHOWS.get(preset, f"preset {preset}"))
 experiment = Path(out_dir) if out_dir else Path("..") / "runs" / f"notebooks-{preset}"
 run_dir = experiment / "baseline"
 print(
@@ -63,9 +65,14 @@ print(f"run directory: {run_dir.resolve()} (rerunning this notebook resumes it)"
 # scratch copy of the state a run starts from, with a model of its own: it writes nothing into the
 # run directory, and the loop below starts from step 0. `make run` executes this section too, so its
 # time counts in the notebook's.
+#
+# Under each stage, the package's own code that computed it (`source.show`): read from the installed
+# package when the cell runs, not copied here, so a change to the package shows up in this notebook.
+# Docstrings (`help(f)`) and argument checks are left out; the header names the module and lines.
 
 # %%
-from populora_nb.analysis import step_tables
+from populora_nb import rewards, rl, stages
+from populora_nb.analysis import source, step_tables
 from populora_nb.model.policy import LoRAPolicy
 from populora_nb.state import initial_state, roster_for
 from populora_nb.step import Step
@@ -87,6 +94,9 @@ first = hand.out.proposals[0]
 print(f"--- prompt ({first.kind}) ---\n{first.prompt}")
 print(f"--- the agent wrote ---\n{first.completion}")
 
+# %%
+source.show(Step.propose)
+
 # %% [markdown]
 # ### 2 · The verifier's verdicts
 # Parsed, then run in the sandbox; an invalid proposal carries the verifier's reason.
@@ -94,6 +104,9 @@ print(f"--- the agent wrote ---\n{first.completion}")
 # %%
 hand.validate()
 step_tables.proposals_table(hand)
+
+# %%
+source.show(stages.validate)
 
 # %% [markdown]
 # ### 3 · The agent solves
@@ -105,6 +118,9 @@ step_tables.proposals_table(hand)
 hand.solve()
 step_tables.rollouts_table(hand)
 
+# %%
+source.show(rewards.solve_rate, stages.solve_rates)
+
 # %% [markdown]
 # ### 4 · Rewards per role
 # Proposer (AZR): 1 − s for 0 < s < 1, −0.5 at s ∈ {0, 1}, −1 invalid. Solver: +1 / −0.5 / −1.
@@ -113,12 +129,18 @@ step_tables.rollouts_table(hand)
 hand.reward()
 step_tables.rewards_table(hand)
 
+# %%
+source.show(rewards.azr_proposer_reward, rewards.student_reward)
+
 # %% [markdown]
 # ### 5 · TRR++ advantages per group
 # Centred within each (role, kind) group and scaled per role (`rl.advantage_scale`).
 
 # %%
 step_tables.advantages_table(hand)
+
+# %%
+source.show(rl.trr_plus_plus_advantages)
 
 # %% [markdown]
 # ### 6 · The update
@@ -128,6 +150,9 @@ step_tables.advantages_table(hand)
 hand.update()
 hand.grow()
 step_tables.update_table(hand)
+
+# %%
+source.show(rl.policy_gradient_loss)
 
 # %% [markdown]
 # The scratch step is done: its model and sandbox are released before the loop loads its own.

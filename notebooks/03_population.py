@@ -35,11 +35,13 @@ from populora_nb.analysis.plots import plot_lineage
 from populora_nb.config import load_config
 from populora_nb.evolution import Lineage
 from populora_nb.loop import run
+from populora_nb.presets import PRESET_SHOWS
 
 overrides = {"run.agent": "population", "run.seed": seed}
 if steps is not None:
     overrides["run.steps"] = steps
 config = load_config(preset, overrides)
+print(PRESET_SHOWS.get(preset, f"preset {preset}"))
 experiment = Path(out_dir) if out_dir else Path("..") / "runs" / f"notebooks-{preset}"
 run_dir = experiment / "population"
 print(
@@ -56,9 +58,14 @@ print(f"run directory: {run_dir.resolve()} (rerunning this notebook resumes it)"
 # on a scratch copy of the state a run starts from, with a model of its own: it writes nothing into
 # the run directory, and the loop below starts from step 0 with a fresh copy of the same members.
 # `make run` executes this section too, so its time counts in the notebook's.
+#
+# Under each stage, the package's own code that computed it (`source.show`): read from the installed
+# package when the cell runs, not copied here, so a change to the package shows up in this notebook.
+# Docstrings (`help(f)`) and argument checks are left out; the header names the module and lines.
 
 # %%
-from populora_nb.analysis import step_tables
+from populora_nb import evolution, matchmaking, rewards, rl, stages
+from populora_nb.analysis import source, step_tables
 from populora_nb.model.policy import LoRAPolicy
 from populora_nb.state import initial_state, roster_for
 from populora_nb.step import Step
@@ -81,6 +88,9 @@ step_tables.plot_pairing(hand)
 plt.show()
 step_tables.pairing_table(hand)
 
+# %%
+source.show(matchmaking.pfsp_weights)
+
 # %% [markdown]
 # ### 2 · Teachers propose
 # One mixed-adapter batch: each teacher writes its tasks of each kind, shown reference tasks from
@@ -93,6 +103,9 @@ first = hand.out.proposals[0]
 print(f"--- prompt of {first.proposer} ({first.kind}) ---\n{first.prompt}")
 print(f"--- {first.proposer} wrote ---\n{first.completion}")
 
+# %%
+source.show(Step.propose)
+
 # %% [markdown]
 # ### 3 · The verifier's verdicts
 # Every proposal is parsed, then run in the sandbox: banned imports, non-determinism, errors and
@@ -102,6 +115,9 @@ print(f"--- {first.proposer} wrote ---\n{first.completion}")
 # %%
 hand.validate()
 step_tables.proposals_table(hand)
+
+# %%
+source.show(stages.validate)
 
 # %% [markdown]
 # ### 4 · Students solve
@@ -113,6 +129,9 @@ step_tables.proposals_table(hand)
 hand.solve()
 step_tables.rollouts_table(hand)
 
+# %%
+source.show(rewards.solve_rate, stages.solve_rates)
+
 # %% [markdown]
 # ### 5 · Rewards per role
 # Teacher: −1 invalid, 0 when ρ = 0, else 1 − ρ. Student: +1 correct, −0.5 wrong, −1 malformed.
@@ -120,6 +139,9 @@ step_tables.rollouts_table(hand)
 # %%
 hand.reward()
 step_tables.rewards_table(hand)
+
+# %%
+source.show(rewards.teacher_reward, rewards.student_reward)
 
 # %% [markdown]
 # ### 6 · TRR++ advantages per group
@@ -129,6 +151,9 @@ step_tables.rewards_table(hand)
 # %%
 step_tables.advantages_table(hand)
 
+# %%
+source.show(rl.trr_plus_plus_advantages)
+
 # %% [markdown]
 # ### 7 · The update: one policy-gradient step per member
 # Each member's own LoRA learns from its own samples only; the loss and the gradient norm (before
@@ -137,6 +162,9 @@ step_tables.advantages_table(hand)
 # %%
 hand.update()
 step_tables.update_table(hand)
+
+# %%
+source.show(rl.policy_gradient_loss)
 
 # %% [markdown]
 # ### 8 · Ratings
@@ -151,6 +179,9 @@ step_tables.update_table(hand)
 hand.rate()
 step_tables.ratings_table(hand)
 
+# %%
+source.show(matchmaking.teacher_games, matchmaking.student_games)
+
 # %% [markdown]
 # ### 9 · An evolution event
 # The loop evolves every `evolution.every` steps; here one event runs now, on the scratch copy: the
@@ -162,6 +193,9 @@ step_tables.ratings_table(hand)
 hand.grow()
 hand.evolve()
 step_tables.evolution_table(hand)
+
+# %%
+source.show(evolution.fitness, evolution.tournament_select)
 
 # %% [markdown]
 # The scratch step is done: its model and sandbox are released before the loop loads its own.

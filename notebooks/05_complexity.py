@@ -39,6 +39,10 @@ from populora_nb.analysis.figures import save_figure
 from populora_nb.analysis.frames import analyse_run
 from populora_nb.analysis.runs import find_runs
 from populora_nb.analysis.synthetic import write_synthetic_experiment
+from populora_nb.presets import PRESET_SHOWS
+
+if run_dir is None:  # the preset's runs: what they can show
+    print(PRESET_SHOWS.get(preset, f"preset {preset}"))
 
 print(
     f"preset={preset!r} run_dir={run_dir!r} out_dir={out_dir!r} window={window} seed={seed} n_resamples={n_resamples}"
@@ -54,7 +58,8 @@ def save(fig, name):
 # ## The runs
 # With `run_dir` set, the notebook reads the run directories found there (`tasks.jsonl` in each).
 # With `run_dir = None` it reads the experiment that `make run` (`out_dir`) or notebooks 02 and 03
-# (`../runs/notebooks-{preset}`) wrote. Where there is none yet, it writes a **synthetic demo
+# (`../runs/notebooks-{preset}`) wrote. Where there is none yet, or none of its proposals was valid
+# (the `tiny` preset's random model), it writes a **synthetic demo
 # experiment** (`populora_nb.analysis.synthetic`): random programs whose complexity is scripted to
 # fall (baseline) or rise (population). Its figures show how the analysis reads, not a result;
 # every title then says "SYNTHETIC".
@@ -65,6 +70,11 @@ if run_dir is not None:
 else:  # only runs with task records can be measured
     found = find_runs(out_dir, Path("..") / "runs" / f"notebooks-{preset}", missing_ok=True)
     runs = {name: path for name, path in found.items() if (path / "tasks.jsonl").is_file()}
+    if runs and all(a.n_tasks == a.n_invalid for a in map(analyse_run, runs.values())):
+        print(
+            f"{', '.join(map(str, runs.values()))}: no valid proposal, nothing to measure: the synthetic demo instead"
+        )
+        runs = {}
 synthetic = not runs
 if synthetic:
     run_dir = write_synthetic_experiment(

@@ -30,10 +30,14 @@ from pathlib import Path
 from IPython.display import display
 
 from populora_nb.analysis.explorer import Explorer, ancestry, filter_tasks
-from populora_nb.analysis.figures import save_figure
+from populora_nb.analysis.figures import png_image, save_figure
 from populora_nb.analysis.frames import load_frames
 from populora_nb.analysis.runs import find_runs
 from populora_nb.analysis.synthetic import write_synthetic_experiment
+from populora_nb.presets import PRESET_SHOWS
+
+if run_dir is None:  # the preset's runs: what they can show
+    print(PRESET_SHOWS.get(preset, f"preset {preset}"))
 
 print(f"preset={preset!r} run_dir={run_dir!r} out_dir={out_dir!r} late_fraction={late_fraction} window={window}")
 
@@ -129,14 +133,16 @@ else:
     print("no child was born in these runs (evolution did not act, or a baseline)")
 
 # %% [markdown]
-# The explorer's figure of its current selection, saved with the run when `out_dir` is set.
+# The explorer's figure of its current selection, saved with the run when `out_dir` is set. It is
+# drawn as a PNG (`png_image`): the explorer makes its figures without pyplot, so that moving a
+# slider does not pile figures up, and such a figure has no inline display of its own.
 
 # %%
 fig = ex.figure()
 fig.suptitle(f"explorer: {ex.describe()}{tag}", y=1.02)
 if out_dir is not None:
     save_figure(fig, Path(out_dir) / "08_explore.png", close=False)
-display(fig)
+display(png_image(fig))
 
 # %% [markdown]
 # ## Verify it is real

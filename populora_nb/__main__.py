@@ -70,6 +70,7 @@ _say = functools.partial(print, flush=True)
 
 def cmd_notebooks(args: argparse.Namespace) -> int:
     import papermill as pm
+    from traitlets.config import Config
 
     src = Path(args.notebooks) if args.notebooks is not None else default_notebooks()
     books = sorted(src.glob("[0-9][0-9]_*.ipynb"))
@@ -91,6 +92,9 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
             cwd=str(src),
             progress_bar=False,
             parameters={"preset": preset, "out_dir": str(out.resolve())},
+            # CurveZMQ keys for the kernel's local sockets, where the kernelspec supports them (ipykernel 7
+            # declares it): else ipykernel warns "Kernel is running over TCP without encryption" each notebook
+            config=Config({"KernelManager": {"transport_encryption": "auto"}}),
         )
         _say(f"[notebooks] {nb.name} done in {time.time() - t0:.0f}s")
     print(f"[notebooks] executed notebooks and figures in {out}")

@@ -135,6 +135,22 @@ PRESETS: Mapping[str, Mapping[str, Any]] = types.MappingProxyType(
     }
 )
 
+PRESET_SHOWS: Mapping[str, str] = types.MappingProxyType(
+    {
+        "tiny": "preset tiny: a random 2-layer model, so this run has nothing to show: every proposal is "
+        "unparsed, every reward -1, every update skipped. It checks that the code runs (CI); for results "
+        "set POPULORA_PRESET=smoke (README, Presets).",
+        "smoke": "preset smoke: SmolLM2-135M for 3 steps: the loop acting (a few valid tasks, ratings "
+        "moving, one evolution event), not a trend.",
+        "cpu": "preset cpu: SmolLM2-135M after a warm-up, 40 steps: the laptop result, population against "
+        "baseline over seeds.",
+        "gpu": "preset gpu: Qwen2.5-Coder-1.5B for 200 steps on one GPU: the paper's curves at a smaller scale.",
+        "paper": "preset paper: Qwen2.5-Coder-7B for 500 steps: the paper's setting.",
+    }
+)
+"""What a run of each preset can show, in one line: the first line a notebook prints."""
+
+
 EXPECTED_LENGTHS: Mapping[str, tuple[int, int]] = types.MappingProxyType(
     {
         # (proposal, answer) completion tokens each preset's per-kind counts were chosen at (tests/test_compute.py)

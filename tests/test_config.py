@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from populora_nb.config import ConfigError, load_config, save_config
-from populora_nb.presets import PRESETS, parse_override
+from populora_nb.presets import PRESET_SHOWS, PRESETS, parse_override
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -177,3 +177,9 @@ def test_config_knows_every_operator_name_and_checks_a_mix_like_evolution():
             load_config("tiny", {"evolution.operators": bad})
         with pytest.raises(ValueError):
             OperatorMix(bad)
+
+
+def test_every_preset_says_in_one_line_what_its_runs_show():
+    assert set(PRESET_SHOWS) == set(PRESETS)
+    assert all(line.startswith(f"preset {name}: ") and "\n" not in line for name, line in PRESET_SHOWS.items())
+    assert "nothing to show" in PRESET_SHOWS["tiny"]

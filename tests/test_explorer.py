@@ -5,6 +5,8 @@ import matplotlib
 
 matplotlib.use("Agg")  # noqa: E402  (tests draw off-screen)
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -76,3 +78,26 @@ def test_more_than_two_runs_are_refused_with_the_fix(tmp_path):
     with pytest.raises(ValueError, match=r"frames.select\(seed=..., run=...\)"):
         Explorer(frames)
     Explorer(frames.select(seed=1))
+
+
+@pytest.mark.slow  # executes notebook 08 in a kernel (~15 s)
+def test_notebook_08_draws_the_explorer_figure_as_a_png(tmp_path, monkeypatch):
+    """The figure cell's output is an image, not the text repr of a Figure nothing displayed."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebooks = Path(__file__).resolve().parents[1] / "notebooks"
+    monkeypatch.setenv("POPULORA_PRESET", "tiny")  # the kernel inherits the environment
+    monkeypatch.setenv("PYTHONPATH", str(notebooks.parent))  # and imports this checkout's package
+    nb = nbformat.read(notebooks / "08_explore.ipynb", as_version=4)
+    cwd = tmp_path / "notebooks"  # no ../runs beside it: the notebook explores its synthetic demo
+    cwd.mkdir()
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute()
+    [cell] = [c for c in nb.cells if c.cell_type == "code" and "fig = ex.figure()" in c.source]
+    kinds = [set(o.get("data", {})) for o in cell.outputs]
+    assert any("image/png" in k for k in kinds), cell.outputs
+    shown = "".join(o.get("data", {}).get("text/plain", "") + o.get("text", "") for o in cell.outputs)
+    assert "<Figure size" not in shown
+    # tiny has nothing to show, and the notebook says so first
+    first = next(c for c in nb.cells if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", []))
+    assert first.outputs[0]["text"].startswith("preset tiny: a random 2-layer model, so this run has nothing to show")

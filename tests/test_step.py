@@ -61,7 +61,8 @@ def test_tables_follow_the_rules(verifier, tokenizer):
     fresh = rollouts[rollouts["task"].str.startswith("proposal")]
     assert len(fresh) == sum(isinstance(p.result, Task) for p in hand.out.proposals) > 0
     assert (fresh["k"] == cfg.rl.rollouts).all()
-    assert (fresh["ρ"] == fresh["passed"] / fresh["k"]).all()
+    assert (fresh["ρ"] == (fresh["passed"] / fresh["k"]).round(2)).all()
+    assert set(rollouts.loc[~rollouts["task"].str.startswith("proposal"), "ρ"]) <= {step_tables.NO_RHO}
     assert (rollouts["rollouts"].str.len() == rollouts["k"]).all()
     # rewards: a teacher's follow PopuLoRA's rule from its task's verdict and rho; a student's its status
     rewarded = [p for p in hand.out.proposals if not (isinstance(p.result, Task) and p.rho is None)]

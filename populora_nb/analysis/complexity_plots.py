@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
+import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from populora_nb.analysis.complexity import COMPLEXITY_FIELDS, RunAnalysis, StepSeries
 from populora_nb.analysis.coverage import COVERAGE_KINDS, SAMPLE_UNITS, Rarefaction, compare_at_equal_n
-from populora_nb.analysis.figures import axes_or_new, finish, line_band, say_empty
+from populora_nb.analysis.figures import axes_or_new, finish, line_band, say_empty, say_missing, whole_ticks
 
 LABELS: Mapping[str, str] = {
     "ast_depth": "AST depth",
@@ -79,10 +80,13 @@ def _plot_shares(series: Mapping[str, StepSeries], ylabel: str, title: str, ax: 
 
 def _plot_bands(series: Mapping[str, StepSeries], labels: dict, why_empty: str, ax: Axes | None) -> Figure:
     """One line with its band per non-empty series; ``labels``: ``ax.set``'s keywords."""
-    fig, ax = axes_or_new(ax)
-    drawn = [line_band(ax, s.steps, s.mean, s.lo, s.hi, label=n) for n, s in series.items() if len(s.steps)]
+    fig, ax = axes_or_new(ax, steps=True)
+    has = {n: s for n, s in series.items() if np.isfinite(np.asarray(s.mean, dtype=float)).any()}
+    drawn = [line_band(ax, s.steps, s.mean, s.lo, s.hi, label=n) for n, s in has.items()]
     ax.set(xlabel="step", **labels)
     finish(ax, bool(drawn), why_empty, fontsize="small")
+    if drawn:
+        say_missing(ax, [n for n in series if n not in has], "nothing to plot")
     return fig
 
 
@@ -115,11 +119,11 @@ def plot_rarefaction(
     if kind not in COVERAGE_LABELS:
         raise ValueError(f"kind must be one of {tuple(COVERAGE_LABELS)}, got {kind!r}")
     fig, ax = axes_or_new(ax)
+    whole_ticks(ax.xaxis)  # a number of units drawn
     present = {name: c for name, c in curves.items() if c.size > 0}
     common = compare_at_equal_n(present) if present else None
     for name, curve in curves.items():
         if curve.size == 0:
-            ax.plot([], [], label=f"{name}: no {SAMPLE_UNITS[kind]}")  # in the legend, so it is not silently missing
             continue
         at = common.at[name]  # type: ignore[union-attr]
         label = f"{name} (N={curve.size}): {at.mean:.1f} [{at.lo:.0f}, {at.hi:.0f}] at n={at.n}"
@@ -134,8 +138,9 @@ def plot_rarefaction(
     )
     if not present:
         say_empty(ax, f"no {SAMPLE_UNITS[kind]} in {', '.join(curves) or 'any run'}:\nnothing to count")
-    if curves:
+    else:
         ax.legend(fontsize="x-small")
+        say_missing(ax, [n for n in curves if n not in present], f"no {SAMPLE_UNITS[kind]}")  # not silently missing
     return fig
 
 
@@ -159,7 +164,7 @@ def plot_program_metric_per_proposer(
 ) -> Figure:
     """``metric`` per proposer (teacher) within one run, over what each wrote: rolling mean lines,
     no band."""
-    fig, ax = axes_or_new(ax)
+    fig, ax = axes_or_new(ax, steps=True)
     series = {name: analysis.series(metric, window=window, proposer=name) for name in analysis.proposers}
     drawn = [ax.plot(s.steps, s.mean, label=name) for name, s in series.items() if len(s.steps)]
     name = LABELS.get(metric, metric)

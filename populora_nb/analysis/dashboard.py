@@ -24,7 +24,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from populora_nb.analysis import plots
-from populora_nb.analysis.figures import png_bytes
+from populora_nb.analysis.figures import png_image
 from populora_nb.analysis.frames import records
 from populora_nb.step_records import step_summary
 
@@ -134,7 +134,7 @@ class Dashboard:
             self.show()  # a terminal: the status line; a notebook not yet shown: the whole view
 
     def _render(self) -> None:
-        from IPython.display import HTML, Image
+        from IPython.display import HTML
 
         history = self.history
         head = f"<b>{html.escape(self.status())}</b>"
@@ -144,5 +144,5 @@ class Dashboard:
             head += f"<br><code>{html.escape(line)}</code>"
         self._handles["head"].update(HTML(head))
         if history:
-            self._handles["figure"].update(Image(data=png_bytes(self.figure()), format="png"))
+            self._handles["figure"].update(png_image(self.figure()))
         self._handles["tasks"].update(HTML(tasks_html(records(self.path, "tasks")[-5:])))

@@ -25,7 +25,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from populora_nb.analysis.figures import finish, line_band
+from populora_nb.analysis.figures import finish, line_band, whole_ticks
 from populora_nb.analysis.frames import records, step_value
 from populora_nb.analysis.liveness import played_tasks
 from populora_nb.analysis.seed_stats import fmt_interval, t_interval, welch_interval
@@ -111,6 +111,7 @@ def plot_probe(runs: Mapping[str, str | Path]) -> Figure:
     axes[2].axhline(FLOOR_SHARE, color="grey", lw=0.8, ls=":", label=floor)
     axes[2].set(xlabel="step", ylabel="share of valid probe tasks", title="Can the probe move both ways?")
     for ax in axes:
+        whole_ticks(ax.xaxis)
         ax.set_ylim(-0.03, 1.03)
         finish(ax, drawn, "no probe event recorded (probe.every = 0)", fontsize=8)
     fig.tight_layout()

@@ -27,10 +27,9 @@ import ipywidgets as widgets
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 
 from populora_nb.analysis.dashboard import in_notebook, verdict
-from populora_nb.analysis.figures import finish, png_bytes, say_empty
+from populora_nb.analysis.figures import finish, png_image, say_empty, whole_ticks
 from populora_nb.analysis.frames import COMPLEXITY_COLUMNS, RunFrames
 
 ALL = "all"
@@ -97,6 +96,7 @@ def tasks_table(tasks: pd.DataFrame, max_rows: int = 20) -> str:
         attempts = "" if pd.isna(r["n_solved"]) else f"{r['n_solved']}/{r['rollouts']}"
         cells = r | {"verdict": verdict(r), "attempts": attempts}
         cells |= {c: "" if pd.isna(r[c]) else f"{r[c]:{f}}" for c, f in (("rho", ".2f"), ("ast_depth", ".0f"))}
+        cells["rho"] = cells["rho"] or "–"  # no ρ: marked as the step tables mark it (step_tables.NO_RHO)
         first = " ".join(str(r["program"] or "(nothing parsable)").split())[:60]  # the program on one line
         tds = "".join(f"<td>{html.escape(_text(cells[c]))}</td>" for c in TABLE_COLUMNS)
         code = f"<td style='text-align:left;white-space:nowrap'><code>{html.escape(first)}</code></td>"
@@ -243,7 +243,7 @@ class Explorer:
             a.set_xlim(self.steps.value[0] - 0.6, self.steps.value[1] + 0.6)
             a.set(title=f"{run}: selected tasks per step", xlabel="step", ylabel="tasks")
             for axis in (a.xaxis, a.yaxis):
-                axis.set_major_locator(MaxNLocator(integer=True))
+                whole_ticks(axis)
             finish(a, bool(len(mine)), "no task matches the filter", fontsize=8)
             self._matrix(b, run, at)
             self._ratings(c, run, at)
@@ -307,8 +307,8 @@ class Explorer:
     def _render(self) -> None:
         if not self._handles:
             return
-        from IPython.display import HTML, Image
+        from IPython.display import HTML
 
         self._handles["head"].update(HTML(self.head_html()))
-        self._handles["figure"].update(Image(data=png_bytes(self.figure()), format="png"))
+        self._handles["figure"].update(png_image(self.figure()))
         self._handles["detail"].update(HTML(self.detail_html()))

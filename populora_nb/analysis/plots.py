@@ -13,12 +13,12 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from populora_nb.analysis.figures import axes_or_new, figure_of, finish, say_empty
+from populora_nb.analysis.figures import axes_or_new, figure_of, finish, say_empty, say_missing
 from populora_nb.analysis.frames import records, step_mean
 from populora_nb.analysis.protocol_series import HEADLINE
 from populora_nb.evolution import Lineage
 from populora_nb.matchmaking import Match, solve_rate_matrix
-from populora_nb.operators import CONTROLS, OPERATORS, PAPER_IDS
+from populora_nb.operators import CONTROLS, OPERATORS, PAPER_IDS, arity
 
 KIND_COLORS = {"code_o": "tab:blue", "code_i": "tab:orange", "code_f": "tab:green"}
 ROLE_COLORS = {"teacher": "tab:red", "student": "tab:blue", "agent": "tab:gray"}
@@ -56,12 +56,13 @@ def plot_solve_rates(
     student, the quantity the teacher reward and the collapse story are about. ``buffer``: the
     solvers' attempts at buffer tasks (PopuLoRA's top-ups, AZR's solver batch), older and easier
     tasks kept apart so they cannot lift the fresh curve. ``valid_rate`` adds each run's
-    valid-proposal rate (black). Every kind gets a legend entry, "no valid task" when it has no
-    point, so a kind listed in a task table is never missing from the legend.
+    valid-proposal rate (black). A kind with no point is named in the panel ("no data for ..."), so a
+    kind listed in a task table is never silently missing.
     """
     fig, ax = axes_or_new(ax, (7, 3.8), steps=True)
     prefix = "" if source == "fresh" else "buffer_"
     drawn = False  # any solve-rate point
+    missing: list[str] = []
     for (name, path), style in zip(runs.items(), ["-", "--", ":", "-."]):
         rows = records(path, "metrics")
         run_label = "" if len(runs) == 1 else f"{name} · "
@@ -71,7 +72,7 @@ def plot_solve_rates(
             if series:
                 ax.plot(*_xy(series), style, color=color, marker="o", ms=3, label=f"{run_label}{kind}")
             else:
-                ax.plot([], [], style, color=color, alpha=0.4, label=f"{run_label}{kind}: no valid task")
+                missing.append(f"{run_label}{kind}")
         series = step_mean(rows, "teacher/valid_rate") if valid_rate else {}
         if series:
             ax.plot(*_xy(series), style, color="k", lw=1, marker="s", ms=3, label=f"{run_label}valid-proposal rate")
@@ -81,9 +82,12 @@ def plot_solve_rates(
     if valid_rate:
         title = "Solve rate ρ per kind, and valid-proposal rate"
     ax.set(xlabel="step", ylabel="rate" if valid_rate else "solve rate", ylim=(-0.03, 1.03), title=title)
-    ax.legend(fontsize=8, ncol=2 if len(runs) > 1 else 1, loc="upper left")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, ncol=2 if len(runs) > 1 else 1, loc="upper left")
     if not drawn:
         say_empty(ax, "no valid proposal to solve yet" if source == "fresh" else "no buffer task was attempted")
+    else:
+        say_missing(ax, missing, "no valid task")
     fig.tight_layout()
     return fig
 
@@ -279,15 +283,30 @@ def plot_lineage(
             arrow = dict(arrowstyle="->", color=op_color[r.operator], ls="--" if n else "-", lw=1.2)
             ax.annotate("", xy=(r.step, lane[r.child]), xytext=(r.step - 0.45 * gap, lane[parent]), arrowprops=arrow)
         ax.plot(r.step, lane[r.child], "o", color=op_color[r.operator], ms=5)
+        # the child's name where its lifetime starts: a lane holds its founder, then the children that replaced it
+        ax.annotate(r.child, (r.step, lane[r.child]), xytext=(3, 5), textcoords="offset points", fontsize=6)
     for op in operators:
-        ax.plot([], [], color=op_color[op], label=f"{PAPER_IDS.get(op, op)} {op}" if op not in CONTROLS else op)
+        ax.plot([], [], color=op_color[op], label=_operator_label(op))
     for role in roles:
         ax.plot([], [], color=role_color[role], lw=4, alpha=0.75, label=f"{role} lifetimes")
-    slot = [sum(role_of[g] == role_of[f] for g in initial[:i]) for i, f in enumerate(initial)]  # index within role
-    ax.set_yticks(range(len(initial)), [f"{role_of[f]} slot {n}" for f, n in zip(initial, slot)])
-    ax.set(xlim=(0, end), xlabel="step", title="lineage: children replace the weakest of their role")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_yticks(range(len(initial)), [f"{f} ({role_of[f]})" for f in initial])
+    ax.set(
+        xlim=(0, end),
+        xlabel="step",
+        ylabel="founder's lane",
+        title="lineage: children replace the weakest of their role",
+    )
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="operator (paper id)", title_fontsize=7)
     return fig
+
+
+def _operator_label(op: str) -> str:
+    """An operator as the legend names it: the paper's id (M: mutation, X: crossover), its name and
+    how many parents it takes; a control is its own name."""
+    if op in CONTROLS:
+        return f"{op} (control)"
+    what = "mutation, 1 parent" if arity(op) == 1 else "crossover, 2 parents"
+    return f"{PAPER_IDS.get(op, op)} {op} ({what})"
 
 
 def plot_retention(

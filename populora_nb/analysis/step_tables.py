@@ -5,6 +5,8 @@ per member, the rating changes with the rule behind each, and an evolution event
 
 Each table is read straight from the step's own objects, so what it shows is what the loop then
 records for the same stage; nothing here computes a quantity of its own except counts and means.
+Numbers are rounded to what they can show (ρ and μ, σ to 2 decimals, rewards and advantages to 3:
+an advantage of −1.5e-08 is a float's rounding of 0), and a task without ρ shows `NO_RHO`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,16 @@ from populora_nb.verify import Invalid
 
 MARK = {"correct": "✓", "wrong": "✗", "malformed": "·"}
 """How a rollout's status is drawn in `rollouts_table`: passed, failed, unparseable answer."""
+NO_RHO = "–"
+"""ρ of a task nobody solved this step: an invalid or unparsed proposal, or a buffer task."""
+
+
+def _rho(rho: float | None) -> float | str:
+    return NO_RHO if rho is None else round(rho, 2)
+
+
+def _round(value: float, digits: int) -> float:
+    return round(value, digits) + 0.0  # + 0.0: no "-0.0" for a tiny negative rounded away
 
 
 def pairing_table(step: Step) -> pd.DataFrame:
@@ -73,7 +85,7 @@ def proposals_table(step: Step) -> pd.DataFrame:
         program = (getattr(p.parsed, "program", "") or "").strip()
         row = {"proposer": p.proposer, "solver": p.solver, "kind": p.kind, "verdict": said, "reason": reason}
         first = program.splitlines()[0][:60] if program else ""
-        rows.append(row | {"copy": p.copy or "", "program (first line)": first, "ρ": p.rho})
+        rows.append(row | {"copy": p.copy or "", "program (first line)": first, "ρ": _rho(p.rho)})
     return pd.DataFrame(rows)
 
 
@@ -93,7 +105,7 @@ def rollouts_table(step: Step) -> pd.DataFrame:
             "rollouts": "".join(MARK[s] for s in statuses),
             "passed": statuses.count("correct"),
         }
-        rows.append(row | {"k": len(statuses), "ρ": step.out.proposals[where].rho if fresh else None})
+        rows.append(row | {"k": len(statuses), "ρ": _rho(step.out.proposals[where].rho if fresh else None)})
     return pd.DataFrame(rows)
 
 
@@ -105,7 +117,10 @@ def rewards_table(step: Step) -> pd.DataFrame:
     names = {("propose", True): "teacher", ("propose", False): "proposer", ("solve", True): "student"}
     rows = [
         {"member": m, "role": names.get((role, step.population), "solver"), "samples": len(r)}
-        | {"rewards": ", ".join(f"{v:+g}×{n}" for v, n in sorted(Counter(r).items())), "mean reward": sum(r) / len(r)}
+        | {
+            "rewards": ", ".join(f"{v:+g}×{n}" for v, n in sorted(Counter(r).items())),
+            "mean reward": _round(sum(r) / len(r), 3),
+        }
         for (m, role), r in by.items()
     ]
     return pd.DataFrame(rows)
@@ -121,9 +136,9 @@ def advantages_table(step: Step) -> pd.DataFrame:
     for (member, role, kind), samples in by.items():
         r = pd.Series([s.reward for s in samples])
         a = pd.Series([s.advantage for s in samples])
-        row = {"member": member, "role": role, "kind": kind, "n": len(samples), "reward mean": r.mean()}
-        row |= {"reward sd": r.std(ddof=0), "advantage mean": a.mean()}
-        rows.append(row | {"advantage min": a.min(), "advantage max": a.max()})
+        row = {"member": member, "role": role, "kind": kind, "n": len(samples), "reward mean": _round(r.mean(), 3)}
+        row |= {"reward sd": _round(r.std(ddof=0), 3), "advantage mean": _round(a.mean(), 3)}
+        rows.append(row | {"advantage min": _round(a.min(), 3), "advantage max": _round(a.max(), 3)})
     return pd.DataFrame(rows)
 
 
@@ -159,8 +174,9 @@ def ratings_table(step: Step) -> pd.DataFrame:
     rows = []
     for member, before in step.ratings_before.items():
         after = step.state.ratings.get(member, before)
-        row = {"member": member, "role": step.state.roster.get(member, ""), "μ before": before.mu, "μ after": after.mu}
-        row |= {"Δμ": after.mu - before.mu, "σ before": before.sigma, "σ after": after.sigma}
+        row: dict[str, object] = {"member": member, "role": step.state.roster.get(member, "")}
+        row |= {"μ before": _round(before.mu, 2), "μ after": _round(after.mu, 2), "Δμ": _round(after.mu - before.mu, 2)}
+        row |= {"σ before": _round(before.sigma, 2), "σ after": _round(after.sigma, 2)}
         row |= {"games won": won[member], "games lost": lost[member]}
         rows.append(row | {"rules (matches)": "; ".join(f"{r} ×{n}" for r, n in rules[member].items()) or "no match"})
     return pd.DataFrame(rows)
@@ -174,6 +190,11 @@ def evolution_table(step: Step) -> pd.DataFrame:
         changes = b.get("parent_changes") or [b.get("relative_change")]
         row = {k: b[k] for k in ("role", "replaced", "child", "operator")} | {"parents": ", ".join(b["parents"])}
         rows.append(
-            row | {"distance from parents": ", ".join(f"{c:.3g}" for c in changes), "μ": b["mu"], "σ": b["sigma"]}
+            row
+            | {
+                "distance from parents": ", ".join(f"{c:.3g}" for c in changes),
+                "μ": _round(b["mu"], 2),
+                "σ": _round(b["sigma"], 2),
+            }
         )
     return pd.DataFrame(rows)
