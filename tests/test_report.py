@@ -55,3 +55,15 @@ def test_every_step_axis_of_the_report_ticks_whole_steps(tmp_path, monkeypatch, 
             counted += 1
     assert counted >= 15  # every panel of the list above, not a few
     plt.close("all")
+
+
+def test_a_three_step_report_names_the_checks_it_cannot_judge_and_never_says_every_check_passed(tmp_path):
+    """A `smoke`-length run (3 steps) holds fewer than 4 step blocks: its report's mechanism section
+    says "too few to judge" for the share checks, not "Every check passed"."""
+    exp = write_synthetic_experiment(tmp_path / "exp", n_steps=3, matches=True)
+    for agent in ("baseline", "population"):
+        save_config(load_config("tiny", {"run.agent": agent, "run.steps": 3}), exp / agent / "config.yaml")
+    live = next(s for s in report.sections(exp) if s.title == "Is the mechanism live?")
+    assert "Every check passed" not in live.text
+    assert "Too few to judge: new programs, new programs, last window, band" in live.text
+    assert "distinct programs" in live.text and "**Baseline**" in live.text
