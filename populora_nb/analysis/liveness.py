@@ -270,10 +270,12 @@ class Liveness:
         """One paragraph a notebook prints and the report quotes."""
         judged, n_repeats = self.judged, sum(v.repeat for v in self.valid)
         new, window = judged["new programs"], judged["new programs, last window"]
+        last = self.steps - 1
+        span = f"step {last}" if self.window_start == last else f"steps {self.window_start}–{last}"
         text = (
             f"{len(self.valid)} valid tasks, {self.distinct_programs} distinct programs, {n_repeats} repeats. "
-            f"New programs: {new.text()} ({self.new_programs_per_step():.2f} per step); in the last window (steps "
-            f"{self.window_start}–{self.steps - 1}) {window.text()} ({self.new_programs_per_step(True):.2f} per "
+            f"New programs: {new.text()} ({self.new_programs_per_step():.2f} per step); in the last window ({span}) "
+            f"{window.text()} ({self.new_programs_per_step(True):.2f} per "
             f"step). 0 < ρ < 1 among played non-repeats: {judged['band'].text('played')}; among played new "
             f"programs: {_pct(self.band_items('new programs'))}"
         )
