@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
+import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -219,6 +221,32 @@ class _Stage:
         self.marks.append(memory_mark(name))
 
 
+VLLM_LOG_LEVEL = "ERROR"
+"""vLLM's log level while the doctor runs: its warnings (one per weight it loads in another dtype, 136
+lines for a bf16 SmolLM2 stored in fp32; CPU tuning hints) would bury the table and the verdicts,
+which say what failed. A run keeps vLLM at WARNING (`vllm_setup.engine_env`)."""
+
+
+@contextmanager
+def quiet_vllm() -> Iterator[None]:
+    """vLLM's logging at `VLLM_LOG_LEVEL` inside: its variable, which `engine_env` leaves alone once
+    set and the engine's processes inherit, and its logger in this process (already configured if
+    vLLM was imported before). A level the user set in the environment wins; both are restored."""
+    key = "VLLM_LOGGING_LEVEL"
+    user = os.environ.get(key)
+    logger = logging.getLogger("vllm")
+    before = logger.level
+    if user is None:
+        os.environ[key] = VLLM_LOG_LEVEL
+        logger.setLevel(VLLM_LOG_LEVEL)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
+        if user is None:
+            os.environ.pop(key, None)
+
+
 def run_doctor(
     preset: str | None,
     overrides: dict[str, Any] | None = None,
@@ -233,7 +261,8 @@ def run_doctor(
     stage = _Stage(report.memory)
     random = RANDOM_WEIGHTS if weights == "random" else {}
     try:
-        _run(report, stage, preset, {**DEFAULTS, **random, **(overrides or {})}, config_path, say)
+        with quiet_vllm():
+            _run(report, stage, preset, {**DEFAULTS, **random, **(overrides or {})}, config_path, say)
     except Exception as e:  # noqa: BLE001 - the doctor reports every failure as one line
         text = " ".join(str(e).split()) or type(e).__name__
         report.failures.append(f"stage {stage.name!r} failed: {type(e).__name__}: {text}")
