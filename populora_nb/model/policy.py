@@ -92,9 +92,22 @@ class LoRAPolicy:
             engine.drop(gone)
         for m in self.population.ids():
             if m in self._stale:
-                engine.push(m, self.factors(m))
+                engine.push(m, self.factors(m), self._probe_logprobs(m, engine.probe_ids))
         self._stale.clear()
         return time.perf_counter() - started
+
+    @torch.no_grad()
+    def _probe_logprobs(self, member_id: str, ids: list[int]) -> list[float] | None:
+        """The trainer's `VLLMEngine.probe_peaks` of the member's current factors: after each prefix
+        of ``ids``, the largest next-token log-prob (at temperature 1, as the engine's greedy rows),
+        which the engine's check compares with its own; None with random weights, whose engine
+        weights (vLLM's dummy ones) are not the trainer's."""
+        if self.base.weights == "random":
+            return None
+        x = torch.tensor([ids], device=self.base.device)
+        with self.population.member_forward(member_id):
+            logits = self.base.model(input_ids=x).logits[0].float()  # (T, V)
+        return logits.log_softmax(-1).max(-1).values.tolist()
 
     @classmethod
     def create(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import math
 import shutil
 import time
 from collections.abc import Sequence
@@ -49,8 +50,20 @@ PROBE_TOKENS = 4
 """Greedy tokens per probe row: their log-probs are compared with the base's."""
 
 
+PROBE_NOISE = 0.05
+"""Nats per probe token within which the engine's scores and the trainer's count as the same
+weights (`check_applied`): fp32 engine and trainer differ by 7e-5 at most (`model.policy.Mismatch`),
+bf16 by rounding that is per token at most a few hundredths of a nat (its epsilon, 0.0078, on the
+logits). A probe further from its member's own trainer output than this, and no further from
+another member's or the member's previous version's, is served with those weights."""
+
+
 class AdapterNotApplied(EngineError):
     """The engine samples a member from the bare base although its adapter is large enough to show."""
+
+
+class AdapterMixedUp(EngineError):
+    """The engine serves a member with another member's adapter or its own previous version."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +106,9 @@ class VLLMEngine:
         """vLLM's model runner, as the started engine reports it ("v1" or "v2"; the config pins it)."""
         self._adapters: dict[str, Any] = {}  # name -> the LoRARequest generate uses
         self._zero: set[str] = set()  # members pushed too close to B = 0 to show (`visible`): excepted from the check
+        self._expected: dict[str, tuple[list[float], list[float] | None]] = {}
+        """Per member: the trainer's log-probs of the probe tokens (`probe_ids`) under the factors
+        pushed last and under the version before, as `push` was given them (`check_applied`)."""
         self._next_id = 1
         self.asleep = False
         self.check_due = True
@@ -149,9 +165,17 @@ class VLLMEngine:
 
     # ---- adapters ---------------------------------------------------------------------------
 
-    def push(self, name: str, factors: LoRAFactors) -> float:
+    @property
+    def probe_ids(self) -> list[int]:
+        """The applied-adapter probe's tokens: `check_applied` compares the engine's log-probs of them
+        with the trainer's that `push` is given."""
+        return list(self.base.tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"])
+
+    def push(self, name: str, factors: LoRAFactors, expected: Sequence[float] | None = None) -> float:
         """Make ``factors`` the adapter the engine samples ``name`` with; returns the seconds taken
-        (writing the peft adapter and the engine loading it)."""
+        (writing the peft adapter and the engine loading it). ``expected``: the trainer's `probe_peaks` under
+        ``factors``, so that the check this push makes due can tell whose
+        adapter the engine serves (without it, only that it is not the bare base)."""
         from vllm.lora.request import LoRARequest
 
         started = time.perf_counter()
@@ -176,6 +200,10 @@ class VLLMEngine:
             self._zero.discard(name)
         else:
             self._zero.add(name)
+        previous = self._expected.pop(name, None)
+        if expected is not None:  # without it, which trainer output these factors give is unknown
+            self._expected[name] = (list(expected), previous[0] if previous else None)
+        self.check_due = True  # a push can load the wrong weights or none: check before sampling from it
         return time.perf_counter() - started
 
     def adapter_path(self, name: str) -> str:
@@ -186,6 +214,7 @@ class VLLMEngine:
         """Forget a member's adapter (a member evolution replaced)."""
         old = self._adapters.pop(name, None)
         self._zero.discard(name)
+        self._expected.pop(name, None)
         if old is not None:
             self._remove(old.lora_int_id)
 
@@ -261,10 +290,15 @@ class VLLMEngine:
         the same batch (same shapes, so the base's numbers are the same in every row): a member whose
         tokens and log-probs all equal the base's is not applied, and `AdapterNotApplied` stops the
         run. Members pushed at B = 0 are the base by design, and members whose update is below the
-        engine's rounding (`visible`) cannot be told from it: both are skipped."""
+        engine's rounding (`visible`) cannot be told from it: both are skipped. Then whose weights
+        each member is served with (`_check_whose`)."""
+        self.check_due = False
+        self._check_base()
+        self._check_whose()
+
+    def _check_base(self) -> None:
         from vllm import SamplingParams
 
-        self.check_due = False
         members = [m for m in self._adapters if m not in self._zero]
         if not members:
             return
@@ -293,6 +327,52 @@ class VLLMEngine:
                 f"base's samples. Fix: rerun to resume from the last checkpoint; if it recurs set "
                 f"rollout.sleep_during_training=false, or rollout.engine=native"
             )
+
+    def _check_whose(self) -> None:
+        """Every member whose trainer output `push` was given: the engine's probe (`probe_peaks`)
+        must be within `PROBE_NOISE` of that output, or else closer to it than to any other member's
+        and to the member's previous version's; otherwise `AdapterMixedUp` names the first such
+        member and whose weights it is served with (a swapped or stale adapter, which the bare-base
+        check above passes and the log-prob gap monitor, at 1 nat, misses while members are close)."""
+        members = [m for m in self._adapters if m in self._expected]
+        if not members:
+            return
+        peaks = self.probe_peaks(members)
+        for m in members:
+            own, previous = self._expected[m]
+            rivals = {f"{j}'s": self._expected[j][0] for j in members if j != m}
+            if previous is not None:
+                rivals["its own previous version's"] = previous
+            gap = probe_gap(peaks[m], own)
+            closer = [(probe_gap(peaks[m], v), who) for who, v in rivals.items() if probe_gap(peaks[m], v) <= gap]
+            if gap > PROBE_NOISE and closer:
+                near, who = min(closer)
+                raise AdapterMixedUp(
+                    f"the vLLM engine serves {m} with other weights: its probe is {gap:.3g} nats/token from {m}'s "
+                    f"trainer output (noise: {PROBE_NOISE:g}) and {near:.3g} from {who} (a swapped or stale adapter), "
+                    f"so {m} would train on another policy's samples. Fix: rerun to resume from the last checkpoint; "
+                    f"if it recurs set rollout.sync=new_id, or rollout.engine=native"
+                )
+
+    def probe_peaks(self, members: Sequence[str]) -> dict[str, list[float]]:
+        """Per member, the engine's greedy log-prob of the next token after each prefix of `probe_ids`
+        (one row per prefix, one token each): the peak of its next-token distribution there, which
+        the trainer computes from one forward (`LoRAPolicy` gives it to `push`). A peak, not a fixed
+        token's log-prob: vLLM's prompt log-probs with LoRA fail on its CPU kernels, and a peak does
+        not jump when rounding flips a near-tie between two greedy tokens."""
+        from vllm import SamplingParams
+
+        ids = self.probe_ids
+        params = SamplingParams(n=1, temperature=0.0, max_tokens=1, logprobs=0, skip_reading_prefix_cache=True)
+        prompts = [{"prompt_token_ids": ids[:n]} for n in range(1, len(ids) + 1)]
+        outs = self.llm.generate(
+            prompts * len(members),
+            params,
+            lora_request=[self._request(m) for m in members for _ in prompts],
+            use_tqdm=False,
+        )
+        peaks = [_tokens_and_logprobs(o.outputs[0])[1][0] for o in outs]
+        return {m: peaks[i * len(prompts) : (i + 1) * len(prompts)] for i, m in enumerate(members)}
 
     # ---- sharing the card with the trainer --------------------------------------------------------
 
@@ -335,6 +415,13 @@ def visible(factors: LoRAFactors, scale: float, dtype: torch.dtype) -> bool:
     eps = torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
     bound = max((scale * float(p.B.float().norm()) * float(p.A.float().norm()) for p in factors.values()), default=0.0)
     return bound > 0 and bound >= eps
+
+
+def probe_gap(a: Sequence[float], b: Sequence[float]) -> float:
+    """Mean |a − b| over the probe's tokens, in nats (inf when the lengths differ)."""
+    if len(a) != len(b) or not a:
+        return math.inf
+    return sum(abs(x - y) for x, y in zip(a, b)) / len(a)
 
 
 def _tokens_and_logprobs(completion: Any) -> tuple[tuple[int, ...], tuple[float, ...]]:
