@@ -160,8 +160,9 @@ def test_a_push_that_loads_another_members_or_the_previous_adapter_stops_the_run
     policy.generate_greedy(policy.members, ["x = 1"] * len(policy.members), 2)  # all served right: passes
     previous = policy.factors(member)
     factors = policy.factors(member)
-    for pair in factors.values():
-        pair.B.mul_(-1.0)  # the member's next version, far from its previous one
+    g = torch.Generator().manual_seed(7)
+    for pair in factors.values():  # the member's next version: a B as far from the last as another member's
+        pair.B.copy_(torch.randn(pair.B.shape, generator=g) * 0.5)
     policy.set_factors(member, factors)
     served = policy.factors(other) if fault == "swapped" else previous
     written = vllm_engine.write_peft_adapter
