@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import math
-import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -35,6 +33,7 @@ from populora_nb.experiment import check_inputs
 from populora_nb.model.base import Base, load_base
 from populora_nb.model.engine_share import GIB, TrainerMemory, describe, measured_check, run_share
 from populora_nb.model.policy import LoRAPolicy
+from populora_nb.model.vllm_setup import quiet_vllm
 from populora_nb.state import roster_for
 from populora_nb.step_records import Timer, memory_mark, reset_peak_memory, step_summary
 from populora_nb.verify import Verifier
@@ -219,32 +218,6 @@ class _Stage:
         yield
         say(f"[doctor] {name} done in {time.perf_counter() - started:.1f}s")
         self.marks.append(memory_mark(name))
-
-
-VLLM_LOG_LEVEL = "ERROR"
-"""vLLM's log level while the doctor runs: its warnings (one per weight it loads in another dtype, 136
-lines for a bf16 SmolLM2 stored in fp32; CPU tuning hints) would bury the table and the verdicts,
-which say what failed. A run keeps vLLM at WARNING (`vllm_setup.engine_env`)."""
-
-
-@contextmanager
-def quiet_vllm() -> Iterator[None]:
-    """vLLM's logging at `VLLM_LOG_LEVEL` inside: its variable, which `engine_env` leaves alone once
-    set and the engine's processes inherit, and its logger in this process (already configured if
-    vLLM was imported before). A level the user set in the environment wins; both are restored."""
-    key = "VLLM_LOGGING_LEVEL"
-    user = os.environ.get(key)
-    logger = logging.getLogger("vllm")
-    before = logger.level
-    if user is None:
-        os.environ[key] = VLLM_LOG_LEVEL
-        logger.setLevel(VLLM_LOG_LEVEL)
-    try:
-        yield
-    finally:
-        logger.setLevel(before)
-        if user is None:
-            os.environ.pop(key, None)
 
 
 def run_doctor(

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import math
 import shutil
 import time
 from collections.abc import Sequence
@@ -31,6 +30,7 @@ from populora_nb.config import LoRAConfig, RolloutConfig
 from populora_nb.lowrank import LoRAFactors
 from populora_nb.model.base import Base, decode_text, release_cached_memory
 from populora_nb.model.checkpoint import write_peft_adapter
+from populora_nb.model.engine_probe import probe_gap, probe_noise, visible
 from populora_nb.model.engine_share import checked_share, trainer_memory
 from populora_nb.model.vllm_setup import (
     EngineError,
@@ -48,14 +48,6 @@ PROBE_TEXT = "def f(x):\n    return x + 1\n\nprint(f("
 """The applied-adapter probe's prompt: any short text the base continues."""
 PROBE_TOKENS = 4
 """Greedy tokens per probe row: their log-probs are compared with the base's."""
-
-
-PROBE_NOISE = 0.05
-"""Nats per probe token within which the engine's scores and the trainer's count as the same
-weights (`check_applied`): fp32 engine and trainer differ by 7e-5 at most (`model.policy.Mismatch`),
-bf16 by rounding that is per token at most a few hundredths of a nat (its epsilon, 0.0078, on the
-logits). A probe further from its member's own trainer output than this, and no further from
-another member's or the member's previous version's, is served with those weights."""
 
 
 class AdapterNotApplied(EngineError):
@@ -330,26 +322,30 @@ class VLLMEngine:
 
     def _check_whose(self) -> None:
         """Every member whose trainer output `push` was given: the engine's probe (`probe_peaks`)
-        must be within `PROBE_NOISE` of that output, or else closer to it than to any other member's
-        and to the member's previous version's; otherwise `AdapterMixedUp` names the first such
+        must be no further from that output than from any other member's or the member's previous
+        version's by more than `probe_noise`; otherwise `AdapterMixedUp` names the first such
         member and whose weights it is served with (a swapped or stale adapter, which the bare-base
         check above passes and the log-prob gap monitor, at 1 nat, misses while members are close)."""
         members = [m for m in self._adapters if m in self._expected]
         if not members:
             return
         peaks = self.probe_peaks(members)
+        noise = probe_noise(self.base.dtype)
         for m in members:
             own, previous = self._expected[m]
             rivals = {f"{j}'s": self._expected[j][0] for j in members if j != m}
             if previous is not None:
                 rivals["its own previous version's"] = previous
             gap = probe_gap(peaks[m], own)
-            closer = [(probe_gap(peaks[m], v), who) for who, v in rivals.items() if probe_gap(peaks[m], v) <= gap]
-            if gap > PROBE_NOISE and closer:
+            # closer by more than the noise: members too alike to tell apart (all at B = 0 at the start,
+            # or an engine whose kernels round differently from the trainer's) are not told apart
+            gaps = {who: probe_gap(peaks[m], v) for who, v in rivals.items()}
+            closer = [(g, who) for who, g in gaps.items() if g + noise < gap]
+            if closer:
                 near, who = min(closer)
                 raise AdapterMixedUp(
                     f"the vLLM engine serves {m} with other weights: its probe is {gap:.3g} nats/token from {m}'s "
-                    f"trainer output (noise: {PROBE_NOISE:g}) and {near:.3g} from {who} (a swapped or stale adapter), "
+                    f"trainer output (noise: {noise:g}) and {near:.3g} from {who} (a swapped or stale adapter), "
                     f"so {m} would train on another policy's samples. Fix: rerun to resume from the last checkpoint; "
                     f"if it recurs set rollout.sync=new_id, or rollout.engine=native"
                 )
@@ -405,23 +401,6 @@ class VLLMEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def visible(factors: LoRAFactors, scale: float, dtype: torch.dtype) -> bool:
-    """Whether an adapter can move the engine's outputs at its dtype: the largest bound on a module's
-    ``‖ΔW‖₂ ≤ scale · ‖B‖_F · ‖A‖_F`` is at least the dtype's epsilon (bf16: 0.0078). A member at B = 0
-    is not, nor one a first small update barely moved, whose bf16 activations can equal the base's to
-    the bit (it would read as "not applied"); in float32 only B = 0 is below."""
-    eps = torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
-    bound = max((scale * float(p.B.float().norm()) * float(p.A.float().norm()) for p in factors.values()), default=0.0)
-    return bound > 0 and bound >= eps
-
-
-def probe_gap(a: Sequence[float], b: Sequence[float]) -> float:
-    """Mean |a − b| over the probe's tokens, in nats (inf when the lengths differ)."""
-    if len(a) != len(b) or not a:
-        return math.inf
-    return sum(abs(x - y) for x, y in zip(a, b)) / len(a)
 
 
 def _tokens_and_logprobs(completion: Any) -> tuple[tuple[int, ...], tuple[float, ...]]:
