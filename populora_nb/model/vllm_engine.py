@@ -10,7 +10,9 @@ The engine only samples: it returns each completion's token ids and its own per-
 (after temperature, ``logprobs_mode="processed_logprobs"``); the trainer recomputes the log-probs it
 trains on and compares (`model.policy`), as TRL and veRL monitor their training–inference mismatch.
 A member's factors reach the engine as a peft adapter in a RAM-backed directory (`push`), and
-`check_applied` probes every member against the bare base after start and every wake. The engine
+after every start, wake and push `check_applied` probes every member: against the bare base, and
+against the trainer's output for that member, every other member and its previous version (whose
+adapter it serves). The engine
 core runs in its own process (vLLM's default), so on a CPU its thread binding stays out of the trainer's.
 """
 
