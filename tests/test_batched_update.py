@@ -15,8 +15,8 @@ from scripted import spread_members
 
 from populora_nb.config import load_config
 from populora_nb.model.adapters import roles_for
-from populora_nb.model.batch import concat, train_batch
-from populora_nb.model.policy import LoRAPolicy
+from populora_nb.model.batch import aligned_logprobs, concat, train_batch
+from populora_nb.model.policy import LoRAPolicy, Mismatch
 from populora_nb.policy import Sample
 
 ROSTER = list(roles_for(2, 3).items())  # T0 T1 S0 S1 S2
@@ -138,3 +138,26 @@ def test_concat_pads_every_row_to_the_widest_and_keeps_its_tokens(tiny_base):
             row += 1
     with pytest.raises(ValueError, match="temperatures"):
         concat([batches[0], train_batch([policy._generation("T1", samples["T1"][0])], [1.0], 0, temperature=0.5)])
+
+
+def test_a_member_without_engine_log_probs_joins_the_pass_and_is_not_compared(tiny_base):
+    """One member's batch carries the engine's log-probs and another's none (a sample no engine
+    sampled): the joined batch holds NaN on the second's rows, which the mismatch monitor skips, so
+    it measures the first member's gap alone (this raised "set in some batches and not in others")."""
+    policy = _policy(tiny_base, "batched")
+    samples = _samples(policy, seed=4)
+    batches = [
+        train_batch([policy._generation(m, s) for s in samples[m]], [s.advantage for s in samples[m]], 0)
+        for m in ("T0", "T1")
+    ]
+    batches[0].sampler_logprobs = aligned_logprobs(batches[0], [[-1.0] * len(s.token_ids[1]) for s in samples["T0"]])
+    joined = concat(batches)
+    assert joined.sampler_logprobs is not None
+    comp = joined.completion_mask.bool()
+    n0 = batches[0].input_ids.shape[0]
+    assert joined.sampler_logprobs[:n0][comp[:n0]].eq(-1.0).all()
+    assert joined.sampler_logprobs[n0:][comp[n0:]].isnan().all()
+    mismatch = Mismatch()
+    mismatch.add(torch.zeros(joined.input_ids.shape), joined)  # trainer log-probs 0: a gap of 1 where compared
+    assert mismatch.stats() == {"rollout/logp_diff_mean": 1.0, "rollout/logp_diff_max": 1.0}
+    assert mismatch.count == int(comp[:n0].sum())

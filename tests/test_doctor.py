@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import math
 import os
 import subprocess
@@ -13,7 +14,10 @@ import sys
 
 import pytest
 
+from populora_nb import doctor
+from populora_nb.config import load_config
 from populora_nb.doctor import DoctorReport, RunTimes
+from populora_nb.model.vllm_setup import engine_env
 
 ROWS = (
     "load: base model",
@@ -155,3 +159,24 @@ def test_the_random_weights_doctor_runs_the_gpu_presets_shapes_on_a_cpu(tmp_path
     stages = [m["stage"] for m in report["memory"]]
     assert stages[0] == "load base" and "population: 1 steps" in stages and "baseline: 1 steps" in stages
     assert all(m["free_gb"] > 0 and m["peak_reserved_gb"] > 0 for m in report["memory"])
+
+
+def test_the_doctor_runs_vllm_at_error_level_and_restores_it(monkeypatch):
+    """vLLM's warnings (136 lines of dtype notes for bf16 SmolLM2) would bury the doctor's table: inside
+    the doctor the engine's environment and vLLM's logger say ERROR; a user's own level wins."""
+    seen = []
+
+    def fake_run(*args, **kwargs):
+        with engine_env(False, load_config("tiny").rollout):  # as the engine starts
+            seen.append((os.environ["VLLM_LOGGING_LEVEL"], logging.getLogger("vllm").level))
+
+    monkeypatch.setattr(doctor, "_run", fake_run)
+    monkeypatch.delenv("VLLM_LOGGING_LEVEL", raising=False)
+    before = logging.getLogger("vllm").level
+    failures = doctor.run_doctor("tiny", say=lambda _: None).failures  # no stage ran: only check()'s line
+    assert not any(f.startswith("stage") for f in failures), failures
+    assert seen == [("ERROR", logging.ERROR)]
+    assert "VLLM_LOGGING_LEVEL" not in os.environ and logging.getLogger("vllm").level == before
+    monkeypatch.setenv("VLLM_LOGGING_LEVEL", "DEBUG")
+    doctor.run_doctor("tiny", say=lambda _: None)
+    assert seen[-1][0] == "DEBUG" and os.environ["VLLM_LOGGING_LEVEL"] == "DEBUG"

@@ -13,7 +13,8 @@ import torch
 
 from populora_nb.config import load_config
 from populora_nb.lowrank import LoRAPair
-from populora_nb.model.vllm_engine import AdapterNotApplied, VLLMEngine, visible
+from populora_nb.model import vllm_engine
+from populora_nb.model.vllm_engine import AdapterMixedUp, AdapterNotApplied, VLLMEngine, visible
 from populora_nb.model.vllm_setup import engine_args, prefix_caching
 
 if importlib.util.find_spec("vllm") is None:
@@ -144,3 +145,35 @@ def test_members_too_close_to_the_base_to_show_are_excepted():
     assert not visible(factors(0.0), 2.0, torch.float32)
     assert not visible(factors(1e-5), 2.0, torch.bfloat16) and visible(factors(1e-5), 2.0, torch.float32)
     assert visible(factors(0.5), 2.0, torch.bfloat16)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["swapped", "stale"])
+def test_a_push_that_loads_another_members_or_the_previous_adapter_stops_the_run(vllm_policy, monkeypatch, fault):
+    """A push whose adapter holds another member's factors (swapped) or the member's previous
+    version (stale) is not the bare base, so the bare-base check passes it; the check each push
+    makes due compares the engine's probe with every member's trainer output and stops the run
+    at the next generate, in one line naming the member (on the old check the run went on)."""
+    policy = vllm_policy
+    _synced(policy)
+    member, other = policy.members[1], policy.members[2]
+    policy.generate_greedy(policy.members, ["x = 1"] * len(policy.members), 2)  # all served right: passes
+    previous = policy.factors(member)
+    factors = policy.factors(member)
+    g = torch.Generator().manual_seed(7 if fault == "swapped" else 8)  # a version this member never had
+    for pair in factors.values():  # the member's next version: a B as far from the last as another member's
+        pair.B.copy_(torch.randn(pair.B.shape, generator=g) * 0.5)
+    policy.set_factors(member, factors)
+    served = policy.factors(other) if fault == "swapped" else previous
+    written = vllm_engine.write_peft_adapter
+    monkeypatch.setattr(vllm_engine, "write_peft_adapter", lambda path, _, *a, **k: written(path, served, *a, **k))
+    policy.sync()
+    with pytest.raises(AdapterMixedUp) as e:
+        policy.generate_greedy([policy.members[0]], ["x = 1"], 2)
+    text = str(e.value)
+    assert f"serves {member} with other weights" in text and "\n" not in text
+    assert (f"from {other}'s" in text) if fault == "swapped" else ("previous version" in text)
+    monkeypatch.undo()
+    policy.changed(member)
+    policy.sync()  # the right adapter: the check passes again
+    assert len(policy.generate_greedy([member], ["x = 1"], 2)) == 1

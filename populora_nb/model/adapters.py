@@ -223,7 +223,7 @@ class Population:
     # ---- training -------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _member_forward(
+    def member_forward(
         self, member_id: str | None, share_prompts: bool = False
     ) -> Iterator[Callable[[TrainBatch], Tensor]]:
         """A function batch -> completion log-probs (B, T) under this member's adapter (None: the
@@ -253,7 +253,7 @@ class Population:
         """Completion log-probs (B, T) without gradient, at ``batch.temperature`` (the sampling
         temperature, as ``train_step`` takes them): old log-probs for PPO epochs, or the base's
         (``member_id=None``) as a KL reference."""
-        with self._member_forward(member_id, share_prompts) as forward:
+        with self.member_forward(member_id, share_prompts) as forward:
             return forward(batch.to(self.base.device))
 
     def train_step(
@@ -284,7 +284,7 @@ class Population:
             batch = batch.rows(micro_batch_order(batch, share_prompts).to(self.base.device))
         total = max(size(batch), 1e-9)
         stats: dict[str, float] = {}
-        with self._member_forward(member_id, share_prompts) as forward:
+        with self.member_forward(member_id, share_prompts) as forward:
             for lo in range(0, n, step):
                 chunk = batch.rows(slice(lo, lo + step)).trimmed()
                 weight = size(chunk) / total

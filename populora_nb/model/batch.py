@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +51,8 @@ class TrainBatch:
     ref_logprobs: Tensor | None = None  # (B, T), for a KL penalty
     sampler_logprobs: Tensor | None = None
     """(B, T): the rollout engine's log-prob of each completion token as it sampled it (0 elsewhere),
-    compared with the trainer's own (never used for the gradient); None when the trainer sampled."""
+    compared with the trainer's own (never used for the gradient); NaN on a row no engine sampled,
+    None when none was."""
     temperature: float = 1.0
     """The temperature the completions were sampled at. Every log-prob of this batch (old, new,
     reference) is taken from logits / temperature, so the gradient and the PPO ratio are those of
@@ -130,8 +132,10 @@ def sample_generation(
 def concat(batches: Sequence[TrainBatch]) -> TrainBatch:
     """The rows of every batch in order, left-padded to the widest: several members' batches as one
     (the batched update, `batched_update.train_members`). Padding is masked out everywhere and
-    positions count real tokens, so a row scores the same in any batch. An optional field (old,
-    reference or engine log-probs) must be present in all batches or in none."""
+    positions count real tokens, so a row scores the same in any batch. The old and reference
+    log-probs must be present in all batches or in none (the config asks for them for every member);
+    the engine's, which only the mismatch monitor reads, are NaN in the rows of a batch without them
+    (a member none of whose samples the engine sampled: nothing to compare, as in its own update)."""
     if not batches:
         raise ValueError("concat needs at least one batch")
     temperatures = {b.temperature for b in batches}
@@ -143,7 +147,9 @@ def concat(batches: Sequence[TrainBatch]) -> TrainBatch:
         parts = [getattr(b, name) for b in batches]
         if all(p is None for p in parts):
             return None
-        if any(p is None for p in parts):
+        if name == "sampler_logprobs":
+            parts = [torch.full(b.input_ids.shape, math.nan) if p is None else p for b, p in zip(batches, parts)]
+        elif any(p is None for p in parts):
             raise ValueError(f"{name} is set in some batches and not in others")
         return torch.cat([F.pad(p, (width - p.shape[1], 0)) if p.dim() == 2 else p for p in parts])
 
@@ -151,12 +157,16 @@ def concat(batches: Sequence[TrainBatch]) -> TrainBatch:
     return TrainBatch(**fields, temperature=batches[0].temperature)
 
 
-def aligned_logprobs(batch: TrainBatch, rows: Sequence[Sequence[float]]) -> Tensor:
+def aligned_logprobs(batch: TrainBatch, rows: Sequence[Sequence[float] | None]) -> Tensor:
     """Per-row completion log-probs (each as long as its row's completion) placed on ``batch``'s
-    completion positions: a (B, T) tensor, 0 elsewhere, aligned with ``completion_logprobs``."""
+    completion positions: a (B, T) tensor, 0 elsewhere, aligned with ``completion_logprobs``; a row
+    given as None (no log-probs known) is NaN on its completion."""
     out = torch.zeros(batch.input_ids.shape, dtype=torch.float32)
     for i, lps in enumerate(rows):
         n = int(batch.completion_mask[i].sum())
+        if lps is None:
+            out[i, batch.completion_mask[i].bool()] = math.nan
+            continue
         if len(lps) != n:
             raise ValueError(f"row {i}: {len(lps)} log-probs for {n} completion tokens")
         if n:

@@ -92,9 +92,22 @@ class LoRAPolicy:
             engine.drop(gone)
         for m in self.population.ids():
             if m in self._stale:
-                engine.push(m, self.factors(m))
+                engine.push(m, self.factors(m), self._probe_logprobs(m, engine.probe_ids))
         self._stale.clear()
         return time.perf_counter() - started
+
+    @torch.no_grad()
+    def _probe_logprobs(self, member_id: str, ids: list[int]) -> list[float] | None:
+        """The trainer's `VLLMEngine.probe_peaks` of the member's current factors: after each prefix
+        of ``ids``, the largest next-token log-prob (at temperature 1, as the engine's greedy rows),
+        which the engine's check compares with its own; None with random weights, whose engine
+        weights (vLLM's dummy ones) are not the trainer's."""
+        if self.base.weights == "random":
+            return None
+        x = torch.tensor([ids], device=self.base.device)
+        with self.population.member_forward(member_id):
+            logits = self.base.model(input_ids=x).logits[0].float()  # (T, V)
+        return logits.log_softmax(-1).max(-1).values.tolist()
 
     @classmethod
     def create(
@@ -251,9 +264,14 @@ class LoRAPolicy:
         # stay those of the untruncated distribution (rl.completion_logprobs)
         temperature = self.config.sampling.temperature
         batch = train_batch(gens, [s.advantage for s in samples], self.tokenizer.pad_token_id, temperature=temperature)
-        sampled = [self._sampled.pop((member_id, s.token_ids), None) if s.token_ids else None for s in samples]
-        if all(lp is not None for lp in sampled):  # every sample came from the engine: compare
-            batch.sampler_logprobs = aligned_logprobs(batch, [lp or () for lp in sampled])
+        # `get`, not `pop`: two rollouts of one task that sampled the same tokens (a 135M student's
+        # short answers often do) share one key and one set of log-probs; `sync` clears them.
+        sampled = [self._sampled.get((member_id, s.token_ids)) if s.token_ids else None for s in samples]
+        if any(lp is not None for lp in sampled):
+            # A sample no engine sampled (a scripted one, or one from before the last sync) still
+            # trains, since the trainer recomputes every log-prob it trains on; it only has nothing
+            # to compare with, so its row is NaN and the mismatch monitor skips it (`Mismatch.add`).
+            batch.sampler_logprobs = aligned_logprobs(batch, sampled)
         if self._engine is not None:
             self._engine.sleep()  # on a GPU: the KV cache makes room for training
             self._stale.add(member_id)
@@ -350,8 +368,9 @@ class Mismatch:
     def add(self, logprobs: torch.Tensor, batch: TrainBatch) -> None:
         if not self.active or batch.sampler_logprobs is None:
             return
-        mask = batch.completion_mask.bool()
-        diff = (logprobs.detach().float() - batch.sampler_logprobs.to(logprobs.device))[mask].abs()
+        sampler = batch.sampler_logprobs.to(logprobs.device)
+        mask = batch.completion_mask.bool() & ~sampler.isnan()  # NaN: a row no engine sampled
+        diff = (logprobs.detach().float() - sampler)[mask].abs()
         if diff.numel():
             self.total += float(diff.sum())
             self.count += diff.numel()

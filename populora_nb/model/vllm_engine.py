@@ -10,7 +10,9 @@ The engine only samples: it returns each completion's token ids and its own per-
 (after temperature, ``logprobs_mode="processed_logprobs"``); the trainer recomputes the log-probs it
 trains on and compares (`model.policy`), as TRL and veRL monitor their training–inference mismatch.
 A member's factors reach the engine as a peft adapter in a RAM-backed directory (`push`), and
-`check_applied` probes every member against the bare base after start and every wake. The engine
+after every start, wake and push `check_applied` probes every member: against the bare base, and
+against the trainer's output for that member, every other member and its previous version (whose
+adapter it serves). The engine
 core runs in its own process (vLLM's default), so on a CPU its thread binding stays out of the trainer's.
 """
 
@@ -30,6 +32,7 @@ from populora_nb.config import LoRAConfig, RolloutConfig
 from populora_nb.lowrank import LoRAFactors
 from populora_nb.model.base import Base, decode_text, release_cached_memory
 from populora_nb.model.checkpoint import write_peft_adapter
+from populora_nb.model.engine_probe import probe_gap, probe_noise, visible
 from populora_nb.model.engine_share import checked_share, trainer_memory
 from populora_nb.model.vllm_setup import (
     EngineError,
@@ -51,6 +54,10 @@ PROBE_TOKENS = 4
 
 class AdapterNotApplied(EngineError):
     """The engine samples a member from the bare base although its adapter is large enough to show."""
+
+
+class AdapterMixedUp(EngineError):
+    """The engine serves a member with another member's adapter or its own previous version."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +100,9 @@ class VLLMEngine:
         """vLLM's model runner, as the started engine reports it ("v1" or "v2"; the config pins it)."""
         self._adapters: dict[str, Any] = {}  # name -> the LoRARequest generate uses
         self._zero: set[str] = set()  # members pushed too close to B = 0 to show (`visible`): excepted from the check
+        self._expected: dict[str, tuple[list[float], list[float] | None]] = {}
+        """Per member: the trainer's log-probs of the probe tokens (`probe_ids`) under the factors
+        pushed last and under the version before, as `push` was given them (`check_applied`)."""
         self._next_id = 1
         self.asleep = False
         self.check_due = True
@@ -149,9 +159,17 @@ class VLLMEngine:
 
     # ---- adapters ---------------------------------------------------------------------------
 
-    def push(self, name: str, factors: LoRAFactors) -> float:
+    @property
+    def probe_ids(self) -> list[int]:
+        """The applied-adapter probe's tokens: `check_applied` compares the engine's log-probs of them
+        with the trainer's that `push` is given."""
+        return list(self.base.tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"])
+
+    def push(self, name: str, factors: LoRAFactors, expected: Sequence[float] | None = None) -> float:
         """Make ``factors`` the adapter the engine samples ``name`` with; returns the seconds taken
-        (writing the peft adapter and the engine loading it)."""
+        (writing the peft adapter and the engine loading it). ``expected``: the trainer's `probe_peaks` under
+        ``factors``, so that the check this push makes due can tell whose
+        adapter the engine serves (without it, only that it is not the bare base)."""
         from vllm.lora.request import LoRARequest
 
         started = time.perf_counter()
@@ -176,6 +194,10 @@ class VLLMEngine:
             self._zero.discard(name)
         else:
             self._zero.add(name)
+        previous = self._expected.pop(name, None)
+        if expected is not None:  # without it, which trainer output these factors give is unknown
+            self._expected[name] = (list(expected), previous[0] if previous else None)
+        self.check_due = True  # a push can load the wrong weights or none: check before sampling from it
         return time.perf_counter() - started
 
     def adapter_path(self, name: str) -> str:
@@ -186,6 +208,7 @@ class VLLMEngine:
         """Forget a member's adapter (a member evolution replaced)."""
         old = self._adapters.pop(name, None)
         self._zero.discard(name)
+        self._expected.pop(name, None)
         if old is not None:
             self._remove(old.lora_int_id)
 
@@ -261,10 +284,15 @@ class VLLMEngine:
         the same batch (same shapes, so the base's numbers are the same in every row): a member whose
         tokens and log-probs all equal the base's is not applied, and `AdapterNotApplied` stops the
         run. Members pushed at B = 0 are the base by design, and members whose update is below the
-        engine's rounding (`visible`) cannot be told from it: both are skipped."""
+        engine's rounding (`visible`) cannot be told from it: both are skipped. Then whose weights
+        each member is served with (`_check_whose`)."""
+        self.check_due = False
+        self._check_base()
+        self._check_whose()
+
+    def _check_base(self) -> None:
         from vllm import SamplingParams
 
-        self.check_due = False
         members = [m for m in self._adapters if m not in self._zero]
         if not members:
             return
@@ -293,6 +321,56 @@ class VLLMEngine:
                 f"base's samples. Fix: rerun to resume from the last checkpoint; if it recurs set "
                 f"rollout.sleep_during_training=false, or rollout.engine=native"
             )
+
+    def _check_whose(self) -> None:
+        """Every member whose trainer output `push` was given: the engine's probe (`probe_peaks`)
+        must be no further from that output than from any other member's or the member's previous
+        version's by more than `probe_noise`; otherwise `AdapterMixedUp` names the first such
+        member and whose weights it is served with (a swapped or stale adapter, which the bare-base
+        check above passes and the log-prob gap monitor, at 1 nat, misses while members are close)."""
+        members = [m for m in self._adapters if m in self._expected]
+        if not members:
+            return
+        peaks = self.probe_peaks(members)
+        noise = probe_noise(self.base.dtype)
+        for m in members:
+            own, previous = self._expected[m]
+            rivals = {f"{j}'s": self._expected[j][0] for j in members if j != m}
+            if previous is not None:
+                rivals["its own previous version's"] = previous
+            gap = probe_gap(peaks[m], own)
+            # closer by more than the noise: members too alike to tell apart (all at B = 0 at the start,
+            # or an engine whose kernels round differently from the trainer's) are not told apart
+            gaps = {who: probe_gap(peaks[m], v) for who, v in rivals.items()}
+            closer = [(g, who) for who, g in gaps.items() if g + noise < gap]
+            if closer:
+                near, who = min(closer)
+                raise AdapterMixedUp(
+                    f"the vLLM engine serves {m} with other weights: its probe is {gap:.3g} nats/token from {m}'s "
+                    f"trainer output (noise: {noise:g}) and {near:.3g} from {who} (a swapped or stale adapter), "
+                    f"so {m} would train on another policy's samples. Fix: rerun to resume from the last checkpoint; "
+                    f"if it recurs set rollout.sync=new_id, or rollout.engine=native"
+                )
+
+    def probe_peaks(self, members: Sequence[str]) -> dict[str, list[float]]:
+        """Per member, the engine's greedy log-prob of the next token after each prefix of `probe_ids`
+        (one row per prefix, one token each): the peak of its next-token distribution there, which
+        the trainer computes from one forward (`LoRAPolicy` gives it to `push`). A peak, not a fixed
+        token's log-prob: vLLM's prompt log-probs with LoRA fail on its CPU kernels, and a peak does
+        not jump when rounding flips a near-tie between two greedy tokens."""
+        from vllm import SamplingParams
+
+        ids = self.probe_ids
+        params = SamplingParams(n=1, temperature=0.0, max_tokens=1, logprobs=0, skip_reading_prefix_cache=True)
+        prompts = [{"prompt_token_ids": ids[:n]} for n in range(1, len(ids) + 1)]
+        outs = self.llm.generate(
+            prompts * len(members),
+            params,
+            lora_request=[self._request(m) for m in members for _ in prompts],
+            use_tqdm=False,
+        )
+        peaks = [_tokens_and_logprobs(o.outputs[0])[1][0] for o in outs]
+        return {m: peaks[i * len(prompts) : (i + 1) * len(prompts)] for i, m in enumerate(members)}
 
     # ---- sharing the card with the trainer --------------------------------------------------------
 
@@ -325,16 +403,6 @@ class VLLMEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def visible(factors: LoRAFactors, scale: float, dtype: torch.dtype) -> bool:
-    """Whether an adapter can move the engine's outputs at its dtype: the largest bound on a module's
-    ``‖ΔW‖₂ ≤ scale · ‖B‖_F · ‖A‖_F`` is at least the dtype's epsilon (bf16: 0.0078). A member at B = 0
-    is not, nor one a first small update barely moved, whose bf16 activations can equal the base's to
-    the bit (it would read as "not applied"); in float32 only B = 0 is below."""
-    eps = torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
-    bound = max((scale * float(p.B.float().norm()) * float(p.A.float().norm()) for p in factors.values()), default=0.0)
-    return bound > 0 and bound >= eps
 
 
 def _tokens_and_logprobs(completion: Any) -> tuple[tuple[int, ...], tuple[float, ...]]:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -235,3 +237,29 @@ def core_list(cores: list[int]) -> str:
     """``[0, 1, 2, 5]`` -> ``"0-2,5"`` (VLLM_CPU_OMP_THREADS_BIND's format)."""
     spans = [[c for _, c in run] for _, run in itertools.groupby(enumerate(cores), lambda ic: ic[1] - ic[0])]
     return ",".join(f"{s[0]}-{s[-1]}" if len(s) > 1 else f"{s[0]}" for s in spans)
+
+
+VLLM_LOG_LEVEL = "ERROR"
+"""vLLM's log level while the doctor runs: its warnings (one per weight it loads in another dtype, 136
+lines for a bf16 SmolLM2 stored in fp32; CPU tuning hints) would bury the table and the verdicts,
+which say what failed (`doctor`). A run keeps vLLM at WARNING (`engine_env`)."""
+
+
+@contextlib.contextmanager
+def quiet_vllm() -> Iterator[None]:
+    """vLLM's logging at `VLLM_LOG_LEVEL` inside: its variable, which `engine_env` leaves alone once
+    set and the engine's processes inherit, and its logger in this process (already configured if
+    vLLM was imported before). A level the user set in the environment wins; both are restored."""
+    key = "VLLM_LOGGING_LEVEL"
+    user = os.environ.get(key)
+    logger = logging.getLogger("vllm")
+    before = logger.level
+    if user is None:
+        os.environ[key] = VLLM_LOG_LEVEL
+        logger.setLevel(VLLM_LOG_LEVEL)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
+        if user is None:
+            os.environ.pop(key, None)
