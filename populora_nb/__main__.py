@@ -27,7 +27,7 @@ from typing import NoReturn
 
 from populora_nb.analysis.dashboard import Dashboard
 from populora_nb.analysis.report import make_figures, write_report
-from populora_nb.config import load_config
+from populora_nb.config import ExperimentConfig, load_config, load_dir_config
 from populora_nb.doctor import run_doctor
 from populora_nb.errors import UserInputError
 from populora_nb.evaluation.benchmarks import load_results
@@ -61,8 +61,20 @@ def _overrides(args: argparse.Namespace) -> dict:
     return dict(parse_override(o) for o in args.overrides)
 
 
-def _config(args: argparse.Namespace, extra: dict | None = None):
-    return load_config(args.preset, {**_overrides(args), **(extra or {})}, args.config)
+def _config(args: argparse.Namespace, extra: dict | None = None, directory: Path | None = None) -> ExperimentConfig:
+    """The command's config. A ``directory`` (a run or experiment) that holds a ``config.yaml`` is
+    read as it was made, and --preset / --config / --set change only the fields they name, in one
+    line saying which; elsewhere, the preset ($POPULORA_PRESET, else smoke) with those changes."""
+    overrides = {**_overrides(args), **(extra or {})}
+    saved = directory / "config.yaml" if directory is not None else None
+    if saved is None or not saved.is_file():
+        return load_config(args.preset, overrides, args.config)
+    config, changed = load_dir_config(saved, args.preset, overrides, args.config)
+    diff = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
+    _say(
+        f"[{args.command}] config: {saved} (preset {config.preset})" + (f"; changed: {diff}" if diff else ", as saved")
+    )
+    return config
 
 
 _say = functools.partial(print, flush=True)
@@ -119,7 +131,7 @@ def cmd_seed(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     extra = {"run.agent": args.agent, "run.steps": args.steps, "run.seed": args.seed}
-    config = _config(args, {k: v for k, v in extra.items() if v is not None})
+    config = _config(args, {k: v for k, v in extra.items() if v is not None}, args.out)
     check_inputs(config, (config.run.agent,))
     out = args.out or Path(config.run.out_dir) / f"{config.run.agent}-{time.strftime('%Y%m%d-%H%M%S')}"
     _say(f"[run] {config.run.agent} · preset {config.preset} · {config.run.steps} steps → {out}")
@@ -132,7 +144,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    config = _config(args)
+    config = _config(args, directory=args.out)
     out = args.out or Path(config.run.out_dir) / f"experiment-{config.preset}-{time.strftime('%Y%m%d-%H%M%S')}"
     _say(f"[experiment] sandbox isolation: {Verifier.probe(config.verifier)}")
     t0 = time.time()
@@ -142,7 +154,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    config = _config(args)
+    config = _config(args, directory=args.experiment_dir)
     table = args.experiment_dir / "eval" / "table.md"
     if args.scorer == "evalplus":
         require_evalplus()  # one line saying how to install it, before any model loads
@@ -245,7 +257,13 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=say)
         p.set_defaults(func=func)
         if config:
-            p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: $POPULORA_PRESET or smoke")
+            p.add_argument(
+                "--preset",
+                choices=sorted(PRESETS),
+                default=None,
+                help="default: the config.yaml of the run or experiment directory the command is given, when it has "
+                "one (a --preset then changes only the fields that preset names); else $POPULORA_PRESET or smoke",
+            )
             p.add_argument("--config", type=Path, default=None, help="YAML file of overrides")
             _add_set(p, "override one field, e.g. --set rl.rollouts=8 (repeatable)")
         return p

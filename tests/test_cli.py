@@ -1,6 +1,7 @@
 """The command line: help, and every bad input a user can give ends in one line naming the problem,
 a non-zero exit, and nothing written that blocks the corrected rerun (issue 18, item 8)."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -242,3 +243,32 @@ def test_bugs_keep_their_traceback_and_ctrl_c_is_not_swallowed(monkeypatch, tmp_
     monkeypatch.setattr(cli, "cmd_run", lambda args: (_ for _ in ()).throw(FileNotFoundError("no such thing: x.jsonl")))
     assert cli.main(["run", "--out", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err == "populora_nb: error: no such thing: x.jsonl\n"
+
+
+@pytest.mark.slow
+def test_eval_reads_the_experiments_own_config_and_overwrites_nothing(tmp_path):
+    # issue 56: `eval EXP` as the docs show it (no --preset) took the default preset, evaluated
+    # SmolLM2's base over the tiny experiment's result files, then failed to load the tiny adapters.
+    exp = tmp_path / "exp"
+    setup = ["--set", "run.steps=1", "--set", "eval.limit=1", "--set", "eval.benchmarks=[humanevalplus]"]
+    stages = ["--stages", "baseline", "population", "eval"]
+    made = run_cli("experiment", "--preset", "tiny", *setup, "--out", exp, *stages, env=DATA, timeout=900)
+    assert made.returncode == 0, made.stdout[-2000:] + made.stderr
+    results = sorted((exp / "eval").glob("*__*.json"))
+    assert {"base__humanevalplus.json", "baseline__humanevalplus.json"} <= {p.name for p in results}
+    before = {p.name: p.read_bytes() for p in results}
+
+    again = run_cli("eval", exp, env=DATA, timeout=600)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr
+    assert f"[eval] config: {exp / 'config.yaml'} (preset tiny), as saved" in again.stdout
+    after = {p.name: p.read_bytes() for p in (exp / "eval").glob("*__*.json")}
+    assert after == before  # every result loaded as it was, none rewritten
+    assert all(json.loads(b)["settings"]["model"] == "tiny" for b in after.values())
+
+    # a --set changes only the field it names, says so, and a replaced result says it is replaced
+    changed = run_cli("eval", exp, "--set", "eval.max_new_tokens=8", env=DATA, timeout=600)
+    assert changed.returncode == 0, changed.stdout[-2000:] + changed.stderr
+    assert "(preset tiny); changed: eval.max_new_tokens 16 -> 8" in changed.stdout
+    assert "replacing" in changed.stdout and "max_new_tokens 16 -> 8" in changed.stdout
+    settings = json.loads((exp / "eval" / "base__humanevalplus.json").read_text())["settings"]
+    assert (settings["model"], settings["max_new_tokens"], settings["limit"]) == ("tiny", 8, 1)

@@ -295,7 +295,10 @@ def evaluate(
                 if path is not None and saved is not None and saved.get("settings") == settings:
                     done[name] = EvalResult(**saved)
                     say(f"[eval] {name} / {bench}: loaded {path.name}")
-                elif not problems:  # nothing scorable (LiveCodeBench prompts without tests)
+                    continue
+                if saved is not None:  # never replaced without a word
+                    say(f"[eval] {name} / {bench}: replacing {path}, {_differences(saved.get('settings'), settings)}")
+                if not problems:  # nothing scorable (LiveCodeBench prompts without tests)
                     done[name] = EvalResult(name, bench, {}, 0, n_samples, [], settings, {})
             todo = [n for n in names if n not in done]
             prompts = (
@@ -327,6 +330,15 @@ def evaluate(
                 say(f"[eval] {name} / {bench}: pass@1 {done[name].score:.3f} on {done[name].n_problems} problems")
                 results.append(done[name])
     return results
+
+
+def _differences(saved: Any, now: Mapping[str, Any]) -> str:
+    """Why a saved result is not this evaluation's: the settings that differ, saved -> now."""
+    if not isinstance(saved, dict):
+        return "which records no settings"
+    keys = [k for k in dict.fromkeys([*saved, *now]) if saved.get(k) != now.get(k)]
+    shown = ", ".join(f"{k} changed" if k == "problems" else f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in keys)
+    return f"saved with other settings ({shown})"
 
 
 def load_results(out_dir: str | Path) -> list[EvalResult]:
