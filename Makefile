@@ -17,6 +17,11 @@ PYTEST_ARGS ?=
 # Test workers (pytest-xdist), one test file per worker at a time so module fixtures start once. Two on
 # these 2-core machines: alone, the suite keeps one core busy (imports, subprocesses, the sandbox).
 TEST_WORKERS ?= 2
+# Our benchmark data (HumanEval+, MBPP+, ...) when the checkout sits beside it, as in CI: tests and benchmarks
+# read it only through $POPULORA_DATA and skip, saying what to set, without it. A user's own value wins.
+ifneq ($(wildcard ../shared/benchmarks),)
+export POPULORA_DATA ?= $(abspath ../shared/benchmarks)
+endif
 # Torch's OpenMP threads spin while they wait by default; next to the verifier's sandbox workers
 # on two cores a spinning thread whose partner was descheduled slowed steps by up to 20x here.
 export OMP_WAIT_POLICY ?= PASSIVE

@@ -12,6 +12,7 @@ import pickle
 from pathlib import Path
 
 import pytest
+from scripted import DATA, NO_DATA
 
 from populora_nb.evaluation import evalplus_scoring as eps
 from populora_nb.evaluation import loaders as bl
@@ -34,8 +35,8 @@ from populora_nb.evaluation.report import format_table, plot_benchmarks, summary
 from populora_nb.verify import parse_arguments
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "benchmarks"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks"
-needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"no benchmark data at {SHARED}")
+SHARED = DATA
+needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"{NO_DATA} (looked in {SHARED})")
 
 
 @pytest.fixture(scope="module")

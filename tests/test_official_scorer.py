@@ -22,6 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from scripted import DATA, NO_DATA
 
 from populora_nb.__main__ import main
 from populora_nb.evaluation import official
@@ -33,7 +34,7 @@ from populora_nb.verify.isolation import CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWUSE
 from populora_nb.verify.zygote import IsolationUnavailable
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "benchmarks"
+SHARED = DATA
 HAVE_DATA = (SHARED / "humanevalplus").is_dir() and (SHARED / "mbppplus").is_dir()
 HAVE_EVALPLUS = all(importlib.util.find_spec(m) is not None for m in official.NEEDED_MODULES)
 TASKS = {
@@ -54,7 +55,7 @@ def _namespaces_refused() -> str:
 
 
 NEEDS_EVALPLUS = pytest.mark.skipif(not HAVE_EVALPLUS, reason="evalplus 0.3.1 is the optional [evalplus] extra")
-NEEDS_DATA = pytest.mark.skipif(not HAVE_DATA, reason=f"no benchmark data at {SHARED}")
+NEEDS_DATA = pytest.mark.skipif(not HAVE_DATA, reason=f"{NO_DATA} (looked in {SHARED})")
 
 
 @pytest.fixture(scope="module")
