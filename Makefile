@@ -93,8 +93,10 @@ test-fast: lint
 bench: setup
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b --quick || exit 1; done
 
+# Jupyter refuses to start as root ("Running as root is not recommended"), as containers often run: say so and allow it.
 lab: setup
-	$(BIN)/jupyter lab notebooks/
+	@if [ "$$(id -u)" = 0 ]; then echo "make lab: running as root, so jupyter lab gets --allow-root"; allow=--allow-root; fi; \
+	$(BIN)/jupyter lab $$allow notebooks/
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -19,6 +19,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -227,7 +228,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _unwind_on_sigterm() -> None:
+    """SIGTERM (``timeout``, ``kill``) unwinds like Ctrl-C: the ``finally`` blocks then remove the
+    doctor's /tmp/populora-doctor-* folder and the engine's /dev/shm/populora-vllm-* directory."""
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
+    _unwind_on_sigterm()
     report = run_doctor(args.preset, _overrides(args), args.out, _say, args.config, args.weights)
     if report.preset:  # the config loaded: a table of what ran
         _say(report.table())

@@ -4,8 +4,10 @@ a non-zero exit, and nothing written that blocks the corrected rerun (issue 18, 
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -272,3 +274,24 @@ def test_eval_reads_the_experiments_own_config_and_overwrites_nothing(tmp_path):
     assert "replacing" in changed.stdout and "max_new_tokens 16 -> 8" in changed.stdout
     settings = json.loads((exp / "eval" / "base__humanevalplus.json").read_text())["settings"]
     assert (settings["model"], settings["max_new_tokens"], settings["limit"]) == ("tiny", 8, 1)
+
+
+def test_a_stopped_doctor_leaves_no_temporary_folder(tmp_path):
+    # issue 56: `timeout` or `kill` (SIGTERM) ended the doctor without its cleanup, leaving
+    # /tmp/populora-doctor-* (and with vLLM /dev/shm/populora-vllm-*) behind.
+    env = {k: v for k, v in os.environ.items() if k not in ("POPULORA_PRESET", "POPULORA_DATA")}
+    doctor = subprocess.Popen(
+        [sys.executable, "-m", "populora_nb", "doctor", "--preset", "tiny", "--set", "run.steps=50"],
+        env={**env, "TMPDIR": str(tmp_path), "HF_HUB_OFFLINE": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 300
+    while not list(tmp_path.glob("populora-doctor-*")) and doctor.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert list(tmp_path.glob("populora-doctor-*")), "the doctor never made its folder"
+    doctor.send_signal(signal.SIGTERM)
+    _, err = doctor.communicate(timeout=120)
+    assert doctor.returncode != 0
+    assert not list(tmp_path.glob("populora-doctor-*")), err[-2000:]
