@@ -2,7 +2,7 @@
 
 run         train the single-agent AZR baseline or the PopuLoRA population
 eval        evaluate members on the benchmarks
-report      write report.html / report.md for a run or experiment directory
+report      write report.html / report.md for an experiment directory (the --out of `experiment`)
 experiment  baseline + population + evaluation + analysis + report, resumable
 protocol    the same experiment at several seeds, then baseline vs population with 95% intervals
 sweep       seeds x a grid of overrides, each an experiment, as Ray Tune trials (resumable)
@@ -215,13 +215,23 @@ def cmd_pilot(args: argparse.Namespace) -> int:
     if unknown:
         raise UserInputError(f"unknown pilot candidates {unknown}; candidates are {', '.join(known)}")
     chosen = [known[n] for n in args.only] if args.only else list(CANDIDATES)
+    table = args.table or args.out
+    if args.only:  # a subset's table beside the full one, never over it
+        table = table / f"only-{'-'.join(args.only)}"
+    if args.table is not None and (table / "pilot.md").exists() and not args.replace_table:
+        raise UserInputError(f"--table {table} already holds a pilot.md; pass --replace-table to replace it")
     preset = args.preset or "cpu"
     rows = run_pilot(preset, args.out, args.steps, chosen, _overrides(args), say=_say)
-    _say(f"[pilot] {write_pilot(rows, args.table or args.out, preset, args.steps)}")
+    _say(f"[pilot] {write_pilot(rows, table, preset, args.steps)}")
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    if (args.experiment_dir / "metrics.jsonl").exists():
+        raise UserInputError(
+            f"{args.experiment_dir} is a single run's directory; report takes an experiment directory (the --out "
+            "of `experiment`, holding baseline/ and population/)"
+        )
     make_figures(args.experiment_dir)
     md, html = write_report(args.experiment_dir)
     print(f"[report] {md}\n[report] {html}")
@@ -294,7 +304,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = command("report", cmd_report, "write report.html and report.md for an experiment directory", config=False)
-    p.add_argument("experiment_dir", type=Path)
+    p.add_argument(
+        "experiment_dir",
+        type=Path,
+        help="the --out of `experiment` (holding baseline/ and population/); a single run's directory is not one",
+    )
 
     p = command("experiment", cmd_experiment, "baseline + population + evaluation + analysis + report (resumable)")
     p.add_argument("--out", type=Path, required=False, help="experiment directory (rerun to resume)")
@@ -311,8 +325,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_set(p, "for every candidate")
     p.add_argument("--out", type=Path, required=True, help="pilot directory, one experiment per candidate (resumable)")
     p.add_argument("--steps", type=int, default=4, help="steps of each run")
-    p.add_argument("--only", nargs="*", default=None, help="candidate names (default: all, in order)")
+    p.add_argument(
+        "--only",
+        nargs="*",
+        default=None,
+        help="candidate names (default: all, in order); their table goes to only-NAMES/ beside the full one",
+    )
     p.add_argument("--table", type=Path, default=None, help="where pilot.md and pilot.json go (default: --out)")
+    p.add_argument(
+        "--replace-table", action="store_true", help="let --table replace a pilot.md already there (e.g. docs/results/)"
+    )
 
     p = command("sweep", cmd_sweep, "seeds x a grid of overrides as Ray Tune trials, each an experiment (resumable)")
     p.add_argument("--out", type=Path, required=True, help="sweep directory (rerun the same command to resume)")

@@ -59,6 +59,8 @@ def w(tmp_path_factory) -> Path:
     gsm.write_text(gsm.read_text().splitlines()[0] + '\n{"question": "torn\n')
     (w / "data_empty").mkdir()
     (w / "exp_untrained").mkdir()
+    (w / "a_run").mkdir()
+    (w / "a_run" / "metrics.jsonl").write_text("")
     return w
 
 
@@ -132,7 +134,13 @@ CASES = [
     ("experiment-data-missing", [*EXP, "--out", "out"], {"POPULORA_DATA": "{w}/no_data"}, ["POPULORA_DATA", "no_data"]),
     ("eval-run-dir-missing", [*EVAL, "no_such_experiment"], DATA, ["no_such_experiment"]),
     ("eval-untrained", [*EVAL, "{w}/exp_untrained"], DATA, ["baseline", "checkpoint"]),
-    ("eval-data-missing", [*EVAL, "{w}/exp_untrained"], {"POPULORA_DATA": "{w}/no_data"}, ["POPULORA_DATA", "no_data"]),
+    (
+        "eval-data-missing",
+        [*EVAL, "{w}/exp_untrained"],
+        {"POPULORA_DATA": "{w}/no_data"},
+        ["POPULORA_DATA", "no_data", "--set eval.data_dir="],
+    ),
+    ("report-of-a-run", ["report", "{w}/a_run"], {}, ["a_run", "single run", "experiment directory"]),
     ("eval-data-dir-missing", [*EVAL, "--set", "eval.data_dir={w}/no_data", "{w}/exp_untrained"], {}, ["no_data"]),
     ("eval-data-empty", [*EVAL, "{w}/exp_untrained"], {"POPULORA_DATA": "{w}/data_empty"}, ["data_empty"]),
     (
@@ -295,3 +303,23 @@ def test_a_stopped_doctor_leaves_no_temporary_folder(tmp_path):
     _, err = doctor.communicate(timeout=120)
     assert doctor.returncode != 0
     assert not list(tmp_path.glob("populora-doctor-*")), err[-2000:]
+
+
+def test_pilot_never_writes_over_a_table_unless_told(tmp_path, monkeypatch, capsys):
+    # issue 56: `pilot --table docs/results/cpu-pilot` replaced tracked results, and `pilot --only`
+    # rewrote pilot.md with the named candidates alone.
+    import populora_nb.__main__ as cli
+
+    written = []
+    monkeypatch.setattr(cli, "run_pilot", lambda preset, out, steps, chosen, overrides, say: [c.name for c in chosen])
+    monkeypatch.setattr(cli, "write_pilot", lambda rows, table, preset, steps: written.append((rows, table)) or table)
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "pilot.md").write_text("the committed table\n")
+    assert cli.main(["pilot", "--out", str(tmp_path / "p"), "--table", str(results)]) == 2
+    assert "--replace-table" in capsys.readouterr().err and written == []
+    assert cli.main(["pilot", "--out", str(tmp_path / "p"), "--table", str(results), "--replace-table"]) == 0
+    assert written[-1][1] == results
+    name = cli.CANDIDATES[0].name
+    assert cli.main(["pilot", "--out", str(tmp_path / "p"), "--only", name]) == 0
+    assert written[-1] == ([name], tmp_path / "p" / f"only-{name}")  # beside the full table, not over it

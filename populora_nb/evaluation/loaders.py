@@ -119,8 +119,9 @@ def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
         path, how = Path(__file__).resolve().parents[3] / "shared" / "benchmarks", "the default location"
     if not path.is_dir():
         raise BenchmarkDataError(
-            f"benchmark data directory {path} (from {how}) does not exist. Pass data_dir=..., or set "
-            f"{DATA_ENV}=/path/to/benchmarks, a folder laid out as {{name}}/...: see BENCHMARK_FILES."
+            f"benchmark data directory {path} (from {how}) does not exist; on the command line pass "
+            f"--set eval.data_dir=/path/to/benchmarks or set {DATA_ENV}=/path/to/benchmarks (in Python: "
+            f"data_dir=...), a folder laid out as data/README.md describes"
         )
     return path
 
