@@ -261,6 +261,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 STAGES_HELP = "a subset of: " + " ".join(STAGES)
+PRESET_HELP = "default: the given run or experiment directory's config.yaml (a --preset changes only the fields it \
+names), else $POPULORA_PRESET or smoke"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -275,13 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=say)
         p.set_defaults(func=func)
         if config:
-            p.add_argument(
-                "--preset",
-                choices=sorted(PRESETS),
-                default=None,
-                help="default: the config.yaml of the run or experiment directory the command is given, when it has "
-                "one (a --preset then changes only the fields that preset names); else $POPULORA_PRESET or smoke",
-            )
+            p.add_argument("--preset", choices=sorted(PRESETS), default=None, help=PRESET_HELP)
             p.add_argument("--config", type=Path, default=None, help="YAML file of overrides")
             _add_set(p, "override one field, e.g. --set rl.rollouts=8 (repeatable)")
         return p
@@ -304,11 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = command("report", cmd_report, "write report.html and report.md for an experiment directory", config=False)
-    p.add_argument(
-        "experiment_dir",
-        type=Path,
-        help="the --out of `experiment` (holding baseline/ and population/); a single run's directory is not one",
-    )
+    p.add_argument("experiment_dir", type=Path, help="the --out of `experiment`, not a single run's directory")
 
     p = command("experiment", cmd_experiment, "baseline + population + evaluation + analysis + report (resumable)")
     p.add_argument("--out", type=Path, required=False, help="experiment directory (rerun to resume)")
@@ -325,16 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_set(p, "for every candidate")
     p.add_argument("--out", type=Path, required=True, help="pilot directory, one experiment per candidate (resumable)")
     p.add_argument("--steps", type=int, default=4, help="steps of each run")
-    p.add_argument(
-        "--only",
-        nargs="*",
-        default=None,
-        help="candidate names (default: all, in order); their table goes to only-NAMES/ beside the full one",
-    )
+    p.add_argument("--only", nargs="*", default=None, help="candidate names (default: all); table in only-NAMES/")
     p.add_argument("--table", type=Path, default=None, help="where pilot.md and pilot.json go (default: --out)")
-    p.add_argument(
-        "--replace-table", action="store_true", help="let --table replace a pilot.md already there (e.g. docs/results/)"
-    )
+    p.add_argument("--replace-table", action="store_true", help="let --table replace a pilot.md already there")
 
     p = command("sweep", cmd_sweep, "seeds x a grid of overrides as Ray Tune trials, each an experiment (resumable)")
     p.add_argument("--out", type=Path, required=True, help="sweep directory (rerun the same command to resume)")
