@@ -17,6 +17,11 @@ PYTEST_ARGS ?=
 # Test workers (pytest-xdist), one test file per worker at a time so module fixtures start once. Two on
 # these 2-core machines: alone, the suite keeps one core busy (imports, subprocesses, the sandbox).
 TEST_WORKERS ?= 2
+# Our benchmark data (HumanEval+, MBPP+, ...) when the checkout sits beside it, as in CI: tests and benchmarks
+# read it only through $POPULORA_DATA and skip, saying what to set, without it. A user's own value wins.
+ifneq ($(wildcard ../shared/benchmarks),)
+export POPULORA_DATA ?= $(abspath ../shared/benchmarks)
+endif
 # Torch's OpenMP threads spin while they wait by default; next to the verifier's sandbox workers
 # on two cores a spinning thread whose partner was descheduled slowed steps by up to 20x here.
 export OMP_WAIT_POLICY ?= PASSIVE
@@ -88,9 +93,11 @@ test-fast: lint
 bench: setup
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b --quick || exit 1; done
 
-# CurveZMQ keys for the kernels' local sockets (ipykernel 7 warns "running over TCP without encryption" otherwise)
+# Jupyter refuses to start as root ("Running as root is not recommended"), as containers often run: say so and
+# allow it. CurveZMQ keys for the kernels' local sockets (ipykernel 7 warns "running over TCP without encryption").
 lab: setup
-	$(BIN)/jupyter lab --KernelManager.transport_encryption=auto notebooks/
+	@if [ "$$(id -u)" = 0 ]; then echo "make lab: running as root, so jupyter lab gets --allow-root"; allow=--allow-root; fi; \
+	$(BIN)/jupyter lab $$allow --KernelManager.transport_encryption=auto notebooks/
 
 clean:
 	rm -rf $(VENV) build *.egg-info

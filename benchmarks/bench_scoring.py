@@ -3,11 +3,12 @@
     .venv/bin/python benchmarks/bench_scoring.py [--tasks 30] [--workers 2]
 
 One run on this machine, both scorers on the same candidates with the same number of workers: the
-candidates of tests/test_evalplus_crosscheck.py (reference solutions, mutants, base-only lookup
+candidates of evalplus_crosscheck.py beside it (reference solutions, mutants, base-only lookup
 tables, float variants, printing, stateful, importing and looping programs) for a seeded draw of
 HumanEval+ and MBPP+ tasks. Official evalplus runs as `evalplus.evaluate --parallel WORKERS` does:
 a process pool, each candidate's base and plus sets through `untrusted_check`. Ground truth is timed
-apart from scoring, since both scorers cache it between runs. Needs evalplus (`make setup`).
+apart from scoring, since both scorers cache it between runs. Needs evalplus (`make setup`) and the
+HumanEval+ / MBPP+ files under $POPULORA_DATA; without them it says so and exits 0 (nothing to time).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def crosscheck_module():
-    spec = importlib.util.spec_from_file_location("evalplus_crosscheck", ROOT / "tests" / "test_evalplus_crosscheck.py")
+    spec = importlib.util.spec_from_file_location("evalplus_crosscheck", ROOT / "benchmarks" / "evalplus_crosscheck.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # the pool's workers find its functions by this name
     spec.loader.exec_module(module)
@@ -38,6 +39,9 @@ def main() -> None:
     if args.quick:
         args.tasks = 8
     cc = crosscheck_module()
+    if cc.missing_data():
+        print(f"skipped: {cc.missing_data()}")
+        return
     try:
         importlib.import_module("evalplus.eval")
     except ImportError as e:

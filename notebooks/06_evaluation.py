@@ -126,7 +126,8 @@ if results_dir is None and out_dir:
 
 # %% [markdown]
 # ## The table and the figure
-# What to look for: one row per benchmark plus the average. The population columns stay "n/a" until
+# What to look for: one row per benchmark and scorer, naming its data file, plus an average per scorer
+# (HumanEval's base tests are left out of it). The population columns stay "n/a" until
 # results of a baseline and members are merged in from `results_dir`.
 
 # %%

@@ -2,7 +2,7 @@
 
 run         train the single-agent AZR baseline or the PopuLoRA population
 eval        evaluate members on the benchmarks
-report      write report.html / report.md for a run or experiment directory
+report      write report.html / report.md for an experiment directory (the --out of `experiment`)
 experiment  baseline + population + evaluation + analysis + report, resumable
 protocol    the same experiment at several seeds, then baseline vs population with 95% intervals
 sweep       seeds x a grid of overrides, each an experiment, as Ray Tune trials (resumable)
@@ -19,6 +19,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from typing import NoReturn
 
 from populora_nb.analysis.dashboard import Dashboard
 from populora_nb.analysis.report import make_figures, write_report
-from populora_nb.config import load_config
+from populora_nb.config import ExperimentConfig, load_config, load_dir_config
 from populora_nb.doctor import run_doctor
 from populora_nb.errors import UserInputError
 from populora_nb.evaluation.benchmarks import load_results
@@ -61,8 +62,20 @@ def _overrides(args: argparse.Namespace) -> dict:
     return dict(parse_override(o) for o in args.overrides)
 
 
-def _config(args: argparse.Namespace, extra: dict | None = None):
-    return load_config(args.preset, {**_overrides(args), **(extra or {})}, args.config)
+def _config(args: argparse.Namespace, extra: dict | None = None, directory: Path | None = None) -> ExperimentConfig:
+    """The command's config. A ``directory`` (a run or experiment) that holds a ``config.yaml`` is
+    read as it was made, and --preset / --config / --set change only the fields they name, in one
+    line saying which; elsewhere, the preset ($POPULORA_PRESET, else smoke) with those changes."""
+    overrides = {**_overrides(args), **(extra or {})}
+    saved = directory / "config.yaml" if directory is not None else None
+    if saved is None or not saved.is_file():
+        return load_config(args.preset, overrides, args.config)
+    config, changed = load_dir_config(saved, args.preset, overrides, args.config)
+    diff = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changed.items())
+    _say(
+        f"[{args.command}] config: {saved} (preset {config.preset})" + (f"; changed: {diff}" if diff else ", as saved")
+    )
+    return config
 
 
 _say = functools.partial(print, flush=True)
@@ -123,7 +136,7 @@ def cmd_seed(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     extra = {"run.agent": args.agent, "run.steps": args.steps, "run.seed": args.seed}
-    config = _config(args, {k: v for k, v in extra.items() if v is not None})
+    config = _config(args, {k: v for k, v in extra.items() if v is not None}, args.out)
     check_inputs(config, (config.run.agent,))
     out = args.out or Path(config.run.out_dir) / f"{config.run.agent}-{time.strftime('%Y%m%d-%H%M%S')}"
     _say(f"[run] {config.run.agent} · preset {config.preset} · {config.run.steps} steps → {out}")
@@ -136,7 +149,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    config = _config(args)
+    config = _config(args, directory=args.out)
     out = args.out or Path(config.run.out_dir) / f"experiment-{config.preset}-{time.strftime('%Y%m%d-%H%M%S')}"
     _say(f"[experiment] sandbox isolation: {Verifier.probe(config.verifier)}")
     t0 = time.time()
@@ -146,7 +159,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    config = _config(args)
+    config = _config(args, directory=args.experiment_dir)
     table = args.experiment_dir / "eval" / "table.md"
     if args.scorer == "evalplus":
         require_evalplus()  # one line saying how to install it, before any model loads
@@ -206,20 +219,37 @@ def cmd_pilot(args: argparse.Namespace) -> int:
     if unknown:
         raise UserInputError(f"unknown pilot candidates {unknown}; candidates are {', '.join(known)}")
     chosen = [known[n] for n in args.only] if args.only else list(CANDIDATES)
+    table = args.table or args.out
+    if args.only:  # a subset's table beside the full one, never over it
+        table = table / f"only-{'-'.join(args.only)}"
+    if args.table is not None and (table / "pilot.md").exists() and not args.replace_table:
+        raise UserInputError(f"--table {table} already holds a pilot.md; pass --replace-table to replace it")
     preset = args.preset or "cpu"
     rows = run_pilot(preset, args.out, args.steps, chosen, _overrides(args), say=_say)
-    _say(f"[pilot] {write_pilot(rows, args.table or args.out, preset, args.steps)}")
+    _say(f"[pilot] {write_pilot(rows, table, preset, args.steps)}")
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    if (args.experiment_dir / "metrics.jsonl").exists():
+        raise UserInputError(
+            f"{args.experiment_dir} is a single run's directory; report takes an experiment directory (the --out "
+            "of `experiment`, holding baseline/ and population/)"
+        )
     make_figures(args.experiment_dir)
     md, html = write_report(args.experiment_dir)
     print(f"[report] {md}\n[report] {html}")
     return 0
 
 
+def _unwind_on_sigterm() -> None:
+    """SIGTERM (``timeout``, ``kill``) unwinds like Ctrl-C: the ``finally`` blocks then remove the
+    doctor's /tmp/populora-doctor-* folder and the engine's /dev/shm/populora-vllm-* directory."""
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
+    _unwind_on_sigterm()
     report = run_doctor(args.preset, _overrides(args), args.out, _say, args.config, args.weights)
     if report.preset:  # the config loaded: a table of what ran
         _say(report.table())
@@ -235,6 +265,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 STAGES_HELP = "a subset of: " + " ".join(STAGES)
+PRESET_HELP = "default: the given run or experiment directory's config.yaml (a --preset changes only the fields it \
+names), else $POPULORA_PRESET or smoke"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -249,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=say)
         p.set_defaults(func=func)
         if config:
-            p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: $POPULORA_PRESET or smoke")
+            p.add_argument("--preset", choices=sorted(PRESETS), default=None, help=PRESET_HELP)
             p.add_argument("--config", type=Path, default=None, help="YAML file of overrides")
             _add_set(p, "override one field, e.g. --set rl.rollouts=8 (repeatable)")
         return p
@@ -272,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = command("report", cmd_report, "write report.html and report.md for an experiment directory", config=False)
-    p.add_argument("experiment_dir", type=Path)
+    p.add_argument("experiment_dir", type=Path, help="the --out of `experiment`, not a single run's directory")
 
     p = command("experiment", cmd_experiment, "baseline + population + evaluation + analysis + report (resumable)")
     p.add_argument("--out", type=Path, required=False, help="experiment directory (rerun to resume)")
@@ -289,8 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_set(p, "for every candidate")
     p.add_argument("--out", type=Path, required=True, help="pilot directory, one experiment per candidate (resumable)")
     p.add_argument("--steps", type=int, default=4, help="steps of each run")
-    p.add_argument("--only", nargs="*", default=None, help="candidate names (default: all, in order)")
+    p.add_argument("--only", nargs="*", default=None, help="candidate names (default: all); table in only-NAMES/")
     p.add_argument("--table", type=Path, default=None, help="where pilot.md and pilot.json go (default: --out)")
+    p.add_argument("--replace-table", action="store_true", help="let --table replace a pilot.md already there")
 
     p = command("sweep", cmd_sweep, "seeds x a grid of overrides as Ray Tune trials, each an experiment (resumable)")
     p.add_argument("--out", type=Path, required=True, help="sweep directory (rerun the same command to resume)")

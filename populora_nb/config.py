@@ -22,7 +22,7 @@ from typing import Any, Literal
 import yaml
 
 from populora_nb.errors import ConfigError
-from populora_nb.presets import TINY_MODEL, build_config
+from populora_nb.presets import PRESETS, TINY_MODEL, build_config, flatten, read_yaml_overrides
 
 __all__ = ["ConfigError", "TINY_MODEL"]  # defined below this module (errors, presets), used through it
 
@@ -587,6 +587,34 @@ def load_saved_config(path: str | Path) -> ExperimentConfig:
         return load_config(data.pop("preset"), data, recorded=True)
     except (yaml.YAMLError, AttributeError, KeyError, TypeError) as e:
         raise ConfigError(f"not a saved config ({type(e).__name__}: {e})") from None
+
+
+def load_dir_config(
+    path: str | Path,
+    preset: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    yaml_path: str | Path | None = None,
+) -> tuple[ExperimentConfig, dict[str, tuple[Any, Any]]]:
+    """The config a run or experiment directory was made with (its ``config.yaml``), changed only
+    where the caller names a field: a preset's own fields when ``preset`` is given (``preset`` is
+    then that name), then the YAML file's, then ``overrides``. Returns the config and
+    ``{dotted key: (saved, now)}`` for every field that differs from the saved one."""
+    saved = load_saved_config(path)
+    layers: dict[str, Any] = {}
+    if preset is not None:
+        if preset not in PRESETS:
+            raise ConfigError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+        layers |= {"preset": preset, **PRESETS[preset]}
+    if yaml_path is not None:
+        layers |= read_yaml_overrides(yaml_path, ExperimentConfig)
+    layers |= flatten(dict(overrides or {}), ExperimentConfig)
+    if not layers:
+        return saved, {}
+    before = flatten(saved.to_dict(), ExperimentConfig)
+    merged = before | layers
+    config = load_config(merged.pop("preset"), merged, recorded=True)
+    after = flatten(config.to_dict(), ExperimentConfig)
+    return config, {k: (before.get(k), v) for k, v in after.items() if before.get(k) != v}
 
 
 def describe(config: ExperimentConfig, *sections: str) -> str:

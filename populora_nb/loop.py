@@ -66,6 +66,8 @@ def run(
             owned.callback(policy.close)  # a rollout engine this run started (its own process)
         bar.set_description_str(f"{agent}: resuming or seeding the buffers")
         state = resume_or_start(rd, policy, verifier, config)
+        if state.step > 0:  # one line, so a rerun is never mistaken for a fresh start
+            tqdm.write(f"[{agent}] resuming at step {state.step}: steps 0-{state.step - 1} restored", file=sys.stdout)
         bar.update(state.step)
         probe_refs: dict | None = None  # the probe's fixed references, built at its first event
         for step in range(state.step, config.run.steps):

@@ -175,26 +175,33 @@ def build_config(
         raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
     flat: dict[str, Any] = {"preset": name, **PRESETS[name]}
     if yaml_path is not None:
-        path = Path(yaml_path)
-        if not path.is_file():
-            raise ConfigError(
-                f"config file {path} is not a file" if path.exists() else f"config file not found: {path}"
-            )
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except UnicodeDecodeError:
-            raise ConfigError(f"config file {path} is not text (expected a YAML mapping of sections)") from None
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            raise ConfigError(
-                f"config file {path} is not valid YAML{where}: {getattr(e, 'problem', None) or e}"
-            ) from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {path} must hold a mapping of sections, got {type(data).__name__}")
-        flat.update(_flatten(data, root))
+        flat.update(read_yaml_overrides(yaml_path, root))
     flat.update(_flatten(dict(overrides or {}), root))
     return _build(root, _unflatten(flat), prefix="")
+
+
+def read_yaml_overrides(yaml_path: str | Path, root: type) -> dict[str, Any]:
+    """A ``--config`` YAML file's values as dotted keys (one clear error for a missing, binary,
+    malformed or non-mapping file)."""
+    path = Path(yaml_path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} is not a file" if path.exists() else f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not text (expected a YAML mapping of sections)") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"config file {path} is not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of sections, got {type(data).__name__}")
+    return flatten(data, root)
+
+
+def flatten(data: Mapping[str, Any], root: type) -> dict[str, Any]:
+    """Nested sections (``{"rl": {"rollouts": 8}}``) as dotted keys (``{"rl.rollouts": 8}``)."""
+    return _flatten(data, root)
 
 
 def parse_override(text: str) -> tuple[str, Any]:

@@ -19,7 +19,6 @@ from populora_nb.model.base import Base, load_base
 from populora_nb.model.policy import LoRAPolicy
 from populora_nb.model.sources import bundled_tokenizer
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 _OWN_TMP = pytest.StashKey[Path]()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -10,6 +11,10 @@ from populora_nb.policy import Sample
 
 GOOD_PROGRAM = "```python\ndef f(x):\n    return x * 3\n```\n```input\n{n}\n```"
 BAD_PROGRAM = "```python\nimport os\ndef f(x):\n    return os.getcwd()\n```\n```input\n1\n```"
+DATA = Path(os.environ.get("POPULORA_DATA") or "POPULORA_DATA-is-not-set").absolute()
+"""The benchmark folder the data tests read: $POPULORA_DATA, which `make test` sets to ../shared/benchmarks
+when the checkout sits beside it; unset, a relative name that exists nowhere, so those tests skip."""
+NO_DATA = "needs the benchmark data: set POPULORA_DATA (make test sets it when ../shared/benchmarks exists)"
 VLLM_OVERRIDES = {"rollout.engine": "vllm", "lora.lr": 0.05, "rl.micro_batch": 2}
 """The config of the engine tests' shared policy over the tiny preset (conftest.vllm_policy)."""
 

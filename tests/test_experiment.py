@@ -10,10 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+from scripted import DATA, NO_DATA
 
 from populora_nb.experiment import STAGES
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks"
+SHARED = DATA
 ARGS = [
     "experiment",
     "--preset",
@@ -40,7 +41,7 @@ def _experiment(out: Path, **kw) -> subprocess.Popen:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/benchmarks")
+@pytest.mark.skipif(not SHARED.is_dir(), reason=NO_DATA)
 def test_killed_experiment_resumes_and_its_report_is_complete(tmp_path):
     out = tmp_path / "exp"
     first = _experiment(out, start_new_session=True)

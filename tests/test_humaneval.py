@@ -7,6 +7,7 @@ from populora_nb.config import load_config
 from populora_nb.evaluation import loaders
 from populora_nb.evaluation import runs as eval_runs
 from populora_nb.evaluation.benchmarks import benchmark_verifier, score_many
+from populora_nb.evaluation.evalplus_release import ReleaseUnavailable
 from populora_nb.evaluation.humaneval import LABEL, base_inputs, benchmark_label, packaged_humaneval
 from populora_nb.evaluation.loaders import BenchmarkDataError, load_benchmark
 
@@ -35,6 +36,12 @@ def _no_folder(monkeypatch):
     monkeypatch.delenv(loaders.DATA_ENV, raising=False)
     monkeypatch.setattr(loaders, "resolve_data_dir", missing)
     monkeypatch.setattr(eval_runs, "available_benchmarks", lambda d=None: missing(d))
+
+    def offline(name, base_url=None):  # nor evalplus' release files (tests/test_evalplus_release.py)
+        raise ReleaseUnavailable(f"{name}: offline")
+
+    monkeypatch.setattr(eval_runs, "fetch_release", offline)
+    monkeypatch.setattr(loaders, "cached_release", lambda name: None)
 
 
 @needs_package

@@ -22,6 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from scripted import DATA, NO_DATA
 
 from populora_nb.__main__ import main
 from populora_nb.evaluation import official
@@ -33,7 +34,7 @@ from populora_nb.verify.isolation import CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWUSE
 from populora_nb.verify.zygote import IsolationUnavailable
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "benchmarks"
+SHARED = DATA
 HAVE_DATA = (SHARED / "humanevalplus").is_dir() and (SHARED / "mbppplus").is_dir()
 HAVE_EVALPLUS = all(importlib.util.find_spec(m) is not None for m in official.NEEDED_MODULES)
 TASKS = {
@@ -54,7 +55,7 @@ def _namespaces_refused() -> str:
 
 
 NEEDS_EVALPLUS = pytest.mark.skipif(not HAVE_EVALPLUS, reason="evalplus 0.3.1 is the optional [evalplus] extra")
-NEEDS_DATA = pytest.mark.skipif(not HAVE_DATA, reason=f"no benchmark data at {SHARED}")
+NEEDS_DATA = pytest.mark.skipif(not HAVE_DATA, reason=f"{NO_DATA} (looked in {SHARED})")
 
 
 @pytest.fixture(scope="module")
@@ -292,7 +293,11 @@ def test_report_names_the_scorer_of_each_number():
     table = format_table(rows)
     assert "| humanevalplus | 50.0 | n/a | n/a | n/a | n/a | evalplus 0.3.1 official |" in table
     assert f"| gsm8k | 25.0 | n/a | n/a | n/a | n/a | {project_scorer('math')} |" in table
-    assert rows[-1].scorer == f"evalplus 0.3.1 official + {project_scorer('math')}"
+    # one average per scorer: never the official evalplus number averaged with the project's
+    assert [(r.scorer, r.source) for r in rows[2:]] == [
+        ("evalplus 0.3.1 official", "mean of humanevalplus"),
+        (project_scorer("math"), "mean of gsm8k"),
+    ]
     old = EvalResult(**{k: v for k, v in asdict(EvalResult("m", "mbppplus", {}, 0, 1)).items() if k != "scorer"})
     assert old.scorer == project_scorer("evalplus") and "evalplus semantics" in old.scorer
 
@@ -341,8 +346,8 @@ def test_experiment_report_names_the_scorer_of_every_benchmark_row(tmp_path):
     (tmp_path / "eval" / "table.json").write_text(json.dumps(project))
     (tmp_path / "eval" / "evalplus" / "table.json").write_text(json.dumps(official))
     section = _benchmark_section(tmp_path)
-    assert section.table[0][-1] == "scorer"
-    assert [(r[0], r[-1]) for r in section.table[1:]] == [
+    assert section.table[0][-2:] == ["scorer", "data"]
+    assert [(r[0], r[-2]) for r in section.table[1:]] == [
         ("humanevalplus", "project (evalplus semantics, v2)"),
         ("gsm8k", "project (math)"),
         ("humanevalplus", "evalplus 0.3.1 official"),

@@ -233,3 +233,11 @@ def test_loaders_name_the_truncated_file(tmp_path, tiny_config, tiny_base):
     (tmp_path / "s.json").write_text('{"step": 3, "rost')
     with pytest.raises(CorruptRunError, match="s.json does not load"):
         read_json(tmp_path / "s.json")
+
+
+def test_a_resumed_run_says_from_which_step(tmp_path, verifier, tokenizer, capsys):
+    cfg = load_config("tiny", {**CFG_OVERRIDES, "run.steps": 2, "run.checkpoint_every": 1})
+    run(cfg, tmp_path / "r", policy=ScriptedPolicy(tokenizer), verifier=verifier, progress=False)
+    assert "resuming" not in capsys.readouterr().out  # a fresh start says nothing of the kind
+    run(cfg, tmp_path / "r", policy=ScriptedPolicy(tokenizer), verifier=verifier, progress=False)
+    assert "[population] resuming at step 2: steps 0-1 restored" in capsys.readouterr().out

@@ -15,11 +15,10 @@ import shutil
 import subprocess
 import sys
 import types
-from pathlib import Path
 
 import pytest
 import torch
-from scripted import VLLM_OVERRIDES
+from scripted import DATA, NO_DATA, VLLM_OVERRIDES
 
 from populora_nb.config import load_config
 from populora_nb.model import vllm_engine
@@ -146,7 +145,7 @@ def test_release_cached_memory_empties_the_cuda_cache_only_with_cuda(monkeypatch
     assert emptied == [True]
 
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "benchmarks"
+SHARED = DATA
 TINY_EXPERIMENT = ["--preset", "tiny", "--set", "run.steps=1", "--set", "eval.limit=2"]
 TINY_EXPERIMENT += ["--set", "eval.benchmarks=[humanevalplus, gsm8k]", "--set", "eval.max_new_tokens=12"]
 
@@ -165,7 +164,7 @@ def _completions(eval_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not SHARED.is_dir(), reason="needs ../shared/benchmarks")
+@pytest.mark.skipif(not SHARED.is_dir(), reason=NO_DATA)
 def test_evaluation_on_the_engine_scores_what_the_native_path_generates(tmp_path):
     """Base, baseline and every member in the engine's mixed batches: the same greedy completions
     (and so the same scores) as the native path, per model and benchmark."""

@@ -27,6 +27,7 @@ from populora_nb.analysis.runs import find_runs
 from populora_nb.analysis.seed_stats import md_table
 from populora_nb.config import ExperimentConfig
 from populora_nb.evaluation.humaneval import benchmark_label
+from populora_nb.evaluation.report import scorer_family
 from populora_nb.evolution import Lineage
 from populora_nb.probe import probe_due
 from populora_nb.records import RunDir
@@ -275,18 +276,15 @@ def _benchmark_section(out: Path) -> Section:
         return Section("Benchmarks", f"Not evaluated. {note}".strip())
     rows = json.loads(table_json.read_text())
     official = eval_dir / "evalplus" / "table.json"
-    if official.exists():  # only its officially scored rows: the rest repeat eval/table.json
-        rows += [
-            r
-            for r in json.loads(official.read_text())
-            if r["benchmark"] != "average" and "official" in (r.get("scorer") or "")
-        ]
+    if official.exists():  # only its officially scored rows (their average too): the rest repeat eval/table.json
+        # (not an average an older version made over both scorers)
+        rows += [r for r in json.loads(official.read_text()) if scorer_family(r.get("scorer") or "") == "official"]
     pct = lambda v: "n/a" if v is None else f"{100 * v:.1f}"  # noqa: E731
-    table = [["benchmark", "base", "baseline", "population mean", "best", "worst", "scorer"]]
+    table = [["benchmark", "base", "baseline", "population mean", "best", "worst", "scorer", "data"]]
     for r in rows:
         cells = [pct(r[k]) for k in ("base", "baseline", "population_mean", "best", "worst")]
         scorer = r.get("scorer") or "project (written before scorers were recorded)"
-        table.append([benchmark_label(r["benchmark"]), *cells, scorer])
+        table.append([benchmark_label(r["benchmark"]), *cells, scorer, r.get("source") or "not recorded"])
     text = "pass@1 (%), greedy" + (f"; {note}" if note else "") + "."
     if official.exists():
         text += " Rows scored by official evalplus 0.3.1 (run in the sandbox) say so in the scorer column."

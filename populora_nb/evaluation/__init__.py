@@ -2,6 +2,8 @@
 
   * `loaders`: find the data (`resolve_data_dir`) and read HumanEval+ / MBPP+ / LiveCodeBench /
     math files into `Problem`s.
+  * `evalplus_release`: HumanEval+ / MBPP+ with no data folder, as evalplus gets them (its cache,
+    ``HUMANEVAL_OVERRIDE_PATH`` / ``MBPP_OVERRIDE_PATH``, a download).
   * `programs`: the program a code completion holds (extraction, sanitizing).
   * `output_shim`: how a program's outputs cross the sandbox boundary as literals.
   * `evalplus_scoring`, `lcb_scoring`: code answers checked in the verifier's sandbox.

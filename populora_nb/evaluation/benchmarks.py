@@ -23,7 +23,7 @@ from typing import Any
 
 from populora_nb.evaluation.evalplus_scoring import GroundTruth, evalplus_ground_truth, score_evalplus
 from populora_nb.evaluation.lcb_scoring import score_lcb
-from populora_nb.evaluation.loaders import BENCHMARK_FILES, Problem, load_benchmark
+from populora_nb.evaluation.loaders import BENCHMARK_FILES, Problem, benchmark_path, load_benchmark
 from populora_nb.evaluation.math_answers import MathChecker, extract_math_answer
 from populora_nb.evaluation.output_shim import SCORER_VERSION
 from populora_nb.prompts import render
@@ -74,6 +74,8 @@ class EvalResult:
     seconds: dict = field(default_factory=dict)
     scorer: str = ""
     """Who made the numbers: `project_scorer(kind)` (the default) or "evalplus 0.3.1 official"."""
+    source: str = ""
+    """The data file the problems were read from ("" in results saved before it was recorded)."""
 
     def __post_init__(self) -> None:
         self.scorer = self.scorer or project_scorer(BENCHMARK_FILES.get(self.benchmark, ("",))[0])
@@ -281,6 +283,7 @@ def evaluate(
             owned.callback(math_checker.close)
         for bench in benchmarks:
             problems = [p for p in load_benchmark(bench, data_dir, limit) if p.has_tests]
+            source = str(benchmark_path(bench, data_dir))
             settings = {
                 "limit": limit,
                 "n_samples": n_samples,
@@ -295,8 +298,11 @@ def evaluate(
                 if path is not None and saved is not None and saved.get("settings") == settings:
                     done[name] = EvalResult(**saved)
                     say(f"[eval] {name} / {bench}: loaded {path.name}")
-                elif not problems:  # nothing scorable (LiveCodeBench prompts without tests)
-                    done[name] = EvalResult(name, bench, {}, 0, n_samples, [], settings, {})
+                    continue
+                if saved is not None:  # never replaced without a word
+                    say(f"[eval] {name} / {bench}: replacing {path}, {_differences(saved.get('settings'), settings)}")
+                if not problems:  # nothing scorable (LiveCodeBench prompts without tests)
+                    done[name] = EvalResult(name, bench, {}, 0, n_samples, [], settings, {}, source=source)
             todo = [n for n in names if n not in done]
             prompts = (
                 [q for q in build_prompts(problems, tokenizer_or_format) for _ in range(n_samples)] if todo else []
@@ -320,6 +326,7 @@ def evaluate(
                 )
                 seconds = {"generate": gen_s, "score": time.time() - t1}
                 done[name] = _finish(name, bench, problems, completions, scores, n_samples, settings, seconds)
+                done[name].source = source
                 if out is not None:
                     out.mkdir(parents=True, exist_ok=True)
                     _result_path(out, name, bench).write_text(json.dumps(asdict(done[name]), indent=1))
@@ -327,6 +334,15 @@ def evaluate(
                 say(f"[eval] {name} / {bench}: pass@1 {done[name].score:.3f} on {done[name].n_problems} problems")
                 results.append(done[name])
     return results
+
+
+def _differences(saved: Any, now: Mapping[str, Any]) -> str:
+    """Why a saved result is not this evaluation's: the settings that differ, saved -> now."""
+    if not isinstance(saved, dict):
+        return "which records no settings"
+    keys = [k for k in dict.fromkeys([*saved, *now]) if saved.get(k) != now.get(k)]
+    shown = ", ".join(f"{k} changed" if k == "problems" else f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in keys)
+    return f"saved with other settings ({shown})"
 
 
 def load_results(out_dir: str | Path) -> list[EvalResult]:

@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from populora_nb.config import BENCHMARK_FILES, ProblemKind
 from populora_nb.errors import DataFileError
+from populora_nb.evaluation.evalplus_release import RELEASES, cached_release
 from populora_nb.evaluation.humaneval import NAME as HUMANEVAL
 from populora_nb.evaluation.humaneval import base_inputs as humaneval_inputs
 from populora_nb.evaluation.humaneval import packaged_humaneval
@@ -119,8 +120,9 @@ def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
         path, how = Path(__file__).resolve().parents[3] / "shared" / "benchmarks", "the default location"
     if not path.is_dir():
         raise BenchmarkDataError(
-            f"benchmark data directory {path} (from {how}) does not exist. Pass data_dir=..., or set "
-            f"{DATA_ENV}=/path/to/benchmarks, a folder laid out as {{name}}/...: see BENCHMARK_FILES."
+            f"benchmark data directory {path} (from {how}) does not exist; on the command line pass "
+            f"--set eval.data_dir=/path/to/benchmarks or set {DATA_ENV}=/path/to/benchmarks (in Python: "
+            f"data_dir=...), a folder laid out as data/README.md describes"
         )
     return path
 
@@ -134,6 +136,10 @@ def benchmark_path(name: str, data_dir: str | os.PathLike | None = None) -> Path
     try:
         root = resolve_data_dir(data_dir)
     except BenchmarkDataError:
+        # no folder named and none beside the checkout: evalplus' override variable or cache
+        release = cached_release(name) if name in RELEASES and not data_dir_is_set(data_dir) else None
+        if release is not None:
+            return release
         if packaged is None:
             raise
         return packaged

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from populora_nb.analysis.figures import save_figure
 from populora_nb.evaluation.benchmarks import EvalResult
+from populora_nb.evaluation.humaneval import NAME as HUMANEVAL
 from populora_nb.evaluation.humaneval import benchmark_label
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class TableRow:
-    """One benchmark's pass@1 per column of the table (nan: not scored)."""
+    """One benchmark scored by one scorer on one data file: pass@1 per column (nan: not scored)."""
 
     benchmark: str
     base: float
@@ -30,7 +31,16 @@ class TableRow:
     best: float
     worst: float
     scorer: str = ""
-    """Who made this row's numbers (`EvalResult.scorer`; several joined by " + " when they differ)."""
+    """Who made this row's numbers (`EvalResult.scorer`): one scorer per row, never two."""
+    source: str = ""
+    """Where the row's problems came from (`EvalResult.source`); an average row: the rows it averages."""
+
+
+def scorer_family(scorer: str) -> str:
+    """Who made a number: "official" (evalplus' own evaluator) or "project" (this package's scorers),
+    which an average row never mixes ("mixed": an average an older version made over both)."""
+    families = {"official" if "official" in part else "project" for part in scorer.split(" + ")}
+    return families.pop() if len(families) == 1 else "mixed"
 
 
 def _stats(xs: Sequence[float]) -> tuple[float, float, float]:
@@ -43,48 +53,56 @@ def _stats(xs: Sequence[float]) -> tuple[float, float, float]:
 def summary_table(
     results: Sequence[EvalResult], base: str = "base", baseline: str = "baseline", members: Sequence[str] | None = None
 ) -> list[TableRow]:
-    """Rows (benchmark, base, baseline, population mean, best, worst member) in pass@1, then an
-    "average" row over the benchmarks every present model was scored on (best / worst: the best and
-    worst member averages, the paper's aggregate). `members` defaults to every other model; an
-    empty list leaves the population columns nan (e.g. the base before training)."""
-    by = {(r.model, r.benchmark): r.score for r in results}
-    scorers: dict[str, dict[str, None]] = {}  # benchmark -> its scorers, in order (an ordered set)
+    """Rows (benchmark, base, baseline, population mean, best, worst member) in pass@1, one per
+    benchmark and scorer (results of one benchmark made by two scorers are two rows), naming the data
+    file(s) read. Then an "average" row per scorer family over the benchmarks every present
+    model was scored on (best / worst: the best and worst member averages, the paper's aggregate),
+    leaving out HumanEval's base tests, another measure of HumanEval+'s problems: a base-tests row is
+    never averaged with a plus row, nor the project's scorer with official evalplus. `members`
+    defaults to every other model; an empty list leaves the population columns nan."""
+    by = {(r.model, r.benchmark, r.scorer): r.score for r in results}
+    sources: dict[tuple[str, str], dict[str, None]] = {}  # (benchmark, scorer) -> its data files (an ordered set)
     for r in results:
-        scorers.setdefault(r.benchmark, {})[r.scorer] = None
+        sources.setdefault((r.benchmark, r.scorer), {}).update({r.source: None} if r.source else {})
     members = list(members) if members is not None else sorted({r.model for r in results} - {base, baseline})
     present = [m for m in (base, baseline, *members) if any(k[0] == m for k in by)]
-    benches = list(dict.fromkeys(r.benchmark for r in results))
-    rows = [
-        TableRow(
-            b,
-            by.get((base, b), math.nan),
-            by.get((baseline, b), math.nan),
-            *_stats([by.get((m, b), math.nan) for m in members]),
-            " + ".join(scorers[b]),
-        )
-        for b in benches
-    ]
-    scored = [b for b in benches if present and all(not math.isnan(by.get((m, b), math.nan)) for m in present)]
-    if scored:
-        avg = {m: sum(by.get((m, b), math.nan) for b in scored) / len(scored) for m in (base, baseline, *members)}
-        used = " + ".join(dict.fromkeys(x for b in scored for x in scorers[b]))
-        rows.append(TableRow("average", avg[base], avg[baseline], *_stats([avg[m] for m in members]), used))
+    keys = list(sources)
+
+    def row(name: str, values: dict[str, float], scorer: str, source: str) -> TableRow:
+        stats = _stats([values.get(m, math.nan) for m in members])
+        return TableRow(name, values.get(base, math.nan), values.get(baseline, math.nan), *stats, scorer, source)
+
+    rows = [row(b, {m: by.get((m, b, s), math.nan) for m in present}, s, " + ".join(sources[b, s])) for b, s in keys]
+    for family in dict.fromkeys(scorer_family(k[1]) for k in keys):
+        scored = [
+            k
+            for k in keys
+            if scorer_family(k[1]) == family
+            and k[0] != HUMANEVAL
+            and present
+            and all(not math.isnan(by.get((m, *k), math.nan)) for m in present)
+        ]
+        if not scored or len({k[0] for k in scored}) < len(scored):  # a benchmark twice: no one average
+            continue
+        avg = {m: sum(by.get((m, *k), math.nan) for k in scored) / len(scored) for m in (base, baseline, *members)}
+        scorers = " + ".join(dict.fromkeys(k[1] for k in scored))
+        rows.append(row("average", avg, scorers, "mean of " + ", ".join(k[0] for k in scored)))
     return rows
 
 
 def format_table(rows: Sequence[TableRow]) -> str:
-    """A Markdown table in percent (n/a where a model has no score), each row naming its scorer."""
+    """A Markdown table in percent (n/a where a model has no score), each row naming its scorer and data."""
 
     def pct(x: float) -> str:
         return "n/a" if math.isnan(x) else f"{100 * x:.1f}"
 
     lines = [
-        "| benchmark | base | baseline | population mean | best | worst | scorer |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "| benchmark | base | baseline | population mean | best | worst | scorer | data |",
+        "|---|---:|---:|---:|---:|---:|---|---|",
     ]
     lines += [
         f"| {benchmark_label(r.benchmark)} | {pct(r.base)} | {pct(r.baseline)} | {pct(r.population_mean)} | "
-        f"{pct(r.best)} | {pct(r.worst)} | {r.scorer} |"
+        f"{pct(r.best)} | {pct(r.worst)} | {r.scorer} | {r.source or 'not recorded'} |"
         for r in rows
     ]
     return "\n".join(lines)
@@ -106,7 +124,10 @@ def plot_benchmarks(table: Sequence[TableRow], title: str = "pass@1 by benchmark
     ax.bar(
         [i + w for i in x], means, w, yerr=[lo, hi], capsize=3, label="population mean (best-worst)", color="#dd8452"
     )
-    ax.set_xticks(x, [benchmark_label(r.benchmark) for r in table], rotation=30, ha="right")
+    names = [
+        benchmark_label(r.benchmark) + (" (official)" if scorer_family(r.scorer) == "official" else "") for r in table
+    ]
+    ax.set_xticks(x, names, rotation=30, ha="right")
     top = max([0.0] + [nan0(getattr(r, k)) for r in table for k in ("base", "baseline", "best")])
     ax.set_ylim(0, min(100.0, max(5.0, 1.15 * top)))  # pass@1 is never negative; 5% keeps small bars visible
     if top == 0:

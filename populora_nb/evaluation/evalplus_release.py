@@ -1,0 +1,107 @@
+"""HumanEval+ and MBPP+ the way evalplus users get them, with no benchmark folder: evalplus' release
+files (the versions our scorer is checked against, HumanEval+ v0.1.10 and MBPP+ v0.2.0) in evalplus'
+own cache, ``~/.cache/evalplus/HumanEvalPlus-v0.1.10.jsonl`` (``appdirs.user_cache_dir("evalplus")``),
+or the local copies its override variables name, ``HUMANEVAL_OVERRIDE_PATH`` / ``MBPP_OVERRIDE_PATH``.
+The files are parsed by our own loader (`loaders`): ``evalplus.data`` is never imported (its
+``__init__`` imports ``datasets``, which an evalplus installed without dependencies lacks).
+
+This module is the one place those two variables are read. `cached_release` never touches the
+network; `fetch_release` downloads a missing file into the cache (as evalplus' ``make_cache`` does),
+and offline raises one line saying what to set.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import tempfile
+import types
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from populora_nb.errors import DataFileError
+
+GITHUB = "https://github.com/evalplus"
+"""Where evalplus publishes its release files (``evalplus.data.utils.get_dataset_metadata``)."""
+
+
+@dataclass(frozen=True)
+class Release:
+    """One evalplus release file: its name, the version our scorer is checked against, and the
+    variable evalplus reads for a local copy."""
+
+    name: str
+    version: str
+    override: str
+
+    def url(self, base: str) -> str:
+        return f"{base.rstrip('/')}/{self.name.lower()}_release/releases/download/{self.version}/{self.name}.jsonl.gz"
+
+
+RELEASES: Mapping[str, Release] = types.MappingProxyType(
+    {
+        "humanevalplus": Release("HumanEvalPlus", "v0.1.10", "HUMANEVAL_OVERRIDE_PATH"),
+        "mbppplus": Release("MbppPlus", "v0.2.0", "MBPP_OVERRIDE_PATH"),
+    }
+)
+
+
+class ReleaseUnavailable(DataFileError, FileNotFoundError):
+    """No local copy, not in the cache, and the download failed: the message says what to set."""
+
+
+def cache_dir() -> Path:
+    """evalplus' cache folder, as ``appdirs.user_cache_dir("evalplus")`` names it on this system."""
+    try:
+        from appdirs import user_cache_dir  # evalplus' own dependency: the same folder it uses
+    except ImportError:  # Linux's answer without appdirs
+        return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "evalplus"
+    return Path(user_cache_dir("evalplus"))
+
+
+def cache_path(benchmark: str) -> Path:
+    """Where evalplus keeps the release file of ``benchmark`` (uncompressed JSONL)."""
+    r = RELEASES[benchmark]
+    return cache_dir() / f"{r.name}-{r.version}.jsonl"
+
+
+def cached_release(benchmark: str) -> Path | None:
+    """The local copy the override variable names (it must exist), else the cached release file,
+    else None. Never downloads."""
+    r = RELEASES[benchmark]
+    named = os.environ.get(r.override)
+    if named:
+        path = Path(named).expanduser()
+        if not path.is_file():
+            raise ReleaseUnavailable(f"${r.override}={named} is not a file; point it at {r.name}.jsonl(.gz)")
+        return path
+    cached = cache_path(benchmark)
+    return cached if cached.is_file() else None
+
+
+def fetch_release(benchmark: str, base_url: str | None = None, timeout_s: float = 30.0) -> Path:
+    """`cached_release`, or the release file downloaded into evalplus' cache (gunzipped, written
+    whole or not at all). Offline: `ReleaseUnavailable` in one line naming what to set."""
+    found = cached_release(benchmark)
+    if found is not None:
+        return found
+    r, target = RELEASES[benchmark], cache_path(benchmark)
+    url = r.url(base_url or GITHUB)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            packed = response.read()
+        with tempfile.NamedTemporaryFile("wb", dir=target.parent, delete=False, suffix=".part") as part:
+            part.write(gzip.decompress(packed))
+        shutil.move(part.name, target)
+    except (urllib.error.URLError, OSError, EOFError, gzip.BadGzipFile) as e:
+        reason = getattr(e, "reason", None) or e
+        raise ReleaseUnavailable(
+            f"{r.name} {r.version} is not in {target} and {url} could not be fetched ({reason}); set "
+            f"{r.override}=/path/to/{r.name}.jsonl.gz, or POPULORA_DATA (--set eval.data_dir=...) to a benchmark folder"
+        ) from None
+    return target
