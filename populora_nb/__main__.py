@@ -105,8 +105,7 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
             cwd=str(src),
             progress_bar=False,
             parameters={"preset": preset, "out_dir": str(out.resolve())},
-            # CurveZMQ keys for the kernel's local sockets, where the kernelspec supports them (ipykernel 7
-            # declares it): else ipykernel warns "Kernel is running over TCP without encryption" each notebook
+            # CurveZMQ keys for the kernel's sockets: else ipykernel 7 warns "running over TCP without encryption"
             config=Config({"KernelManager": {"transport_encryption": "auto"}}),
         )
         _say(f"[notebooks] {nb.name} done in {time.time() - t0:.0f}s")
@@ -386,8 +385,7 @@ def _configs_in(out: Path) -> set[Path]:
 
 
 def _forget_failed_start(out: Path, existed: bool, configs_before: set[Path]) -> None:
-    """After a run or experiment failed before finishing a step, take back the config.yaml files it
-    wrote (the whole --out if it made it), so the rerun with a corrected config is not refused."""
+    """Take back the config.yaml files a run that failed before its first step wrote (the whole --out if it made it)."""
     done = ("stages.json", "metrics.jsonl", "*/metrics.jsonl", "checkpoints/latest", "*/checkpoints/latest")
     progress = [p for pattern in done for p in out.glob(pattern)]
     if not out.is_dir() or any(p.is_file() and p.stat().st_size > 0 for p in progress):

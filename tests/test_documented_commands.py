@@ -43,6 +43,10 @@ SKIPPED: dict[str, str] = {
     r"populora_nb pilot ": "hours on the cpu preset; tests/test_pilot.py runs the pilot on tiny",
     r"populora_nb protocol ": "hours on the cpu preset; tests/test_protocol.py runs the protocol on tiny",
     r"populora_nb sweep ": "a Ray Tune sweep of experiments; tests/test_sweep.py runs one on tiny",
+    r"^pip --isolated install --dry-run|gpu-report\.json": "resolves the GPU stack against the registry "
+    "(constraints-gpu.txt; tests/test_gpu_pins.py checks the pins)",
+    r"^export (TRITON_CACHE_DIR|HF_HOME|VLLM_CACHE_ROOT|TORCHINDUCTOR_CACHE_DIR)=": "sets a cache path for a GPU "
+    "machine's shell",
 }
 
 
