@@ -304,7 +304,7 @@ def member_gradient(population: Population, member: str, batch: TrainBatch, chec
     """The member's gradient of a token-mean policy-gradient loss on one micro-batch, no step taken."""
     population.lora = dataclasses.replace(population.lora, gradient_checkpointing=checkpointed)
     population.zero_grad(member)
-    with population._member_forward(member) as forward:  # the trainer's own forward, checkpointing included
+    with population.member_forward(member) as forward:  # the trainer's own forward, checkpointing included
         logprobs = forward(batch)
         mask = batch.completion_mask.to(logprobs.dtype)
         loss = -(logprobs * mask * batch.advantages[:, None].to(logprobs.dtype)).sum() / mask.sum()

@@ -505,9 +505,9 @@ def test_load_tasks_reads_rows_and_drops_a_truncated_last_line(tmp_path):
     run = _write(tmp_path / "run" / "tasks.jsonl", whole + json.dumps(ROW)[:40])
     tasks = load_tasks(run)
     assert [t.step for t in tasks] == [0, 1]
-    # recorded before the loop classed copies: the identity seed's program is a copy (of the seed)
+    # recorded before the loop classed copies: the identity seed's program is met before (a seed's)
     assert tasks[0] == cx.TaskRecord(
-        0, "T0", "code_o", IDENTITY, True, ("1",), ("1",), "", None, "S0", 0.25, "copy", False
+        0, "T0", "code_o", IDENTITY, True, ("1",), ("1",), "", None, "S0", 0.25, "earlier", False
     )
     assert not tasks[1].valid and tasks[1].outputs == ()
 

@@ -460,7 +460,9 @@ def test_apply_operator_and_plot(parents):
     assert len(plot_lineage(records).axes[0].get_yticks()) == len(mentioned)
     ax = plot_lineage(records, founders={m.member_id: m.role for m in _members()}).axes[0]
     assert len(ax.get_yticks()) == 8
-    assert len(ax.texts) == sum(len(r.parents) for r in records)  # one arrow per parent → child edge
+    # one arrow per parent → child edge, and each child named where it is born
+    assert len(ax.texts) == sum(len(r.parents) for r in records) + len(records)
+    assert {t.get_text() for t in ax.texts} - {""} == {r.child for r in records}
 
 
 def test_retention_curves_call_training_once_per_operator(parents):

@@ -20,15 +20,18 @@ def _write(path, rows):
 
 
 def _run(path, agent, per_step, steps=6):
-    """A run whose every step proposes ``per_step`` = [(valid, copy, rho), ...] (programs distinct)."""
+    """A run whose every step proposes ``per_step`` = [(valid, copy, rho), ...]: programs distinct, but
+    an "earlier" copy writes the identity seed's program (renamed) with a fresh input."""
     rd = RunDir.create(path, load_config("tiny", {"run.agent": agent}))
     tasks, matches, metrics = [], [], []
     for s in range(steps):
         for i, (valid, copy, rho) in enumerate(per_step):
-            program = f"def f(x):\n    return x + {s * 100 + i}"
+            n = s * 100 + i
+            program = "def f(y):\n    return y" if copy == "earlier" else f"def f(x):\n    return x + {n}"
             tasks.append(
                 {"step": s, "kind": "code_i", "valid": valid, "copy": copy if valid else None, "repeat": False}
-                | {"program": program, "inputs": ["1"], "solve_rate": rho if valid else None}
+                | {"program": program, "inputs": [str(n)], "outputs": [str(n + 1)]}
+                | {"solve_rate": rho if valid else None}
             )
             matches.append({"step": s, "valid": valid, "rho": rho if valid else None, "rollouts": 4})
         metrics.append({"step": s, "member": "agent", "time/step_s": 10.0 + s})

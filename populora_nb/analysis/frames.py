@@ -63,9 +63,9 @@ TASK_COLUMNS = (
   rho        the matched solver's solve rate ρ (tasks.jsonl ``solve_rate``); NaN when invalid or unsolved
   rollouts   attempts behind ρ (the match's ``rollouts``, else the run's ``rl.rollouts``)
   n_solved   attempts that passed: round(ρ × rollouts)
-  copy       new / reference / earlier (``populora_nb.copies``; "copy" for runs recorded before the
-             loop classed them); None for an invalid task
-  repeat     the same program and input as a task met before in the run (``copies.repeat_rows``);
+  copy       the program class: new / reference / earlier (``copies.classify_rows``: re-read with
+             today's normalisation); None for an invalid task
+  repeat     the same task as its student meets it, met before in the run (``copies.repeat_rows``);
              None for an invalid task
   written    a valid code_o/code_i task: the proposer wrote the program (complexity is measured)
   measured   written and new: what the complexity and coverage analysis counts

@@ -40,6 +40,7 @@ from scipy import stats
 from populora_nb.analysis.frames import records, step_value
 from populora_nb.analysis.liveness import liveness
 from populora_nb.analysis.protocol_series import RUNS
+from populora_nb.copies import classify_rows, start_fingerprints
 from populora_nb.records import RunDir
 
 NEW_RATIO = 2.0
@@ -67,24 +68,21 @@ class RunSteps:
     """Seconds per step (NaN where not recorded)."""
 
 
-def is_new_valid(row: Mapping) -> bool:
-    """A valid proposal that is neither a copy (class ``"new"``) nor a repeat."""
-    return bool(row.get("valid")) and row.get("copy") == "new" and not row.get("repeat")
-
-
 def run_steps(run_dir: str | Path) -> RunSteps:
     """Count a run's records per step (module docstring)."""
     rd = RunDir(Path(run_dir))
     tasks = records(rd.path, "tasks")
+    # the program class re-read with today's normalisation (`copies.classify_rows`): a new program
+    classes = classify_rows(tasks, start_fingerprints(rd.path))
     seconds = step_value(records(rd.path, "metrics"))
     steps = sorted({int(t["step"]) for t in tasks} | set(seconds))
     index = {s: i for i, s in enumerate(steps)}
     counts = {k: np.zeros(len(steps)) for k in ("proposals", "valid", "new_valid", "new_played", "new_in_band")}
-    for t in tasks:
+    for t, cls in zip(tasks, classes):
         i = index[int(t["step"])]
         counts["proposals"][i] += 1
         counts["valid"][i] += bool(t.get("valid"))
-        if is_new_valid(t):
+        if t.get("valid") and cls == "new":
             counts["new_valid"][i] += 1
             if t.get("solve_rate") is not None:
                 counts["new_played"][i] += 1
