@@ -66,8 +66,8 @@ def namespaces():
 
 
 def _crosscheck():
-    """tests/test_evalplus_crosscheck.py as a module: its offline official loader and mutants."""
-    spec = importlib.util.spec_from_file_location("evalplus_crosscheck", ROOT / "tests" / "test_evalplus_crosscheck.py")
+    """benchmarks/evalplus_crosscheck.py as a module: its offline official loader and mutants."""
+    spec = importlib.util.spec_from_file_location("evalplus_crosscheck", ROOT / "benchmarks" / "evalplus_crosscheck.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
