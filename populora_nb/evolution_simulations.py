@@ -18,6 +18,22 @@ from populora_nb.evolution import Lineage, MemberRating, OperatorMix, inherit_ra
 from populora_nb.matchmaking import Match, Rating, initial_ratings, make_trueskill, update_ratings
 
 
+def plan_by_config(
+    members: Sequence[MemberRating], ec: EvolutionConfig, *, step: int, rng: random.Random
+) -> list[Lineage]:
+    """`plan_replacement` with every rule taken from the run's evolution config (the one source)."""
+    return plan_replacement(
+        list(members),
+        step=step,
+        rng=rng,
+        num_replaced=ec.replace_per_role,
+        mix=OperatorMix(ec.operators),
+        tournament_size=ec.tournament_size,
+        k=ec.fitness_k,
+        grace_steps=ec.grace,
+    )
+
+
 def simulate_lineage(
     members: Sequence[MemberRating],
     evolution: EvolutionConfig,
@@ -41,16 +57,7 @@ def simulate_lineage(
             i: replace(m, mu=m.mu + rng.gauss(0.0, drift), sigma=max(1.0, m.sigma * sigma_decay**ec.every))
             for i, m in population.items()
         }
-        births = plan_replacement(
-            list(population.values()),
-            step=step,
-            rng=rng,
-            num_replaced=ec.replace_per_role,
-            mix=OperatorMix(ec.operators),
-            tournament_size=ec.tournament_size,
-            k=ec.fitness_k,
-            grace_steps=ec.grace,
-        )
+        births = plan_by_config(list(population.values()), ec, step=step, rng=rng)
         for birth in births:
             parents = [(population[p].mu, population[p].sigma) for p in birth.parents]
             mu, sigma = inherit_rating(parents, sigma_inflation=ec.sigma_inflation)
@@ -117,16 +124,7 @@ def newborn_fate(
             ratings = update_ratings(ratings, matches, env, mm.win_threshold)
             step += 1
         members = [MemberRating(m, roles[m], ratings[m].mu, ratings[m].sigma, born[m]) for m in roles]
-        plan = plan_replacement(
-            members,
-            step=step,
-            rng=rng,
-            num_replaced=ec.replace_per_role,
-            mix=OperatorMix(ec.operators),
-            tournament_size=ec.tournament_size,
-            k=ec.fitness_k,
-            grace_steps=ec.grace,
-        )
+        plan = plan_by_config(members, ec, step=step, rng=rng)
         replaced = {b.replaced for b in plan}
         for child, role in list(waiting.items()):
             if not next(m for m in members if m.member_id == child).in_grace(step, ec.grace):
