@@ -9,7 +9,9 @@ AZR keeps the first 16,384 entries and then stops storing (its references freeze
 drops its oldest non-seed entry (FIFO), so references keep tracking what the population writes now. References are drawn
 uniformly (AZR's `gen_data_probabilities_strategy = "uniform"`, `get_gen_code_io_data`), or
 recency-weighted with weight proportional to insertion rank (the newest entry is n times as likely
-as the oldest).
+as the oldest), or least-shown first (`tasks.reference_sampling = "least_shown"`, not AZR: the
+programs shown least often so far, ties drawn uniformly, so every stored program is read before any
+is read twice; each buffer counts how often each program was shown, `times_shown`).
 
 The AZR solver's batch (`sample_max_new`) is AZR's `pred_data_mix_strategy = "max_new"`: every task
 the previous step added first, then uniform draws from the whole buffer; a buffer remembers how many
@@ -43,6 +45,8 @@ class TaskBuffer:
     """Every task ever added, evicted or not (a counter for curves)."""
     n_recent: int = 0
     """How many of the newest entries the latest `add_batch` added: AZR's `get_recent_additions`."""
+    times_shown: dict[str, int] = field(default_factory=dict)
+    """How often each program (its text) was drawn as a reference; kept for ``least_shown`` draws."""
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -84,13 +88,36 @@ class TaskBuffer:
         new = rng.sample(self.recent, min(k, len(self.recent)))
         return new + rng.sample(self.tasks, min(k - len(new), len(self.tasks)))
 
-    def sample(self, k: int, rng: random.Random, mode: Literal["uniform", "recency"] = "uniform") -> list[Task]:
-        """k distinct references (fewer if the buffer is smaller)."""
+    def sample(
+        self, k: int, rng: random.Random, mode: Literal["uniform", "recency", "least_shown"] = "uniform"
+    ) -> list[Task]:
+        """k distinct references (fewer if the buffer is smaller); every draw counts in `times_shown`."""
         k = min(k, len(self.tasks))
         if k == 0:
             return []
         if mode == "uniform":
-            return rng.sample(self.tasks, k)
+            chosen_tasks = rng.sample(self.tasks, k)
+        elif mode == "least_shown":
+            chosen_tasks = self._least_shown(k, rng)
+        elif mode == "recency":
+            chosen_tasks = self._by_recency(k, rng)
+        else:
+            raise ValueError(f"reference sampling must be uniform, recency or least_shown, got {mode!r}")
+        self.note_shown([t.program for t in chosen_tasks])
+        return chosen_tasks
+
+    def note_shown(self, programs: Sequence[str]) -> None:
+        """Count each program as shown once more (a reference drawn here or from a pool built on this buffer)."""
+        for program in programs:
+            self.times_shown[program] = self.times_shown.get(program, 0) + 1
+
+    def _least_shown(self, k: int, rng: random.Random) -> list[Task]:
+        """The k entries shown least often so far; among equally shown ones a uniform draw."""
+        order = sorted(self.tasks, key=lambda t: (self.times_shown.get(t.program, 0), rng.random()))
+        return order[:k]
+
+    def _by_recency(self, k: int, rng: random.Random) -> list[Task]:
+        """k entries drawn without replacement, each with weight equal to its insertion rank."""
         idx = list(range(len(self.tasks)))
         chosen: list[int] = []
         weights = [i + 1.0 for i in idx]
@@ -102,13 +129,18 @@ class TaskBuffer:
 
     def to_json(self) -> dict:
         counts = {f: getattr(self, f) for f in ("kind", "cap", "n_seeds", "n_added", "n_recent")}
-        return {**counts, "tasks": [task_to_json(t) for t in self.tasks]}
+        return {**counts, "times_shown": dict(self.times_shown), "tasks": [task_to_json(t) for t in self.tasks]}
 
     @classmethod
     def from_json(cls, data: dict) -> TaskBuffer:
         counts = {f: data[f] for f in ("kind", "cap", "n_seeds", "n_added")}
-        # a checkpoint from before n_recent was kept: no batch is recent
-        return cls(**counts, n_recent=data.get("n_recent", 0), tasks=[task_from_json(t) for t in data["tasks"]])
+        # a checkpoint from before n_recent / times_shown were kept: no batch is recent, nothing was shown
+        return cls(
+            **counts,
+            n_recent=data.get("n_recent", 0),
+            times_shown=dict(data.get("times_shown", {})),
+            tasks=[task_from_json(t) for t in data["tasks"]],
+        )
 
 
 def task_to_json(task: Task) -> dict:
@@ -136,6 +168,9 @@ def snippet_pool(buffers: Mapping[str, TaskBuffer]) -> TaskBuffer | None:
             seen.add(task.program)
             pool.add(dataclasses.replace(task, kind="code_o"), seed=seed)
 
+    for b in parts:  # a program's draws so far, wherever it was drawn (`count_pool_draws`)
+        for program, n in b.times_shown.items():
+            pool.times_shown[program] = pool.times_shown.get(program, 0) + n
     for b in parts:
         for task in b.tasks[: b.n_seeds]:
             take(task, seed=True)
@@ -145,6 +180,16 @@ def snippet_pool(buffers: Mapping[str, TaskBuffer]) -> TaskBuffer | None:
             if i < len(w):
                 take(w[i], seed=False)
     return pool
+
+
+def count_pool_draws(buffers: Mapping[str, TaskBuffer], programs: Sequence[str]) -> None:
+    """Count programs drawn from a `snippet_pool` as shown in the first of the code_o / code_i buffers
+    holding each, so the next step's pool (rebuilt from those buffers) remembers this step's draws."""
+    for program in programs:
+        for kind in ("code_o", "code_i"):
+            if kind in buffers and any(t.program == program for t in buffers[kind].tasks):
+                buffers[kind].note_shown([program])
+                break
 
 
 def load_seed_triplets(path: str | Path | None = None) -> list[dict]:

@@ -204,8 +204,15 @@ class TaskConfig:
     """"reference": a valid proposal copying a shown reference becomes invalid (not AZR; copies measures copying)."""
     reject_repeats: bool = False
     """True: a valid proposal repeating a task met before in the run becomes invalid; False, like AZR."""
-    reference_sampling: Literal["uniform", "recency"] = "uniform"
-    """How references are drawn from a buffer: uniform, or recency (weight = insertion rank, newest most)."""
+    reference_sampling: Literal["uniform", "recency", "least_shown"] = "uniform"
+    """How references are drawn from a buffer: uniform, recency (weight = insertion rank, newest most), or
+    least_shown (the entries shown least often so far, ties drawn uniformly; not AZR, a novelty pressure)."""
+    one_task_per_program: bool = False
+    """True: a buffer keeps one task per program (normalised, `copies.normalise`), so a re-posed program is
+    not shown again as a reference; False, like AZR, every valid task is stored."""
+    copies_earn_nothing: bool = False
+    """True: a valid task whose program is not new (`copies`) earns min(r, 0), teacher and AZR proposer alike
+    (`rewards.novelty_capped`); not AZR or the paper, a novelty pressure for small models."""
     seeds_path: str | None = None
     """A JSONL of seed tasks; default: the package's populora_nb/data/seed_tasks.jsonl."""
 

@@ -18,8 +18,10 @@ the table prints the counts behind every share; the protocol then measures with 
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,8 +50,16 @@ class Candidate:
 # Each candidate states the settings it varies, so it stays itself if the preset changes under a resumed pilot.
 MIXED = {"tasks.kinds": ["code_o", "code_i"]}
 SOLVER = {**MIXED, "warmup.solver": True}
-COPY_ARMS = {"tasks.n_references": 2, "tasks.reject_repeats": False, "tasks.reject_copies": "none"}
-"""The settings the new-task arms vary, at the cpu preset's values (the control)."""
+COPY_ARMS = {
+    "tasks.n_references": 2,
+    "tasks.reject_repeats": False,
+    "tasks.reject_copies": "none",
+    "tasks.copies_earn_nothing": False,
+    "tasks.one_task_per_program": False,
+    "tasks.reference_sampling": "uniform",
+    "sampling.propose_max_new_tokens": 72,
+}
+"""The settings the new-task and novelty arms vary, at the cpu preset's values (the control)."""
 CANDIDATES: tuple[Candidate, ...] = (
     Candidate("preset", MIXED, "the cpu preset before the pilot: k = 4, code_o + code_i, the proposer warm-up"),
     Candidate("solver-warmup", SOLVER, "a solver warm-up beside the proposer warm-up (solver_warmup.py)"),
@@ -90,6 +100,25 @@ CANDIDATES: tuple[Candidate, ...] = (
         "K1",
         {**COPY_ARMS, "tasks.n_references": 1},
         "one reference in the prompt: less to copy from",
+        warmup_from="control",
+    ),
+    # Novelty pressure (docs/results/cpu-pilot-novelty): each setting alone, from the control's warm-up.
+    Candidate(
+        "copies-earn-nothing",
+        {**COPY_ARMS, "tasks.copies_earn_nothing": True},
+        "a valid task whose program is not new earns min(r, 0): only a new program can earn",
+        warmup_from="control",
+    ),
+    Candidate(
+        "one-per-program",
+        {**COPY_ARMS, "tasks.one_task_per_program": True, "tasks.reference_sampling": "least_shown"},
+        "the buffers keep one task per program, references drawn least-shown first: more programs to read",
+        warmup_from="control",
+    ),
+    Candidate(
+        "tokens128",
+        {**COPY_ARMS, "sampling.propose_max_new_tokens": 128},
+        "128 proposal tokens (the preset has 72): room to write a longer program",
         warmup_from="control",
     ),
 )
@@ -327,3 +356,31 @@ def write_pilot(rows: Sequence[PilotRow], out: str | Path, preset: str, steps: i
         json.dumps({"preset": preset, "steps": steps, "candidates": facts}, indent=1) + "\n"
     )
     return out / "pilot.md"
+
+
+KEPT_STREAMS = ("tasks", "metrics", "matches", "lineage")
+"""The streams a kept pilot arm holds: enough for `analysis.new_tasks`, `analysis.novelty_pilot` and liveness."""
+
+
+def keep_records(experiment: str | Path, dest: str | Path) -> Path:
+    """A finished pilot arm's records, kept for reading at ``dest`` (committed under docs/results): the
+    configs, stages.json, the warm-up's report and examples (whose programs count as met before step 1),
+    and each run's streams compressed (``.jsonl.gz``, read alike by `records.RunDir`)."""
+    src, dst = Path(experiment), Path(dest)
+    if not (src / "stages.json").is_file():
+        raise UserInputError(f"{src} is not an experiment directory (no stages.json): nothing to keep")
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in ("config.yaml", "stages.json", "warmup/report.json", "warmup/examples.jsonl"):
+        if (src / name).is_file():
+            (dst / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src / name, dst / name)
+    for run in ("baseline", "population"):
+        if not (src / run / "config.yaml").is_file():
+            continue
+        (dst / run).mkdir(exist_ok=True)
+        shutil.copyfile(src / run / "config.yaml", dst / run / "config.yaml")
+        for stream in KEPT_STREAMS:
+            if (src / run / f"{stream}.jsonl").is_file():
+                data = (src / run / f"{stream}.jsonl").read_bytes()
+                (dst / run / f"{stream}.jsonl.gz").write_bytes(gzip.compress(data, mtime=0))
+    return dst

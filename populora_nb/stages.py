@@ -20,8 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from populora_nb.buffers import TaskBuffer, snippet_pool
+from populora_nb.buffers import TaskBuffer, count_pool_draws, snippet_pool
 from populora_nb.config import ExperimentConfig
+from populora_nb.copies import fingerprint
 from populora_nb.matchmaking import Match
 from populora_nb.policy import Policy, Sample, TokenIds, as_completion
 from populora_nb.prompts import (
@@ -34,7 +35,7 @@ from populora_nb.prompts import (
     parse_proposal,
     render,
 )
-from populora_nb.rewards import student_reward
+from populora_nb.rewards import novelty_capped, student_reward
 from populora_nb.rl import trr_plus_plus_advantages
 from populora_nb.tasks import Task
 from populora_nb.verify import Invalid, Proposal, Verifier
@@ -153,6 +154,7 @@ def propose(
             for _ in range(per_kind):
                 if kind == "code_f":
                     refs = program_buffer.sample(1, rng, tc.reference_sampling)  # type: ignore[union-attr]  # checked above
+                    count_pool_draws(buffers, [r.program for r in refs])
                     try:
                         text, used = bounded_propose_prompt(
                             "code_f", refs, count, budget, tc.code_f_inputs, tc.prompt_style
@@ -333,11 +335,13 @@ def reward_samples(
     attempts: list[Attempt],
     proposer_reward: Callable[[bool, float | None], float],
     advantage_scale: str = "role",
+    copies_earn_nothing: bool = False,
 ) -> list[Sample]:
     """Teacher/proposer and student samples with their rewards and TRR++ advantages, centred per
     (member, role, kind); scaled per (member, role) (``advantage_scale="role"``) or per group
     ("group", AZR's exact TRR++; `config.RLConfig.advantage_scale`). ``proposer_reward(valid, rho)``:
-    ``rewards.teacher_reward`` (PopuLoRA's -1 / 0 / 1-rho) or ``rewards.azr_proposer_reward``."""
+    ``rewards.teacher_reward`` (PopuLoRA's -1 / 0 / 1-rho) or ``rewards.azr_proposer_reward``; with
+    ``copies_earn_nothing`` a valid proposal whose program is not new earns at most 0 (`rewards.novelty_capped`)."""
     samples = []
     for p in proposals:
         valid = isinstance(p.result, Task)
@@ -345,6 +349,10 @@ def reward_samples(
         if valid and p.rho is None:
             continue
         r = proposer_reward(valid, p.rho)
+        if copies_earn_nothing and valid:
+            if p.copy is None:
+                raise ValueError("copies_earn_nothing needs each valid proposal's program class (copies.mark_copies)")
+            r = novelty_capped(r, p.copy == "new")
         samples.append(
             Sample(p.proposer, p.prompt, p.completion, r, (p.proposer, "propose", p.kind), token_ids=p.token_ids)
         )
@@ -376,8 +384,22 @@ def update(policy: Policy, samples: list[Sample], members: Sequence[str]) -> dic
     return policy.update_members({m: s for m, s in mine.items() if s})
 
 
-def grow_buffers(buffers: dict[str, TaskBuffer], proposals: Sequence[Proposed]) -> None:
+def grow_buffers(
+    buffers: dict[str, TaskBuffer], proposals: Sequence[Proposed], one_task_per_program: bool = False
+) -> None:
     """Add this step's valid tasks to the run's buffers, in place: each kind's to its own buffer only,
-    as one batch (the next step's solver batch starts from it), as AZR keeps the kinds apart (`buffers`)."""
+    as one batch (the next step's solver batch starts from it), as AZR keeps the kinds apart (`buffers`).
+    With ``one_task_per_program`` (`config.TaskConfig`) a task whose program (`copies.fingerprint`: the
+    normalised program, code_f its inputs too) the buffer already holds is not stored again."""
     for kind, buffer in buffers.items():
-        buffer.add_batch([p.result for p in proposals if p.kind == kind and isinstance(p.result, Task)])
+        tasks = [p.result for p in proposals if p.kind == kind and isinstance(p.result, Task)]
+        if one_task_per_program:
+            held = {fingerprint(kind, t.program, t.inputs) for t in buffer.tasks}
+            kept = []
+            for t in tasks:
+                key = fingerprint(kind, t.program, t.inputs)
+                if key not in held:
+                    held.add(key)
+                    kept.append(t)
+            tasks = kept
+        buffer.add_batch(tasks)

@@ -149,7 +149,10 @@ class Step:
         """Every proposal's and trained rollout's reward, and its TRR++ advantage within its group."""
         proposer_reward = teacher_reward if self.population else azr_proposer_reward
         scale = self.config.rl.advantage_scale
-        self.out.samples = stages.reward_samples(self.out.proposals, self.out.attempts, proposer_reward, scale)
+        capped = self.config.tasks.copies_earn_nothing
+        self.out.samples = stages.reward_samples(
+            self.out.proposals, self.out.attempts, proposer_reward, scale, copies_earn_nothing=capped
+        )
         return self.out.samples
 
     def update(self) -> dict[str, dict[str, float]]:
@@ -177,7 +180,7 @@ class Step:
 
     def grow(self) -> None:
         """This step's valid tasks join the buffers."""
-        stages.grow_buffers(self.state.buffers, self.out.proposals)
+        stages.grow_buffers(self.state.buffers, self.out.proposals, self.config.tasks.one_task_per_program)
 
     def evolve(self) -> list[dict]:
         """The evolution event the loop runs every E steps (`evolve`), run now; its lineage rows."""

@@ -8,7 +8,9 @@ rate cannot compare it with the control. What can is the count of **new valid ta
 valid proposals whose copy class is ``"new"`` (neither a shown reference's program nor an earlier
 one) and that are not repeats (the same program and input as a task met before). Beside it, per run:
 
-* the **valid rate** (valid proposals / proposals): a rejection setting lowers it by what it rejects;
+* the **valid rate before novelty rules** (valid proposals, and those a ``reject_copies`` /
+  ``reject_repeats`` rule made invalid after classing them, over proposals): what the verifier passed,
+  so a rejection setting does not lower it by construction (it did in the first new-task pilot);
 * the **band share over new tasks**: new valid tasks the matched solver attempted with 0 < ρ < 1,
   the tasks whose rollouts carry a difficulty signal (AZR's learnability reward is 0 outside it);
 * **teacher games won** (population): per step, the rating games teachers won on played non-repeat
@@ -81,7 +83,8 @@ def run_steps(run_dir: str | Path) -> RunSteps:
     for t, cls in zip(tasks, classes):
         i = index[int(t["step"])]
         counts["proposals"][i] += 1
-        counts["valid"][i] += bool(t.get("valid"))
+        # valid before any novelty rule: a task rejected as a copy or repeat was classed, so it was valid
+        counts["valid"][i] += bool(t.get("valid")) or t.get("copy") is not None
         if t.get("valid") and cls == "new":
             counts["new_valid"][i] += 1
             if t.get("solve_rate") is not None:
@@ -171,7 +174,7 @@ def better(candidate: RunSteps, control: RunSteps) -> bool:
     return bool(new_c >= NEW_RATIO * new_0 and new_c > 0 and rate_c >= VALID_RATIO * rate_0)
 
 
-def _fmt(triple: tuple[float, float, float], digits: str = ".2f") -> str:
+def interval_text(triple: tuple[float, float, float], digits: str = ".2f") -> str:
     mean, low, high = triple
     if math.isnan(mean):
         return "n/a"
@@ -190,7 +193,8 @@ def new_task_table(experiments: Mapping[str, str | Path]) -> tuple[list[str], di
     }
     control = counts[names[0]]
     lines = [
-        "| candidate | run | steps | new valid tasks / step | × control | valid rate | band share over new tasks "
+        "| candidate | run | steps | new valid tasks / step | × control | valid rate before novelty rules "
+        "| band share over new tasks "
         "| teacher games won / step; share of games | s/step |",
         "|---|---|---:|---|---|---|---|---|---:|",
     ]
@@ -213,13 +217,13 @@ def new_task_table(experiments: Mapping[str, str | Path]) -> tuple[list[str], di
                     step_share(c.games_won, c.games, f"{name}/{run}/games"),
                 )
             cost = mean_interval(c.seconds, f"{name}/{run}/cost")
-            won_cell = "—" if won is None else f"{_fmt(won[0], '.1f')}; {_fmt(won[1], '.0%')}"
-            band_cell = f"{_fmt(band, '.0%')} ({int(c.new_in_band.sum())}/{int(c.new_played.sum())})"
+            won_cell = "—" if won is None else f"{interval_text(won[0], '.1f')}; {interval_text(won[1], '.0%')}"
+            band_cell = f"{interval_text(band, '.0%')} ({int(c.new_in_band.sum())}/{int(c.new_played.sum())})"
             lines.append(
-                f"| {name if run == 'baseline' else ''} | {run} | {len(c.steps)} | {_fmt(new)} "
-                f"({int(c.new_valid.sum())}) | {'control' if name == names[0] else _fmt(ratio)} | "
-                f"{_fmt(valid, '.0%')} ({int(c.valid.sum())}/{int(c.proposals.sum())}) | {band_cell} | "
-                f"{won_cell} | {_fmt(cost, '.1f')} |"
+                f"| {name if run == 'baseline' else ''} | {run} | {len(c.steps)} | {interval_text(new)} "
+                f"({int(c.new_valid.sum())}) | {'control' if name == names[0] else interval_text(ratio)} | "
+                f"{interval_text(valid, '.0%')} ({int(c.valid.sum())}/{int(c.proposals.sum())}) | {band_cell} | "
+                f"{won_cell} | {interval_text(cost, '.1f')} |"
             )
             row = {"candidate": name, "run": run, "steps": len(c.steps), "new_valid_per_step": new}
             row |= {"ratio_to_control": ratio, "valid_rate": valid, "band_share_new": band}
