@@ -97,7 +97,8 @@ bench: setup
 # allow it. CurveZMQ keys for the kernels' local sockets (ipykernel 7 warns "running over TCP without encryption").
 lab: setup
 	@if [ "$$(id -u)" = 0 ]; then echo "make lab: running as root, so jupyter lab gets --allow-root"; allow=--allow-root; fi; \
-	$(BIN)/jupyter lab $$allow --KernelManager.transport_encryption=auto notebooks/
+	$(BIN)/jupyter lab $$allow --KernelManager.transport_encryption=auto \
+		--ServerApp.contents_manager_class=populora_nb.lab.NotebookContents notebooks/
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -22,6 +22,7 @@ run_dir = None
 out_dir = None  # when set, the figure is saved there as PNG
 late_fraction = 0.5  # "late in the run": the last half of the steps
 window = 5  # steps of matches behind the explorer's solve-rate matrix
+explore_run = None  # "population" or "baseline": explore that run alone; None: both side by side
 
 # %%
 import tempfile
@@ -115,7 +116,7 @@ else:
 # are gone, but the last selection (its table, figure and task) stays in the saved notebook.
 
 # %%
-ex = Explorer(frames, window=window)
+ex = Explorer(frames if explore_run is None else frames.select(run=explore_run), window=window)
 ex.steps.value = (late_from, last_step)
 ex.validity.value = "valid"
 ex.show()

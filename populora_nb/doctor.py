@@ -34,6 +34,7 @@ from populora_nb.model.base import Base, load_base
 from populora_nb.model.engine_share import GIB, TrainerMemory, describe, measured_check, run_share
 from populora_nb.model.policy import LoRAPolicy
 from populora_nb.model.vllm_setup import quiet_vllm
+from populora_nb.presets import read_yaml_overrides
 from populora_nb.state import roster_for
 from populora_nb.step_records import Timer, memory_mark, reset_peak_memory, step_summary
 from populora_nb.verify import Verifier
@@ -235,7 +236,9 @@ def run_doctor(
     random = RANDOM_WEIGHTS if weights == "random" else {}
     try:
         with quiet_vllm():
-            _run(report, stage, preset, {**DEFAULTS, **random, **(overrides or {})}, config_path, say)
+            # the doctor's defaults are the floor: a --config file and --set override them, in that order
+            from_file = read_yaml_overrides(config_path, ExperimentConfig) if config_path is not None else {}
+            _run(report, stage, preset, {**DEFAULTS, **random, **from_file, **(overrides or {})}, config_path, say)
     except Exception as e:  # noqa: BLE001 - the doctor reports every failure as one line
         text = " ".join(str(e).split()) or type(e).__name__
         report.failures.append(f"stage {stage.name!r} failed: {type(e).__name__}: {text}")

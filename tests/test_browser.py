@@ -1,6 +1,7 @@
 """Notebooks 03 and 08 as a user meets them: JupyterLab 4 in headless Chromium, the tiny preset.
 
-Notebook 03 opens without a "Select Kernel" dialog, Run All shows the step by hand's tables and
+Notebook 03 opens without a "Select Kernel" dialog and unmodified (JupyterLab started as `make lab`
+starts it, `populora_nb.lab`), Run All shows the step by hand's tables and
 the dashboard as a figure and a table (not a widget repr, no "Error displaying widget", no error
 output), and after save, kernel shutdown and reopening, the dashboard cell still shows its figure
 and "run complete". Notebook 08's explorer renders its controls and record, a filter changes the
@@ -82,6 +83,7 @@ def lab(tmp_path):
             f"--IdentityProvider.token={TOKEN}",
             f"--ServerApp.root_dir={root}",
             "--LabApp.expose_app_in_browser=True",
+            "--ServerApp.contents_manager_class=populora_nb.lab.NotebookContents",  # as `make lab` starts it
             "--LabApp.news_url=None",
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
             *(["--allow-root"] if os.geteuid() == 0 else []),
@@ -122,6 +124,8 @@ def _open(page, base: str, notebook: str = NOTEBOOK) -> None:
     page.wait_for_timeout(1500)
     dialogs = page.locator(".jp-Dialog")
     assert dialogs.count() == 0, f"a dialog opened with the notebook: {dialogs.first.inner_text()}"
+    # opened, its kernel connected, nothing run: not marked modified (`populora_nb.lab`)
+    assert not page.evaluate("() => window.jupyterapp.shell.currentWidget.context.model.dirty")
 
 
 def _save_and_stop(page, base: str, path: Path) -> dict:

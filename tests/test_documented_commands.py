@@ -39,6 +39,7 @@ SKIPPED: dict[str, str] = {
     r"^conda |^pip install|^source \.venv": "sets up an environment (CI's `make setup` does)",
     r"pre-commit install": "writes a git hook into the clone",
     r"jupytext --sync notebooks/NN_name\.py|nbstripout notebooks": "`make check-notebooks` runs these",
+    r"doctor_cpu_cut\.yaml": "the random-weights doctor's CPU cut: tests/test_doctor.py runs it with that file (slow)",
     r"--preset (gpu|paper)|rollout\.engine=vllm": "needs a GPU and its vLLM (benchmarks/gpu_check.py on a GPU machine)",
     r"populora_nb pilot ": "hours on the cpu preset; tests/test_pilot.py runs the pilot on tiny",
     r"populora_nb protocol ": "hours on the cpu preset; tests/test_protocol.py runs the protocol on tiny",

@@ -71,6 +71,18 @@ def test_the_explorer_follows_its_controls_and_records_html_and_a_figure(frames)
     assert "TrueSkill μ ± σ at step 4" in titles and "ρ per pair, steps 0–4" in titles
 
 
+def test_the_explorer_shows_one_run_alone(frames):
+    """Notebook 08's ``explore_run``: one run's rows only, its own heading, one row of panels."""
+    ex = Explorer(frames.select(run="population"))
+    assert set(ex.selection()["run"]) == {"population"}
+    head = ex.head_html()
+    assert "population</b>: " in head and "baseline" not in head
+    assert {value[0] for _, value in ex.task.options} == {"population"}
+    fig = ex.figure()
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]  # the colorbar has no title
+    assert len(titles) == 3 and titles[0].startswith("population:") and not any("baseline" in t for t in titles)
+
+
 def test_more_than_two_runs_are_refused_with_the_fix(tmp_path):
     for seed in (0, 1):
         write_synthetic_experiment(tmp_path / f"seed{seed}", n_steps=2)

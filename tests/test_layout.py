@@ -167,6 +167,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "populora_nb.seed_protocol",
             "populora_nb.sweep",
             "populora_nb.doctor",
+            "populora_nb.lab",
         ),
     ),
 )
