@@ -331,7 +331,7 @@ def write_pilot(rows: Sequence[PilotRow], out: str | Path, preset: str, steps: i
             "## New tasks (the first candidate is the control)",
             "",
             "New valid tasks: valid proposals that are neither a copy of a shown reference or an earlier program "
-            "nor a repeat of a task met before (`analysis.new_tasks`). Brackets: 95% percentile bootstrap "
+            "nor a repeat of a task met before (`studies.new_tasks`). Brackets: 95% percentile bootstrap "
             "intervals resampling whole steps (a step's tasks share a proposer and its references). "
             "s/step is wall time on the machine as it was while the pilot ran.",
             "",

@@ -235,7 +235,7 @@ def _each_run(experiments: Sequence[str | Path]) -> Iterator[tuple[str, str, Run
 
 def start_end(rec: RunRecords, key: str, window: int) -> tuple[float, float]:
     """One run's (start, end) of per-step series ``key`` (NaN where it has none). Complexity: fixed step
-    windows (`analysis.windows`), NaN where a window holds fewer than ``windows.MIN_PROGRAMS`` new
+    windows (`studies.windows`), NaN where a window holds fewer than ``windows.MIN_PROGRAMS`` new
     programs; repeats (sparse steps): pooled over the same fixed step windows in every run; the
     probe: its first and last event; any other: the mean over the first and the last ``window``
     logged steps."""
