@@ -11,7 +11,8 @@ from populora_nb.policy import Sample
 
 LEGACY = Path(__file__).parent / "fixtures" / "legacy_policy"
 """A policy checkpoint written by the code before issue #15 (population.json with integer ids,
-names.json mapping the loop's names to them), a layout retired in commit d2ebfef."""
+names.json mapping the loop's names to them), a layout retired in commit d2ebfef: its population.json
+and names.json are kept (the refusal reads no tensor file)."""
 
 
 def _snapshot(policy, name):
