@@ -44,7 +44,7 @@ from populora_nb.evolution_simulations import simulate_lineage
 from populora_nb.lowrank import lora_rank, relative_change, singular_values
 from populora_nb.operators import CONTROLS, OPERATORS, PAPER_IDS, arity, dare_identical_change, synthetic_factors
 from populora_nb.records import RunDir
-from populora_nb.retention import run_retention
+from studies.retention import run_retention
 
 config = load_config(preset, {"run.seed": seed})
 ec = config.evolution

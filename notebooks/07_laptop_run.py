@@ -11,7 +11,7 @@
 # 2. a **warm-up** (`populora_nb.warmup`): rejection-sampling fine-tuning on the model's own proposals
 #    that the verifier accepted, shared by baseline and population, so that RL starts where it has
 #    signal;
-# 3. the **seed protocol** (`python -m populora_nb protocol`, `populora_nb.analysis.protocol`): the
+# 3. the **seed protocol** (`python -m studies.seed_protocol`, `studies.protocol`): the
 #    same experiment at several seeds; for every headline series the start and end values, their
 #    change and the population − baseline difference, each with a 95% t-interval over seeds (paired
 #    t for changes and differences; the seeds' range beside it) and the minimum detectable difference.
@@ -26,7 +26,7 @@
 import os
 
 preset = os.environ.get("POPULORA_PRESET", "smoke")
-protocol_dir = None  # a finished `python -m populora_nb protocol` directory to show; None: the committed result
+protocol_dir = None  # a finished `python -m studies.seed_protocol` directory to show; None: the committed result
 out_dir = None  # when set, figures are saved there as PNG
 demo_seeds = [0, 1]  # the tiny demo's seeds (tiny preset only)
 
@@ -35,10 +35,10 @@ from pathlib import Path
 
 from IPython.display import Image, Markdown, display
 
-from populora_nb.analysis import protocol
 from populora_nb.analysis.figures import save_figure
 from populora_nb.config import describe, load_config
-from populora_nb.seed_protocol import run_protocol
+from studies import protocol
+from studies.seed_protocol import run_protocol
 
 print(f"preset={preset!r} protocol_dir={protocol_dir!r} out_dir={out_dir!r} demo_seeds={demo_seeds}")
 
@@ -55,7 +55,7 @@ print(describe(load_config("cpu"), "model", "sampling", "rl", "run", "warmup"))
 # On a laptop, in a terminal (it takes hours; rerunning the same command resumes):
 #
 # ```bash
-# python -m populora_nb protocol --preset cpu --seeds 0 1 2 --out runs/cpu-protocol
+# python -m studies.seed_protocol --preset cpu --seeds 0 1 2 --out runs/cpu-protocol
 # ```
 #
 # Each seed gets its own experiment directory (`seed0/`, ...): warm-up, baseline, population. The

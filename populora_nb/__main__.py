@@ -4,18 +4,18 @@ run         train the single-agent AZR baseline or the PopuLoRA population
 eval        evaluate members on the benchmarks
 report      write report.html / report.md for an experiment directory (the --out of `experiment`)
 experiment  baseline + population + evaluation + analysis + report, resumable
-protocol    the same experiment at several seeds, then baseline vs population with 95% intervals
-sweep       seeds x a grid of overrides, each an experiment, as Ray Tune trials (resumable)
 seed        grow a seed task buffer with the current model
 notebooks   execute the numbered notebooks with papermill into a run directory
 doctor      a short check of this machine: load, 2+2 steps, a table of times and memory
+
+The studies (seed protocol, pilot, sweep) run from the repository root: python -m studies.seed_protocol,
+studies.pilot, studies.sweep (studies/README.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
 import json
 import os
 import shutil
@@ -39,11 +39,8 @@ from populora_nb.experiment import STAGES, check_inputs, run_experiment
 from populora_nb.loop import grow_seeds
 from populora_nb.loop import run as run_loop
 from populora_nb.model.policy import LoRAPolicy
-from populora_nb.pilot import CANDIDATES, run_pilot, write_pilot
 from populora_nb.presets import PRESETS, parse_override
-from populora_nb.seed_protocol import DEFAULT_STAGES, run_protocol
 from populora_nb.state import roster_for
-from populora_nb.sweep import make_spec, parse_grid, run_sweep
 from populora_nb.verify import Verifier
 
 
@@ -180,55 +177,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_sweep(args: argparse.Namespace) -> int:
-    if importlib.util.find_spec("ray") is None:
-        raise UserInputError("sweep needs Ray: pip install -e '.[sweep]' (ray[tune]==2.60.0)")
-    spec = make_spec(
-        args.out,
-        args.preset,
-        parse_grid(args.grid),
-        seeds=args.seeds,
-        overrides=_overrides(args),
-        stages=args.stages or STAGES,
-        config_path=args.config,
-        cpus_per_trial=args.cpus_per_trial,
-        gpus_per_trial=args.gpus_per_trial,
-    )
-    run_sweep(
-        spec,
-        address=args.address,
-        num_cpus=args.num_cpus,
-        num_gpus=args.num_gpus,
-        max_failures=args.max_failures,
-        say=_say,
-    )
-    return 0
-
-
-def cmd_protocol(args: argparse.Namespace) -> int:
-    config = _config(args)
-    _say(f"[protocol] sandbox isolation: {Verifier.probe(config.verifier)}")
-    run_protocol(config, args.out, args.seeds, args.stages or DEFAULT_STAGES, args.window, say=_say)
-    return 0
-
-
-def cmd_pilot(args: argparse.Namespace) -> int:
-    known = {c.name: c for c in CANDIDATES}
-    unknown = [n for n in args.only or [] if n not in known]
-    if unknown:
-        raise UserInputError(f"unknown pilot candidates {unknown}; candidates are {', '.join(known)}")
-    chosen = [known[n] for n in args.only] if args.only else list(CANDIDATES)
-    table = args.table or args.out
-    if args.only:  # a subset's table beside the full one, never over it
-        table = table / f"only-{'-'.join(args.only)}"
-    if args.table is not None and (table / "pilot.md").exists() and not args.replace_table:
-        raise UserInputError(f"--table {table} already holds a pilot.md; pass --replace-table to replace it")
-    preset = args.preset or "cpu"
-    rows = run_pilot(preset, args.out, args.steps, chosen, _overrides(args), say=_say)
-    _say(f"[pilot] {write_pilot(rows, table, preset, args.steps)}")
-    return 0
-
-
 def cmd_report(args: argparse.Namespace) -> int:
     if (args.experiment_dir / "metrics.jsonl").exists():
         raise UserInputError(
@@ -268,6 +216,13 @@ PRESET_HELP = "default: the given run or experiment directory's config.yaml (a -
 names), else $POPULORA_PRESET or smoke"
 
 
+def add_config_options(p: argparse.ArgumentParser) -> None:
+    """--preset, --config and --set, as every command that builds a config takes them (the studies too)."""
+    p.add_argument("--preset", choices=sorted(PRESETS), default=None, help=PRESET_HELP)
+    p.add_argument("--config", type=Path, default=None, help="YAML file of overrides")
+    _add_set(p, "override one field, e.g. --set rl.rollouts=8 (repeatable)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m populora_nb", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -280,9 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=say)
         p.set_defaults(func=func)
         if config:
-            p.add_argument("--preset", choices=sorted(PRESETS), default=None, help=PRESET_HELP)
-            p.add_argument("--config", type=Path, default=None, help="YAML file of overrides")
-            _add_set(p, "override one field, e.g. --set rl.rollouts=8 (repeatable)")
+            add_config_options(p)
         return p
 
     p = command("run", cmd_run, "train the baseline or the population")
@@ -308,41 +261,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("experiment", cmd_experiment, "baseline + population + evaluation + analysis + report (resumable)")
     p.add_argument("--out", type=Path, required=False, help="experiment directory (rerun to resume)")
     p.add_argument("--stages", nargs="*", default=None, help=STAGES_HELP)
-
-    p = command("protocol", cmd_protocol, "one experiment per seed, then baseline vs population over the seeds")
-    p.add_argument("--out", type=Path, required=True, help="protocol directory (rerun the same command to resume)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--stages", nargs="*", default=None, help="default: " + " ".join(DEFAULT_STAGES) + " (no eval)")
-    p.add_argument("--window", type=int, default=5, help="steps averaged for a run's start and end values")
-
-    p = command("pilot", cmd_pilot, "a few steps of each candidate setting: band share, teacher wins, cost", False)
-    p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: cpu")
-    _add_set(p, "for every candidate")
-    p.add_argument("--out", type=Path, required=True, help="pilot directory, one experiment per candidate (resumable)")
-    p.add_argument("--steps", type=int, default=4, help="steps of each run")
-    p.add_argument("--only", nargs="*", default=None, help="candidate names (default: all); table in only-NAMES/")
-    p.add_argument("--table", type=Path, default=None, help="where pilot.md and pilot.json go (default: --out)")
-    p.add_argument("--replace-table", action="store_true", help="let --table replace a pilot.md already there")
-
-    p = command("sweep", cmd_sweep, "seeds x a grid of overrides as Ray Tune trials, each an experiment (resumable)")
-    p.add_argument("--out", type=Path, required=True, help="sweep directory (rerun the same command to resume)")
-    p.add_argument(
-        "--grid",
-        action="append",
-        default=[],
-        metavar="KEY=[V1,V2]",
-        help="one axis of the grid, e.g. --grid population.n_teachers=[1,4] (repeatable)",
-    )
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--stages", nargs="*", default=None, help=STAGES_HELP)
-    p.add_argument("--address", help="an existing Ray cluster (auto, or ray://HEAD:10001); default: a local Ray")
-    p.add_argument("--num-cpus", type=int, help="local Ray only: CPUs it may use (default: all)")
-    p.add_argument("--num-gpus", type=int, help="local Ray only: GPUs it may use (default: all)")
-    p.add_argument("--cpus-per-trial", type=float, help="default from the preset (tiny 1, smoke 2, gpu/paper 2)")
-    p.add_argument("--gpus-per-trial", type=float, help="default from the preset (gpu/paper 1)")
-    p.add_argument(
-        "--max-failures", type=int, default=2, help="Tune retries of a failed trial (each resumes its experiment)"
-    )
 
     p = command("seed", cmd_seed, "grow a seed task buffer with the current model (AZR's seeding run)")
     p.add_argument("--target", type=int, default=64, help="stop once the buffer holds this many tasks (AZR: 256)")
@@ -397,8 +315,10 @@ def _forget_failed_start(out: Path, existed: bool, configs_before: set[Path]) ->
         cfg.unlink(missing_ok=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
+    """Run one command; ``parser``: another command line (a study's, with ``func`` and ``command`` as
+    defaults), whose bad input then ends in one line here too."""
+    args = (parser or build_parser()).parse_args(argv)
     out = getattr(args, "out", None)
     try:
         if out is not None:

@@ -36,6 +36,12 @@ def test_help_lists_the_commands():
     assert r.returncode == 0
     for cmd in ("run", "eval", "report", "experiment"):
         assert cmd in r.stdout
+    # the studies left the CLI for their own modules (studies/README.md)
+    commands = r.stdout.split("positional arguments:")[1].splitlines()[1]
+    assert not {"protocol", "pilot", "sweep"} & set(commands.strip(" {}").split(","))
+    assert "python -m studies.seed_protocol" in r.stdout
+    gone = run_cli("pilot", "--out", "p")
+    assert gone.returncode == 2 and "invalid choice: 'pilot'" in gone.stderr
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +162,6 @@ CASES = [
         ["eval.benchmarks", "humaneval++"],
     ),
     ("report-missing-dir", ["report", "no_such_experiment"], {}, ["no_such_experiment"]),
-    ("protocol-repeated-seed", ["protocol", "--preset", "tiny", "--out", "out", "--seeds", "0", "0"], {}, ["--seeds"]),
     ("warmup-missing", run("--set", "lora.warmup={w}/no_warmup"), {}, ["lora.warmup", "factors.safetensors"]),
     (
         "warmup-before-stage",
@@ -303,23 +308,3 @@ def test_a_stopped_doctor_leaves_no_temporary_folder(tmp_path):
     _, err = doctor.communicate(timeout=120)
     assert doctor.returncode != 0
     assert not list(tmp_path.glob("populora-doctor-*")), err[-2000:]
-
-
-def test_pilot_never_writes_over_a_table_unless_told(tmp_path, monkeypatch, capsys):
-    # issue 56: `pilot --table docs/results/cpu-pilot` replaced tracked results, and `pilot --only`
-    # rewrote pilot.md with the named candidates alone.
-    import populora_nb.__main__ as cli
-
-    written = []
-    monkeypatch.setattr(cli, "run_pilot", lambda preset, out, steps, chosen, overrides, say: [c.name for c in chosen])
-    monkeypatch.setattr(cli, "write_pilot", lambda rows, table, preset, steps: written.append((rows, table)) or table)
-    results = tmp_path / "results"
-    results.mkdir()
-    (results / "pilot.md").write_text("the committed table\n")
-    assert cli.main(["pilot", "--out", str(tmp_path / "p"), "--table", str(results)]) == 2
-    assert "--replace-table" in capsys.readouterr().err and written == []
-    assert cli.main(["pilot", "--out", str(tmp_path / "p"), "--table", str(results), "--replace-table"]) == 0
-    assert written[-1][1] == results
-    name = cli.CANDIDATES[0].name
-    assert cli.main(["pilot", "--out", str(tmp_path / "p"), "--only", name]) == 0
-    assert written[-1] == ([name], tmp_path / "p" / f"only-{name}")  # beside the full table, not over it

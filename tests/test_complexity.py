@@ -337,7 +337,7 @@ def twin_runs(n: int = 60) -> tuple[cx.RunAnalysis, cx.RunAnalysis]:
 
 def test_program_signature_coverage_ignores_program_size_where_ngram_coverage_does_not():
     """Issue #28: a size-insensitive measure beside the n-grams, at the same common n."""
-    from populora_nb.analysis.protocol_series import expected_distinct  # the seed protocol's exact rarefaction
+    from studies.protocol_series import expected_distinct  # the seed protocol's exact rarefaction
 
     short, long = twin_runs()
     assert all(b.n_chars > 1.5 * a.n_chars for a, b in zip(short.programs, long.programs))
@@ -597,7 +597,7 @@ def test_complexity_windows_are_fixed_steps_with_counts_and_a_floor(tmp_path):
     """Two runs of 20 steps: one writes its programs early in each window, one late. Their windows are
     the same steps (0–4, 15–19) whatever steps happened to hold a program, each with its count; a
     window under the floor says so instead of giving a number."""
-    from populora_nb.analysis.windows import MIN_PROGRAMS, complexity_windows, fixed_windows
+    from studies.windows import MIN_PROGRAMS, complexity_windows, fixed_windows
 
     early = _written_run(tmp_path / "early", {0: 3, 1: 3, 15: 2, 16: 4, 9: 5})
     late = _written_run(tmp_path / "late", {3: 6, 4: 1, 18: 1, 19: 1})

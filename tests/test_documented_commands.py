@@ -1,5 +1,5 @@
-"""The docs run by a test: every shell command in a fenced block of README.md, CONTRIBUTING.md and
-docs/*.md is either run here in a shortened form (`SHORTEN`: the command as documented, then the
+"""The docs run by a test: every shell command in a fenced block of README.md, CONTRIBUTING.md,
+studies/README.md and docs/*.md is either run here in a shortened form (`SHORTEN`: the command as documented, then the
 `tiny` preset, one step and these overrides) or listed in `SKIPPED` with the reason, so a doc and
 its command cannot drift apart unnoticed: a new or changed command fails the first test until it is
 in one of the two tables.
@@ -15,7 +15,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [
+    ROOT / "README.md",
+    ROOT / "CONTRIBUTING.md",
+    ROOT / "studies" / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+]
 FIXTURES = ROOT / "tests" / "fixtures" / "benchmarks"
 ONE_STEP = ["--set", "run.steps=1", "--set", "eval.limit=1", "--set", "eval.benchmarks=[humanevalplus]"]
 
@@ -41,11 +46,17 @@ SKIPPED: dict[str, str] = {
     r"jupytext --sync notebooks/NN_name\.py|nbstripout notebooks": "`make check-notebooks` runs these",
     r"doctor_cpu_cut\.yaml": "the random-weights doctor's CPU cut: tests/test_doctor.py runs it with that file (slow)",
     r"--preset (gpu|paper)|rollout\.engine=vllm": "needs a GPU and its vLLM (benchmarks/gpu_check.py on a GPU machine)",
-    r"populora_nb pilot ": "hours on the cpu preset; tests/test_pilot.py runs the pilot on tiny",
-    r"populora_nb protocol ": "hours on the cpu preset; tests/test_protocol.py runs the protocol on tiny",
-    r"populora_nb sweep ": "a Ray Tune sweep of experiments; tests/test_sweep.py runs one on tiny",
+    r"-m studies\.pilot ": "hours on the cpu preset; tests/test_pilot.py runs the pilot on tiny, "
+    "tests/test_studies_cli.py its command line",
+    r"-m studies\.seed_protocol ": "hours on the cpu preset; tests/test_protocol.py runs the protocol on tiny, "
+    "tests/test_studies_cli.py its command line",
+    r"-m studies\.sweep ": "a Ray Tune sweep of experiments; tests/test_sweep.py runs one on tiny, "
+    "tests/test_studies_cli.py its command line",
     r"^pip --isolated install --dry-run|gpu-report\.json": "resolves the GPU stack against the registry "
     "(constraints-gpu.txt; tests/test_gpu_pins.py checks the pins)",
+    r"^python -m studies\.(seed_protocol|pilot|sweep) --help$": "tests/test_studies_cli.py runs each study's --help",
+    r"-m studies\.novelty_pilot ": "reads kept pilot arms; tests/test_novelty_pilot.py writes the table "
+    "from arms it keeps",
     r"^export (TRITON_CACHE_DIR|HF_HOME|VLLM_CACHE_ROOT|TORCHINDUCTOR_CACHE_DIR)=": "sets a cache path for a GPU "
     "machine's shell",
 }

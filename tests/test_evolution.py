@@ -46,7 +46,7 @@ from populora_nb.operators import (
     mutation_svd_structured,
     synthetic_factors,
 )
-from populora_nb.retention import retention_curves
+from studies.retention import retention_curves
 
 matplotlib.use("Agg")
 R = 6

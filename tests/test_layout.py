@@ -1,5 +1,6 @@
 """The package's shape, checked so it cannot drift back: no import cycles (imports inside functions
-counted), imports only downwards through the layers (`LAYERS`), no package import inside a function,
+counted), imports only downwards through the layers (`LAYERS`; the studies beside the package sit above
+it, so `populora_nb` never imports `studies`), no package import inside a function,
 a bare `import populora_nb` pulls in no model or optional backend, modules stay readable in size,
 notebooks never reach into the test tree, and a non-editable install (no source checkout beside it) runs a step."""
 
@@ -19,6 +20,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "populora_nb"
+STUDIES = ROOT / "studies"
+"""The studies beside the package (seed protocol, pilots, sweeps, retention): they import it, never the reverse."""
+OURS = ("populora_nb", "studies")
 MAX_LINES = 420  # the issue's "~400": a few lines of slack, not a second budget
 LONG_REASON = "Long because"  # a module over MAX_LINES says why in its docstring, after these words
 
@@ -38,7 +42,7 @@ class PackageImport:
 
 
 def package_imports(path: Path, package: str = "") -> list[PackageImport]:
-    """Every populora_nb import of the file at `path`, at module level or inside a function, except
+    """Every populora_nb or studies import of the file at `path`, at module level or inside a function, except
     under ``if TYPE_CHECKING:`` (never run). ``from pkg import name`` also counts ``pkg.name`` (it may
     be a module). `package` resolves relative imports (default: the package `path` lives in)."""
     tree = ast.parse(path.read_text())
@@ -60,7 +64,7 @@ def package_imports(path: Path, package: str = "") -> list[PackageImport]:
                 parts = package.split(".")
                 base = ".".join(parts[: len(parts) - node.level + 1] + [base]).strip(".")
             names = [base, *(f"{base}.{a.name}" for a in node.names)]
-        found.extend(PackageImport(n, node.lineno, in_function) for n in names if n.startswith("populora_nb"))
+        found.extend(PackageImport(n, node.lineno, in_function) for n in names if n.split(".")[0] in OURS)
         inside = in_function or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
         for child in ast.iter_child_nodes(node):
             visit(child, inside)
@@ -74,7 +78,7 @@ def package_of(name: str, path: Path) -> str:
 
 
 def modules() -> dict[str, Path]:
-    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {module_name(p): p for folder in (PACKAGE, STUDIES) for p in folder.rglob("*.py")}
 
 
 def import_graph(found: dict[str, Path] | None = None) -> dict[str, set[str]]:
@@ -150,7 +154,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "populora_nb.probe",
             "populora_nb.warmup",
             "populora_nb.solver_warmup",
-            "populora_nb.retention",
             "populora_nb.tracking",
         ),
     ),
@@ -163,13 +166,12 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "populora_nb",
             "populora_nb.__main__",
             "populora_nb.experiment",
-            "populora_nb.pilot",
-            "populora_nb.seed_protocol",
-            "populora_nb.sweep",
             "populora_nb.doctor",
             "populora_nb.lab",
         ),
     ),
+    # the studies beside the package: each a question about the method, runnable as python -m studies.NAME
+    ("studies", ("studies",)),
 )
 
 
@@ -228,6 +230,29 @@ def test_every_module_is_in_a_layer_and_imports_only_downwards():
     assert not upward_imports(graph), "imports from a layer above: " + "; ".join(upward_imports(graph))
 
 
+def test_the_package_never_imports_the_studies():
+    """`populora_nb` is what a user's run needs; the studies (`studies/`) import it and sit in the layer
+    above the entry points, so no package module, the CLI included, imports one."""
+    assert STUDIES.is_dir() and (STUDIES / "__init__.py").is_file()
+    graph = import_graph()
+    assert any(m.startswith("studies.") for m in graph), "the layout test does not see the studies"
+    assert layer_of("studies.pilot") == len(LAYERS) - 1 and layer_of("studies.pilot") > layer_of("populora_nb.__main__")
+    wrong = sorted(
+        f"{m} -> {d}"
+        for m, deps in graph.items()
+        if m.split(".")[0] == "populora_nb"
+        for d in deps
+        if d.split(".")[0] == "studies"
+    )
+    assert not wrong, f"the package imports the studies: {wrong}"
+    # the check itself: the CLI or a plot importing a study is reported as an import from the layer above
+    assert upward_imports({"populora_nb.__main__": {"studies.pilot"}}) == [
+        "populora_nb.__main__ (entry points) -> studies.pilot (studies)"
+    ]
+    assert upward_imports({"populora_nb.analysis.plots": {"studies.protocol_series"}})
+    assert not upward_imports({"studies.pilot": {"populora_nb.__main__", "populora_nb.analysis.liveness"}})
+
+
 @pytest.mark.parametrize(
     "above",
     [
@@ -273,7 +298,7 @@ def test_import_populora_nb_loads_no_model_or_optional_backend():
 
 def test_modules_stay_readable_in_size():
     too_long = []
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted([*PACKAGE.rglob("*.py"), *STUDIES.rglob("*.py")]):
         n = len(path.read_text().splitlines())
         doc = ast.get_docstring(ast.parse(path.read_text())) or ""
         if n > MAX_LINES and LONG_REASON not in doc:
@@ -364,7 +389,8 @@ def test_what_a_user_reads_cites_the_design_in_the_repository():
     design or style file that lives outside the repository."""
     root = Path(__file__).resolve().parent.parent
     assert (root / "docs" / "design.md").is_file()
-    read = [*root.joinpath("populora_nb").rglob("*.py"), *root.joinpath("notebooks").glob("*.py")]
+    read = [*root.joinpath("populora_nb").rglob("*.py"), *root.joinpath("studies").rglob("*.py")]
+    read += [*root.joinpath("notebooks").glob("*.py"), *root.joinpath("studies").glob("*.md")]
     read += [root / "README.md", root / "CONTRIBUTING.md", root / "pyproject.toml", *root.joinpath("docs").glob("*.md")]
     citing = [str(p.relative_to(root)) for p in read if re.search(r"(?<!docs/)\b(DESIGN|STYLE)\.md", p.read_text())]
     assert not citing, f"cite docs/design.md instead of a file outside the repository: {citing}"

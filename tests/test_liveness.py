@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from populora_nb.analysis.liveness import judge, liveness, played_tasks
-from populora_nb.analysis.liveness_report import protocol_liveness
 from populora_nb.analysis.survival import judge_children, poisson_binomial_cdf
 from populora_nb.config import load_config, save_config
+from studies.liveness_report import protocol_liveness
 from tests.scripted import ScriptedLoRA
 
 CONFIG = {"population.n_teachers": 4, "population.n_students": 4, "evolution.every": 10, "rl.rollouts": 4}

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from populora_nb.analysis.liveness import share_interval
-from populora_nb.analysis.new_tasks import better, mean_interval, mean_ratio, new_task_table, run_steps, step_share
 from populora_nb.config import load_config
 from populora_nb.records import RunDir
+from studies.new_tasks import better, mean_interval, mean_ratio, new_task_table, run_steps, step_share
 
 
 def _write(path, rows):

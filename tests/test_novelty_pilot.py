@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from populora_nb.analysis.novelty_pilot import (
+from populora_nb.config import load_config
+from populora_nb.errors import UserInputError
+from populora_nb.records import RunDir
+from studies.novelty_pilot import (
     RATIO_FLOOR,
+    keep_records,
     novelty_table,
     pilot_arms,
     pooled_steps,
     write_novelty_table,
 )
-from populora_nb.config import load_config
-from populora_nb.errors import UserInputError
-from populora_nb.pilot import keep_records
-from populora_nb.records import RunDir
 
 NEW, COPY, BAD = (True, "new"), (True, "earlier"), (False, None)
 

@@ -10,7 +10,8 @@ import pytest
 from populora_nb.analysis.liveness import share_interval
 from populora_nb.config import load_config
 from populora_nb.errors import UserInputError
-from populora_nb.pilot import (
+from populora_nb.records import RunDir
+from studies.pilot import (
     Candidate,
     RunFacts,
     _intervals,
@@ -19,7 +20,6 @@ from populora_nb.pilot import (
     warmup_key,
     write_pilot,
 )
-from populora_nb.records import RunDir
 
 
 def _write(path, rows):
@@ -129,3 +129,23 @@ def test_reject_settings_share_the_warmup_and_a_declared_warmup_is_adopted(tmp_p
         b / "warmup" / "adapter_model.safetensors"
     ).read_bytes()
     assert RunDir(b / "population").load_config().tasks.n_references == 1 and rows[1].population.steps == 1
+
+
+def test_pilot_never_writes_over_a_table_unless_told(tmp_path, monkeypatch, capsys):
+    # issue 56: `pilot --table docs/results/cpu-pilot` replaced tracked results, and `pilot --only`
+    # rewrote pilot.md with the named candidates alone.
+    import studies.pilot as cli
+
+    written = []
+    monkeypatch.setattr(cli, "run_pilot", lambda preset, out, steps, chosen, overrides, say: [c.name for c in chosen])
+    monkeypatch.setattr(cli, "write_pilot", lambda rows, table, preset, steps: written.append((rows, table)) or table)
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "pilot.md").write_text("the committed table\n")
+    assert cli.main(["--out", str(tmp_path / "p"), "--table", str(results)]) == 2
+    assert "--replace-table" in capsys.readouterr().err and written == []
+    assert cli.main(["--out", str(tmp_path / "p"), "--table", str(results), "--replace-table"]) == 0
+    assert written[-1][1] == results
+    name = cli.CANDIDATES[0].name
+    assert cli.main(["--out", str(tmp_path / "p"), "--only", name]) == 0
+    assert written[-1] == ([name], tmp_path / "p" / f"only-{name}")  # beside the full table, not over it

@@ -2,25 +2,17 @@
 
 from pathlib import Path
 
+import pytest
 import torch
-from safetensors.torch import load_file
 
+from populora_nb.errors import UserInputError
 from populora_nb.model.policy import LoRAPolicy
 from populora_nb.policy import Sample
 
 LEGACY = Path(__file__).parent / "fixtures" / "legacy_policy"
 """A policy checkpoint written by the code before issue #15 (population.json with integer ids,
-names.json mapping the loop's names to them): members T0, S0 of the tiny preset; one update of S0;
-then T0 replaced by "teacher-s1-0", a "copy" child of S0 born at step 1."""
-LEGACY_TOKENS = [
-    [48999, 26322, 39770, 5781, 4173, 43305],
-    [15032, 4201, 25580, 15630, 8598, 9785],
-    [38770, 1115, 22712, 15981, 13618, 1836],
-]
-"""What the loaded checkpoint samples: generate(["teacher-s1-0", "S0", "teacher-s1-0"], ["hello",
-"hi", "def f(x):"], 6, seed=3). Recorded first from the pre-#15 code itself; re-recorded from this
-loader when the tiny model's heads became size 32 (#16: vLLM serves no smaller), which changes the
-base under the same factors (3 of 18 tokens moved)."""
+names.json mapping the loop's names to them), a layout retired in commit d2ebfef: its population.json
+and names.json are kept (the refusal reads no tensor file)."""
 
 
 def _snapshot(policy, name):
@@ -105,26 +97,12 @@ def test_update_scores_at_the_sampling_temperature(tiny_base, monkeypatch):
     assert seen == [0.7]
 
 
-def test_a_checkpoint_written_before_one_member_id_loads_under_the_names(tiny_config, tiny_base, tmp_path):
+def test_a_checkpoint_in_the_retired_numbered_layout_is_refused_naming_the_commit(tiny_config, tiny_base):
     policy = LoRAPolicy.create(tiny_config, [("T0", "teacher"), ("S0", "student")], base=tiny_base)
-    policy.load(LEGACY)
-    assert policy.members == ["teacher-s1-0", "S0"]
-    child = policy.population.member("teacher-s1-0")
-    assert (child.role, child.slot, child.parents, child.birth_step) == ("teacher", 0, ("S0",), 1)
-    prompts = ["hello", "hi", "def f(x):"]
-    outs = policy.generate(["teacher-s1-0", "S0", "teacher-s1-0"], prompts, 6, seed=3)
-    assert [list(c.token_ids[1]) for c in outs] == LEGACY_TOKENS
-    # S0's AdamW state (saved under its integer id 1) is restored under its name.
-    saved = {k[len("1.") :]: v for k, v in load_file(LEGACY / "optimizers.safetensors").items()}
-    state = policy.population._optimizer_state("S0")
-    assert set(policy.population.optimizers) == {"S0"} and state.keys() == saved.keys()
-    assert all(torch.equal(state[k], saved[k]) for k in saved)
-    # Saved again, it is in the new form and reads back the same.
-    policy.save(tmp_path / "p")
-    again = LoRAPolicy.create(tiny_config, [("T0", "teacher"), ("S0", "student")], base=tiny_base)
-    again.load(tmp_path / "p")
-    assert again.population.members == policy.population.members
-    assert again.generate(["teacher-s1-0", "S0", "teacher-s1-0"], prompts, 6, seed=3) == outs
+    with pytest.raises(UserInputError, match=r"numbered-member layout .*retired in commit d2ebfef") as caught:
+        policy.load(LEGACY)
+    assert "\n" not in str(caught.value)
+    assert policy.members == ["T0", "S0"]  # the refused load left the population as it was
 
 
 def test_a_log_prob_gap_far_beyond_rounding_stops_the_update_before_it_trains(tiny_base):

@@ -169,7 +169,7 @@ def test_a_probe_whose_tasks_all_sit_at_rho_zero_is_flagged_floor_bound(tmp_path
     import json
 
     from populora_nb.analysis.difficulty_probe import probe_events
-    from populora_nb.analysis.probe_floor import equal_count_difference, floor_bound, floor_share, probe_floor_lines
+    from studies.probe_floor import equal_count_difference, floor_bound, floor_share, probe_floor_lines
 
     def probe(path, rhos_by_step):
         path.mkdir(parents=True)
@@ -242,9 +242,9 @@ def test_a_probe_that_is_floor_bound_or_holds_too_few_tasks_gets_no_verdict_mdd_
     import math
 
     from populora_nb.analysis.difficulty_probe import probe_events
-    from populora_nb.analysis.power import power_row
-    from populora_nb.analysis.probe_floor import MIN_PROBE_TASKS, probe_floor_lines, probe_silence
-    from populora_nb.analysis.protocol import compare, difference_holm, difference_verdict, finding_lines
+    from studies.power import power_row
+    from studies.probe_floor import MIN_PROBE_TASKS, probe_floor_lines, probe_silence
+    from studies.protocol import compare, difference_holm, difference_verdict, finding_lines
 
     assert MIN_PROBE_TASKS > 15
     readable = _probe_experiments(tmp_path / "readable", baseline_tasks=8, population_floor=False)  # 32 and 48 tasks

@@ -13,10 +13,12 @@ import numpy as np
 import pytest
 
 from populora_nb.analysis.coverage import rarefy
-from populora_nb.analysis.liveness_report import protocol_liveness
-from populora_nb.analysis.protocol import COLUMNS, HEADLINE, compare, comparison_table, finding_lines, write_seed_report
-from populora_nb.analysis.protocol_series import (
-    BAND_KEY,
+from populora_nb.analysis.series import BAND_KEY, HEADLINE
+from populora_nb.analysis.synthetic import random_program, write_synthetic_experiment
+from populora_nb.matchmaking import Match, initial_ratings, make_trueskill, update_ratings
+from studies.liveness_report import protocol_liveness
+from studies.protocol import COLUMNS, compare, comparison_table, finding_lines, write_seed_report
+from studies.protocol_series import (
     band,
     coverage_window_units,
     end_value,
@@ -26,9 +28,7 @@ from populora_nb.analysis.protocol_series import (
     run_records,
     start_value,
 )
-from populora_nb.analysis.synthetic import random_program, write_synthetic_experiment
-from populora_nb.analysis.windows import complexity_windows
-from populora_nb.matchmaking import Match, initial_ratings, make_trueskill, update_ratings
+from studies.windows import complexity_windows
 
 
 def _run(path, values_per_step, members=("T0", "S0")):

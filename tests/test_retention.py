@@ -20,7 +20,11 @@ from populora_nb.model.policy import LoRAPolicy
 from populora_nb.operators import OPERATORS
 from populora_nb.prompts import render, solve_prompt
 from populora_nb.records import RunDir, write_json
-from populora_nb.retention import (
+from populora_nb.stages import worked_examples
+from populora_nb.state import RunState, initial_state
+from populora_nb.tasks import Task
+from populora_nb.verify import Verifier
+from studies.retention import (
     draw_tasks,
     fittest,
     load_population,
@@ -30,10 +34,6 @@ from populora_nb.retention import (
     student_train_and_score,
     teacher_train_and_score,
 )
-from populora_nb.stages import worked_examples
-from populora_nb.state import RunState, initial_state
-from populora_nb.tasks import Task
-from populora_nb.verify import Verifier
 
 BLOCK = {"code_o": "output", "code_i": "input", "code_f": "python"}
 

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from populora_nb.analysis.power import mdd_factor, minimum_detectable_difference, power_lines, power_row, sd_factors
 from populora_nb.analysis.seed_stats import (
     bootstrap_difference,
     bootstrap_interval,
@@ -27,6 +26,7 @@ from populora_nb.analysis.seed_stats import (
     verdict,
     welch_interval,
 )
+from studies.power import mdd_factor, minimum_detectable_difference, power_lines, power_row, sd_factors
 
 # Student's sleep data (Cushny & Peebles 1905; R's `sleep`): extra hours of sleep of 10 patients
 # under each of two drugs. R: t.test(extra ~ group, data = sleep, paired = TRUE) gives

@@ -10,7 +10,7 @@ import tempfile
 
 import pytest
 
-from populora_nb.sweep import CrashOnce, grid_points, make_spec, parse_grid, point_name
+from studies.sweep_spec import CrashOnce, grid_points, make_spec, parse_grid, point_name
 
 STAGES = ("baseline", "population", "analysis", "report")
 STREAMS = ("metrics", "tasks", "matches")
@@ -44,7 +44,7 @@ def test_make_spec_checks_every_config_and_takes_resources_from_the_preset(tmp_p
 def test_importing_the_package_does_not_import_ray():
     import subprocess
 
-    code = "import sys, populora_nb, populora_nb.sweep, populora_nb.__main__; print('ray' in sys.modules)"
+    code = "import sys, populora_nb, studies.sweep, populora_nb.__main__; print('ray' in sys.modules)"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert run.stdout.strip() == "False"
 
@@ -62,7 +62,7 @@ def test_tiny_sweep_survives_a_killed_trial_and_reports(tmp_path):
     import torch
 
     from populora_nb.experiment import run_experiment
-    from populora_nb.sweep import run_sweep
+    from studies.sweep import run_sweep
 
     victim = CrashOnce("population.n_teachers-1", 1)
     spec = make_spec(

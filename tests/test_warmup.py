@@ -15,7 +15,6 @@ from scripted import BAD_PROGRAM, GOOD_PROGRAM, ScriptedPolicy
 from populora_nb import warmup
 from populora_nb.config import load_config
 from populora_nb.errors import UserInputError
-from populora_nb.lowrank import LoRAPair
 from populora_nb.model import sft
 from populora_nb.model.checkpoint import read_adapter, write_peft_adapter
 from populora_nb.model.policy import LoRAPolicy
@@ -108,27 +107,19 @@ def test_warmup_factors_from_other_settings_or_missing_are_refused(tmp_path):
         LoRAPolicy.create(load_config("tiny", {"lora.rank": 8, "lora.warmup": str(tmp_path)}), [("T0", "teacher")])
 
 
-def test_a_warmup_adapter_written_by_an_earlier_version_still_starts_every_member(tmp_path):
+def test_a_warmup_adapter_in_the_retired_factors_layout_is_refused_naming_the_commit(tmp_path):
     """Earlier versions wrote the warm-up adapter as one factors.safetensors ({module}.A / .B, rank,
-    alpha and model in its metadata): such a directory still loads, factor for factor, and its
-    settings are still checked."""
+    alpha and model in its metadata); commit 78e6802 retired it for peft's adapter files."""
     config = load_config("tiny", {"run.agent": "baseline"})
     policy = LoRAPolicy.create(config, [(warmup.MEMBER, warmup.MEMBER)])
-    gen = torch.Generator().manual_seed(3)
-    old = {
-        n: LoRAPair(torch.randn(f.A.shape, generator=gen), torch.randn(f.B.shape, generator=gen))
-        for n, f in policy.population.factors(warmup.MEMBER).items()
-    }
-    tensors = {f"{n}.{part}": getattr(pair, part).contiguous() for n, pair in old.items() for part in ("A", "B")}
+    factors = policy.population.factors(warmup.MEMBER)
+    tensors = {f"{n}.{part}": getattr(pair, part).contiguous() for n, pair in factors.items() for part in ("A", "B")}
     meta = {"rank": str(config.lora.rank), "alpha": str(config.lora.alpha), "model": config.model.name}
     save_file(tensors, str(tmp_path / "factors.safetensors"), metadata=meta)
-    members = LoRAPolicy.create(load_config("tiny", {"lora.warmup": str(tmp_path)}), [("T0", "teacher")])
-    got = members.population.factors("T0")
-    assert got.keys() == old.keys()
-    assert all(torch.equal(got[n].A, old[n].A) and torch.equal(got[n].B, old[n].B) for n in old)
-    save_file(tensors, str(tmp_path / "factors.safetensors"), metadata={**meta, "rank": "8"})
-    with pytest.raises(UserInputError, match="rank"):
+    with pytest.raises(UserInputError, match=r"factors.safetensors layout .*retired in commit 78e6802"):
         read_adapter(tmp_path, config.lora, config.model.name)
+    with pytest.raises(UserInputError, match="retired in commit 78e6802"):
+        LoRAPolicy.create(load_config("tiny", {"lora.warmup": str(tmp_path)}), [("T0", "teacher")])
 
 
 def test_experiment_warmup_stage_is_shared_by_both_runs(tmp_path):
@@ -171,9 +162,9 @@ def _warmup_report(exp, before: int, after: int, total: int = 64) -> None:
 
 
 def test_the_warmup_gain_is_paired_by_seed_and_reported(tmp_path):
-    from populora_nb.analysis.protocol import write_seed_report
     from populora_nb.analysis.synthetic import write_synthetic_experiment
-    from populora_nb.analysis.warmup_gain import warmup_gain
+    from studies.protocol import write_seed_report
+    from studies.warmup_gain import warmup_gain
 
     # Seeds differ a lot in level but each gains exactly 8/64: paired, the gain is exact.
     exps = [tmp_path / f"seed{k}" for k in range(3)]

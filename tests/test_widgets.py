@@ -17,10 +17,11 @@ import nbformat
 import pytest
 from matplotlib.figure import Figure
 
-from populora_nb.analysis import complexity_plots, plots, protocol
+from populora_nb.analysis import complexity_plots, plots
 from populora_nb.analysis.dashboard import Dashboard, step_summary, verdict
 from populora_nb.analysis.figures import save_figure
 from populora_nb.evolution import Lineage
+from studies import protocol
 
 REPO = Path(__file__).resolve().parents[1]
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"

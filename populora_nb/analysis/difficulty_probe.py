@@ -31,7 +31,7 @@ from populora_nb.analysis.liveness import played_tasks
 from populora_nb.analysis.seed_stats import fmt_interval, t_interval, welch_interval
 
 FLOOR_SHARE = 0.8
-"""A run whose valid probe tasks sit at ρ = 0 more often than this is floor-bound (`analysis.probe_floor`)."""
+"""A run whose valid probe tasks sit at ρ = 0 more often than this is floor-bound (`studies.probe_floor`)."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def plot_probe(runs: Mapping[str, str | Path]) -> Figure:
     """Left: each run's probe ρ per event with its 95% interval (lower = harder for the fixed
     solver). Middle: the valid rate of the answers to the fixed prompts. Right: the share of valid
     probe tasks in 0 < ρ < 1 (solid) and at ρ = 0 (dashed), with the floor-bound line: a probe whose
-    tasks sit at ρ = 0 can show tasks getting easier, not harder (`analysis.probe_floor`)."""
+    tasks sit at ρ = 0 can show tasks getting easier, not harder (`studies.probe_floor`)."""
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.6))
     drawn = False
     for name, path in runs.items():

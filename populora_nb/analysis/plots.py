@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 
 from populora_nb.analysis.figures import axes_or_new, figure_of, finish, say_empty, say_missing
 from populora_nb.analysis.frames import records, step_mean
-from populora_nb.analysis.protocol_series import HEADLINE
+from populora_nb.analysis.series import HEADLINE
 from populora_nb.evolution import Lineage
 from populora_nb.matchmaking import Match, solve_rate_matrix
 from populora_nb.operators import CONTROLS, OPERATORS, PAPER_IDS, arity
@@ -30,7 +30,7 @@ OTHER_LABELS = {
     "rating/mu": "TrueSkill μ",
     "time/step_s": "seconds per step",
 }
-"""Human names of the logged keys the protocol does not report (its own: `protocol_series.HEADLINE`)."""
+"""Human names of the logged keys the protocol does not report (its own: `series.HEADLINE`)."""
 
 
 def label(key: str) -> str:

@@ -1,4 +1,4 @@
-"""Intervals over seeds: pure statistics for the seed protocol (`populora_nb.analysis.protocol`).
+"""Intervals over seeds: pure statistics for the seed protocol (`studies.protocol`).
 
 One number per seed goes in (a run's start or end value of a series, or a difference between two
 runs at the same seed); a mean, a 95% interval and a p-value for it come out. Two intervals are

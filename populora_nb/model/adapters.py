@@ -380,8 +380,7 @@ class Population:
 
     @classmethod
     def load(cls, base: Base, directory: str | Path) -> Population:
-        """The population checkpointed in ``directory`` (also one in the older integer-numbered format, see
-        ``checkpoint``), on ``base``."""
+        """The population checkpointed in ``directory``, on ``base`` (a retired layout: refused, see ``checkpoint``)."""
         saved = read_population(directory, device=str(base.device))
         pop = cls(base, saved.lora, len(saved.members))
         if {k.rsplit(".", 1)[0] for k in saved.stacks} != set(pop.multi.modules):

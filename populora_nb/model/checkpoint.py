@@ -3,10 +3,8 @@
 A checkpoint directory (``Population.save``) holds ``factors.safetensors`` (every adapted module's
 stacked ``A`` and ``Bᵀ``, one row per slot of the bank), ``optimizers.safetensors`` (each member's
 AdamW state, keys ``{member}.{param index}.{field}``) and ``population.json`` (base, LoRA config
-and the member records), members keyed by their names. The older format numbered members (integer
-ids and ``next_id`` in population.json, optimizer keys ``{integer id}.…``) and kept their names in
-``names.json`` (``[[name, id], …]``); `read_population` translates it, a parent that had already
-left reading as ``#{id}``.
+and the member records), members keyed by their names. Two earlier layouts are refused in one line
+naming the commit that retired them (`RETIRED_POPULATION`, `RETIRED_ADAPTER`).
 
 A lone adapter (the warm-up's, a member exported or pushed to a rollout engine) is a peft LoRA
 adapter (`write_peft_adapter`), which ``peft.PeftModel.from_pretrained`` loads.
@@ -21,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
@@ -36,9 +34,16 @@ ADAPTER_FILE, ADAPTER_CONFIG = "adapter_model.safetensors", "adapter_config.json
 """A peft adapter directory's tensors and config (what `write_peft_adapter` writes)."""
 
 LEGACY_ADAPTER = "factors.safetensors"
-"""The older lone-adapter file: keys ``{module}.A`` / ``{module}.B``, metadata rank, alpha and model."""
+"""The retired lone-adapter file (keys ``{module}.A`` / ``{module}.B``): refused, see `RETIRED_ADAPTER`."""
 
-LEGACY_NAMES = "names.json"
+RETIRED_POPULATION = (
+    "a population checkpoint in the numbered-member layout (integer ids and next_id in population.json, "
+    "names in names.json), retired in commit d2ebfef (#15); load it with that commit's code"
+)
+RETIRED_ADAPTER = (
+    f"a lone adapter in the {LEGACY_ADAPTER} layout (keys {{module}}.A/.B), retired in commit 78e6802 for peft's "
+    f"{ADAPTER_FILE}; load it with that commit's code"
+)
 
 
 @dataclass
@@ -69,27 +74,19 @@ def write_population(directory: str | Path, saved: SavedPopulation) -> Path:
 
 
 def read_population(directory: str | Path, device: str = "cpu") -> SavedPopulation:
-    """A checkpoint in either format (module docstring); factors load on the CPU, optimizer states
-    on ``device``."""
+    """A checkpoint (module docstring); factors load on the CPU, optimizer states on ``device``."""
     directory = Path(directory)
     meta = read_file(directory / "population.json")
+    if "next_id" in meta:
+        raise UserInputError(f"{directory} holds {RETIRED_POPULATION}")
     fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["lora"].items()}
     lora = LoRAConfig(**fields)
-    named: dict[int, str] | None = None
-    if "next_id" in meta:  # older format: integer ids, named by names.json beside the checkpoint
-        legacy = directory / LEGACY_NAMES
-        named = {int(i): str(n) for n, i in read_file(legacy)} if legacy.exists() else {}
-
-    def name(i: Any) -> str:
-        return str(i) if named is None else named.get(int(i), f"#{i}")
-
-    members = [{**m, "id": name(m["id"]), "parents": [name(p) for p in m["parents"]]} for m in meta["members"]]
     stacks = read_file(directory / "factors.safetensors")
     states: dict[str, dict[str, Tensor]] = {}
     for key, value in read_file(directory / "optimizers.safetensors", device=device).items():
         member, param, field = key.rsplit(".", 2)  # a name may hold dots; the last two parts never do
-        states.setdefault(name(member), {})[f"{param}.{field}"] = value
-    return SavedPopulation(meta["base"], lora, members, stacks, states)
+        states.setdefault(member, {})[f"{param}.{field}"] = value
+    return SavedPopulation(meta["base"], lora, meta["members"], stacks, states)
 
 
 def write_peft_adapter(
@@ -143,24 +140,17 @@ def load_member_factors(directory: str | Path) -> tuple[LoRAFactors, dict]:
 
 
 def read_adapter(directory: str | Path, lora: LoRAConfig, base_name: str) -> LoRAFactors:
-    """The lone adapter in ``directory`` (a peft adapter, or a `LEGACY_ADAPTER`), refused in one line
-    when it is missing or was trained for another model, rank or alpha than ``lora`` on ``base_name``."""
+    """The peft adapter in ``directory``, refused in one line when it is missing, in the retired
+    layout, or was trained for another model, rank or alpha than ``lora`` on ``base_name``."""
     directory = Path(directory)
     want: dict[str, Any] = {"rank": lora.rank, "alpha": float(lora.alpha), "model": base_name}
-    if (directory / ADAPTER_FILE).is_file():
-        factors, config = load_member_factors(directory)
-        keys = {"rank": "r", "alpha": "lora_alpha", "model": "base_model_name_or_path"}
-        theirs = {ours: config.get(key) for ours, key in keys.items()}
-    elif (directory / LEGACY_ADAPTER).is_file():
-        with safe_open(str(directory / LEGACY_ADAPTER), framework="pt") as fh:
-            meta = fh.metadata() or {}
-            names = sorted({k.rsplit(".", 1)[0] for k in fh.keys()})
-            factors = {n: LoRAPair(fh.get_tensor(f"{n}.A"), fh.get_tensor(f"{n}.B")) for n in names}
-        theirs = {"rank": int(meta.get("rank", -1)), "alpha": meta.get("alpha"), "model": meta.get("model")}
-    else:
-        raise UserInputError(
-            f"{directory}: no adapter there (neither {ADAPTER_FILE} nor an earlier version's {LEGACY_ADAPTER})"
-        )
+    if not (directory / ADAPTER_FILE).is_file():
+        if (directory / LEGACY_ADAPTER).is_file():
+            raise UserInputError(f"{directory} holds {RETIRED_ADAPTER}")
+        raise UserInputError(f"{directory}: no adapter there (no {ADAPTER_FILE}, nor a retired {LEGACY_ADAPTER})")
+    factors, config = load_member_factors(directory)
+    keys = {"rank": "r", "alpha": "lora_alpha", "model": "base_model_name_or_path"}
+    theirs = {ours: config.get(key) for ours, key in keys.items()}
     theirs["alpha"] = float(theirs["alpha"]) if theirs["alpha"] is not None else None
     wrong = {k: (theirs[k], v) for k, v in want.items() if theirs[k] != v}
     if wrong:

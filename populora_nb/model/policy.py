@@ -340,8 +340,7 @@ class LoRAPolicy:
         self.population.save(path)
 
     def load(self, path: Path) -> None:
-        """Replace the population by the one checkpointed at ``path`` (an older-format checkpoint,
-        with names.json, loads too)."""
+        """Replace the population by the one checkpointed at ``path`` (a retired layout is refused in one line)."""
         self.population = Population.load(self.base, path)
         self._loaded_from = path
         self._stale = set(self.population.ids())

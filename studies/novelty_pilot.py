@@ -23,12 +23,16 @@ least ``NEW_RATIO`` times the control's new programs per step (pooled over seeds
 interval above ``RATIO_FLOOR``, at no less than ``VALID_RATIO`` times the control's valid rate; its
 baseline (about one new program a step: too few to rule on) is reported beside it and must keep at
 least ``VALID_RATIO`` times the control baseline's valid rate.
+
+An arm's records are kept for this reading under docs/results by `keep_records`.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
+import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
@@ -37,7 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from populora_nb.analysis.new_tasks import (
+from populora_nb.errors import UserInputError
+from populora_nb.records import RunDir
+from studies.new_tasks import (
     NEW_RATIO,
     VALID_RATIO,
     RunSteps,
@@ -47,9 +53,7 @@ from populora_nb.analysis.new_tasks import (
     run_steps,
     step_share,
 )
-from populora_nb.analysis.protocol_series import RUNS
-from populora_nb.errors import UserInputError
-from populora_nb.records import RunDir
+from studies.protocol_series import RUNS
 
 RATIO_FLOOR = 1.2
 """The ratio's 95% interval must lie above this for a win: a doubling inside the noise is not one."""
@@ -176,5 +180,33 @@ def write_novelty_table(table_dir: str | Path) -> Path:
     return root / "novelty.md"
 
 
-if __name__ == "__main__":  # python -m populora_nb.analysis.novelty_pilot docs/results/cpu-pilot-novelty
+KEPT_STREAMS = ("tasks", "metrics", "matches", "lineage")
+"""The streams a kept pilot arm holds: enough for `studies.new_tasks`, this module and liveness."""
+
+
+def keep_records(experiment: str | Path, dest: str | Path) -> Path:
+    """A finished pilot arm's records, kept for reading at ``dest`` (committed under docs/results): the
+    configs, stages.json, the warm-up's report and examples (whose programs count as met before step 1),
+    and each run's streams compressed (``.jsonl.gz``, read alike by `records.RunDir`)."""
+    src, dst = Path(experiment), Path(dest)
+    if not (src / "stages.json").is_file():
+        raise UserInputError(f"{src} is not an experiment directory (no stages.json): nothing to keep")
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in ("config.yaml", "stages.json", "warmup/report.json", "warmup/examples.jsonl"):
+        if (src / name).is_file():
+            (dst / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src / name, dst / name)
+    for run in ("baseline", "population"):
+        if not (src / run / "config.yaml").is_file():
+            continue
+        (dst / run).mkdir(exist_ok=True)
+        shutil.copyfile(src / run / "config.yaml", dst / run / "config.yaml")
+        for stream in KEPT_STREAMS:
+            if (src / run / f"{stream}.jsonl").is_file():
+                data = (src / run / f"{stream}.jsonl").read_bytes()
+                (dst / run / f"{stream}.jsonl.gz").write_bytes(gzip.compress(data, mtime=0))
+    return dst
+
+
+if __name__ == "__main__":  # python -m studies.novelty_pilot docs/results/cpu-pilot-novelty
     print(write_novelty_table(sys.argv[1] if len(sys.argv) > 1 else "docs/results/cpu-pilot-novelty"))

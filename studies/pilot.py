@@ -18,21 +18,24 @@ the table prints the counts behind every share; the protocol then measures with 
 
 from __future__ import annotations
 
-import gzip
+import argparse
 import hashlib
 import json
-import shutil
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from populora_nb.__main__ import _add_set, _overrides, _Parser, _say
+from populora_nb.__main__ import main as cli_main
 from populora_nb.analysis.liveness import liveness, played_tasks, share_interval, share_text
-from populora_nb.analysis.new_tasks import new_task_table
 from populora_nb.config import ExperimentConfig, load_config
 from populora_nb.errors import UserInputError
 from populora_nb.experiment import adopt_warmup, done_stages, run_experiment
+from populora_nb.presets import PRESETS
 from populora_nb.records import RunDir
+from studies.new_tasks import new_task_table
 
 
 @dataclass(frozen=True)
@@ -328,7 +331,7 @@ def write_pilot(rows: Sequence[PilotRow], out: str | Path, preset: str, steps: i
             "## New tasks (the first candidate is the control)",
             "",
             "New valid tasks: valid proposals that are neither a copy of a shown reference or an earlier program "
-            "nor a repeat of a task met before (`analysis.new_tasks`). Brackets: 95% percentile bootstrap "
+            "nor a repeat of a task met before (`studies.new_tasks`). Brackets: 95% percentile bootstrap "
             "intervals resampling whole steps (a step's tasks share a proposer and its references). "
             "s/step is wall time on the machine as it was while the pilot ran.",
             "",
@@ -358,29 +361,40 @@ def write_pilot(rows: Sequence[PilotRow], out: str | Path, preset: str, steps: i
     return out / "pilot.md"
 
 
-KEPT_STREAMS = ("tasks", "metrics", "matches", "lineage")
-"""The streams a kept pilot arm holds: enough for `analysis.new_tasks`, `analysis.novelty_pilot` and liveness."""
+def cmd_pilot(args: argparse.Namespace) -> int:
+    known = {c.name: c for c in CANDIDATES}
+    unknown = [n for n in args.only or [] if n not in known]
+    if unknown:
+        raise UserInputError(f"unknown pilot candidates {unknown}; candidates are {', '.join(known)}")
+    chosen = [known[n] for n in args.only] if args.only else list(CANDIDATES)
+    table = args.table or args.out
+    if args.only:  # a subset's table beside the full one, never over it
+        table = table / f"only-{'-'.join(args.only)}"
+    if args.table is not None and (table / "pilot.md").exists() and not args.replace_table:
+        raise UserInputError(f"--table {table} already holds a pilot.md; pass --replace-table to replace it")
+    preset = args.preset or "cpu"
+    rows = run_pilot(preset, args.out, args.steps, chosen, _overrides(args), say=_say)
+    _say(f"[pilot] {write_pilot(rows, table, preset, args.steps)}")
+    return 0
 
 
-def keep_records(experiment: str | Path, dest: str | Path) -> Path:
-    """A finished pilot arm's records, kept for reading at ``dest`` (committed under docs/results): the
-    configs, stages.json, the warm-up's report and examples (whose programs count as met before step 1),
-    and each run's streams compressed (``.jsonl.gz``, read alike by `records.RunDir`)."""
-    src, dst = Path(experiment), Path(dest)
-    if not (src / "stages.json").is_file():
-        raise UserInputError(f"{src} is not an experiment directory (no stages.json): nothing to keep")
-    dst.mkdir(parents=True, exist_ok=True)
-    for name in ("config.yaml", "stages.json", "warmup/report.json", "warmup/examples.jsonl"):
-        if (src / name).is_file():
-            (dst / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src / name, dst / name)
-    for run in ("baseline", "population"):
-        if not (src / run / "config.yaml").is_file():
-            continue
-        (dst / run).mkdir(exist_ok=True)
-        shutil.copyfile(src / run / "config.yaml", dst / run / "config.yaml")
-        for stream in KEPT_STREAMS:
-            if (src / run / f"{stream}.jsonl").is_file():
-                data = (src / run / f"{stream}.jsonl").read_bytes()
-                (dst / run / f"{stream}.jsonl.gz").write_bytes(gzip.compress(data, mtime=0))
-    return dst
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m studies.pilot", description=__doc__.split("\n\n")[0])
+    p.set_defaults(func=cmd_pilot, command="pilot")
+    p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="default: cpu")
+    _add_set(p, "for every candidate")
+    p.add_argument("--out", type=Path, required=True, help="pilot directory, one experiment per candidate (resumable)")
+    p.add_argument("--steps", type=int, default=4, help="steps of each run")
+    p.add_argument("--only", nargs="*", default=None, help="candidate names (default: all); table in only-NAMES/")
+    p.add_argument("--table", type=Path, default=None, help="where pilot.md and pilot.json go (default: --out)")
+    p.add_argument("--replace-table", action="store_true", help="let --table replace a pilot.md already there")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m studies.pilot``: a few steps of each candidate setting, then the table."""
+    return cli_main(argv, build_parser())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

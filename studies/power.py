@@ -85,7 +85,7 @@ def power_lines(rows: Sequence[dict]) -> list[str]:
         "",
         f"The population − baseline difference a two-sided paired t-test (α = 0.05) on these {n_seeds} seeds "
         f"would detect with 80% power: MDD = {mdd_factor(n_seeds):.2f} × the SD of the per-seed differences "
-        "(exact, from the noncentral t; `analysis/power.py`), in the series' own units. It describes the design, "
+        "(exact, from the noncentral t; `studies/power.py`), in the series' own units. It describes the design, "
         "not the effect: a true difference smaller than the MDD is detected less than 80% of the time, so "
         '"no detectable difference" in this report does not mean "no difference". An MDD excludes nothing: what '
         "the data allow is each difference's t-interval in the table above, every difference inside it being "

@@ -180,7 +180,7 @@ def probe_floor_lines(experiments: Sequence[str | Path], *, seed: int = 0) -> tu
         "tasks per probe event; then both runs at the first and last probe event read at equal task counts (the "
         "smaller run's count per event, the larger run's tasks drawn without replacement, 2000 seeded draws), "
         "baseline / population, and the difference of their changes from the first event (step 0: the same "
-        "adapter in both runs) to the last, with the 95% range over the draws (`analysis.probe_floor`).",
+        "adapter in both runs) to the last, with the 95% range over the draws (`studies.probe_floor`).",
         "",
         *md_table([head.split(" | "), *rows]),
         "",

@@ -1,5 +1,5 @@
 """Coverage in the first and last windows of a run, and its exact rarefaction to a common n (the seed
-protocol's coverage series, `populora_nb.analysis.protocol_series`).
+protocol's coverage series, `studies.protocol_series`).
 
 Rarefaction uses the exact expectation (Hurlbert 1971): among n of N units drawn without
 replacement, E[distinct] = Σ_f 1 − C(N − k_f, n) / C(N, n), k_f the units holding feature f. It is

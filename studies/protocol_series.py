@@ -1,54 +1,5 @@
-"""The series the seed protocol compares, read from one run directory (`populora_nb.analysis.protocol`
-compares them over seeds). Every series is a number per logged step, except coverage, which is a
-number per window of steps.
-
-From ``metrics.jsonl`` (per step, the mean over the members that logged the key: ``frames.step_mean``):
-  teacher/valid_rate      share of proposals the verifier accepted (AZR's format/validity reward gate)
-  student/solve_rate      ρ of fresh, matched proposals (not buffer tasks): the learnability signal
-                          AZR's proposer reward is built on; the collapse story is ρ → 1
-  reward/propose_mean     the proposer's (teacher's) mean reward, what its policy gradient climbs
-  lengths/propose_chars   characters per proposal: a response-length proxy (AZR and the paper
-                          track response length as the model's "thinking" growing or shrinking)
-From ``tasks.jsonl`` (``frames.analyse_run``: valid code_o/code_i programs a proposer newly wrote;
-copies (``populora_nb.copies``) and code_f programs, which the proposer was handed, excluded):
-  band/share              per step, the share of played tasks (valid, fresh, attempted by the matched
-                          solver: ρ recorded) with 0 < ρ < 1: the only tasks AZR's learnability reward
-                          1 − ρ pays for. Collapse is this share falling as tasks drift to ρ = 1 (or 0);
-                          the arms race keeps it up. A share, so playing more tasks does not score higher
-  copies/copy_rate        per step, the share of valid proposals that copy a shown reference, a seed,
-                          a warm-up example or an earlier program of the run: read beside the curves
-                          below, which count only new programs (copying rising cannot make them fall)
-  complexity/<field>      per step, the mean over that step's newly written programs of each field of
-                          ``complexity.COMPLEXITY_FIELDS``: the four curves of the paper's Fig. 4, whose
-                          fall with ρ → 1 is the collapse and whose growth is the arms race. Start and
-                          end are fixed step windows with a floor on the program count
-                          (`populora_nb.analysis.windows`)
-  repeats/*, band/share_non_repeats, rho/*   new tasks told from repeats: `analysis.repeat_series`
-  coverage/ngrams         in the first and in the last ``window`` steps with task records: the
-                          expected number of distinct node-type n-grams (``coverage.ngram_features``)
-                          among n written programs (code_o and code_i). n is ONE common size for every
-                          run, seed and window compared (the smallest window's program count), so a run
-                          that writes more programs but no more diverse ones does not score higher (the
-                          population proposes once per teacher, the baseline once). n-grams rather than
-                          shapes: almost every program has its own normalised shape, so shape counts at
-                          equal n saturate at n. Windows and exact rarefaction: `analysis.coverage_windows`
-  coverage/signatures     the same, of distinct I/O type signatures of the written programs, e.g.
-                          ``(list[int], str) -> int``: one per program whatever its length, so programs
-                          that only grow longer do not score higher, as they can on n-grams
-From ``metrics.jsonl`` at difficulty-probe events (``populora_nb.probe``; none when probe.every = 0):
-  probe/rho               the frozen starting adapter's solve rate of the valid tasks each proposer
-                          wrote for the same fixed prompts under the same draws: difficulty on one
-                          scale for both runs (a weaker student cannot lower it); start and end are
-                          the first and the last event; a run floor-bound or with fewer than
-                          ``probe_floor.MIN_PROBE_TASKS`` valid probe tasks gives no value
-  probe/valid_rate        the share of the fixed prompts answered with a valid task
-From ``metrics.jsonl`` ``rating/mu`` (population only; the baseline plays no matches):
-  rating/mu_spread        per step, the standard deviation (ddof = 0: the members present) of TrueSkill
-                          μ within each role, averaged over the roles: a growing spread means the
-                          population stratifies (some teachers better than others), near 0 that no
-                          member of a role beats another. Within a role, because the gap between the
-                          roles says who wins the matches, not whether a role stratifies.
-"""
+"""The series the seed protocol compares, read from one run directory (`studies.protocol` compares
+them over seeds). What each series means: `populora_nb.analysis.series`."""
 
 from __future__ import annotations
 
@@ -63,66 +14,26 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from populora_nb.analysis.complexity import COMPLEXITY_FIELDS, RunAnalysis, analyse_tasks
-from populora_nb.analysis.coverage_windows import coverage_window_units, expected_distinct
+from populora_nb.analysis.complexity import RunAnalysis, analyse_tasks
 from populora_nb.analysis.difficulty_probe import probe_events
 from populora_nb.analysis.figures import axes_or_new, finish
 from populora_nb.analysis.frames import load_tasks, per_step, records, step_mean, stream_stamp
-from populora_nb.analysis.probe_floor import probe_silence
-from populora_nb.analysis.repeat_series import (
-    BAND_KEY,
-    REPEAT_SERIES,
-    PlayedTask,
-    pooled_windows,
-    repeat_items,
-    repeat_series,
-)
 from populora_nb.analysis.seed_stats import t_interval
-from populora_nb.analysis.windows import complexity_windows, fixed_windows
-
-METRIC_SERIES: Mapping[str, str] = {
-    "teacher/valid_rate": "valid-proposal rate",
-    "student/solve_rate": "fresh-task solve rate ρ",
-    "reward/propose_mean": "proposer reward",
-    "lengths/propose_chars": "proposal length (chars)",
-}
-COMPLEXITY_SERIES: Mapping[str, str] = {
-    "complexity/ast_depth": "AST depth of newly written programs",
-    "complexity/cc_total": "McCabe complexity (total) of newly written programs",
-    "complexity/sloc": "SLOC of newly written programs",
-    "complexity/n_variables": "variables of newly written programs",
-}
-COPY_KEY = "copies/copy_rate"
-assert tuple(k.split("/", 1)[1] for k in COMPLEXITY_SERIES) == COMPLEXITY_FIELDS, "one series per field"
-PROBE_RHO_KEY = "probe/rho"
-PROBE_SERIES: Mapping[str, str] = {
-    PROBE_RHO_KEY: "probe ρ: frozen solver on fixed prompts",
-    "probe/valid_rate": "valid rate on the probe's fixed prompts",
-}
-SPREAD_KEY = "rating/mu_spread"
-COVERAGE_SERIES: Mapping[str, str] = {
-    "coverage/ngrams": "distinct AST n-grams at equal n (rarefied)",
-    "coverage/signatures": "distinct I/O type signatures of written programs at equal n (rarefied)",
-}
-POPULATION_ONLY: frozenset[str] = frozenset({SPREAD_KEY})
-"""Series the baseline cannot have (no matches, no ratings)."""
-WITHIN_RUN_ONLY: Mapping[str, str] = {
-    "reward/propose_mean": "not comparable: AZR's proposer reward and PopuLoRA's teacher reward differ "
-    "(−0.5 vs 0 for a task solved by none or all; rewards.py)",
-}
-"""Series whose start, end and change mean something within a run but whose population − baseline
-difference would compare two different definitions: the difference is not computed."""
-HEADLINE: Mapping[str, str] = {
-    **METRIC_SERIES,
-    **COMPLEXITY_SERIES,
-    BAND_KEY: "share of tasks in 0 < ρ < 1",
-    SPREAD_KEY: "within-role spread of TrueSkill μ",
-    COPY_KEY: "copy rate of valid proposals",
-    **REPEAT_SERIES,
-    **COVERAGE_SERIES,
-    **PROBE_SERIES,
-}
-"""Every series the protocol reports, key -> a one-line meaning (the module docstring says more)."""
+from populora_nb.analysis.series import (
+    BAND_KEY,
+    COMPLEXITY_SERIES,
+    COPY_KEY,
+    COVERAGE_SERIES,
+    HEADLINE,
+    PROBE_RHO_KEY,
+    PROBE_SERIES,
+    REPEAT_SERIES,
+    SPREAD_KEY,
+)
+from studies.coverage_windows import coverage_window_units, expected_distinct
+from studies.probe_floor import probe_silence
+from studies.repeat_series import PlayedTask, pooled_windows, repeat_items, repeat_series
+from studies.windows import complexity_windows, fixed_windows
 
 
 def is_coverage(key: str) -> bool:
@@ -324,7 +235,7 @@ def _each_run(experiments: Sequence[str | Path]) -> Iterator[tuple[str, str, Run
 
 def start_end(rec: RunRecords, key: str, window: int) -> tuple[float, float]:
     """One run's (start, end) of per-step series ``key`` (NaN where it has none). Complexity: fixed step
-    windows (`analysis.windows`), NaN where a window holds fewer than ``windows.MIN_PROGRAMS`` new
+    windows (`studies.windows`), NaN where a window holds fewer than ``windows.MIN_PROGRAMS`` new
     programs; repeats (sparse steps): pooled over the same fixed step windows in every run; the
     probe: its first and last event; any other: the mean over the first and the last ``window``
     logged steps."""

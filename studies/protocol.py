@@ -33,25 +33,6 @@ from matplotlib.figure import Figure
 
 from populora_nb.analysis.clustered import named_rng
 from populora_nb.analysis.figures import axes_or_new, finish, save_figure
-from populora_nb.analysis.liveness_report import protocol_liveness
-from populora_nb.analysis.power import power_lines, power_row
-from populora_nb.analysis.probe_floor import probe_floor_lines
-from populora_nb.analysis.protocol_series import (
-    COLORS,
-    COMPLEXITY_SERIES,
-    HEADLINE,
-    POPULATION_ONLY,
-    RUNS,
-    WITHIN_RUN_ONLY,
-    final_ranking,
-    is_coverage,
-    plot_step_band,
-    run_dirs,
-    run_records,
-    seed_names,
-    seed_values,
-)
-from populora_nb.analysis.repeat_series import RHO_NON_REPEATS_KEY, RHO_REPEATS_KEY, memory_sentence
 from populora_nb.analysis.seed_stats import (
     MISSING,
     Estimate,
@@ -67,8 +48,31 @@ from populora_nb.analysis.seed_stats import (
     scale_of,
     verdict,
 )
-from populora_nb.analysis.warmup_gain import plot_start_end, plot_warmup_gain, warmup_gain, warmup_json, warmup_lines
-from populora_nb.analysis.windows import complexity_window_lines
+from populora_nb.analysis.series import (
+    COMPLEXITY_SERIES,
+    HEADLINE,
+    POPULATION_ONLY,
+    RHO_NON_REPEATS_KEY,
+    RHO_REPEATS_KEY,
+    WITHIN_RUN_ONLY,
+)
+from studies.liveness_report import protocol_liveness
+from studies.power import power_lines, power_row
+from studies.probe_floor import probe_floor_lines
+from studies.protocol_series import (
+    COLORS,
+    RUNS,
+    final_ranking,
+    is_coverage,
+    plot_step_band,
+    run_dirs,
+    run_records,
+    seed_names,
+    seed_values,
+)
+from studies.repeat_series import memory_sentence
+from studies.warmup_gain import plot_start_end, plot_warmup_gain, warmup_gain, warmup_json, warmup_lines
+from studies.windows import complexity_window_lines
 
 
 @dataclass(frozen=True)

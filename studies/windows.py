@@ -90,7 +90,7 @@ def complexity_window_lines(
         "",
         f"Every run's start is its first {window} steps and its end its last {window}; a window's value is the mean "
         'over the programs newly written in it (copies left out), and a field reads "too few new programs" where '
-        f"either window holds fewer than {MIN_PROGRAMS} (`analysis.windows`). Such seeds are left out of the "
+        f"either window holds fewer than {MIN_PROGRAMS} (`studies.windows`). Such seeds are left out of the "
         "complexity rows of the tables below, which then compare fewer seeds or none.",
         "",
         *md_table([head, *rows]),

@@ -1,13 +1,7 @@
 """The seed protocol's series that tell repeats from the rest (`populora_nb.copies`: a repeat is the
 same task as its student meets it, met before in the run).
 
-  repeats/repeat_rate      per step, the share of valid tasks that are repeats: the proposers replaying
-                           their past (or the seeds, the warm-up, a shown reference)
-  band/share_non_repeats   per step, the share of played non-repeat tasks with 0 < ρ < 1: the band
-                           share over tasks not met before (a repeat's student may have met it)
-  rho/non_repeats          per step, the mean ρ of played non-repeat tasks: difficulty of new tasks
-  rho/repeats              per step, the mean ρ of played repeats: tasks met before (a seed, a
-                           warm-up example, an earlier task), which may or may not have been played
+The series and what each means: `populora_nb.analysis.series`.
 
 A rise of the run's fresh-task ρ that ``rho/repeats`` carries while ``rho/non_repeats`` stays flat rode
 on tasks met before, not on new tasks getting easier; the records do not say whether a student had
@@ -17,13 +11,21 @@ played a repeat, so it is not read as memory.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from populora_nb.analysis.frames import per_step
 from populora_nb.analysis.seed_stats import Estimate, verdict
+from populora_nb.analysis.series import (
+    BAND_KEY,
+    BAND_NON_REPEATS_KEY,
+    REPEAT_KEY,
+    REPEAT_SERIES,
+    RHO_NON_REPEATS_KEY,
+    RHO_REPEATS_KEY,
+)
 
 
 class PlayedTask(NamedTuple):
@@ -32,20 +34,6 @@ class PlayedTask(NamedTuple):
     step: int
     rho: float
     repeat: bool
-
-
-BAND_KEY = "band/share"
-"""Share of played tasks with 0 < ρ < 1 per step (`analysis.protocol_series` says why)."""
-REPEAT_KEY = "repeats/repeat_rate"
-BAND_NON_REPEATS_KEY = "band/share_non_repeats"
-RHO_NON_REPEATS_KEY = "rho/non_repeats"
-RHO_REPEATS_KEY = "rho/repeats"
-REPEAT_SERIES: Mapping[str, str] = {
-    REPEAT_KEY: "repeat rate of valid tasks",
-    BAND_NON_REPEATS_KEY: "share of non-repeat tasks in 0 < ρ < 1",
-    RHO_NON_REPEATS_KEY: "ρ of non-repeat tasks",
-    RHO_REPEATS_KEY: "ρ of repeated tasks",
-}
 
 
 def repeat_items(key: str, played: Sequence[PlayedTask], valid: Sequence[tuple[int, bool]]) -> list[tuple[int, float]]:
