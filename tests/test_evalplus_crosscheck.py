@@ -13,9 +13,12 @@ import pytest
 
 _PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "evalplus_crosscheck.py"
 _SPEC = importlib.util.spec_from_file_location("evalplus_crosscheck", _PATH)
-cc = importlib.util.module_from_spec(_SPEC)
-sys.modules[_SPEC.name] = cc  # the pool's workers find its functions by this name
-_SPEC.loader.exec_module(cc)
+if _SPEC.name in sys.modules:  # loaded once per process (test_official_scorer loads it too)
+    cc = sys.modules[_SPEC.name]
+else:
+    cc = importlib.util.module_from_spec(_SPEC)
+    sys.modules[_SPEC.name] = cc  # the pool's workers find its functions by this name
+    _SPEC.loader.exec_module(cc)
 ALLOWED, MIN_AGREEMENT, score_both = cc.ALLOWED, cc.MIN_AGREEMENT, cc.score_both
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(cc.missing_data()), reason=cc.missing_data())]

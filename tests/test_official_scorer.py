@@ -66,7 +66,11 @@ def namespaces():
 
 
 def _crosscheck():
-    """benchmarks/evalplus_crosscheck.py as a module: its offline official loader and mutants."""
+    """benchmarks/evalplus_crosscheck.py as a module: its offline official loader and mutants. Loaded once
+    per process: a second load would replace the module whose functions test_evalplus_crosscheck's process
+    pool pickles by name (both files can share an xdist worker)."""
+    if "evalplus_crosscheck" in sys.modules:
+        return sys.modules["evalplus_crosscheck"]
     spec = importlib.util.spec_from_file_location("evalplus_crosscheck", ROOT / "benchmarks" / "evalplus_crosscheck.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
