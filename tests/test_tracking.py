@@ -113,6 +113,14 @@ def _wandb_records(path):
     return out
 
 
+def _wandb_log_tail(run_dir, lines=8):
+    """The last lines of W&B's own log for this run (warnings such as a dropped step land there)."""
+    logs = [run_dir / "logs" / name for name in ("debug-internal.log", "debug.log")]
+    return " | ".join(
+        ln for log in logs if log.exists() for ln in log.read_text(errors="replace").splitlines()[-lines:]
+    )
+
+
 @pytest.mark.slow  # W&B starts its service process (a few seconds)
 def test_a_wandb_run_is_offline_by_default_and_writes_its_local_run_directory_with_the_metrics(
     tmp_path, tokenizer, monkeypatch
@@ -128,8 +136,12 @@ def test_a_wandb_run_is_offline_by_default_and_writes_its_local_run_directory_wi
     for r in records:
         if r.WhichOneof("record_type") == "history":
             history[r.history.step.num] = {i.key or "/".join(i.nested_key): i.value_json for i in r.history.item}
+    kinds = sorted({str(r.WhichOneof("record_type")) for r in records})
+    # what W&B wrote, so that a failure names it: the steps it holds, its record kinds, its own log's tail
+    seen = f"history steps {sorted(history)}, records {kinds}; W&B's log: {_wandb_log_tail(run_dir)}"
     for row in rd.read("metrics"):
         if row.get("teacher/valid_rate") is not None:
+            assert row["step"] in history, f"no W&B history at step {row['step']}: {seen}"
             assert float(history[row["step"]][f"teacher/valid_rate/{row['member']}"]) == pytest.approx(
                 row["teacher/valid_rate"]
             )
