@@ -44,7 +44,8 @@ from populora_nb.copies import known_fingerprints, mark_copies
 from populora_nb.lowrank import LoRAPair
 from populora_nb.model.policy import LoRAPolicy
 from populora_nb.probe import PROBE_SOLVER, fixed_config
-from populora_nb.stages import SolveJob, propose, solve, validate, worked_examples
+from populora_nb.solve_batches import worked_examples
+from populora_nb.stages import SolveJob, propose, solve, validate
 from populora_nb.state import seed_buffers
 from populora_nb.tasks import Task
 from populora_nb.verify import Verifier

@@ -22,10 +22,10 @@ import time
 import torch
 
 from populora_nb.config import load_config
-from populora_nb.loop import baseline_step, population_step
 from populora_nb.model.base import load_base
 from populora_nb.model.policy import LoRAPolicy
 from populora_nb.state import initial_state, roster_for
+from populora_nb.step import baseline_step, population_step
 from populora_nb.verify import Verifier
 
 

@@ -61,27 +61,30 @@ print(f"run directory: {run_dir.resolve()} (rerunning this notebook resumes it)"
 # %% [markdown]
 # ## One step by hand
 # Before the loop runs, one AZR step stage by stage, each stage's product in a table. It is the
-# loop's own step (`populora_nb.step.Step`: `baseline_step` calls these methods in this order) on a
-# scratch copy of the state a run starts from, with a model of its own: it writes nothing into the
-# run directory, and the loop below starts from step 0. `make run` executes this section too, so its
-# time counts in the notebook's.
+# loop's own step: each cell calls one stage of `populora_nb.stages`, in the order
+# `step.baseline_step` calls them, on a scratch copy of the state a run starts from, with a model of
+# its own: it writes nothing into the run directory, and the loop below starts from step 0.
+# `make run` executes this section too, so its time counts in the notebook's.
 #
 # Under each stage, the package's own code that computed it (`source.show`): read from the installed
 # package when the cell runs, not copied here, so a change to the package shows up in this notebook.
 # Docstrings (`help(f)`) and argument checks are left out; the header names the module and lines.
 
 # %%
+import dataclasses
+
 from populora_nb import rewards, rl, stages
 from populora_nb.analysis import source, step_tables
+from populora_nb.copies import mark_copies
 from populora_nb.model.policy import LoRAPolicy
+from populora_nb.solve_batches import buffer_jobs, learnability_jobs, worked_examples
 from populora_nb.state import initial_state, roster_for
-from populora_nb.step import Step
 from populora_nb.verify import Verifier
 
 verifier = Verifier.from_config(config.verifier)
 verifier.start()
 policy = LoRAPolicy.create(config, list(roster_for(config).items()))
-hand = Step.by_hand(policy, verifier, initial_state(config, verifier), config)
+state = initial_state(config, verifier)  # the state a run starts from; the run's own is made by `run`
 
 # %% [markdown]
 # ### 1 · The agent proposes
@@ -89,21 +92,23 @@ hand = Step.by_hand(policy, verifier, initial_state(config, verifier), config)
 # buffer (the seeds at step 0). One prompt in full, as the model sees it, and what the agent wrote:
 
 # %%
-hand.propose()
-first = hand.out.proposals[0]
+proposed = stages.propose(policy, ["agent"], state.buffers, config, state.step)
+proposed = [dataclasses.replace(p, solver="agent") for p in proposed]  # the agent solves its own tasks
+first = proposed[0]
 print(f"--- prompt ({first.kind}) ---\n{first.prompt}")
 print(f"--- the agent wrote ---\n{first.completion}")
 
 # %%
-source.show(Step.propose)
+source.show(stages.propose)
 
 # %% [markdown]
 # ### 2 · The verifier's verdicts
 # Parsed, then run in the sandbox; an invalid proposal carries the verifier's reason.
 
 # %%
-hand.validate()
-step_tables.proposals_table(hand)
+proposed = stages.validate(verifier, proposed, config.tasks.code_f_inputs)
+proposed = mark_copies(proposed, state.seen, config.tasks.reject_copies, config.tasks.reject_repeats)
+step_tables.proposals_table(proposed)
 
 # %%
 source.show(stages.validate)
@@ -115,8 +120,11 @@ source.show(stages.validate)
 # one response each, which it learns from (✓ passed, ✗ failed, · unparseable).
 
 # %%
-hand.solve()
-step_tables.rollouts_table(hand)
+jobs = learnability_jobs("agent", proposed, config.rl.rollouts)  # k rollouts of each valid task: ρ only
+jobs += buffer_jobs("agent", state.buffers, config, state.step)  # the batch it learns from
+attempts = stages.solve(policy, verifier, jobs, config, state.step, worked_examples(state.buffers))
+proposed = stages.solve_rates(proposed, attempts)
+step_tables.rollouts_table(attempts, proposed)
 
 # %%
 source.show(rewards.solve_rate, stages.solve_rates)
@@ -126,8 +134,10 @@ source.show(rewards.solve_rate, stages.solve_rates)
 # Proposer (AZR): 1 − s for 0 < s < 1, −0.5 at s ∈ {0, 1}, −1 invalid. Solver: +1 / −0.5 / −1.
 
 # %%
-hand.reward()
-step_tables.rewards_table(hand)
+samples = stages.reward(
+    proposed, attempts, rewards.azr_proposer_reward, config.rl.advantage_scale, config.tasks.copies_earn_nothing
+)
+step_tables.rewards_table(samples)
 
 # %%
 source.show(rewards.azr_proposer_reward, rewards.student_reward)
@@ -137,7 +147,7 @@ source.show(rewards.azr_proposer_reward, rewards.student_reward)
 # Centred within each (role, kind) group and scaled per role (`rl.advantage_scale`).
 
 # %%
-step_tables.advantages_table(hand)
+step_tables.advantages_table(samples)
 
 # %%
 source.show(rl.trr_plus_plus_advantages)
@@ -147,9 +157,9 @@ source.show(rl.trr_plus_plus_advantages)
 # One policy-gradient step on the agent's LoRA: its loss and gradient norm (before clipping).
 
 # %%
-hand.update()
-hand.grow()
-step_tables.update_table(hand)
+update_stats = stages.update(policy, samples, list(state.roster))
+stages.grow(state.buffers, proposed, config.tasks.one_task_per_program)
+step_tables.update_table(update_stats, state.roster)
 
 # %%
 source.show(rl.policy_gradient_loss)
@@ -159,7 +169,7 @@ source.show(rl.policy_gradient_loss)
 
 # %%
 verifier.close()
-del hand, policy
+del state, policy
 
 # %% [markdown]
 # ## Train, with a live dashboard

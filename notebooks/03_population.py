@@ -54,27 +54,32 @@ print(f"run directory: {run_dir.resolve()} (rerunning this notebook resumes it)"
 # %% [markdown]
 # ## One step by hand
 # Before the loop runs, one population step stage by stage, each stage's product in a table. It is
-# the loop's own step (`populora_nb.step.Step`: `population_step` calls these methods in this order)
-# on a scratch copy of the state a run starts from, with a model of its own: it writes nothing into
-# the run directory, and the loop below starts from step 0 with a fresh copy of the same members.
-# `make run` executes this section too, so its time counts in the notebook's.
+# the loop's own step: each cell calls one stage of `populora_nb.stages`, in the order
+# `step.population_step` calls them, on a scratch copy of the state a run starts from, with a model
+# of its own: it writes nothing into the run directory, and the loop below starts from step 0 with a
+# fresh copy of the same members. `make run` executes this section too, so its time counts in the
+# notebook's.
 #
 # Under each stage, the package's own code that computed it (`source.show`): read from the installed
 # package when the cell runs, not copied here, so a change to the package shows up in this notebook.
 # Docstrings (`help(f)`) and argument checks are left out; the header names the module and lines.
 
 # %%
+import dataclasses
+
 from populora_nb import evolution, matchmaking, rewards, rl, stages
 from populora_nb.analysis import source, step_tables
+from populora_nb.copies import mark_copies
 from populora_nb.model.policy import LoRAPolicy
+from populora_nb.solve_batches import assignments, solve_jobs, worked_examples
 from populora_nb.state import initial_state, roster_for
-from populora_nb.step import Step
+from populora_nb.step import evolve
 from populora_nb.verify import Verifier
 
 verifier = Verifier.from_config(config.verifier)
 verifier.start()
 policy = LoRAPolicy.create(config, list(roster_for(config).items()))
-hand = Step.by_hand(policy, verifier, initial_state(config, verifier), config)
+state = initial_state(config, verifier)  # the state a run starts from; the run's own is made by `run`
 
 # %% [markdown]
 # ### 1 · Pairing: PFSP on TrueSkill
@@ -83,10 +88,11 @@ hand = Step.by_hand(policy, verifier, initial_state(config, verifier), config)
 # its share of teachers. At step 0 every rating is the prior, so every p is ½ and the draw is even.
 
 # %%
-hand.pair()
-step_tables.plot_pairing(hand)
+ratings_before = dict(state.ratings)
+partner, win_probabilities = stages.pair(state, config)
+step_tables.plot_pairing(win_probabilities, partner)
 plt.show()
-step_tables.pairing_table(hand)
+step_tables.pairing_table(win_probabilities, partner)
 
 # %%
 source.show(matchmaking.pfsp_weights)
@@ -98,13 +104,14 @@ source.show(matchmaking.pfsp_weights)
 # teacher wrote:
 
 # %%
-hand.propose()
-first = hand.out.proposals[0]
+proposed = stages.propose(policy, state.teachers, state.buffers, config, state.step, config.rl.teacher_proposals)
+proposed = [dataclasses.replace(p, solver=partner[p.proposer]) for p in proposed]  # each task's student
+first = proposed[0]
 print(f"--- prompt of {first.proposer} ({first.kind}) ---\n{first.prompt}")
 print(f"--- {first.proposer} wrote ---\n{first.completion}")
 
 # %%
-source.show(Step.propose)
+source.show(stages.propose)
 
 # %% [markdown]
 # ### 3 · The verifier's verdicts
@@ -113,8 +120,9 @@ source.show(Step.propose)
 # whether it copied a reference shown in its prompt or an earlier program.
 
 # %%
-hand.validate()
-step_tables.proposals_table(hand)
+proposed = stages.validate(verifier, proposed, config.tasks.code_f_inputs)
+proposed = mark_copies(proposed, state.seen, config.tasks.reject_copies, config.tasks.reject_repeats)
+step_tables.proposals_table(proposed)
 
 # %%
 source.show(stages.validate)
@@ -126,8 +134,18 @@ source.show(stages.validate)
 # but play no match.
 
 # %%
-hand.solve()
-step_tables.rollouts_table(hand)
+jobs = solve_jobs(
+    assignments(partner, proposed, state.students),
+    proposed,
+    state.buffers,
+    config,
+    state.step,
+    config.rl.student_tasks,
+    config.rl.student_rollouts_trained,
+)
+attempts = stages.solve(policy, verifier, jobs, config, state.step, worked_examples(state.buffers))
+proposed = stages.solve_rates(proposed, attempts)
+step_tables.rollouts_table(attempts, proposed)
 
 # %%
 source.show(rewards.solve_rate, stages.solve_rates)
@@ -137,8 +155,10 @@ source.show(rewards.solve_rate, stages.solve_rates)
 # Teacher: −1 invalid, 0 when ρ = 0, else 1 − ρ. Student: +1 correct, −0.5 wrong, −1 malformed.
 
 # %%
-hand.reward()
-step_tables.rewards_table(hand)
+samples = stages.reward(
+    proposed, attempts, rewards.teacher_reward, config.rl.advantage_scale, config.tasks.copies_earn_nothing
+)
+step_tables.rewards_table(samples)
 
 # %%
 source.show(rewards.teacher_reward, rewards.student_reward)
@@ -149,7 +169,7 @@ source.show(rewards.teacher_reward, rewards.student_reward)
 # rewards are all equal has nothing to learn from (advantages 0).
 
 # %%
-step_tables.advantages_table(hand)
+step_tables.advantages_table(samples)
 
 # %%
 source.show(rl.trr_plus_plus_advantages)
@@ -160,8 +180,8 @@ source.show(rl.trr_plus_plus_advantages)
 # clipping) per member. A member whose advantages are all 0 is skipped.
 
 # %%
-hand.update()
-step_tables.update_table(hand)
+update_stats = stages.update(policy, samples, list(state.roster))
+step_tables.update_table(update_stats, state.roster)
 
 # %%
 source.show(rl.policy_gradient_loss)
@@ -176,8 +196,8 @@ source.show(rl.policy_gradient_loss)
 # saw. So a student is never rated up for failing, and a teacher rises only on contested tasks.
 
 # %%
-hand.rate()
-step_tables.ratings_table(hand)
+matches, state.ratings = stages.rate(state.ratings, proposed, config)
+step_tables.ratings_table(matches, ratings_before, state.ratings, state.roster, config.matchmaking.win_threshold)
 
 # %%
 source.show(matchmaking.teacher_games, matchmaking.student_games)
@@ -190,9 +210,9 @@ source.show(matchmaking.teacher_games, matchmaking.student_games)
 # copy, above 1 a restart.
 
 # %%
-hand.grow()
-hand.evolve()
-step_tables.evolution_table(hand)
+stages.grow(state.buffers, proposed, config.tasks.one_task_per_program)
+births = evolve(policy, state, config)
+step_tables.evolution_table(births)
 
 # %%
 source.show(evolution.fitness, evolution.tournament_select)
@@ -202,7 +222,7 @@ source.show(evolution.fitness, evolution.tournament_select)
 
 # %%
 verifier.close()
-del hand, policy
+del state, policy
 
 # %% [markdown]
 # ## Train the population, with the live dashboard

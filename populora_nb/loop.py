@@ -27,9 +27,7 @@ from populora_nb.probe import probe_due, probe_metrics, probe_rows, run_probe
 from populora_nb.records import RunDir
 from populora_nb.stages import StepOutcome, propose, validate
 from populora_nb.state import RunState, initial_state, roster_for, seed_buffers
-from populora_nb.step import baseline_step as baseline_step  # re-exported: callers import the steps from here
 from populora_nb.step import evolve, run_step
-from populora_nb.step import population_step as population_step
 from populora_nb.step_records import (
     member_metrics,
     peak_memory_gb,

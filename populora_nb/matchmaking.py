@@ -17,7 +17,7 @@ one member, against an opponent held fixed):
   reward 0) loses k games to a fixed *reference opponent* at the prior, and of an invalid task
   (reward −1) 2k: the student is not the teacher's opponent on a task that was no contest, and two
   losses inside one pair would drag both down together.
-* A valid task never attempted (ρ is None) plays no game (``reward_samples`` gives it no reward).
+* A valid task never attempted (ρ is None) plays no game (``stages.reward`` gives it no reward).
 
 Against identical opponents the teacher's order is then invalid < unsolvable = trivial < contested,
 lower contested ρ better. ``config.reachable_band`` checks that the teacher's band holds a ρ = j/k.

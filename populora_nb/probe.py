@@ -33,7 +33,8 @@ from populora_nb.buffers import TaskBuffer
 from populora_nb.config import ExperimentConfig
 from populora_nb.copies import known_fingerprints, mark_copies
 from populora_nb.policy import PROBE_SOLVER, Policy
-from populora_nb.stages import Proposed, learnability_jobs, propose, solve, solve_rates, validate, worked_examples
+from populora_nb.solve_batches import learnability_jobs, worked_examples
+from populora_nb.stages import Proposed, propose, solve, solve_rates, validate
 from populora_nb.step_records import task_rows
 from populora_nb.tasks import Task
 from populora_nb.verify import Verifier

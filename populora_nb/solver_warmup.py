@@ -25,7 +25,8 @@ from populora_nb.config import ExperimentConfig
 from populora_nb.model.policy import LoRAPolicy
 from populora_nb.model.sft import Example, fine_tune
 from populora_nb.policy import Policy
-from populora_nb.stages import Attempt, SolveJob, solve, worked_examples
+from populora_nb.solve_batches import worked_examples
+from populora_nb.stages import Attempt, SolveJob, solve
 from populora_nb.tasks import Task
 
 SOLVE_COLLECT_STEP, SOLVE_MEASURE_STEP = 3_000_000, 4_000_000
@@ -70,7 +71,7 @@ def attempt(
     examples: dict[str, Task],
 ) -> list[Attempt]:
     """``warmup.solver_samples`` attempts at every task by ``member``, each prompt showing its kind's
-    worked example (``examples``, as `stages.worked_examples` gives RL's), judged by the verifier.
+    worked example (``examples``, as `solve_batches.worked_examples` gives RL's), judged by the verifier.
 
     Generated in chunks of at most ``warmup.batch`` rows, as the native decoder's memory grows with the
     rows of one call; chunk i samples with seed step + i, so before/after draw the same numbers."""

@@ -1,15 +1,13 @@
-"""The stages of one self-play step, data in and data out; `step.Step` chains them (its docstring
-draws the order) into AZR's single-agent step and PopuLoRA's population step.
+"""The stages of one self-play step, one function each, data in and data out: `pair`, `propose`,
+`validate`, `solve` (with `solve_rates`), `reward`, `update`, `rate`, `grow`. `step.population_step` and
+`step.baseline_step` run them in order (`step`'s docstring draws it); notebooks 02 and 03 call them one
+per cell; the warm-up, the probe and the studies reuse them.
 
 No model code lives here: generation and the update go through a `Policy` (`populora_nb.policy`).
 The baseline is the same loop with one member, ``agent``, playing both roles, and AZR's proposer reward.
-
-Solve batches: the solver(s) solve this step's valid proposals with k rollouts each, which gives the
-proposer its solve rate rho in the same step (as AZR's code does). When a solver gets fewer tasks
-of a kind than a proposer writes (few proposals are valid early on), the batch is topped up with
-tasks from the buffer, so every member gets the same number of samples each step (per-adapter
-compute matching); top-up tasks train the solver but play no match.
-What a step records lives in `step_records`.
+The solver(s) solve this step's valid proposals with k rollouts each, which gives the proposer its solve
+rate ρ in the same step (as AZR's code does); which tasks each solver gets is `solve_batches`'. What a
+step records lives in `step_records`.
 """
 
 from __future__ import annotations
@@ -23,10 +21,9 @@ from typing import Any
 from populora_nb.buffers import TaskBuffer, count_pool_draws, snippet_pool
 from populora_nb.config import ExperimentConfig
 from populora_nb.copies import fingerprint
-from populora_nb.matchmaking import Match
+from populora_nb.matchmaking import Match, Rating, pfsp_pairs, round_robin_pairs, update_ratings, win_probability
 from populora_nb.policy import Policy, Sample, TokenIds, as_completion
 from populora_nb.prompts import (
-    CODE_F_EXAMPLE,
     ParseFailure,
     PromptTooLongError,
     bounded_propose_prompt,
@@ -37,6 +34,7 @@ from populora_nb.prompts import (
 )
 from populora_nb.rewards import novelty_capped, student_reward
 from populora_nb.rl import trr_plus_plus_advantages
+from populora_nb.state import RunState, trueskill_env
 from populora_nb.tasks import Task
 from populora_nb.verify import Invalid, Proposal, Verifier
 
@@ -128,6 +126,21 @@ def seed_for(seed: int, step: int, purpose: str) -> int:
 
 
 # ---- stages ---------------------------------------------------------------------------------------
+def pair(state: RunState, config: ExperimentConfig) -> tuple[dict[str, str], dict[str, dict[str, float]]]:
+    """teacher -> student for this step: a PFSP-weighted matching on TrueSkill ratings, in which every
+    student gets as many teachers as any other (within one), or the round-robin ablation; with the
+    win probability of every teacher × student pair, on the ratings the draw used."""
+    env, mc, r = trueskill_env(config), config.matchmaking, state.ratings
+    win = {t: {s: win_probability(r[t], r[s], env) for s in state.students} for t in state.teachers}
+    if mc.mode == "round_robin":
+        pairs = round_robin_pairs(state.teachers, state.students, state.step)
+    else:
+        rng = rng_for(config.run.seed, state.step, "pfsp")
+        hard = mc.mode != "pfsp_var"
+        pairs = pfsp_pairs(state.teachers, state.students, r, env, rng, "hard" if hard else "var", mc.gamma, mc.floor)
+    return dict(pairs), win
+
+
 def propose(
     policy: Policy,
     proposers: Sequence[str],
@@ -214,62 +227,6 @@ def validate(verifier: Verifier, proposals: Sequence[Proposed], code_f_inputs: i
     return out
 
 
-def solve_jobs(
-    assignments: dict[str, list[int]],
-    proposals: list[Proposed],
-    buffers: dict[str, TaskBuffer],
-    config: ExperimentConfig,
-    step: int,
-    quota: int,
-    trained_rollouts: int | None = None,
-) -> list[SolveJob]:
-    """PopuLoRA's student batch: k rollouts of every valid task proposed to each solver, topped up from
-    the buffers to ``quota`` tasks of each kind per solver (compute matching), ``trained_rollouts`` of
-    each trained on (None: all k)."""
-    rng = rng_for(config.run.seed, step, "topup")
-    k, r = config.rl.rollouts, trained_rollouts
-    jobs: list[SolveJob] = []
-    for solver, indices in assignments.items():
-        for kind in config.tasks.kinds:
-            mine = [i for i in indices if isinstance(proposals[i].result, Task) and proposals[i].kind == kind]
-            jobs += [SolveJob(solver, proposals[i].result, i, k, trained_rollouts=r) for i in mine]  # type: ignore[arg-type]
-            missing = quota - len(mine)
-            if missing > 0 and kind in buffers:
-                jobs += [SolveJob(solver, t, None, k, trained_rollouts=r) for t in buffers[kind].sample(missing, rng)]
-    return jobs
-
-
-def learnability_jobs(solver: str, proposals: list[Proposed], rollouts: int) -> list[SolveJob]:
-    """AZR's difficulty estimate: `rollouts` samples of every valid proposal, to compute rho for the
-    proposer reward. Not trained on (AZR's solver learns from its own batch, `buffer_jobs`)."""
-    return [
-        SolveJob(solver, p.result, i, rollouts, train=False)
-        for i, p in enumerate(proposals)
-        if isinstance(p.result, Task)
-    ]
-
-
-def buffer_jobs(solver: str, buffers: dict[str, TaskBuffer], config: ExperimentConfig, step: int) -> list[SolveJob]:
-    """AZR's solver batch: `proposals_per_kind` tasks of each kind from the buffer as it stood before
-    this step's proposals (`TaskBuffer.sample_max_new`: the previous step's valid tasks first), one
-    response each, trained on (AZR: n = 1 response per solver prompt, REINFORCE++ across the batch)."""
-    rng = rng_for(config.run.seed, step, "solver_batch")
-    return [
-        SolveJob(solver, t, None, 1)
-        for kind in config.tasks.kinds
-        if kind in buffers
-        for t in buffers[kind].sample_max_new(config.rl.proposals_per_kind, rng)
-    ]
-
-
-def worked_examples(buffers: dict[str, TaskBuffer]) -> dict[str, Task]:
-    """One solved example per kind for the solver's prompt: the kind's first seed (fixed, so the
-    prompt does not drift), or a built-in example for code_f, whose buffer has no seeds."""
-    examples = {kind: b.tasks[0] for kind, b in buffers.items() if b.n_seeds}
-    examples.setdefault("code_f", CODE_F_EXAMPLE)
-    return examples
-
-
 def solve(
     policy: Policy,
     verifier: Verifier,
@@ -330,7 +287,7 @@ def solve_rates(proposals: Sequence[Proposed], attempts: Sequence[Attempt]) -> l
     ]
 
 
-def reward_samples(
+def reward(
     proposals: list[Proposed],
     attempts: list[Attempt],
     proposer_reward: Callable[[bool, float | None], float],
@@ -384,9 +341,17 @@ def update(policy: Policy, samples: list[Sample], members: Sequence[str]) -> dic
     return policy.update_members({m: s for m, s in mine.items() if s})
 
 
-def grow_buffers(
-    buffers: dict[str, TaskBuffer], proposals: Sequence[Proposed], one_task_per_program: bool = False
-) -> None:
+def rate(
+    ratings: dict[str, Rating], proposals: Sequence[Proposed], config: ExperimentConfig
+) -> tuple[list[Match], dict[str, Rating]]:
+    """One TrueSkill match per proposal, in proposal order, and the ratings they move to (the rules
+    are `matchmaking`'s). ρ is None unless the partner attempted the task (never for an invalid one)."""
+    k = config.rl.rollouts
+    matches = [Match(p.proposer, p.solver or "", isinstance(p.result, Task), p.rho, k) for p in proposals]
+    return matches, update_ratings(ratings, matches, trueskill_env(config), config.matchmaking.win_threshold)
+
+
+def grow(buffers: dict[str, TaskBuffer], proposals: Sequence[Proposed], one_task_per_program: bool = False) -> None:
     """Add this step's valid tasks to the run's buffers, in place: each kind's to its own buffer only,
     as one batch (the next step's solver batch starts from it), as AZR keeps the kinds apart (`buffers`).
     With ``one_task_per_program`` (`config.TaskConfig`) a task whose program (`copies.fingerprint`: the

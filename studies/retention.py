@@ -24,6 +24,7 @@ from typing import Literal
 import torch
 from tqdm.auto import tqdm
 
+import populora_nb.solve_batches as solve_batches
 import populora_nb.stages as stages
 from populora_nb.buffers import TaskBuffer
 from populora_nb.checkpoints import load_run
@@ -98,7 +99,7 @@ def fittest(roster: Mapping[str, str], ratings: Mapping[str, Rating], role: str,
 
 
 def _solve_config(config: ExperimentConfig, rollouts: int, seed: int) -> ExperimentConfig:
-    # stages.solve_jobs() reads k from config.rl.rollouts; stages.solve() seeds generation from config.run.seed.
+    # solve_batches.solve_jobs() reads k from config.rl.rollouts; stages.solve() seeds generation from config.run.seed.
     return dataclasses.replace(
         config, rl=dataclasses.replace(config.rl, rollouts=rollouts), run=dataclasses.replace(config.run, seed=seed)
     )
@@ -139,7 +140,7 @@ def student_train_and_score(
     def samples_at(step: int) -> list[Sample]:
         jobs = [SolveJob(member, task, None, rollouts) for task in draw_tasks(pool, tasks_per_step, seed, step)]
         attempts: list[Attempt] = stages.solve(policy, verifier, jobs, cfg, step, dict(examples or {}))
-        return stages.reward_samples([], attempts, teacher_reward, config.rl.advantage_scale)
+        return stages.reward([], attempts, teacher_reward, config.rl.advantage_scale)
 
     return lambda child, num_steps: _retrain(policy, member, child, num_steps, samples_at)
 
@@ -160,17 +161,17 @@ def teacher_train_and_score(
     `student` solves them; score: the mean PopuLoRA teacher reward."""
     cfg = _solve_config(config, rollouts, seed)
     fixed = dict(buffers)
-    examples = stages.worked_examples(fixed)
+    examples = solve_batches.worked_examples(fixed)
     n_inputs = config.tasks.code_f_inputs
 
     def samples_at(step: int) -> list[Sample]:
         proposals = stages.propose(policy, [member], fixed, cfg, step, config.rl.teacher_proposals)
         proposals = stages.validate(verifier, proposals, n_inputs)
         # No buffers for top-ups: only the child's own tasks are solved, and the student does not learn.
-        jobs = stages.solve_jobs({student: list(range(len(proposals)))}, proposals, {}, cfg, step, quota=0)
+        jobs = solve_batches.solve_jobs({student: list(range(len(proposals)))}, proposals, {}, cfg, step, quota=0)
         attempts = stages.solve(policy, verifier, jobs, cfg, step, examples)
         proposals = stages.solve_rates(proposals, attempts)
-        samples = stages.reward_samples(proposals, attempts, teacher_reward, config.rl.advantage_scale)
+        samples = stages.reward(proposals, attempts, teacher_reward, config.rl.advantage_scale)
         return [s for s in samples if s.member == member]
 
     return lambda child, num_steps: _retrain(policy, member, child, num_steps, samples_at)
@@ -228,7 +229,7 @@ def run_retention(
                 tasks_per_step=per_step,
                 rollouts=n_rollouts,
                 seed=seed,
-                examples=stages.worked_examples(state.buffers),
+                examples=solve_batches.worked_examples(state.buffers),
             )
         else:
             opponent = (fittest(state.roster, state.ratings, "student", config.evolution.fitness_k) or [parent])[0]

@@ -181,7 +181,7 @@ def test_notebook_03_in_jupyterlab_runs_and_keeps_its_dashboard(lab):
             cell.scroll_into_view_if_needed()
             cell.screenshot(path=SHOTS / "03_finished_dashboard.png")
             # the step by hand: a stage's product renders as a table (the ratings, with the rule behind each)
-            by_hand = page.locator(".jp-CodeCell", has_text="step_tables.ratings_table(hand)").first
+            by_hand = page.locator(".jp-CodeCell", has_text="step_tables.ratings_table(").first
             table = by_hand.locator(".jp-OutputArea-output table").first
             table.wait_for(timeout=30_000)
             assert "rules (matches)" in table.inner_text() and "Δμ" in table.inner_text()

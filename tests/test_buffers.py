@@ -4,7 +4,8 @@ import pytest
 
 from populora_nb.buffers import TaskBuffer, load_seed_triplets
 from populora_nb.config import load_config
-from populora_nb.stages import Proposed, buffer_jobs, grow_buffers
+from populora_nb.solve_batches import buffer_jobs
+from populora_nb.stages import Proposed, grow
 from populora_nb.tasks import Proposal, Task
 
 
@@ -115,7 +116,7 @@ def test_baseline_solver_batch_is_the_previous_steps_valid_tasks_when_they_fill_
         for i in range(14):
             b.add(Task(kind, f"def f(a):\n    return a - {i}", ("1",), (str(1 - i),)), seed=True)  # type: ignore[arg-type]
     for step in range(6):
-        grow_buffers(
+        grow(
             buffers,
             [proposed("code_o", 10 * step), proposed("code_o", 10 * step + 1), proposed("code_i", 10 * step + 2)],
         )
@@ -134,7 +135,7 @@ def test_baseline_solver_batch_is_the_previous_steps_valid_tasks_when_they_fill_
 def test_code_o_and_code_i_buffers_stay_apart():
     """AZR adds a code_o proposal to its 'output' dataset only and a code_i one to 'input' only."""
     buffers = {k: TaskBuffer(k) for k in ("code_o", "code_i", "code_f")}  # type: ignore[arg-type]
-    grow_buffers(buffers, [proposed("code_o", 1), proposed("code_i", 2), proposed("code_o", 3, valid=False)])
+    grow(buffers, [proposed("code_o", 1), proposed("code_i", 2), proposed("code_o", 3, valid=False)])
     assert [t.program for t in buffers["code_o"].tasks] == [proposed("code_o", 1).result.program]
     assert [t.program for t in buffers["code_i"].tasks] == [proposed("code_i", 2).result.program]
     assert all(t.kind == k for k, b in buffers.items() for t in b.tasks) and not buffers["code_f"].tasks
@@ -168,7 +169,7 @@ def test_solve_jobs_take_their_quota_and_trained_rollouts_as_arguments_not_the_e
     buffer to ``quota`` tasks of each kind, ``trained_rollouts`` of each learned from. Given the same
     arguments it is the same batch whichever experiment the config names: the stage does not read
     ``run.agent``."""
-    from populora_nb.stages import solve_jobs
+    from populora_nb.solve_batches import solve_jobs
 
     buffers = {"code_o": TaskBuffer("code_o", 16)}
     for i in range(6):

@@ -241,8 +241,8 @@ def test_every_valid_task_is_measured_and_a_copy_of_a_seed_is_the_proposers(veri
     from scripted import ScriptedPolicy
 
     from populora_nb.config import load_config
-    from populora_nb.loop import baseline_step
     from populora_nb.state import initial_state
+    from populora_nb.step import baseline_step
     from populora_nb.step_records import task_rows
 
     cfg = load_config("tiny", {"run.agent": "baseline", "tasks.kinds": ["code_o"], "rl.proposals_per_kind": 2})

@@ -139,6 +139,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "populora_nb.evolution_simulations",
             "populora_nb.policy",
             "populora_nb.stages",
+            "populora_nb.solve_batches",
             "populora_nb.state",
             "populora_nb.step",
             "populora_nb.step_records",

@@ -4,10 +4,11 @@ import pytest
 from scripted import ScriptedPolicy
 
 from populora_nb.config import load_config
-from populora_nb.loop import baseline_step, population_step, run
+from populora_nb.loop import run
 from populora_nb.policy import Completion
 from populora_nb.stages import Attempt, StepOutcome
 from populora_nb.state import initial_state
+from populora_nb.step import baseline_step, population_step
 from populora_nb.step_records import member_metrics, token_counts
 from populora_nb.tasks import Task
 

@@ -7,12 +7,13 @@ import random
 
 import pytest
 
+import populora_nb.stages as stages
 from populora_nb.buffers import TaskBuffer, count_pool_draws, snippet_pool
 from populora_nb.config import ConfigError, load_config
 from populora_nb.loop import run
 from populora_nb.records import read_json
 from populora_nb.rewards import azr_proposer_reward, novelty_capped, teacher_reward
-from populora_nb.stages import Proposed, grow_buffers, reward_samples
+from populora_nb.stages import Proposed
 from populora_nb.state import RunState
 from populora_nb.tasks import Task
 from populora_nb.verify import Invalid, Proposal
@@ -43,7 +44,7 @@ def test_a_copied_program_keeps_losses_and_loses_gains(reward) -> None:
 
 
 @pytest.mark.parametrize("reward", [teacher_reward, azr_proposer_reward])
-def test_reward_samples_pay_copies_nothing_only_with_the_setting_on(reward) -> None:
+def test_rewards_pay_copies_nothing_only_with_the_setting_on(reward) -> None:
     proposals = [
         _proposed("new", 0.25),
         _proposed("earlier", 0.25),
@@ -51,19 +52,19 @@ def test_reward_samples_pay_copies_nothing_only_with_the_setting_on(reward) -> N
         _proposed("earlier", 0.0),
         _proposed(None, None, valid=False),
     ]
-    off = [s.reward for s in reward_samples(proposals, [], reward)]
-    on = [s.reward for s in reward_samples(proposals, [], reward, copies_earn_nothing=True)]
+    off = [s.reward for s in stages.reward(proposals, [], reward)]
+    on = [s.reward for s in stages.reward(proposals, [], reward, copies_earn_nothing=True)]
     expected_off = [reward(True, 0.25), reward(True, 0.25), reward(True, 0.5), reward(True, 0.0), -1.0]
     assert off == expected_off
     assert on == [reward(True, 0.25), 0.0, 0.0, min(reward(True, 0.0), 0.0), -1.0]
     # the advantages follow: with copies paid nothing, the new program stands out from its group
-    adv_on = {s.reward: s.advantage for s in reward_samples(proposals, [], reward, copies_earn_nothing=True)}
+    adv_on = {s.reward: s.advantage for s in stages.reward(proposals, [], reward, copies_earn_nothing=True)}
     assert adv_on[reward(True, 0.25)] > adv_on[0.0]
 
 
 def test_a_valid_proposal_without_its_class_is_refused_under_the_setting() -> None:
     with pytest.raises(ValueError, match="program class"):
-        reward_samples([_proposed(None, 0.5)], [], teacher_reward, copies_earn_nothing=True)
+        stages.reward([_proposed(None, 0.5)], [], teacher_reward, copies_earn_nothing=True)
 
 
 # ---- one task per program ------------------------------------------------------------------------------
@@ -76,14 +77,14 @@ def test_a_buffer_keeps_one_task_per_program_with_the_setting_on() -> None:
     proposals = [_valid(_task("a * 2")), _valid(renamed), _valid(_task("a * 3", out="6")), _valid(_task("a * 2"))]
     on = {"code_o": TaskBuffer("code_o")}
     on["code_o"].add(_task("a + 1", out="3"), seed=True)
-    grow_buffers(on, [_valid(_task("a + 1", arg="7", out="8"))] + proposals, one_task_per_program=True)
+    stages.grow(on, [_valid(_task("a + 1", arg="7", out="8"))] + proposals, one_task_per_program=True)
     assert [t.program for t in on["code_o"].tasks] == [
         "def f(a):\n    return a + 1",  # the seed; its re-posed program was not stored again
         "def f(a):\n    return a * 2",
         "def f(a):\n    return a * 3",
     ]
     off = {"code_o": TaskBuffer("code_o")}
-    grow_buffers(off, proposals)
+    stages.grow(off, proposals)
     assert len(off["code_o"]) == 4  # AZR: every valid task is stored
 
 

@@ -20,7 +20,7 @@ from populora_nb.model.policy import LoRAPolicy
 from populora_nb.operators import OPERATORS
 from populora_nb.prompts import render, solve_prompt
 from populora_nb.records import RunDir, write_json
-from populora_nb.stages import worked_examples
+from populora_nb.solve_batches import worked_examples
 from populora_nb.state import RunState, initial_state
 from populora_nb.tasks import Task
 from populora_nb.verify import Verifier
