@@ -197,7 +197,8 @@ source.show(rl.policy_gradient_loss)
 
 # %%
 matches, state.ratings = stages.rate(state.ratings, proposed, config)
-step_tables.ratings_table(matches, ratings_before, state.ratings, state.roster, config.matchmaking.win_threshold)
+threshold = config.matchmaking.win_threshold  # a teacher wins a task its student solves less often
+step_tables.ratings_table(matches, ratings_before, state.ratings, state.roster, threshold)
 
 # %%
 source.show(matchmaking.teacher_games, matchmaking.student_games)
