@@ -197,7 +197,7 @@ source.show(rl.policy_gradient_loss)
 
 # %%
 matches, state.ratings = stages.rate(state.ratings, proposed, config)
-threshold = config.matchmaking.win_threshold  # a teacher wins a task its student solves less often
+threshold = config.matchmaking.win_threshold  # a teacher wins when 0 < ρ < threshold
 step_tables.ratings_table(matches, ratings_before, state.ratings, state.roster, threshold)
 
 # %%
