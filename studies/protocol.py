@@ -33,21 +33,7 @@ from matplotlib.figure import Figure
 
 from populora_nb.analysis.clustered import named_rng
 from populora_nb.analysis.figures import axes_or_new, finish, save_figure
-from populora_nb.analysis.seed_stats import (
-    MISSING,
-    Estimate,
-    claim,
-    difference_estimate,
-    estimate_cell,
-    fmt_interval,
-    fmt_p,
-    holm,
-    how_to_read,
-    md_table,
-    mean_estimate,
-    scale_of,
-    verdict,
-)
+from populora_nb.analysis.seed_stats import fmt_interval, md_table
 from populora_nb.analysis.series import (
     COMPLEXITY_SERIES,
     HEADLINE,
@@ -71,6 +57,19 @@ from studies.protocol_series import (
     seed_values,
 )
 from studies.repeat_series import memory_sentence
+from studies.seed_stats import (
+    MISSING,
+    Estimate,
+    claim,
+    difference_estimate,
+    estimate_cell,
+    fmt_p,
+    holm,
+    how_to_read,
+    mean_estimate,
+    scale_of,
+    verdict,
+)
 from studies.warmup_gain import plot_start_end, plot_warmup_gain, warmup_gain, warmup_json, warmup_lines
 from studies.windows import complexity_window_lines
 

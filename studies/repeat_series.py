@@ -17,7 +17,6 @@ from typing import NamedTuple
 import numpy as np
 
 from populora_nb.analysis.frames import per_step
-from populora_nb.analysis.seed_stats import Estimate, verdict
 from populora_nb.analysis.series import (
     BAND_KEY,
     BAND_NON_REPEATS_KEY,
@@ -26,6 +25,7 @@ from populora_nb.analysis.series import (
     RHO_NON_REPEATS_KEY,
     RHO_REPEATS_KEY,
 )
+from studies.seed_stats import Estimate, verdict
 
 
 class PlayedTask(NamedTuple):

@@ -28,7 +28,6 @@ from populora_nb.evolution import (
     plan_replacement,
     tournament_select,
 )
-from populora_nb.evolution_simulations import simulate_lineage
 from populora_nb.lowrank import LoRAPair, delta_weight, lora_svd, relative_change, singular_values
 from populora_nb.operators import (
     OPERATORS,
@@ -46,6 +45,7 @@ from populora_nb.operators import (
     mutation_svd_structured,
     synthetic_factors,
 )
+from studies.evolution_simulations import simulate_lineage
 from studies.retention import retention_curves
 
 matplotlib.use("Agg")
