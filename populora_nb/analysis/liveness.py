@@ -372,14 +372,6 @@ def share_interval(n: int, d: int) -> tuple[float, float]:
     return float(ci.low), float(ci.high)
 
 
-def share_text(n: int, d: int, of: str = "played") -> str:
-    """``12% (14/112) [8%, 20%]``: a share, its counts and its 95% Wilson interval."""
-    if not d:
-        return f"n/a (0 {of})"
-    low, high = share_interval(n, d)
-    return f"{n / d:.0%} ({n}/{d}) [{low:.0%}, {high:.0%}]"
-
-
 def played_tasks(tasks: Sequence[dict]) -> list[dict]:
     """Task records whose ρ was measured: valid fresh proposals the matched solver attempted. Invalid
     proposals and buffer draws carry no ρ; every band share, ρ histogram and probe reads this one rule."""
