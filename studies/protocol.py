@@ -34,14 +34,6 @@ from matplotlib.figure import Figure
 from populora_nb.analysis.clustered import named_rng
 from populora_nb.analysis.figures import axes_or_new, finish, save_figure
 from populora_nb.analysis.seed_stats import fmt_interval, md_table
-from populora_nb.analysis.series import (
-    COMPLEXITY_SERIES,
-    HEADLINE,
-    POPULATION_ONLY,
-    RHO_NON_REPEATS_KEY,
-    RHO_REPEATS_KEY,
-    WITHIN_RUN_ONLY,
-)
 from studies.liveness_report import protocol_liveness
 from studies.power import power_lines, power_row
 from studies.probe_floor import probe_floor_lines
@@ -69,6 +61,14 @@ from studies.seed_stats import (
     mean_estimate,
     scale_of,
     verdict,
+)
+from studies.series import (
+    COMPLEXITY_SERIES,
+    HEADLINE,
+    POPULATION_ONLY,
+    RHO_NON_REPEATS_KEY,
+    RHO_REPEATS_KEY,
+    WITHIN_RUN_ONLY,
 )
 from studies.warmup_gain import plot_start_end, plot_warmup_gain, warmup_gain, warmup_json, warmup_lines
 from studies.windows import complexity_window_lines

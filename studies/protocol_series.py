@@ -1,5 +1,5 @@
 """The series the seed protocol compares, read from one run directory (`studies.protocol` compares
-them over seeds). What each series means: `populora_nb.analysis.series`."""
+them over seeds). What each series means: `studies.series`."""
 
 from __future__ import annotations
 
@@ -19,7 +19,11 @@ from populora_nb.analysis.difficulty_probe import probe_events
 from populora_nb.analysis.figures import axes_or_new, finish
 from populora_nb.analysis.frames import load_tasks, per_step, records, step_mean
 from populora_nb.analysis.seed_stats import t_interval
-from populora_nb.analysis.series import (
+from populora_nb.records import RunDir
+from studies.coverage_windows import coverage_window_units, expected_distinct
+from studies.probe_floor import probe_silence
+from studies.repeat_series import PlayedTask, pooled_windows, repeat_items, repeat_series
+from studies.series import (
     BAND_KEY,
     COMPLEXITY_SERIES,
     COPY_KEY,
@@ -30,10 +34,6 @@ from populora_nb.analysis.series import (
     REPEAT_SERIES,
     SPREAD_KEY,
 )
-from populora_nb.records import RunDir
-from studies.coverage_windows import coverage_window_units, expected_distinct
-from studies.probe_floor import probe_silence
-from studies.repeat_series import PlayedTask, pooled_windows, repeat_items, repeat_series
 from studies.windows import complexity_windows, fixed_windows
 
 
