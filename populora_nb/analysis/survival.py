@@ -12,18 +12,10 @@ child its own chance rate). The check fails when p < ``ALPHA`` (children culled 
 chance would), and below ``MIN_JUDGED`` children it says "too few to judge" instead of a verdict.
 Children whose first eligible event lies after the last recorded event are not judged.
 
-**Is a peer's chance an equal child's?** A child is not quite a peer: it starts with its parents'
-rating, and its parents won tournaments, so it could start above the members it is judged with and
-survive more often than 1 − R/E without being any better. `studies.evolution_simulations.inheritance_edge`
-measures this among members of equal skill under a config's own rules (`newborn_fate`: its
-tournament size, grace, fitness k, σ inflation, members, tasks and rollouts). At the ``cpu`` preset
-(tournament of 2, grace 20 steps, 4 members per role; ``inheritance_edge(load_config("cpu"),
-seeds=range(8), events=200)``), survival − chance = −0.019 [−0.048, +0.010] (95% t over the 8
-seeds, 200 children each; chance 2/3); with a tournament of 3, which always picks the fittest
-survivor, −0.016 [−0.044, +0.012]. Inheriting a tournament winner's rating does not favour a child's
-survival: at most by 1 percentage point, the intervals' upper ends; whatever head start it inherits
-no longer shows when it is judged, two intervals of games later. So the peer's chance 1 − R/E is the
-chance of a child of equal skill, and the report states it as such ("equal-skill chance").
+**Is a peer's chance an equal child's?** A child starts with its tournament-winning parents' rating,
+so it could survive more often than 1 − R/E without being better. Simulated among members of equal
+skill under the ``cpu`` preset's rules it does not (by at most 1 percentage point: docs/methodology.md,
+`studies.evolution_simulations.inheritance_edge`), so the report states 1 − R/E as the "equal-skill chance".
 """
 
 from __future__ import annotations
