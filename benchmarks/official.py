@@ -248,10 +248,14 @@ def rescore_results(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Rescore an experiment's saved HumanEval+ / MBPP+ completions into ``eval/evalplus/`` and print its table."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description="official evalplus 0.3.1, sandboxed, on an experiment's saved HumanEval+ / MBPP+ completions"
+    )
     parser.add_argument("experiment_dir", type=Path, help="a directory holding baseline/ and population/ runs")
-    parser.add_argument("--preset", default=None)
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--preset", default=None, help="change the saved config to this preset's fields")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="config field"
+    )
     args = parser.parse_args(argv)
     try:
         require_evalplus()  # one line saying how to install it, before any model loads
