@@ -40,10 +40,10 @@ from populora_nb.analysis.plots import plot_lineage, plot_retention
 from populora_nb.analysis.runs import find_runs
 from populora_nb.config import load_config
 from populora_nb.evolution import MemberRating, ancestors
-from populora_nb.evolution_simulations import simulate_lineage
 from populora_nb.lowrank import lora_rank, relative_change, singular_values
 from populora_nb.operators import CONTROLS, OPERATORS, PAPER_IDS, arity, dare_identical_change, synthetic_factors
 from populora_nb.records import RunDir
+from studies.evolution_simulations import simulate_lineage
 from studies.retention import run_retention
 
 config = load_config(preset, {"run.seed": seed})
@@ -202,7 +202,7 @@ for record in records[-2:]:
 # and lands in the bottom tail more often.
 
 # %%
-from populora_nb.evolution_simulations import newborn_fate
+from studies.evolution_simulations import newborn_fate
 
 for inflation in (ec.sigma_inflation, 2.0):
     simulated = load_config(preset, {"evolution.sigma_inflation": inflation})

@@ -38,8 +38,8 @@ from populora_nb.analysis import complexity, complexity_plots, coverage
 from populora_nb.analysis.figures import save_figure
 from populora_nb.analysis.frames import analyse_run
 from populora_nb.analysis.runs import find_runs
-from populora_nb.analysis.synthetic import write_synthetic_experiment
 from populora_nb.presets import PRESET_SHOWS
+from studies.synthetic import write_synthetic_experiment
 
 if run_dir is None:  # the preset's runs: what they can show
     print(PRESET_SHOWS.get(preset, f"preset {preset}"))
@@ -60,7 +60,7 @@ def save(fig, name):
 # With `run_dir = None` it reads the experiment that `make run` (`out_dir`) or notebooks 02 and 03
 # (`../runs/notebooks-{preset}`) wrote. Where there is none yet, or none of its proposals was valid
 # (the `tiny` preset's random model), it writes a **synthetic demo
-# experiment** (`populora_nb.analysis.synthetic`): random programs whose complexity is scripted to
+# experiment** (`studies.synthetic`): random programs whose complexity is scripted to
 # fall (baseline) or rise (population). Its figures show how the analysis reads, not a result;
 # every title then says "SYNTHETIC".
 

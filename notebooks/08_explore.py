@@ -34,8 +34,8 @@ from populora_nb.analysis.explorer import Explorer, ancestry, filter_tasks
 from populora_nb.analysis.figures import png_image, save_figure
 from populora_nb.analysis.frames import load_frames
 from populora_nb.analysis.runs import find_runs
-from populora_nb.analysis.synthetic import write_synthetic_experiment
 from populora_nb.presets import PRESET_SHOWS
+from studies.synthetic import write_synthetic_experiment
 
 if run_dir is None:  # the preset's runs: what they can show
     print(PRESET_SHOWS.get(preset, f"preset {preset}"))
@@ -46,7 +46,7 @@ print(f"preset={preset!r} run_dir={run_dir!r} out_dir={out_dir!r} late_fraction=
 # ## The runs, as tables
 # With `run_dir` set, every run at or under it is read. Otherwise the experiment that `make run`
 # (`out_dir`) or notebooks 02 and 03 (`../runs/notebooks-{preset}`) wrote; where there is none
-# yet, a **synthetic demo** (`populora_nb.analysis.synthetic`: made-up programs, solve rates,
+# yet, a **synthetic demo** (`studies.synthetic`: made-up programs, solve rates,
 # matches and ratings, nothing was run), and every title says so. In the `tiny` preset the
 # random model writes nothing the verifier accepts, so its tables hold only rejected proposals.
 

@@ -31,9 +31,6 @@ from populora_nb.analysis.report import make_figures, write_report
 from populora_nb.config import ExperimentConfig, load_config, load_dir_config
 from populora_nb.doctor import run_doctor
 from populora_nb.errors import UserInputError
-from populora_nb.evaluation.benchmarks import load_results
-from populora_nb.evaluation.official import OFFICIAL_DATASET, SUBDIR, require_evalplus, rescore_results
-from populora_nb.evaluation.report import write_report as write_eval_report
 from populora_nb.evaluation.runs import evaluate_experiment
 from populora_nb.experiment import STAGES, check_inputs, run_experiment
 from populora_nb.loop import grow_seeds
@@ -157,22 +154,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     config = _config(args, directory=args.experiment_dir)
     table = args.experiment_dir / "eval" / "table.md"
-    if args.scorer == "evalplus":
-        require_evalplus()  # one line saying how to install it, before any model loads
-        eval_dir = args.experiment_dir / "eval"
-        if not eval_dir.is_dir() or not any(r.benchmark in OFFICIAL_DATASET for r in load_results(eval_dir)):
-            evaluate_experiment(config, args.experiment_dir, say=_say, require_data=True)  # completions first
-        results = rescore_results(
-            eval_dir,
-            config.eval.data_dir,
-            workers=config.verifier.n_workers,
-            allow_unsafe_no_isolation=config.verifier.allow_unsafe_no_isolation,
-            say=_say,
-        )
-        write_eval_report(results, eval_dir / SUBDIR)
-        table = eval_dir / SUBDIR / "table.md"
-    else:
-        evaluate_experiment(config, args.experiment_dir, say=_say, require_data=True)
+    evaluate_experiment(config, args.experiment_dir, say=_say, require_data=True)
     print(table.read_text() if table.exists() else "no table")
     return 0
 
@@ -246,14 +228,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("eval", cmd_eval, "evaluate base, baseline and every member of an experiment on the benchmarks")
     p.add_argument("experiment_dir", type=Path, help="a directory holding baseline/ and population/ runs")
-    p.add_argument(
-        "--scorer",
-        choices=["project", "evalplus"],
-        default="project",
-        help="project: this package's sandboxed scorer (evalplus semantics); evalplus: the saved HumanEval+/MBPP+ "
-        "completions judged again by official evalplus 0.3.1 inside OS isolation, into eval/evalplus/ "
-        "(optional extra: pip install evalplus==0.3.1 --no-deps)",
-    )
 
     p = command("report", cmd_report, "write report.html and report.md for an experiment directory", config=False)
     p.add_argument("experiment_dir", type=Path, help="the --out of `experiment`, not a single run's directory")

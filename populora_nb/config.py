@@ -332,7 +332,7 @@ class EvolutionConfig:
     operators: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PAPER_OPERATORS, 1.0))
     """Operator name (populora_nb.operators.OPERATORS) -> weight in the mix a child's operator is drawn from."""
     sigma_inflation: float = 1.0
-    """A child's sigma: its parents' largest times this, capped at the prior (evolution_simulations.newborn_fate)."""
+    """A child's sigma: its parents' largest times this, capped at the prior (`newborn_fate` in studies/)."""
     inherit_optimizer: bool = False
     """Start a child's AdamW state from its first parent's (default: fresh)."""
 

@@ -103,7 +103,7 @@ def plan_replacement(
     Judged at the very next event a child would be weakest by construction (its σ not yet shrunk by
     its own games), so the config's default grace is two intervals: first judged at the second event
     after its birth, a newborn of equal skill is culled at the chance rate, its inherited tournament
-    winner's rating no help by then (`newborn_fate`, `analysis.survival.inheritance_edge`).
+    winner's rating no help by then (`newborn_fate`, `studies.evolution_simulations.inheritance_edge`).
     Children are named "{role}-s{step}-{j}". Crossover parents come fitter first; a crossover is
     only drawn when the role has two possible parents.
     """

@@ -228,14 +228,6 @@ def refactor(blocks: Sequence[LoRAFactors], t_a: Tensor, t_b: Tensor) -> LoRAFac
     return child
 
 
-def lora_svd(pair: LoRAPair) -> tuple[Tensor, Tensor, Tensor]:
-    """Thin SVD (U (d_out, r), S (r,), V (d_in, r)) of ΔW = B @ A through its factors' Grams."""
-    svd = factored_svd([{"m": pair}])
-    U = pair.B.to(torch.float64) @ svd.u_coef[0]
-    V = pair.A.mT.to(torch.float64) @ svd.v_coef[0]
-    return U, svd.S[0], V
-
-
 def singular_values(factors: LoRAFactors) -> dict[str, Tensor]:
     """Singular values (r,) of every module's ΔW, float64, descending."""
     return dict(zip(factors, factored_svd([factors]).S))

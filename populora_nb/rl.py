@@ -290,23 +290,3 @@ def _place(values: torch.Tensor, b: torch.Tensor, t: torch.Tensor, shape: torch.
     """(B, T) float32 holding ``values`` at positions (b, t), 0 elsewhere (differentiable)."""
     out = torch.zeros(shape, dtype=torch.float32, device=values.device)
     return out.index_put((b, t), values)
-
-
-def completion_entropy(
-    logits: torch.Tensor,
-    input_ids: torch.Tensor,
-    completion_mask: torch.Tensor,
-    temperature: float = 1.0,
-    chunk_rows: int = CHUNK_ROWS,
-) -> torch.Tensor:
-    """Entropy of the next-token distribution at each completion token, at the sampling ``temperature``;
-    (B, T), 0 elsewhere. For logging: no gradient, ``chunk_rows`` rows at a time."""
-    with torch.no_grad():
-        b, t, row = _completion_positions(logits, input_ids, completion_mask)
-        scale = logprob_temperature(temperature)
-        parts = []
-        for rows in logits[b, row].split(chunk_rows):
-            logp = torch.log_softmax(rows.float() / scale, dim=-1)  # (c, V)
-            parts.append(-(logp.exp() * logp).sum(dim=-1))
-        ent = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float32, device=logits.device)
-        return _place(ent, b, t, input_ids.shape)

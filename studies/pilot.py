@@ -29,13 +29,21 @@ from typing import Any
 
 from populora_nb.__main__ import _add_set, _overrides, _Parser, _say
 from populora_nb.__main__ import main as cli_main
-from populora_nb.analysis.liveness import liveness, played_tasks, share_interval, share_text
+from populora_nb.analysis.liveness import liveness, played_tasks, share_interval
 from populora_nb.config import ExperimentConfig, load_config
 from populora_nb.errors import UserInputError
 from populora_nb.experiment import adopt_warmup, done_stages, run_experiment
 from populora_nb.presets import PRESETS
 from populora_nb.records import RunDir
 from studies.new_tasks import new_task_table
+
+
+def share_text(n: int, d: int, of: str = "played") -> str:
+    """``12% (14/112) [8%, 20%]``: a share, its counts and its 95% Wilson interval."""
+    if not d:
+        return f"n/a (0 {of})"
+    low, high = share_interval(n, d)
+    return f"{n / d:.0%} ({n}/{d}) [{low:.0%}, {high:.0%}]"
 
 
 @dataclass(frozen=True)

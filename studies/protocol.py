@@ -33,29 +33,7 @@ from matplotlib.figure import Figure
 
 from populora_nb.analysis.clustered import named_rng
 from populora_nb.analysis.figures import axes_or_new, finish, save_figure
-from populora_nb.analysis.seed_stats import (
-    MISSING,
-    Estimate,
-    claim,
-    difference_estimate,
-    estimate_cell,
-    fmt_interval,
-    fmt_p,
-    holm,
-    how_to_read,
-    md_table,
-    mean_estimate,
-    scale_of,
-    verdict,
-)
-from populora_nb.analysis.series import (
-    COMPLEXITY_SERIES,
-    HEADLINE,
-    POPULATION_ONLY,
-    RHO_NON_REPEATS_KEY,
-    RHO_REPEATS_KEY,
-    WITHIN_RUN_ONLY,
-)
+from populora_nb.analysis.seed_stats import fmt_interval, md_table
 from studies.liveness_report import protocol_liveness
 from studies.power import power_lines, power_row
 from studies.probe_floor import probe_floor_lines
@@ -71,6 +49,27 @@ from studies.protocol_series import (
     seed_values,
 )
 from studies.repeat_series import memory_sentence
+from studies.seed_stats import (
+    MISSING,
+    Estimate,
+    claim,
+    difference_estimate,
+    estimate_cell,
+    fmt_p,
+    holm,
+    how_to_read,
+    mean_estimate,
+    scale_of,
+    verdict,
+)
+from studies.series import (
+    COMPLEXITY_SERIES,
+    HEADLINE,
+    POPULATION_ONLY,
+    RHO_NON_REPEATS_KEY,
+    RHO_REPEATS_KEY,
+    WITHIN_RUN_ONLY,
+)
 from studies.warmup_gain import plot_start_end, plot_warmup_gain, warmup_gain, warmup_json, warmup_lines
 from studies.windows import complexity_window_lines
 

@@ -1,5 +1,5 @@
 """The series the seed protocol compares, read from one run directory (`studies.protocol` compares
-them over seeds). What each series means: `populora_nb.analysis.series`."""
+them over seeds). What each series means: `studies.series`."""
 
 from __future__ import annotations
 
@@ -17,9 +17,13 @@ from matplotlib.figure import Figure
 from populora_nb.analysis.complexity import RunAnalysis, analyse_tasks
 from populora_nb.analysis.difficulty_probe import probe_events
 from populora_nb.analysis.figures import axes_or_new, finish
-from populora_nb.analysis.frames import load_tasks, per_step, records, step_mean, stream_stamp
+from populora_nb.analysis.frames import load_tasks, per_step, records, step_mean
 from populora_nb.analysis.seed_stats import t_interval
-from populora_nb.analysis.series import (
+from populora_nb.records import RunDir
+from studies.coverage_windows import coverage_window_units, expected_distinct
+from studies.probe_floor import probe_silence
+from studies.repeat_series import PlayedTask, pooled_windows, repeat_items, repeat_series
+from studies.series import (
     BAND_KEY,
     COMPLEXITY_SERIES,
     COPY_KEY,
@@ -30,10 +34,16 @@ from populora_nb.analysis.series import (
     REPEAT_SERIES,
     SPREAD_KEY,
 )
-from studies.coverage_windows import coverage_window_units, expected_distinct
-from studies.probe_floor import probe_silence
-from studies.repeat_series import PlayedTask, pooled_windows, repeat_items, repeat_series
 from studies.windows import complexity_windows, fixed_windows
+
+
+def stream_stamp(run_dir: str | Path, stream: str) -> tuple[int, int]:
+    """(mtime_ns, size) of a run's stream file, (0, 0) when absent: a cache key that notices a rewrite."""
+    try:
+        stat = RunDir(Path(run_dir)).stream_file(stream).stat()
+    except FileNotFoundError:
+        return 0, 0
+    return stat.st_mtime_ns, stat.st_size
 
 
 def is_coverage(key: str) -> bool:

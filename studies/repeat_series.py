@@ -1,7 +1,7 @@
 """The seed protocol's series that tell repeats from the rest (`populora_nb.copies`: a repeat is the
 same task as its student meets it, met before in the run).
 
-The series and what each means: `populora_nb.analysis.series`.
+The series and what each means: `studies.series`.
 
 A rise of the run's fresh-task ρ that ``rho/repeats`` carries while ``rho/non_repeats`` stays flat rode
 on tasks met before, not on new tasks getting easier; the records do not say whether a student had
@@ -17,8 +17,8 @@ from typing import NamedTuple
 import numpy as np
 
 from populora_nb.analysis.frames import per_step
-from populora_nb.analysis.seed_stats import Estimate, verdict
-from populora_nb.analysis.series import (
+from studies.seed_stats import Estimate, verdict
+from studies.series import (
     BAND_KEY,
     BAND_NON_REPEATS_KEY,
     REPEAT_KEY,

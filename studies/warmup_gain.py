@@ -21,7 +21,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from populora_nb.analysis.figures import axes_or_new
-from populora_nb.analysis.seed_stats import Estimate, difference_estimate, mean_estimate, verdict
+from studies.seed_stats import Estimate, difference_estimate, mean_estimate, verdict
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 import math
 
-from populora_nb.analysis.clustered import block_bootstrap_share, block_counts, share_cell
+from populora_nb.analysis.clustered import block_bootstrap_share, block_counts
 from populora_nb.analysis.liveness import share_interval
 
 
@@ -33,4 +33,3 @@ def test_the_interval_is_seeded_per_quantity_and_counts_are_per_block():
     hits, totals = block_counts([(0, True), (4, False), (5, True), (12, True)], block=5)
     assert hits.tolist() == [1, 1, 1] and totals.tolist() == [2, 1, 1]
     assert all(math.isnan(x) for x in block_bootstrap_share([]))
-    assert share_cell([]) == "n/a (0 played)" and share_cell([(0, True), (9, False)]).startswith("50% (1/2) [")

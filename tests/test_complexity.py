@@ -18,7 +18,7 @@ from populora_nb.analysis import complexity as cx
 from populora_nb.analysis import coverage as cov
 from populora_nb.analysis.frames import analyse_run, load_tasks
 from populora_nb.analysis.runs import find_runs
-from populora_nb.analysis.synthetic import SEED_PROGRAM, write_synthetic_experiment, write_synthetic_run
+from studies.synthetic import SEED_PROGRAM, write_synthetic_experiment, write_synthetic_run
 
 IDENTITY = "def f(a):\n    return a"
 LOOP = """\

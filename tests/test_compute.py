@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from populora_nb.analysis.compute import BAND, compute_table, per_adapter_ratios, run_compute
+from populora_nb.analysis.compute import BAND, compute_table, run_compute
 from populora_nb.config import load_config
 from populora_nb.loop import run
 from populora_nb.policy import Completion
@@ -83,6 +83,17 @@ CPU_COUNTS = (
 EARLIER = {"rl.teacher_proposals_per_kind": None, "rl.student_rollouts_trained": None}
 """Counts as they stood before per-adapter matching: teachers write what the agent writes, students
 train on every rollout."""
+
+
+def per_adapter_ratios(runs: dict[str, list[dict]]) -> dict[str, tuple[float, float]]:
+    """Per role of the population ("teacher", "student") and for all its members ("population"):
+    (generated, trained) tokens per adapter and step divided by the baseline agent's. Needs a
+    "baseline" and a "population" run; a ratio whose baseline is 0 is NaN."""
+    base = run_compute("baseline", runs["baseline"])
+    if base is None:
+        return {}
+    computed = {role: run_compute("population", runs["population"], role) for role in ("teacher", "student", None)}
+    return {role or "population": c.ratio_to(base) for role, c in computed.items() if c is not None}
 
 
 def _ratios(tmp_path, tokenizer, counts: dict, kinds: list[str], lengths: tuple[int, int]) -> dict:

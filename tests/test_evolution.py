@@ -28,8 +28,7 @@ from populora_nb.evolution import (
     plan_replacement,
     tournament_select,
 )
-from populora_nb.evolution_simulations import simulate_lineage
-from populora_nb.lowrank import LoRAPair, delta_weight, lora_svd, relative_change, singular_values
+from populora_nb.lowrank import LoRAPair, delta_weight, factored_svd, relative_change, singular_values
 from populora_nb.operators import (
     OPERATORS,
     arity,
@@ -46,6 +45,7 @@ from populora_nb.operators import (
     mutation_svd_structured,
     synthetic_factors,
 )
+from studies.evolution_simulations import simulate_lineage
 from studies.retention import retention_curves
 
 matplotlib.use("Agg")
@@ -58,6 +58,14 @@ SHAPES = {  # (d_in, d_out)
     "layers.0.down_proj": (40, 24),
     "layers.1.q_proj": (24, 24),
 }
+
+
+def lora_svd(pair: LoRAPair) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Thin SVD (U (d_out, r), S (r,), V (d_in, r)) of ΔW = B @ A through its factors' Grams."""
+    svd = factored_svd([{"m": pair}])
+    U = pair.B.to(torch.float64) @ svd.u_coef[0]
+    V = pair.A.mT.to(torch.float64) @ svd.v_coef[0]
+    return U, svd.S[0], V
 
 
 def _factors(seed: int, dtype: torch.dtype = torch.float64, r: int = R):

@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-from populora_nb import evolution_simulations
-from populora_nb.analysis.survival import ChildJudgement, Survival, inheritance_edge
+from populora_nb.analysis.survival import ChildJudgement, Survival
 from populora_nb.config import load_config
 from populora_nb.evolution import MemberRating
-from populora_nb.evolution_simulations import newborn_fate, simulate_lineage
+from studies import evolution_simulations
+from studies.evolution_simulations import inheritance_edge, newborn_fate, simulate_lineage
 
 
 def _culled_rate_and_bound(fates) -> tuple[float, float]:

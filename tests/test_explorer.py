@@ -12,7 +12,7 @@ import pytest
 
 from populora_nb.analysis.explorer import Explorer, ancestry, filter_tasks
 from populora_nb.analysis.frames import load_frames
-from populora_nb.analysis.synthetic import write_synthetic_experiment
+from studies.synthetic import write_synthetic_experiment
 
 
 @pytest.fixture(scope="module")

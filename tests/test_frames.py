@@ -11,11 +11,11 @@ import pytest
 
 import populora_nb
 from populora_nb.analysis.frames import TASK_COLUMNS, load_frames
-from populora_nb.analysis.synthetic import write_synthetic_experiment
 from populora_nb.config import load_config
 from populora_nb.loop import run
 from populora_nb.records import STREAMS
 from populora_nb.state import roster_for
+from studies.synthetic import write_synthetic_experiment
 from tests.scripted import ScriptedLoRA
 
 

@@ -136,7 +136,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "populora_nb.operators",
             "populora_nb.lowrank",
             "populora_nb.evolution",
-            "populora_nb.evolution_simulations",
             "populora_nb.policy",
             "populora_nb.stages",
             "populora_nb.solve_batches",

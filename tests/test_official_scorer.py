@@ -1,5 +1,5 @@
-"""``eval --scorer evalplus``: official evalplus 0.3.1 judging completions inside OS isolation
-(`populora_nb/evaluation/official.py`, issue 21).
+"""``python benchmarks/official.py``: official evalplus 0.3.1 judging completions inside OS isolation
+(`benchmarks/official.py`, issue 21; it left the package in issue 57).
 
 (a) In the sandbox it judges as it does outside (evalplus called directly here, only on the
 dataset's references and their mutants: trusted programs), and as the project scorer does;
@@ -24,8 +24,6 @@ from pathlib import Path
 import pytest
 from scripted import DATA, NO_DATA
 
-from populora_nb.__main__ import main
-from populora_nb.evaluation import official
 from populora_nb.evaluation.benchmarks import EvalResult, Score, _finish, project_scorer
 from populora_nb.evaluation.loaders import load_benchmark
 from populora_nb.evaluation.programs import evalplus_program
@@ -34,6 +32,13 @@ from populora_nb.verify.isolation import CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWUSE
 from populora_nb.verify.zygote import IsolationUnavailable
 
 ROOT = Path(__file__).resolve().parents[1]
+_SPEC = importlib.util.spec_from_file_location("official", ROOT / "benchmarks" / "official.py")
+assert _SPEC is not None and _SPEC.loader is not None
+official = sys.modules.get(_SPEC.name) or importlib.util.module_from_spec(_SPEC)
+if _SPEC.name not in sys.modules:
+    sys.modules[_SPEC.name] = official  # loaded once per process, like evalplus_crosscheck
+    _SPEC.loader.exec_module(official)
+main = official.main
 SHARED = DATA
 HAVE_DATA = (SHARED / "humanevalplus").is_dir() and (SHARED / "mbppplus").is_dir()
 HAVE_EVALPLUS = all(importlib.util.find_spec(m) is not None for m in official.NEEDED_MODULES)
@@ -216,7 +221,7 @@ def test_hostile_candidate_is_contained_and_still_judged(namespaces, tmp_path, a
     if as_user:  # this test as an ordinary uid (1000) of a user namespace: the sandbox makes its own inside
         script = (
             "import json, sys\nfrom populora_nb.evaluation.loaders import load_benchmark\n"
-            "from populora_nb.evaluation.official import score_official\n"
+            f"sys.path.insert(0, {str(ROOT / 'benchmarks')!r})\nfrom official import score_official\n"
             f"p = next(x for x in load_benchmark('humanevalplus', {str(SHARED)!r}) if x.id == 'HumanEval/0')\n"
             "progs = json.loads(sys.argv[1])\n"
             f"r = score_official([p, p], ['', ''], {str(SHARED)!r}, programs=progs, workers=1)\n"
@@ -272,7 +277,7 @@ def _uid_of(status: Path) -> int | None:
 def test_cli_refuses_cleanly_without_evalplus(tmp_path, monkeypatch, capsys):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "evalplus" else real(name, *a))
-    assert main(["eval", "--preset", "tiny", "--scorer", "evalplus", str(tmp_path)]) == 2
+    assert main(["--preset", "tiny", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "pip install evalplus==0.3.1 --no-deps" in err
     assert not (tmp_path / "eval").exists()  # refused before anything was written or loaded
@@ -317,10 +322,7 @@ def test_cli_rescores_saved_completions_into_eval_evalplus(namespaces, tmp_path,
     saved = _finish("base", "humanevalplus", problems, completions, scores, 1, {"limit": 3}, {})
     (tmp_path / "eval").mkdir()
     (tmp_path / "eval" / "base__humanevalplus.json").write_text(json.dumps(asdict(saved)))
-    assert (
-        main(["eval", "--preset", "tiny", "--set", f"eval.data_dir={SHARED}", "--scorer", "evalplus", str(tmp_path)])
-        == 0
-    )
+    assert main(["--preset", "tiny", "--set", f"eval.data_dir={SHARED}", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     rescored = json.loads((tmp_path / "eval" / "evalplus" / "base__humanevalplus.json").read_text())
     assert rescored["scorer"] == official.OFFICIAL_SCORER and abs(rescored["pass_at_k"]["pass@1"] - 2 / 3) < 1e-9
@@ -331,7 +333,7 @@ def test_cli_rescores_saved_completions_into_eval_evalplus(namespaces, tmp_path,
 
 def test_experiment_report_names_the_scorer_of_every_benchmark_row(tmp_path):
     """The experiment report shows the project table, then only the officially scored rows of an
-    `eval --scorer evalplus` re-score (its other rows repeat the project's)."""
+    `benchmarks/official.py` re-score (its other rows repeat the project's)."""
     import json
 
     from populora_nb.analysis.report import _benchmark_section

@@ -148,7 +148,7 @@ def test_the_probe_analysis_reads_a_scripted_difficulty_the_right_way_round(tmp_
     """Synthetic records whose probe difficulty is known (baseline easier, teachers harder over
     time): the events, the figure and the table say so; a run without a probe has no row."""
     from populora_nb.analysis.difficulty_probe import plot_probe, probe_events, probe_table
-    from populora_nb.analysis.synthetic import write_synthetic_experiment
+    from studies.synthetic import write_synthetic_experiment
 
     exp = write_synthetic_experiment(tmp_path / "exp", n_steps=40, seed=0)
     base, pop = probe_events(exp / "baseline"), probe_events(exp / "population")

@@ -13,8 +13,6 @@ import numpy as np
 import pytest
 
 from populora_nb.analysis.coverage import rarefy
-from populora_nb.analysis.series import BAND_KEY, HEADLINE
-from populora_nb.analysis.synthetic import random_program, write_synthetic_experiment
 from populora_nb.matchmaking import Match, initial_ratings, make_trueskill, update_ratings
 from studies.liveness_report import protocol_liveness
 from studies.protocol import COLUMNS, compare, comparison_table, finding_lines, write_seed_report
@@ -28,6 +26,8 @@ from studies.protocol_series import (
     run_records,
     start_value,
 )
+from studies.series import BAND_KEY, HEADLINE
+from studies.synthetic import random_program, write_synthetic_experiment
 from studies.windows import complexity_windows
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 
 from populora_nb.config import ConfigError, ModelConfig, load_config
 from populora_nb.model.base import load_base
@@ -15,9 +16,17 @@ from populora_nb.model.random_base import (
     ARCHITECTURE_DIR,
     ARCHITECTURES,
     architecture,
-    parameter_count,
+    model_config,
 )
 from populora_nb.model.sources import ModelLoadError, byte_tokenizer
+
+
+def parameter_count(mc: ModelConfig) -> int:
+    """Parameters of the architecture, counted on the meta device (no memory, no init)."""
+    cfg = model_config(mc, byte_tokenizer())
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    return sum(p.numel() for p in model.parameters())
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,8 @@ import pytest
 from matplotlib.figure import Figure
 
 from populora_nb.analysis import report
-from populora_nb.analysis.synthetic import write_synthetic_experiment
 from populora_nb.config import load_config, save_config
+from studies.synthetic import write_synthetic_experiment
 
 
 def _report_figures(tmp_path: Path, n_steps: int, monkeypatch) -> dict[str, Figure]:

@@ -6,7 +6,6 @@ import torch
 from populora_nb.config import load_config
 from populora_nb.presets import PRESETS
 from populora_nb.rl import (
-    completion_entropy,
     completion_logprobs,
     completion_logprobs_from_hidden,
     logprob_temperature,
@@ -244,19 +243,10 @@ def test_completion_logprobs_gradient_reaches_only_predicting_rows():
     assert torch.equal(row_has_grad, predicting)
 
 
-def test_completion_entropy_matches_naive():
-    logits, input_ids, mask = _lm_batch(seed=3)
-    ent = completion_entropy(logits, input_ids, mask)
-    logp = torch.log_softmax(logits, -1)
-    naive = -(logp.exp() * logp).sum(-1)  # (B, T) entropy at each logit row
-    assert torch.allclose(ent[:, 1:][mask[:, 1:]], naive[:, :-1][mask[:, 1:]], atol=1e-5)
-    assert torch.equal(ent[~mask], torch.zeros(int((~mask).sum())))
-
-
 # ---------------------------------------------------------------- chunks of rows (issue #29)
 
 
-def test_chunked_logprobs_and_entropy_equal_the_unchunked_with_the_same_gradient():
+def test_chunked_logprobs_equal_the_unchunked_with_the_same_gradient():
     logits, input_ids, mask = _lm_batch(seed=8)
     whole = logits.clone().requires_grad_(True)
     chunked = logits.clone().requires_grad_(True)
@@ -266,8 +256,6 @@ def test_chunked_logprobs_and_entropy_equal_the_unchunked_with_the_same_gradient
     (lp_whole * torch.arange(7.0)).sum().backward()
     (lp_chunked * torch.arange(7.0)).sum().backward()
     torch.testing.assert_close(chunked.grad, whole.grad, atol=1e-7, rtol=0)
-    ent = completion_entropy(logits, input_ids, mask, 0.7)
-    assert torch.equal(completion_entropy(logits, input_ids, mask, 0.7, chunk_rows=3), ent)
     with pytest.raises(ValueError, match="chunk_rows"):
         completion_logprobs(logits, input_ids, mask, chunk_rows=0)
 
@@ -298,15 +286,11 @@ def test_logprobs_from_hidden_states_equal_those_of_the_heads_logits(keep):
 
 
 @pytest.mark.parametrize("temperature", [0.7, 1.3])
-def test_logprobs_and_entropy_are_of_the_tempered_distribution(temperature):
+def test_logprobs_are_of_the_tempered_distribution(temperature):
     logits, input_ids, mask = _lm_batch(seed=4)
     got = completion_logprobs(logits, input_ids, mask, temperature)
     assert torch.allclose(got, _naive_logprobs(logits / temperature, input_ids, mask), atol=1e-5)
     assert not torch.allclose(got, _naive_logprobs(logits, input_ids, mask), atol=1e-2)  # T matters
-    ent = completion_entropy(logits, input_ids, mask, temperature)
-    logp = torch.log_softmax(logits / temperature, -1)
-    naive = -(logp.exp() * logp).sum(-1)
-    assert torch.allclose(ent[:, 1:][mask[:, 1:]], naive[:, :-1][mask[:, 1:]], atol=1e-5)
 
 
 def test_temperature_one_changes_nothing():
@@ -324,7 +308,6 @@ def test_greedy_temperature_scores_at_one_and_negative_is_rejected():
     greedy = completion_logprobs(logits, input_ids, mask, 0.0)
     assert torch.isfinite(greedy).all()
     assert torch.equal(greedy, completion_logprobs(logits, input_ids, mask, 1.0))
-    assert torch.equal(completion_entropy(logits, input_ids, mask, 0.0), completion_entropy(logits, input_ids, mask))
     with pytest.raises(ValueError, match="temperature"):
         completion_logprobs(logits, input_ids, mask, -0.5)
 

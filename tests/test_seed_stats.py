@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from populora_nb.analysis.seed_stats import (
+from populora_nb.analysis.seed_stats import t_interval, welch_interval
+from studies.power import mdd_factor, minimum_detectable_difference, power_lines, power_row, sd_factors
+from studies.seed_stats import (
     bootstrap_difference,
     bootstrap_interval,
     claim,
@@ -22,11 +24,8 @@ from populora_nb.analysis.seed_stats import (
     paired_bootstrap_difference,
     paired_t_interval,
     seed_spread,
-    t_interval,
     verdict,
-    welch_interval,
 )
-from studies.power import mdd_factor, minimum_detectable_difference, power_lines, power_row, sd_factors
 
 # Student's sleep data (Cushny & Peebles 1905; R's `sleep`): extra hours of sleep of 10 patients
 # under each of two drugs. R: t.test(extra ~ group, data = sleep, paired = TRUE) gives

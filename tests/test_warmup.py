@@ -162,8 +162,8 @@ def _warmup_report(exp, before: int, after: int, total: int = 64) -> None:
 
 
 def test_the_warmup_gain_is_paired_by_seed_and_reported(tmp_path):
-    from populora_nb.analysis.synthetic import write_synthetic_experiment
     from studies.protocol import write_seed_report
+    from studies.synthetic import write_synthetic_experiment
     from studies.warmup_gain import warmup_gain
 
     # Seeds differ a lot in level but each gains exactly 8/64: paired, the gain is exact.

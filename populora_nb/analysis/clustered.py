@@ -55,12 +55,3 @@ def block_bootstrap_share(
     tail = (1 - level) / 2 * 100
     low, high = np.percentile(shares, [tail, 100 - tail])
     return float(low), float(high)
-
-
-def share_cell(items: Sequence[tuple[int, bool]], *, seed: int = 0, name: str = "", of: str = "played") -> str:
-    """``12% (14/112) [5%, 18%]``: a share, its counts and its 95% block-bootstrap interval."""
-    n, d = sum(bool(h) for _, h in items), len(items)
-    if not d:
-        return f"n/a (0 {of})"
-    low, high = block_bootstrap_share(items, seed=seed, name=name)
-    return f"{n / d:.0%} ({n}/{d}) [{low:.0%}, {high:.0%}]"

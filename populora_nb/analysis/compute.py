@@ -70,17 +70,6 @@ def run_compute(name: str, rows: list[dict], role: str | None = None) -> RunComp
     return RunCompute(name, max(per_step.values()), len(per_step), generated, trained)
 
 
-def per_adapter_ratios(runs: Mapping[str, list[dict]]) -> dict[str, tuple[float, float]]:
-    """Per role of the population ("teacher", "student") and for all its members ("population"):
-    (generated, trained) tokens per adapter and step divided by the baseline agent's. Needs a
-    "baseline" and a "population" run; a ratio whose baseline is 0 is NaN."""
-    base = run_compute("baseline", runs["baseline"])
-    if base is None:
-        return {}
-    computed = {role: run_compute("population", runs["population"], role) for role in ("teacher", "student", None)}
-    return {role or "population": c.ratio_to(base) for role, c in computed.items() if c is not None}
-
-
 def _div(a: float, b: float) -> float:
     return a / b if b else float("nan")
 

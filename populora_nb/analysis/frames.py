@@ -130,15 +130,6 @@ def records(run_dir: str | Path, stream: str) -> list[dict[str, Any]]:
     return RunDir(Path(run_dir)).read(stream)
 
 
-def stream_stamp(run_dir: str | Path, stream: str) -> tuple[int, int]:
-    """(mtime_ns, size) of a run's stream file, (0, 0) when absent: a cache key that notices a rewrite."""
-    try:
-        stat = RunDir(Path(run_dir)).stream_file(stream).stat()
-    except FileNotFoundError:
-        return 0, 0
-    return stat.st_mtime_ns, stat.st_size
-
-
 def per_step(items: Iterable[tuple[int, float]]) -> dict[int, float]:
     """step -> the mean of that step's values, steps in order (steps without a value: absent)."""
     by_step: dict[int, list[float]] = {}

@@ -1,37 +1,23 @@
 """Is the population's mechanism live? Counts read from a run's records before any curve is read
-(docs/design.md: "a mechanism is only read once it is live, and each check can fail").
+(docs/design.md: "a mechanism is only read once it is live, and each check can fail"). Each part of
+the mechanism has a check with a stated threshold (``CHECKS``), built so that a collapse fails it;
+docs/methodology.md ("Is the mechanism live?") gives each one's reason and chance rate:
 
-A population run measures an arms race only if its parts act, and each part has a check with a
-stated threshold (``CHECKS``), built so that a collapse fails it:
+* **new programs**: share of valid tasks whose program is new (`populora_nb.copies`), at least
+  ``NEW_PASS`` over the whole run **and** over its last window (the last ``LAST_WINDOW`` of its steps).
+* **band**: share of played non-repeat tasks with 0 < ρ < 1, at least ``BAND_PASS``.
+* **teacher games**: share of the games the rating rule scored (`matchmaking.teacher_games`) that the
+  teachers won on played non-repeats, at least ``GAMES_PASS``; share of matches where the teacher won
+  more than k/2 of its games, at least ``MAJORITY_PASS``.
+* **children**: each child judged at its first event outside grace against the equal-skill chance
+  rate there (`populora_nb.analysis.survival`).
 
-* **new programs**: the share of valid tasks whose program is new (`populora_nb.copies`: not a shown
-  reference's, a seed's, a warm-up example's or an earlier task's, names normalised) is at least
-  ``NEW_PASS``, judged over the whole run **and** over its last window (the last ``LAST_WINDOW`` of
-  its steps): a proposer that re-poses one program with fresh arguments writes no repeat but one new
-  program, and a run that wrote new programs early and only re-poses them at the end fails the window.
-* **band**: the share of played non-repeat tasks (valid, not met before as its student meets it,
-  attempted by the matched solver) with 0 < ρ < 1, the only ones whose rollouts carry a difficulty
-  signal, is at least ``BAND_PASS``. A repeat's ρ is read apart: its student may have met it before.
-* **teacher games**: the rating rule scores a match as k games for the teacher
-  (`matchmaking.teacher_games`): on a contested task (0 < ρ < win_threshold) it wins one per failed
-  rollout, otherwise none. The share of those games the teachers won on played non-repeats is at
-  least ``GAMES_PASS``, and the share of matches where the teacher won most of its games (more than
-  k/2: ρ < ½ on a contested task) is at least ``MAJORITY_PASS``. Games, not matches in the band: a
-  task with ρ = 3/4 is in the band, but its teacher won 1 game of 4.
-* **children**: each child judged at its first event outside grace against the equal-skill chance rate there
-  (`populora_nb.analysis.survival`), "too few to judge" below ``survival.MIN_JUDGED`` children.
-
-The band share, teacher games and mean ρ are also reported over new programs beside non-repeats:
-most non-repeats of a small proposer are copied programs with a fresh argument.
-
-**Each check reads its interval, not its point estimate** (`judge`): **pass** when the 95% interval
-lies at or above the threshold, **fail** when below, **inconclusive** when it straddles, **too few to
-judge** with fewer than ``MIN_BLOCKS`` bootstrap blocks, **no data** with nothing counted. The
-interval is a block bootstrap over step blocks (`analysis.clustered`: a step's tasks share a
-proposer and repeat each other), widened to at least the Wilson interval of the count (the least
-uncertainty n items carry: all blocks at 0 give a zero-width bootstrap, not precision). Blocks are
-``BLOCK_STEPS`` steps, fewer where the span would hold fewer than ``MIN_BLOCKS`` of them (the last
-window of 40 steps: 2-step blocks). A report says "every check passed" only when every check passed.
+Band share, teacher games and mean ρ are also reported over new programs beside non-repeats.
+**Each check reads its interval, not its point estimate** (`judge`): pass when the 95% interval lies
+at or above the threshold, fail when below, inconclusive when it straddles, too few to judge with
+fewer than ``MIN_BLOCKS`` blocks, no data with nothing counted. The interval is a block bootstrap over
+``BLOCK_STEPS``-step blocks (`analysis.clustered`: a step's tasks share a proposer), widened to at
+least the Wilson interval of the count.
 """
 
 from __future__ import annotations
@@ -370,14 +356,6 @@ def share_interval(n: int, d: int) -> tuple[float, float]:
     the report uses the block bootstrap (`analysis.clustered`)."""
     ci = binomtest(n, d).proportion_ci(confidence_level=0.95, method="wilson")
     return float(ci.low), float(ci.high)
-
-
-def share_text(n: int, d: int, of: str = "played") -> str:
-    """``12% (14/112) [8%, 20%]``: a share, its counts and its 95% Wilson interval."""
-    if not d:
-        return f"n/a (0 {of})"
-    low, high = share_interval(n, d)
-    return f"{n / d:.0%} ({n}/{d}) [{low:.0%}, {high:.0%}]"
 
 
 def played_tasks(tasks: Sequence[dict]) -> list[dict]:

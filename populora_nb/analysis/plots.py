@@ -15,14 +15,19 @@ from matplotlib.figure import Figure
 
 from populora_nb.analysis.figures import axes_or_new, figure_of, finish, say_empty, say_missing
 from populora_nb.analysis.frames import records, step_mean
-from populora_nb.analysis.series import HEADLINE
 from populora_nb.evolution import Lineage
 from populora_nb.matchmaking import Match, solve_rate_matrix
 from populora_nb.operators import CONTROLS, OPERATORS, PAPER_IDS, arity
 
 KIND_COLORS = {"code_o": "tab:blue", "code_i": "tab:orange", "code_f": "tab:green"}
 ROLE_COLORS = {"teacher": "tab:red", "student": "tab:blue", "agent": "tab:gray"}
-OTHER_LABELS = {
+LABELS = {
+    "teacher/valid_rate": "valid-proposal rate",
+    "student/solve_rate": "fresh-task solve rate ρ",
+    "reward/propose_mean": "proposer reward",
+    "lengths/propose_chars": "proposal length (chars)",
+    "probe/rho": "probe ρ: frozen solver on fixed prompts",
+    "probe/valid_rate": "valid rate on the probe's fixed prompts",
     "teacher/rho_mean": "mean ρ of valid proposals",
     "student/buffer_solve_rate": "solve rate on buffer tasks",
     "student/malformed_rate": "malformed-answer rate",
@@ -30,12 +35,13 @@ OTHER_LABELS = {
     "rating/mu": "TrueSkill μ",
     "time/step_s": "seconds per step",
 }
-"""Human names of the logged keys the protocol does not report (its own: `series.HEADLINE`)."""
+"""Human names of logged keys (`metrics.jsonl`); what each means, and the series the seed protocol
+derives from a run's records: `studies/series.py`."""
 
 
 def label(key: str) -> str:
     """The human name of a metric key (the key itself when it has none)."""
-    return HEADLINE.get(key) or OTHER_LABELS.get(key, key)
+    return LABELS.get(key, key)
 
 
 def _xy(series: Mapping[int, float]) -> tuple[list[int], list[float]]:

@@ -268,7 +268,7 @@ def _collapse_table(runs: dict[str, Path]) -> list[list[str]]:
 
 def _benchmark_section(out: Path) -> Section:
     """The benchmark table; each row names the scorer that made its numbers. When the official
-    evalplus re-score exists (``eval --scorer evalplus``, under eval/evalplus/), its rows follow."""
+    evalplus re-score exists (`benchmarks/official.py`, under eval/evalplus/), its rows follow."""
     eval_dir = out / "eval"
     table_json = eval_dir / "table.json"
     note = (eval_dir / "NOTE.txt").read_text().strip() if (eval_dir / "NOTE.txt").exists() else ""

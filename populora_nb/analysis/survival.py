@@ -12,32 +12,19 @@ child its own chance rate). The check fails when p < ``ALPHA`` (children culled 
 chance would), and below ``MIN_JUDGED`` children it says "too few to judge" instead of a verdict.
 Children whose first eligible event lies after the last recorded event are not judged.
 
-**Is a peer's chance an equal child's?** A child is not quite a peer: it starts with its parents'
-rating, and its parents won tournaments, so it could start above the members it is judged with and
-survive more often than 1 − R/E without being any better. `inheritance_edge` measures this among
-members of equal skill under a config's own rules (`evolution_simulations.newborn_fate`: its
-tournament size, grace, fitness k, σ inflation, members, tasks and rollouts). At the ``cpu`` preset
-(tournament of 2, grace 20 steps, 4 members per role; ``inheritance_edge(load_config("cpu"),
-seeds=range(8), events=200)``), survival − chance = −0.019 [−0.048, +0.010] (95% t over the 8
-seeds, 200 children each; chance 2/3); with a tournament of 3, which always picks the fittest
-survivor, −0.016 [−0.044, +0.012]. Inheriting a tournament winner's rating does not favour a child's
-survival: at most by 1 percentage point, the intervals' upper ends; whatever head start it inherits
-no longer shows when it is judged, two intervals of games later. So the peer's chance 1 − R/E is the
-chance of a child of equal skill, and the report states it as such ("equal-skill chance").
+**Is a peer's chance an equal child's?** A child starts with its tournament-winning parents' rating,
+so it could survive more often than 1 − R/E without being better. Simulated among members of equal
+skill under the ``cpu`` preset's rules it does not (by at most 1 percentage point: docs/methodology.md,
+`studies.evolution_simulations.inheritance_edge`), so the report states 1 − R/E as the "equal-skill chance".
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-
-from populora_nb.analysis.seed_stats import t_interval
-from populora_nb.config import ExperimentConfig
-from populora_nb.evolution_simulations import newborn_fate
 
 MIN_JUDGED = 4
 """Fewest judged children for a verdict: at 3 eligible members and 1 replaced (chance 2/3), 0 of 4
@@ -151,33 +138,3 @@ def judge_children(lineage: Sequence[Mapping[str, Any]], founders: Mapping[str, 
             members.pop(gone or "", None)
             members[str(r["child"])] = event
     return Survival(born=len(role_of), judged=tuple(judged))
-
-
-@dataclass(frozen=True)
-class InheritanceEdge:
-    """How much more often than a peer's chance a child of equal skill survives its first eligible
-    event, having inherited its tournament-chosen parents' rating: one value per simulation seed."""
-
-    per_seed: tuple[float, ...]
-    """Each seed's survival rate of its children minus their mean chance 1 − R/E."""
-    children: int
-    """Children judged per seed."""
-
-    @property
-    def interval(self) -> tuple[float, float, float]:
-        """(mean, low, high): the 95% t-interval over seeds."""
-        return t_interval(self.per_seed)
-
-    def text(self) -> str:
-        mean, low, high = self.interval
-        return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}] ({len(self.per_seed)} seeds x {self.children} children)"
-
-
-def inheritance_edge(config: ExperimentConfig, *, seeds: Sequence[int], events: int) -> InheritanceEdge:
-    """`newborn_fate` under ``config``'s rules, once per seed: survival − chance of ``events`` children
-    of equal skill (module docstring)."""
-    edges = []
-    for seed in seeds:
-        fates = newborn_fate(config, events=events, rng=random.Random(seed))
-        edges.append(float(np.mean([(not f.replaced) - f.chance for f in fates])))
-    return InheritanceEdge(tuple(edges), events)

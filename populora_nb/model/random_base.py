@@ -22,7 +22,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedTokenizerBase
 
 from populora_nb.config import ModelConfig
-from populora_nb.model.sources import ModelLoadError, byte_tokenizer, cache_root, stand_in_tokenizer
+from populora_nb.model.sources import ModelLoadError, cache_root, stand_in_tokenizer
 
 ARCHITECTURE_DIR = Path(__file__).resolve().parents[1] / "data" / "architectures"  # package data
 ARCHITECTURES: Mapping[str, str] = MappingProxyType(
@@ -126,11 +126,3 @@ def _no_init_weights() -> Any:
     except ImportError:
         from transformers.modeling_utils import no_init_weights  # type: ignore[attr-defined,no-redef]
     return no_init_weights()
-
-
-def parameter_count(mc: ModelConfig) -> int:
-    """Parameters of the architecture, counted on the meta device (no memory, no init)."""
-    cfg = model_config(mc, byte_tokenizer())
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(cfg)
-    return sum(p.numel() for p in model.parameters())

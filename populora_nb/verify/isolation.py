@@ -18,7 +18,7 @@ no_new_privs set, so it cannot remount the root read-write; a user namespace it 
 inherits locked, read-only mounts. The parent-death signal is set again after every credential
 change (the kernel clears it there), and the parent checked afterwards (a race with its death).
 `pivot_to_read_only_root` builds a root that keeps chosen host paths, read-only, for a process
-that must keep importing after the pivot (official evalplus, `evaluation/official_sandbox.py`).
+that must keep importing after the pivot (official evalplus, `benchmarks/official_sandbox.py`).
 """
 
 from __future__ import annotations

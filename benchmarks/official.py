@@ -1,5 +1,8 @@
-"""Saved completions scored by the official evaluator, evalplus 0.3.1, inside OS isolation
-(``python -m populora_nb eval --scorer evalplus``), so a user can publish official numbers.
+"""Saved completions scored by the official evaluator, evalplus 0.3.1, inside OS isolation, so a
+user can publish official numbers: ``python benchmarks/official.py EXPERIMENT_DIR [--preset P] [--set K=V]``
+after ``python -m populora_nb eval EXPERIMENT_DIR`` (it runs that first when nothing is saved). It
+writes ``eval/evalplus/``, whose official rows the experiment report then shows. A cross-check and
+a benchmark beside the package, not part of a run: the package never imports it.
 
 Official evalplus runs each candidate with `untrusted_check` in a plain multiprocessing child whose
 only guard is `reliability_guard`'s stubs: not a sandbox (its own docstring says so). Model output
@@ -16,6 +19,7 @@ with the scorer that made it (`EvalResult.scorer`).
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -28,12 +32,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from populora_nb.errors import UserInputError
-from populora_nb.evaluation.benchmarks import EvalResult, Score, _finish, _result_path, load_results
-from populora_nb.evaluation.loaders import Problem, benchmark_path, load_benchmark
-from populora_nb.evaluation.programs import evalplus_program
-from populora_nb.verify import isolation
-from populora_nb.verify.zygote import IsolationUnavailable, SandboxError, spawn_sandbox
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, installed or not
+
+from populora_nb.config import load_config, load_dir_config  # noqa: E402
+from populora_nb.errors import UserInputError  # noqa: E402
+from populora_nb.evaluation.benchmarks import EvalResult, Score, _finish, _result_path, load_results  # noqa: E402
+from populora_nb.evaluation.loaders import Problem, benchmark_path, load_benchmark  # noqa: E402
+from populora_nb.evaluation.programs import evalplus_program  # noqa: E402
+from populora_nb.evaluation.report import write_report  # noqa: E402
+from populora_nb.evaluation.runs import evaluate_experiment  # noqa: E402
+from populora_nb.presets import parse_override  # noqa: E402
+from populora_nb.verify import isolation  # noqa: E402
+from populora_nb.verify.zygote import IsolationUnavailable, SandboxError, spawn_sandbox  # noqa: E402
 
 EVALPLUS_VERSION = "0.3.1"
 OFFICIAL_SCORER = f"evalplus {EVALPLUS_VERSION} official"
@@ -53,7 +63,7 @@ SUBDIR = "evalplus"
 
 
 class EvalplusMissing(UserInputError):
-    """`--scorer evalplus` asked for, and the official evaluator is not installed (or another version)."""
+    """The official scorer asked for, and the official evaluator is not installed (or another version)."""
 
 
 def require_evalplus() -> None:
@@ -61,12 +71,12 @@ def require_evalplus() -> None:
     missing = [m for m in NEEDED_MODULES if importlib.util.find_spec(m) is None]
     if missing:
         raise EvalplusMissing(
-            f"--scorer evalplus needs the official evaluator ({', '.join(missing)} missing): {INSTALL_HINT}"
+            f"the official scorer needs the official evaluator ({', '.join(missing)} missing): {INSTALL_HINT}"
         )
     version = importlib.metadata.version("evalplus")
     if version != EVALPLUS_VERSION:
         raise EvalplusMissing(
-            f"--scorer evalplus is pinned to evalplus {EVALPLUS_VERSION}, found {version}: {INSTALL_HINT}"
+            f"the official scorer is pinned to evalplus {EVALPLUS_VERSION}, found {version}: {INSTALL_HINT}"
         )
 
 
@@ -234,3 +244,41 @@ def rescore_results(
         say(f"[eval] {saved.model} / {saved.benchmark}: official evalplus pass@1 {result.score:.3f}")
         results.append(result)
     return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Rescore an experiment's saved HumanEval+ / MBPP+ completions into ``eval/evalplus/`` and print its table."""
+    parser = argparse.ArgumentParser(
+        description="official evalplus 0.3.1, sandboxed, on an experiment's saved HumanEval+ / MBPP+ completions"
+    )
+    parser.add_argument("experiment_dir", type=Path, help="a directory holding baseline/ and population/ runs")
+    parser.add_argument("--preset", default=None, help="change the saved config to this preset's fields")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="config field"
+    )
+    args = parser.parse_args(argv)
+    try:
+        require_evalplus()  # one line saying how to install it, before any model loads
+        overrides = dict(parse_override(o) for o in args.overrides)
+        saved = args.experiment_dir / "config.yaml"
+        config = load_dir_config(saved, args.preset, overrides)[0] if saved.is_file() else None
+        config = config or load_config(args.preset, overrides)
+        eval_dir = args.experiment_dir / "eval"
+        if not eval_dir.is_dir() or not any(r.benchmark in OFFICIAL_DATASET for r in load_results(eval_dir)):
+            evaluate_experiment(config, args.experiment_dir, require_data=True)  # completions first
+        results = rescore_results(
+            eval_dir,
+            config.eval.data_dir,
+            workers=config.verifier.n_workers,
+            allow_unsafe_no_isolation=config.verifier.allow_unsafe_no_isolation,
+        )
+    except (UserInputError, FileNotFoundError, IsolationUnavailable) as e:
+        print(f"official: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    write_report(results, eval_dir / SUBDIR)
+    print((eval_dir / SUBDIR / "table.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

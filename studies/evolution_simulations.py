@@ -1,6 +1,7 @@
 """Evolution's replacement rules run on synthetic ratings, with no weights and no model: a lineage
-for plots and tests (`simulate_lineage`), and the fairness study of a newborn's first judgement
-(`newborn_fate`: among members of equal skill a child must be culled at the chance rate).
+for notebook 04's plots and tests (`simulate_lineage`), and the fairness study of a newborn's first
+judgement (`newborn_fate`, `inheritance_edge`: among members of equal skill a child must be culled at
+the chance rate; `populora_nb.analysis.survival` states its result).
 
 They call the very rules a run uses (`evolution.plan_replacement`, `evolution.inherit_rating`,
 `matchmaking.update_ratings`) with the numbers a run uses, read from its config (tournament size,
@@ -13,6 +14,9 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
+from populora_nb.analysis.seed_stats import t_interval
 from populora_nb.config import EvolutionConfig, ExperimentConfig
 from populora_nb.evolution import Lineage, MemberRating, OperatorMix, inherit_rating, plan_replacement
 from populora_nb.matchmaking import Match, Rating, initial_ratings, make_trueskill, update_ratings
@@ -140,3 +144,33 @@ def newborn_fate(
             ratings[birth.child] = Rating(mu, sigma)
             roles[birth.child], born[birth.child], waiting[birth.child] = birth.role, step, birth.role
     return fates[:events]
+
+
+@dataclass(frozen=True)
+class InheritanceEdge:
+    """How much more often than a peer's chance a child of equal skill survives its first eligible
+    event, having inherited its tournament-chosen parents' rating: one value per simulation seed."""
+
+    per_seed: tuple[float, ...]
+    """Each seed's survival rate of its children minus their mean chance 1 − R/E."""
+    children: int
+    """Children judged per seed."""
+
+    @property
+    def interval(self) -> tuple[float, float, float]:
+        """(mean, low, high): the 95% t-interval over seeds."""
+        return t_interval(self.per_seed)
+
+    def text(self) -> str:
+        mean, low, high = self.interval
+        return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}] ({len(self.per_seed)} seeds x {self.children} children)"
+
+
+def inheritance_edge(config: ExperimentConfig, *, seeds: Sequence[int], events: int) -> InheritanceEdge:
+    """`newborn_fate` under ``config``'s rules, once per seed: survival − chance of ``events`` children
+    of equal skill (module docstring)."""
+    edges = []
+    for seed in seeds:
+        fates = newborn_fate(config, events=events, rng=random.Random(seed))
+        edges.append(float(np.mean([(not f.replaced) - f.chance for f in fates])))
+    return InheritanceEdge(tuple(edges), events)

@@ -1,5 +1,6 @@
-"""What each logged series means: the keys the seed protocol (`studies.protocol_series`) reads from a
-run directory and the plots label, each with a one-line meaning in ``HEADLINE``. Every series is a
+"""What each series the seed protocol reports means: the keys `studies.protocol_series` reads or
+derives from a run directory, each with a one-line meaning in ``HEADLINE`` (the logged keys' labels
+are the plots', `populora_nb.analysis.plots.LABELS`). Every series is a
 number per logged step, except coverage, which is a number per window of steps.
 
 From ``metrics.jsonl`` (per step, the mean over the members that logged the key: ``frames.step_mean``):
@@ -63,6 +64,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from populora_nb.analysis.complexity import COMPLEXITY_FIELDS
+from populora_nb.analysis.plots import LABELS
 
 BAND_KEY = "band/share"
 """Share of played tasks with 0 < ρ < 1 per step (the module docstring says why)."""
@@ -77,10 +79,7 @@ REPEAT_SERIES: Mapping[str, str] = {
     RHO_REPEATS_KEY: "ρ of repeated tasks",
 }
 METRIC_SERIES: Mapping[str, str] = {
-    "teacher/valid_rate": "valid-proposal rate",
-    "student/solve_rate": "fresh-task solve rate ρ",
-    "reward/propose_mean": "proposer reward",
-    "lengths/propose_chars": "proposal length (chars)",
+    k: LABELS[k] for k in ("teacher/valid_rate", "student/solve_rate", "reward/propose_mean", "lengths/propose_chars")
 }
 COMPLEXITY_SERIES: Mapping[str, str] = {
     "complexity/ast_depth": "AST depth of newly written programs",
@@ -91,10 +90,7 @@ COMPLEXITY_SERIES: Mapping[str, str] = {
 COPY_KEY = "copies/copy_rate"
 assert tuple(k.split("/", 1)[1] for k in COMPLEXITY_SERIES) == COMPLEXITY_FIELDS, "one series per field"
 PROBE_RHO_KEY = "probe/rho"
-PROBE_SERIES: Mapping[str, str] = {
-    PROBE_RHO_KEY: "probe ρ: frozen solver on fixed prompts",
-    "probe/valid_rate": "valid rate on the probe's fixed prompts",
-}
+PROBE_SERIES: Mapping[str, str] = {k: LABELS[k] for k in (PROBE_RHO_KEY, "probe/valid_rate")}
 SPREAD_KEY = "rating/mu_spread"
 COVERAGE_SERIES: Mapping[str, str] = {
     "coverage/ngrams": "distinct AST n-grams at equal n (rarefied)",
