@@ -54,6 +54,8 @@ from populora_nb.verify import Verifier
 
 COMPONENTS = (*VERSION_PACKAGES, "triton", "safetensors", "tokenizers", "huggingface_hub")
 """Packages a failure can be blamed on, by the traceback's innermost frame among them."""
+FIRST_LINE = 240
+"""Characters of an exception's first line kept in its stage's line (transformers' can list every architecture)."""
 STEPS = 2
 """Population steps: the evolution event runs after the first, its child samples and trains in the second."""
 
@@ -68,7 +70,9 @@ def blame(error: BaseException) -> str:
             component = top
             break
     lines = str(error).strip().splitlines()
-    return f"{component}: {type(error).__name__}: {lines[0] if lines else '(no message)'}"
+    first = lines[0] if lines else "(no message)"
+    first = first if len(first) <= FIRST_LINE else first[: FIRST_LINE - 1] + "…"
+    return f"{component}: {type(error).__name__}: {first}"
 
 
 @dataclass
@@ -201,7 +205,7 @@ def run_stage(
     becomes the failed line (the next stages still run)."""
     missing = [n for n in needs if report.status(n) != "ok"]
     if skip is None and missing:
-        skip = f"needs {missing[0]!r} ({report.status(missing[0])})"
+        skip = f"needs {missing[0]!r} ({report.status(missing[0]).split(':')[0]})"
     if skip is not None:
         report.stages.append(StageResult(name, f"skipped: {skip}"))
         say(f"[doctor --full] {name}: skipped: {skip}")

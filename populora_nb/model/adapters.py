@@ -313,7 +313,7 @@ class Population:
         params = self.multi.parameters(slot)
         grads = [torch.zeros(p.shape) if p.grad is None else p.grad.detach().float().cpu().clone() for p in params]
         self.zero_grad(member_id)
-        return float(loss), grads
+        return float(loss.detach()), grads
 
     def zero_grad(self, member_id: str) -> None:
         """Clear the member's gradients (before accumulating a step's micro-batches)."""
