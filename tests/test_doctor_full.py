@@ -5,6 +5,8 @@ that, on a GPU, sets Unsloth's path against the native one."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import json
 from pathlib import Path
 
@@ -108,6 +110,20 @@ def test_on_a_cpu_the_unsloth_stages_are_skipped_with_the_reason(tmp_path):
     assert status["trainer: Unsloth"].startswith("skipped: no CUDA GPU")
     assert status["gradients: Unsloth vs native"].startswith("skipped: needs the Unsloth trainer: no CUDA GPU")
     assert report.gradients is None
+
+
+def test_on_a_gpu_with_unsloth_the_checkpoint_of_random_weights_is_trained_by_unsloth(monkeypatch):
+    """The preset asks for random weights (which `auto` builds with transformers), but the checkpoint
+    is loaded as a download: where CUDA and Unsloth are present, that is Unsloth's path, not skipped."""
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: object() if name == "unsloth" else find_spec(name)
+    )
+    mc = load_config("gpu", {"model.weights": "random", "model.random_layers": 1}).model
+    assert doctor_full.unsloth_skip(mc) is None
+    transformers = dataclasses.replace(mc, backend="transformers")
+    assert doctor_full.unsloth_skip(transformers) == "model.backend=transformers chooses transformers + peft"
 
 
 def test_the_gradient_comparison_sees_equal_and_different_trainers():
