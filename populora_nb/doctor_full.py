@@ -391,7 +391,7 @@ def _check_evolution(ctx: _Context, report: FullReport) -> str:
             }
         )
         said.append(f"{old} -> {child} ({b['operator']}) in slot {slot}" + (", pushed to the engine" if engine else ""))
-    return "; ".join(said) + f"; replace + push {sum(e['seconds'] for e in report.evolution):.2f}s"
+    return "; ".join(said) + f"; replace + the children's pushes {sum(e['seconds'] for e in report.evolution):.2f}s"
 
 
 def _compare(ctx: _Context, report: FullReport) -> str:
