@@ -7,6 +7,7 @@ experiment  baseline + population + evaluation + analysis + report, resumable
 seed        grow a seed task buffer with the current model
 notebooks   execute the numbered notebooks with papermill into a run directory
 doctor      a short check of this machine: load, 2+2 steps, a table of times and memory
+            (--full: each component on its own line: checkpoint, Unsloth, vLLM, evolution, gradients)
 
 The studies (seed protocol, pilot, sweep) run from the repository root: python -m studies.seed_protocol,
 studies.pilot, studies.sweep (studies/README.md).
@@ -30,6 +31,7 @@ from populora_nb.analysis.dashboard import Dashboard
 from populora_nb.analysis.report import make_figures, write_report
 from populora_nb.config import ExperimentConfig, load_config, load_dir_config
 from populora_nb.doctor import run_doctor
+from populora_nb.doctor_full import run_full
 from populora_nb.errors import UserInputError
 from populora_nb.evaluation.runs import evaluate_experiment
 from populora_nb.experiment import STAGES, check_inputs, run_experiment
@@ -179,6 +181,16 @@ def _unwind_on_sigterm() -> None:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     _unwind_on_sigterm()
+    if args.full:
+        full = run_full(args.preset, _overrides(args), args.out, _say, args.config)
+        _say(full.table())
+        if not full.ok:
+            print(
+                "populora_nb doctor --full: FAILED: "
+                + "; ".join(f"{s.name}: {s.status}" for s in full.stages if s.status.startswith("failed")),
+                file=sys.stderr,
+            )
+        return 0 if full.ok else 1
     report = run_doctor(args.preset, _overrides(args), args.out, _say, args.config, args.weights)
     if report.preset:  # the config loaded: a table of what ran
         _say(report.table())
@@ -244,6 +256,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("doctor", cmd_doctor, "2 population + 2 baseline steps, then a table of times and memory")
     p.add_argument("--out", type=Path, default=None, help="folder for doctor.md and doctor.json")
     p.add_argument("--weights", choices=["pretrained", "random"], default="pretrained", help="random: no download")
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="first contact: random weights written as a checkpoint, the Unsloth trainer and vLLM engine where "
+        "present, 2 population steps with an evolution event, Unsloth vs native gradients; one line per stage, "
+        "with versions (always random weights; --weights is ignored)",
+    )
 
     p = command("notebooks", cmd_notebooks, "execute the numbered notebooks with papermill", config=False)
     p.add_argument("--preset", choices=sorted(PRESETS), default=None)

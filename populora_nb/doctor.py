@@ -316,7 +316,7 @@ def _run_agent(
                 times.engine_start_s = engine.load_s
                 policy.sync()  # the first push of every adapter: not part of a step
         if config.model.weights == "random":
-            _train_on_every_sample(policy)
+            train_on_every_sample(policy)
         clock = _StepClock()
         clock.wrap(policy, "generate", "generate")
         clock.wrap(verifier, "judge_many", "judge")
@@ -355,7 +355,7 @@ def _run_agent(
         policy.close()
 
 
-def _train_on_every_sample(policy: LoRAPolicy) -> None:
+def train_on_every_sample(policy: LoRAPolicy) -> None:
     """Random weights tie every reward (advantage 0, update skipped): give this policy's samples
     alternating ±1 advantages, so each update does a real step's work. Only this policy is changed."""
     inner = policy.update_members

@@ -167,6 +167,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "populora_nb.__main__",
             "populora_nb.experiment",
             "populora_nb.doctor",
+            "populora_nb.doctor_full",
             "populora_nb.lab",
         ),
     ),

@@ -298,6 +298,23 @@ class Population:
         stats["time/train_step_s"] = time.perf_counter() - start
         return stats
 
+    def loss_and_grads(self, member_id: str, batch: TrainBatch, loss_fn: LossFn) -> tuple[float, list[Tensor]]:
+        """The member's loss on ``batch`` and its factors' gradients (float32 copies on the CPU, in
+        `MultiLoRA.parameters` order) from `train_step`'s forward and backward, with no step taken:
+        the same batch on two backends (`doctor_full.compare_gradients`) compares their gradients."""
+        self.zero_grad(member_id)
+        slot = self.member(member_id).slot
+        batch = batch.to(self.base.device)
+        with self.member_forward(member_id) as forward:
+            loss, _ = loss_fn(forward(batch), batch)
+            loss.backward()
+        if self._slot_engine is not None:
+            self._slot_engine.grads_to(self.multi, slot)
+        params = self.multi.parameters(slot)
+        grads = [torch.zeros(p.shape) if p.grad is None else p.grad.detach().float().cpu().clone() for p in params]
+        self.zero_grad(member_id)
+        return float(loss.detach()), grads
+
     def zero_grad(self, member_id: str) -> None:
         """Clear the member's gradients (before accumulating a step's micro-batches)."""
         self._optimizer(member_id).zero_grad(set_to_none=True)
