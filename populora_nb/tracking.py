@@ -199,4 +199,9 @@ class WandB:
         self.run.log({tag: self.wandb.Image(str(path)) for tag, path in images.items()}, step=step)
 
     def close(self) -> None:
+        """Finish the run, then wait for W&B's service to write it out: `finish` can return before the
+        service has closed the run's stream (its log showed the stream closed 50 ms after `finish`
+        returned, with the offline file still empty), and `teardown` waits for every stream to close.
+        It also finishes any other W&B run of this process: a run's tracker is the last to use W&B."""
         self.run.finish()
+        self.wandb.teardown()
