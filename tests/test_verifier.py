@@ -101,7 +101,9 @@ def test_answers_are_judged_with_azrs_equality(verifier):
         "answer_not_literal",
     ]
     code_i = verifier.validate("code_i", IDENTITY, ["1"])
-    assert verifier.check_many([(code_i, a) for a in ("1", "1.0", "True", "'1'", "[1]")]) == [True] * 3 + [False] * 2
+    assert [v.passed for v in verifier.judge_many([(code_i, a) for a in ("1", "1.0", "True", "'1'", "[1]")])] == [
+        True
+    ] * 3 + [False] * 2
     code_f = verifier.validate("code_f", "def f(a):\n    return a * 2", ["1", "2", "3", "4"], "double it")
     floats = "def f(a):\n    return a * 2.0"
     nan = "def f(a):\n    return float('nan')"  # a run that returns nan never passes
@@ -189,7 +191,6 @@ def test_every_reason_has_a_case():
     # crash: test_os_layer_contains; wrong_input_count: test_code_f_input_count_asked_for
     covered = set(STATIC_CASES) | set(RUNTIME_CASES) | {"crash", "wrong_input_count"}
     assert covered == set(INVALID_REASONS) - {"sandbox_error"}
-    assert not Invalid("sandbox_error").is_model_fault and Invalid("timeout").is_model_fault
 
 
 @pytest.mark.parametrize(
@@ -264,7 +265,7 @@ def test_code_f_input_count_asked_for(verifier):
 def test_code_o_answers(verifier):
     task = verifier.validate("code_o", IDENTITY, ['"Hello world"'])
     assert task.outputs == ("'Hello world'",)
-    assert verifier.check_many([(task, '"Hello world"'), (task, "'Hello world'")]) == [True, True]
+    assert [v.passed for v in verifier.judge_many([(task, '"Hello world"'), (task, "'Hello world'")])] == [True, True]
     verdicts = verifier.judge_many(
         [
             (task, "'hello world'"),
@@ -282,7 +283,14 @@ def test_code_i_answers(verifier):
     assert task.outputs == ("6",)
     answers = ["3", "2, b=2", "4", "'zz') or (True", "__import__('os').system('touch /tmp/populora_pwned')", "3.0"]
     # "3.0": f gives 6.0, which is == 6 (AZR's `gold == f(answer)`)
-    assert verifier.check_many([(task, a) for a in answers]) == [True, True, False, False, False, True]
+    assert [v.passed for v in verifier.judge_many([(task, a) for a in answers])] == [
+        True,
+        True,
+        False,
+        False,
+        False,
+        True,
+    ]
     assert not os.path.exists("/tmp/populora_pwned")
 
 
@@ -594,4 +602,4 @@ def test_proposers_own_answers_always_pass(verifier):
     tasks = [t for t in verifier.validate_many(proposals) if isinstance(t, Task)]
     golds = {"code_o": lambda t: t.outputs[0], "code_i": lambda t: t.inputs[0], "code_f": lambda t: t.program}
     assert len(tasks) > 90 and {t.kind for t in tasks} == {"code_o", "code_i", "code_f"}
-    assert all(verifier.check_many([(t, golds[t.kind](t)) for t in tasks]))
+    assert all(v.passed for v in verifier.judge_many([(t, golds[t.kind](t)) for t in tasks]))

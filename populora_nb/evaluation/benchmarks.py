@@ -211,7 +211,7 @@ def _ground_truth_cached(
     if missing:
         for p, gt in zip(missing, evalplus_ground_truth(missing, verifier)):
             truths[p.id] = gt
-            stored[p.id] = dict(gt.to_json(), key=key(p))
+            stored[p.id] = dict(asdict(gt), key=key(p))
         if cache is not None:
             cache.parent.mkdir(parents=True, exist_ok=True)
             cache.write_text(json.dumps(stored))

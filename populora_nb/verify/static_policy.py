@@ -165,11 +165,6 @@ class Invalid:
     reason: str
     detail: str = ""
 
-    @property
-    def is_model_fault(self) -> bool:
-        """Every reason is the program's fault except "sandbox_error" (the verifier's own failure)."""
-        return self.reason != "sandbox_error"
-
 
 # ---------------------------------------------------------------- static policy (parent)
 def _submodule(base: str, name: str) -> str | None:

@@ -1,26 +1,16 @@
 """The verifier: validate proposed tasks and check solvers' answers in a sandbox (PopuLoRA §3;
-AZR's executor, hardened).
+AZR's executor, hardened; docs/verifier.md has the rules and the isolation levels).
 
 Every reward comes from here, and a population multiplies the proposers that will look for holes.
-Two layers stand between a model's program and the machine: the static policy (`static_policy`,
-on the AST in the parent: a fast first filter with a clear reason, never the boundary) and the
-sandbox (`sandbox`, `isolation`, run by `pool`); with no OS-level isolation `start` refuses unless
-``allow_unsafe_no_isolation=True``. The parent never executes model text: inputs, answers and
-outputs are parsed with ``ast`` only and compared as values (`literals`), so ``'zz') or (True`` and
-objects with an always-true ``__eq__`` cannot pass. The result lines come from the child, where the
-program also runs, so they are data: capped by the zygote and again here, parsed as literals, one
-per input, for that run only (`protocol`). Outputs are capped, never truncated.
-
-Determinism: each validation runs in two processes with different ``PYTHONHASHSEED`` and the
-outputs must agree as values, and inside each process f is called twice per input and must give
-the same answer (AZR's check: it catches state kept between calls; the two processes catch hash
-and set order). The seeds are secret, random and redrawn every `reseed_every` validated proposals,
-so a program cannot be tuned to them (one whose output depends on hash() still passes when both
-seeds happen to agree on it, but not reliably).
-
-Statuses are strings from `INVALID_REASONS` (`validate`) and `VERDICTS` (`judge_many`).
-`BENCHMARK_POLICY` runs benchmark code (`run_many`, `run_suites`, `run_script_many`) under the same
-isolation with a wider allow-list.
+Two layers stand between a model's program and the machine: the static policy (`static_policy`, a
+fast first filter with a clear reason, never the boundary) and the sandbox (`sandbox`, `isolation`,
+run by `pool`); with no OS-level isolation `start` refuses unless ``allow_unsafe_no_isolation=True``.
+The parent never executes model text: inputs, answers and outputs are parsed with ``ast`` only and
+compared as values (`literals`), so ``'zz') or (True`` and objects with an always-true ``__eq__``
+cannot pass. The child's result lines are data: capped, parsed as literals, one per input, for
+that run only (`protocol`). Outputs are capped, never truncated. Determinism: two processes with
+different secret ``PYTHONHASHSEED`` (redrawn every `reseed_every` validated proposals) must agree
+as values, and f called twice per input in each must answer the same.
 """
 
 from __future__ import annotations
@@ -29,7 +19,7 @@ import dataclasses
 from collections import OrderedDict
 from collections.abc import Sequence
 from types import CodeType
-from typing import Any, cast
+from typing import Any
 
 from populora_nb.tasks import TASK_KINDS, Proposal, Task, TaskKind
 from populora_nb.verify.literals import parse_arguments
@@ -119,16 +109,9 @@ class Verifier(ZygotePool):
             raise ValueError(f"{p.kind} takes exactly one input, got {len(p.inputs)}")
         if p.kind == "code_f" and not p.message.strip():
             return Invalid("no_message")
-        few = too_few_inputs(p, self.policy)
-        if few is not None:
-            return few
-        code = self._compiled(p.program)
-        if isinstance(code, Invalid):
-            return code
-        parsed = [self._arguments(t) for t in p.inputs]
-        calls = [x for x in parsed if not isinstance(x, Invalid)]
-        bad = next((x for x in parsed if isinstance(x, Invalid)), None)
-        return bad or duplicate_inputs(calls) or (code, calls)
+        code, parsed = self._parsed(p.program, p.inputs)
+        bad = too_few_inputs(p, self.policy) or next((x for x in parsed if isinstance(x, Invalid)), None)
+        return bad or duplicate_inputs(parsed) or (code, parsed)
 
     # ------------------------------------------------------------ public API
     def validate(self, kind: TaskKind, program: str, inputs: Sequence[str], message: str = "") -> Task | Invalid:
@@ -172,12 +155,15 @@ class Verifier(ZygotePool):
         argument-list literal (code_i), or a program passing every hidden pair (code_f)."""
         return self.judge_many([(task, answer_text)])[0].passed
 
-    def check_many(self, items: Sequence[tuple[Task, str]]) -> list[bool]:
-        """check() for a batch of (task, answer); every run shares the worker pool."""
-        return [v.passed for v in self.judge_many(items)]
+    def _parsed(self, program: str, inputs: Sequence[str], entry_point: str | None = "f") -> tuple[Any, list]:
+        """The compiled program and each input's argument list, or why not (an Invalid program is
+        every input's reason)."""
+        code = self._compiled(program, entry_point)
+        return code, [code] * len(inputs) if isinstance(code, Invalid) else [self._arguments(t) for t in inputs]
 
     def judge_many(self, items: Sequence[tuple[Task, str]]) -> list[Verdict]:
-        """check_many with the status that says why an answer failed (a key of VERDICTS)."""
+        """`check` for a batch of (task, answer), with the status that says why an answer failed (a
+        key of VERDICTS); every run shares the worker pool."""
         out: list = []
         jobs: dict[int, tuple[_Job, list[str]]] = {}
         for i, (task, answer) in enumerate(items):
@@ -187,8 +173,8 @@ class Verifier(ZygotePool):
             if task.kind == "code_i":
                 code, gold, calls = self._compiled(task.program), [task.outputs[0]], [self._arguments(answer)]
             else:
-                code, gold = self._compiled(answer), [o for _, o in task.hidden_pairs]
-                calls = [self._arguments(x) for x, _ in task.hidden_pairs]
+                code, calls = self._parsed(answer, [x for x, _ in task.hidden_pairs])
+                gold = [o for _, o in task.hidden_pairs]
             bad = next((x for x in [code, *calls] if isinstance(x, Invalid)), None)
             if bad is not None and task.kind == "code_i" and bad is calls[0]:
                 bad = Invalid("answer_too_long" if bad.reason == "input_too_long" else "answer_not_literal", bad.detail)
@@ -211,23 +197,19 @@ class Verifier(ZygotePool):
         self, items: Sequence[tuple[str, Sequence[str]]], timeout_s: float | None = None, entry_point: str = "f"
     ) -> list[list[RunResult]]:
         """run() for a batch of (program, inputs); every run shares the worker pool."""
-        out: list[list[RunResult | None]] = []
-        jobs: list[tuple[int, list[int], _Job]] = []
+        out: list[list] = []
+        jobs: list[tuple[list, list[int], _Job]] = []
         for program, inputs in items:
-            code = self._compiled(program, entry_point)
-            parsed = [code if isinstance(code, Invalid) else self._arguments(t) for t in inputs]
+            code, parsed = self._parsed(program, inputs, entry_point)
             out.append([RunResult(x.reason, detail=x.detail) if isinstance(x, Invalid) else None for x in parsed])
-            todo = [k for k, x in enumerate(parsed) if not isinstance(x, Invalid)]
+            todo = [k for k, x in enumerate(out[-1]) if x is None]
             if todo:
-                assert isinstance(code, CodeType)  # an Invalid program makes every input Invalid
-                jobs.append(
-                    (len(out) - 1, todo, self._job(code, [parsed[k] for k in todo], None, timeout_s, entry_point))
-                )
+                jobs.append((out[-1], todo, self._job(code, [parsed[k] for k in todo], None, timeout_s, entry_point)))
         self._run_jobs([job for _, _, job in jobs])
         for row, todo, job in jobs:
             for k, r in zip(todo, job.results):
-                out[row][k] = RunResult(r["status"], r["output"], r["detail"], r["seconds"])
-        return cast("list[list[RunResult]]", out)  # every None above was a job's input, now filled
+                row[k] = RunResult(r["status"], r["output"], r["detail"], r["seconds"])
+        return out
 
     def run_suites(
         self, items: Sequence[tuple[str, Sequence[str], Sequence[float], float]], entry_point: str = "f"
@@ -236,27 +218,22 @@ class Verifier(ZygotePool):
         `entry_point` on each input in turn, each call under its own limit (a call over it is
         "timeout" and ends the run: later inputs are "not_run"/"crash"), the process under the wall
         limit. State kept between calls carries over, as in evalplus' `unsafe_execute`."""
-        out: list[list[RunResult] | None] = []
+        out: list[list[RunResult]] = []
         jobs: list[tuple[int, _Job]] = []
         for program, inputs, limits, wall_s in items:
             if len(limits) != len(inputs) or min(limits, default=1.0) <= 0 or wall_s <= 0:
                 raise ValueError("run_suites needs one positive limit per input and a positive wall limit")
-            code = self._compiled(program, entry_point)
-            parsed = [code if isinstance(code, Invalid) else self._arguments(t) for t in inputs]
+            code, parsed = self._parsed(program, inputs, entry_point)
             bad = next((x for x in parsed if isinstance(x, Invalid)), None)
-            out.append([RunResult(bad.reason, detail=bad.detail)] * len(inputs) if bad else None)
+            out.append([RunResult(bad.reason, detail=bad.detail)] * len(inputs) if bad else [])
             if bad is None:
-                assert isinstance(code, CodeType)  # an Invalid program would be `bad`
-                job = self._job(
-                    code, parsed, None, wall_s, entry_point, mode="suite", limits=[float(t) for t in limits]
-                )
-                jobs.append((len(out) - 1, job))
+                limits = [float(t) for t in limits]
+                jobs.append((len(out) - 1, self._job(code, parsed, None, wall_s, entry_point, "suite", limits=limits)))
         self._run_jobs([job for _, job in jobs])
         for row, job in jobs:
-            out[row] = [RunResult(r["status"], r["output"], r["detail"], r["seconds"]) for r in job.results][
-                : len(items[row][1])
-            ]
-        return cast("list[list[RunResult]]", out)  # every None above was a job's row, now filled
+            results = job.results[: len(items[row][1])]
+            out[row] = [RunResult(r["status"], r["output"], r["detail"], r["seconds"]) for r in results]
+        return out
 
     def run_script_many(self, items: Sequence[tuple[str, str]], timeout_s: float | None = None) -> list[ScriptResult]:
         """Run each whole program as __main__ reading its stdin; its stdout comes back (LiveCodeBench).
