@@ -152,12 +152,9 @@ def score_many(
     idx, ps, cs = part("math")
     if idx:
         answers = [extract_math_answer(c) for c in cs]
-        checker = math_checker if math_checker is not None else MathChecker()
-        try:
-            checked = iter(checker.check_many([(p.answer, a) for p, a in zip(ps, answers) if a is not None]))
-        finally:
-            if math_checker is None:
-                checker.close()
+        with contextlib.ExitStack() as owned:  # a checker this call starts, it stops
+            checker = math_checker or owned.enter_context(MathChecker())
+            checked = iter([checker.check(p.answer, a) for p, a in zip(ps, answers) if a is not None])
         for i, a in zip(idx, answers):
             ok, status = next(checked) if a is not None else (False, "no_answer")
             out[i] = Score(ok, status, answer=a or "")

@@ -16,7 +16,6 @@ import re
 import selectors
 import subprocess
 import sys
-from collections.abc import Sequence
 
 from populora_nb.evaluation.loaders import last_boxed
 
@@ -70,10 +69,12 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 class MathChecker:
     """math-verify in one long-lived worker process (importing sympy is slow, so it is paid once)."""
 
-    def __init__(self, timeout_s: float = 10.0, memory_mb: int = 2048, start_timeout_s: float = 120.0):
-        if timeout_s <= 0 or memory_mb < 256:
-            raise ValueError("MathChecker needs timeout_s > 0 and memory_mb >= 256")
-        self.timeout_s, self.memory_mb, self.start_timeout_s = timeout_s, memory_mb, start_timeout_s
+    MEMORY_MB, START_TIMEOUT_S = 2048, 120.0
+
+    def __init__(self, timeout_s: float = 10.0):
+        if timeout_s <= 0:
+            raise ValueError("MathChecker needs timeout_s > 0")
+        self.timeout_s = timeout_s
         self._proc: subprocess.Popen | None = None
 
     def __enter__(self) -> MathChecker:
@@ -89,12 +90,12 @@ class MathChecker:
             self._proc = None
 
     def _start(self) -> subprocess.Popen[str]:
-        source = _WORKER.format(memory=self.memory_mb << 20)
+        source = _WORKER.format(memory=self.MEMORY_MB << 20)
         pipe = subprocess.PIPE
         proc = subprocess.Popen(
             [sys.executable, "-c", source], stdin=pipe, stdout=pipe, stderr=subprocess.DEVNULL, text=True
         )
-        if self._readline(proc, self.start_timeout_s) is None:
+        if self._readline(proc, self.START_TIMEOUT_S) is None:
             _stop(proc)
             raise RuntimeError(
                 "math-verify worker did not start: is math-verify installed? (pip install 'populora_nb[eval]')"
@@ -130,7 +131,3 @@ class MathChecker:
         if reply["ok"]:
             return True, "pass"
         return False, reply["status"] or "not_equivalent"
-
-    def check_many(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[bool, str]]:
-        """`check` on each (gold, answer) pair, in order."""
-        return [self.check(gold, answer) for gold, answer in pairs]

@@ -50,16 +50,15 @@ def _stats(xs: Sequence[float]) -> tuple[float, float, float]:
     return sum(xs) / len(xs), max(xs), min(xs)
 
 
-def summary_table(
-    results: Sequence[EvalResult], base: str = "base", baseline: str = "baseline", members: Sequence[str] | None = None
-) -> list[TableRow]:
+def summary_table(results: Sequence[EvalResult], members: Sequence[str] | None = None) -> list[TableRow]:
     """Rows (benchmark, base, baseline, population mean, best, worst member) in pass@1, one per
     benchmark and scorer (results of one benchmark made by two scorers are two rows), naming the data
     file(s) read. Then an "average" row per scorer family over the benchmarks every present
     model was scored on (best / worst: the best and worst member averages, the paper's aggregate),
     leaving out HumanEval's base tests, another measure of HumanEval+'s problems: a base-tests row is
     never averaged with a plus row, nor the project's scorer with official evalplus. `members`
-    defaults to every other model; an empty list leaves the population columns nan."""
+    defaults to every model but "base" and "baseline"; an empty list leaves the population columns nan."""
+    base, baseline = "base", "baseline"
     by = {(r.model, r.benchmark, r.scorer): r.score for r in results}
     sources: dict[tuple[str, str], dict[str, None]] = {}  # (benchmark, scorer) -> its data files (an ordered set)
     for r in results:
@@ -140,15 +139,11 @@ def plot_benchmarks(table: Sequence[TableRow], title: str = "pass@1 by benchmark
 
 
 def write_report(
-    results: Sequence[EvalResult],
-    out_dir: str | Path,
-    base: str = "base",
-    baseline: str = "baseline",
-    members: Sequence[str] | None = None,
+    results: Sequence[EvalResult], out_dir: str | Path, members: Sequence[str] | None = None
 ) -> dict[str, Path]:
     """Save the summary as ``table.md``, ``table.json`` and ``benchmarks.png`` in `out_dir` (for
     ``python -m populora_nb eval`` and notebook 06); returns the paths by kind."""
-    rows = summary_table(results, base, baseline, members)
+    rows = summary_table(results, members)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"markdown": out / "table.md", "json": out / "table.json", "figure": out / "benchmarks.png"}

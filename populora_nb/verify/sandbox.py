@@ -1,5 +1,5 @@
 """The inside of the verifier: a warmed zygote that forks one short-lived, confined process per
-program run (PopuLoRA §3 verifier; AZR's executor, hardened).
+program run (PopuLoRA §3 verifier; AZR's executor, hardened). Isolation levels: docs/verifier.md.
 
 Run as a script (``python -S sandbox.py CONFIG_JSON``, by `zygote.spawn_zygote`) it imports only
 the standard library and its sibling modules by plain name (its folder is ``sys.path[0]``):
@@ -14,19 +14,17 @@ Layers, outermost first; the zygote reports which ones this machine allows (hell
       fd closed; rlimits (CPU, address space, file size 0, no new processes, no core); no_new_privs
       and no capabilities (namespaces) or chroot into a fresh empty directory and an unprivileged
       uid (root-chroot); the parent-death signal set again after that credential change.
-Without root and without user namespaces there is no OS layer ("none"): the Verifier refuses to
-run unless opted in. Everything a run needs is prepared in the zygote, so a fork copies it for
-free: each page a child writes costs a copy-on-write fault, which takes longer than most programs
-run. The OS layer is the boundary; the policy and the stubs only make escapes rarer and statuses
-clearer (a program that reached ``os`` anyway can write its own result lines, never another
-run's, and the parent parses and caps them as data).
+The OS layer is the boundary; the policy and the stubs only make escapes rarer and statuses clearer
+(a program that reached ``os`` anyway can write its own result lines, never another run's, and the
+parent parses and caps them as data). Everything a run needs is prepared in the zygote: each page a
+child writes costs a copy-on-write fault, which takes longer than most programs run.
 
 Protocol: a request is a header line ``mode entry n size timeout_s memory_mb`` then `size` bytes
-of marshal data (code object, arguments, stdin, and for ``suite`` the per-input limits), compiled
-and parsed by the parent; a reply is ``why signal exit_code size`` then the child's JSON lines.
-Modes: ``call`` (the module runs afresh before each input), ``validate`` (f called twice per
-input), ``suite`` (the module once, then each input under its own SIGALRM limit, stopping at the
-first over it: evalplus' `unsafe_execute`) and ``script`` (the program as __main__ on stdin).
+of marshal data (code object, arguments, stdin, and for ``suite`` the per-input limits); a reply
+is ``why signal exit_code size`` then the child's JSON lines. Modes: ``call`` (the module afresh
+before each input), ``validate`` (f called twice per input), ``suite`` (the module once, then each
+input under its own SIGALRM limit, stopping at the first over it: evalplus' `unsafe_execute`) and
+``script`` (the program as __main__ on stdin).
 """
 
 from __future__ import annotations

@@ -91,25 +91,16 @@ def random_hash_seeds() -> tuple[int, int]:
 
 @dataclass
 class Zygote:
-    """A running zygote: its process, which of the two hash seeds it has (0 or 1), its hello line."""
+    """A running zygote: its process, which of the two hash seeds it has (0 or 1), its hello line,
+    its stdin (`requests`) and its stdout (`replies`, where its hello line and replies come from)."""
 
     proc: subprocess.Popen
     seed_class: int
     hello: dict
-
-    @property
-    def requests(self) -> IO[bytes]:
-        """The zygote's stdin, where requests go."""
-        assert self.proc.stdin is not None  # spawned with stdin=PIPE
-        return self.proc.stdin
-
-    @property
-    def replies(self) -> IO[bytes]:
-        """The zygote's stdout, where its hello line and replies come from: unbuffered, so a read
-        takes no byte past the reply it reads (a buffered reader would also swallow the next pipelined
-        reply, which select() on the pipe then never signals: the pool would wait out the deadline)."""
-        assert self.proc.stdout is not None  # spawned with stdout=PIPE
-        return cast(IO[bytes], cast(io.BufferedReader, self.proc.stdout).raw)
+    requests: IO[bytes]
+    replies: IO[bytes]
+    """Unbuffered, so a read takes no byte past the reply it reads (a buffered reader would also
+    swallow the next pipelined reply, which select() on the pipe then never signals)."""
 
 
 def read_exactly(stream: IO[bytes], size: int) -> bytes:
@@ -133,7 +124,8 @@ def spawn_zygote(cfg: dict, hash_seed: int, seed_class: int, memory_mb: int) -> 
     env = {"PYTHONHASHSEED": str(hash_seed), "PYTHONIOENCODING": "utf-8"}
     env |= dict.fromkeys(("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"), "1")
     proc = spawn_sandbox([sys.executable, "-S", "-B", SANDBOX_SCRIPT, json.dumps(cfg)], env)
-    zygote = Zygote(proc, seed_class, {})
+    stdout = cast(IO[bytes], cast(io.BufferedReader, proc.stdout).raw)
+    zygote = Zygote(proc, seed_class, {}, cast(IO[bytes], proc.stdin), stdout)
     with selectors.DefaultSelector() as sel:
         sel.register(zygote.replies, selectors.EVENT_READ)
         line = zygote.replies.readline() if sel.select(timeout=60) else b""
