@@ -244,10 +244,10 @@ class ZygotePool:
                     lose(zi)  # a zygote that stops answering is replaced, never awaited
 
     def _receive(self, zi: int, job: _Job) -> bool:
-        stream = self._zygotes[zi].replies
+        stream, caps = self._zygotes[zi].replies, (self.policy.max_output_chars, self.policy.max_stdout_chars)
         try:
             why, signal_number, exit_code, size = stream.readline(256).split()
-            cap = reply_cap(job.mode, job.n, self.policy.max_output_chars, self.policy.max_stdout_chars)
+            cap = reply_cap(job.mode, job.n, *caps)
             if not 0 <= int(size) <= cap:  # the zygote enforces the cap: anything else is not a zygote reply
                 return False
             data = read_exactly(stream, int(size))
@@ -255,15 +255,7 @@ class ZygotePool:
                 return False
         except ValueError:  # EOF or garbage: the zygote died
             return False
-        job.results = decode_run(
-            data,
-            job.n,
-            why.decode().strip("-"),
-            int(signal_number),
-            int(exit_code),
-            self.policy.max_output_chars,
-            self.policy.max_stdout_chars,
-        )
+        job.results = decode_run(data, job.n, why.decode().strip("-"), int(signal_number), int(exit_code), *caps)
         return True
 
     def _replace(self, zi: int, lost: list[_Job], queues: dict) -> None:

@@ -37,13 +37,7 @@ def reply_cap(mode: str, n: int, max_output_chars: int, stdout_cap: int) -> int:
 
 
 def decode_run(
-    data: bytes,
-    n: int,
-    why: str,
-    signal_number: int,
-    exit_code: int,
-    max_output_chars: int = 1 << 62,
-    stdout_cap: int = 1 << 62,
+    data: bytes, n: int, why: str, signal_number: int, exit_code: int, max_output_chars: int, stdout_cap: int
 ) -> list[dict]:
     """Per-input results from a child's raw lines (untrusted) and how the process ended.
 

@@ -118,15 +118,8 @@ def _harness(req: dict, cfg: dict, write) -> None:
             pass
         if status == "ok" and stdout.overflow:
             status, detail = "output_too_long", f"stdout over {cfg['stdout_cap']} bytes"
-        return write(
-            {
-                "status": status,
-                "detail": detail,
-                "stdout": stdout.data.decode("utf-8", "replace"),
-                "seconds": clock() - start,
-                "load": True,
-            }
-        )
+        text = stdout.data.decode("utf-8", "replace")
+        return write(dict(status=status, detail=detail, stdout=text, seconds=clock() - start, load=True))
     entry: Any = user_globals.get(req["entry"])
     if status == "ok" and not callable(entry):
         status, detail = "no_f", f"{req['entry']} is not defined"
@@ -163,14 +156,8 @@ def _harness(req: dict, cfg: dict, write) -> None:
             signal.setitimer(signal.ITIMER_REAL, 0)
             if seconds > limits[k]:  # also when the program caught the alarm and went on
                 status, text = "timeout", f"{seconds:.2f} s > {limits[k]:.2f} s"
-        write(
-            {
-                "status": status,
-                "output": text if status == "ok" else "",
-                "detail": "" if status == "ok" else text,
-                "seconds": seconds,
-            }
-        )
+        ok = status == "ok"
+        write(dict(status=status, output=text if ok else "", detail="" if ok else text, seconds=seconds))
         if suite and status == "timeout":  # evalplus stops there; the rest count as not run
             return
 
