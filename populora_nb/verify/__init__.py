@@ -10,34 +10,20 @@ Importing this package loads no third-party module (the zygotes start only on `V
 
 from populora_nb.tasks import Proposal, Task
 from populora_nb.verify.literals import outputs_equal, parse_arguments, parse_literal, values_equal
-from populora_nb.verify.rules import RunResult, ScriptResult, Verdict
-from populora_nb.verify.static_policy import (
-    BENCHMARK_POLICY,
-    INVALID_REASONS,
-    TASK_POLICY,
-    VERDICTS,
-    Invalid,
-    SandboxPolicy,
-    static_check,
-)
+from populora_nb.verify.rules import RunResult
+from populora_nb.verify.static_policy import BENCHMARK_POLICY, INVALID_REASONS, TASK_POLICY, Invalid, static_check
 from populora_nb.verify.verifier import Verifier
-from populora_nb.verify.zygote import Isolation, IsolationUnavailable, SandboxError
+from populora_nb.verify.zygote import SandboxError
 
 __all__ = [
     "BENCHMARK_POLICY",
     "INVALID_REASONS",
     "TASK_POLICY",
-    "VERDICTS",
     "Invalid",
-    "Isolation",
-    "IsolationUnavailable",
     "Proposal",
     "RunResult",
     "SandboxError",
-    "SandboxPolicy",
-    "ScriptResult",
     "Task",
-    "Verdict",
     "Verifier",
     "outputs_equal",
     "parse_arguments",
