@@ -34,9 +34,9 @@ from populora_nb.evaluation.report import format_table, plot_benchmarks, summary
 from populora_nb.verify import parse_arguments
 
 
-def score(problem, completion, verifier, truth=None):
+def score(problem, completion, verifier=None, math_checker=None, truth=None):
     """One completion through `score_many` (which batches the sandbox's parallel workers)."""
-    return score_many([problem], [completion], verifier, truths={problem.id: truth} if truth else None)[0]
+    return score_many([problem], [completion], verifier, math_checker, {problem.id: truth} if truth else None)[0]
 
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "benchmarks"

@@ -33,9 +33,6 @@ class Release:
     version: str
     override: str
 
-    def url(self, base: str) -> str:
-        return f"{base.rstrip('/')}/{self.name.lower()}_release/releases/download/{self.version}/{self.name}.jsonl.gz"
-
 
 RELEASES: Mapping[str, Release] = types.MappingProxyType(
     {
@@ -85,7 +82,8 @@ def fetch_release(benchmark: str, base_url: str | None = None, timeout_s: float 
     if found is not None:
         return found
     r, target = RELEASES[benchmark], cache_path(benchmark)
-    url = r.url(base_url or GITHUB)
+    release = f"{r.name.lower()}_release/releases/download/{r.version}/{r.name}.jsonl.gz"
+    url = f"{(base_url or GITHUB).rstrip('/')}/{release}"
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with urllib.request.urlopen(url, timeout=timeout_s) as response:

@@ -1,9 +1,6 @@
-"""AZR's validity rules and the verdicts on answers, as pure functions of run results (no processes).
-
-What makes a proposal a task (inputs that differ, the input counts code_f needs, both hash-seed runs
-succeeding and agreeing as values of the same types, `values_equal`) and what makes an answer pass
-(``==`` to the gold output's value as AZR compares them, `outputs_equal`, on every hidden pair).
-The `verifier` applies them to what the `pool` ran.
+"""AZR's validity rules and the verdicts on answers, as pure functions of run results (no processes):
+what makes a proposal a task and what makes an answer pass (docs/verifier.md, "Rules"). The
+`verifier` applies them to what the `pool` ran.
 """
 
 from __future__ import annotations

@@ -35,13 +35,8 @@ class IsolationUnavailable(SandboxError, UserInputError):
 
 @dataclass(frozen=True)
 class Isolation:
-    """What the sandbox enforces on this machine, as the zygotes reported it (not assumed).
-
-    `level` is the weakest of the zygotes' levels (`isolation.LEVELS`): "namespaces" (user or root:
-    mount/PID/network/IPC namespaces, an empty read-only root, children without capabilities),
-    "root-chroot" (root without namespaces: chroot into an empty directory, unprivileged uid) or
-    "none" (the static policy, the stubs and the rlimits only: refused unless opted in).
-    """
+    """What the sandbox enforces on this machine, as the zygotes reported it (not assumed). `level`
+    is the weakest of the zygotes' levels (`isolation.LEVELS`, described in docs/verifier.md)."""
 
     network_namespace: bool
     chroot: bool
