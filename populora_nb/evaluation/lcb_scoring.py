@@ -51,11 +51,6 @@ def lcb_lines_match(prediction: str, expected: str) -> bool:
     return True
 
 
-def lcb_functional_args(test_input: str) -> str:
-    """One JSON value per line -> an argument list as literal text."""
-    return argument_text([json.loads(line) for line in test_input.split("\n")])
-
-
 def score_lcb(
     problems: Sequence[Problem], completions: Sequence[str], verifier: Verifier, timeout_s: float = LCB_TIMEOUT_S
 ) -> list[tuple[bool, str]]:
@@ -77,7 +72,8 @@ def score_lcb(
             has_solution_class = re.search(r"^class\s+Solution\b", code, re.MULTILINE)
             call = f"Solution().{p.entry_point}" if has_solution_class else p.entry_point
             try:
-                args = tuple(lcb_functional_args(t.input) for t in p.tests)
+                # one JSON value per line -> an argument list as literal text
+                args = tuple(argument_text([json.loads(line) for line in t.input.split("\n")]) for t in p.tests)
             except (ValueError, json.JSONDecodeError):
                 raise ValueError(f"{p.id}: functional test input is not JSON lines") from None
             calls.append((LCB_PREAMBLE + code + shim(call), args))

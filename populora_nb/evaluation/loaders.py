@@ -129,12 +129,10 @@ def benchmark_path(name: str, data_dir: str | os.PathLike | None = None) -> Path
         root = resolve_data_dir(data_dir)
     except BenchmarkDataError:
         # no folder named and none beside the checkout: evalplus' override variable or cache
-        release = cached_release(name) if name in RELEASES and not data_dir_is_set(data_dir) else None
-        if release is not None:
-            return release
-        if packaged is None:
+        found = (cached_release(name) if name in RELEASES and not data_dir_is_set(data_dir) else None) or packaged
+        if found is None:
             raise
-        return packaged
+        return found
     for rel in BENCHMARK_FILES[name][1]:
         if (root / rel).is_file():
             return root / rel

@@ -215,7 +215,7 @@ class Verifier(ZygotePool):
             if len(limits) != len(inputs) or min(limits, default=1.0) <= 0 or wall_s <= 0:
                 raise ValueError("run_suites needs one positive limit per input and a positive wall limit")
             code, parsed = self._parsed(program, inputs, entry_point)
-            bad = next((x for x in parsed if isinstance(x, Invalid)), None)
+            bad = next((x for x in [code, *parsed] if isinstance(x, Invalid)), None)
             out.append([RunResult(bad.reason, detail=bad.detail)] * len(inputs) if bad else [])
             if bad is None:
                 limits = [float(t) for t in limits]
