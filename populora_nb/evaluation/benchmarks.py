@@ -265,8 +265,7 @@ def evaluate(
             verifier = benchmark_verifier()
             owned.callback(verifier.close)
         if math_checker is None and any(BENCHMARK_FILES[b][0] == "math" for b in benchmarks):
-            math_checker = MathChecker()
-            owned.callback(math_checker.close)
+            math_checker = owned.enter_context(MathChecker())
         for bench in benchmarks:
             problems = [p for p in load_benchmark(bench, data_dir, limit) if p.has_tests]
             source = str(benchmark_path(bench, data_dir))

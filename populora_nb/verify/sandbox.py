@@ -254,9 +254,7 @@ def _probe_uid(uid: int) -> bool:
     pid = _OS.fork()
     if pid == 0:
         try:
-            _OS.setgroups([])
-            _OS.setgid(uid)
-            _OS.setuid(uid)
+            _CURRENT.isolation.drop_privileges(_CURRENT.libc, uid)  # as a run's child will
         finally:
             _OS._exit(0 if _OS.getuid() == uid else 1)
     return _OS.waitstatus_to_exitcode(_OS.waitpid(pid, 0)[1]) == 0
