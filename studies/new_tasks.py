@@ -41,9 +41,9 @@ from scipy import stats
 
 from populora_nb.analysis.frames import records, step_value
 from populora_nb.analysis.liveness import liveness
+from populora_nb.analysis.runs import RUNS
 from populora_nb.copies import classify_rows, start_fingerprints
 from populora_nb.records import RunDir
-from studies.protocol_series import RUNS
 
 NEW_RATIO = 2.0
 """Least multiple of the control's new valid tasks per step for a better candidate."""

@@ -18,6 +18,7 @@ from populora_nb.analysis.complexity import RunAnalysis, analyse_tasks
 from populora_nb.analysis.difficulty_probe import probe_events
 from populora_nb.analysis.figures import axes_or_new, finish
 from populora_nb.analysis.frames import load_tasks, per_step, records, step_mean
+from populora_nb.analysis.runs import RUNS
 from populora_nb.analysis.seed_stats import t_interval
 from populora_nb.records import RunDir
 from studies.coverage_windows import coverage_window_units, expected_distinct
@@ -157,7 +158,6 @@ def window_values(series: Mapping[int, float], window: int) -> tuple[float, floa
 
 
 # ----------------------------------------------------------------------------- experiments: runs over seeds
-RUNS = ("baseline", "population")
 COLORS: Mapping[str, str] = {"baseline": "tab:gray", "population": "tab:red"}
 
 

@@ -23,7 +23,7 @@ from populora_nb.analysis.difficulty_probe import plot_probe, probe_events, prob
 from populora_nb.analysis.figures import save_figure
 from populora_nb.analysis.frames import analyse_run, records, step_value
 from populora_nb.analysis.liveness import CHECKS, liveness
-from populora_nb.analysis.runs import find_runs
+from populora_nb.analysis.runs import experiment_runs
 from populora_nb.analysis.seed_stats import md_table
 from populora_nb.config import ExperimentConfig
 from populora_nb.evaluation.humaneval import benchmark_label
@@ -45,15 +45,10 @@ class Section:
     """First row is the header."""
 
 
-def _runs(out: Path) -> dict[str, Path]:
-    """The experiment's baseline and population runs (other folders, e.g. eval/, are not runs here)."""
-    return {name: path for name, path in find_runs(out, missing_ok=True).items() if name in ("baseline", "population")}
-
-
 def make_figures(out: str | Path) -> list[Path]:
     """Render every figure the report shows into ``out/figures``."""
     out = Path(out)
-    runs = _runs(out)
+    runs = experiment_runs(out)
     if not runs:
         raise FileNotFoundError(f"{out} holds no baseline/ or population/ run to analyse")
     kinds = RunDir(next(iter(runs.values()))).load_config().tasks.kinds
@@ -122,7 +117,7 @@ def run_length_note(config: ExperimentConfig) -> str:
 
 def sections(out: Path) -> list[Section]:
     """The report's sections, in order: each a title, its text, its figures and its table."""
-    runs = _runs(out)
+    runs = experiment_runs(out)
     fig = lambda name: [f"figures/{name}"] if (out / "figures" / name).exists() else []  # noqa: E731
     secs = [
         Section(
