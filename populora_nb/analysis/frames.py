@@ -177,7 +177,7 @@ def _task_record(row: dict, **fields: Any) -> TaskRecord:
     return TaskRecord(
         **{
             "step": int(row["step"]),
-            "proposer": str(row["proposer"]),
+            "proposer": str(row.get("proposer")),  # load_tasks checks it; a frame reads rows without
             "kind": str(row["kind"]),
             "program": str(row.get("program")),
             "valid": bool(row.get("valid")),
