@@ -216,11 +216,9 @@ plt.show()
 
 # %%
 from populora_nb.analysis.compute import compute_table
+from populora_nb.analysis.runs import experiment_runs
 
-compute_runs = {
-    name: experiment / name for name in ("baseline", "population") if (experiment / name / "metrics.jsonl").exists()
-}
-for row in compute_table(compute_runs):
+for row in compute_table(experiment_runs(experiment)):
     print(" | ".join(row))
 
 # %% [markdown]

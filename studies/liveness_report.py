@@ -9,6 +9,7 @@ from typing import Any
 
 from populora_nb.analysis.clustered import BLOCK_STEPS
 from populora_nb.analysis.liveness import CHECKS, LAST_WINDOW, MIN_BLOCKS, Liveness, liveness
+from populora_nb.analysis.runs import RUNS
 from populora_nb.analysis.seed_stats import md_table
 from populora_nb.analysis.survival import Survival
 from populora_nb.records import RunDir
@@ -75,7 +76,7 @@ def protocol_liveness(experiments: Sequence[str | Path], *, seed: int = 0) -> tu
     pooled: list[Survival] = []
     for exp in map(Path, experiments):
         record: dict[str, Any] = {"seed": exp.name}
-        for run in ("baseline", "population"):
+        for run in RUNS:
             d = exp / run
             if not RunDir(d).has("tasks"):
                 record[run] = None

@@ -39,11 +39,10 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from populora_nb.analysis.frames import records, step_value
+from populora_nb.analysis.frames import load_frames, per_step, rows_of
 from populora_nb.analysis.liveness import liveness
-from populora_nb.copies import classify_rows, start_fingerprints
+from populora_nb.analysis.runs import RUNS
 from populora_nb.records import RunDir
-from studies.protocol_series import RUNS
 
 NEW_RATIO = 2.0
 """Least multiple of the control's new valid tasks per step for a better candidate."""
@@ -73,23 +72,23 @@ class RunSteps:
 def run_steps(run_dir: str | Path) -> RunSteps:
     """Count a run's records per step (module docstring)."""
     rd = RunDir(Path(run_dir))
-    tasks = records(rd.path, "tasks")
-    # the program class re-read with today's normalisation (`copies.classify_rows`): a new program
-    classes = classify_rows(tasks, start_fingerprints(rd.path))
-    seconds = step_value(records(rd.path, "metrics"))
-    steps = sorted({int(t["step"]) for t in tasks} | set(seconds))
+    frames = load_frames(rd.path)
+    # each task's program class re-read with today's normalisation (`copies.classify_rows`): "new"
+    tasks = rows_of(frames.tasks)
+    seconds = per_step(frames.metrics, "time/step_s", how="first")
+    steps = sorted({int(t["step"]) for t in tasks} | set(seconds.index))
     index = {s: i for i, s in enumerate(steps)}
     counts = {k: np.zeros(len(steps)) for k in ("proposals", "valid", "new_valid", "new_played", "new_in_band")}
-    for t, cls in zip(tasks, classes):
+    for t in tasks:
         i = index[int(t["step"])]
         counts["proposals"][i] += 1
         # valid before any novelty rule: a task rejected as a copy or repeat was classed, so it was valid
-        counts["valid"][i] += bool(t.get("valid")) or t.get("copy") is not None
-        if t.get("valid") and cls == "new":
+        counts["valid"][i] += bool(t["valid"]) or t["copy"] is not None
+        if t["valid"] and t["copy"] == "new":
             counts["new_valid"][i] += 1
-            if t.get("solve_rate") is not None:
+            if t["rho"] is not None:
                 counts["new_played"][i] += 1
-                counts["new_in_band"][i] += 0 < t["solve_rate"] < 1
+                counts["new_in_band"][i] += 0 < t["rho"] < 1
     games = won = None
     if rd.has("matches"):
         games, won = np.zeros(len(steps)), np.zeros(len(steps))

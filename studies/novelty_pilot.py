@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from populora_nb.analysis.runs import RUNS
 from populora_nb.errors import UserInputError
 from populora_nb.records import RunDir
 from studies.new_tasks import (
@@ -53,7 +54,6 @@ from studies.new_tasks import (
     run_steps,
     step_share,
 )
-from studies.protocol_series import RUNS
 
 RATIO_FLOOR = 1.2
 """The ratio's 95% interval must lie above this for a win: a doubling inside the noise is not one."""
@@ -196,7 +196,7 @@ def keep_records(experiment: str | Path, dest: str | Path) -> Path:
         if (src / name).is_file():
             (dst / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src / name, dst / name)
-    for run in ("baseline", "population"):
+    for run in RUNS:
         if not (src / run / "config.yaml").is_file():
             continue
         (dst / run).mkdir(exist_ok=True)

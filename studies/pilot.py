@@ -30,6 +30,7 @@ from typing import Any
 from populora_nb.__main__ import _add_set, _overrides, _Parser, _say
 from populora_nb.__main__ import main as cli_main
 from populora_nb.analysis.liveness import liveness, played_tasks, share_interval
+from populora_nb.analysis.runs import RUNS
 from populora_nb.config import ExperimentConfig, load_config
 from populora_nb.errors import UserInputError
 from populora_nb.experiment import adopt_warmup, done_stages, run_experiment
@@ -231,7 +232,7 @@ def run_pilot(
     candidates: Sequence[Candidate] = CANDIDATES,
     extra: Mapping[str, Any] | None = None,
     say: Callable[[str], None] = print,
-    runs: Sequence[str] = ("baseline", "population"),
+    runs: Sequence[str] = RUNS,
 ) -> list[PilotRow]:
     """Each candidate as a resumable experiment directory ``out/<name>`` (warm-up, then ``runs``), then
     its facts (a run not made reads as empty). ``extra`` overrides every candidate."""

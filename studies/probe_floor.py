@@ -31,6 +31,7 @@ import numpy as np
 
 from populora_nb.analysis.clustered import named_rng
 from populora_nb.analysis.difficulty_probe import FLOOR_SHARE, ProbeEvent, probe_events
+from populora_nb.analysis.runs import RUNS
 from populora_nb.analysis.seed_stats import md_table
 
 MIN_PROBE_TASKS = 25
@@ -120,9 +121,9 @@ def probe_floor_lines(experiments: Sequence[str | Path], *, seed: int = 0) -> tu
     records: list[dict[str, Any]] = []
     flagged: list[str] = []
     silent: list[str] = []
-    pooled = {"baseline": [0, 0], "population": [0, 0]}
+    pooled = {run: [0, 0] for run in RUNS}
     for exp in map(Path, experiments):
-        events = {run: probe_events(exp / run) if (exp / run).is_dir() else [] for run in ("baseline", "population")}
+        events = {run: probe_events(exp / run) if (exp / run).is_dir() else [] for run in RUNS}
         if not any(events.values()):
             continue
         cells: list[str] = [exp.name]

@@ -33,13 +33,13 @@ from matplotlib.figure import Figure
 
 from populora_nb.analysis.clustered import named_rng
 from populora_nb.analysis.figures import axes_or_new, finish, save_figure
+from populora_nb.analysis.runs import RUNS
 from populora_nb.analysis.seed_stats import fmt_interval, md_table
 from studies.liveness_report import protocol_liveness
 from studies.power import power_lines, power_row
 from studies.probe_floor import probe_floor_lines
 from studies.protocol_series import (
     COLORS,
-    RUNS,
     final_ranking,
     is_coverage,
     plot_step_band,

@@ -11,13 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from populora_nb.analysis.complexity import RunAnalysis, analyse_tasks
 from populora_nb.analysis.difficulty_probe import probe_events
 from populora_nb.analysis.figures import axes_or_new, finish
-from populora_nb.analysis.frames import load_tasks, per_step, records, step_mean
+from populora_nb.analysis.frames import load_tasks, per_step, read_stream
+from populora_nb.analysis.runs import RUNS
 from populora_nb.analysis.seed_stats import t_interval
 from populora_nb.records import RunDir
 from studies.coverage_windows import coverage_window_units, expected_distinct
@@ -58,7 +60,7 @@ class RunRecords:
     without ``tasks.jsonl``). Load it with ``run_records``, which caches it."""
 
     path: Path
-    metrics: tuple[dict, ...]
+    metrics: pd.DataFrame
     analysis: RunAnalysis | None
     played: tuple[PlayedTask, ...] = ()
     """(step, ρ, repeat) of every played task: valid, fresh, attempted by its matched solver."""
@@ -77,7 +79,7 @@ class RunRecords:
             return {} if self.analysis is None else copy_rate_series(self.analysis)
         if key == BAND_KEY or key in REPEAT_SERIES:
             return repeat_series(key, self.played, self.valid)
-        return step_mean(self.metrics, key)
+        return per_step(self.metrics, key).to_dict()
 
 
 def run_records(run_dir: str | Path) -> RunRecords:
@@ -89,7 +91,7 @@ def run_records(run_dir: str | Path) -> RunRecords:
 
 @functools.lru_cache(maxsize=64)
 def _load(path: Path, metrics_stamp: tuple[int, int], tasks_stamp: tuple[int, int]) -> RunRecords:
-    rows = tuple(records(path, "metrics")) if metrics_stamp != (0, 0) else ()
+    rows = read_stream(path, "metrics")
     if tasks_stamp[1] == 0:
         return RunRecords(path, rows, None)
     tasks = load_tasks(path)
@@ -101,8 +103,8 @@ def _load(path: Path, metrics_stamp: tuple[int, int], tasks_stamp: tuple[int, in
 # ----------------------------------------------------------------------------- per-step series
 def complexity_series(analysis: RunAnalysis, field: str) -> dict[int, float]:
     """step -> the mean ``field`` over that step's written programs (unparsed programs, NaN, left out)."""
-    values = ((p.step, float(getattr(p, field))) for p in analysis.programs)
-    return per_step((s, v) for s, v in values if not math.isnan(v))
+    values = pd.DataFrame([(p.step, float(getattr(p, field))) for p in analysis.programs], columns=["step", field])
+    return per_step(values, field).to_dict()  # NaN (an unparsed program) left out
 
 
 def copy_rate_series(analysis: RunAnalysis) -> dict[int, float]:
@@ -111,22 +113,23 @@ def copy_rate_series(analysis: RunAnalysis) -> dict[int, float]:
     return {int(st): float(m) for st, m in zip(series.steps, series.mean)}
 
 
-def _mu_by_step(rows: Sequence[dict]) -> dict[int, dict[str, float]]:
-    by_step: dict[int, dict[str, float]] = {}
-    for r in rows:
-        if r.get("rating/mu") is not None:
-            by_step.setdefault(int(r["step"]), {})[str(r["member"])] = float(r["rating/mu"])
-    return dict(sorted(by_step.items()))
+def _mu_by_step(metrics: pd.DataFrame) -> dict[int, dict[str, float]]:
+    rated = metrics.dropna(subset=["rating/mu"]) if "rating/mu" in metrics else metrics.iloc[:0]
+    return {
+        int(step): dict(zip(rows["member"].astype(str), rows["rating/mu"].astype(float)))
+        for step, rows in rated.groupby("step")
+    }
 
 
-def rating_spread_series(rows: Sequence[dict]) -> dict[int, float]:
+def rating_spread_series(metrics: pd.DataFrame) -> dict[int, float]:
     """step -> the within-role spread of TrueSkill μ: the standard deviation (ddof = 0) of μ over the
     members of one role rated that step, averaged over the roles with >= 2 rated members. Within a
     role, because teachers and students are opponents: the gap between the two roles' means says who
     wins the matches, not whether the members of a role stratify. Steps with no such role are left out."""
-    role_of = {str(r["member"]): str(r.get("role") or "") for r in rows if "member" in r}  # no role: ""
+    roles = metrics["role"].fillna("") if "role" in metrics else pd.Series("", index=metrics.index)  # no role: ""
+    role_of = dict(zip(metrics.get("member", roles).astype(str), roles.astype(str)))
     out: dict[int, float] = {}
-    for step, mu in _mu_by_step(rows).items():
+    for step, mu in _mu_by_step(metrics).items():
         by_role: dict[str, list[float]] = {}
         for member, value in mu.items():
             by_role.setdefault(role_of.get(member, ""), []).append(value)
@@ -136,9 +139,9 @@ def rating_spread_series(rows: Sequence[dict]) -> dict[int, float]:
     return out
 
 
-def final_ranking(rows: Sequence[dict]) -> list[str]:
+def final_ranking(metrics: pd.DataFrame) -> list[str]:
     """The members rated at the last rated step, highest μ first (empty for the baseline)."""
-    by_step = _mu_by_step(rows)
+    by_step = _mu_by_step(metrics)
     if not by_step:
         return []
     last = by_step[max(by_step)]
@@ -157,7 +160,6 @@ def window_values(series: Mapping[int, float], window: int) -> tuple[float, floa
 
 
 # ----------------------------------------------------------------------------- experiments: runs over seeds
-RUNS = ("baseline", "population")
 COLORS: Mapping[str, str] = {"baseline": "tab:gray", "population": "tab:red"}
 
 

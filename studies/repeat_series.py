@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
+import pandas as pd
 
 from populora_nb.analysis.frames import per_step
 from studies.seed_stats import Estimate, verdict
@@ -55,7 +56,7 @@ def repeat_items(key: str, played: Sequence[PlayedTask], valid: Sequence[tuple[i
 def repeat_series(key: str, played: Sequence[PlayedTask], valid: Sequence[tuple[int, bool]]) -> dict[int, float]:
     """step -> series ``key`` of ``REPEAT_SERIES`` from a run's played tasks and the (step, repeat) of
     its valid tasks."""
-    return per_step(repeat_items(key, played, valid))
+    return per_step(pd.DataFrame(repeat_items(key, played, valid), columns=["step", key]), key).to_dict()
 
 
 def pooled_windows(items: Sequence[tuple[int, float]], spans: Sequence[tuple[int, int]]) -> tuple[float, ...]:

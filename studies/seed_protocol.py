@@ -25,13 +25,14 @@ from pathlib import Path
 
 from populora_nb.__main__ import _config, _Parser, _say, add_config_options
 from populora_nb.__main__ import main as cli_main
+from populora_nb.analysis.runs import RUNS
 from populora_nb.config import ExperimentConfig
 from populora_nb.errors import UserInputError
 from populora_nb.experiment import run_experiment
 from populora_nb.verify import Verifier
 from studies.protocol import write_seed_report
 
-DEFAULT_STAGES = ("warmup", "baseline", "population", "analysis", "report")
+DEFAULT_STAGES = ("warmup", *RUNS, "analysis", "report")
 """No benchmark evaluation by default: the protocol's series come from training records."""
 
 

@@ -3,7 +3,7 @@ derives from a run directory, each with a one-line meaning in ``HEADLINE`` (the 
 are the plots', `populora_nb.analysis.plots.LABELS`). Every series is a
 number per logged step, except coverage, which is a number per window of steps.
 
-From ``metrics.jsonl`` (per step, the mean over the members that logged the key: ``frames.step_mean``):
+From ``metrics.jsonl`` (per step, the mean over the members that logged the key: ``frames.per_step``):
   teacher/valid_rate      share of proposals the verifier accepted (AZR's format/validity reward gate)
   student/solve_rate      ρ of fresh, matched proposals (not buffer tasks): the learnability signal
                           AZR's proposer reward is built on; the collapse story is ρ → 1

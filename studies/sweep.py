@@ -33,6 +33,7 @@ from typing import Any
 
 from populora_nb.__main__ import STAGES_HELP, _overrides, _Parser, _say, add_config_options
 from populora_nb.__main__ import main as cli_main
+from populora_nb.analysis.runs import RUNS
 from populora_nb.analysis.seed_stats import md_table
 from populora_nb.errors import UserInputError
 from populora_nb.experiment import STAGES, done_stages, run_experiment
@@ -48,7 +49,7 @@ PROGRESS_METRICS: Mapping[str, str] = {"valid": "teacher/valid_rate", "solve_rat
 def _progress(experiment: Path, stage: str) -> dict[str, float]:
     """The training stage's last logged step and the progress metrics' means over members then."""
     run_dir = experiment / stage
-    if stage not in ("baseline", "population") or not (run_dir / "metrics.jsonl").exists():
+    if stage not in RUNS or not (run_dir / "metrics.jsonl").exists():
         return {"step": -1, **{name: math.nan for name in PROGRESS_METRICS}}
     series = {name: run_series(run_dir, key) for name, key in PROGRESS_METRICS.items()}
     step = max((s for v in series.values() for s in v), default=-1)
@@ -217,7 +218,7 @@ def _complete(spec: SweepSpec, point: str, seed: int) -> bool:
 
 def complete_experiments(spec: SweepSpec, point: str) -> list[Path]:
     """The seeds' experiment directories of ``point`` whose training stages (of those asked) finished."""
-    trained = [s for s in ("baseline", "population") if s in spec.stages]
+    trained = [s for s in RUNS if s in spec.stages]
     dirs = [spec.experiment_dir(point, seed) for seed in spec.seeds]
     return [d for d in dirs if set(trained) <= set(done_stages(d))]
 

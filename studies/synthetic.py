@@ -27,6 +27,8 @@ from pathlib import Path
 
 import yaml
 
+from populora_nb.analysis.runs import RUNS
+
 SEED_PROGRAM = "def f(a):\n    return a"
 """AZR's identity seed, the first program in every buffer."""
 _LITERALS = {
@@ -130,7 +132,7 @@ def write_synthetic_run(
     ``matches`` (population only): students ``S0..`` solve the tasks in turn, and the run also gets
     ``matches.jsonl``, TrueSkill-like ratings of every member and a ``lineage.jsonl`` birth every 10
     steps, drawn from a separate random stream (the tasks are the same either way)."""
-    if agent not in ("baseline", "population"):
+    if agent not in RUNS:
         raise ValueError(f"agent must be 'baseline' or 'population', got {agent!r}")
     rng = random.Random(seed)
     run_dir = Path(run_dir)

@@ -2,6 +2,7 @@
 
 import json
 
+import pandas as pd
 import pytest
 
 from populora_nb.analysis.compute import BAND, compute_table, run_compute
@@ -39,13 +40,13 @@ def test_evolution_renames_do_not_count_as_more_adapters():
         {"step": 2, "member": m, "compute/generated_tokens": 10.0, "compute/trained_tokens": 5.0}
         for m in ("T0-child", "S0")
     ]
-    c = run_compute("population", rows)
+    c = run_compute("population", pd.DataFrame(rows))
     assert c.adapters == 2 and c.steps == 3 and c.generated == 60.0 and c.generated_per_adapter == 10.0
 
 
 def test_runs_recorded_before_token_counts_say_so(tmp_path):
     _write(tmp_path / "baseline", [{"step": 0, "member": "agent"}])
-    assert run_compute("baseline", [{"step": 0, "member": "agent"}]) is None
+    assert run_compute("baseline", pd.DataFrame([{"step": 0, "member": "agent"}])) is None
     assert compute_table({"baseline": tmp_path / "baseline"})[1][3] == "not recorded"
 
 
@@ -85,7 +86,7 @@ EARLIER = {"rl.teacher_proposals_per_kind": None, "rl.student_rollouts_trained":
 train on every rollout."""
 
 
-def per_adapter_ratios(runs: dict[str, list[dict]]) -> dict[str, tuple[float, float]]:
+def per_adapter_ratios(runs: dict[str, pd.DataFrame]) -> dict[str, tuple[float, float]]:
     """Per role of the population ("teacher", "student") and for all its members ("population"):
     (generated, trained) tokens per adapter and step divided by the baseline agent's. Needs a
     "baseline" and a "population" run; a ratio whose baseline is 0 is NaN."""
@@ -102,7 +103,7 @@ def _ratios(tmp_path, tokenizer, counts: dict, kinds: list[str], lengths: tuple[
     for agent in ("baseline", "population"):
         config = load_config("tiny", {**cfg, "run.agent": agent})
         policy = MeasuredLengthPolicy(tokenizer, lengths)
-        records[agent] = run(config, tmp_path / agent, policy=policy, progress=False).read("metrics")
+        records[agent] = pd.DataFrame(run(config, tmp_path / agent, policy=policy, progress=False).read("metrics"))
     return per_adapter_ratios(records)
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import populora_nb
-from populora_nb.analysis.frames import TASK_COLUMNS, load_frames
+from populora_nb.analysis.frames import TASK_COLUMNS, load_frames, per_step
 from populora_nb.config import load_config
 from populora_nb.loop import run
 from populora_nb.records import STREAMS
@@ -166,3 +166,37 @@ def test_the_reader_check_sees_a_second_reader(tmp_path):
     assert stream_readers(by_hand, analysis=False) == ["by_hand.py:2 parses a stream file"]
     assert stream_readers(past, analysis=True) == ["past.py:2 reads a stream past the frames"]
     assert stream_readers(past, analysis=False) == []  # orchestration reads through records.RunDir
+
+
+# ----------------------------------------------------------------------------- a metric per step, run names
+def test_per_step_means_over_the_members_that_logged_it_or_takes_the_steps_own_value():
+    metrics = pd.DataFrame(
+        [
+            {"step": 0, "member": "T0", "role": "teacher", "x": 1.0, "time/step_s": 5.0},
+            {"step": 0, "member": "S0", "role": "student", "x": 3.0, "time/step_s": 5.0},
+            {"step": 1, "member": "T0", "role": "teacher", "x": None, "time/step_s": 7.0},
+            {"step": 1, "member": "S0", "role": "student", "x": 4.0, "time/step_s": 7.0},
+            {"step": 2, "member": "T0", "role": "teacher", "x": None},
+        ]
+    )
+    assert per_step(metrics, "x").to_dict() == {0: 2.0, 1: 4.0}  # step 2 logged no x: absent
+    assert per_step(metrics, "x", role="teacher").to_dict() == {0: 1.0}
+    assert per_step(metrics, "time/step_s", how="first").to_dict() == {0: 5.0, 1: 7.0}
+    assert per_step(metrics, "never/logged").empty and per_step(pd.DataFrame(), "x").empty
+
+
+RUN_NAMES = re.compile(r"""["']baseline["'],\s*["']population["']""")
+
+
+def run_name_lists(path: Path) -> list[str]:
+    """Where ``path`` spells both run names in a row (a hand-written list of the runs), by line."""
+    return [f"{path.name}:{n}" for n, line in enumerate(path.read_text().splitlines(), 1) if RUN_NAMES.search(line)]
+
+
+def test_the_run_names_live_in_the_run_finder_alone():
+    """The analyses and studies take the runs of an experiment from `analysis.runs` (``RUNS``,
+    ``experiment_runs``), never from a list of their own."""
+    root = PACKAGE.parent
+    paths = [*sorted((PACKAGE / "analysis").glob("*.py")), *sorted((root / "studies").glob("*.py"))]
+    assert [hit for p in paths if p.name != "runs.py" for hit in run_name_lists(p)] == []
+    assert run_name_lists(PACKAGE / "analysis" / "runs.py") == ["runs.py:10"]  # the check sees a list

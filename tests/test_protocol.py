@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from populora_nb.analysis.coverage import rarefy
@@ -190,11 +191,12 @@ def test_rating_spread_is_the_within_role_standard_deviation_of_mu():
 
     rows = [row(0, m, mu) for m, mu in (("T0", 20.0), ("T1", 24.0), ("S0", 25.0), ("S1", 31.0))]
     rows.append(row(1, "T0", 22.0))  # one member of one role: no spread
+    rows = pd.DataFrame(rows)
     assert rating_spread_series(rows) == {0: pytest.approx((2.0 + 3.0) / 2)}
     # Teachers far below students but equal within each role: the roles' gap is not a spread.
     gap = [row(0, m, mu) for m, mu in (("T0", 10.0), ("T1", 10.0), ("S0", 40.0), ("S1", 40.0))]
-    assert rating_spread_series(gap) == {0: 0.0}
-    assert final_ranking(rows) == ["T0"] and final_ranking([{"step": 0, "member": "agent"}]) == []
+    assert rating_spread_series(pd.DataFrame(gap)) == {0: 0.0}
+    assert final_ranking(rows) == ["T0"] and final_ranking(pd.DataFrame([{"step": 0, "member": "agent"}])) == []
 
 
 def _rated_run(path, seed, n_steps=12, loser=True):

@@ -18,12 +18,13 @@ agent would train on more. The table shows the generated ratio beside the traine
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from populora_nb.analysis.frames import records
+import pandas as pd
+
+from populora_nb.analysis.frames import read_stream
 
 KEYS = ("compute/generated_tokens", "compute/trained_tokens")
 BAND = 0.15
@@ -56,18 +57,18 @@ class RunCompute:
         return generated, _div(self.trained_per_adapter, base.trained_per_adapter)
 
 
-def run_compute(name: str, rows: list[dict], role: str | None = None) -> RunCompute | None:
-    """Sum a run's metrics rows (only ``role``'s members when given); None for a run recorded
+def run_compute(name: str, metrics: pd.DataFrame, role: str | None = None) -> RunCompute | None:
+    """Sum a run's metrics frame (only ``role``'s members when given); None for a run recorded
     before token counts existed, or with no member of that role."""
     if role is not None:
-        rows = [r for r in rows if r.get("role") == role]
-    if not any(KEYS[0] in r for r in rows):
+        metrics = metrics[metrics["role"] == role] if "role" in metrics else metrics.iloc[:0]
+    if KEYS[0] not in metrics or metrics[KEYS[0]].isna().all():
         return None
-    per_step = Counter(r["step"] for r in rows)
+    per_step = metrics["step"].value_counts()
     # adapters alive at once: the most member rows of one step (evolution gives a child a new id,
     # so counting distinct ids would over-count)
-    generated, trained = (sum(r.get(key, 0.0) for r in rows) for key in KEYS)
-    return RunCompute(name, max(per_step.values()), len(per_step), generated, trained)
+    generated, trained = (float(metrics[key].sum()) if key in metrics else 0.0 for key in KEYS)
+    return RunCompute(name, int(per_step.max()), len(per_step), generated, trained)
 
 
 def _div(a: float, b: float) -> float:
@@ -79,7 +80,7 @@ def compute_table(runs: Mapping[str, str | Path]) -> list[list[str]]:
     tokens per adapter and step, and the per-adapter ratio to the baseline agent with whether its
     trained tokens lie in the ±15% band; the population's total ratio (about n adapters under
     per-adapter matching) on its own row."""
-    by_run = {name: records(path, "metrics") for name, path in runs.items()}
+    by_run = {name: read_stream(path, "metrics") for name, path in runs.items()}
     header = ["run", "adapters", "steps", "generated tokens", "trained tokens", "generated / adapter / step"]
     header += [
         "trained / adapter / step",
@@ -89,7 +90,7 @@ def compute_table(runs: Mapping[str, str | Path]) -> list[list[str]]:
     rows = [header + ["total ratio to the agent (gen / train)"]]
     base = run_compute("baseline", by_run["baseline"]) if "baseline" in by_run else None
     for name, metrics in by_run.items():
-        roles = [None, "teacher", "student"] if name != "baseline" and any("role" in r for r in metrics) else [None]
+        roles = [None, "teacher", "student"] if name != "baseline" and "role" in metrics else [None]
         for role in roles:
             c = run_compute(name, metrics, role)
             label = name if role is None else f"{name} · {role}s"

@@ -21,11 +21,12 @@ import html
 from collections.abc import Sequence
 from pathlib import Path
 
+import pandas as pd
 from matplotlib.figure import Figure
 
 from populora_nb.analysis import plots
 from populora_nb.analysis.figures import png_image
-from populora_nb.analysis.frames import records
+from populora_nb.analysis.frames import read_stream, rows_of
 from populora_nb.step_records import step_summary
 
 
@@ -77,13 +78,14 @@ class Dashboard:
         self._updated = False  # did a step finish while we watched (else: saved records only)
 
     @property
-    def history(self) -> list[dict]:
-        """The metrics rows of the run so far (the records are the truth: a resume cuts them back)."""
-        return records(self.path, "metrics")
+    def history(self) -> pd.DataFrame:
+        """The metrics of the run so far (the records are the truth: a resume cuts them back)."""
+        return read_stream(self.path, "metrics")
 
     def status(self) -> str:
         """Where the run stands, in words: steps done of the total, and what is running."""
-        done = len({r["step"] for r in self.history})  # steps with logged metrics
+        history = self.history
+        done = history["step"].nunique() if len(history) else 0  # steps with logged metrics
         if done >= self.total:
             return f"run complete ({done}/{self.total})" + ("" if self._updated else ", showing saved records")
         if done:
@@ -99,7 +101,7 @@ class Dashboard:
         fig = Figure(figsize=(10, 3.4), dpi=96)
         a, b = fig.subplots(1, 2)
         plots.plot_solve_rates({"run": self.path}, kinds=self.kinds, valid_rate=True, ax=a)
-        if any(r.get("rating/mu") is not None for r in self.history):
+        if self.history.get("rating/mu", pd.Series()).notna().any():
             plots.plot_ratings(self.path, ax=b)
         else:
             plots.plot_rewards(self.path, ax=b)
@@ -138,11 +140,11 @@ class Dashboard:
 
         history = self.history
         head = f"<b>{html.escape(self.status())}</b>"
-        if history:
-            last = max(r["step"] for r in history)
-            line = step_summary(last, [r for r in history if r["step"] == last], self.kinds, self.total)
+        if len(history):
+            last = int(history["step"].max())
+            line = step_summary(last, rows_of(history[history["step"] == last]), self.kinds, self.total)
             head += f"<br><code>{html.escape(line)}</code>"
         self._handles["head"].update(HTML(head))
-        if history:
+        if len(history):
             self._handles["figure"].update(png_image(self.figure()))
-        self._handles["tasks"].update(HTML(tasks_html(records(self.path, "tasks")[-5:])))
+        self._handles["tasks"].update(HTML(tasks_html(rows_of(read_stream(self.path, "tasks").tail(5)))))

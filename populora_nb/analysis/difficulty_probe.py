@@ -26,8 +26,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from populora_nb.analysis.figures import finish, line_band, whole_ticks
-from populora_nb.analysis.frames import records, step_value
-from populora_nb.analysis.liveness import played_tasks
+from populora_nb.analysis.frames import per_step, read_stream
 from populora_nb.analysis.seed_stats import fmt_interval, t_interval, welch_interval
 
 FLOOR_SHARE = 0.8
@@ -61,28 +60,25 @@ class ProbeEvent:
 
 def probe_events(run_dir: str | Path) -> list[ProbeEvent]:
     """The run's probe events in step order (empty when the probe never ran)."""
-    by_step: dict[int, list[dict]] = {}
-    for r in records(run_dir, "probe"):
-        by_step.setdefault(int(r["step"]), []).append(r)
+    probe = read_stream(run_dir, "probe")
+    if probe.empty:
+        return []
+    valid = probe["valid"].astype(bool)
+    played = probe["solve_rate"].where(valid).dropna().astype(float)  # valid and attempted (liveness.played_tasks)
     return [
-        ProbeEvent(
-            step,
-            len(rows),
-            sum(bool(r["valid"]) for r in rows),
-            tuple(float(r["solve_rate"]) for r in played_tasks(rows)),
-        )
-        for step, rows in sorted(by_step.items())
+        ProbeEvent(int(step), len(rows), int(valid[rows.index].sum()), tuple(played[played.index.isin(rows.index)]))
+        for step, rows in probe.groupby("step")
     ]
 
 
 def probe_cost(run_dir: str | Path) -> float | None:
     """The probe's seconds over the training steps' seconds, whole run: its cost per step as a
     fraction (the design aims at <= 0.10). None when the probe never ran."""
-    rows = records(run_dir, "metrics")
-    probe, steps = step_value(rows, "time/probe_s"), step_value(rows)
-    if not probe or not steps:
+    metrics = read_stream(run_dir, "metrics")
+    probe, steps = per_step(metrics, "time/probe_s", how="first"), per_step(metrics, "time/step_s", how="first")
+    if probe.empty or steps.empty:
         return None
-    return sum(probe.values()) / sum(steps.values())
+    return sum(probe) / sum(steps)
 
 
 def plot_probe(runs: Mapping[str, str | Path]) -> Figure:

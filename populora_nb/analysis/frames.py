@@ -20,22 +20,20 @@ for a sweep's grid point), so a run, an experiment, a protocol and a sweep read 
               prompt, its verdict and the frozen solver's ρ (empty when the probe never ran).
 ``config``    one row per run: its config.yaml flattened to dotted keys (``rl.rollouts``).
 
-This module is the analyses' one door to the records: ``records`` (one stream's rows, as
-`RunDir.read` parses them), ``load_tasks`` (the task rows as `TaskRecord`\ s, classed and checked),
-``analyse_run``, ``step_mean`` and ``step_value``; every analysis, plot and the seed protocol read
-through them (tests/test_frames.py fails on a second reader).
+This module is the analyses' one door to the records: ``read_stream`` (one stream of one run as a
+frame), ``per_step`` (a metric per step), ``load_tasks`` (the task rows as `TaskRecord`\ s, classed
+and checked) and ``analyse_run``; every analysis, plot and the seed protocol read through them
+(tests/test_frames.py fails on a second reader).
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import pandas as pd
 import yaml
 
@@ -123,36 +121,29 @@ def labels_of(run_dir: Path, root: Path) -> dict[str, Any]:
     return labels
 
 
-def records(run_dir: str | Path, stream: str) -> list[dict[str, Any]]:
-    """The rows of one record stream of a run (``metrics``, ``tasks``, ``matches``, ``lineage``,
-    ``probe``) as `RunDir.read` parses them: a torn last line dropped, ``.jsonl.gz`` read alike,
-    empty when the stream is absent."""
-    return RunDir(Path(run_dir)).read(stream)
+def read_stream(run_dir: str | Path, stream: str) -> pd.DataFrame:
+    """One record stream of a run (``metrics``, ``tasks``, ``matches``, ``lineage``, ``probe``) as a
+    frame, one row per record as `RunDir.read` parses it (a torn last line dropped, ``.jsonl.gz`` read
+    alike; no rows when the stream is absent). `load_frames` adds the task columns derived here."""
+    return pd.DataFrame(RunDir(Path(run_dir)).read(stream))
 
 
-def per_step(items: Iterable[tuple[int, float]]) -> dict[int, float]:
-    """step -> the mean of that step's values, steps in order (steps without a value: absent)."""
-    by_step: dict[int, list[float]] = {}
-    for step, value in items:
-        by_step.setdefault(int(step), []).append(float(value))
-    return {s: float(np.mean(v)) for s, v in sorted(by_step.items())}
+def rows_of(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """A frame's rows as dicts with None where a value is missing (as a record holds it), for the
+    displays the loop shares (`step_records.step_summary`, `dashboard.tasks_html`)."""
+    return df.astype(object).where(df.notna(), None).to_dict("records")
 
 
-def step_mean(rows: Iterable[dict], key: str, role: str | None = None) -> dict[int, float]:
-    """step -> the mean of ``key`` over the members (of ``role``) that logged it at that step."""
-    return per_step(
-        (r["step"], r[key]) for r in rows if (role is None or r.get("role") == role) and r.get(key) is not None
-    )
-
-
-def step_value(rows: Iterable[dict], key: str = "time/step_s") -> dict[int, float]:
-    """step -> ``key`` at that step, for a per-step value every member's row repeats (the step's
-    seconds ``time/step_s``, the probe's ``time/probe_s``): the analyses' one reader of a step's cost."""
-    out: dict[int, float] = {}
-    for r in rows:
-        if r.get(key) is not None:
-            out.setdefault(int(r["step"]), float(r[key]))
-    return out
+def per_step(
+    metrics: pd.DataFrame, key: str, role: str | None = None, how: Literal["mean", "first"] = "mean"
+) -> pd.Series:
+    """step -> the mean of ``key`` over the members (of ``role``) that logged it at that step, or
+    (``how="first"``) the value every member's row repeats (the step's seconds ``time/step_s``, the
+    probe's ``time/probe_s``); steps in order, steps without a value absent."""
+    if key not in metrics.columns or (role is not None and "role" not in metrics.columns):
+        return pd.Series(dtype=float)
+    rows = metrics if role is None else metrics[metrics["role"] == role]
+    return rows[key].astype(float).groupby(rows["step"].astype(int)).agg(how).dropna()
 
 
 _REQUIRED = ("step", "proposer", "kind", "program", "valid")
@@ -165,7 +156,7 @@ def load_tasks(run_dir: str | Path) -> list[TaskRecord]:
     path = RunDir(Path(run_dir)).stream_file("tasks")  # tasks.jsonl, or a committed copy's .jsonl.gz
     if not path.is_file():
         raise FileNotFoundError(f"no task records at {path}: is {run_dir} a run directory?")
-    rows = records(run_dir, "tasks")
+    rows = RunDir(Path(run_dir)).read("tasks")
     for number, row in enumerate(rows, start=1):
         if not isinstance(row, dict):
             raise ValueError(f"{path}: row {number} is not a JSON object")
@@ -186,7 +177,7 @@ def _task_record(row: dict, **fields: Any) -> TaskRecord:
     return TaskRecord(
         **{
             "step": int(row["step"]),
-            "proposer": str(row["proposer"]),
+            "proposer": str(row.get("proposer")),  # load_tasks checks it; a frame reads rows without
             "kind": str(row["kind"]),
             "program": str(row.get("program")),
             "valid": bool(row.get("valid")),
@@ -239,15 +230,15 @@ def _ordered(columns: pd.Index, first: tuple[str, ...]) -> list[str]:
 
 
 def _run_frames(run_dir: Path) -> dict[str, pd.DataFrame]:
-    config = _config(run_dir)
-    matches = records(run_dir, "matches")
+    config, rd = _config(run_dir), RunDir(run_dir)
+    matches = rd.read("matches")
     return {
-        "tasks": task_frame(run_dir, records(run_dir, "tasks"), matches, config.get("rl.rollouts")),
-        "metrics": pd.DataFrame(records(run_dir, "metrics")),
+        "tasks": task_frame(run_dir, rd.read("tasks"), matches, config.get("rl.rollouts")),
+        "metrics": read_stream(run_dir, "metrics"),
         "matches": pd.DataFrame(matches),
-        "lineage": pd.DataFrame(records(run_dir, "lineage")),
+        "lineage": read_stream(run_dir, "lineage"),
         "config": pd.DataFrame([config]),
-        "probe": pd.DataFrame(records(run_dir, "probe")),
+        "probe": read_stream(run_dir, "probe"),
     }
 
 

@@ -33,9 +33,9 @@ from typing import Any, Literal
 from scipy.stats import binomtest
 
 from populora_nb.analysis.clustered import BLOCK_STEPS, block_bootstrap_share, block_counts
-from populora_nb.analysis.frames import records
+from populora_nb.analysis.frames import load_frames, rows_of
 from populora_nb.analysis.survival import MIN_JUDGED, Survival, judge_children
-from populora_nb.copies import classify_rows, distinct_programs, repeat_rows, start_fingerprints
+from populora_nb.copies import distinct_programs
 from populora_nb.records import RunDir
 
 NEW_PASS = 0.10
@@ -317,35 +317,33 @@ def _pct(items: Sequence[tuple[int, bool]]) -> str:
 def liveness(run_dir: str | Path, *, seed: int = 0, name: str = "") -> Liveness:
     """Count, from ``tasks.jsonl`` (and for a population ``matches.jsonl``, one row per proposal in the
     same order, and ``lineage.jsonl``), whether the mechanism acted."""
-    rd = RunDir(Path(run_dir))
-    tasks = records(run_dir, "tasks")
-    start = start_fingerprints(run_dir)
-    repeats, classes = repeat_rows(tasks, start), classify_rows(tasks, start)
+    rd, frames = RunDir(Path(run_dir)), load_frames(run_dir)
+    tasks = rows_of(frames.tasks)  # with each task's copy class and repeat flag (None: an invalid task)
     steps = 1 + max((int(t["step"]) for t in tasks), default=-1)
-    flags = [(int(t["step"]), bool(r), c == "new") for t, r, c in zip(tasks, repeats, classes)]
-    valid = tuple(Valid(*f) for f, r in zip(flags, repeats) if r is not None)
+    flags = [(int(t["step"]), bool(t["repeat"]), t["copy"] == "new") for t in tasks]
+    valid = tuple(Valid(*f) for f, t in zip(flags, tasks) if t["repeat"] is not None)
     distinct = distinct_programs(tasks)
     if not rd.has("matches"):
         played = tuple(
-            Played(s, float(t["solve_rate"]), rep, new)
-            for t, r, (s, rep, new) in zip(tasks, repeats, flags)
-            if r is not None and t.get("solve_rate") is not None
+            Played(s, float(t["rho"]), rep, new)
+            for t, (s, rep, new) in zip(tasks, flags)
+            if t["repeat"] is not None and t["rho"] is not None
         )
         return Liveness(valid, played, steps, distinct, seed=seed, name=name)
     config = rd.load_config()  # a population's: its threshold, rollouts, grace and founders
-    matches = records(run_dir, "matches")
+    matches = rows_of(frames.matches)
     if len(matches) != len(tasks):
         raise ValueError(f"{run_dir}: {len(matches)} matches for {len(tasks)} task records (one per proposal)")
     threshold, k = config.matchmaking.win_threshold, config.rl.rollouts
     out = []
-    for m, r, (_, rep, new) in zip(matches, repeats, flags):
+    for m, (_, rep, new) in zip(matches, flags):
         if m["valid"] and m["rho"] is not None:
             rollouts = int(m.get("rollouts") or k)
             solved = round(float(m["rho"]) * rollouts)
             won = rollouts - solved if 0 < solved and m["rho"] < threshold else 0  # matchmaking.teacher_games
-            out.append(Played(int(m["step"]), float(m["rho"]), bool(rep) and r is not None, new, rollouts, won))
+            out.append(Played(int(m["step"]), float(m["rho"]), rep, new, rollouts, won))
     founders = {"teacher": config.population.n_teachers, "student": config.population.n_students}
-    survival = judge_children(records(run_dir, "lineage"), founders, config.evolution.grace)
+    survival = judge_children(rows_of(frames.lineage), founders, config.evolution.grace)
     n_valid, contested = sum(bool(m["valid"]) for m in matches), sum(0 < p.rho < threshold for p in out)
     return Liveness(valid, tuple(out), steps, distinct, survival, n_valid, contested, seed=seed, name=name)
 

@@ -3,7 +3,7 @@ run directories (or rows) and an optional ``ax``, and returns the Figure (`analy
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -14,9 +14,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from populora_nb.analysis.figures import axes_or_new, figure_of, finish, say_empty, say_missing
-from populora_nb.analysis.frames import records, step_mean
+from populora_nb.analysis.frames import per_step, read_stream
 from populora_nb.evolution import Lineage
-from populora_nb.matchmaking import Match, solve_rate_matrix
 from populora_nb.operators import CONTROLS, OPERATORS, PAPER_IDS, arity
 
 KIND_COLORS = {"code_o": "tab:blue", "code_i": "tab:orange", "code_f": "tab:green"}
@@ -44,11 +43,6 @@ def label(key: str) -> str:
     return LABELS.get(key, key)
 
 
-def _xy(series: Mapping[int, float]) -> tuple[list[int], list[float]]:
-    """A `frames.step_mean` series as (steps, values) for ``ax.plot``."""
-    return list(series), list(series.values())
-
-
 def plot_solve_rates(
     runs: Mapping[str, str | Path],
     kinds: Sequence[str] = ("code_o", "code_i", "code_f"),
@@ -70,18 +64,18 @@ def plot_solve_rates(
     drawn = False  # any solve-rate point
     missing: list[str] = []
     for (name, path), style in zip(runs.items(), ["-", "--", ":", "-."]):
-        rows = records(path, "metrics")
+        metrics = read_stream(path, "metrics")
         run_label = "" if len(runs) == 1 else f"{name} · "
         for kind in kinds:
-            series, color = step_mean(rows, f"{prefix}solve_rate/{kind}"), KIND_COLORS.get(kind)
-            drawn |= bool(series)
-            if series:
-                ax.plot(*_xy(series), style, color=color, marker="o", ms=3, label=f"{run_label}{kind}")
+            series, color = per_step(metrics, f"{prefix}solve_rate/{kind}"), KIND_COLORS.get(kind)
+            drawn |= not series.empty
+            if not series.empty:
+                ax.plot(series, style, color=color, marker="o", ms=3, label=f"{run_label}{kind}")
             else:
                 missing.append(f"{run_label}{kind}")
-        series = step_mean(rows, "teacher/valid_rate") if valid_rate else {}
-        if series:
-            ax.plot(*_xy(series), style, color="k", lw=1, marker="s", ms=3, label=f"{run_label}valid-proposal rate")
+        series = per_step(metrics, "teacher/valid_rate")
+        if valid_rate and not series.empty:
+            ax.plot(series, style, color="k", lw=1, marker="s", ms=3, label=f"{run_label}valid-proposal rate")
     title = "Solve rate ρ of fresh proposals"
     if source != "fresh":
         title = "Solve rate on buffer tasks (top-ups, AZR solver batch)"
@@ -104,14 +98,14 @@ def plot_step_metric(
     """One logged metric ``key`` over steps, one line per run: its mean per step over the members
     (of ``role``) that logged it."""
     fig, ax = axes_or_new(ax, steps=True)
-    series = {name: step_mean(records(path, "metrics"), key, role) for name, path in runs.items()}
+    series = {name: per_step(read_stream(path, "metrics"), key, role) for name, path in runs.items()}
     for name, s in series.items():
-        if s:
-            ax.plot(*_xy(s), marker="o", ms=3, label=name)
+        if not s.empty:
+            ax.plot(s, marker="o", ms=3, label=name)
     ax.set(xlabel="step", ylabel=label(key), title=title or label(key))
     if key.endswith("_rate"):
         ax.set_ylim(-0.03, 1.03)
-    finish(ax, any(series.values()), f"no step logged {label(key)} yet", fontsize=8)
+    finish(ax, any(not s.empty for s in series.values()), f"no step logged {label(key)} yet", fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -119,18 +113,18 @@ def plot_step_metric(
 def plot_ratings(run_dir: str | Path, ax: Axes | None = None) -> Figure:
     """TrueSkill mu per member over steps with a ±sigma band, coloured by role."""
     fig, ax = axes_or_new(ax, (7, 4), steps=True)
-    members: dict[str, list[dict]] = defaultdict(list)
-    for r in (r for r in records(run_dir, "metrics") if r.get("rating/mu") is not None):
-        members[r["member"]].append(r)
+    metrics = read_stream(run_dir, "metrics")
+    rated = metrics.dropna(subset=["rating/mu"]) if "rating/mu" in metrics else metrics.iloc[:0]
     ax.set(xlabel="step", ylabel="TrueSkill μ (band: ±σ)", title="Ratings")
-    if not members:
+    if rated.empty:
         say_empty(ax, "no ratings: a single agent (the baseline) plays no matches")
         return fig
-    last_step = max((r["step"] for rs in members.values() for r in rs), default=0)
+    members = dict(tuple(rated.groupby("member", sort=False)))
+    last_step = rated["step"].max()
     ends = []  # (mu, name, color) of the members alive at the last step, labelled at the right edge
     for m, rs in members.items():
-        steps, mu, sd = (np.array([r[k] for r in rs]) for k in ("step", "rating/mu", "rating/sigma"))
-        color = ROLE_COLORS.get(rs[0]["role"], "k")
+        steps, mu, sd = (rs[k].to_numpy(float) for k in ("step", "rating/mu", "rating/sigma"))
+        color = ROLE_COLORS.get(rs["role"].iloc[0], "k")
         ax.plot(steps, mu, color=color, lw=1.2, marker="o" if len(steps) == 1 else None, ms=3)
         ax.fill_between(steps, mu - sd, mu + sd, color=color, alpha=0.08)
         if steps[-1] == last_step:
@@ -138,7 +132,7 @@ def plot_ratings(run_dir: str | Path, ax: Axes | None = None) -> Figure:
         else:  # replaced by evolution: mark where its line stops
             ax.plot(steps[-1], mu[-1], "x", color=color, ms=5)
     for role, color in ROLE_COLORS.items():
-        if any(rs[0]["role"] == role for rs in members.values()):
+        if (rated["role"] == role).any():
             ax.plot([], [], color=color, label=role)
     if len(ends) < len(members):
         ax.plot([], [], "x", color="0.3", label="replaced by evolution")
@@ -172,27 +166,27 @@ def _label_ends(ax: Axes, ends: list[tuple[float, str, str]], x: float, fontsize
 def plot_solve_matrix(run_dir: str | Path, ax: Axes | None = None) -> Figure:
     """Teacher × student mean solve rate over the run's matches; blank where they never met."""
     fig, ax = axes_or_new(ax, (5, 4), steps=True)
-    rows = records(run_dir, "matches")
-    # runs recorded before matches carried their rollouts: rho alone is all this plot reads
-    matches = [Match(r["teacher"], r["student"], r["valid"], r["rho"], r.get("rollouts")) for r in rows]
-    teachers, students = sorted({str(m.teacher) for m in matches}), sorted({str(m.student) for m in matches})
-    mat = solve_rate_matrix(matches, teachers, students)
+    matches = read_stream(run_dir, "matches")
     ax.set(xlabel="student", ylabel="teacher", title="Solve rate ρ of valid tasks, per pair")
-    if not rows:
+    if matches.empty:
         ax.set(xticks=[], yticks=[])
         say_empty(ax, "no matches: a single agent (the baseline) has no teacher–student pairs")
         return fig
-    counts = Counter((m.teacher, m.student) for m in matches if m.played)
-    im = ax.imshow(np.ma.masked_invalid(mat.rho), vmin=0, vmax=1, cmap="viridis", aspect="auto")
+    teachers, students = sorted(set(matches["teacher"].astype(str))), sorted(set(matches["student"].astype(str)))
+    played = matches[matches["valid"].astype(bool) & matches["rho"].notna()]  # the student attempted it
+    pairs = played.astype({"rho": float}).groupby(["teacher", "student"])["rho"]
+    rho = pairs.mean().unstack().reindex(index=teachers, columns=students).to_numpy(float)
+    counts = pairs.size()
+    im = ax.imshow(np.ma.masked_invalid(rho), vmin=0, vmax=1, cmap="viridis", aspect="auto")
     ax.set_xticks(range(len(students)), students, rotation=45, ha="right")  # children's ids are long
     ax.set_yticks(range(len(teachers)), teachers)
-    for i, t in enumerate(mat.teachers):
-        for j, s in enumerate(mat.students):
-            if np.isfinite(rho := mat.rho[i, j]):  # ρ and how many tasks it averages
-                color = "w" if rho < 0.6 else "k"
-                ax.text(j, i, f"{rho:.2f}\nn={counts[(t, s)]}", ha="center", va="center", fontsize=7, color=color)
-    if not counts:
-        valid = sum(m.valid for m in matches)
+    for i, t in enumerate(teachers):
+        for j, s in enumerate(students):
+            if np.isfinite(r := rho[i, j]):  # ρ and how many tasks it averages
+                color = "w" if r < 0.6 else "k"
+                ax.text(j, i, f"{r:.2f}\nn={counts[(t, s)]}", ha="center", va="center", fontsize=7, color=color)
+    if counts.empty:
+        valid = int(matches["valid"].astype(bool).sum())
         say_empty(
             ax,
             f"no valid task was played in {len(matches)} matches ({valid} valid)"
@@ -207,13 +201,13 @@ def plot_solve_matrix(run_dir: str | Path, ax: Axes | None = None) -> Figure:
 def plot_valid_rate_per_teacher(run_dir: str | Path, ax: Axes | None = None) -> Figure:
     """Each proposer's valid-proposal rate (share of its proposals that passed validation) over steps."""
     fig, ax = axes_or_new(ax, steps=True)
-    rows = [r for r in records(run_dir, "metrics") if r.get("teacher/valid_rate") is not None]
-    for m in dict.fromkeys(r["member"] for r in rows):
-        rs = [r for r in rows if r["member"] == m]
-        ax.plot([r["step"] for r in rs], [r["teacher/valid_rate"] for r in rs], marker="o", ms=3, label=m)
+    metrics, key = read_stream(run_dir, "metrics"), "teacher/valid_rate"
+    rows = metrics.dropna(subset=[key]) if key in metrics else metrics.iloc[:0]
+    for m, rs in rows.groupby("member", sort=False):
+        ax.plot(rs["step"], rs[key], marker="o", ms=3, label=m)
     title = "Valid-proposal rate per proposer"
-    ax.set(xlabel="step", ylabel=label("teacher/valid_rate"), ylim=(-0.03, 1.03), title=title)
-    finish(ax, bool(rows), "no proposals logged yet", fontsize=8, ncol=2)
+    ax.set(xlabel="step", ylabel=label(key), ylim=(-0.03, 1.03), title=title)
+    finish(ax, not rows.empty, "no proposals logged yet", fontsize=8, ncol=2)
     fig.tight_layout()
     return fig
 
@@ -221,8 +215,8 @@ def plot_valid_rate_per_teacher(run_dir: str | Path, ax: Axes | None = None) -> 
 def plot_invalid_reasons(run_dir: str | Path, ax: Axes | None = None) -> Figure:
     """Why proposals were rejected, summed over the run."""
     fig, ax = axes_or_new(ax, steps=True)
-    tasks = records(run_dir, "tasks")
-    counts = Counter(r["reason"] for r in tasks if not r["valid"])
+    tasks = read_stream(run_dir, "tasks")
+    counts = Counter(tasks["reason"][~tasks["valid"].astype(bool)]) if len(tasks) else Counter()
     items = sorted(counts.items(), key=lambda kv: kv[1])
     ax.barh([k for k, _ in items], [v for _, v in items], color="tab:red")
     ax.set(xlabel="proposals", title=f"Rejected proposals by reason ({sum(counts.values())} of {len(tasks)})")
@@ -235,16 +229,16 @@ def plot_invalid_reasons(run_dir: str | Path, ax: Axes | None = None) -> Figure:
 def plot_rewards(run_dir: str | Path, ax: Axes | None = None) -> Figure:
     """Mean proposer reward and mean solver reward per step (a baseline's substitute for ratings)."""
     fig, ax = axes_or_new(ax, steps=True)
-    rows = records(run_dir, "metrics")
+    metrics = read_stream(run_dir, "metrics")
     series = {
-        name: step_mean(rows, f"reward/{key}_mean") for key, name in (("propose", "proposer"), ("solve", "solver"))
+        name: per_step(metrics, f"reward/{key}_mean") for key, name in (("propose", "proposer"), ("solve", "solver"))
     }
     for name, s in series.items():
-        if s:
-            ax.plot(*_xy(s), marker="o", ms=3, label=name)
+        if not s.empty:
+            ax.plot(s, marker="o", ms=3, label=name)
     ax.axhline(0, color="k", lw=0.5)
     ax.set(xlabel="step", ylabel="mean reward", title="Rewards")
-    finish(ax, any(series.values()), "no reward logged yet", fontsize=8)
+    finish(ax, any(not s.empty for s in series.values()), "no reward logged yet", fontsize=8)
     fig.tight_layout()
     return fig
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from populora_nb.analysis import complexity_plots, plots
 from populora_nb.analysis.complexity import detect_collapse
@@ -21,9 +22,9 @@ from populora_nb.analysis.compute import compute_table
 from populora_nb.analysis.coverage import COVERAGE_KINDS, rarefaction_curves
 from populora_nb.analysis.difficulty_probe import plot_probe, probe_events, probe_table
 from populora_nb.analysis.figures import save_figure
-from populora_nb.analysis.frames import analyse_run, records, step_value
+from populora_nb.analysis.frames import analyse_run, per_step, read_stream
 from populora_nb.analysis.liveness import CHECKS, liveness
-from populora_nb.analysis.runs import find_runs
+from populora_nb.analysis.runs import experiment_runs
 from populora_nb.analysis.seed_stats import md_table
 from populora_nb.config import ExperimentConfig
 from populora_nb.evaluation.humaneval import benchmark_label
@@ -45,15 +46,10 @@ class Section:
     """First row is the header."""
 
 
-def _runs(out: Path) -> dict[str, Path]:
-    """The experiment's baseline and population runs (other folders, e.g. eval/, are not runs here)."""
-    return {name: path for name, path in find_runs(out, missing_ok=True).items() if name in ("baseline", "population")}
-
-
 def make_figures(out: str | Path) -> list[Path]:
     """Render every figure the report shows into ``out/figures``."""
     out = Path(out)
-    runs = _runs(out)
+    runs = experiment_runs(out)
     if not runs:
         raise FileNotFoundError(f"{out} holds no baseline/ or population/ run to analyse")
     kinds = RunDir(next(iter(runs.values()))).load_config().tasks.kinds
@@ -70,9 +66,10 @@ def make_figures(out: str | Path) -> list[Path]:
         save(plots.plot_solve_matrix(pop), "solve_matrix.png")
         save(plots.plot_valid_rate_per_teacher(pop), "valid_rate_per_teacher.png")
         save(plots.plot_invalid_reasons(pop), "invalid_reasons.png")
+        lineage = read_stream(pop, "lineage")
         births = [
-            Lineage(r["child"], tuple(r["parents"]), r["operator"], r["birth_step"], r["role"], r["replaced"])
-            for r in records(pop, "lineage")
+            Lineage(r.child, tuple(r.parents), r.operator, r.birth_step, r.role, r.replaced)
+            for r in lineage.itertuples()
         ]
         if births:
             save(plots.plot_lineage(births), "lineage.png")
@@ -122,7 +119,7 @@ def run_length_note(config: ExperimentConfig) -> str:
 
 def sections(out: Path) -> list[Section]:
     """The report's sections, in order: each a title, its text, its figures and its table."""
-    runs = _runs(out)
+    runs = experiment_runs(out)
     fig = lambda name: [f"figures/{name}"] if (out / "figures" / name).exists() else []  # noqa: E731
     secs = [
         Section(
@@ -234,26 +231,26 @@ def _run_table(out: Path, runs: dict[str, Path]) -> list[list[str]]:
     for name, path in runs.items():
         rd = RunDir(path)
         cfg = rd.load_config()
-        metrics, tasks = records(path, "metrics"), records(path, "tasks")
-        solve = [r["student/solve_rate"] for r in metrics if r.get("student/solve_rate") is not None]
+        metrics, tasks = read_stream(path, "metrics"), read_stream(path, "tasks")
+        solve = metrics["student/solve_rate"].dropna() if "student/solve_rate" in metrics else []
         members = "1 agent" if name == "baseline" else f"{cfg.population.n_teachers}T + {cfg.population.n_students}S"
-        counts = [str(len({r["step"] for r in metrics})), f"{sum(t['valid'] for t in tasks)}/{len(tasks)}"]
-        mean = f"{sum(solve) / len(solve):.3f}" if solve else "n/a"
+        valid = int(tasks["valid"].astype(bool).sum()) if len(tasks) else 0
+        counts = [str(metrics["step"].nunique() if len(metrics) else 0), f"{valid}/{len(tasks)}"]
+        mean = f"{sum(solve) / len(solve):.3f}" if len(solve) else "n/a"
         seconds = str(stages.get(name, {}).get("seconds", "n/a"))
         rows.append([name, cfg.model.name, members, *counts, mean, *_cost(metrics), seconds])
     return rows
 
 
-def _cost(metrics: list[dict]) -> tuple[str, str]:
+def _cost(metrics: pd.DataFrame) -> tuple[str, str]:
     """Mean seconds per step and the largest per-step peak memory (the GPU's when it ran on one, else
     the process's resident set)."""
-    per_step = step_value(metrics)
-    logged = [r.get("memory/cuda_peak_gb", r.get("memory/peak_rss_gb")) for r in metrics]
-    peaks = [float(p) for p in logged if p is not None]
-    where = " (GPU)" if any("memory/cuda_peak_gb" in r for r in metrics) else " (RSS)"
+    seconds = per_step(metrics, "time/step_s", how="first")
+    gpu, none = "memory/cuda_peak_gb" in metrics, pd.Series(np.nan, index=metrics.index)
+    peaks = metrics.get("memory/cuda_peak_gb", none).fillna(metrics.get("memory/peak_rss_gb", none)).dropna()
     return (
-        f"{sum(per_step.values()) / len(per_step):.1f}" if per_step else "n/a",
-        f"{max(peaks):.2f}{where}" if peaks else "n/a",
+        f"{sum(seconds) / len(seconds):.1f}" if len(seconds) else "n/a",
+        f"{max(peaks):.2f}{' (GPU)' if gpu else ' (RSS)'}" if len(peaks) else "n/a",
     )
 
 

@@ -7,6 +7,9 @@ from pathlib import Path
 
 from populora_nb.records import RunDir
 
+RUNS = ("baseline", "population")
+"""The runs an experiment directory holds (``EXP/baseline``, ``EXP/population``), baseline first:
+the one place the analyses, studies and notebooks learn their names."""
 RUN_STREAMS = ("metrics.jsonl", "tasks.jsonl")
 """A directory holding either of these records is a run directory."""
 _SKIP_DIRS = {"checkpoints", "figures", "eval", "tune", "warmup"}
@@ -40,3 +43,10 @@ def find_runs(*places: str | Path | None, missing_ok: bool = False) -> dict[str,
         return {}
     where = ", ".join(str(p) for p in tried) or "nowhere (no place given)"
     raise FileNotFoundError(f"no run directory (a folder with {' or '.join(RUN_STREAMS)}) at or under {where}")
+
+
+def experiment_runs(experiment: str | Path) -> dict[str, Path]:
+    """The `RUNS` an experiment directory holds, by name, baseline first (its other folders, e.g.
+    eval/, are not runs); empty when it holds none."""
+    found = find_runs(experiment, missing_ok=True)
+    return {name: found[name] for name in RUNS if name in found}
