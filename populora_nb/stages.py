@@ -1,13 +1,8 @@
 """The stages of one self-play step, one function each, data in and data out: `pair`, `propose`,
-`validate`, `solve` (with `solve_rates`), `reward`, `update`, `rate`, `grow`. `step.population_step` and
-`step.baseline_step` run them in order (`step`'s docstring draws it); notebooks 02 and 03 call them one
-per cell; the warm-up, the probe and the studies reuse them.
-
-No model code lives here: generation and the update go through a `Policy` (`populora_nb.policy`).
-The baseline is the same loop with one member, ``agent``, playing both roles, and AZR's proposer reward.
-The solver(s) solve this step's valid proposals with k rollouts each, which gives the proposer its solve
-rate ρ in the same step (as AZR's code does); which tasks each solver gets is `solve_batches`'. What a
-step records lives in `step_records`.
+`validate`, `solve` (with `solve_rates`), `reward`, `update`, `rate`, `grow`. `step` runs them in order
+(its docstring draws it), notebooks 02 and 03 one per cell. No model code: generation and the update go
+through a `Policy`. This step's valid proposals are solved with k rollouts each, which gives the
+proposer its ρ in the same step, as AZR's code does (which tasks each solver gets: `solve_batches`).
 """
 
 from __future__ import annotations
@@ -360,11 +355,8 @@ def grow(buffers: dict[str, TaskBuffer], proposals: Sequence[Proposed], one_task
         tasks = [p.result for p in proposals if p.kind == kind and isinstance(p.result, Task)]
         if one_task_per_program:
             held = {fingerprint(kind, t.program, t.inputs) for t in buffer.tasks}
-            kept = []
+            first: dict[str, Task] = {}
             for t in tasks:
-                key = fingerprint(kind, t.program, t.inputs)
-                if key not in held:
-                    held.add(key)
-                    kept.append(t)
-            tasks = kept
+                first.setdefault(fingerprint(kind, t.program, t.inputs), t)
+            tasks = [t for key, t in first.items() if key not in held]
         buffer.add_batch(tasks)
