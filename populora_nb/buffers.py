@@ -108,14 +108,12 @@ class TaskBuffer:
 
     def _by_recency(self, k: int, rng: random.Random) -> list[Task]:
         """k entries drawn without replacement, each with weight equal to its insertion rank."""
-        idx = list(range(len(self.tasks)))
-        chosen: list[int] = []
-        weights = [i + 1.0 for i in idx]
+        left = list(range(len(self.tasks)))
+        chosen: list[Task] = []
         for _ in range(k):  # weighted sampling without replacement
-            j = rng.choices(range(len(idx)), weights=weights)[0]
-            chosen.append(idx.pop(j))
-            weights.pop(j)
-        return [self.tasks[i] for i in chosen]
+            j = rng.choices(range(len(left)), weights=[i + 1.0 for i in left])[0]
+            chosen.append(self.tasks[left.pop(j)])
+        return chosen
 
     def to_json(self) -> dict:
         counts = {f: getattr(self, f) for f in ("kind", "cap", "n_seeds", "n_added", "n_recent")}

@@ -107,12 +107,10 @@ class _LocalNames(ast.NodeTransformer):
         for arg in ast.walk(node.args):
             if isinstance(arg, ast.arg):
                 arg.arg = self._lookup(arg.arg)
-        for field in ("body", "returns"):
-            value = getattr(node, field, None)
-            if isinstance(value, list):
-                setattr(node, field, [self.visit(s) for s in value])
-            elif isinstance(value, ast.AST) and field == "body":
-                node.body = self.visit(value)  # a lambda's body is one expression
+        if isinstance(node.body, list):
+            node.body = [self.visit(s) for s in node.body]
+        else:
+            node.body = self.visit(node.body)  # a lambda's body is one expression
         self.scopes.pop()
         return node
 

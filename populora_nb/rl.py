@@ -208,13 +208,10 @@ def completion_logprobs(
     """Log-prob of each taken token on completion positions; (B, T) float32, 0 elsewhere.
 
     ``out[b, t] = log softmax(logits at t − 1, divided by T)[input_ids[b, t]]`` where ``completion_mask[b, t]``,
-    aligned with ``input_ids`` so the same mask feeds ``policy_gradient_loss``. ``temperature`` is
-    the one the completions were *sampled* at, so old, new and reference log-probs are those of the
-    policy that sampled (``logprob_temperature``: 0, greedy, scores at 1).
-
-    With top_p < 1 these are still log-probs of the untruncated distribution, as in TRL and veRL.
-    Only the N completion rows are normalised, ``chunk_rows`` at a time in float32 (``token_logprobs``),
-    so no (B, T, V) or (N, V) float32 copy is kept. Gradients flow to ``logits``.
+    aligned with ``input_ids`` so the same mask feeds ``policy_gradient_loss``. ``temperature``: the one
+    the completions were *sampled* at (`logprob_temperature`); with top_p < 1 these are still log-probs of
+    the untruncated distribution, as in TRL and veRL. Only the N completion rows are normalised
+    (`token_logprobs`), so no (B, T, V) float32 copy is kept. Gradients flow to ``logits``.
     """
     b, t, row = _completion_positions(logits, input_ids, completion_mask)
     token_logp = token_logprobs(logits[b, row], input_ids[b, t], temperature, chunk_rows=chunk_rows)  # (N,)

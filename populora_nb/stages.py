@@ -252,19 +252,10 @@ def solve(
     to_judge = [(j.task, a) for (j, _, _), a in zip(rows, answers) if isinstance(a, str)]
     verdicts = iter(verifier.judge_many(to_judge))
     attempts = []
-    for (job, prompt, rollout), completion, answer in zip(rows, completions, answers):
+    for (j, prompt, rollout), c, answer in zip(rows, completions, answers):
         status = "malformed" if isinstance(answer, ParseFailure) else ("correct" if next(verdicts).passed else "wrong")
         attempts.append(
-            Attempt(
-                job.solver,
-                job.task,
-                prompt,
-                completion.text,
-                status,
-                job.proposed_index,
-                job.trains_on(rollout),
-                completion.token_ids,
-            )
+            Attempt(j.solver, j.task, prompt, c.text, status, j.proposed_index, j.trains_on(rollout), c.token_ids)
         )
     return attempts
 
@@ -310,15 +301,9 @@ def reward(
         )
     for a in attempts:
         if a.train:  # AZR's learnability rollouts set rho only
+            r = student_reward(a.status)  # type: ignore[arg-type]
             samples.append(
-                Sample(
-                    a.solver,
-                    a.prompt,
-                    a.completion,
-                    student_reward(a.status),  # type: ignore[arg-type]
-                    (a.solver, "solve", a.task.kind),
-                    token_ids=a.token_ids,
-                )
+                Sample(a.solver, a.prompt, a.completion, r, (a.solver, "solve", a.task.kind), token_ids=a.token_ids)
             )
     if not samples:
         return []
