@@ -44,8 +44,6 @@ KEY_MARK = ":"
 """Every fingerprint is ``space:digest``; a checkpoint's fingerprints without it were keyed before
 names were normalised (`is_current_fingerprint`)."""
 
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
-
 
 def _args(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> list[str]:
     a = node.args
@@ -65,9 +63,7 @@ def _body_bindings(node: ast.AST) -> Iterator[str]:
             continue
         elif isinstance(child, ast.Lambda):
             continue
-        elif isinstance(child, ast.ExceptHandler) and child.name:
-            yield child.name
-        elif isinstance(child, (ast.MatchAs, ast.MatchStar)) and child.name:
+        elif isinstance(child, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and child.name:
             yield child.name
         yield from _body_bindings(child)
 
