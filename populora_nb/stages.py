@@ -179,15 +179,11 @@ def propose(
                     program, dropped = "", len(refs) - len(used)
                     shown = tuple(r.program for r in used)
                 jobs.append((member, kind, render(text, policy.tokenizer, tc.prompt_format), program, shown, dropped))
-    completions = map(
-        as_completion,
-        policy.generate(
-            [j[0] for j in jobs],
-            [j[2] for j in jobs],
-            config.sampling.propose_max_new_tokens,
-            seed_for(config.run.seed, step, "propose"),
-        ),
+    seed = seed_for(config.run.seed, step, "propose")
+    generated = policy.generate(
+        [j[0] for j in jobs], [j[2] for j in jobs], config.sampling.propose_max_new_tokens, seed
     )
+    completions = map(as_completion, generated)
     return [
         Proposed(
             m,
@@ -239,14 +235,10 @@ def solve(
     rows = [(j, render(d, policy.tokenizer, fmt), r) for j, d in prompts if d is not None for r in range(j.rollouts)]
     if not rows:
         return []
+    seed = seed_for(config.run.seed, step, "solve")
+    members, texts = [j.solver for j, _, _ in rows], [prompt for _, prompt, _ in rows]
     completions = [
-        as_completion(c)
-        for c in policy.generate(
-            [j.solver for j, _, _ in rows],
-            [prompt for _, prompt, _ in rows],
-            config.sampling.solve_max_new_tokens,
-            seed_for(config.run.seed, step, "solve"),
-        )
+        as_completion(c) for c in policy.generate(members, texts, config.sampling.solve_max_new_tokens, seed)
     ]
     answers = [parse_answer(c.text, j.task.kind, fmt) for (j, _, _), c in zip(rows, completions)]
     to_judge = [(j.task, a) for (j, _, _), a in zip(rows, answers) if isinstance(a, str)]
