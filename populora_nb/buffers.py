@@ -1,21 +1,11 @@
 """Task buffers: the validated tasks a proposer sees as references (AZR §3.3.1), and the seeds.
 
-One buffer per task kind, kept apart as AZR keeps them: its `DatasetManager` (trainer/ppo/
-azr_ray_trainer.py) holds an 'input' (code_i), an 'output' (code_o) and a 'problem' (code_f) list;
-a gen_code_i step's valid programs go to 'input' only (`add_input_batch`), a gen_code_o step's to
-'output' only (`add_output_batch`); only the seeds are put in both, before step 1.
-
-AZR keeps the first 16,384 entries and then stops storing (its references freeze); here a full buffer
-drops its oldest non-seed entry (FIFO), so references keep tracking what the population writes now. References are drawn
-uniformly (AZR's `gen_data_probabilities_strategy = "uniform"`, `get_gen_code_io_data`), or
-recency-weighted with weight proportional to insertion rank (the newest entry is n times as likely
-as the oldest), or least-shown first (`tasks.reference_sampling = "least_shown"`, not AZR: the
-programs shown least often so far, ties drawn uniformly, so every stored program is read before any
-is read twice; each buffer counts how often each program was shown, `times_shown`).
-
-The AZR solver's batch (`sample_max_new`) is AZR's `pred_data_mix_strategy = "max_new"`: every task
-the previous step added first, then uniform draws from the whole buffer; a buffer remembers how many
-of its newest entries the last batch added (`n_recent`, AZR's `get_recent_additions`).
+One buffer per task kind, kept apart as AZR's `DatasetManager` (trainer/ppo/azr_ray_trainer.py) keeps
+its 'input' (code_i), 'output' (code_o) and 'problem' (code_f) lists; only the seeds go in both code_o
+and code_i. Unlike AZR, which stops storing at 16,384 entries, a full buffer drops its oldest non-seed
+entry (FIFO), so references keep tracking what the population writes now. References are drawn
+uniformly (AZR's default), recency-weighted, or least shown first (``tasks.reference_sampling``, not
+AZR: docs/methodology.md, "Novelty pressure"). The AZR solver's batch is `TaskBuffer.sample_max_new`.
 """
 
 from __future__ import annotations
@@ -118,14 +108,12 @@ class TaskBuffer:
 
     def _by_recency(self, k: int, rng: random.Random) -> list[Task]:
         """k entries drawn without replacement, each with weight equal to its insertion rank."""
-        idx = list(range(len(self.tasks)))
-        chosen: list[int] = []
-        weights = [i + 1.0 for i in idx]
+        left = list(range(len(self.tasks)))
+        chosen: list[Task] = []
         for _ in range(k):  # weighted sampling without replacement
-            j = rng.choices(range(len(idx)), weights=weights)[0]
-            chosen.append(idx.pop(j))
-            weights.pop(j)
-        return [self.tasks[i] for i in chosen]
+            j = rng.choices(range(len(left)), weights=[i + 1.0 for i in left])[0]
+            chosen.append(self.tasks[left.pop(j)])
+        return chosen
 
     def to_json(self) -> dict:
         counts = {f: getattr(self, f) for f in ("kind", "cap", "n_seeds", "n_added", "n_recent")}

@@ -1,37 +1,17 @@
 """What a proposer newly wrote: every valid proposal classed by its program, and flagged when it
-repeats a task.
+repeats a task (docs/methodology.md, "New programs and repeats", gives the rules and why).
 
-Two classes, each keyed on what it means (docs/methodology.md, "New programs and repeats"):
+* **Program class** (``copy``): what the proposer *wrote* (code_o / code_i the program, code_f its
+  input set) is ``"reference"`` (a program its prompt showed), ``"earlier"`` (a seed's, a warm-up
+  example's or an earlier valid proposal's of the run) or ``"new"``.
+* **Repeat**: the task as its student meets it (code_o program + input, code_i program + output,
+  code_f program + shown pairs) was met before in the run.
 
-**Program class** (``copy``), what the proposer *wrote*: for code_o / code_i the program alone, for
-code_f (which is handed a program) its input set. In proposal order a valid proposal is
-
-* ``"reference"``: its program is one of the reference programs its own prompt showed (code_o /
-  code_i; a code_f prompt shows a program to write inputs for, and its inputs are never shown);
-* ``"earlier"``: its program is a seed task's, a warm-up example's, or an earlier valid proposal's
-  of the same run (earlier steps, or earlier in the same step's proposal order);
-* ``"new"``: neither: a **new program**, the measure of whether proposers keep writing.
-
-**Repeat**, the same *task as the student meets it*: code_o the program and its input, code_i the
-program and its output (the student is shown the output and finds any input), code_f the program and
-its shown input/output pairs, met before in the run (seed, warm-up example, earlier proposal). A
-copied program with a new input is not a repeat, but it is not a new program either: a proposer that
-re-poses one program with fresh arguments writes repeats never and new programs once.
-
-Programs are compared after **normalisation** (`normalise`): ``ast.unparse`` of the tree, so that
-formatting and comments do not count, with every parameter and locally bound name renamed in order
-of first binding (``$0``, ``$1``, ...), so that names do not count either; ``f``, builtins,
-attributes, imported and global names and literals are kept. ``def f(y): return y * 2`` is then the
-program ``def f(x): return x * 2``, while ``x * 3`` is another one. A program that does not parse is
-compared with whitespace collapsed.
-
-``tasks.reject_copies = "reference"`` makes a copy of a shown reference invalid, a departure from AZR
-no preset uses. AZR keeps repeats: ``DatasetManager.add_input_batch`` / ``add_output_batch`` /
-``add_problem_batch`` (absolute_zero_reasoner/trainer/ppo/azr_ray_trainer.py) ``extend`` the buffers
-with every valid proposal without a duplicate check, and
-``CodeIORewardManager._get_problem_generator_rewards_and_valid_programs`` (rewards/reward_managers.py)
-pays a repeat the same learnability reward 1 − acc as a new task; so does ``tasks.reject_repeats =
-False``, while ``True`` makes a repeat invalid (``repeat_of_earlier_task``).
+Programs are compared after `normalise`: ``ast.unparse`` with every parameter and locally bound name
+renamed ``$0``, ``$1``, ... in order of first binding, so formatting, comments and names do not make
+a program new. AZR keeps repeats and pays them as new tasks (``tasks.reject_repeats = False``, the
+default); ``tasks.reject_copies = "reference"`` and ``tasks.reject_repeats = True`` make a copy of a
+shown reference or a repeat invalid instead.
 """
 
 from __future__ import annotations
@@ -64,8 +44,6 @@ KEY_MARK = ":"
 """Every fingerprint is ``space:digest``; a checkpoint's fingerprints without it were keyed before
 names were normalised (`is_current_fingerprint`)."""
 
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
-
 
 def _args(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> list[str]:
     a = node.args
@@ -85,19 +63,9 @@ def _body_bindings(node: ast.AST) -> Iterator[str]:
             continue
         elif isinstance(child, ast.Lambda):
             continue
-        elif isinstance(child, ast.ExceptHandler) and child.name:
-            yield child.name
-        elif isinstance(child, (ast.MatchAs, ast.MatchStar)) and child.name:
+        elif isinstance(child, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and child.name:
             yield child.name
         yield from _body_bindings(child)
-
-
-def _declared_elsewhere(node: ast.AST) -> set[str]:
-    out: set[str] = set()
-    for child in ast.walk(node):
-        if isinstance(child, (ast.Global, ast.Nonlocal)):
-            out.update(child.names)
-    return out
 
 
 class _LocalNames(ast.NodeTransformer):
@@ -115,7 +83,7 @@ class _LocalNames(ast.NodeTransformer):
         return name
 
     def _enter(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> None:
-        skip = _declared_elsewhere(node)
+        skip = {n for c in ast.walk(node) if isinstance(c, (ast.Global, ast.Nonlocal)) for n in c.names}
         scope: dict[str, str] = {}
         for name in [*_args(node), *_body_bindings(node if not isinstance(node, ast.Lambda) else node.body)]:
             if name not in scope and name not in skip:
@@ -135,12 +103,10 @@ class _LocalNames(ast.NodeTransformer):
         for arg in ast.walk(node.args):
             if isinstance(arg, ast.arg):
                 arg.arg = self._lookup(arg.arg)
-        for field in ("body", "returns"):
-            value = getattr(node, field, None)
-            if isinstance(value, list):
-                setattr(node, field, [self.visit(s) for s in value])
-            elif isinstance(value, ast.AST) and field == "body":
-                node.body = self.visit(value)  # a lambda's body is one expression
+        if isinstance(node.body, list):
+            node.body = [self.visit(s) for s in node.body]
+        else:
+            node.body = self.visit(node.body)  # a lambda's body is one expression
         self.scopes.pop()
         return node
 

@@ -97,15 +97,10 @@ def plan_replacement(
     """In each role, the `num_replaced` weakest members by μ − kσ are replaced by children of
     parents chosen by tournament among the rest of that role, with operators drawn from `mix`.
 
-    `tournament_size` and `grace_steps` have no default: a run takes them from its `EvolutionConfig`
-    (2 and 2 x ``every`` by default), and a simulation must too, or it judges other rules.
-    Children younger than `grace_steps` are not replaced (founding members are never in grace).
-    Judged at the very next event a child would be weakest by construction (its σ not yet shrunk by
-    its own games), so the config's default grace is two intervals: first judged at the second event
-    after its birth, a newborn of equal skill is culled at the chance rate, its inherited tournament
-    winner's rating no help by then (`newborn_fate`, `studies.evolution_simulations.inheritance_edge`).
-    Children are named "{role}-s{step}-{j}". Crossover parents come fitter first; a crossover is
-    only drawn when the role has two possible parents.
+    Children younger than `grace_steps` are not replaced (founders never are in grace); it and
+    `tournament_size` have no default, so a simulation judges the run's rules (docs/methodology.md,
+    "Evolution gives a newborn a fair chance": why grace is two intervals). Children are named
+    "{role}-s{step}-{j}"; crossover parents come fitter first, drawn only when a role has two.
     """
     ids = [m.member_id for m in members]
     if len(set(ids)) != len(ids):
@@ -134,14 +129,11 @@ def inherit_rating(
     *,
     sigma_inflation: float = 1.0,
     prior: tuple[float, float] = (MatchmakingConfig.mu, MatchmakingConfig.sigma),
-    from_prior: bool = False,
 ) -> tuple[float, float]:
     """A child's starting (μ, σ): its parents' mean μ with the larger parent σ times
-    `sigma_inflation`, capped at the prior σ (never less known than a stranger); or the prior itself
-    when `from_prior`. The default 1 keeps the parents' σ: an inflated σ makes the child's μ move
-    faster in its first games, so among equals it is culled more often than chance (`newborn_fate`)."""
-    if from_prior:
-        return prior
+    `sigma_inflation`, capped at the prior σ (never less known than a stranger). The default 1 keeps
+    the parents' σ: an inflated σ makes the child's μ move faster in its first games, so among equals
+    it is culled more often than chance (`newborn_fate`)."""
     mu = sum(m for m, _ in parents) / len(parents)
     return mu, min(max(s for _, s in parents) * sigma_inflation, prior[1])
 

@@ -30,11 +30,6 @@ class LoRAPair(NamedTuple):
 LoRAFactors = dict[str, LoRAPair]  # module name (e.g. "model.layers.0.self_attn.q_proj") → factors
 
 
-def delta_weight(pair: LoRAPair) -> Tensor:
-    """ΔW = B @ A of one module. Only for small shapes (tests, plots): at 7B it is 18944×3584."""
-    return pair.B @ pair.A
-
-
 def lora_rank(factors: LoRAFactors) -> int:
     """The rank r shared by every module of a member."""
     ranks = {pair.A.shape[0] for pair in factors.values()}

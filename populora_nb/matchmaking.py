@@ -1,34 +1,21 @@
-"""Matchmaking: TrueSkill ratings and prioritized fictitious self-play (PopuLoRA §3).
+"""Matchmaking: TrueSkill ratings and prioritized fictitious self-play (PopuLoRA §3); the rules and
+why they rank each role by its own reward: docs/methodology.md, "Ratings follow each role's own reward".
 
-Every member, teacher or student, holds one TrueSkill rating on a shared scale. A *match* is one
-proposed task with its k rollouts by the matched student. A rating must rank the members of each
-role the way that role's own reward does, so a match is scored as **games, one per
-rollout, for each role apart** (``teacher_games``, ``student_games``; partial play: a game moves
-one member, against an opponent held fixed):
+Every member holds one TrueSkill rating. A *match* (one task, k rollouts by the matched student) is
+scored as k **games per role** (`teacher_games`, `student_games`), each moving one member against an
+opponent held fixed:
 
-* The student plays the teacher (as it stood before the match): it wins each rollout it solved and
-  loses each it failed. Fails all < solves some < solves all; failing is never rated up.
-* The teacher of a *contested* task (0 < ρ < ``threshold``: learnable and mostly failed) plays the
-  student (as it stood before the match): it wins each rollout the student failed and loses each
-  one it solved, the student's games mirrored, so on contested tasks the games are zero-sum and
-  P(teacher beats student) ≈ 1 − ρ (PFSP's "near-balanced" p ≈ ½ is a pair whose tasks the student
-  solves about half the time).
-* The teacher of a task that teaches nothing (ρ = 0, or ρ ≥ ``threshold`` when it is below 1;
-  reward 0) loses k games to a fixed *reference opponent* at the prior, and of an invalid task
-  (reward −1) 2k: the student is not the teacher's opponent on a task that was no contest, and two
-  losses inside one pair would drag both down together.
-* A valid task never attempted (ρ is None) plays no game (``stages.reward`` gives it no reward).
+* the student plays the teacher as it stood before the match: a win per solved rollout, a loss per failed one;
+* the teacher of a *contested* task (0 < ρ < ``threshold``) plays the student as it stood before: a win
+  per failed rollout, a loss per solved one (zero-sum, so P(teacher beats student) ≈ 1 − ρ);
+* the teacher of a task that teaches nothing (ρ = 0, or ρ ≥ ``threshold``) loses k games to a fixed
+  *reference opponent* at the prior, of an invalid task 2k; a task never attempted plays no game.
 
-Against identical opponents the teacher's order is then invalid < unsolvable = trivial < contested,
-lower contested ρ better. ``config.reachable_band`` checks that the teacher's band holds a ρ = j/k.
-
-PFSP (AlphaStar, Vinyals et al. 2019) then samples each step's pairing with weight f(p), p the
-rated probability that the teacher beats that student: f_var(p) = p(1 − p) favours near-balanced
-matchups, f_hard(p) = (1 − p)^γ favours students the teacher tends to lose to. The draw is a
-*matching*: every student gets as many teachers as any other (±1).
-
-The ``trueskill`` package does the Bayesian update, always in an explicit ``trueskill.TrueSkill``
-environment (``make_trueskill``); ratings travel as a small frozen ``Rating``.
+Teachers then rank invalid < unsolvable = trivial < contested (lower ρ better), students fails all <
+solves some < solves all. PFSP (AlphaStar, Vinyals et al. 2019) samples each step's pairing with weight
+f(p), p = P(teacher beats student): f_var = p(1 − p) (near-balanced) or f_hard = (1 − p)^γ, as a
+*matching* (every student gets as many teachers as any other, ±1). The ``trueskill`` package does the
+update, always in an explicit ``trueskill.TrueSkill`` environment (`make_trueskill`).
 """
 
 from __future__ import annotations
@@ -133,11 +120,6 @@ def win_probability(a: Rating, b: Rating, env: trueskill.TrueSkill) -> float:
     return 0.5 * math.erfc(-z / math.sqrt(2.0))
 
 
-def reference_rating(env: trueskill.TrueSkill) -> Rating:
-    """The fixed opponent an invalid task is lost to: the prior, so it costs the same whoever the partner."""
-    return Rating(float(env.mu), float(env.sigma))
-
-
 def contested(match: Match, threshold: float = 1.0) -> bool:
     """A played task in the teacher's band, 0 < ρ < threshold: the only tasks a teacher wins games on."""
     return match.played and 0 < match.solved and (match.rho or 0.0) < threshold
@@ -205,7 +187,7 @@ def update_ratings(
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"threshold is a solve rate and must lie in (0, 1], got {threshold}")
     current = {m: env.create_rating(mu=r.mu, sigma=r.sigma) for m, r in ratings.items()}
-    reference = env.create_rating(mu=env.mu, sigma=env.sigma)  # reference_rating(env), never updated
+    reference = env.create_rating(mu=env.mu, sigma=env.sigma)  # the prior, never updated
     moved: set[MemberId] = set()
     for match in matches:
         t, s = match.teacher, match.student

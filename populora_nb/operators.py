@@ -186,11 +186,9 @@ def crossover_dare(
 
 def dare_identical_change(p: float = 0.2) -> float:
     """Expected `relative_change` of `crossover_dare`'s child of two identical parents, √(q/(1−q))
-    for p quantised to q = round(256p)/256. To first order in the drop noise: dropping B's entries
-    adds (B∘M/(1−q) − B)·A, of expected squared norm q/(1−q)·Σ_j ‖b_j‖²‖a_j‖² (= ‖ΔW‖² when A's rows
-    or B's columns are orthogonal, as in a re-factored child), and A's drop as much again; the two
-    parents' independent drops average to half of that sum; the rank-r truncation removes only
-    the drop-on-drop term, which leaves the others in ΔW's own row or column space."""
+    for p quantised to q = round(256p)/256: to first order each factor's drop adds squared norm
+    q/(1−q)·‖ΔW‖² (rows of A orthogonal, as in a re-factored child), the two parents' independent
+    drops average to half of the sum, and the rank-r truncation removes only the drop-on-drop term."""
     q = min(255, round(p * 256)) / 256
     return math.sqrt(q / (1 - q))
 

@@ -1,18 +1,11 @@
 """Propose and solve prompts for the three task kinds, and parsers for what the model writes.
 
-Follows Absolute Zero (AZR §3.3 and its released prompts, absolute_zero_reasoner/data_construction/
-prompts.py): every criterion of AZR's proposer and solver prompts is stated here in this package's
-own words (docs/methodology.md, "AZR's proposer and solver criteria", maps each one to its line). A
-code_o / code_i proposer writes a ```` ```python ```` block defining ``f`` and an ```` ```input ````
-block, shown K reference tasks; a code_f proposer gets one existing program and writes several
-```` ```input ```` blocks plus a ```` ```message ```` hint. Solvers answer in ```` ```output ````,
-```` ```input ```` or ```` ```python ```` blocks.
-
-Two styles of the code_o / code_i proposer prompt (``tasks.prompt_style``): ``azr``, those criteria,
-and ``short``, two sentences for a 135M model, which loses the answer format under the full text.
-Two prompt formats: ``r1``, AZR's ``User: ... Assistant: <think>``
-with the answer inside the last ``<answer>...</answer>``; and ``chat``, the tokenizer's chat
-template (a 135M instruct model only follows its own template). Parsers return a typed result or a
+Every criterion of AZR's proposer and solver prompts (AZR §3.3, absolute_zero_reasoner/
+data_construction/prompts.py) is stated in this package's own words (docs/methodology.md, "AZR's
+proposer and solver criteria", maps each to its line). ``tasks.prompt_style``: ``azr`` (those
+criteria) or ``short`` (two sentences: a 135M model loses the answer format under the full text).
+``tasks.prompt_format``: ``r1`` (AZR's ``User: ... Assistant: <think>``, the answer in the last
+``<answer>`` tag) or ``chat`` (the tokenizer's chat template). Parsers return a typed result or a
 `ParseFailure` naming the reason; model text is never evaluated here.
 """
 

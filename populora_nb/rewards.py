@@ -91,14 +91,9 @@ def azr_proposer_reward(valid: bool, rho: float | None) -> float:
 def novelty_capped(reward: float, new_program: bool) -> float:
     """A proposer's reward under ``tasks.copies_earn_nothing``: unchanged for a new program, else min(r, 0).
 
-    A copy (a shown reference's program or an earlier one, `copies`) keeps what it loses (−1 invalid,
-    −0.5 for AZR's s ∈ {0, 1}) and gives up what it would gain (1 − ρ in the band), so only a new
-    program can earn, while the teacher's 0 and the AZR proposer's −0.5 outside the band stay as they
-    are and the two arms' rewards stay comparable. Not in AZR or the paper: a novelty pressure for a
-    small model that re-poses one program (docs/methodology.md). Of the two novelty terms it was read
-    beside, it is closer to OpenSIR's diversity score, which judges a problem against what the run has
-    already generated, than to R-Zero's repetition penalty (`cluster_share_per_problem`: the share of
-    its own batch in the proposal's BLEU cluster, nothing earlier); unlike both it is exact (one
-    normalised program) and takes away gain instead of adding or subtracting a graded term.
+    A copy (a shown reference's program or an earlier one, `copies`) keeps what it loses and gives up
+    what it would gain (1 − ρ in the band), so only a new program can earn while the two arms' rewards
+    stay comparable. Not in AZR or the paper: docs/methodology.md, "Novelty pressure", says why and how
+    it relates to OpenSIR's and R-Zero's novelty terms.
     """
     return reward if new_program else min(reward, 0.0)

@@ -1,13 +1,6 @@
-"""Policy-gradient math: TRR++ advantages and the clipped policy-gradient loss (AZR §3.3.5).
-
-Task-Relative REINFORCE++ (TRR++, AZR arXiv 2505.03335 eq. 8) whitens the scalar rewards within
-each group (`trr_plus_plus_advantages`). AZR groups by (task kind × role); a population adds the
-member, so the caller passes one key per sample, e.g. ``(member_id, "teacher", "code_o")``. The loss
-(`policy_gradient_loss`) is REINFORCE with these advantages, optionally with PPO's ratio clipping and
-a k3 KL penalty to a reference policy (off by default, as in AZR).
-
-Nothing here touches a model: inputs are tensors of log-probabilities (``completion_logprobs``, at
-the sampling temperature), outputs a loss and a dict of floats for logging.
+"""Policy-gradient math, no model: TRR++ advantages (AZR arXiv 2505.03335 §3.3.5, eq. 8) and the
+clipped policy-gradient loss on log-probabilities taken at the sampling temperature
+(`completion_logprobs`). AZR groups rewards by (task kind × role); a population adds the member.
 """
 
 from __future__ import annotations
@@ -28,19 +21,11 @@ def trr_plus_plus_advantages(
     eps: float = 1e-6,
     scale_keys: Sequence[Hashable] | None = None,
 ) -> torch.Tensor:
-    """Whiten scalar rewards within each group: ``(r − mean) / (std + eps)``. Returns (B,) float32.
-
-    One advantage per completion, broadcast by the loss to all its tokens: AZR's TRR++ whitens the
-    scalar rewards, so each response weighs the same in the group statistics (verl's token-level
-    whitening would weight responses by length). ``std`` divides by n (verl's unbiased estimate
-    differs by sqrt(n / (n − 1)), a learning-rate rescale).
-
-    ``scale_keys`` (one per reward, e.g. ``(member, role)``) keep the group's mean as the baseline
-    but divide by one scale per scale key: the root mean square of the centred rewards over all its
-    samples, as REINFORCE++'s global normalisation does, so a validity gap (−1 vs 0) stays larger
-    than a difficulty gap (0 vs 0.5) where a group of 2 on its own is ±1 whatever its gap.
-
-    Degenerate groups (size 1: no baseline; all rewards equal: no preference) get advantage 0.
+    """Whiten scalar rewards within each group: ``(r − mean) / (std + eps)``, (B,) float32, one
+    advantage per completion as AZR's TRR++ (token-level whitening would weight responses by length);
+    ``std`` divides by n. ``scale_keys`` (e.g. ``(member, role)``) keep the group mean as baseline but
+    divide by the RMS of the centred rewards over each scale key (REINFORCE++'s global normalisation:
+    docs/methodology.md, "Advantages keep their size"). A group of 1 or of equal rewards gets 0.
     """
     r = torch.as_tensor(rewards, dtype=torch.float64).flatten()
     if r.numel() != len(group_keys):
@@ -223,13 +208,10 @@ def completion_logprobs(
     """Log-prob of each taken token on completion positions; (B, T) float32, 0 elsewhere.
 
     ``out[b, t] = log softmax(logits at t − 1, divided by T)[input_ids[b, t]]`` where ``completion_mask[b, t]``,
-    aligned with ``input_ids`` so the same mask feeds ``policy_gradient_loss``. ``temperature`` is
-    the one the completions were *sampled* at, so old, new and reference log-probs are those of the
-    policy that sampled (``logprob_temperature``: 0, greedy, scores at 1).
-
-    With top_p < 1 these are still log-probs of the untruncated distribution, as in TRL and veRL.
-    Only the N completion rows are normalised, ``chunk_rows`` at a time in float32 (``token_logprobs``),
-    so no (B, T, V) or (N, V) float32 copy is kept. Gradients flow to ``logits``.
+    aligned with ``input_ids`` so the same mask feeds ``policy_gradient_loss``. ``temperature``: the one
+    the completions were *sampled* at (`logprob_temperature`); with top_p < 1 these are still log-probs of
+    the untruncated distribution, as in TRL and veRL. Only the N completion rows are normalised
+    (`token_logprobs`), so no (B, T, V) float32 copy is kept. Gradients flow to ``logits``.
     """
     b, t, row = _completion_positions(logits, input_ids, completion_mask)
     token_logp = token_logprobs(logits[b, row], input_ids[b, t], temperature, chunk_rows=chunk_rows)  # (N,)

@@ -1,13 +1,8 @@
 """The stages of one self-play step, one function each, data in and data out: `pair`, `propose`,
-`validate`, `solve` (with `solve_rates`), `reward`, `update`, `rate`, `grow`. `step.population_step` and
-`step.baseline_step` run them in order (`step`'s docstring draws it); notebooks 02 and 03 call them one
-per cell; the warm-up, the probe and the studies reuse them.
-
-No model code lives here: generation and the update go through a `Policy` (`populora_nb.policy`).
-The baseline is the same loop with one member, ``agent``, playing both roles, and AZR's proposer reward.
-The solver(s) solve this step's valid proposals with k rollouts each, which gives the proposer its solve
-rate ρ in the same step (as AZR's code does); which tasks each solver gets is `solve_batches`'. What a
-step records lives in `step_records`.
+`validate`, `solve` (with `solve_rates`), `reward`, `update`, `rate`, `grow`. `step` runs them in order
+(its docstring draws it), notebooks 02 and 03 one per cell. No model code: generation and the update go
+through a `Policy`. This step's valid proposals are solved with k rollouts each, which gives the
+proposer its ρ in the same step, as AZR's code does (which tasks each solver gets: `solve_batches`).
 """
 
 from __future__ import annotations
@@ -184,15 +179,11 @@ def propose(
                     program, dropped = "", len(refs) - len(used)
                     shown = tuple(r.program for r in used)
                 jobs.append((member, kind, render(text, policy.tokenizer, tc.prompt_format), program, shown, dropped))
-    completions = map(
-        as_completion,
-        policy.generate(
-            [j[0] for j in jobs],
-            [j[2] for j in jobs],
-            config.sampling.propose_max_new_tokens,
-            seed_for(config.run.seed, step, "propose"),
-        ),
+    seed = seed_for(config.run.seed, step, "propose")
+    generated = policy.generate(
+        [j[0] for j in jobs], [j[2] for j in jobs], config.sampling.propose_max_new_tokens, seed
     )
+    completions = map(as_completion, generated)
     return [
         Proposed(
             m,
@@ -244,32 +235,19 @@ def solve(
     rows = [(j, render(d, policy.tokenizer, fmt), r) for j, d in prompts if d is not None for r in range(j.rollouts)]
     if not rows:
         return []
+    seed = seed_for(config.run.seed, step, "solve")
+    members, texts = [j.solver for j, _, _ in rows], [prompt for _, prompt, _ in rows]
     completions = [
-        as_completion(c)
-        for c in policy.generate(
-            [j.solver for j, _, _ in rows],
-            [prompt for _, prompt, _ in rows],
-            config.sampling.solve_max_new_tokens,
-            seed_for(config.run.seed, step, "solve"),
-        )
+        as_completion(c) for c in policy.generate(members, texts, config.sampling.solve_max_new_tokens, seed)
     ]
     answers = [parse_answer(c.text, j.task.kind, fmt) for (j, _, _), c in zip(rows, completions)]
     to_judge = [(j.task, a) for (j, _, _), a in zip(rows, answers) if isinstance(a, str)]
     verdicts = iter(verifier.judge_many(to_judge))
     attempts = []
-    for (job, prompt, rollout), completion, answer in zip(rows, completions, answers):
+    for (j, prompt, rollout), c, answer in zip(rows, completions, answers):
         status = "malformed" if isinstance(answer, ParseFailure) else ("correct" if next(verdicts).passed else "wrong")
         attempts.append(
-            Attempt(
-                job.solver,
-                job.task,
-                prompt,
-                completion.text,
-                status,
-                job.proposed_index,
-                job.trains_on(rollout),
-                completion.token_ids,
-            )
+            Attempt(j.solver, j.task, prompt, c.text, status, j.proposed_index, j.trains_on(rollout), c.token_ids)
         )
     return attempts
 
@@ -315,15 +293,9 @@ def reward(
         )
     for a in attempts:
         if a.train:  # AZR's learnability rollouts set rho only
+            r = student_reward(a.status)  # type: ignore[arg-type]
             samples.append(
-                Sample(
-                    a.solver,
-                    a.prompt,
-                    a.completion,
-                    student_reward(a.status),  # type: ignore[arg-type]
-                    (a.solver, "solve", a.task.kind),
-                    token_ids=a.token_ids,
-                )
+                Sample(a.solver, a.prompt, a.completion, r, (a.solver, "solve", a.task.kind), token_ids=a.token_ids)
             )
     if not samples:
         return []
@@ -360,11 +332,8 @@ def grow(buffers: dict[str, TaskBuffer], proposals: Sequence[Proposed], one_task
         tasks = [p.result for p in proposals if p.kind == kind and isinstance(p.result, Task)]
         if one_task_per_program:
             held = {fingerprint(kind, t.program, t.inputs) for t in buffer.tasks}
-            kept = []
+            first: dict[str, Task] = {}
             for t in tasks:
-                key = fingerprint(kind, t.program, t.inputs)
-                if key not in held:
-                    held.add(key)
-                    kept.append(t)
-            tasks = kept
+                first.setdefault(fingerprint(kind, t.program, t.inputs), t)
+            tasks = [t for key, t in first.items() if key not in held]
         buffer.add_batch(tasks)
