@@ -1,15 +1,8 @@
 """``python -m populora_nb doctor``: a one-command check that this machine runs PopuLoRA, and how fast.
 
-It loads the base once, runs two population and two baseline steps (vLLM samples, the trainer
-trains, each run with its own engine over the same base), times the engine on a mixed batch (8 rows,
-8 members' adapters) against one adapter, and prints one table of times and memory
-(`DoctorReport.table`, whose legend says what each row holds). A failure ends the check with one
-line naming its stage; each stage boundary notes peak and free memory.
-
-``doctor --weights random`` needs no download: the preset's architecture with random weights (vLLM's
-dummy weights in the engine), every completion at its token budget, alternating ±1 advantages (random
-weights tie every reward); no log-prob gap is shown. With vLLM it prints the engine's share of the
-card, counted from shapes, then checked against what the trainer held at its first step.
+Two population and two baseline steps over one loaded base, a mixed-adapter engine call against a
+single-adapter one, and one table of times and memory (`DoctorReport.table`); a failure is one line
+naming its stage. ``--weights random`` needs no download. What each row means: docs/gpu.md.
 """
 
 from __future__ import annotations

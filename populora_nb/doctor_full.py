@@ -1,21 +1,11 @@
 """``python -m populora_nb doctor --full``: first contact with a machine, each component named.
 
-The plain doctor (`doctor`) times two population and two baseline steps. ``--full`` walks the path a
-preset's run takes and says, one line per stage, which part works here: the preset's architecture
-with random weights is written to a temporary directory as a checkpoint (safetensors, config.json,
-tokenizer), so that every loader reads it as it would a download: Unsloth where it can run (CUDA and
-the package), else transformers + peft; the vLLM engine loads the same weights (not its dummy ones, so
-the engine's log-probs and its applied check compare with the trainer's for real). Then two population
-steps with an evolution event between them (a child made by the operators takes the weakest
-member's slot, and its adapter is pushed to the engine before step 1 samples with it), and one
-member's loss and gradients on the Unsloth path against the native path on the same batch.
-
-Each stage's line is ``ok``, ``skipped: why`` or ``failed: component: the exception's first line``
-(the component: the innermost package of the traceback among `COMPONENTS`, else populora_nb); a
-stage whose input failed is skipped, the others still run. Each stage records its seconds and its
-peak memory (the process's RSS; on a GPU also torch's allocated peak). The report also holds the
-versions of the GPU stack (`versions`), read from package metadata: importing Unsloth would patch
-transformers, and on a CPU it cannot be imported at all.
+The preset's architecture with random weights is written as a checkpoint, so every loader (Unsloth or
+transformers + peft, the vLLM engine) reads it as a download; then two population steps with an
+evolution event, and Unsloth's gradients against the native path's. Each stage is one line, ``ok``,
+``skipped: why`` or ``failed: component: first line`` (`blame`), with its seconds and peak memory; a
+stage whose input failed is skipped, the others still run. The stages and what ``ok`` means:
+docs/gpu.md. Versions are read from package metadata: importing Unsloth would patch transformers.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""The notebooks open unmodified in JupyterLab: a contents manager that hands each notebook to the
-browser with the ``language_info`` its kernel will report.
-
-JupyterLab writes the kernel's ``language_info`` (which names Python's patch version, e.g. 3.11.7)
-into a notebook's metadata as soon as the kernel connects; where it differs from the file's, the
-notebook is marked modified and asks to be saved on close. The committed notebooks cannot carry every
-machine's patch version, so ``make lab`` starts JupyterLab with this manager
-(``--ServerApp.contents_manager_class=populora_nb.lab.NotebookContents``), which fills in the value
-of this environment's ipykernel (the kernel the notebooks' ``python3`` kernelspec starts) when a
-notebook is read. Nothing is written to disk; jupytext's pairing derives its manager from this one.
+"""The notebooks open unmodified in JupyterLab: ``make lab`` starts it with `NotebookContents`, which
+hands each notebook to the browser with the ``language_info`` of this environment's ipykernel, so a
+kernel reporting another Python patch version than the committed file's does not mark it modified.
+Nothing is written to disk; jupytext's pairing derives its manager from this one.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Experiment tracking for long headless runs: TensorBoard and Weights & Biases, as TRL reports to them.
 
-    run.report_to: tensorboard            # or wandb, or [tensorboard, wandb]; default none
-
-A run's records (`populora_nb.records`) are always its JSONL files. With ``run.report_to`` set, the
-loop also sends every step's metrics to the chosen trackers, with one key per member and metric
-(``teacher/valid_rate/T0``, ``rating/mu/S1``: the record's namespaced key, then the member; step-wide
-costs such as ``time/step_s`` once), the run's config at the start, and the experiment's report
-figures at the end (`log_report`). Where each writes:
-
-    RUN/tensorboard/     TensorBoard event files (`tensorboard --logdir RUN`, or EXP for all runs)
-    RUN/wandb/           a W&B run directory: offline unless WANDB_MODE says otherwise
-    EXP/tensorboard/, EXP/wandb/   the report's figures (images), in a run named "report"
-
-The names and values are TRL's. The backends are optional extras (``[track]``), imported only when
-chosen; a missing one is a one-line `UserInputError`. W&B is offline unless WANDB_MODE (W&B's own
-variable) says otherwise, so a run needs no account: ``wandb sync RUN/wandb/offline-run-*`` uploads it.
+With ``run.report_to`` set (tensorboard, wandb, or a list), the loop sends every step's metrics
+with one key per member and metric (``teacher/valid_rate/T0``; step-wide costs such as
+``time/step_s`` once), the config at the start, and the report's figures at the end (`log_report`),
+into RUN/tensorboard/ and RUN/wandb/ (EXP/... for the report). The backends are optional extras
+(``[track]``), imported only when chosen; a missing one is a one-line `UserInputError`. W&B is
+offline unless WANDB_MODE says otherwise, so a run needs no account (docs/running.md).
 """
 
 from __future__ import annotations
