@@ -30,8 +30,8 @@ from typing import NoReturn
 from populora_nb.analysis.dashboard import Dashboard
 from populora_nb.analysis.report import make_figures, write_report
 from populora_nb.config import ExperimentConfig, load_config, load_dir_config
-from populora_nb.doctor import run_doctor
-from populora_nb.doctor_full import run_full
+from populora_nb.doctor import DoctorReport, run_doctor
+from populora_nb.doctor_full import FullReport, run_full
 from populora_nb.errors import UserInputError
 from populora_nb.evaluation.runs import evaluate_experiment
 from populora_nb.experiment import STAGES, check_inputs, run_experiment
@@ -182,20 +182,15 @@ def _unwind_on_sigterm() -> None:
 def cmd_doctor(args: argparse.Namespace) -> int:
     _unwind_on_sigterm()
     if args.full:
-        full = run_full(args.preset, _overrides(args), args.out, _say, args.config)
-        _say(full.table())
-        if not full.ok:
-            print(
-                "populora_nb doctor --full: FAILED: "
-                + "; ".join(f"{s.name}: {s.status}" for s in full.stages if s.status.startswith("failed")),
-                file=sys.stderr,
-            )
-        return 0 if full.ok else 1
-    report = run_doctor(args.preset, _overrides(args), args.out, _say, args.config, args.weights)
-    if report.preset:  # the config loaded: a table of what ran
+        report: DoctorReport | FullReport = run_full(args.preset, _overrides(args), args.out, _say, args.config)
+    else:
+        report = run_doctor(args.preset, _overrides(args), args.out, _say, args.config, args.weights)
+    if args.full or report.preset:  # the plain doctor's table only once the config loaded
         _say(report.table())
     if not report.ok:
-        print(f"populora_nb doctor: FAILED: {'; '.join(report.failures)}", file=sys.stderr)
+        print(
+            f"populora_nb doctor{' --full' if args.full else ''}: FAILED: {'; '.join(report.failures)}", file=sys.stderr
+        )
     return 0 if report.ok else 1
 
 

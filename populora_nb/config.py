@@ -326,10 +326,7 @@ class EvolutionConfig:
     def __post_init__(self) -> None:
         _positive(self, "every", "tournament_size", "sigma_inflation")
         _positive(self, "replace_per_role", "grace_steps", or_zero=True)
-        try:
-            check_operator_mix(self.operators)
-        except ConfigError as e:
-            raise ConfigError(f"evolution.operators: {e}") from None
+        check_operator_mix(self.operators)
 
 
 @dataclass
@@ -548,12 +545,13 @@ def reachable_band(rollouts: int, threshold: float) -> list[float]:
 
 
 def check_operator_mix(weights: Mapping[str, float]) -> None:
-    """The one check of an operator mix: known names, weights ≥ 0 with a positive sum."""
+    """The one check of an operator mix: known names, weights ≥ 0 with a positive sum (the message
+    names the field, ``operators``; a config's loader adds its section)."""
     unknown = sorted(set(weights) - OPERATOR_NAMES)
     if unknown:
-        raise ConfigError(f"unknown operators {unknown}; choose from {sorted(OPERATOR_NAMES)}")
+        raise ConfigError(f"operators: unknown operators {unknown}; choose from {sorted(OPERATOR_NAMES)}")
     if any(w < 0 for w in weights.values()) or sum(weights.values()) <= 0:
-        raise ConfigError("operator weights must be ≥ 0 with a positive sum")
+        raise ConfigError("operators: weights must be ≥ 0 with a positive sum")
 
 
 def save_config(config: ExperimentConfig, path: str | Path) -> None:

@@ -68,12 +68,6 @@ class Tracker:
             for b in self.backends:
                 b.log_metrics(step, metrics)
 
-    def log_figures(self, paths: Sequence[Path], step: int = 0) -> None:
-        """PNG files as images, each under ``figures/<file stem>``."""
-        images = {f"figures/{Path(p).stem}": Path(p) for p in paths}
-        for b in self.backends:
-            b.log_images(step, images)
-
     def close(self) -> None:
         for b in self.backends:
             b.close()
@@ -115,8 +109,10 @@ def log_report(report_to: str | Sequence[str], experiment: str | Path, config: M
     figures = sorted((experiment / "figures").glob("*.png"))
     if not trackers(report_to) or not figures:
         return 0
+    images = {f"figures/{p.stem}": p for p in figures}  # each PNG as an image under figures/<file stem>
     with open_tracker(report_to, experiment, config, name="report") as tracker:
-        tracker.log_figures(figures)
+        for b in tracker.backends:
+            b.log_images(0, images)
     return len(figures)
 
 
