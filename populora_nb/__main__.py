@@ -43,13 +43,6 @@ from populora_nb.state import roster_for
 from populora_nb.verify import Verifier
 
 
-def default_notebooks() -> Path:
-    """The source checkout's notebooks/ when populora_nb runs from one (an editable install), else
-    ./notebooks: a non-editable install carries the package, not the notebooks."""
-    checkout = Path(__file__).resolve().parents[1] / "notebooks"
-    return checkout if checkout.is_dir() else Path.cwd() / "notebooks"
-
-
 def _add_set(p: argparse.ArgumentParser, text: str) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=text)
 
@@ -81,7 +74,10 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
     import papermill as pm
     from traitlets.config import Config
 
-    src = Path(args.notebooks) if args.notebooks is not None else default_notebooks()
+    # default: the source checkout's notebooks/ when populora_nb runs from one (an editable install), else
+    # ./notebooks: a non-editable install carries the package, not the notebooks
+    checkout = Path(__file__).resolve().parents[1] / "notebooks"
+    src = args.notebooks or (checkout if checkout.is_dir() else Path.cwd() / "notebooks")
     books = sorted(src.glob("[0-9][0-9]_*.ipynb"))
     if not books:
         raise UserInputError(f"--notebooks {src} holds no numbered notebooks (NN_name.ipynb)")
@@ -173,14 +169,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _unwind_on_sigterm() -> None:
-    """SIGTERM (``timeout``, ``kill``) unwinds like Ctrl-C: the ``finally`` blocks then remove the
-    doctor's /tmp/populora-doctor-* folder and the engine's /dev/shm/populora-vllm-* directory."""
-    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
-
-
 def cmd_doctor(args: argparse.Namespace) -> int:
-    _unwind_on_sigterm()
+    # SIGTERM (``timeout``, ``kill``) unwinds like Ctrl-C: the ``finally`` blocks then remove the
+    # doctor's /tmp/populora-doctor-* folder and the engine's /dev/shm/populora-vllm-* directory.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     if args.full:
         report: DoctorReport | FullReport = run_full(args.preset, _overrides(args), args.out, _say, args.config)
     else:

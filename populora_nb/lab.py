@@ -12,11 +12,6 @@ from ipykernel.ipkernel import IPythonKernel
 from jupyter_server.services.contents.largefilemanager import AsyncLargeFileManager
 
 
-def kernel_language_info() -> dict[str, Any]:
-    """The ``language_info`` this environment's IPython kernel reports in its kernel_info reply."""
-    return dict(IPythonKernel.language_info)
-
-
 class NotebookContents(AsyncLargeFileManager):
     """Jupyter Server's default contents manager, with each notebook's ``language_info`` as its kernel's."""
 
@@ -25,5 +20,6 @@ class NotebookContents(AsyncLargeFileManager):
     ):
         model = await super().get(path, content=content, type=type, format=format, require_hash=require_hash)
         if content and model.get("type") == "notebook" and model.get("content") is not None:
-            model["content"]["metadata"]["language_info"] = kernel_language_info()
+            # what this environment's IPython kernel reports in its kernel_info reply
+            model["content"]["metadata"]["language_info"] = dict(IPythonKernel.language_info)
         return model
