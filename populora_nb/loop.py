@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm  # a text bar, not tqdm.auto's widget: see progress_bar()
+from tqdm import tqdm  # a text bar, not tqdm.auto's widget: see run()
 
 from populora_nb.checkpoints import resume_or_start, write_checkpoint
 from populora_nb.config import ExperimentConfig

@@ -15,7 +15,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from populora_nb.errors import UserInputError
 
@@ -47,18 +47,10 @@ def step_metrics(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     return out
 
 
-class Backend(Protocol):
-    def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None: ...
-
-    def log_images(self, step: int, images: Mapping[str, Path]) -> None: ...
-
-    def close(self) -> None: ...
-
-
 class Tracker:
     """Every backend ``report_to`` chose, as one: `open_tracker` makes it; with "none" it does nothing."""
 
-    def __init__(self, backends: Sequence[Backend] = ()) -> None:
+    def __init__(self, backends: Sequence[TensorBoard | WandB] = ()) -> None:
         self.backends = list(backends)
 
     def log_step(self, step: int, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -87,7 +79,7 @@ def open_tracker(
     the backends ``report_to`` names, with ``config`` logged; ``name`` defaults to the folder's."""
     log_dir = Path(log_dir)
     name = name or log_dir.name
-    backends: list[Backend] = []
+    backends: list[TensorBoard | WandB] = []
     try:
         for backend in trackers(report_to):
             if backend == "tensorboard":
