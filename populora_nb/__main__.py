@@ -1,13 +1,4 @@
-"""Headless entry point: ``python -m populora_nb <command> ...``.
-
-run         train the single-agent AZR baseline or the PopuLoRA population
-eval        evaluate members on the benchmarks
-report      write report.html / report.md for an experiment directory (the --out of `experiment`)
-experiment  baseline + population + evaluation + analysis + report, resumable
-seed        grow a seed task buffer with the current model
-notebooks   execute the numbered notebooks with papermill into a run directory
-doctor      a short check of this machine: load, 2+2 steps, a table of times and memory
-            (--full: each component on its own line: checkpoint, Unsloth, vLLM, evolution, gradients)
+"""Headless entry point: ``python -m populora_nb <command> ...``; the commands are listed below.
 
 The studies (seed protocol, pilot, sweep) run from the repository root: python -m studies.seed_protocol,
 studies.pilot, studies.sweep (studies/README.md).
@@ -219,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
             add_config_options(p)
         return p
 
-    p = command("run", cmd_run, "train the baseline or the population")
+    p = command("run", cmd_run, "train the AZR baseline or the PopuLoRA population")
     p.add_argument("--agent", choices=["baseline", "population"], default=None)
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--seed", type=int, default=None)
@@ -240,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-rounds", type=int, default=50)
     p.add_argument("--out", type=Path, required=True, help="JSONL of seed tasks to write")
 
-    p = command("doctor", cmd_doctor, "2 population + 2 baseline steps, then a table of times and memory")
+    p = command("doctor", cmd_doctor, "check this machine: 2 + 2 steps, a table of times and memory")
     p.add_argument("--out", type=Path, default=None, help="folder for doctor.md and doctor.json")
     p.add_argument("--weights", choices=["pretrained", "random"], default="pretrained", help="random: no download")
     p.add_argument(
