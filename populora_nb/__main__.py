@@ -1,13 +1,4 @@
-"""Headless entry point: ``python -m populora_nb <command> ...``.
-
-run         train the single-agent AZR baseline or the PopuLoRA population
-eval        evaluate members on the benchmarks
-report      write report.html / report.md for an experiment directory (the --out of `experiment`)
-experiment  baseline + population + evaluation + analysis + report, resumable
-seed        grow a seed task buffer with the current model
-notebooks   execute the numbered notebooks with papermill into a run directory
-doctor      a short check of this machine: load, 2+2 steps, a table of times and memory
-            (--full: each component on its own line: checkpoint, Unsloth, vLLM, evolution, gradients)
+"""Headless entry point: ``python -m populora_nb <command> ...``; the commands are listed below.
 
 The studies (seed protocol, pilot, sweep) run from the repository root: python -m studies.seed_protocol,
 studies.pilot, studies.sweep (studies/README.md).
@@ -30,8 +21,8 @@ from typing import NoReturn
 from populora_nb.analysis.dashboard import Dashboard
 from populora_nb.analysis.report import make_figures, write_report
 from populora_nb.config import ExperimentConfig, load_config, load_dir_config
-from populora_nb.doctor import run_doctor
-from populora_nb.doctor_full import run_full
+from populora_nb.doctor import DoctorReport, run_doctor
+from populora_nb.doctor_full import FullReport, run_full
 from populora_nb.errors import UserInputError
 from populora_nb.evaluation.runs import evaluate_experiment
 from populora_nb.experiment import STAGES, check_inputs, run_experiment
@@ -41,13 +32,6 @@ from populora_nb.model.policy import LoRAPolicy
 from populora_nb.presets import PRESETS, parse_override
 from populora_nb.state import roster_for
 from populora_nb.verify import Verifier
-
-
-def default_notebooks() -> Path:
-    """The source checkout's notebooks/ when populora_nb runs from one (an editable install), else
-    ./notebooks: a non-editable install carries the package, not the notebooks."""
-    checkout = Path(__file__).resolve().parents[1] / "notebooks"
-    return checkout if checkout.is_dir() else Path.cwd() / "notebooks"
 
 
 def _add_set(p: argparse.ArgumentParser, text: str) -> None:
@@ -81,7 +65,10 @@ def cmd_notebooks(args: argparse.Namespace) -> int:
     import papermill as pm
     from traitlets.config import Config
 
-    src = Path(args.notebooks) if args.notebooks is not None else default_notebooks()
+    # default: the source checkout's notebooks/ when populora_nb runs from one (an editable install), else
+    # ./notebooks: a non-editable install carries the package, not the notebooks
+    checkout = Path(__file__).resolve().parents[1] / "notebooks"
+    src = args.notebooks or (checkout if checkout.is_dir() else Path.cwd() / "notebooks")
     books = sorted(src.glob("[0-9][0-9]_*.ipynb"))
     if not books:
         raise UserInputError(f"--notebooks {src} holds no numbered notebooks (NN_name.ipynb)")
@@ -173,29 +160,20 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _unwind_on_sigterm() -> None:
-    """SIGTERM (``timeout``, ``kill``) unwinds like Ctrl-C: the ``finally`` blocks then remove the
-    doctor's /tmp/populora-doctor-* folder and the engine's /dev/shm/populora-vllm-* directory."""
-    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
-
-
 def cmd_doctor(args: argparse.Namespace) -> int:
-    _unwind_on_sigterm()
+    # SIGTERM (``timeout``, ``kill``) unwinds like Ctrl-C: the ``finally`` blocks then remove the
+    # doctor's /tmp/populora-doctor-* folder and the engine's /dev/shm/populora-vllm-* directory.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     if args.full:
-        full = run_full(args.preset, _overrides(args), args.out, _say, args.config)
-        _say(full.table())
-        if not full.ok:
-            print(
-                "populora_nb doctor --full: FAILED: "
-                + "; ".join(f"{s.name}: {s.status}" for s in full.stages if s.status.startswith("failed")),
-                file=sys.stderr,
-            )
-        return 0 if full.ok else 1
-    report = run_doctor(args.preset, _overrides(args), args.out, _say, args.config, args.weights)
-    if report.preset:  # the config loaded: a table of what ran
+        report: DoctorReport | FullReport = run_full(args.preset, _overrides(args), args.out, _say, args.config)
+    else:
+        report = run_doctor(args.preset, _overrides(args), args.out, _say, args.config, args.weights)
+    if args.full or report.preset:  # the plain doctor's table only once the config loaded
         _say(report.table())
     if not report.ok:
-        print(f"populora_nb doctor: FAILED: {'; '.join(report.failures)}", file=sys.stderr)
+        print(
+            f"populora_nb doctor{' --full' if args.full else ''}: FAILED: {'; '.join(report.failures)}", file=sys.stderr
+        )
     return 0 if report.ok else 1
 
 
@@ -232,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
             add_config_options(p)
         return p
 
-    p = command("run", cmd_run, "train the baseline or the population")
+    p = command("run", cmd_run, "train the AZR baseline or the PopuLoRA population")
     p.add_argument("--agent", choices=["baseline", "population"], default=None)
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--seed", type=int, default=None)
@@ -253,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-rounds", type=int, default=50)
     p.add_argument("--out", type=Path, required=True, help="JSONL of seed tasks to write")
 
-    p = command("doctor", cmd_doctor, "2 population + 2 baseline steps, then a table of times and memory")
+    p = command("doctor", cmd_doctor, "check this machine: 2 + 2 steps, a table of times and memory")
     p.add_argument("--out", type=Path, default=None, help="folder for doctor.md and doctor.json")
     p.add_argument("--weights", choices=["pretrained", "random"], default="pretrained", help="random: no download")
     p.add_argument(

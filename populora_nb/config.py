@@ -22,7 +22,7 @@ from typing import Any, Literal
 import yaml
 
 from populora_nb.errors import ConfigError
-from populora_nb.presets import PRESETS, TINY_MODEL, build_config, flatten, read_yaml_overrides
+from populora_nb.presets import TINY_MODEL, build_config, flatten, preset_fields, read_yaml_overrides
 
 __all__ = ["ConfigError", "TINY_MODEL"]  # defined below this module (errors, presets), used through it
 
@@ -147,10 +147,8 @@ class SamplingConfig:
 
     def __post_init__(self) -> None:
         _positive(self, "propose_max_new_tokens", "solve_max_new_tokens")
-        if self.temperature < 0:
-            raise ConfigError("temperature must be >= 0 (0 means greedy)")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError("top_p must be in (0, 1]")
+        _require(self, "temperature", self.temperature >= 0, ">= 0 (0 means greedy)")
+        _require(self, "top_p", 0 < self.top_p <= 1, "in (0, 1]")
 
 
 @dataclass
@@ -165,17 +163,10 @@ class VerifierConfig:
     """Run model code even without OS-level isolation (static policy only); False: the verifier refuses to start."""
 
     def __post_init__(self) -> None:
-        _positive(self, "timeout_s", "memory_mb")
-        if self.workers is not None and self.workers <= 0:
-            raise ConfigError(f"workers must be > 0 (or null: one per core), got {self.workers!r}")
+        _positive(self, "timeout_s", "workers")
         # Verifier.start would refuse it after the run directory exists (the zygote's space + 64 MB).
-        if self.memory_mb < 128:
-            raise ConfigError(
-                f"memory_mb must be >= 128 (the sandbox itself needs ~84 MB of address space), "
-                f"got {self.memory_mb}; the default is 512"
-            )
-        if self.workers is not None and self.workers > 64:
-            raise ConfigError(f"workers must be in 1..64 (one sandboxed child per worker), got {self.workers}")
+        _require(self, "memory_mb", self.memory_mb >= 128, ">= 128 (the sandbox itself needs ~84 MB; default 512)")
+        _require(self, "workers", (self.workers or 1) <= 64, "in 1..64 (one sandboxed child per worker)")
 
     @property
     def n_workers(self) -> int:
@@ -221,8 +212,7 @@ class TaskConfig:
         bad = [k for k in self.kinds if k not in ("code_o", "code_i", "code_f")]
         if bad or not self.kinds:
             raise ConfigError(f"kinds: {bad or 'empty'}; use a non-empty subset of code_o, code_i, code_f")
-        if self.code_f_inputs < 2:
-            raise ConfigError("code_f_inputs must be >= 2 (half shown, half hidden)")
+        _require(self, "code_f_inputs", self.code_f_inputs >= 2, ">= 2 (half shown, half hidden)")
 
 
 @dataclass
@@ -253,18 +243,11 @@ class RLConfig:
     """Run each shared prompt once per micro-batch and prefill (model.shared_prompt); same results, less compute."""
 
     def __post_init__(self) -> None:
-        _positive(self, "proposals_per_kind", "rollouts", "ppo_epochs", "micro_batch")
-        for name in ("teacher_proposals_per_kind", "student_tasks_per_kind"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ConfigError(f"{name} must be > 0 or null (the agent's proposals_per_kind), got {value!r}")
-        trained = self.student_rollouts_trained
-        if trained is not None and not 0 < trained <= self.rollouts:
-            raise ConfigError(
-                f"student_rollouts_trained must be in 1..rollouts ({self.rollouts}) or null, got {trained!r}"
-            )
-        if self.kl_coef < 0 or self.clip_epsilon <= 0:
-            raise ConfigError("kl_coef must be >= 0 and clip_epsilon > 0")
+        _positive(self, "proposals_per_kind", "rollouts", "ppo_epochs", "micro_batch", "clip_epsilon")
+        _positive(self, "teacher_proposals_per_kind", "student_tasks_per_kind")  # null: proposals_per_kind
+        trained, k = self.student_rollouts_trained, self.rollouts
+        _require(self, "student_rollouts_trained", trained is None or 0 < trained <= k, f"in 1..rollouts ({k}) or null")
+        _positive(self, "kl_coef", or_zero=True)
 
     @property
     def teacher_proposals(self) -> int:
@@ -311,8 +294,8 @@ class MatchmakingConfig:
 
     def __post_init__(self) -> None:
         _positive(self, "sigma", "beta")
-        if not 0 <= self.floor <= 1 or not 0 < self.win_threshold <= 1:
-            raise ConfigError("floor must lie in [0, 1] and win_threshold in (0, 1]")
+        _require(self, "floor", 0 <= self.floor <= 1, "in [0, 1]")
+        _require(self, "win_threshold", 0 < self.win_threshold <= 1, "in (0, 1]")
 
 
 @dataclass
@@ -342,12 +325,8 @@ class EvolutionConfig:
 
     def __post_init__(self) -> None:
         _positive(self, "every", "tournament_size", "sigma_inflation")
-        if self.replace_per_role < 0 or (self.grace_steps is not None and self.grace_steps < 0):
-            raise ConfigError("replace_per_role and grace_steps must be >= 0")
-        try:
-            check_operator_mix(self.operators)
-        except ConfigError as e:
-            raise ConfigError(f"evolution.operators: {e}") from None
+        _positive(self, "replace_per_role", "grace_steps", or_zero=True)
+        check_operator_mix(self.operators)
 
 
 @dataclass
@@ -369,8 +348,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         _positive(self, "steps")
-        if self.checkpoint_every < 0:
-            raise ConfigError("checkpoint_every must be >= 0 (0 disables checkpoints)")
+        _positive(self, "checkpoint_every", or_zero=True)
         names = (self.report_to,) if isinstance(self.report_to, str) else self.report_to
         unknown = [n for n in names if n not in ("none", "tensorboard", "wandb")] or ([] if names else ["[]"])
         if unknown:
@@ -392,9 +370,7 @@ class EvalConfig:
     """Root holding the benchmark files; default: $POPULORA_DATA or ../shared/benchmarks."""
 
     def __post_init__(self) -> None:
-        _positive(self, "max_new_tokens")
-        if self.limit is not None and self.limit <= 0:
-            raise ConfigError("limit must be a positive count or null for everything")
+        _positive(self, "max_new_tokens", "limit")
         unknown = [b for b in self.benchmarks if b not in BENCHMARK_FILES]
         if unknown:
             raise ConfigError(f"benchmarks: unknown {unknown}; choose from {', '.join(BENCHMARK_FILES)}")
@@ -448,11 +424,9 @@ class RolloutConfig:
     """Stop when engine and trainer log-probs differ by more than this many nats per token (off-policy); None: never."""
 
     def __post_init__(self) -> None:
-        if self.gpu_memory_utilization != "auto" and not 0 < self.gpu_memory_utilization < 1:
-            raise ConfigError(f"gpu_memory_utilization must be in (0, 1), got {self.gpu_memory_utilization!r}")
-        _positive(self, "cpu_kv_cache_gib")
-        if self.logp_gap_limit is not None and self.logp_gap_limit <= 0:
-            raise ConfigError(f"logp_gap_limit must be > 0 nats (or null: never stop), got {self.logp_gap_limit!r}")
+        share = self.gpu_memory_utilization
+        _require(self, "gpu_memory_utilization", share == "auto" or 0 < share < 1, "in (0, 1) or auto")
+        _positive(self, "cpu_kv_cache_gib", "logp_gap_limit")
 
 
 @dataclass
@@ -467,8 +441,7 @@ class ProbeConfig:
     """Seeds the probe's references and sampling (not the run's seed, so all runs answer the same draws)."""
 
     def __post_init__(self) -> None:
-        if self.every < 0:
-            raise ConfigError(f"probe.every must be >= 0 (0 disables the probe), got {self.every!r}")
+        _positive(self, "every", or_zero=True)
         _positive(self, "prompts_per_kind", "rollouts")
 
 
@@ -572,12 +545,13 @@ def reachable_band(rollouts: int, threshold: float) -> list[float]:
 
 
 def check_operator_mix(weights: Mapping[str, float]) -> None:
-    """The one check of an operator mix: known names, weights ≥ 0 with a positive sum."""
+    """The one check of an operator mix: known names, weights ≥ 0 with a positive sum (the message
+    names the field, ``operators``; a config's loader adds its section)."""
     unknown = sorted(set(weights) - OPERATOR_NAMES)
     if unknown:
-        raise ConfigError(f"unknown operators {unknown}; choose from {sorted(OPERATOR_NAMES)}")
+        raise ConfigError(f"operators: unknown operators {unknown}; choose from {sorted(OPERATOR_NAMES)}")
     if any(w < 0 for w in weights.values()) or sum(weights.values()) <= 0:
-        raise ConfigError("operator weights must be ≥ 0 with a positive sum")
+        raise ConfigError("operators: weights must be ≥ 0 with a positive sum")
 
 
 def save_config(config: ExperimentConfig, path: str | Path) -> None:
@@ -609,9 +583,7 @@ def load_dir_config(
     saved = load_saved_config(path)
     layers: dict[str, Any] = {}
     if preset is not None:
-        if preset not in PRESETS:
-            raise ConfigError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-        layers |= {"preset": preset, **PRESETS[preset]}
+        layers |= preset_fields(preset)
     if yaml_path is not None:
         layers |= read_yaml_overrides(yaml_path, ExperimentConfig)
     layers |= flatten(dict(overrides or {}), ExperimentConfig)
@@ -633,11 +605,17 @@ def describe(config: ExperimentConfig, *sections: str) -> str:
     return "\n".join(lines)
 
 
-def _positive(obj: Any, *names: str) -> None:
+# The range checks of the sections' __post_init__: one line each, naming the field (the loader adds its section).
+def _require(obj: Any, name: str, ok: bool, allowed: str) -> None:
+    if not ok:
+        raise ConfigError(f"{name} must be {allowed}, got {getattr(obj, name)!r}")
+
+
+def _positive(obj: Any, *names: str, or_zero: bool = False) -> None:
+    """Each field must be > 0 (``or_zero``: >= 0, 0 switching it off), or null where its type allows."""
     for name in names:
         value = getattr(obj, name)
-        if value <= 0:
-            raise ConfigError(f"{name} must be > 0, got {value!r}")
+        _require(obj, name, value is None or value > 0 or (or_zero and value == 0), ">= 0" if or_zero else "> 0")
 
 
 def stage_config(config: ExperimentConfig, agent: str) -> ExperimentConfig:

@@ -1,15 +1,8 @@
 """``python -m populora_nb doctor``: a one-command check that this machine runs PopuLoRA, and how fast.
 
-It loads the base once, runs two population and two baseline steps (vLLM samples, the trainer
-trains, each run with its own engine over the same base), times the engine on a mixed batch (8 rows,
-8 members' adapters) against one adapter, and prints one table of times and memory
-(`DoctorReport.table`, whose legend says what each row holds). A failure ends the check with one
-line naming its stage; each stage boundary notes peak and free memory.
-
-``doctor --weights random`` needs no download: the preset's architecture with random weights (vLLM's
-dummy weights in the engine), every completion at its token budget, alternating ±1 advantages (random
-weights tie every reward); no log-prob gap is shown. With vLLM it prints the engine's share of the
-card, counted from shapes, then checked against what the trainer held at its first step.
+Two population and two baseline steps over one loaded base, a mixed-adapter engine call against a
+single-adapter one, and one table of times and memory (`DoctorReport.table`); a failure is one line
+naming its stage. ``--weights random`` needs no download. What each row means: docs/gpu.md.
 """
 
 from __future__ import annotations
@@ -36,7 +29,7 @@ from populora_nb.model.policy import LoRAPolicy
 from populora_nb.model.vllm_setup import quiet_vllm
 from populora_nb.presets import read_yaml_overrides
 from populora_nb.state import roster_for
-from populora_nb.step_records import Timer, memory_mark, reset_peak_memory, step_summary
+from populora_nb.step_records import memory_mark, reset_peak_memory, step_summary
 from populora_nb.verify import Verifier
 
 DEFAULTS: dict[str, Any] = {"rollout.engine": "vllm", "run.steps": 2, "run.checkpoint_every": 0, "probe.every": 0}
@@ -183,24 +176,33 @@ class DoctorReport:
             self.failures.append(f"check: missing or non-finite measurements: {', '.join(bad)}")
 
 
-class _StepClock:
-    """Seconds spent in wrapped calls since the last `take` (one step's worth)."""
+def wrap_calls(obj: Any, method: str, note: Callable[[tuple[Any, ...], float], None]) -> None:
+    """Wrap ``obj.method`` (an instance attribute: only this object) to call ``note(args, seconds)`` after each call."""
+    inner = getattr(obj, method)
 
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        out = inner(*args, **kwargs)
+        note(args, time.perf_counter() - started)
+        return out
 
-    def wrap(self, obj: Any, method: str, key: str) -> None:
-        inner = getattr(obj, method)
+    setattr(obj, method, wrapped)
 
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            with Timer(self.seconds, key):
-                return inner(*args, **kwargs)
 
-        setattr(obj, method, timed)  # an instance attribute: only this object is timed
+def doctor_config(
+    preset: str | None, extra: dict[str, Any], overrides: dict[str, Any] | None, config_path: Path | None
+) -> ExperimentConfig:
+    """`DEFAULTS` and ``extra`` are the floor: a --config file and --set override them, in that order."""
+    from_file = read_yaml_overrides(config_path, ExperimentConfig) if config_path is not None else {}
+    return load_config(preset, {**DEFAULTS, **extra, **from_file, **(overrides or {})}, config_path)
 
-    def take(self) -> dict[str, float]:
-        taken, self.seconds = self.seconds, {}
-        return taken
+
+def write_outputs(out_dir: Path | None, name: str, table: str, data: dict[str, Any]) -> None:
+    """``name``.md (the table) and ``name``.json into ``out_dir``, if given."""
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / f"{name}.md").write_text(table + "\n")
+        (out_dir / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
 
 
 class _Stage:
@@ -233,33 +235,20 @@ def run_doctor(
     ``failures``, never raised); writes doctor.md and doctor.json into ``out_dir`` if given."""
     report = DoctorReport(weights=weights)
     stage = _Stage(report.memory)
-    random = RANDOM_WEIGHTS if weights == "random" else {}
     try:
         with quiet_vllm():
-            # the doctor's defaults are the floor: a --config file and --set override them, in that order
-            from_file = read_yaml_overrides(config_path, ExperimentConfig) if config_path is not None else {}
-            _run(report, stage, preset, {**DEFAULTS, **random, **from_file, **(overrides or {})}, config_path, say)
+            config = doctor_config(preset, RANDOM_WEIGHTS if weights == "random" else {}, overrides, config_path)
+            _run(report, stage, config, say)
     except Exception as e:  # noqa: BLE001 - the doctor reports every failure as one line
         text = " ".join(str(e).split()) or type(e).__name__
         report.failures.append(f"stage {stage.name!r} failed: {type(e).__name__}: {text}")
     if report.ok:
         report.check()
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "doctor.md").write_text(report.table() + "\n")
-        (out_dir / "doctor.json").write_text(json.dumps(report.to_dict(), indent=1, allow_nan=True) + "\n")
+    write_outputs(out_dir, "doctor", report.table(), report.to_dict())
     return report
 
 
-def _run(
-    report: DoctorReport,
-    stage: _Stage,
-    preset: str | None,
-    overrides: dict[str, Any],
-    config_path: Path | None,
-    say: Callable[[str], None],
-) -> None:
-    config = load_config(preset, overrides, config_path)
+def _run(report: DoctorReport, stage: _Stage, config: ExperimentConfig, say: Callable[[str], None]) -> None:
     check_inputs(config, ("baseline", "population"))
     report.preset, report.engine, report.steps = config.preset, config.rollout.engine, config.run.steps
     report.weights = config.model.weights
@@ -317,17 +306,16 @@ def _run_agent(
                 policy.sync()  # the first push of every adapter: not part of a step
         if config.model.weights == "random":
             train_on_every_sample(policy)
-        clock = _StepClock()
-        clock.wrap(policy, "generate", "generate")
-        clock.wrap(verifier, "judge_many", "judge")
-        clock.take()
+        spent = {"generate": 0.0, "judge": 0.0}  # seconds in these calls since the last step ended
+        wrap_calls(policy, "generate", lambda _args, s: spent.update(generate=spent["generate"] + s))
+        wrap_calls(verifier, "judge_many", lambda _args, s: spent.update(judge=spent["judge"] + s))
 
         def on_step(step: int, rows: list[dict]) -> None:
-            measured = clock.take()
             r = rows[0]  # timings and memory are per step, the same in every member's row
             times.step_s.append(r["time/step_s"])
-            times.generate_s.append(measured.get("generate", 0.0))
-            times.validate_s.append(r.get("time/validate_s", 0.0) + measured.get("judge", 0.0))
+            times.generate_s.append(spent["generate"])
+            times.validate_s.append(r.get("time/validate_s", 0.0) + spent["judge"])
+            spent.update(generate=0.0, judge=0.0)
             times.train_s.append(r.get("time/update_s", 0.0))
             times.sync_s.append(r.get("time/sync_s", 0.0))
             times.tokens.append(sum(x.get("compute/generated_tokens", 0.0) for x in rows))

@@ -1,21 +1,11 @@
 """``python -m populora_nb doctor --full``: first contact with a machine, each component named.
 
-The plain doctor (`doctor`) times two population and two baseline steps. ``--full`` walks the path a
-preset's run takes and says, one line per stage, which part works here: the preset's architecture
-with random weights is written to a temporary directory as a checkpoint (safetensors, config.json,
-tokenizer), so that every loader reads it as it would a download: Unsloth where it can run (CUDA and
-the package), else transformers + peft; the vLLM engine loads the same weights (not its dummy ones, so
-the engine's log-probs and its applied check compare with the trainer's for real). Then two population
-steps with an evolution event between them (a child made by the operators takes the weakest
-member's slot, and its adapter is pushed to the engine before step 1 samples with it), and one
-member's loss and gradients on the Unsloth path against the native path on the same batch.
-
-Each stage's line is ``ok``, ``skipped: why`` or ``failed: component: the exception's first line``
-(the component: the innermost package of the traceback among `COMPONENTS`, else populora_nb); a
-stage whose input failed is skipped, the others still run. Each stage records its seconds and its
-peak memory (the process's RSS; on a GPU also torch's allocated peak). The report also holds the
-versions of the GPU stack (`versions`), read from package metadata: importing Unsloth would patch
-transformers, and on a CPU it cannot be imported at all.
+The preset's architecture with random weights is written as a checkpoint, so every loader (Unsloth or
+transformers + peft, the vLLM engine) reads it as a download; then two population steps with an
+evolution event, and Unsloth's gradients against the native path's. Each stage is one line, ``ok``,
+``skipped: why`` or ``failed: component: first line`` (`blame`), with its seconds and peak memory; a
+stage whose input failed is skipped, the others still run. The stages and what ``ok`` means:
+docs/gpu.md. Versions are read from package metadata: importing Unsloth would patch transformers.
 """
 
 from __future__ import annotations
@@ -38,8 +28,8 @@ from transformers import PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
 from populora_nb import loop
-from populora_nb.config import BUNDLED_MODEL, TINY_MODEL, ExperimentConfig, ModelConfig, load_config, stage_config
-from populora_nb.doctor import DEFAULTS, train_on_every_sample
+from populora_nb.config import BUNDLED_MODEL, TINY_MODEL, ExperimentConfig, ModelConfig, stage_config
+from populora_nb.doctor import RANDOM_WEIGHTS, doctor_config, train_on_every_sample, wrap_calls, write_outputs
 from populora_nb.model.backend_check import compare_gradients
 from populora_nb.model.base import Base, load_base, release_cached_memory, resolve_backend, resolve_dtype
 from populora_nb.model.policy import LoRAPolicy
@@ -47,7 +37,6 @@ from populora_nb.model.random_base import build_random_base
 from populora_nb.model.sources import bundled_model_dir
 from populora_nb.model.stack import VERSION_PACKAGES, package_version, versions
 from populora_nb.model.vllm_setup import quiet_vllm
-from populora_nb.presets import read_yaml_overrides
 from populora_nb.records import RunDir
 from populora_nb.state import roster_for
 from populora_nb.step_records import peak_memory_gb, reset_peak_memory
@@ -99,8 +88,12 @@ class FullReport:
     """What the evolution event left behind: per child, its slot and the engine calls it took."""
 
     @property
+    def failures(self) -> list[str]:
+        return [f"{s.name}: {s.status}" for s in self.stages if s.status.startswith("failed")]
+
+    @property
     def ok(self) -> bool:
-        return not any(s.status.startswith("failed") for s in self.stages)
+        return not self.failures
 
     def status(self, name: str) -> str:
         return next((s.status for s in self.stages if s.name == name), "not run")
@@ -156,12 +149,11 @@ def run_full(
         versions=versions(), device=torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
     )
     try:
-        from_file = read_yaml_overrides(config_path, ExperimentConfig) if config_path is not None else {}
-        user = {**DEFAULTS, "model.weights": "random", "sampling.ignore_eos": True, **from_file, **(overrides or {})}
-        config = load_config(preset, user, config_path)
+        config = doctor_config(preset, RANDOM_WEIGHTS, overrides, config_path)
     except Exception as e:  # noqa: BLE001 - a bad config is the first stage's line, as the plain doctor's
         report.stages.append(StageResult("config", f"failed: {blame(e)}"))
-        return _write(report, out_dir)
+        write_outputs(out_dir, "doctor_full", report.table(), report.to_dict())
+        return report
     report.preset = config.preset
     with tempfile.TemporaryDirectory(prefix="populora-doctor-full-") as tmp, quiet_vllm(), _no_progress_bars():
         ctx = _Context(config, Path(tmp), say)
@@ -170,7 +162,8 @@ def run_full(
         finally:
             if ctx.policy is not None:
                 ctx.policy.close()
-    return _write(report, out_dir)
+    write_outputs(out_dir, "doctor_full", report.table(), report.to_dict())
+    return report
 
 
 @contextmanager
@@ -183,14 +176,6 @@ def _no_progress_bars() -> Iterator[None]:
     finally:
         if was:
             hf_logging.enable_progress_bar()
-
-
-def _write(report: FullReport, out_dir: Path | None) -> FullReport:
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "doctor_full.md").write_text(report.table() + "\n")
-        (out_dir / "doctor_full.json").write_text(json.dumps(report.to_dict(), indent=1) + "\n")
-    return report
 
 
 def run_stage(
@@ -312,29 +297,21 @@ def _policy(ctx: _Context) -> LoRAPolicy:
         assert ctx.base is not None
         ctx.policy = LoRAPolicy.create(ctx.config, list(roster_for(ctx.config).items()), base=ctx.base)
         train_on_every_sample(ctx.policy)  # random weights tie every reward: each update does real work
-        _record(ctx, ctx.policy, "replace", 0)  # replace(old, new, ...): the replaced member
+        _record(ctx, ctx.policy, "replace")  # replace(old, new, ...): the replaced member
     return ctx.policy
 
 
-def _record(ctx: _Context, obj: Any, method: str, member_arg: int) -> None:
-    """Wrap ``obj.method`` (this instance only) to note (method, member, seconds) in ``ctx.calls``."""
-    inner = getattr(obj, method)
-
-    def recorded(*args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
-        out = inner(*args, **kwargs)
-        ctx.calls.append((method, str(args[member_arg]), time.perf_counter() - started))
-        return out
-
-    setattr(obj, method, recorded)
+def _record(ctx: _Context, obj: Any, method: str) -> None:
+    """Note each call of ``obj.method`` (this instance only) as (method, its first argument: a member, seconds)."""
+    wrap_calls(obj, method, lambda args, seconds: ctx.calls.append((method, str(args[0]), seconds)))
 
 
 def _start_engine(ctx: _Context) -> str:
     policy = _policy(ctx)
     engine = policy.engine
     assert engine is not None
-    _record(ctx, engine, "push", 0)
-    _record(ctx, engine, "drop", 0)
+    _record(ctx, engine, "push")
+    _record(ctx, engine, "drop")
     pushed = policy.sync()
     return f"engine start {engine.load_s:.1f}s, {len(policy.members)} adapters pushed in {pushed:.1f}s"
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm  # a text bar, not tqdm.auto's widget: see progress_bar()
+from tqdm import tqdm  # a text bar, not tqdm.auto's widget: see run()
 
 from populora_nb.checkpoints import resume_or_start, write_checkpoint
 from populora_nb.config import ExperimentConfig
@@ -58,7 +58,10 @@ def run(
         tracker = owned.enter_context(open_tracker(config.run.report_to, rd.path, config.to_dict()))
         if verifier is None:
             verifier = owned.enter_context(Verifier.from_config(config.verifier))
-        bar = owned.enter_context(progress_bar(config, progress))
+        # One progress line from the first second: a text bar (it survives the kernel and export), on stdout
+        # (JupyterLab paints stderr as an error box); the running step is 0-based, as in the records.
+        desc, steps = f"{agent}: loading the model", config.run.steps
+        bar = owned.enter_context(tqdm(total=steps, desc=desc, unit="step", disable=not progress, file=sys.stdout))
         if policy is None:
             policy = LoRAPolicy.create(config, list(roster_for(config).items()))
             owned.callback(policy.close)  # a rollout engine this run started (its own process)
@@ -76,7 +79,10 @@ def run(
                 probe_refs = probe_refs or seed_buffers(config, verifier)
                 probed = difficulty_probe(policy, verifier, state, config, probe_refs, rd)
             bar.set_description_str(f"{agent} · step {step} running")
-            out, cost = timed_step(policy, verifier, state, config)
+            reset_peak_memory()
+            started = time.perf_counter()
+            out = run_step(policy, verifier, state, config)
+            cost = {"time/step_s": time.perf_counter() - started, **peak_memory_gb()}
             rows = metric_rows(step, out, state, config, cost, probed, policy.tokenizer)
             record_step(rd, step, out, rows, config)
             if evolution_due(step, config):
@@ -94,24 +100,6 @@ def run(
 
 
 # ---- the loop's pieces ------------------------------------------------------------------------------
-def progress_bar(config: ExperimentConfig, enabled: bool) -> tqdm:
-    """One progress line from the first second: loading, then the running step (0-based, as in the
-    records) and the steps done. A text bar (it survives the kernel and export), on stdout (JupyterLab
-    paints stderr as an error box)."""
-    desc = f"{config.run.agent}: loading the model"
-    return tqdm(total=config.run.steps, desc=desc, unit="step", disable=not enabled, file=sys.stdout)
-
-
-def timed_step(
-    policy: Policy, verifier: Verifier, state: RunState, config: ExperimentConfig
-) -> tuple[StepOutcome, dict[str, float]]:
-    """One step (`step.run_step`) and its seconds (``time/step_s``) and peak memory."""
-    reset_peak_memory()
-    started = time.perf_counter()
-    out = run_step(policy, verifier, state, config)
-    return out, {"time/step_s": time.perf_counter() - started, **peak_memory_gb()}
-
-
 def metric_rows(
     step: int,
     out: StepOutcome,
@@ -143,16 +131,13 @@ def record_step(rd: RunDir, step: int, out: StepOutcome, rows: list[dict], confi
     """The step's records: tasks.jsonl, metrics.jsonl and, in the population, matches.jsonl."""
     rd.append("tasks", task_rows(step, out.proposals))
     rd.append("metrics", rows)
-    if config.run.agent == "population":
-        rd.append("matches", match_rows(step, out, config.matchmaking.win_threshold))
-
-
-def match_rows(step: int, out: StepOutcome, threshold: float) -> list[dict]:
-    """One row per match, in proposal order; ``contested``: the teacher won games on it (the mechanism is live)."""
-    return [
-        {"step": step, "kind": p.kind, **dataclasses.asdict(m), "contested": contested(m, threshold)}
-        for p, m in zip(out.proposals, out.matches)
-    ]
+    if config.run.agent == "population":  # a row per match, in proposal order; contested: the teacher won games on it
+        threshold = config.matchmaking.win_threshold
+        matches = [
+            {"step": step, "kind": p.kind, **dataclasses.asdict(m), "contested": contested(m, threshold)}
+            for p, m in zip(out.proposals, out.matches)
+        ]
+        rd.append("matches", matches)
 
 
 def evolution_due(step: int, config: ExperimentConfig) -> bool:

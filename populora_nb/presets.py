@@ -170,14 +170,18 @@ def build_config(
 ) -> Any:
     """What `populora_nb.config.load_config` returns (it documents the order): ``root`` (its
     `ExperimentConfig`) built from the preset, the file and the overrides; lives here, next to PRESETS."""
-    name = preset or os.environ.get("POPULORA_PRESET") or "smoke"
-    if name not in PRESETS:
-        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-    flat: dict[str, Any] = {"preset": name, **PRESETS[name]}
+    flat = preset_fields(preset or os.environ.get("POPULORA_PRESET") or "smoke")
     if yaml_path is not None:
         flat.update(read_yaml_overrides(yaml_path, root))
-    flat.update(_flatten(dict(overrides or {}), root))
+    flat.update(flatten(dict(overrides or {}), root))
     return _build(root, _unflatten(flat), prefix="")
+
+
+def preset_fields(name: str) -> dict[str, Any]:
+    """The preset's fields as dotted keys, with ``preset`` itself; an unknown name is a `ConfigError`."""
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return {"preset": name, **PRESETS[name]}
 
 
 def read_yaml_overrides(yaml_path: str | Path, root: type) -> dict[str, Any]:
@@ -197,11 +201,6 @@ def read_yaml_overrides(yaml_path: str | Path, root: type) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of sections, got {type(data).__name__}")
     return flatten(data, root)
-
-
-def flatten(data: Mapping[str, Any], root: type) -> dict[str, Any]:
-    """Nested sections (``{"rl": {"rollouts": 8}}``) as dotted keys (``{"rl.rollouts": 8}``)."""
-    return _flatten(data, root)
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -282,13 +281,14 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
     return value
 
 
-def _flatten(data: Mapping[str, Any], root: type, prefix: str = "") -> dict[str, Any]:
+def flatten(data: Mapping[str, Any], root: type, prefix: str = "") -> dict[str, Any]:
+    """Nested sections (``{"rl": {"rollouts": 8}}``) as dotted keys (``{"rl.rollouts": 8}``)."""
     out: dict[str, Any] = {}
     section_keys = {f.name for f in dataclasses.fields(root)}
     for key, value in data.items():
         full = f"{prefix}{key}"
         if isinstance(value, dict) and (full in section_keys):
-            out.update(_flatten(value, root, f"{full}."))
+            out.update(flatten(value, root, f"{full}."))
         else:
             out[full] = value
     return out

@@ -1,26 +1,11 @@
-"""The fixed difficulty probe: every proposer's tasks scored on one scale.
+"""The fixed difficulty probe: every proposer's tasks scored on one scale by one frozen solver.
 
-A run's own solve rate rho mixes how hard the teacher's tasks are with how good the matched student
-has become. The paper's claim ("teachers propose harder tasks as students improve") is about the
-first; neither AZR nor PopuLoRA report a measure that separates the two. The probe does:
-
-- **fixed prompts, equal counts**: each run answers the same ``probe.prompts_per_kind`` proposer
-  prompts of each kind at every event, their references drawn once from the packaged seed tasks with
-  ``probe.seed`` (not the run's seed or buffers), so every run and seed is asked the same questions,
-  split across the run's proposers (prompt j to proposer j mod n, `probe_askers`) so both runs put
-  the same number of tasks to the solver;
-- **seeded sampling**: the same generation seed at every probe event, so two events differ by the
-  adapters only (common random numbers);
-- **one frozen solver**: the shared starting adapter (the warm-up adapter when ``lora.warmup`` is
-  set, else zero ΔW, i.e. the base model), held apart from the population (`PROBE_SOLVER`) and
-  never trained, attempts every valid probe task ``probe.rollouts`` times;
-- **nothing trained on, nothing stored**: the probe's tasks enter no buffer, no rating and no
-  update; its records go to their own stream (``probe.jsonl``).
-
-What a probe event gives per proposer (`probe_metrics`): the valid rate of its probe answers,
-``probe/rho`` (the frozen solver's mean solve rate over its valid probe tasks: lower is harder for a
-fixed reader), the share of them in 0 < rho < 1, and the share that are not copies of the shown
-references. Its cost is ``time/probe_s`` at a probe step.
+A run's own rho mixes the teacher's difficulty with the matched student's skill; the probe measures
+difficulty alone: fixed prompts (references drawn once with ``probe.seed``, split across the run's
+proposers, `probe_askers`), the same sampling seed at every event, one never-trained solver
+(`PROBE_SOLVER`), and nothing trained on or stored but ``probe.jsonl``. Per proposer it gives the
+valid rate, ``probe/rho``, the share in 0 < rho < 1 and the share of new programs (`probe_metrics`);
+its cost is ``time/probe_s``. The rules and why: docs/methodology.md, "The difficulty probe".
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
-"""The solver warm-up: rejection-sampling fine-tuning on the model's own verified solutions, beside
-the proposer warm-up (`populora_nb.warmup`), so that students start able to solve some tasks.
-
-Why: both AZR's collapse and PopuLoRA's arms race run on tasks the matched solver *sometimes* solves
-(0 < ρ < 1); a 135M solver that solves almost nothing leaves teachers nothing to win and students
-nothing to learn from (docs/methodology.md). The proposer warm-up raises the valid-task rate; this
-raises the solve rate.
-
-After the proposer fine-tuning, every training task (the accepted proposals and the collection
-half's seeds) is attempted ``warmup.solver_samples`` times with the run's solver prompt
-(`stages.solve`); each distinct answer the verifier judges correct becomes an example (up to
-``warmup.solver_examples``), fine-tuned on with the proposer warm-up's loss (`model.sft`). The solve
-rate is measured before and after, with the same prompts and seeds, on held-out tasks (the
-measurement half's seeds and the tasks the held-out proposer rounds accepted), none of whose programs
-is a training task's. Only the verifier decides what is correct; nothing reads a benchmark.
+"""The solver warm-up: rejection-sampling fine-tuning on the model's own verified solutions, after
+the proposer warm-up (`populora_nb.warmup`), so that students start able to solve some tasks: the
+learning signal of both AZR and PopuLoRA is a task its solver *sometimes* solves (0 < rho < 1).
+Only the verifier decides what is correct; nothing reads a benchmark. Which tasks train and which
+measure, and why: docs/methodology.md, "The warm-up" (the solver warm-up).
 """
 
 from __future__ import annotations
@@ -113,9 +103,11 @@ def run_solver_warmup(
     held_out_accepted: Sequence[Task],
     member: str,
 ) -> tuple[dict, list]:
-    """The solver warm-up of the module docstring on ``member``'s adapter; returns its report and
-    the examples it fine-tuned on (``proposal_examples``: the proposer warm-up's accepted proposals,
-    their tasks the training tasks with the collection half's seeds)."""
+    """On ``member``'s adapter: attempt every training task (``proposal_examples``' tasks, the proposer
+    warm-up's accepted proposals, and the collection half's seeds) ``warmup.solver_samples`` times,
+    fine-tune on the distinct correct answers, and measure the solve rate before and after, same prompts
+    and seeds, on held-out tasks (the measurement half's seeds and ``held_out_accepted``, none sharing a
+    training task's program). Returns its report and the examples it fine-tuned on."""
     train = distinct_tasks([e.task for e in proposal_examples if e.task is not None] + seed_tasks(collect_buffers))
     held_out = distinct_tasks([*seed_tasks(measure_buffers), *held_out_accepted], exclude={t.program for t in train})
     shown = worked_examples(collect_buffers)  # the kind's first collection-half seed, as RL shows its first seed

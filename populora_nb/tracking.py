@@ -1,20 +1,11 @@
 """Experiment tracking for long headless runs: TensorBoard and Weights & Biases, as TRL reports to them.
 
-    run.report_to: tensorboard            # or wandb, or [tensorboard, wandb]; default none
-
-A run's records (`populora_nb.records`) are always its JSONL files. With ``run.report_to`` set, the
-loop also sends every step's metrics to the chosen trackers, with one key per member and metric
-(``teacher/valid_rate/T0``, ``rating/mu/S1``: the record's namespaced key, then the member; step-wide
-costs such as ``time/step_s`` once), the run's config at the start, and the experiment's report
-figures at the end (`log_report`). Where each writes:
-
-    RUN/tensorboard/     TensorBoard event files (`tensorboard --logdir RUN`, or EXP for all runs)
-    RUN/wandb/           a W&B run directory: offline unless WANDB_MODE says otherwise
-    EXP/tensorboard/, EXP/wandb/   the report's figures (images), in a run named "report"
-
-The names and values are TRL's. The backends are optional extras (``[track]``), imported only when
-chosen; a missing one is a one-line `UserInputError`. W&B is offline unless WANDB_MODE (W&B's own
-variable) says otherwise, so a run needs no account: ``wandb sync RUN/wandb/offline-run-*`` uploads it.
+With ``run.report_to`` set (tensorboard, wandb, or a list), the loop sends every step's metrics
+with one key per member and metric (``teacher/valid_rate/T0``; step-wide costs such as
+``time/step_s`` once), the config at the start, and the report's figures at the end (`log_report`),
+into RUN/tensorboard/ and RUN/wandb/ (EXP/... for the report). The backends are optional extras
+(``[track]``), imported only when chosen; a missing one is a one-line `UserInputError`. W&B is
+offline unless WANDB_MODE says otherwise, so a run needs no account (docs/running.md).
 """
 
 from __future__ import annotations
@@ -24,7 +15,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from populora_nb.errors import UserInputError
 
@@ -56,18 +47,10 @@ def step_metrics(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     return out
 
 
-class Backend(Protocol):
-    def log_metrics(self, step: int, metrics: Mapping[str, float]) -> None: ...
-
-    def log_images(self, step: int, images: Mapping[str, Path]) -> None: ...
-
-    def close(self) -> None: ...
-
-
 class Tracker:
     """Every backend ``report_to`` chose, as one: `open_tracker` makes it; with "none" it does nothing."""
 
-    def __init__(self, backends: Sequence[Backend] = ()) -> None:
+    def __init__(self, backends: Sequence[TensorBoard | WandB] = ()) -> None:
         self.backends = list(backends)
 
     def log_step(self, step: int, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -76,12 +59,6 @@ class Tracker:
             metrics = step_metrics(rows)
             for b in self.backends:
                 b.log_metrics(step, metrics)
-
-    def log_figures(self, paths: Sequence[Path], step: int = 0) -> None:
-        """PNG files as images, each under ``figures/<file stem>``."""
-        images = {f"figures/{Path(p).stem}": Path(p) for p in paths}
-        for b in self.backends:
-            b.log_images(step, images)
 
     def close(self) -> None:
         for b in self.backends:
@@ -102,7 +79,7 @@ def open_tracker(
     the backends ``report_to`` names, with ``config`` logged; ``name`` defaults to the folder's."""
     log_dir = Path(log_dir)
     name = name or log_dir.name
-    backends: list[Backend] = []
+    backends: list[TensorBoard | WandB] = []
     try:
         for backend in trackers(report_to):
             if backend == "tensorboard":
@@ -124,8 +101,10 @@ def log_report(report_to: str | Sequence[str], experiment: str | Path, config: M
     figures = sorted((experiment / "figures").glob("*.png"))
     if not trackers(report_to) or not figures:
         return 0
+    images = {f"figures/{p.stem}": p for p in figures}  # each PNG as an image under figures/<file stem>
     with open_tracker(report_to, experiment, config, name="report") as tracker:
-        tracker.log_figures(figures)
+        for b in tracker.backends:
+            b.log_images(0, images)
     return len(figures)
 
 

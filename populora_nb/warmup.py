@@ -1,18 +1,12 @@
 """The warm-up: rejection-sampling fine-tuning (expert iteration) on the model's own proposals that
-the verifier accepted, before RL, so that a small model starts where RL has signal.
+the verifier accepted, before RL, so that a small model starts where RL has signal (TRR++ learns only
+from groups whose rewards differ, and a small model's mostly invalid proposals give few).
 
-Why: TRR++ learns only from groups whose rewards differ, and a small model's mostly invalid
-proposals give few. Expert iteration (sample, keep what a verifier accepts, fine-tune on it) raises
-that rate with no outside data, on the kind of proposals AZR's seeding run keeps (`loop.grow_seeds`):
-the proposer prompts of `stages.propose`, examples only what the sandboxed verifier accepted.
-
-The stage (``experiment --stages warmup``; `run_warmup`) measures the valid-task rate on held-out
-proposer prompts (the other half of the seed programs, `split_seeds`), collects up to
-``warmup.examples`` distinct accepted proposals, fine-tunes one LoRA adapter on them (`model.sft`),
-and measures again with the same prompts and seeds (a paired before/after); with ``warmup.solver``
-the solver warm-up follows. It writes ``EXP/warmup/``: the peft adapter, ``examples.jsonl`` (and
-``solver_examples.jsonl``), ``report.json``. Baseline and population both start every member from
-it (``lora.warmup``): the warm-up is shared, only what follows differs.
+`run_warmup` (the experiment's warmup stage) measures the valid-task rate on held-out prompts
+(`split_seeds`), collects accepted proposals, fine-tunes one LoRA adapter on them (`model.sft`) and
+measures again with the same prompts and seeds; with ``warmup.solver`` the solver warm-up follows. It
+writes ``EXP/warmup/``: the peft adapter, ``examples.jsonl`` (and ``solver_examples.jsonl``),
+``report.json``; every member of both runs starts from it (``lora.warmup``). docs/methodology.md, "The warm-up".
 """
 
 from __future__ import annotations
