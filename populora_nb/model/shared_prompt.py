@@ -1,28 +1,13 @@
 """Each prompt processed once: the rollouts of one prompt share its prefill and its training pass.
 
-A population step's tokens are mostly prompt: a student's k rollouts of a task carry the task's whole
-prompt (K reference programs), and so does every row of the update, through its own forward and
-backward pass, k times. Prefix sharing for grouped policy-gradient rollouts ("Prefix Grouper",
-arXiv 2506.05433; vLLM's prefix caching does it on the engine side) runs each prompt once per group:
-
-* **The update** (`shared_prompt_logprobs`). Rows with the same owner (member) and the same prompt
-  token ids form a group. The prompt minus its last token (the *prefix*) goes through the backbone
-  once per group, its per-layer keys and values kept in the autograd graph; then every row's
-  *suffix* (its prompt's last token, whose output predicts the first completion token, then its
-  completion) goes through against its group's keys and values, gathered per row. One backward
-  accumulates every row's gradient into its group's prefix pass, so a prompt's gradient is the sum
-  over its rows, as the k separate passes give it. Log-probs equal `lm_completion_logprobs` to
-  float32 rounding: the same tokens, positions (counted over real tokens) and masks, with the
-  suffixes right-padded after the prefix instead of left-padded in front of the prompt.
-* **Generation** (`decode_rows`). Each distinct (member, prompt) is prefilled once; the cache and
-  the last logits are gathered to its rows, in the batch's own row order, so the decoding loop and
-  its random draws are those of the unshared prefill.
-
-Gradient checkpointing re-runs each decoder layer in the backward pass, cache update included:
-transformers' `DynamicLayer` appends on every call, so a re-run would attend over a cache that has
-already grown. The caches here (`PrefixLayer`) never grow: ``update`` returns the fixed prefix
-(gathered to the rows) with the new keys appended and only records the new ones, so a re-run sees
-what the first run saw. The Unsloth backend keeps the unshared path (its kernels own the cache).
+Prefix sharing for grouped policy-gradient rollouts ("Prefix Grouper", arXiv 2506.05433;
+docs/performance.md, "Each prompt processed once"). In the update (`shared_prompt_logprobs`) rows of
+one (member, prompt) form a group: the prompt minus its last token goes through the backbone once per
+group, its keys and values kept in the graph, and every row's last prompt token + completion attends
+to them, so one backward sums the rows' gradients into the prompt's pass. In generation
+(`decode_rows`) each distinct (member, prompt) is prefilled once and its cache gathered to its rows.
+The caches (`PrefixLayer`) never grow, so a layer gradient checkpointing re-runs sees what its first
+run saw. The Unsloth backend keeps the unshared path (its kernels own the cache).
 """
 
 from __future__ import annotations
@@ -117,9 +102,8 @@ def prompt_groups(batch: TrainBatch, owners: Sequence[int] | None = None) -> Pro
 
 
 def grouped_order(batch: TrainBatch, owners: Sequence[int] | None = None) -> Tensor:
-    """Row order that keeps each group's rows adjacent, largest groups first (so with k rows per group
-    and micro-batches of a multiple or divisor of k, no micro-batch straddles two groups), then
-    longest first, a group's rows longest first: the shared path's counterpart of sorting by length."""
+    """Row order keeping each group's rows adjacent, largest groups first (so micro-batches of a
+    multiple or divisor of k straddle no group), then longest first, within a group longest first."""
     groups = prompt_groups(batch, owners)
     length = batch.attention_mask.sum(dim=1).cpu()
     g = groups.row_group.cpu()
@@ -158,9 +142,6 @@ class PrefixLayer(DynamicLayer):
             return key_states, value_states
         k, v = (self.keys, self.values) if self.rows is None else (self.keys[self.rows], self.values[self.rows])
         return torch.cat([k, key_states], dim=-2), torch.cat([v, value_states], dim=-2)
-
-    def get_seq_length(self) -> int:
-        return 0 if self.keys is None else self.keys.shape[-2]
 
 
 def prefix_pass(backbone: nn.Module, n_layers: int, ids: Tensor, mask: Tensor) -> list[tuple[Tensor, Tensor]]:
