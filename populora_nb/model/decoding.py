@@ -30,10 +30,7 @@ def forward_kwarg_names(model: nn.Module) -> tuple[str, str]:
 
 
 def new_cache(model: nn.Module) -> DynamicCache:
-    try:
-        return DynamicCache(config=cast(PretrainedConfig, model.config))  # a causal LM module has one
-    except TypeError:  # older transformers: DynamicCache() takes no config
-        return DynamicCache()
+    return DynamicCache(config=cast(PretrainedConfig, model.config))  # a causal LM module has one
 
 
 def sample_next(logits: Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> Tensor:

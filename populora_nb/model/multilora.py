@@ -35,10 +35,9 @@ class MultiLoRA:
         n_slots: int,
         rank: int,
         alpha: float,
-        dtype: torch.dtype = torch.float32,
     ) -> None:
         self.model = model
-        # Factors are kept in ``dtype`` (float32 masters); the LoRA term is computed in the base's
+        # Factors are kept in float32 (the masters); the LoRA term is computed in the base's
         # dtype (e.g. bf16 on a GPU), casting on the fly, a no-op when the two agree (CPU, fp32).
         self.compute_dtype = next(model.parameters()).dtype
         self.rank = rank
@@ -52,8 +51,8 @@ class MultiLoRA:
         self.A: dict[str, Tensor] = {}  # (N, r, d_in)
         self.Bt: dict[str, Tensor] = {}  # (N, r, d_out)
         for name, lin in self.modules.items():
-            self.A[name] = torch.zeros(n_slots, rank, lin.in_features, dtype=dtype, device=device)
-            self.Bt[name] = torch.zeros(n_slots, rank, lin.out_features, dtype=dtype, device=device)
+            self.A[name] = torch.zeros(n_slots, rank, lin.in_features, dtype=torch.float32, device=device)
+            self.Bt[name] = torch.zeros(n_slots, rank, lin.out_features, dtype=torch.float32, device=device)
         # One leaf Parameter per (slot, module, factor), a view into the stacks (see module docstring).
         self.slot_params: list[dict[str, tuple[nn.Parameter, nn.Parameter]]] = [
             {name: (nn.Parameter(self.A[name][s]), nn.Parameter(self.Bt[name][s])) for name in self.modules}

@@ -1,13 +1,9 @@
 """A base model of the real architecture with random weights: memory and timings with no download.
 
-Whether a preset fits a GPU, and how long a step takes, before fetching 15 GB (or on a GPU without
-internet). With ``model.weights=random`` the trainer builds ``model.name``'s architecture from a
-shipped ``config.json`` (`ARCHITECTURES`) or a local model directory's, with random weights; a vLLM
-engine loads the same shapes with its dummy weights (``load_format="dummy"``) from a directory
-holding only that config and a tokenizer. Shapes and costs are the real model's; outputs are noise,
-and the engine's dummy weights are not the trainer's (their log-prob gap means nothing). The
-tokenizer is a stand-in (`sources.stand_in_tokenizer`); the embedding and head keep the
-architecture's vocabulary size.
+Whether a preset fits a GPU, and how long a step takes, before fetching 15 GB. The architecture comes
+from a shipped ``config.json`` (`ARCHITECTURES`) or a local directory's; a vLLM engine loads the same
+shapes with its dummy weights (not the trainer's: their log-prob gap means nothing). The tokenizer is
+a stand-in (`sources.stand_in_tokenizer`); the embedding keeps the architecture's vocabulary size.
 """
 
 from __future__ import annotations

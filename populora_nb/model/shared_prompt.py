@@ -12,7 +12,7 @@ run saw. The Unsloth backend keeps the unshared path (its kernels own the cache)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,23 +65,17 @@ def prompt_groups(batch: TrainBatch, owners: Sequence[int] | None = None) -> Pro
     if len(owners) != n:
         raise ValueError(f"one owner per row: {len(owners)} owners for {n} rows")
     comp_len = comp.sum(dim=1)
-    keys: dict[tuple[int, tuple[int, ...]], int] = {}
-    row_group: list[int] = []
-    prompts: list[tuple[int, ...]] = []
-    group_owner: list[int] = []
+    row_prompts: list[tuple[int, ...]] = []
     for i in range(n):
         k = int(comp_len[i])
         if not bool(comp[i, width - k :].all()) or not bool(real[i, width - k :].all()):
             raise ValueError(f"row {i}: its completion must be the row's last tokens, as train_batch lays it out")
-        prompt = tuple(ids[i, : width - k][real[i, : width - k]].tolist())
-        if not prompt:
+        row_prompts.append(tuple(ids[i, : width - k][real[i, : width - k]].tolist()))
+        if not row_prompts[-1]:
             raise ValueError(f"row {i} has no prompt token to predict its first completion token from")
-        key = (owners[i], prompt)
-        if key not in keys:
-            keys[key] = len(prompts)
-            prompts.append(prompt)
-            group_owner.append(owners[i])
-        row_group.append(keys[key])
+    firsts, row_group = first_of_each(list(zip(owners, row_prompts)))
+    prompts = [row_prompts[f] for f in firsts]
+    group_owner = [owners[f] for f in firsts]
     prefix_ids, prefix_mask = left_pad([p[:-1] for p in prompts], 0, device)
     suffixes = [[prompts[g][-1], *ids[i, width - int(comp_len[i]) :].tolist()] for i, g in enumerate(row_group)]
     suffix_ids = pad_sequence([torch.tensor(s, dtype=torch.long) for s in suffixes], batch_first=True)  # (B, S)
@@ -199,20 +193,22 @@ def completion_logprobs(model: nn.Module, batch: TrainBatch, groups: PromptGroup
     return lm_completion_logprobs(model, batch) if groups is None else shared_prompt_logprobs(model, batch, groups)
 
 
-def distinct_rows(slots: Tensor, ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-    """(first row of each distinct (slot, prompt), each row's index among them) of a left-padded batch."""
-    device = ids.device
-    slots, ids, mask = slots.cpu(), ids.cpu(), mask.cpu()
-    seen: dict[tuple[int, tuple[int, ...]], int] = {}
+def first_of_each(keys: Sequence[Hashable]) -> tuple[list[int], list[int]]:
+    """(index of each distinct key's first occurrence, each key's index among the distinct ones)."""
+    seen: dict[Hashable, int] = {}
     firsts: list[int] = []
-    which: list[int] = []
-    for i in range(ids.shape[0]):
-        key = (int(slots[i]), tuple(ids[i][mask[i].bool()].tolist()))
+    for i, key in enumerate(keys):
         if key not in seen:
             seen[key] = len(firsts)
             firsts.append(i)
-        which.append(seen[key])
-    return torch.tensor(firsts, device=device), torch.tensor(which, device=device)
+    return firsts, [seen[key] for key in keys]
+
+
+def distinct_rows(slots: Tensor, ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """(first row of each distinct (slot, prompt), each row's index among them) of a left-padded batch."""
+    slots_, ids_, mask_ = slots.tolist(), ids.cpu(), mask.cpu().bool()
+    firsts, which = first_of_each([(slots_[i], tuple(ids_[i][mask_[i]].tolist())) for i in range(len(slots_))])
+    return torch.tensor(firsts, device=ids.device), torch.tensor(which, device=ids.device)
 
 
 def decode_rows(
