@@ -332,10 +332,9 @@ class LogprobGapError(EngineError):
 
 
 class Mismatch:
-    """Training–inference mismatch of one update, as TRL and veRL monitor it: |logp_engine − logp_train|
-    over the completion tokens, before the optimizer step. In fp32 only kernel rounding; large means
-    the engine sampled from other weights. A mean gap over ``limit`` (``rollout.logp_gap_limit``)
-    raises `LogprobGapError` inside the loss, so before any optimizer step."""
+    """Training–inference mismatch of one update (as TRL and veRL monitor it): |logp_engine − logp_train|
+    over the completion tokens before the optimizer step; a mean over ``limit`` (``rollout.logp_gap_limit``)
+    raises `LogprobGapError` inside the loss, so before any step."""
 
     def __init__(self, limit: float | None = None) -> None:
         self.total, self.count, self.max = 0.0, 0, 0.0

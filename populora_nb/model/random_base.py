@@ -93,10 +93,9 @@ RANDOM_BLOCK = 1_000_003
 
 @torch.no_grad()
 def fill_random_(model: torch.nn.Module, std: float = 0.02, seed: int = 0) -> None:
-    """Norm weights 1, biases 0, every other weight N(0, std²) values tiled from one seeded block of
-    `RANDOM_BLOCK` draws (each tensor from its own offset). Why not transformers' init: drawing 1.5
-    billion normals takes seconds on a CPU, a copy of the block a small fraction of that; the values only
-    need the right scale (finite logits in bfloat16), not independence."""
+    """Norm weights 1, biases 0, every other weight tiled from one seeded block of `RANDOM_BLOCK`
+    N(0, std²) draws: copying is much faster than drawing 1.5 billion normals, and the values only need
+    the right scale, not independence."""
     gen = torch.Generator().manual_seed(seed)
     draws = torch.randn(2 * RANDOM_BLOCK, generator=gen) * std
     blocks: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}  # the draws in each weight's dtype

@@ -92,8 +92,7 @@ class VLLMEngine:
         self._adapters: dict[str, Any] = {}  # name -> the LoRARequest generate uses
         self._zero: set[str] = set()  # members pushed too close to B = 0 to show (`visible`): excepted from the check
         self._expected: dict[str, tuple[list[float], list[float] | None]] = {}
-        """Per member: the trainer's log-probs of the probe tokens (`probe_ids`) under the factors
-        pushed last and under the version before, as `push` was given them (`check_applied`)."""
+        """Per member: the trainer's `probe_peaks` under the factors pushed last and the version before."""
         self._next_id = 1
         self.asleep = False
         self.check_due = True
@@ -152,15 +151,12 @@ class VLLMEngine:
 
     @property
     def probe_ids(self) -> list[int]:
-        """The applied-adapter probe's tokens: `check_applied` compares the engine's log-probs of them
-        with the trainer's that `push` is given."""
+        """The applied-adapter probe's tokens (`check_applied`)."""
         return list(self.base.tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"])
 
     def push(self, name: str, factors: LoRAFactors, expected: Sequence[float] | None = None) -> float:
-        """Make ``factors`` the adapter the engine samples ``name`` with; returns the seconds taken
-        (writing the peft adapter and the engine loading it). ``expected``: the trainer's `probe_peaks` under
-        ``factors``, so that the check this push makes due can tell whose
-        adapter the engine serves (without it, only that it is not the bare base)."""
+        """Make ``factors`` the adapter the engine samples ``name`` with; returns the seconds taken.
+        ``expected``: the trainer's `probe_peaks` under ``factors``, for `_check_whose`."""
         from vllm.lora.request import LoRARequest
 
         started = time.perf_counter()
@@ -216,10 +212,9 @@ class VLLMEngine:
         seed: int | None = None,
         stop_token_ids: Sequence[int] | None = None,
     ) -> list[EngineOutput]:
-        """Row i continues ``prompt_ids[i]`` with adapter ``adapters[i]`` (None: the bare base), all
-        rows in one engine call. Sampling (temperature > 0) needs ``seed``: row i draws from its own
-        seeded stream, so a run is reproducible. Stops only at ``stop_token_ids`` (default: the
-        tokenizer's EOS), as the native decoder does."""
+        """Row i continues ``prompt_ids[i]`` with adapter ``adapters[i]`` (None: the bare base), in one
+        engine call; sampling needs ``seed`` (row i its own seeded stream). Stops only at
+        ``stop_token_ids`` (default: EOS), as the native decoder does."""
         from vllm import SamplingParams
 
         if len(adapters) != len(prompt_ids):
@@ -349,15 +344,13 @@ class VLLMEngine:
     # ---- sharing the card with the trainer --------------------------------------------------------
 
     def sleep(self) -> None:
-        """On a GPU with ``rollout.sleep_during_training``: vLLM's sleep level 1 while the trainer runs,
-        which frees the KV cache and offloads the base weights to host RAM (not kept on the card)."""
+        """On a GPU with ``rollout.sleep_during_training``: vLLM's sleep level 1 (KV freed, weights offloaded)."""
         if self.cuda and self.rollout.sleep_during_training and not self.asleep:
             self.llm.sleep(level=1)
             self.asleep = True
 
     def wake(self) -> None:
-        """Map the engine's memory back (a GPU engine asleep), first handing it what the trainer's
-        allocator still caches."""
+        """Map a sleeping engine's memory back, first releasing what the trainer's allocator caches."""
         if self.asleep:
             release_cached_memory()
             self.llm.wake_up()
