@@ -56,13 +56,13 @@ def test_a_push_moves_the_adapter_to_a_fresh_path_and_the_cache_does_not_outlive
     assert len(ids) > 256
     first, again = (engine.generate([member], [ids], 8)[0] for _ in range(2))
     assert again.cached_tokens > 0 and again.completion_ids == first.completion_ids  # caching is on and exact
-    before = engine.adapter_path(member)
+    before = str(engine._adapters[member].lora_path)
     factors = policy.factors(member)
     for pair in factors.values():
         pair.B.mul_(-1.0)
     policy.set_factors(member, factors)
     policy.sync()
-    assert engine.adapter_path(member) != before and not os.path.exists(before)
+    assert str(engine._adapters[member].lora_path) != before and not os.path.exists(before)
     after = engine.generate([member], [ids], 8)[0]
     assert after.cached_tokens == 0  # nothing computed with the old weights is reused
     assert after.completion_ids != first.completion_ids

@@ -24,7 +24,8 @@ from populora_nb.config import load_config
 from populora_nb.model import vllm_engine
 from populora_nb.model.adapters import roles_for
 from populora_nb.model.policy import LoRAPolicy
-from populora_nb.model.vllm_engine import EngineError, VLLMEngine, lora_slot_rank
+from populora_nb.model.vllm_engine import EngineError, VLLMEngine
+from populora_nb.model.vllm_setup import lora_slot_rank
 from populora_nb.policy import Sample
 
 if importlib.util.find_spec("vllm") is None:

@@ -1,14 +1,9 @@
 """The population's LoRA adapters: the member bank, mixed-adapter generation, one-member training.
 
 PopuLoRA (arXiv 2605.16727 §3) keeps N LoRA members (teachers and students; the AZR baseline has
-one "agent") on one frozen base. A member is data (docs/design.md): an id (its name in the loop, used
-end to end), a role, its parents and birth step, its factors (A, B) for every adapted module, and
-its own AdamW state; its slot (row of the stacked factors) stays inside the bank. Ratings are not
-stored here: matchmaking keeps them under the same ids.
-
-Compute goes through ``multilora.MultiLoRA`` on the transformers backend (all rows of a mixed batch
-in one forward per decoding step) and through ``unsloth_slot.UnslothSlot`` on the Unsloth backend
-(one peft slot, weights swapped per member; see that module for why). One API for both.
+one "agent") on one frozen base. A member is data (docs/design.md): an id, a role, parents, birth
+step, its factors and its own AdamW state (ratings live in matchmaking under the same ids). Compute
+goes through ``multilora.MultiLoRA`` on transformers and ``unsloth_slot.UnslothSlot`` on Unsloth.
 """
 
 from __future__ import annotations
@@ -39,8 +34,7 @@ Role = Literal["teacher", "student", "agent"]
 
 @dataclass
 class Member:
-    """One member's record; its factors live in the bank's row ``slot``, its AdamW state in
-    ``Population.optimizers[id]``."""
+    """One member's record; its factors live in the bank's row ``slot``, its AdamW state in ``optimizers[id]``."""
 
     id: str
     """The member's name in the loop ("agent", "T0", "S3", an evolved child's)."""
@@ -60,9 +54,8 @@ def roles_for(n_teachers: int, n_students: int) -> dict[str, Role]:
 
 
 class Population:
-    """The bank of LoRA members on one frozen base: their factors (one row, a *slot*, of
-    ``multilora``'s stacked tensors per member), their records and their AdamW states. Build with
-    ``create`` (fresh members) or ``load`` (a checkpoint)."""
+    """The bank of LoRA members on one frozen base: factors (one *slot* of ``multilora``'s stacks per
+    member), records and AdamW states. Build with ``create`` or ``load`` (a checkpoint)."""
 
     def __init__(self, base: Base, lora: LoRAConfig, n_slots: int) -> None:
         self.base = base
@@ -80,10 +73,9 @@ class Population:
     def create(
         cls, base: Base, roster: Mapping[str, Role], lora: LoRAConfig, seed: int = 0, random_b_std: float = 1e-3
     ) -> Population:
-        """One member per ``{name: role}`` of the roster (e.g. ``roles_for(4, 4)``), in its order,
-        the i-th drawing A (peft's Kaiming-uniform) from its own seed ``(seed, i)``. B = 0 with
-        ``lora.init="zero_b"`` (every member starts as the base); with ``"random"``, B ~
-        N(0, random_b_std²), which keeps ΔW x near 1% of W x for a pretrained 135M layer."""
+        """One member per ``{name: role}`` of the roster, the i-th drawing A (peft's Kaiming-uniform)
+        from its own seed. B = 0 with ``lora.init="zero_b"``; with ``"random"``, B ~ N(0, random_b_std²),
+        which keeps ΔW x near 1% of W x for a pretrained 135M layer."""
         for name, role in roster.items():
             if role not in get_args(Role):
                 raise ValueError(f"member {name!r}: role must be one of {get_args(Role)}, got {role!r}")
@@ -156,7 +148,6 @@ class Population:
         parents: Sequence[str] = (),
         birth_step: int = 0,
         operator: str = "copy",
-        role: Role | None = None,
         inherit_optimizer_from: str | None = None,
     ) -> Member:
         """Evolution: the child ``child_id`` takes ``member_id``'s slot and place (the old member is
@@ -166,7 +157,7 @@ class Population:
             raise ValueError(f"a child needs a new id; {child_id!r} is already a member")
         inherited = self._optimizer_state(inherit_optimizer_from) if inherit_optimizer_from is not None else None
         self.set_factors(member_id, factors)  # validates before any record changes; drops old's AdamW
-        child = Member(child_id, role or old.role, old.slot, tuple(parents), birth_step, operator)
+        child = Member(child_id, old.role, old.slot, tuple(parents), birth_step, operator)
         self.members[self.members.index(old)] = child
         if inherited is not None:
             self._load_optimizer_state(child.id, inherited)
@@ -185,13 +176,10 @@ class Population:
         stop_token_ids: Sequence[int] | None = None,
         share_prompts: bool = False,
     ) -> list[Generation]:
-        """Row i continues ``prompts[i]`` (text with any chat template already applied, or token ids)
-        with member ``member_ids[i]``'s adapter; all rows share one forward per decoding step.
-
-        temperature 0 is greedy. Sampling needs ``generator`` (a ``torch.Generator`` on the base's
-        device), so runs are reproducible and no global RNG is touched. Stops at the tokenizer's
-        EOS (or ``stop_token_ids``). ``share_prompts``: each distinct (member, prompt) prefilled once
-        (`shared_prompt.decode_rows`), the same tokens."""
+        """Row i continues ``prompts[i]`` (text or token ids) with member ``member_ids[i]``'s adapter,
+        all rows in one forward per decoding step; temperature 0 is greedy, sampling needs
+        ``generator`` (no global RNG). Stops at EOS or ``stop_token_ids``. ``share_prompts``: each
+        distinct (member, prompt) prefilled once (`shared_prompt.decode_rows`), the same tokens."""
         if len(member_ids) != len(prompts):
             raise ValueError(f"one member per prompt: {len(member_ids)} members, {len(prompts)} prompts")
         if temperature < 0 or not 0 < top_p <= 1:
@@ -205,10 +193,8 @@ class Population:
         ids, mask = left_pad(prompt_ids, tok.pad_token_id, self.base.device)
         slots = torch.tensor([self.member(m).slot for m in member_ids], device=self.base.device)
         stops = list(stop_token_ids) if stop_token_ids is not None else [tok.eos_token_id]
-        sampling: dict[str, Any] = dict(
-            max_new_tokens=max_new_tokens, stop_token_ids=stops, pad_token_id=tok.pad_token_id
-        )
-        sampling |= dict(temperature=temperature, top_p=top_p, generator=generator)
+        sampling: dict[str, Any] = dict(max_new_tokens=max_new_tokens, stop_token_ids=stops, temperature=temperature)
+        sampling |= dict(pad_token_id=tok.pad_token_id, top_p=top_p, generator=generator)
         if self._slot_engine is not None:
             tokens, lengths = self._slot_engine.generate(self.multi, slots, ids, mask, **sampling)
         else:
@@ -226,9 +212,8 @@ class Population:
     def member_forward(
         self, member_id: str | None, share_prompts: bool = False
     ) -> Iterator[Callable[[TrainBatch], Tensor]]:
-        """A function batch -> completion log-probs (B, T) under this member's adapter (None: the
-        bare base), at the batch's sampling temperature, each repeated prompt run once when
-        ``share_prompts`` (not on Unsloth). The route stays open until the caller's backward is done."""
+        """batch -> completion log-probs (B, T) under this member's adapter (None: the bare base), each
+        repeated prompt run once with ``share_prompts`` (not on Unsloth); open until the backward is done."""
         model = self.base.model
         share = share_prompts and self._slot_engine is None
 
@@ -250,8 +235,7 @@ class Population:
 
     @torch.no_grad()
     def logprobs(self, member_id: str | None, batch: TrainBatch, share_prompts: bool = False) -> Tensor:
-        """Completion log-probs (B, T) without gradient, at ``batch.temperature`` (the sampling
-        temperature, as ``train_step`` takes them): old log-probs for PPO epochs, or the base's
+        """Completion log-probs (B, T) without gradient: old log-probs for PPO epochs, or the base's
         (``member_id=None``) as a KL reference."""
         with self.member_forward(member_id, share_prompts) as forward:
             return forward(batch.to(self.base.device))
@@ -265,14 +249,11 @@ class Population:
         weight_by: Literal["rows", "tokens"] = "rows",
         share_prompts: bool = False,
     ) -> dict[str, float]:
-        """One AdamW step on this member's LoRA factors only; the base and every other member stay
-        bit-identical. ``micro_batch_size`` accumulates gradients over row chunks (rows sorted by
-        length, each chunk padded to its own longest), each chunk's loss weighted by its share of the
-        batch's rows or completion tokens: ``weight_by`` must match the loss's mean ("rows" for a
-        per-sequence mean, "tokens" for a token mean) for the step to equal the unchunked one.
-        ``share_prompts``: rows of one prompt kept together and its prompt run once per chunk
-        (`model.shared_prompt`), the same step. Returns the loss_fn's stats averaged over chunks plus
-        ``optim/*``, ``time/*``."""
+        """One AdamW step on this member's factors only (the base and every other member bit-identical).
+        ``micro_batch_size`` accumulates over row chunks sorted by length, each chunk's loss weighted
+        by its share of rows or completion tokens (``weight_by``, matching the loss's mean) so the step
+        equals the unchunked one. ``share_prompts``: each prompt run once per chunk, the same step.
+        Returns the loss_fn's stats averaged over chunks plus ``optim/*``, ``time/*``."""
         size = micro_batch_size_of(weight_by)
         start = time.perf_counter()
         member = self.member(member_id)
@@ -299,9 +280,8 @@ class Population:
         return stats
 
     def loss_and_grads(self, member_id: str, batch: TrainBatch, loss_fn: LossFn) -> tuple[float, list[Tensor]]:
-        """The member's loss on ``batch`` and its factors' gradients (float32 copies on the CPU, in
-        `MultiLoRA.parameters` order) from `train_step`'s forward and backward, with no step taken:
-        the same batch on two backends (`doctor_full.compare_gradients`) compares their gradients."""
+        """The member's loss on ``batch`` and its gradients (float32 CPU copies), no step taken: what
+        `backend_check.compare_gradients` compares across two backends."""
         self.zero_grad(member_id)
         slot = self.member(member_id).slot
         batch = batch.to(self.base.device)
@@ -320,8 +300,8 @@ class Population:
         self._optimizer(member_id).zero_grad(set_to_none=True)
 
     def optimizer_step(self, member_id: str) -> dict[str, float]:
-        """Clip the member's accumulated gradient to ``lora.grad_clip`` and take its own AdamW step;
-        its gradients are then cleared. Returns ``optim/grad_norm`` (before clipping), ``optim/lr``."""
+        """Clip to ``lora.grad_clip``, take the member's AdamW step, clear its gradients; returns
+        ``optim/grad_norm`` (before clipping) and ``optim/lr``."""
         params = self.multi.parameters(self.member(member_id).slot)
         opt = self._optimizer(member_id)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.lora.grad_clip)
@@ -338,8 +318,7 @@ class Population:
         return self.optimizers[member_id]
 
     def _optimizer_state(self, member_id: str, device: str | None = None) -> dict[str, Tensor]:
-        """The member's AdamW state as flat tensors ``{param_index}.{exp_avg|exp_avg_sq|step}``, copied
-        (onto ``device`` when given: a checkpoint copies to host memory, not beside the awake engine)."""
+        """The member's AdamW state as flat tensors ``{param_index}.{field}``, copied (onto ``device``)."""
         if member_id not in self.optimizers:
             return {}
         state = self.optimizers[member_id].state_dict()["state"]
@@ -360,8 +339,7 @@ class Population:
     # ---- memory ---------------------------------------------------------------------------
 
     def memory(self) -> dict[str, float]:
-        """MiB held by the base's parameters, all members' factors and the AdamW moments so far,
-        and the factors as a fraction of the base: what N adapters add to one frozen model."""
+        """MiB of the base, all members' factors and AdamW moments, and factors ÷ base: what N adapters add."""
         mib = 2.0**20
         base = sum(p.numel() * p.element_size() for p in self.base.model.parameters())
         factors = self.multi.nbytes()

@@ -1,9 +1,6 @@
-"""One member's loss and gradients on two trainers of the same weights (Unsloth's and the native
-transformers + peft path, in ``doctor --full``): the same factors, the same batch, no step taken.
-Unsloth replaces the attention, MLP and loss kernels and keeps its own copies of the LoRA factors
-(`unsloth_slot`), so the gradient each member is trained with on a GPU is not the one the package's
-CPU tests check unless the two agree: the largest absolute and relative difference and the cosine
-say by how much they do."""
+"""One member's loss and gradients on two trainers of the same weights (Unsloth's and transformers',
+in ``doctor --full``): Unsloth replaces the kernels and keeps its own copies of the factors, so the
+gradient a GPU trains with is the one the CPU tests check only if the two agree."""
 
 from __future__ import annotations
 

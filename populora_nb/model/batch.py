@@ -50,13 +50,11 @@ class TrainBatch:
     old_logprobs: Tensor | None = None  # (B, T), for PPO-style ratios over several epochs
     ref_logprobs: Tensor | None = None  # (B, T), for a KL penalty
     sampler_logprobs: Tensor | None = None
-    """(B, T): the rollout engine's log-prob of each completion token as it sampled it (0 elsewhere),
-    compared with the trainer's own (never used for the gradient); NaN on a row no engine sampled,
-    None when none was."""
+    """(B, T): the rollout engine's log-probs of the completion tokens (only compared, never trained
+    on); NaN on a row no engine sampled."""
     temperature: float = 1.0
-    """The temperature the completions were sampled at. Every log-prob of this batch (old, new,
-    reference) is taken from logits / temperature, so the gradient and the PPO ratio are those of
-    the policy that sampled; 0 (greedy) scores at 1 (see ``rl.logprob_temperature``)."""
+    """The sampling temperature, at which every log-prob of this batch is taken (0 scores at 1:
+    ``rl.logprob_temperature``)."""
 
     def __post_init__(self) -> None:
         logprob_temperature(self.temperature)  # raises on a negative temperature
@@ -80,9 +78,7 @@ class TrainBatch:
         return map_tensors(self, lambda t: t[index])
 
     def trimmed(self) -> TrainBatch:
-        """This batch without the leading columns that are padding in every row, so a micro-batch is
-        as wide as its own longest sequence rather than the whole batch's. The kept
-        tokens' positions and masks are unchanged: padding is on the left, positions count real tokens."""
+        """Without the leading columns that are padding in every row (positions count real tokens)."""
         real = self.attention_mask.bool().any(dim=0).nonzero()
         start = int(real.min()) if real.numel() else 0
         return map_tensors(self, lambda t: t[:, start:] if t.dim() == 2 else t) if start else self
@@ -97,8 +93,7 @@ def train_batch(
     pad_token_id: int,
     temperature: float = 1.0,
 ) -> TrainBatch:
-    """Left-pad each generation's prompt + completion into a ``TrainBatch`` (completion scored).
-    ``temperature``: the one the generations were sampled at (log-probs are taken at it)."""
+    """Left-pad each generation's prompt + completion into a ``TrainBatch`` (completion scored)."""
     ids, attn = left_pad([g.prompt_ids + g.completion_ids for g in generations], pad_token_id, torch.device("cpu"))
     comp = torch.zeros_like(ids)
     for i, g in enumerate(generations):
@@ -108,8 +103,7 @@ def train_batch(
 
 
 def micro_batch_size_of(weight_by: str) -> Callable[[TrainBatch], float]:
-    """A micro-batch's size, whose share of the batch weighs its loss: its rows or its completion
-    tokens (``weight_by``, the loss's mean). Raises ValueError for anything else."""
+    """A micro-batch's size, whose share weighs its loss: rows or completion tokens (``weight_by``)."""
     if weight_by == "rows":
         return lambda b: float(b.input_ids.shape[0])
     if weight_by == "tokens":
@@ -120,8 +114,7 @@ def micro_batch_size_of(weight_by: str) -> Callable[[TrainBatch], float]:
 def sample_generation(
     member_id: str, tokenizer: Any, prompt: str, completion: str, token_ids: TokenIds | None
 ) -> Generation:
-    """What a sample is scored as: the token ids it was sampled as, or, for a completion no model
-    sampled (a scripted one, tests), its tokenisation ended by the stop token."""
+    """A sample as scored: its sampled token ids, or (a scripted completion) its tokenisation + EOS."""
     if token_ids is not None:
         return Generation(member_id, list(token_ids[0]), list(token_ids[1]), completion, True)
     prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
@@ -130,12 +123,9 @@ def sample_generation(
 
 
 def concat(batches: Sequence[TrainBatch]) -> TrainBatch:
-    """The rows of every batch in order, left-padded to the widest: several members' batches as one
-    (the batched update, `batched_update.train_members`). Padding is masked out everywhere and
-    positions count real tokens, so a row scores the same in any batch. The old and reference
-    log-probs must be present in all batches or in none (the config asks for them for every member);
-    the engine's, which only the mismatch monitor reads, are NaN in the rows of a batch without them
-    (a member none of whose samples the engine sampled: nothing to compare, as in its own update)."""
+    """Several members' batches as one, left-padded to the widest (a row scores the same in any batch).
+    Old and reference log-probs must be in all batches or none; the engine's are NaN in the rows of a
+    batch without them."""
     if not batches:
         raise ValueError("concat needs at least one batch")
     temperatures = {b.temperature for b in batches}
@@ -158,9 +148,7 @@ def concat(batches: Sequence[TrainBatch]) -> TrainBatch:
 
 
 def aligned_logprobs(batch: TrainBatch, rows: Sequence[Sequence[float] | None]) -> Tensor:
-    """Per-row completion log-probs (each as long as its row's completion) placed on ``batch``'s
-    completion positions: a (B, T) tensor, 0 elsewhere, aligned with ``completion_logprobs``; a row
-    given as None (no log-probs known) is NaN on its completion."""
+    """Per-row completion log-probs on ``batch``'s completion positions, (B, T), 0 elsewhere; a None row is NaN."""
     out = torch.zeros(batch.input_ids.shape, dtype=torch.float32)
     for i, lps in enumerate(rows):
         n = int(batch.completion_mask[i].sum())

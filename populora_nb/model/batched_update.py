@@ -1,15 +1,10 @@
 """The whole population's update in one pass: every member's rows share each forward and backward.
 
-PopuLoRA's efficiency claim (8 adapters at ~1.31x one agent's wall clock, §4) needs training batched
-as generation is. The members' batches are concatenated, sorted and cut into micro-batches of
-``rl.micro_batch`` rows across members (no more activation memory than one member's micro-batch);
-inside one the rows are grouped by member and routed with `MultiLoRA.route_groups`.
-
-Each member's loss is normalised exactly as in its own update (`Population.train_step`), each
-micro-batch's part weighted by its share of the member's tokens (or rows). Summing the members'
-losses before one backward gives each member's factors the gradient of its own loss alone, since no
-other loss depends on them; then each member clips its own gradient and takes its own AdamW step.
-Unsloth, whose kernels serve one active adapter, keeps the per-member loop (`rl.update`).
+PopuLoRA's 1.31x claim (§4) needs training batched as generation is (docs/performance.md, "The
+update stage"). Micro-batches of ``rl.micro_batch`` rows cut across all members' rows, each row routed
+to its member (`MultiLoRA.route_groups`). Each member's loss is normalised as in its own update
+(`Population.train_step`); summing the losses before one backward gives each member the gradient of
+its own loss alone, then each takes its own clipped AdamW step. Unsloth keeps the per-member loop.
 """
 
 from __future__ import annotations
@@ -35,9 +30,8 @@ def train_members(
     weight_by: Literal["rows", "tokens"] = "rows",
     share_prompts: bool = False,
 ) -> dict[str, dict[str, float]]:
-    """One AdamW step for each member of ``batches`` on its own batch and loss, the rows of all
-    members sharing each micro-batch of ``micro_batch_size`` rows; arguments and stats as
-    `Population.train_step`'s, ``time/train_step_s`` each member's share (by rows) of the pass."""
+    """One AdamW step per member on its own batch and loss, all members' rows sharing each micro-batch;
+    as `Population.train_step`, ``time/train_step_s`` each member's share (by rows) of the pass."""
     size = micro_batch_size_of(weight_by)
     if population.base.backend == "unsloth":
         raise ValueError("the batched update needs the transformers backend (Unsloth serves one adapter at a time)")

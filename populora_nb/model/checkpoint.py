@@ -97,11 +97,9 @@ def write_peft_adapter(
     record: Mapping[str, Any],
     dtype: torch.dtype | None = None,
 ) -> Path:
-    """``factors`` as a peft LoRA adapter (adapter_model.safetensors + adapter_config.json) that
-    ``peft.PeftModel.from_pretrained(base_model, directory)`` loads, plus ``record`` (the member's
-    id, role, parents, ...) as populora_member.json. ``dtype``: the tensors' dtype on disk (None: the
-    factors' own, float32 masters); the vLLM engine is handed its own dtype, which it would cast
-    them to anyway, so a push writes and reads half the bytes at bf16."""
+    """``factors`` as a peft LoRA adapter that ``peft.PeftModel.from_pretrained`` loads, plus ``record``
+    as populora_member.json. ``dtype``: on disk (None: the factors' own; the vLLM engine gets its own
+    dtype, half the bytes at bf16)."""
     from peft import LoraConfig  # peft writes its own config so any peft version can read it
 
     directory = Path(directory)
@@ -125,9 +123,7 @@ def write_peft_adapter(
 
 
 def load_member_factors(directory: str | Path) -> tuple[LoRAFactors, dict]:
-    """Factors and adapter_config of a peft LoRA adapter directory (ours or any peft LoRA on the
-    same modules), ready for ``Population.set_factors``. The config's alpha/r is returned, not
-    applied: rescale B when it differs from the population's."""
+    """Factors and adapter_config of a peft LoRA adapter directory (alpha/r returned, not applied)."""
     directory = Path(directory)
     config = read_file(directory / ADAPTER_CONFIG)
     tensors = read_file(directory / ADAPTER_FILE)
@@ -140,8 +136,8 @@ def load_member_factors(directory: str | Path) -> tuple[LoRAFactors, dict]:
 
 
 def read_adapter(directory: str | Path, lora: LoRAConfig, base_name: str) -> LoRAFactors:
-    """The peft adapter in ``directory``, refused in one line when it is missing, in the retired
-    layout, or was trained for another model, rank or alpha than ``lora`` on ``base_name``."""
+    """The peft adapter in ``directory``, refused in one line when missing, retired, or trained with
+    another model, rank or alpha."""
     directory = Path(directory)
     want: dict[str, Any] = {"rank": lora.rank, "alpha": float(lora.alpha), "model": base_name}
     if not (directory / ADAPTER_FILE).is_file():
@@ -159,8 +155,7 @@ def read_adapter(directory: str | Path, lora: LoRAConfig, base_name: str) -> LoR
 
 
 def read_file(path: Path, device: str = "cpu") -> Any:
-    """A saved file (.safetensors tensors, else JSON); a missing, truncated or damaged one raises
-    one line naming it (safetensors' own error names no file)."""
+    """A saved .safetensors or JSON file; a damaged one raises one line naming it (safetensors' names none)."""
     try:
         return load_file(path, device=device) if path.suffix == ".safetensors" else json.loads(path.read_text())
     except (OSError, ValueError, SafetensorError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors

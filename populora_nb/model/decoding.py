@@ -30,10 +30,7 @@ def forward_kwarg_names(model: nn.Module) -> tuple[str, str]:
 
 
 def new_cache(model: nn.Module) -> DynamicCache:
-    try:
-        return DynamicCache(config=cast(PretrainedConfig, model.config))  # a causal LM module has one
-    except TypeError:  # older transformers: DynamicCache() takes no config
-        return DynamicCache()
+    return DynamicCache(config=cast(PretrainedConfig, model.config))  # a causal LM module has one
 
 
 def sample_next(logits: Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> Tensor:
@@ -79,12 +76,9 @@ def decode(
     generator: torch.Generator | None = None,
     prefilled: tuple[DynamicCache, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Sample up to ``max_new_tokens`` per left-padded row with a KV cache.
-
-    Returns ``(tokens, lengths)``: tokens (B, n) with ``pad_token_id`` after a row stopped, and
-    each row's completion length (its stop token included). A row stops at its first token in
-    ``stop_token_ids``; the loop ends when every row has stopped. ``prefilled``: the prompts' cache
-    and last logits (B, V) already computed (`prefill`, or the shared prefill), else `prefill` runs."""
+    """Sample up to ``max_new_tokens`` per left-padded row: (tokens (B, n), padded after a row's first
+    stop token; each row's length, the stop token included). ``prefilled``: the prompts' cache and
+    last logits (B, V) already computed (the shared prefill), else `prefill` runs."""
     if max_new_tokens <= 0:
         return input_ids.new_zeros(input_ids.shape[0], 0), input_ids.new_zeros(input_ids.shape[0])
     cache = prefilled[0] if prefilled is not None else new_cache(model)

@@ -1,18 +1,8 @@
 """How much of the card the vLLM engine may take: computed before it starts, from parameter counts.
 
-vLLM checks ``gpu_memory_utilization × total`` once, at start, and keeps that much for its weights
-and KV cache. The engine sleeps while the trainer runs (KV freed, weights offloaded), yet a fixed
-share sized as if both ran at once leaves most of the card idle during generation. Here the share is
-what the trainer does not need, counted from the model's shapes:
-
-    trainer = base weights (2 B × P at bf16)
-            + N adapters × (factors 4 B + two AdamW moments 8 B) × p
-            + activations of one micro-batch of full-length rows (`activation_bytes_per_token`)
-            + a margin (CUDA context, allocator fragmentation, what a sleeping engine keeps)
-    share   = (card − trainer) / card, at most `MAX_SHARE`
-
-The activations are counted although the engine sleeps while they exist, so the share fits even with
-``rollout.sleep_during_training=false`` or a sleep that frees less than it should (docs/gpu-memory.md).
+The share is the card less the trainer's peak (base weights, N adapters with their AdamW moments,
+one micro-batch's activations, a margin), at most `MAX_SHARE`: docs/gpu-memory.md has the arithmetic
+and the numbers at each preset.
 """
 
 from __future__ import annotations
@@ -46,8 +36,7 @@ def module_shapes(cfg: Any) -> dict[str, tuple[int, int]]:
 
 
 def base_params(cfg: Any) -> int:
-    """Parameters of the base: embeddings (and an untied head), every layer's projections (with
-    Qwen2's q/k/v biases when the config has them), norms."""
+    """Parameters of the base: embeddings (and an untied head), projections (with Qwen2's q/k/v biases), norms."""
     shapes = module_shapes(cfg)
     h = cfg.hidden_size
     per_layer = sum(d_in * d_out for d_in, d_out in shapes.values()) + 2 * h
@@ -64,10 +53,8 @@ def lora_params(cfg: Any, lora: LoRAConfig) -> int:
 
 
 def activation_bytes_per_token(cfg: Any, checkpointing: bool, dtype_bytes: int = 2) -> int:
-    """Bytes a backward pass keeps per scored token. Without checkpointing, per layer: about 7
-    hidden-sized values (two norm inputs, q/k/v input, attention output, o_proj input, residuals)
-    and 4 MLP-sized ones (gate and up outputs, the activation, down's input). With it, each layer's
-    input plus one layer's recompute (docs/performance.md has the sizes at each preset)."""
+    """Bytes a backward pass keeps per scored token: per layer about 7 hidden-sized and 4 MLP-sized
+    values, or with checkpointing each layer's input plus one layer's recompute (docs/gpu-memory.md)."""
     h, m, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
     one_layer = 7 * h + 4 * m
     values = layers * h + one_layer if checkpointing else layers * one_layer
@@ -92,8 +79,8 @@ class TrainerMemory:
 def trainer_memory(
     cfg: Any, lora: LoRAConfig, n_adapters: int, micro_batch: int, max_seq_len: int, dtype_bytes: int = 2
 ) -> TrainerMemory:
-    """The trainer's peak for a base of config ``cfg`` with ``n_adapters`` members (every slot counted
-    with its AdamW moments, an upper bound) training ``micro_batch`` rows of ``max_seq_len`` tokens."""
+    """The trainer's peak with ``n_adapters`` members (each with AdamW moments: an upper bound)
+    training ``micro_batch`` rows of ``max_seq_len`` tokens."""
     per_token = activation_bytes_per_token(cfg, lora.gradient_checkpointing, dtype_bytes)
     return TrainerMemory(
         base=base_params(cfg) * dtype_bytes,
@@ -158,10 +145,8 @@ def describe(trainer: TrainerMemory, share: float, card_bytes: int) -> str:
 
 
 def measured_check(trainer: TrainerMemory, share: float, card_bytes: int, held_bytes: float | None) -> str:
-    """One line: the counted peak against what the trainer held on the card at its first step (the
-    allocator's peak, which that step's update sets; None without a GPU, where a process's RSS also
-    holds the engine). The share was sized from the count, so a trainer over it leaves the engine's
-    share too large, and the line says which share would fit."""
+    """One line: the counted peak against the allocator's peak at the trainer's first step (None
+    without a GPU); a trainer over its count leaves the engine's share too large: the line says which fits."""
     if held_bytes is None:
         return "share not checked against a measurement: no GPU (the count above is all there is)"
     counted = f"counted {trainer.total / GIB:.1f} GiB, held {held_bytes / GIB:.1f} GiB at its first step"
@@ -176,8 +161,7 @@ def measured_check(trainer: TrainerMemory, share: float, card_bytes: int, held_b
 
 
 def run_share(config: ExperimentConfig, cfg: Any, dtype_bytes: int, card_bytes: int) -> tuple[TrainerMemory, float]:
-    """The trainer's peak and the engine's share for a run of ``config`` on a base of config ``cfg``:
-    every member and the difficulty probe's solver an adapter, the preset's micro-batch of full rows."""
+    """The trainer's peak and the engine's share for a run of ``config`` (the probe's solver an adapter too)."""
     pc = config.population
     n = pc.n_teachers + pc.n_students + (1 if config.probe.every > 0 else 0)
     length = config.model.max_seq_len

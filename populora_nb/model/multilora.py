@@ -1,21 +1,16 @@
 """Batched multi-LoRA: N members' adapters on one frozen base, one forward for a mixed batch.
 
-PopuLoRA's efficiency argument (8 adapters for ~1.3x the wall clock of one) rests on serving
-every member from one base model in one batched forward, each row routed to its own adapter, as
-punica / S-LoRA do on GPUs. peft's mixed batch (``adapter_names=[...]``) instead loops over the
-adapters and runs one sub-batch each, which is much slower than a single adapter (docs/performance.md).
+PopuLoRA's efficiency argument (8 adapters for ~1.3x the wall clock of one) rests on one batched
+forward with each row routed to its own adapter, as punica / S-LoRA do; peft's mixed batch loops over
+the adapters instead (docs/design.md, "Measured costs").
 
-Layout. For every adapted ``nn.Linear`` (d_in → d_out) the factors of all N slots live in two
-stacked tensors, ``A (N, r, d_in)`` and ``Bt (N, r, d_out)`` (B transposed, so that the slots
-flatten to one (N·r, d_out) matrix without a copy); ΔW_m = (alpha / r) · Bt[m]ᵀ @ A[m].
-Each slot also owns leaf ``nn.Parameter`` *views* of its rows, so an optimizer over one member's
-parameters updates the stacks in place: generation always sees the latest weights without a copy,
-and no other slot's rows are ever written.
+Layout. Per adapted ``nn.Linear`` the N slots' factors are two stacks, ``A (N, r, d_in)`` and
+``Bt (N, r, d_out)`` (B transposed, so the slots flatten to one (N·r, d_out) matrix without a copy);
+ΔW_m = (alpha / r) · Bt[m]ᵀ @ A[m]. Each slot owns leaf ``nn.Parameter`` *views* of its rows, so one
+member's optimizer updates the stacks in place and never writes another slot's rows.
 
-Routing. Forward hooks on the target modules add the LoRA term to the base output. They exist only
-inside a ``route_*`` context (one slot for all rows, mixed rows for decoding, grouped rows for the
-batched update), so outside one the model is the untouched base (and peft can wrap it; a target
-peft wrapped first is adapted through its ``base_layer``: `find_target_modules`).
+Routing. Forward hooks add the LoRA term to the base output only inside a ``route_*`` context;
+outside one the model is the untouched base (and peft can wrap it: `find_target_modules`).
 """
 
 from __future__ import annotations
@@ -40,10 +35,9 @@ class MultiLoRA:
         n_slots: int,
         rank: int,
         alpha: float,
-        dtype: torch.dtype = torch.float32,
     ) -> None:
         self.model = model
-        # Factors are kept in ``dtype`` (float32 masters); the LoRA term is computed in the base's
+        # Factors are kept in float32 (the masters); the LoRA term is computed in the base's
         # dtype (e.g. bf16 on a GPU), casting on the fly, a no-op when the two agree (CPU, fp32).
         self.compute_dtype = next(model.parameters()).dtype
         self.rank = rank
@@ -57,8 +51,8 @@ class MultiLoRA:
         self.A: dict[str, Tensor] = {}  # (N, r, d_in)
         self.Bt: dict[str, Tensor] = {}  # (N, r, d_out)
         for name, lin in self.modules.items():
-            self.A[name] = torch.zeros(n_slots, rank, lin.in_features, dtype=dtype, device=device)
-            self.Bt[name] = torch.zeros(n_slots, rank, lin.out_features, dtype=dtype, device=device)
+            self.A[name] = torch.zeros(n_slots, rank, lin.in_features, dtype=torch.float32, device=device)
+            self.Bt[name] = torch.zeros(n_slots, rank, lin.out_features, dtype=torch.float32, device=device)
         # One leaf Parameter per (slot, module, factor), a view into the stacks (see module docstring).
         self.slot_params: list[dict[str, tuple[nn.Parameter, nn.Parameter]]] = [
             {name: (nn.Parameter(self.A[name][s]), nn.Parameter(self.Bt[name][s])) for name in self.modules}
@@ -106,13 +100,10 @@ class MultiLoRA:
 
     @contextlib.contextmanager
     def route_groups(self, slots: Sequence[int], also: Sequence[Sequence[int]] = ()) -> Iterator[None]:
-        """Row i uses slot ``slots[i]``, the rows of each slot contiguous; differentiable with respect
-        to every used slot's parameters: the batched update of several members.
-        ``also``: further row layouts of the same slots, for forwards of another batch size inside the
-        route (the shared prompt pass runs one row per prompt, then one per rollout); each forward
-        takes the layout of its own size, even when a checkpointed layer re-runs in the backward.
-        Two batched matmuls per module whatever the number of members; a member's gradient is the
-        sum over its own rows only, the one it would get alone."""
+        """Row i uses slot ``slots[i]``, each slot's rows contiguous, differentiable: the batched update.
+        ``also``: row layouts of the same slots for forwards of other batch sizes inside the route (the
+        shared prompt pass: one row per prompt, then per rollout); a forward takes the layout of its size.
+        Two batched matmuls per module; a member's gradient sums over its own rows only."""
         runs = slot_runs(slots)
         if len(runs) == 1 and all(slot_runs(layout) == runs for layout in also):
             with self.route_slot(runs[0]):
@@ -154,12 +145,10 @@ class MultiLoRA:
 
     @contextlib.contextmanager
     def route_rows(self, slots: Tensor) -> Iterator[None]:
-        """Row i uses slot ``slots[i]`` (a (B,) long tensor); inference only (no autograd).
-
-        With at most one row per slot on average (B ≤ N) each row's factors are gathered once here
-        (a transient copy of at most the population's factor bytes) and every step runs ``bmm`` /
-        ``baddbmm`` on them. With more rows, decoding uses the masked dense form, which reads each
-        used slot once and copies nothing, and the prefill gathers one module at a time."""
+        """Row i uses slot ``slots[i]`` (a (B,) long tensor); inference only. With B ≤ N each row's
+        factors are gathered once (at most the population's factor bytes) for ``bmm``; with more rows,
+        decoding uses the masked dense form (each used slot read once, no copy) and the prefill
+        gathers one module at a time."""
         device = next(iter(self.A.values())).device
         slots = slots.to(device=device, dtype=torch.long)
         if slots.numel() and bool((slots == slots[0]).all()):
@@ -231,42 +220,26 @@ def slot_runs(slots: Sequence[int]) -> list[int]:
 
 def find_target_modules(model: nn.Module, target_modules: Sequence[str]) -> dict[str, nn.Linear]:
     """Linear layers whose name ends in one of ``target_modules`` (peft's suffix rule), by full name.
-
-    A target peft has already wrapped (plain ``get_peft_model``, or Unsloth's, which calls it) is a
-    peft layer holding the original ``nn.Linear`` as its ``base_layer``: that linear is found, under
-    the wrapper's name, so every population on one base adapts the same weights under the same names
-    (and checkpoint keys) whether or not an Unsloth slot has wrapped it first."""
+    A target peft (or Unsloth) already wrapped yields the ``nn.Linear`` under its ``base_layer``
+    chain, under the wrapper's name: the same weights and checkpoint keys either way."""
     found: dict[str, nn.Linear] = {}
     for name, mod in model.named_modules():
-        linear = base_linear(mod) if name.rsplit(".", 1)[-1] in target_modules else None
-        if linear is not None:
-            found[name] = linear
+        if name.rsplit(".", 1)[-1] not in target_modules:
+            continue
+        while not isinstance(mod, nn.Linear) and isinstance(getattr(mod, "base_layer", None), nn.Module):
+            mod = mod.base_layer
+        if isinstance(mod, nn.Linear):
+            found[name] = mod
     if not found:
         raise ValueError(f"no nn.Linear named like {list(target_modules)} in the model; check lora target_modules")
     return found
 
 
-def base_linear(module: nn.Module) -> nn.Linear | None:
-    """``module`` when it is an ``nn.Linear``, else the ``nn.Linear`` a peft layer wraps (its
-    ``base_layer``, followed through nested wrappers), else None."""
-    while not isinstance(module, nn.Linear):
-        inner = getattr(module, "base_layer", None)
-        if not isinstance(inner, nn.Module):
-            return None
-        module = inner
-    return module
-
-
 @contextlib.contextmanager
 def peft_adapters_off(layers: Sequence[nn.Module]) -> Iterator[None]:
-    """peft layers' forward is their base layer's alone inside the context; restored on exit.
-
-    A route's hook sits on the base layer inside a peft layer, whose forward would then add its own
-    active adapter's delta (e.g. whichever member an Unsloth slot last loaded) on top of the routed
-    member's: peft 0.21's ``lora.Linear.forward`` returns ``base_layer(x)`` alone only when
-    ``disable_adapters`` is set (unmerging first if merged). ``enable_adapters`` is peft's switch (what
-    ``PeftModel.disable_adapter`` uses); it also rewrites the adapters' ``requires_grad``, so those
-    flags are put back as they were."""
+    """peft layers' forward is their base layer's alone inside the context (else a peft layer would add
+    its active adapter, e.g. the member an Unsloth slot last loaded, on top of the routed member's).
+    peft's ``enable_adapters`` switch also rewrites ``requires_grad``: those flags are put back."""
     on = [layer for layer in layers if not getattr(layer, "disable_adapters", True)]
     flags = [(p, p.requires_grad) for layer in on for p in layer.parameters()]
     for layer in on:
@@ -294,13 +267,10 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
 
 @contextlib.contextmanager
 def checkpointing(model: nn.Module, enabled: bool = True) -> Iterator[None]:
-    """Recompute each decoder layer in the backward pass instead of storing its activations.
-
-    Non-reentrant ``torch.utils.checkpoint`` around every layer's forward, set on the instances and
-    removed on exit. Done here rather than with transformers' ``gradient_checkpointing_enable``
-    because that API has been renamed across versions and only acts in ``train()`` mode, which
-    would also switch dropout on. The LoRA hooks run inside the recomputation, so the route must
-    stay open until ``backward`` has finished."""
+    """Recompute each decoder layer in the backward pass (non-reentrant ``torch.utils.checkpoint``
+    around every layer's forward, removed on exit). Not transformers' ``gradient_checkpointing_enable``:
+    it only acts in ``train()`` mode, which would switch dropout on. The LoRA hooks run inside the
+    recomputation, so the route must stay open until ``backward`` has finished."""
     if not enabled:
         yield
         return

@@ -1,13 +1,9 @@
 """The loop's `Policy` on a real model: the LoRA population generates, and learns with TRR++.
 
-Every completion carries the token ids it was sampled as (they travel into its `Sample`, so the
-policy gradient scores exactly the sampled tokens, not a re-tokenisation of the text); a member's
-samples become policy-gradient updates (`rl.policy_gradient_loss`, PPO-clip over `rl.ppo_epochs`,
-optional KL to the frozen base), every log-prob taken at the sampling temperature.
-
-With ``rollout.engine="vllm"`` a `VLLMEngine` samples instead (started on the first generation):
-each member is an adapter in it, pushed again whenever its factors change (`sync`). The trainer
-still recomputes every log-prob it trains on and compares the engine's (`Mismatch`).
+Every completion carries the token ids it was sampled as, so the policy gradient
+(`rl.policy_gradient_loss`) scores exactly them, at the sampling temperature. With
+``rollout.engine="vllm"`` a `VLLMEngine` samples instead, each member an adapter pushed again when its
+factors change (`sync`); the trainer recomputes every log-prob and compares the engine's (`Mismatch`).
 """
 
 from __future__ import annotations
@@ -34,9 +30,7 @@ from populora_nb.rl import policy_gradient_loss
 
 
 class LoRAPolicy:
-    """What the loop generates and trains with on a real model: a `Population` of LoRA members on
-    one frozen `Base`, sampling and updating with the run's config (``sampling``, ``rl``), and
-    replacing members when evolution breeds children."""
+    """What the loop generates and trains with on a real model: a `Population` on one frozen `Base`."""
 
     def __init__(self, config: ExperimentConfig, base: Base, population: Population, engine: VLLMEngine | None = None):
         self.config, self.base, self.population = config, base, population
@@ -53,8 +47,7 @@ class LoRAPolicy:
 
     @property
     def engine(self) -> VLLMEngine | None:
-        """The vLLM engine that samples when ``rollout.engine="vllm"`` (started here on first use, or
-        the one given to the constructor); None on the native path."""
+        """The vLLM engine with ``rollout.engine="vllm"`` (started on first use); None on the native path."""
         c = self.config
         if self._engine is None and c.rollout.engine == "vllm":
             n = len(self.population.ids())
@@ -72,16 +65,14 @@ class LoRAPolicy:
         self._engine, self._owns_engine = None, False
 
     def sync(self) -> float:
-        """Push every member whose factors changed to the engine (and drop replaced ones); returns
-        the seconds it took (0 without an engine). The loop calls it after each step's updates."""
+        """Push every changed member to the engine (drop replaced ones); returns the seconds (0 without one)."""
         if self._engine is None:
             return 0.0
         self._sampled.clear()  # this step's updates have read them
         return self._push_stale()
 
     def changed(self, member_id: str) -> None:
-        """The member's factors changed outside `update` (e.g. the warm-up's supervised steps): the
-        engine gets them before it next samples."""
+        """The member's factors changed outside `update` (the warm-up): the engine gets them before it next samples."""
         self._stale.add(member_id)
 
     def _push_stale(self) -> float:
@@ -98,10 +89,8 @@ class LoRAPolicy:
 
     @torch.no_grad()
     def _probe_logprobs(self, member_id: str, ids: list[int]) -> list[float] | None:
-        """The trainer's `VLLMEngine.probe_peaks` of the member's current factors: after each prefix
-        of ``ids``, the largest next-token log-prob (at temperature 1, as the engine's greedy rows),
-        which the engine's check compares with its own; None with random weights, whose engine
-        weights (vLLM's dummy ones) are not the trainer's."""
+        """The trainer's `VLLMEngine.probe_peaks` of the member's current factors; None with random
+        weights (vLLM's dummy weights are not the trainer's)."""
         if self.base.weights == "random":
             return None
         x = torch.tensor([ids], device=self.base.device)
@@ -113,8 +102,7 @@ class LoRAPolicy:
     def create(
         cls, config: ExperimentConfig, roster: Sequence[tuple[str, str]], base: Base | None = None
     ) -> LoRAPolicy:
-        """A fresh population with one member per (name, role) of the roster, in its order; loads
-        the configured base unless one is given."""
+        """A fresh population, one member per (name, role) of the roster; loads the base unless given."""
         if base is None:
             # transformers' own "Loading weights" bar would be a second bar in the run's cell: the
             # run's progress line already says "loading the model".
@@ -145,20 +133,17 @@ class LoRAPolicy:
 
     @property
     def members(self) -> list[str]:
-        """The members' ids in the population's (slot) order, which is the loop roster's; the
-        difficulty probe's frozen solver (`probe.PROBE_SOLVER`) is not one of them."""
+        """The members' ids in slot order (the roster's), without the difficulty probe's solver."""
         return [m for m in self.population.ids() if m != PROBE_SOLVER]
 
     def generate(
         self, member_ids: Sequence[str], prompts: Sequence[str], max_new_tokens: int, seed: int
     ) -> list[Completion]:
-        """One completion per (member, prompt), sampled in one mixed-adapter batch; each carries the
-        token ids it was sampled as, which `update` scores."""
+        """One sampled completion per (member, prompt), in one mixed-adapter batch, with its token ids."""
         return self._generate(member_ids, prompts, max_new_tokens, self.config.sampling.temperature, seed)
 
     def generate_greedy(self, member_ids: Sequence[str], prompts: Sequence[str], max_new_tokens: int) -> list[str]:
-        """The greedy (temperature 0) completion text of each (member, prompt), in one mixed-adapter
-        batch: what evaluation scores."""
+        """The greedy completion text of each (member, prompt), in one mixed-adapter batch (evaluation)."""
         return [c.text for c in self._generate(member_ids, prompts, max_new_tokens, 0.0, None)]
 
     def _generate(
@@ -208,23 +193,20 @@ class LoRAPolicy:
 
     @property
     def batched_update(self) -> bool:
-        """Whether `update_members` trains all members in one pass (``rl.update``; "auto": yes on the
-        transformers backend, no on Unsloth, whose kernels serve one adapter at a time)."""
+        """Whether `update_members` trains all members in one pass (``rl.update``; "auto": not on Unsloth)."""
         mode = self.config.rl.update
         if mode == "batched" and self.base.backend == "unsloth":
             raise ConfigError("rl.update=batched needs the transformers backend; on Unsloth set rl.update=auto")
         return mode == "batched" or (mode == "auto" and self.base.backend != "unsloth")
 
     def update_members(self, samples: Mapping[str, Sequence[Sample]]) -> dict[str, dict[str, float]]:
-        """One policy-gradient update of each member on its own samples, in one batched pass over all
-        members' rows or one member at a time (`batched_update`): the same factors and AdamW moments
-        either way. A member whose advantages are all 0 takes no step (``optim/skipped`` 1) and costs
-        nothing; a member without samples gets no entry."""
+        """One policy-gradient update of each member on its own samples, batched or one at a time
+        (`batched_update`, the same result). All-zero advantages: no step (``optim/skipped`` 1); no
+        samples: no entry."""
         return self._update({m: mine for m, mine in samples.items() if mine}, self.batched_update)
 
     def update(self, member_id: str, samples: Sequence[Sample]) -> dict[str, float]:
-        """PPO-clip / REINFORCE update of one member on its own samples; returns the step's stats
-        (``optim/skipped`` 1 when every advantage is 0 and no step was taken)."""
+        """One member's `update_members`; returns its stats."""
         return self._update({member_id: samples}, batched=False)[member_id]
 
     def _update(self, samples: Mapping[str, Sequence[Sample]], batched: bool) -> dict[str, dict[str, float]]:
@@ -257,8 +239,7 @@ class LoRAPolicy:
         return {"micro_batch_size": rl.micro_batch, "weight_by": "tokens", "share_prompts": rl.share_prompts}
 
     def _prepare(self, member_id: str, samples: Sequence[Sample]) -> tuple[TrainBatch, Mismatch]:
-        """The member's samples as a batch to train on (with the engine's log-probs to compare, the
-        reference and old log-probs the config asks for), and the mismatch monitor of its update."""
+        """The member's samples as a batch (engine, reference and old log-probs as configured) and its `Mismatch`."""
         gens = [self._generation(member_id, s) for s in samples]
         # scored at the sampling temperature (TrainBatch.temperature); with top_p < 1 the log-probs
         # stay those of the untruncated distribution (rl.completion_logprobs)
@@ -340,7 +321,7 @@ class LoRAPolicy:
         self.population.save(path)
 
     def load(self, path: Path) -> None:
-        """Replace the population by the one checkpointed at ``path`` (a retired layout is refused in one line)."""
+        """Replace the population by the one checkpointed at ``path``."""
         self.population = Population.load(self.base, path)
         self._loaded_from = path
         self._stale = set(self.population.ids())
@@ -351,13 +332,9 @@ class LogprobGapError(EngineError):
 
 
 class Mismatch:
-    """Training–inference mismatch of one update, as TRL and veRL monitor it: |logp_engine −
-    logp_train| over the completion tokens, with the trainer's log-probs taken before its optimizer
-    step (the weights the engine sampled with) at the sampling temperature. In fp32 the two differ
-    only by kernel rounding; a large value means the engine sampled from other weights (a missed
-    sync, an adapter that stopped applying after a wake) or another distribution. A mean gap over
-    ``limit`` (``rollout.logp_gap_limit``) raises `LogprobGapError` from the first micro-batch that
-    shows it, inside the loss, so before any optimizer step."""
+    """Training–inference mismatch of one update (as TRL and veRL monitor it): |logp_engine − logp_train|
+    over the completion tokens before the optimizer step; a mean over ``limit`` (``rollout.logp_gap_limit``)
+    raises `LogprobGapError` inside the loss, so before any step."""
 
     def __init__(self, limit: float | None = None) -> None:
         self.total, self.count, self.max = 0.0, 0, 0.0

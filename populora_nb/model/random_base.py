@@ -1,13 +1,9 @@
 """A base model of the real architecture with random weights: memory and timings with no download.
 
-Whether a preset fits a GPU, and how long a step takes, before fetching 15 GB (or on a GPU without
-internet). With ``model.weights=random`` the trainer builds ``model.name``'s architecture from a
-shipped ``config.json`` (`ARCHITECTURES`) or a local model directory's, with random weights; a vLLM
-engine loads the same shapes with its dummy weights (``load_format="dummy"``) from a directory
-holding only that config and a tokenizer. Shapes and costs are the real model's; outputs are noise,
-and the engine's dummy weights are not the trainer's (their log-prob gap means nothing). The
-tokenizer is a stand-in (`sources.stand_in_tokenizer`); the embedding and head keep the
-architecture's vocabulary size.
+Whether a preset fits a GPU, and how long a step takes, before fetching 15 GB. The architecture comes
+from a shipped ``config.json`` (`ARCHITECTURES`) or a local directory's; a vLLM engine loads the same
+shapes with its dummy weights (not the trainer's: their log-prob gap means nothing). The tokenizer is
+a stand-in (`sources.stand_in_tokenizer`); the embedding keeps the architecture's vocabulary size.
 """
 
 from __future__ import annotations
@@ -97,10 +93,9 @@ RANDOM_BLOCK = 1_000_003
 
 @torch.no_grad()
 def fill_random_(model: torch.nn.Module, std: float = 0.02, seed: int = 0) -> None:
-    """Norm weights 1, biases 0, every other weight N(0, std²) values tiled from one seeded block of
-    `RANDOM_BLOCK` draws (each tensor from its own offset). Why not transformers' init: drawing 1.5
-    billion normals takes seconds on a CPU, a copy of the block a small fraction of that; the values only
-    need the right scale (finite logits in bfloat16), not independence."""
+    """Norm weights 1, biases 0, every other weight tiled from one seeded block of `RANDOM_BLOCK`
+    N(0, std²) draws: copying is much faster than drawing 1.5 billion normals, and the values only need
+    the right scale, not independence."""
     gen = torch.Generator().manual_seed(seed)
     draws = torch.randn(2 * RANDOM_BLOCK, generator=gen) * std
     blocks: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}  # the draws in each weight's dtype

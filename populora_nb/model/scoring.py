@@ -1,11 +1,9 @@
 """Completion log-probs of a causal LM for the policy gradient, without its (tokens × vocab) logits.
 
-Through the LM's own forward, scoring costs (B, L, V) logits and several (N, V) float32 copies in
-the log-softmax, as much as the activations of a 1.5B model at Qwen's 152k vocabulary. So the LM is
-split into its backbone (with its final norm) and its output layer, which
-``rl.completion_logprobs_from_hidden`` applies to the completion rows a chunk at a time. A model
-whose logits are more than its output layer's product (a logit softcap or scale in its config, as
-Gemma 2, Cohere and Granite have) keeps the full forward.
+The (B, L, V) logits and their float32 log-softmax copies cost as much as a 1.5B model's activations
+at Qwen's 152k vocabulary (docs/performance.md, "Log-prob memory"), so the LM is split into backbone
+and output layer, applied to the completion rows a chunk at a time. A model whose logits are more
+than the output layer's product (a softcap or scale in its config) keeps the full forward.
 """
 
 from __future__ import annotations

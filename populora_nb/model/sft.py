@@ -33,10 +33,8 @@ class Example:
 
 
 def fine_tune(policy: LoRAPolicy, examples: Sequence[Example], config: ExperimentConfig, seed: int) -> list[float]:
-    """Supervised fine-tuning of the warm-up adapter on the examples: ``warmup.epochs`` shuffled
-    passes of ``warmup.sft_batch`` examples per AdamW step, each step minimising the token-mean
-    negative log-likelihood of the completion tokens as sampled (the stop token included), scored
-    at temperature 1. Returns each step's loss."""
+    """``warmup.epochs`` shuffled passes of ``warmup.sft_batch`` examples per AdamW step, each minimising
+    the token-mean NLL of the completion tokens as sampled, at temperature 1; returns each step's loss."""
     wc = config.warmup
     rng = random.Random(seed)
     tok = policy.tokenizer

@@ -1,33 +1,18 @@
 """Each prompt processed once: the rollouts of one prompt share its prefill and its training pass.
 
-A population step's tokens are mostly prompt: a student's k rollouts of a task carry the task's whole
-prompt (K reference programs), and so does every row of the update, through its own forward and
-backward pass, k times. Prefix sharing for grouped policy-gradient rollouts ("Prefix Grouper",
-arXiv 2506.05433; vLLM's prefix caching does it on the engine side) runs each prompt once per group:
-
-* **The update** (`shared_prompt_logprobs`). Rows with the same owner (member) and the same prompt
-  token ids form a group. The prompt minus its last token (the *prefix*) goes through the backbone
-  once per group, its per-layer keys and values kept in the autograd graph; then every row's
-  *suffix* (its prompt's last token, whose output predicts the first completion token, then its
-  completion) goes through against its group's keys and values, gathered per row. One backward
-  accumulates every row's gradient into its group's prefix pass, so a prompt's gradient is the sum
-  over its rows, as the k separate passes give it. Log-probs equal `lm_completion_logprobs` to
-  float32 rounding: the same tokens, positions (counted over real tokens) and masks, with the
-  suffixes right-padded after the prefix instead of left-padded in front of the prompt.
-* **Generation** (`decode_rows`). Each distinct (member, prompt) is prefilled once; the cache and
-  the last logits are gathered to its rows, in the batch's own row order, so the decoding loop and
-  its random draws are those of the unshared prefill.
-
-Gradient checkpointing re-runs each decoder layer in the backward pass, cache update included:
-transformers' `DynamicLayer` appends on every call, so a re-run would attend over a cache that has
-already grown. The caches here (`PrefixLayer`) never grow: ``update`` returns the fixed prefix
-(gathered to the rows) with the new keys appended and only records the new ones, so a re-run sees
-what the first run saw. The Unsloth backend keeps the unshared path (its kernels own the cache).
+Prefix sharing for grouped policy-gradient rollouts ("Prefix Grouper", arXiv 2506.05433;
+docs/performance.md, "Each prompt processed once"). In the update (`shared_prompt_logprobs`) rows of
+one (member, prompt) form a group: the prompt minus its last token goes through the backbone once per
+group, its keys and values kept in the graph, and every row's last prompt token + completion attends
+to them, so one backward sums the rows' gradients into the prompt's pass. In generation
+(`decode_rows`) each distinct (member, prompt) is prefilled once and its cache gathered to its rows.
+The caches (`PrefixLayer`) never grow, so a layer gradient checkpointing re-runs sees what its first
+run saw. The Unsloth backend keeps the unshared path (its kernels own the cache).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,23 +65,17 @@ def prompt_groups(batch: TrainBatch, owners: Sequence[int] | None = None) -> Pro
     if len(owners) != n:
         raise ValueError(f"one owner per row: {len(owners)} owners for {n} rows")
     comp_len = comp.sum(dim=1)
-    keys: dict[tuple[int, tuple[int, ...]], int] = {}
-    row_group: list[int] = []
-    prompts: list[tuple[int, ...]] = []
-    group_owner: list[int] = []
+    row_prompts: list[tuple[int, ...]] = []
     for i in range(n):
         k = int(comp_len[i])
         if not bool(comp[i, width - k :].all()) or not bool(real[i, width - k :].all()):
             raise ValueError(f"row {i}: its completion must be the row's last tokens, as train_batch lays it out")
-        prompt = tuple(ids[i, : width - k][real[i, : width - k]].tolist())
-        if not prompt:
+        row_prompts.append(tuple(ids[i, : width - k][real[i, : width - k]].tolist()))
+        if not row_prompts[-1]:
             raise ValueError(f"row {i} has no prompt token to predict its first completion token from")
-        key = (owners[i], prompt)
-        if key not in keys:
-            keys[key] = len(prompts)
-            prompts.append(prompt)
-            group_owner.append(owners[i])
-        row_group.append(keys[key])
+    firsts, row_group = first_of_each(list(zip(owners, row_prompts)))
+    prompts = [row_prompts[f] for f in firsts]
+    group_owner = [owners[f] for f in firsts]
     prefix_ids, prefix_mask = left_pad([p[:-1] for p in prompts], 0, device)
     suffixes = [[prompts[g][-1], *ids[i, width - int(comp_len[i]) :].tolist()] for i, g in enumerate(row_group)]
     suffix_ids = pad_sequence([torch.tensor(s, dtype=torch.long) for s in suffixes], batch_first=True)  # (B, S)
@@ -117,9 +96,8 @@ def prompt_groups(batch: TrainBatch, owners: Sequence[int] | None = None) -> Pro
 
 
 def grouped_order(batch: TrainBatch, owners: Sequence[int] | None = None) -> Tensor:
-    """Row order that keeps each group's rows adjacent, largest groups first (so with k rows per group
-    and micro-batches of a multiple or divisor of k, no micro-batch straddles two groups), then
-    longest first, a group's rows longest first: the shared path's counterpart of sorting by length."""
+    """Row order keeping each group's rows adjacent, largest groups first (so micro-batches of a
+    multiple or divisor of k straddle no group), then longest first, within a group longest first."""
     groups = prompt_groups(batch, owners)
     length = batch.attention_mask.sum(dim=1).cpu()
     g = groups.row_group.cpu()
@@ -158,9 +136,6 @@ class PrefixLayer(DynamicLayer):
             return key_states, value_states
         k, v = (self.keys, self.values) if self.rows is None else (self.keys[self.rows], self.values[self.rows])
         return torch.cat([k, key_states], dim=-2), torch.cat([v, value_states], dim=-2)
-
-    def get_seq_length(self) -> int:
-        return 0 if self.keys is None else self.keys.shape[-2]
 
 
 def prefix_pass(backbone: nn.Module, n_layers: int, ids: Tensor, mask: Tensor) -> list[tuple[Tensor, Tensor]]:
@@ -218,20 +193,22 @@ def completion_logprobs(model: nn.Module, batch: TrainBatch, groups: PromptGroup
     return lm_completion_logprobs(model, batch) if groups is None else shared_prompt_logprobs(model, batch, groups)
 
 
-def distinct_rows(slots: Tensor, ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-    """(first row of each distinct (slot, prompt), each row's index among them) of a left-padded batch."""
-    device = ids.device
-    slots, ids, mask = slots.cpu(), ids.cpu(), mask.cpu()
-    seen: dict[tuple[int, tuple[int, ...]], int] = {}
+def first_of_each(keys: Sequence[Hashable]) -> tuple[list[int], list[int]]:
+    """(index of each distinct key's first occurrence, each key's index among the distinct ones)."""
+    seen: dict[Hashable, int] = {}
     firsts: list[int] = []
-    which: list[int] = []
-    for i in range(ids.shape[0]):
-        key = (int(slots[i]), tuple(ids[i][mask[i].bool()].tolist()))
+    for i, key in enumerate(keys):
         if key not in seen:
             seen[key] = len(firsts)
             firsts.append(i)
-        which.append(seen[key])
-    return torch.tensor(firsts, device=device), torch.tensor(which, device=device)
+    return firsts, [seen[key] for key in keys]
+
+
+def distinct_rows(slots: Tensor, ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """(first row of each distinct (slot, prompt), each row's index among them) of a left-padded batch."""
+    slots_, ids_, mask_ = slots.tolist(), ids.cpu(), mask.cpu().bool()
+    firsts, which = first_of_each([(slots_[i], tuple(ids_[i][mask_[i]].tolist())) for i in range(len(slots_))])
+    return torch.tensor(firsts, device=ids.device), torch.tensor(which, device=ids.device)
 
 
 def decode_rows(

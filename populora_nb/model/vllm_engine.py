@@ -1,19 +1,11 @@
 """Rollouts on vLLM's multi-LoRA engine: one engine over the frozen base, every member an adapter.
 
-The paper's 1.31x population overhead comes from "multi-LoRA inference [that] routes batched
-requests to the correct adapter without swapping the base model" (PopuLoRA §4): vLLM's LoRA serving
-(Punica/SGMV kernels on a GPU, ``punica_cpu`` on a CPU), the engine AZR (veRL), TRL (``use_vllm``)
-and Unsloth (``fast_inference``) use for RL rollouts. Here one ``generate`` call serves a mixed batch
-in which every row names its member's adapter; the base weights are loaded once.
-
-The engine only samples: it returns each completion's token ids and its own per-token log-probs
-(after temperature, ``logprobs_mode="processed_logprobs"``); the trainer recomputes the log-probs it
-trains on and compares (`model.policy`), as TRL and veRL monitor their training–inference mismatch.
-A member's factors reach the engine as a peft adapter in a RAM-backed directory (`push`), and
-after every start, wake and push `check_applied` probes every member: against the bare base, and
-against the trainer's output for that member, every other member and its previous version (whose
-adapter it serves). The engine
-core runs in its own process (vLLM's default), so on a CPU its thread binding stays out of the trainer's.
+The paper's "multi-LoRA inference [that] routes batched requests to the correct adapter without
+swapping the base model" (PopuLoRA §4; docs/gpu.md, "Rollout engine"): one ``generate`` call serves a
+mixed batch, every row naming its member's adapter. The engine only samples (token ids and its own
+log-probs after temperature); the trainer recomputes what it trains on and compares (`model.policy`).
+A member reaches the engine as a peft adapter in a RAM-backed directory (`push`); after every start,
+wake and push `check_applied` probes whose adapter each member is served with.
 """
 
 from __future__ import annotations
@@ -41,7 +33,6 @@ from populora_nb.model.vllm_setup import (
     engine_args,
     engine_env,
     install_hint,
-    lora_slot_rank,  # noqa: F401  (callers import it from here)
     ram_dir,
     start_error,
 )
@@ -101,8 +92,7 @@ class VLLMEngine:
         self._adapters: dict[str, Any] = {}  # name -> the LoRARequest generate uses
         self._zero: set[str] = set()  # members pushed too close to B = 0 to show (`visible`): excepted from the check
         self._expected: dict[str, tuple[list[float], list[float] | None]] = {}
-        """Per member: the trainer's log-probs of the probe tokens (`probe_ids`) under the factors
-        pushed last and under the version before, as `push` was given them (`check_applied`)."""
+        """Per member: the trainer's `probe_peaks` under the factors pushed last and the version before."""
         self._next_id = 1
         self.asleep = False
         self.check_due = True
@@ -161,15 +151,12 @@ class VLLMEngine:
 
     @property
     def probe_ids(self) -> list[int]:
-        """The applied-adapter probe's tokens: `check_applied` compares the engine's log-probs of them
-        with the trainer's that `push` is given."""
+        """The applied-adapter probe's tokens (`check_applied`)."""
         return list(self.base.tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"])
 
     def push(self, name: str, factors: LoRAFactors, expected: Sequence[float] | None = None) -> float:
-        """Make ``factors`` the adapter the engine samples ``name`` with; returns the seconds taken
-        (writing the peft adapter and the engine loading it). ``expected``: the trainer's `probe_peaks` under
-        ``factors``, so that the check this push makes due can tell whose
-        adapter the engine serves (without it, only that it is not the bare base)."""
+        """Make ``factors`` the adapter the engine samples ``name`` with; returns the seconds taken.
+        ``expected``: the trainer's `probe_peaks` under ``factors``, for `_check_whose`."""
         from vllm.lora.request import LoRARequest
 
         started = time.perf_counter()
@@ -181,12 +168,9 @@ class VLLMEngine:
         if path.exists():
             shutil.rmtree(path)
         write_peft_adapter(path, factors, self.lora, self.base.name, {"id": name}, dtype=self.base.dtype)
-        engine = self.llm.llm_engine
-        if inplace:
-            engine.add_lora(LoRARequest(name, lora_id, str(path), load_inplace=True))
-        else:
+        self.llm.llm_engine.add_lora(LoRARequest(name, lora_id, str(path), load_inplace=inplace))
+        if not inplace:
             self._next_id += 1
-            engine.add_lora(LoRARequest(name, lora_id, str(path)))
             if old is not None:
                 self._remove(old.lora_int_id)
         self._adapters[name] = LoRARequest(name, lora_id, str(path))
@@ -199,10 +183,6 @@ class VLLMEngine:
             self._expected[name] = (list(expected), previous[0] if previous else None)
         self.check_due = True  # a push can load the wrong weights or none: check before sampling from it
         return time.perf_counter() - started
-
-    def adapter_path(self, name: str) -> str:
-        """Where the engine loads ``name``'s current adapter from (with its name, the key of its cached blocks)."""
-        return str(self._adapters[name].lora_path)
 
     def drop(self, name: str) -> None:
         """Forget a member's adapter (a member evolution replaced)."""
@@ -232,10 +212,9 @@ class VLLMEngine:
         seed: int | None = None,
         stop_token_ids: Sequence[int] | None = None,
     ) -> list[EngineOutput]:
-        """Row i continues ``prompt_ids[i]`` with adapter ``adapters[i]`` (None: the bare base), all
-        rows in one engine call. Sampling (temperature > 0) needs ``seed``: row i draws from its own
-        seeded stream, so a run is reproducible. Stops only at ``stop_token_ids`` (default: the
-        tokenizer's EOS), as the native decoder does."""
+        """Row i continues ``prompt_ids[i]`` with adapter ``adapters[i]`` (None: the bare base), in one
+        engine call; sampling needs ``seed`` (row i its own seeded stream). Stops only at
+        ``stop_token_ids`` (default: EOS), as the native decoder does."""
         from vllm import SamplingParams
 
         if len(adapters) != len(prompt_ids):
@@ -264,10 +243,8 @@ class VLLMEngine:
             )
             for i in range(len(prompt_ids))
         ]
-        requests = [self._request(a) for a in adapters]
-        prompts = [{"prompt_token_ids": list(p)} for p in prompt_ids]
-        outs = self.llm.generate(prompts, params, lora_request=requests, use_tqdm=False)
         rows = []
+        outs = self._generate(prompt_ids, params, adapters)
         for p, o in zip(prompt_ids, outs):
             ids, lps = _tokens_and_logprobs(o.outputs[0])
             stopped = bool(ids) and ids[-1] in stops
@@ -279,18 +256,21 @@ class VLLMEngine:
         """The LoRARequest rows of ``name`` are served with (None: the bare base)."""
         return None if name is None else self._adapters[name]
 
+    def _generate(self, prompt_ids: Sequence[Sequence[int]], params: Any, names: Sequence[str | None]) -> Any:
+        """One engine call: row i continues ``prompt_ids[i]`` with ``names[i]``'s adapter."""
+        prompts = [{"prompt_token_ids": list(p)} for p in prompt_ids]
+        return self.llm.generate(prompts, params, lora_request=[self._request(n) for n in names], use_tqdm=False)
+
     def check_applied(self) -> None:
-        """One greedy probe of every member whose factors are not all zero, beside the bare base in
-        the same batch (same shapes, so the base's numbers are the same in every row): a member whose
-        tokens and log-probs all equal the base's is not applied, and `AdapterNotApplied` stops the
-        run. Members pushed at B = 0 are the base by design, and members whose update is below the
-        engine's rounding (`visible`) cannot be told from it: both are skipped. Then whose weights
-        each member is served with (`_check_whose`)."""
+        """Every member is served with an adapter (`_check_base`), and with its own (`_check_whose`)."""
         self.check_due = False
         self._check_base()
         self._check_whose()
 
     def _check_base(self) -> None:
+        """One greedy probe of every member beside the bare base in one batch: a member whose tokens
+        and log-probs all equal the base's is not applied (`AdapterNotApplied`). Members too close to
+        B = 0 to show at the engine's dtype (`visible`) are skipped."""
         from vllm import SamplingParams
 
         members = [m for m in self._adapters if m not in self._zero]
@@ -298,7 +278,6 @@ class VLLMEngine:
         # member's first updates move no probe token or log-prob, and the check would stop a sound run.
         if not members or getattr(self.base, "weights", "pretrained") == "random":
             return
-        ids = self.base.tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"]
         params = SamplingParams(
             n=1,
             temperature=0.0,
@@ -308,12 +287,7 @@ class VLLMEngine:
             skip_reading_prefix_cache=True,  # every row computed in this batch, the base's included
         )
         rows: list[str | None] = [None, *members]
-        outs = self.llm.generate(
-            [{"prompt_token_ids": ids}] * len(rows),
-            params,
-            lora_request=[self._request(m) for m in rows],
-            use_tqdm=False,
-        )
+        outs = self._generate([self.probe_ids] * len(rows), params, rows)
         seen = [_tokens_and_logprobs(o.outputs[0]) for o in outs]
         same = [m for m, probe in zip(members, seen[1:]) if probe == seen[0]]
         if same:
@@ -325,11 +299,10 @@ class VLLMEngine:
             )
 
     def _check_whose(self) -> None:
-        """Every member whose trainer output `push` was given: the engine's probe (`probe_peaks`)
-        must be no further from that output than from any other member's or the member's previous
-        version's by more than `probe_noise`; otherwise `AdapterMixedUp` names the first such
-        member and whose weights it is served with (a swapped or stale adapter, which the bare-base
-        check above passes and the log-prob gap monitor, at 1 nat, misses while members are close)."""
+        """Every member whose trainer output `push` was given: its engine probe (`probe_peaks`) must not
+        be closer, by more than `probe_noise`, to another member's output or its own previous
+        version's; otherwise `AdapterMixedUp` (a swapped or stale adapter, which the bare-base check
+        passes and the log-prob gap monitor misses while members are close)."""
         members = [m for m in self._adapters if m in self._expected]
         if not members:
             return
@@ -355,37 +328,29 @@ class VLLMEngine:
                 )
 
     def probe_peaks(self, members: Sequence[str]) -> dict[str, list[float]]:
-        """Per member, the engine's greedy log-prob of the next token after each prefix of `probe_ids`
-        (one row per prefix, one token each): the peak of its next-token distribution there, which
-        the trainer computes from one forward (`LoRAPolicy` gives it to `push`). A peak, not a fixed
-        token's log-prob: vLLM's prompt log-probs with LoRA fail on its CPU kernels, and a peak does
-        not jump when rounding flips a near-tie between two greedy tokens."""
+        """Per member, the engine's greedy log-prob after each prefix of `probe_ids`: the peak of its
+        next-token distribution, which the trainer computes from one forward (`LoRAPolicy`). A peak,
+        not a fixed token's log-prob: vLLM's prompt log-probs with LoRA fail on its CPU kernels, and a
+        peak does not jump when rounding flips a near-tie between two greedy tokens."""
         from vllm import SamplingParams
 
         ids = self.probe_ids
         params = SamplingParams(n=1, temperature=0.0, max_tokens=1, logprobs=0, skip_reading_prefix_cache=True)
-        prompts = [{"prompt_token_ids": ids[:n]} for n in range(1, len(ids) + 1)]
-        outs = self.llm.generate(
-            prompts * len(members),
-            params,
-            lora_request=[self._request(m) for m in members for _ in prompts],
-            use_tqdm=False,
-        )
+        prompts = [ids[:n] for n in range(1, len(ids) + 1)]
+        outs = self._generate(prompts * len(members), params, [m for m in members for _ in prompts])
         peaks = [_tokens_and_logprobs(o.outputs[0])[1][0] for o in outs]
         return {m: peaks[i * len(prompts) : (i + 1) * len(prompts)] for i, m in enumerate(members)}
 
     # ---- sharing the card with the trainer --------------------------------------------------------
 
     def sleep(self) -> None:
-        """On a GPU with ``rollout.sleep_during_training``: vLLM's sleep level 1 while the trainer runs,
-        which frees the KV cache and offloads the base weights to host RAM (not kept on the card)."""
+        """On a GPU with ``rollout.sleep_during_training``: vLLM's sleep level 1 (KV freed, weights offloaded)."""
         if self.cuda and self.rollout.sleep_during_training and not self.asleep:
             self.llm.sleep(level=1)
             self.asleep = True
 
     def wake(self) -> None:
-        """Map the engine's memory back (a GPU engine asleep), first handing it what the trainer's
-        allocator still caches."""
+        """Map a sleeping engine's memory back, first releasing what the trainer's allocator caches."""
         if self.asleep:
             release_cached_memory()
             self.llm.wake_up()

