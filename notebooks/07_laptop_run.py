@@ -36,7 +36,7 @@ from pathlib import Path
 from IPython.display import Image, Markdown, display
 
 from populora_nb.analysis.figures import save_figure
-from populora_nb.config import describe, load_config
+from populora_nb.config import AGENTS, describe, load_config
 from studies import protocol
 from studies.seed_protocol import run_protocol
 
@@ -75,7 +75,7 @@ if preset == "tiny":
         },
     )
     demo_dir = Path("..") / "runs" / "notebooks-tiny-protocol"  # beside, not inside, notebooks 02/03's experiment
-    md = run_protocol(demo, demo_dir, demo_seeds, stages=("warmup", "baseline", "population"), window=1)
+    md = run_protocol(demo, demo_dir, demo_seeds, stages=("warmup", *AGENTS), window=1)
     print(f"tiny demo protocol (random weights: mechanics only) in {demo_dir}")
     if protocol_dir is None:
         shown = demo_dir

@@ -20,7 +20,7 @@ from typing import NoReturn
 
 from populora_nb.analysis.dashboard import Dashboard
 from populora_nb.analysis.report import make_figures, write_report
-from populora_nb.config import ExperimentConfig, load_config, load_dir_config
+from populora_nb.config import AGENTS, ExperimentConfig, load_config, load_dir_config
 from populora_nb.doctor import DoctorReport, run_doctor
 from populora_nb.doctor_full import FullReport, run_full
 from populora_nb.errors import UserInputError
@@ -211,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = command("run", cmd_run, "train the AZR baseline or the PopuLoRA population")
-    p.add_argument("--agent", choices=["baseline", "population"], default=None)
+    p.add_argument("--agent", choices=AGENTS, default=None)
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--out", type=Path, default=None, help="run directory (resumes if it holds a checkpoint)")

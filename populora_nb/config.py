@@ -17,7 +17,7 @@ import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 
@@ -27,6 +27,10 @@ from populora_nb.presets import TINY_MODEL, build_config, flatten, preset_fields
 __all__ = ["ConfigError", "TINY_MODEL"]  # defined below this module (errors, presets), used through it
 
 BUNDLED_MODEL = "bundled:smollm2-135m"
+Agent = Literal["baseline", "population"]
+AGENTS: tuple[Agent, ...] = get_args(Agent)
+"""The two arms (``run.agent``): AZR's single agent and PopuLoRA's population; an experiment keeps
+one run of each, in a folder of that name."""
 # The paper's four mutations and four crossovers (names of populora_nb.operators.OPERATORS), equally
 # likely in the default mix. M5 is optional in the paper and the controls are baselines, not evolution.
 PAPER_OPERATORS = (
@@ -331,7 +335,7 @@ class EvolutionConfig:
 
 @dataclass
 class RunConfig:
-    agent: Literal["baseline", "population"] = "population"
+    agent: Agent = "population"
     """baseline: one adapter proposes and solves (AZR); population: PopuLoRA's teachers and students."""
     baseline_solver: Literal["azr", "own_rollouts"] = "azr"
     """azr: the baseline solver trains on buffer tasks, one response each (AZR); own_rollouts: on its own rollouts."""

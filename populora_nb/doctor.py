@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from populora_nb import loop
-from populora_nb.config import ExperimentConfig, load_config, stage_config
+from populora_nb.config import AGENTS, ExperimentConfig, load_config, stage_config
 from populora_nb.experiment import check_inputs
 from populora_nb.model.base import Base, load_base
 from populora_nb.model.engine_share import GIB, TrainerMemory, describe, measured_check, run_share
@@ -249,7 +249,7 @@ def run_doctor(
 
 
 def _run(report: DoctorReport, stage: _Stage, config: ExperimentConfig, say: Callable[[str], None]) -> None:
-    check_inputs(config, ("baseline", "population"))
+    check_inputs(config, AGENTS)
     report.preset, report.engine, report.steps = config.preset, config.rollout.engine, config.run.steps
     report.weights = config.model.weights
 

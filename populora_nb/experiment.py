@@ -27,7 +27,7 @@ from pathlib import Path
 
 from populora_nb.analysis.report import make_figures, write_report
 from populora_nb.buffers import load_seed_triplets
-from populora_nb.config import ExperimentConfig, stage_config
+from populora_nb.config import AGENTS, ExperimentConfig, stage_config
 from populora_nb.errors import UserInputError
 from populora_nb.evaluation.loaders import data_dir_is_set, resolve_data_dir
 from populora_nb.evaluation.runs import evaluate_experiment
@@ -37,14 +37,14 @@ from populora_nb.step_records import step_summary
 from populora_nb.tracking import log_report, trackers
 from populora_nb.warmup import run_warmup
 
-STAGES = ("warmup", "baseline", "population", "eval", "analysis", "report")
+STAGES = ("warmup", *AGENTS, "eval", "analysis", "report")
 StageFunction = Callable[[ExperimentConfig, Path, Callable[[str], None]], object]
 
 
 def check_inputs(config: ExperimentConfig, stages: Sequence[str] = STAGES) -> None:
     """Fail before anything is written on files the config names but its checks do not read: the seed
     tasks when a stage trains, a benchmark data root the user named when a stage evaluates."""
-    if {"warmup", "baseline", "population"} & set(stages):
+    if {"warmup", *AGENTS} & set(stages):
         load_seed_triplets(config.tasks.seeds_path)
     if "eval" in stages and data_dir_is_set(config.eval.data_dir):
         resolve_data_dir(config.eval.data_dir)
@@ -75,7 +75,7 @@ def run_experiment(
         raise UserInputError(f"unknown stages {unknown}; stages are {', '.join(STAGES)}")
     stages = [s for s in STAGES if s in stages]  # always in the experiment's order
     check_inputs(config, stages)
-    trains = {"baseline", "population"} & set(stages)
+    trains = set(AGENTS) & set(stages)
     if config.warmup.enabled and trains and "warmup" not in stages and "warmup" not in done_stages(Path(out)):
         raise UserInputError(
             f"warmup.enabled: the warmup stage must run before {' and '.join(sorted(trains))} (add warmup to --stages)"

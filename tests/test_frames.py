@@ -195,8 +195,10 @@ def run_name_lists(path: Path) -> list[str]:
 
 def test_the_run_names_live_in_the_run_finder_alone():
     """The analyses and studies take the runs of an experiment from `analysis.runs` (``RUNS``,
-    ``experiment_runs``), never from a list of their own."""
+    ``experiment_runs``), which takes them from the config's arms (``config.AGENTS``): no other module
+    of the package, no study and no notebook holds a list of its own."""
     root = PACKAGE.parent
-    paths = [*sorted((PACKAGE / "analysis").glob("*.py")), *sorted((root / "studies").glob("*.py"))]
-    assert [hit for p in paths if p.name != "runs.py" for hit in run_name_lists(p)] == []
-    assert run_name_lists(PACKAGE / "analysis" / "runs.py") == ["runs.py:10"]  # the check sees a list
+    paths = [*sorted(PACKAGE.rglob("*.py")), *sorted((root / "studies").glob("*.py"))]
+    paths += sorted((root / "notebooks").glob("*.py"))
+    assert [hit for p in paths if p.name != "config.py" for hit in run_name_lists(p)] == []
+    assert run_name_lists(PACKAGE / "config.py") == ["config.py:30"]  # the check sees a list

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from populora_nb.config import AGENTS
 from populora_nb.records import RunDir
 
-RUNS = ("baseline", "population")
+RUNS: tuple[str, ...] = AGENTS
 """The runs an experiment directory holds (``EXP/baseline``, ``EXP/population``), baseline first:
 the one place the analyses, studies and notebooks learn their names."""
 RUN_STREAMS = ("metrics.jsonl", "tasks.jsonl")

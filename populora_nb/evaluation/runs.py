@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from populora_nb.checkpoints import load_run
-from populora_nb.config import ExperimentConfig, stage_config
+from populora_nb.config import AGENTS, ExperimentConfig, stage_config
 from populora_nb.errors import PathNotFoundError
 from populora_nb.evaluation.benchmarks import EvalResult, evaluate, hf_generate, load_results
 from populora_nb.evaluation.evalplus_release import RELEASES, ReleaseUnavailable, fetch_release
@@ -113,7 +113,7 @@ def evaluate_experiment(
     config: ExperimentConfig,
     out: Path,
     say: Callable[[str], None] = print,
-    models: Sequence[str] = ("base", "baseline", "population"),
+    models: Sequence[str] = ("base", *AGENTS),
     require_data: bool = False,
 ) -> Path:
     """Score the base, the baseline and the population on the benchmarks into ``out/eval``.
@@ -127,7 +127,7 @@ def evaluate_experiment(
         raise BenchmarkDataError(f"nothing to evaluate: {note}")
     for bench in benches:  # a malformed file fails here, not after minutes of generation
         load_benchmark(bench, config.eval.data_dir, config.eval.limit)
-    for stage in ("baseline", "population"):
+    for stage in AGENTS:
         if stage in models and RunDir(out / stage).latest_checkpoint() is None:
             raise PathNotFoundError(
                 f"{out / stage} has no checkpoint: train it first "
