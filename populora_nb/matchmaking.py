@@ -22,12 +22,9 @@ from __future__ import annotations
 
 import math
 import random
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, NamedTuple
-
-import numpy as np
 
 from populora_nb.config import MatchmakingConfig
 
@@ -293,32 +290,3 @@ def round_robin_pairs(
         raise ValueError("round_robin_pairs needs at least one student")
     n = len(students)
     return [(t, students[(i + step) % n]) for i, t in enumerate(teachers)]
-
-
-class SolveRateMatrix(NamedTuple):
-    """Mean solve rate of each teacher's tasks (rows) by each student (columns)."""
-
-    teachers: list[MemberId]
-    students: list[MemberId]
-    rho: np.ndarray
-    """(n_teachers, n_students) float64, NaN where the pair played no match."""
-
-
-def solve_rate_matrix(
-    matches: Sequence[Match], teachers: Sequence[MemberId] | None = None, students: Sequence[MemberId] | None = None
-) -> SolveRateMatrix:
-    """Teacher × student mean ρ over played matches (valid and attempted), for the pairing heatmap.
-
-    Rows and columns: ``teachers`` / ``students`` when given, else the order of first appearance.
-    """
-    rows = list(teachers) if teachers is not None else list(dict.fromkeys(m.teacher for m in matches))
-    cols = list(students) if students is not None else list(dict.fromkeys(m.student for m in matches))
-    by_pair: dict[tuple[MemberId, MemberId], list[float]] = defaultdict(list)
-    for m in matches:
-        if m.played and m.rho is not None:  # played implies rho
-            by_pair[(m.teacher, m.student)].append(m.rho)
-    rho = np.full((len(rows), len(cols)), np.nan)
-    for (t, s), values in by_pair.items():
-        if t in rows and s in cols:
-            rho[rows.index(t), cols.index(s)] = float(np.mean(values))
-    return SolveRateMatrix(rows, cols, rho)

@@ -21,7 +21,6 @@ from populora_nb.matchmaking import (
     pfsp_pairs,
     pfsp_weights,
     round_robin_pairs,
-    solve_rate_matrix,
     student_games,
     teacher_games,
     update_ratings,
@@ -363,24 +362,3 @@ def test_round_robin_covers_every_pair_over_n_steps():
     assert sorted(seen) == sorted((t, s) for t in teachers for s in students)
     assert round_robin_pairs(teachers, students, 1)[0] == ("t0", "s1")
     assert round_robin_pairs(teachers, students, 4) == round_robin_pairs(teachers, students, 0)
-
-
-# ---------------------------------------------------------------- solve-rate matrix
-
-
-def test_solve_rate_matrix_means_and_nans():
-    matches = [
-        Match("t0", "s0", True, 0.5),
-        Match("t0", "s0", True, 1.0),
-        Match("t0", "s1", False),
-        Match("t1", "s1", True, 0.0),
-    ]
-    m = solve_rate_matrix(matches)
-    assert m.teachers == ["t0", "t1"] and m.students == ["s0", "s1"]
-    assert m.rho[0, 0] == pytest.approx(0.75)
-    assert np.isnan(m.rho[0, 1])  # only an invalid task: nothing was solved or failed
-    assert np.isnan(m.rho[1, 0])  # never played
-    assert m.rho[1, 1] == 0.0
-    ordered = solve_rate_matrix(matches, teachers=["t1", "t0", "t9"], students=["s1", "s0"])
-    assert ordered.rho.shape == (3, 2)
-    assert ordered.rho[1, 1] == pytest.approx(0.75) and np.isnan(ordered.rho[2]).all()

@@ -148,6 +148,27 @@ def _texts(ax) -> str:
     return " ".join(t.get_text() for t in ax.texts)
 
 
+def test_solve_matrix_shows_each_pairs_mean_rho_over_played_tasks_and_blanks_the_rest(tmp_path):
+    """A cell is the mean ρ of the tasks its student attempted (valid, with a ρ), with their count;
+    a pair that met only on an invalid task, or never met, stays blank."""
+    run = tmp_path / "population"
+    run.mkdir()
+    rows = [
+        {"step": 0, "teacher": "t0", "student": "s0", "valid": True, "rho": 0.5},
+        {"step": 1, "teacher": "t0", "student": "s0", "valid": True, "rho": 1.0},
+        {"step": 0, "teacher": "t0", "student": "s1", "valid": False, "rho": None},
+        {"step": 0, "teacher": "t1", "student": "s1", "valid": True, "rho": 0.0},
+    ]
+    (run / "matches.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ax = plots.plot_solve_matrix(run).axes[0]
+    rho = ax.images[0].get_array()
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["t0", "t1"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["s0", "s1"]
+    assert rho[0, 0] == pytest.approx(0.75) and rho[1, 1] == 0.0
+    assert rho.mask[0, 1] and rho.mask[1, 0]  # only an invalid task; never met
+    assert "0.75\nn=2" in [t.get_text() for t in ax.texts]
+
+
 def test_empty_panels_say_why_inside_the_axes(tmp_path):
     run = fake_run(tmp_path / "p", valid=False)
     ax = plots.plot_solve_matrix(run).axes[0]
