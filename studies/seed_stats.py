@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from populora_nb.analysis.seed_stats import Triple, _constant, _t_test, _welch, fmt_interval, fmt_number
+from populora_nb.analysis.seed_stats import Triple, fmt_interval, fmt_number, is_constant, t_test, welch_test
 
 RANGE_MAX_N = 3
 """Up to this many seeds the companion interval is the seeds' range: their 95% percentile bootstrap
@@ -41,7 +41,7 @@ def paired_t_interval(a: Sequence[float], b: Sequence[float], level: float = 0.9
     """(mean(b − a), low, high): the paired t-interval, i.e. the t-interval of the per-pair
     differences (``scipy.stats.ttest_rel(b, a)`` gives the same)."""
     x, y = _pairs(a, b)
-    return _t_test(y, level, before=x)[:3]
+    return t_test(y, level, before=x)[:3]
 
 
 # ----------------------------------------------------------------------------- percentile bootstrap
@@ -72,7 +72,7 @@ def _bootstrap(
     d = float(x.mean()) if len(data) == 1 else float((y - x).mean()) if paired else float(y.mean() - x.mean())
     if min(map(len, data)) < 2:
         return d, math.nan, math.nan
-    if _constant(y - x) if paired else all(map(_constant, data)):
+    if is_constant(y - x) if paired else all(map(is_constant, data)):
         return d, d, d
     ci = stats.bootstrap(
         data,
@@ -197,7 +197,7 @@ def mean_estimate(
 ) -> Estimate:
     """The mean over seeds: ``t_interval`` with ``seed_spread`` beside it."""
     x = np.asarray(values, dtype=float)
-    m, t_low, t_high, p = _t_test(x, level)
+    m, t_low, t_high, p = t_test(x, level)
     kind, low, high = seed_spread(x, level, n_resamples, rng=rng)
     return Estimate(m, t_low, t_high, p, "t", low, high, kind, len(x))
 
@@ -215,10 +215,10 @@ def difference_estimate(
     the per-seed differences; unpaired: Welch's t with the two-sample bootstrap."""
     if paired:
         x, y = _pairs(a, b)
-        m, t_low, t_high, p = _t_test(y, level, before=x)
+        m, t_low, t_high, p = t_test(y, level, before=x)
         kind, low, high = seed_spread(y - x, level, n_resamples, rng=rng)
         return Estimate(m, t_low, t_high, p, "paired t", low, high, kind, len(x))
-    d, t_low, t_high, p = _welch(a, b, level)
+    d, t_low, t_high, p = welch_test(a, b, level)
     _, low, high = bootstrap_difference(a, b, level, n_resamples, rng=rng)
     return Estimate(d, t_low, t_high, p, "Welch t", low, high, "bootstrap", min(len(a), len(b)))
 
@@ -261,7 +261,7 @@ def claim(e: Estimate, up: str, down: str, none: str, holm_p: float, family: str
     says whether Holm's correction over ``family`` ("8 differences") keeps it."""
     scale = scale_of(e)
     said = f"{verdict(e, up, down, none)} ({fmt_number(e.mean, True, scale)}, "
-    if math.isnan(e.t_low) and e.n >= 2:  # see _t_test: every seed gave this same value
+    if math.isnan(e.t_low) and e.n >= 2:  # see t_test: every seed gave this same value
         exact = "rank test" if e.t_kind == "Welch t" else "sign test"
         said += f"no spread over the {e.n} seeds: {e.t_kind} undefined, {exact} p = {fmt_p(e.p)}"
     else:

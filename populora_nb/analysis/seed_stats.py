@@ -17,13 +17,13 @@ Triple = tuple[float, float, float]
 
 
 # ----------------------------------------------------------------------------- Student t
-def _constant(x: np.ndarray) -> bool:
+def is_constant(x: np.ndarray) -> bool:
     """All values equal up to float rounding (0.3 − 0.2 against 0.2 − 0.1): their spread is 0, and
     scipy's moments would lose all precision dividing rounding error by rounding error."""
     return bool(np.ptp(x) <= 1e-12 * np.abs(x).max())
 
 
-def _t_test(x: np.ndarray, level: float, before: np.ndarray | None = None) -> tuple[float, float, float, float]:
+def t_test(x: np.ndarray, level: float, before: np.ndarray | None = None) -> tuple[float, float, float, float]:
     """(mean, low, high, two-sided p against 0) of the one-sample t over ``x``, or with ``before``
     the paired t of ``x`` against it (``ttest_rel``; the one-sample t of ``x − before``).
 
@@ -37,7 +37,7 @@ def _t_test(x: np.ndarray, level: float, before: np.ndarray | None = None) -> tu
     m = float(d.mean()) if len(d) else math.nan
     if len(d) < 2:
         return m, math.nan, math.nan, math.nan
-    if _constant(d):
+    if is_constant(d):
         if before is None or m == 0:
             return m, m, m, 1.0 if m == 0 else 0.0
         return m, math.nan, math.nan, min(1.0, 2.0 * 0.5 ** len(d))  # the exact sign test
@@ -49,16 +49,16 @@ def _t_test(x: np.ndarray, level: float, before: np.ndarray | None = None) -> tu
 def t_interval(values: Sequence[float], level: float = 0.95) -> Triple:
     """(mean, low, high) of a Student-t interval for the mean over seeds; NaN bounds for n < 2.
     Measures where the mean of the seeds' distribution lies, assuming the values are normal."""
-    return _t_test(np.asarray(values, dtype=float), level)[:3]
+    return t_test(np.asarray(values, dtype=float), level)[:3]
 
 
-def _welch(a: Sequence[float], b: Sequence[float], level: float) -> tuple[float, float, float, float]:
+def welch_test(a: Sequence[float], b: Sequence[float], level: float) -> tuple[float, float, float, float]:
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     d = float(y.mean() - x.mean()) if len(x) and len(y) else math.nan
     if len(x) < 2 or len(y) < 2:
         return d, math.nan, math.nan, math.nan
-    if _constant(x) and _constant(y):
-        # No spread on either side (see _t_test): no interval; every b above every a has the exact
+    if is_constant(x) and is_constant(y):
+        # No spread on either side (see t_test): no interval; every b above every a has the exact
         # two-sided rank-test p 2 / C(n_a + n_b, n_a) (0.1 at 3 and 3 seeds).
         exact_p = min(1.0, 2 / math.comb(len(x) + len(y), len(x)))
         return (0.0, 0.0, 0.0, 1.0) if d == 0 else (d, math.nan, math.nan, exact_p)
@@ -72,7 +72,7 @@ def welch_interval(a: Sequence[float], b: Sequence[float], level: float = 0.95) 
     samples with unequal variances; NaN bounds when either side has fewer than 2 values, and when
     neither side varies (zero width when the means are equal). For runs at the same seeds use
     ``paired_t_interval``: Welch ignores the pairing and is then not conservative either."""
-    return _welch(a, b, level)[:3]
+    return welch_test(a, b, level)[:3]
 
 
 def fmt_number(x: float, signed: bool = False, scale: float | None = None) -> str:
