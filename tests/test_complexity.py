@@ -60,8 +60,9 @@ def record(
     valid: bool = True,
     solve_rate: float | None = 0.5,
     kind: str = "code_o",
+    copy: str = "new",
 ) -> dict:
-    """A tasks.jsonl row; valid ones are new (a proposer's own program)."""
+    """A tasks.jsonl row, with the copy class a valid one gets (`frame`)."""
     return {
         "step": step,
         "proposer": proposer,
@@ -71,13 +72,13 @@ def record(
         "inputs": list(inputs),
         "outputs": list(outputs) if valid else [],
         "solve_rate": solve_rate if valid else None,
+        "copy": copy if valid else None,
     }
 
 
 def frame(rows: list[dict]) -> pd.DataFrame:
-    """The tasks frame of ``rows``: every valid one new, none a repeat."""
-    valid = [r["valid"] for r in rows]
-    return task_frame(rows, ["new" if v else None for v in valid], [False if v else None for v in valid])
+    """The tasks frame of ``rows``: each valid one of the class it names, none a repeat."""
+    return task_frame(rows, [r["copy"] for r in rows], [False if r["valid"] else None for r in rows])
 
 
 # ----------------------------------------------------------------------------- per-program metrics
@@ -238,6 +239,11 @@ def test_complexity_counts_only_programs_the_proposer_wrote():
     trend = lambda analysis: cx.detect_collapse(analysis, min_steps=2).relative_change  # noqa: E731
     assert trend(mixed) == trend(alone)
     assert cx.step_series(mixed, "solve_rate").mean.tolist() == [0.75] * 3
+    # a copy counts in the copy rate only: not in the solve rate, not in complexity
+    with_copy = frame([*written, *handed, record(IDENTITY, solve_rate=0.0, copy="earlier")])
+    for metric in ("solve_rate", *cx.COMPLEXITY_FIELDS):
+        _assert_same_series(cx.step_series(with_copy, metric), cx.step_series(mixed, metric))
+    assert cx.copy_series(with_copy).mean.tolist() == pytest.approx([1 / 3, 0.0, 0.0])
     # coverage: shapes from the written programs only; code_f adds its inputs' signatures
     assert len(cov.coverage_units(mixed, "shapes")) == 3
     assert set().union(*cov.coverage_units(mixed, "signatures")) == {"(int) -> int", "(str) -> str"}
@@ -532,6 +538,27 @@ def test_load_tasks_errors_name_the_path(tmp_path):
     lacking = _write(tmp_path / "lacking" / "tasks.jsonl", json.dumps({"step": 0}) + "\n")
     with pytest.raises(ValueError, match=r"tasks.jsonl: row 1: task record lacks \['proposer'"):
         load_tasks(lacking)
+
+
+def test_load_tasks_parses_a_run_once_until_its_records_change(tmp_path, monkeypatch):
+    """A report reads a run's tasks for its figures and again for its tables: its programs are parsed
+    once, each caller gets its own copy, and rewritten records are read again."""
+    from populora_nb.analysis import frames
+
+    calls = []
+
+    def counted(*args):
+        calls.append(args)
+        return cx.program_metrics(*args)
+
+    monkeypatch.setattr(frames, "program_metrics", counted)
+    run = _write(tmp_path / "run" / "tasks.jsonl", json.dumps(ROW) + "\n")
+    first, second = load_tasks(run), load_tasks(run)
+    assert len(calls) == 1 and first.equals(second) and first is not second
+    first.loc[0, "ast_depth"] = 99.0  # a caller's frame is its own
+    assert load_tasks(run).loc[0, "ast_depth"] == 3.0 and len(calls) == 1
+    (run / "tasks.jsonl").write_text(json.dumps(ROW) + "\n" + json.dumps({**ROW, "step": 1}) + "\n")
+    assert load_tasks(run)["step"].tolist() == [0, 1] and len(calls) == 3
 
 
 def test_find_runs(tmp_path):
