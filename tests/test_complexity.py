@@ -541,8 +541,8 @@ def test_load_tasks_errors_name_the_path(tmp_path):
 
 
 def test_load_tasks_parses_a_run_once_until_its_records_change(tmp_path, monkeypatch):
-    """A report reads a run's tasks for its figures and again for its tables: its programs are parsed
-    once, each caller gets its own copy, and rewritten records are read again."""
+    """A report reads a run's tasks for its figures, its liveness (`load_frames`) and its tables: its
+    programs are parsed once, each caller gets its own copy, and rewritten records are read again."""
     from populora_nb.analysis import frames
 
     calls = []
@@ -555,6 +555,7 @@ def test_load_tasks_parses_a_run_once_until_its_records_change(tmp_path, monkeyp
     run = _write(tmp_path / "run" / "tasks.jsonl", json.dumps(ROW) + "\n")
     first, second = load_tasks(run), load_tasks(run)
     assert len(calls) == 1 and first.equals(second) and first is not second
+    assert frames.load_frames(run).tasks.equals(first) and len(calls) == 1
     first.loc[0, "ast_depth"] = 99.0  # a caller's frame is its own
     assert load_tasks(run).loc[0, "ast_depth"] == 3.0 and len(calls) == 1
     (run / "tasks.jsonl").write_text(json.dumps(ROW) + "\n" + json.dumps({**ROW, "step": 1}) + "\n")

@@ -154,40 +154,42 @@ _REQUIRED = ("step", "proposer", "kind", "program", "valid")
 def load_tasks(run_dir: str | Path) -> pd.DataFrame:
     """One run's tasks frame (`TASK_COLUMNS`, labelled by ``run``, as ``load_frames(run_dir).tasks``)
     without its other streams; a missing or empty stream, or a row that is not a task record, raises
-    an error naming the path. Parsing every program is the slow part, and a report reads a run's
-    tasks for its figures and again for its tables, so the frame is kept until a file it is read
-    from changes (each call gets its own copy)."""
+    an error naming the path."""
     rd = RunDir(Path(run_dir))
     path = rd.stream_file("tasks")  # tasks.jsonl, or a committed copy's .jsonl.gz
     if not path.is_file():
         raise FileNotFoundError(f"no task records at {path}: is {run_dir} a run directory?")
-    sources = (path, rd.stream_file("matches"), rd.path / "config.yaml")
-    return _load_tasks(rd.path, tuple(_stamp(source) for source in sources)).copy()
+    tasks, problem = _parsed_tasks(rd.path, _stamps(rd))
+    if problem is not None:
+        raise ValueError(problem)
+    return _labelled(tasks.copy(), {"run": rd.path.name}).reindex(columns=_ordered(tasks.columns, TASK_COLUMNS))
 
 
-def _stamp(path: Path) -> tuple[int, int]:
-    """(mtime_ns, size) of a file, (0, 0) when absent: a cache key that notices a rewrite."""
-    try:
-        stat = path.stat()
-    except FileNotFoundError:
-        return 0, 0
-    return stat.st_mtime_ns, stat.st_size
+def _stamps(rd: RunDir) -> tuple[tuple[int, int], ...]:
+    """(mtime_ns, size) of each file a tasks frame is read from, (0, 0) when absent: a key that notices a rewrite."""
+    stamps = []
+    for path in (rd.stream_file("tasks"), rd.stream_file("matches"), rd.path / "config.yaml"):
+        stat = path.stat() if path.is_file() else None
+        stamps.append((stat.st_mtime_ns, stat.st_size) if stat else (0, 0))
+    return tuple(stamps)
 
 
 @functools.lru_cache(maxsize=16)
-def _load_tasks(run_dir: Path, stamps: tuple[tuple[int, int], ...]) -> pd.DataFrame:
+def _parsed_tasks(run_dir: Path, stamps: tuple[tuple[int, int], ...]) -> tuple[pd.DataFrame, str | None]:
+    """A run's tasks frame (unlabelled), or why its rows are not task records. Parsing every program is
+    the slow part, and a report reads a run's tasks for its figures, its liveness and its tables, so
+    the frame is kept while ``stamps`` hold (callers copy it)."""
     rd = RunDir(run_dir)
     path, rows = rd.stream_file("tasks"), rd.read("tasks")
     for number, row in enumerate(rows, start=1):
         if not isinstance(row, dict):
-            raise ValueError(f"{path}: row {number} is not a JSON object")
+            return pd.DataFrame(), f"{path}: row {number} is not a JSON object"
         missing = [key for key in _REQUIRED if key not in row]
         if missing:
-            raise ValueError(f"{path}: row {number}: task record lacks {missing}")
+            return pd.DataFrame(), f"{path}: row {number}: task record lacks {missing}"
     if not rows:
-        raise ValueError(f"{path} holds no complete task record (empty file)")
-    tasks = _run_tasks(run_dir, rows, rd.read("matches"), _config(run_dir).get("rl.rollouts"))
-    return _labelled(tasks, {"run": run_dir.name}).reindex(columns=_ordered(tasks.columns, TASK_COLUMNS))
+        return pd.DataFrame(), f"{path} holds no complete task record (empty file)"
+    return _run_tasks(run_dir, rows, rd.read("matches"), _config(run_dir).get("rl.rollouts")), None
 
 
 def load_frames(path: str | Path) -> RunFrames:
@@ -225,8 +227,11 @@ def _ordered(columns: pd.Index, first: tuple[str, ...]) -> list[str]:
 def _run_frames(run_dir: Path) -> dict[str, pd.DataFrame]:
     config, rd = _config(run_dir), RunDir(run_dir)
     matches = rd.read("matches")
+    tasks, problem = _parsed_tasks(run_dir, _stamps(rd))
+    if problem is not None:  # no task rows, or rows load_tasks refuses: read as they are
+        tasks = _run_tasks(run_dir, rd.read("tasks"), matches, config.get("rl.rollouts"))
     return {
-        "tasks": _run_tasks(run_dir, rd.read("tasks"), matches, config.get("rl.rollouts")),
+        "tasks": tasks.copy(),
         "metrics": read_stream(run_dir, "metrics"),
         "matches": pd.DataFrame(matches),
         "lineage": read_stream(run_dir, "lineage"),
