@@ -12,7 +12,8 @@ for a sweep's grid point), so a run, an experiment, a protocol and a sweep read 
 ``tasks``     one row per tasks.jsonl record (`TASK_COLUMNS`): what was proposed, its verdict, the
               matched solver's ρ and rollouts, its copy class, whether it repeats a task met before
               (program and input, `populora_nb.copies`), and the complexity metrics of a written
-              program (`populora_nb.analysis.complexity`; NaN where the proposer did not write one).
+              program and its coverage features (`populora_nb.analysis.complexity`, `.coverage`; missing
+              where the proposer did not write one).
 ``metrics``   one row per metrics.jsonl record: ``step``, ``member``, ``role`` and the namespaced keys.
 ``matches``   one row per matches.jsonl record (population runs): teacher, student, kind, valid, ρ.
 ``lineage``   one row per lineage.jsonl record: each child evolution made, its parents and operator.
@@ -67,8 +68,9 @@ TASK_COLUMNS = (
              None for an invalid task
   written    a valid code_o/code_i task: the proposer wrote the program (complexity is measured)
   measured   written and new: what the complexity and coverage analysis counts
-  shape, ngrams  a written program's normalised AST shape and node-type n-grams (None where not written)
-  signatures the I/O type signatures of a valid task's pairs (None when invalid)
+  shape, ngrams  a written program's normalised AST shape and node-type n-grams (missing where not
+             written or, the shape, not parsed)
+  signatures the I/O type signatures of a valid task's pairs (missing when invalid)
 """
 _SEED = re.compile(r"^seed-?(\d+)$")
 
