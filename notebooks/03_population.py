@@ -298,9 +298,9 @@ print(liveness(run_dir).summary())
 
 # %%
 from populora_nb.analysis.complexity_plots import plot_repeat_rate
-from populora_nb.analysis.frames import analyse_run
+from populora_nb.analysis.frames import load_tasks
 
-fig = plot_repeat_rate({name: analyse_run(path) for name, path in runs.items()}, window=3)
+fig = plot_repeat_rate({name: load_tasks(path) for name, path in runs.items()}, window=3)
 if out_dir:
     save_figure(fig, experiment / "03_repeat_rate.png", close=False)
 plt.show()

@@ -36,7 +36,7 @@ import numpy as np
 
 from populora_nb.analysis import complexity, complexity_plots, coverage
 from populora_nb.analysis.figures import save_figure
-from populora_nb.analysis.frames import analyse_run
+from populora_nb.analysis.frames import load_tasks
 from populora_nb.analysis.runs import find_runs
 from populora_nb.presets import PRESET_SHOWS
 from studies.synthetic import write_synthetic_experiment
@@ -70,7 +70,7 @@ if run_dir is not None:
 else:  # only runs with task records can be measured
     found = find_runs(out_dir, Path("..") / "runs" / f"notebooks-{preset}", missing_ok=True)
     runs = {name: path for name, path in found.items() if (path / "tasks.jsonl").is_file()}
-    if runs and all(a.n_tasks == a.n_invalid for a in map(analyse_run, runs.values())):
+    if runs and not any(load_tasks(path)["valid"].astype(bool).any() for path in runs.values()):
         print(
             f"{', '.join(map(str, runs.values()))}: no valid proposal, nothing to measure: the synthetic demo instead"
         )
@@ -83,12 +83,14 @@ if synthetic:
     runs = find_runs(run_dir)
     print(f"SYNTHETIC demo experiment written to {run_dir} (no model was run)")
 tag = " (SYNTHETIC demo data)" if synthetic else ""
-analyses = {name: analyse_run(path) for name, path in runs.items()}
-for name, a in analyses.items():
+tasks = {name: load_tasks(path) for name, path in runs.items()}  # one row per task, each program parsed once
+for name, t in tasks.items():
+    valid, new, programs = coverage.valid_tasks(t), coverage.new_tasks(t), coverage.measured(t)
     print(
-        f"{name:>12}: {a.n_tasks} proposed tasks over {len(a.steps)} steps, {a.n_invalid} invalid, "
-        f"{len(a.programs)} written programs ({a.n_unparseable} did not parse), {len(a.inputs)} code_f "
-        f"input sets newly written, {a.n_copies} copies; proposers {a.proposers}"
+        f"{name:>12}: {len(t)} proposed tasks over {t['step'].nunique()} steps, {len(t) - len(valid)} invalid, "
+        f"{len(programs)} written programs ({(~programs['parsed'].astype(bool)).sum()} did not parse), "
+        f"{len(new) - len(programs)} code_f input sets newly written, {len(valid) - len(new)} copies; "
+        f"proposers {coverage.proposers(t)}"
     )
 
 # %% [markdown]
@@ -98,7 +100,7 @@ for name, a in analyses.items():
 # the curves below count only the rest, so read them beside this one (band: ±1 binomial SE).
 
 # %%
-fig = complexity_plots.plot_copy_rate(analyses, window=window, title=f"copy rate of valid proposals{tag}")
+fig = complexity_plots.plot_copy_rate(tasks, window=window, title=f"copy rate of valid proposals{tag}")
 save(fig, "copy_rate")
 plt.show()
 
@@ -109,7 +111,7 @@ plt.show()
 # population, the agent of the baseline. A repeat's solve rate measures memory, not difficulty.
 
 # %%
-fig = complexity_plots.plot_repeat_rate(analyses, window=window, title=f"repeat rate of valid tasks{tag}")
+fig = complexity_plots.plot_repeat_rate(tasks, window=window, title=f"repeat rate of valid tasks{tag}")
 save(fig, "repeat_rate")
 plt.show()
 
@@ -141,7 +143,7 @@ for row in probe_table(runs):
 
 # %%
 fig = complexity_plots.plot_program_metrics(
-    analyses, window=window, title=f"baseline vs population: complexity over steps{tag}"
+    tasks, window=window, title=f"baseline vs population: complexity over steps{tag}"
 )
 save(fig, "complexity")
 plt.show()
@@ -151,7 +153,7 @@ plt.show()
 
 # %%
 fig = complexity_plots.plot_program_metrics(
-    analyses, metrics=("n_chars", "cc_max"), window=window, title=f"length and max cyclomatic complexity{tag}"
+    tasks, metrics=("n_chars", "cc_max"), window=window, title=f"length and max cyclomatic complexity{tag}"
 )
 save(fig, "length")
 plt.show()
@@ -172,7 +174,7 @@ plt.show()
 # %%
 rng = np.random.default_rng(seed)
 curves = {
-    kind: coverage.rarefaction_curves(analyses, kind, rng, n_resamples=n_resamples) for kind in coverage.COVERAGE_KINDS
+    kind: coverage.rarefaction_curves(tasks, kind, rng, n_resamples=n_resamples) for kind in coverage.COVERAGE_KINDS
 }
 fig = complexity_plots.plot_rarefaction_grid(curves, title=f"problem-space coverage at equal n{tag}")
 save(fig, "coverage")
@@ -191,7 +193,7 @@ for kind, per_run in curves.items():
 # are printed.
 
 # %%
-reports = {name: complexity.detect_collapse(a) for name, a in analyses.items()}
+reports = {name: complexity.detect_collapse(t) for name, t in tasks.items()}
 for name, report in reports.items():
     changes = ", ".join(f"{m} {c:+.0%}" for m, c in report.relative_change.items())
     print(f"{name:>12}: collapsed={report.collapsed}  ({report.reason})\n{'':>14}{changes}")
@@ -202,22 +204,22 @@ for name, report in reports.items():
 # each teacher alone covers as much as the single agent (dashed) at the same number of proposals.
 
 # %%
-for name, a in analyses.items():
-    if len(a.proposers) < 2:
+for name, t in tasks.items():
+    if len(coverage.proposers(t)) < 2:
         continue
     fig, axes = plt.subplots(1, 5, figsize=(19, 3.4))
     for ax, metric in zip(axes, (*complexity.COMPLEXITY_FIELDS, "solve_rate")):
         complexity_plots.plot_program_metric_per_proposer(
-            a, metric, window=window, ax=ax, title=complexity_plots.LABELS[metric]
+            t, metric, window=window, ax=ax, title=complexity_plots.LABELS[metric]
         )
     fig.suptitle(f"{name}: per teacher (rolling {window}-step mean){tag}")
     fig.tight_layout()
     save(fig, f"{name}_per_teacher")
     plt.show()
     per_teacher = {
-        kind: coverage.per_proposer_curves(a, kind, rng, n_resamples=n_resamples) for kind in coverage.COVERAGE_KINDS
+        kind: coverage.per_proposer_curves(t, kind, rng, n_resamples=n_resamples) for kind in coverage.COVERAGE_KINDS
     }
-    others = {other: b for other, b in analyses.items() if other != name and len(b.proposers) == 1}
+    others = {other: u for other, u in tasks.items() if other != name and len(coverage.proposers(u)) == 1}
     for kind in per_teacher:  # the single agent, dashed, for reference at equal n
         per_teacher[kind] |= coverage.rarefaction_curves(others, kind, rng, n_resamples=n_resamples)
     fig = complexity_plots.plot_rarefaction_grid(
@@ -237,15 +239,16 @@ for name, a in analyses.items():
 # A short run of a small (or, in `tiny`, random) model may have no valid program at all: then its
 # curves are empty, which is a result, not a failure. Every valid task must have been measured.
 # Printed here; tests/test_complexity.py asserts them.
-for name, a in analyses.items():
-    sorted_ = len(a.programs) + len(a.inputs) + a.n_copies
+for name, t in tasks.items():
+    valid, programs = coverage.valid_tasks(t), coverage.measured(t)
+    sorted_ = len(programs) + (~coverage.new_tasks(t)["written"]).sum() + (valid["copy"] != "new").sum()
     print(
-        f"{name}: {a.n_tasks} task rows; {sorted_} sorted of {a.n_tasks - a.n_invalid} valid; kinds of programs "
-        f"{sorted({p.kind for p in a.programs})}"
+        f"{name}: {len(t)} task rows; {sorted_} sorted of {len(valid)} valid; kinds of programs "
+        f"{sorted(set(programs['kind']))}"
     )
 for kind, per_run in curves.items():
     for name, curve in per_run.items():
-        raw = len(set().union(*coverage.coverage_units(analyses[name], kind)))
+        raw = len(set().union(*coverage.coverage_units(tasks[name], kind)))
         rising = bool(all(np.diff(curve.mean) >= 0) and all(np.diff(curve.lo) >= 0))
         print(f"{name} {kind}: coverage never decreases {rising}; ends at {curve.mean[-1]:g}, raw distinct {raw}")
 if synthetic:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import replace
 
-from populora_nb.analysis.complexity import RunAnalysis
+import pandas as pd
+
 from populora_nb.analysis.coverage import coverage_units
 
 COVERAGE_KIND: Mapping[str, str] = {"coverage/ngrams": "ngrams", "coverage/signatures": "program_signatures"}
@@ -21,25 +21,20 @@ COVERAGE_KIND: Mapping[str, str] = {"coverage/ngrams": "ngrams", "coverage/signa
 
 
 def coverage_window_units(
-    analysis: RunAnalysis, key: str, window: int
+    tasks: pd.DataFrame, key: str, window: int
 ) -> tuple[list[frozenset[Hashable]], list[frozenset[Hashable]]]:
     """(start units, end units) of coverage series ``key``: ``coverage.coverage_units`` over the
-    tasks of the first ``window`` and of the last ``window`` steps with task records (a step whose
-    every proposal was invalid still counts as a step: it wrote nothing that window)."""
+    tasks (a run's tasks frame) of the first ``window`` and of the last ``window`` steps with task
+    records (a step whose every proposal was invalid still counts as a step: it wrote nothing that window)."""
     if window < 1:
         raise ValueError(f"window must be >= 1 step, got {window}")
     kind = COVERAGE_KIND[key]
+    steps = sorted(set(tasks["step"].tolist()))
 
-    def units(steps: Sequence[int]) -> list[frozenset[Hashable]]:
-        keep = set(steps)
-        part = replace(
-            analysis,
-            programs=tuple(p for p in analysis.programs if p.step in keep),
-            inputs=tuple(i for i in analysis.inputs if i.step in keep),
-        )
-        return coverage_units(part, kind)
+    def units(keep: Sequence[int]) -> list[frozenset[Hashable]]:
+        return coverage_units(tasks[tasks["step"].isin(keep)], kind)
 
-    return units(analysis.steps[:window]), units(analysis.steps[-window:])
+    return units(steps[:window]), units(steps[-window:])
 
 
 def expected_distinct(units: Sequence[frozenset[Hashable]], n: int) -> float:

@@ -385,7 +385,11 @@ def write_seed_report(
     live_lines, live_records = protocol_liveness(experiments, seed=seed)
     probe_lines, probe_records = probe_floor_lines(experiments, seed=seed)
     analyses = {
-        name: {run: a for run, d in ((r, Path(e) / r) for r in RUNS) if d.is_dir() and (a := run_records(d).analysis)}
+        name: {
+            run: t
+            for run, d in ((r, Path(e) / r) for r in RUNS)
+            if d.is_dir() and (t := run_records(d).tasks) is not None
+        }
         for name, e in zip(seed_names(experiments), experiments)
     }
     labels = {k.split("/", 1)[1]: HEADLINE[k].removesuffix(" of newly written programs") for k in COMPLEXITY_SERIES}

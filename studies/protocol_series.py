@@ -15,7 +15,8 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from populora_nb.analysis.complexity import RunAnalysis, analyse_tasks
+from populora_nb.analysis.complexity import copy_series
+from populora_nb.analysis.coverage import measured, valid_tasks
 from populora_nb.analysis.difficulty_probe import probe_events
 from populora_nb.analysis.figures import axes_or_new, finish
 from populora_nb.analysis.frames import load_tasks, per_step, read_stream
@@ -56,12 +57,12 @@ def is_coverage(key: str) -> bool:
 # ----------------------------------------------------------------------------- one run's records
 @dataclass(frozen=True)
 class RunRecords:
-    """What the protocol reads of one run directory: its metric rows and its task analysis (None
+    """What the protocol reads of one run directory: its metric rows and its tasks frame (None
     without ``tasks.jsonl``). Load it with ``run_records``, which caches it."""
 
     path: Path
     metrics: pd.DataFrame
-    analysis: RunAnalysis | None
+    tasks: pd.DataFrame | None
     played: tuple[PlayedTask, ...] = ()
     """(step, ρ, repeat) of every played task: valid, fresh, attempted by its matched solver."""
     valid: tuple[tuple[int, bool], ...] = ()
@@ -74,9 +75,9 @@ class RunRecords:
         if key == SPREAD_KEY:
             return rating_spread_series(self.metrics)
         if key in COMPLEXITY_SERIES:
-            return {} if self.analysis is None else complexity_series(self.analysis, key.split("/", 1)[1])
+            return {} if self.tasks is None else complexity_series(self.tasks, key.split("/", 1)[1])
         if key == COPY_KEY:
-            return {} if self.analysis is None else copy_rate_series(self.analysis)
+            return {} if self.tasks is None else copy_rate_series(self.tasks)
         if key == BAND_KEY or key in REPEAT_SERIES:
             return repeat_series(key, self.played, self.valid)
         return per_step(self.metrics, key).to_dict()
@@ -95,21 +96,21 @@ def _load(path: Path, metrics_stamp: tuple[int, int], tasks_stamp: tuple[int, in
     if tasks_stamp[1] == 0:
         return RunRecords(path, rows, None)
     tasks = load_tasks(path)
-    valid = [t for t in tasks if t.valid]
-    played = tuple(PlayedTask(t.step, t.solve_rate, bool(t.repeat)) for t in valid if t.solve_rate is not None)
-    return RunRecords(path, rows, analyse_tasks(tasks), played, tuple((t.step, bool(t.repeat)) for t in valid))
+    valid = valid_tasks(tasks)
+    marks = list(zip(valid["step"].tolist(), valid["rho"].tolist(), [bool(r) for r in valid["repeat"]]))
+    played = tuple(PlayedTask(step, rho, repeat) for step, rho, repeat in marks if not math.isnan(rho))
+    return RunRecords(path, rows, tasks, played, tuple((step, repeat) for step, _, repeat in marks))
 
 
 # ----------------------------------------------------------------------------- per-step series
-def complexity_series(analysis: RunAnalysis, field: str) -> dict[int, float]:
-    """step -> the mean ``field`` over that step's written programs (unparsed programs, NaN, left out)."""
-    values = pd.DataFrame([(p.step, float(getattr(p, field))) for p in analysis.programs], columns=["step", field])
-    return per_step(values, field).to_dict()  # NaN (an unparsed program) left out
+def complexity_series(tasks: pd.DataFrame, field: str) -> dict[int, float]:
+    """step -> the mean ``field`` over that step's newly written programs (unparsed programs, NaN, left out)."""
+    return per_step(measured(tasks), field).to_dict()  # NaN (an unparsed program) left out
 
 
-def copy_rate_series(analysis: RunAnalysis) -> dict[int, float]:
+def copy_rate_series(tasks: pd.DataFrame) -> dict[int, float]:
     """step -> the share of that step's valid proposals that are copies (any class but "new")."""
-    series = analysis.copy_series()
+    series = copy_series(tasks)
     return {int(st): float(m) for st, m in zip(series.steps, series.mean)}
 
 
@@ -252,13 +253,13 @@ def start_end(rec: RunRecords, key: str, window: int) -> tuple[float, float]:
     probe: its first and last event; any other: the mean over the first and the last ``window``
     logged steps."""
     if key in COMPLEXITY_SERIES or key in REPEAT_SERIES:
-        if rec.analysis is None or not rec.analysis.steps:
+        if rec.tasks is None or rec.tasks.empty:
             return math.nan, math.nan
         if key in REPEAT_SERIES:
-            items, spans = repeat_items(key, rec.played, rec.valid), fixed_windows(rec.analysis.steps, window)
-            start, end = pooled_windows(items, spans)
+            spans = fixed_windows(sorted(set(rec.tasks["step"].tolist())), window)
+            start, end = pooled_windows(repeat_items(key, rec.played, rec.valid), spans)
             return start, end
-        first, last = complexity_windows(rec.analysis, key.split("/", 1)[1], window)
+        first, last = complexity_windows(rec.tasks, key.split("/", 1)[1], window)
         return first.value, last.value
     return window_values(rec.series(key), 1 if key in PROBE_SERIES else window)
 
@@ -267,9 +268,9 @@ def _coverage_values(experiments: Sequence[str | Path], key: str, window: int) -
     """Rarefied coverage at ONE n for every run, seed and window: the smallest window's unit count.
     Runs without task records are left out; n < 2 leaves every value out (nothing to compare)."""
     units = {
-        (run, name): coverage_window_units(rec.analysis, key, window)
+        (run, name): coverage_window_units(rec.tasks, key, window)
         for run, name, rec in _each_run(experiments)
-        if rec.analysis is not None
+        if rec.tasks is not None
     }
     values: SeedValues = {run: {} for run in RUNS}
     if not units:

@@ -10,8 +10,8 @@ From ``metrics.jsonl`` (per step, the mean over the members that logged the key:
   reward/propose_mean     the proposer's (teacher's) mean reward, what its policy gradient climbs
   lengths/propose_chars   characters per proposal: a response-length proxy (AZR and the paper
                           track response length as the model's "thinking" growing or shrinking)
-From ``tasks.jsonl`` (``frames.analyse_run``: valid code_o/code_i programs a proposer newly wrote;
-copies (``populora_nb.copies``) and code_f programs, which the proposer was handed, excluded):
+From ``tasks.jsonl`` (``frames.load_tasks``, its ``measured`` rows: valid code_o/code_i programs a
+proposer newly wrote; copies (``populora_nb.copies``) and code_f programs, which the proposer was handed, excluded):
   band/share              per step, the share of played tasks (valid, fresh, attempted by the matched
                           solver: ρ recorded) with 0 < ρ < 1: the only tasks AZR's learnability reward
                           1 − ρ pays for. Collapse is this share falling as tasks drift to ρ = 1 (or 0);

@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
-from populora_nb.analysis.complexity import RunAnalysis
+from populora_nb.analysis.coverage import measured
 from populora_nb.analysis.seed_stats import md_table
 
 MIN_PROGRAMS = 5
@@ -51,33 +52,34 @@ def fixed_windows(steps: Sequence[int], window: int) -> tuple[tuple[int, int], t
     return (lo, lo + window - 1), (hi - window + 1, hi)
 
 
-def complexity_window(analysis: RunAnalysis, field: str, span: tuple[int, int]) -> Window:
-    """The mean ``field`` over the programs newly written in steps ``span`` (inclusive), with their count
-    (programs that did not parse, NaN, left out of both)."""
-    values = [float(getattr(p, field)) for p in analysis.programs if span[0] <= p.step <= span[1]]
+def complexity_window(tasks: pd.DataFrame, field: str, span: tuple[int, int]) -> Window:
+    """The mean ``field`` over the programs newly written in steps ``span`` (inclusive) of a run's tasks
+    frame, with their count (programs that did not parse, NaN, left out of both)."""
+    programs = measured(tasks)
+    values = [float(v) for v in programs.loc[programs["step"].between(*span), field]]
     values = [v for v in values if not math.isnan(v)]
     value = float(np.mean(values)) if len(values) >= MIN_PROGRAMS else math.nan
     return Window(span[0], span[1], len(values), value)
 
 
-def complexity_windows(analysis: RunAnalysis, field: str, window: int) -> tuple[Window, Window]:
-    """(start, end) windows of ``field`` for one run (module docstring)."""
-    start, end = fixed_windows(analysis.steps, window)
-    return complexity_window(analysis, field, start), complexity_window(analysis, field, end)
+def complexity_windows(tasks: pd.DataFrame, field: str, window: int) -> tuple[Window, Window]:
+    """(start, end) windows of ``field`` for one run's tasks frame (module docstring)."""
+    start, end = fixed_windows(sorted(set(tasks["step"].tolist())), window)
+    return complexity_window(tasks, field, start), complexity_window(tasks, field, end)
 
 
 def complexity_window_lines(
-    analyses: Mapping[str, Mapping[str, RunAnalysis]], window: int, labels: Mapping[str, str]
+    runs: Mapping[str, Mapping[str, pd.DataFrame]], window: int, labels: Mapping[str, str]
 ) -> list[str]:
-    """The report's complexity-windows table: per seed (``analyses``: seed -> run -> analysis) and run,
+    """The report's complexity-windows table: per seed (``runs``: seed -> run -> tasks frame) and run,
     the two fixed windows with their new-program counts and each field's start → end, or "too few new
     programs" where a window holds fewer than ``MIN_PROGRAMS``. ``labels``: field -> column name."""
     rows = []
-    for seed, runs in analyses.items():
-        for run, analysis in runs.items():
-            if not analysis.steps:
+    for seed, by_run in runs.items():
+        for run, tasks in by_run.items():
+            if tasks.empty:
                 continue
-            pairs = {f: complexity_windows(analysis, f, window) for f in labels}
+            pairs = {f: complexity_windows(tasks, f, window) for f in labels}
             start, end = next(iter(pairs.values()))
             cells = [f"{start.first}–{start.last}: {start.n}", f"{end.first}–{end.last}: {end.n}"]
             for s, e in pairs.values():

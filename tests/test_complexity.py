@@ -12,11 +12,12 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from populora_nb.analysis import complexity as cx
 from populora_nb.analysis import coverage as cov
-from populora_nb.analysis.frames import analyse_run, load_tasks
+from populora_nb.analysis.frames import load_tasks, task_frame
 from populora_nb.analysis.runs import find_runs
 from studies.synthetic import SEED_PROGRAM, write_synthetic_experiment, write_synthetic_run
 
@@ -59,17 +60,25 @@ def record(
     valid: bool = True,
     solve_rate: float | None = 0.5,
     kind: str = "code_o",
-) -> cx.TaskRecord:
-    return cx.TaskRecord(
-        step=step,
-        proposer=proposer,
-        kind=kind,
-        program=program,
-        valid=valid,
-        inputs=tuple(inputs),
-        outputs=tuple(outputs) if valid else (),
-        solve_rate=solve_rate if valid else None,
-    )
+    copy: str = "new",
+) -> dict:
+    """A tasks.jsonl row, with the copy class a valid one gets (`frame`)."""
+    return {
+        "step": step,
+        "proposer": proposer,
+        "kind": kind,
+        "program": program,
+        "valid": valid,
+        "inputs": list(inputs),
+        "outputs": list(outputs) if valid else [],
+        "solve_rate": solve_rate if valid else None,
+        "copy": copy if valid else None,
+    }
+
+
+def frame(rows: list[dict]) -> pd.DataFrame:
+    """The tasks frame of ``rows``: each valid one of the class it names, none a repeat."""
+    return task_frame(rows, [r["copy"] for r in rows], [False if r["valid"] else None for r in rows])
 
 
 # ----------------------------------------------------------------------------- per-program metrics
@@ -91,10 +100,10 @@ def record(
     ],
 )
 def test_metrics_of_hand_written_programs(program, depth, cc, sloc, n_vars):
-    m = cx.program_metrics(record(program))
-    assert m.parsed
-    assert (m.ast_depth, (m.cc_max, m.cc_total), m.sloc, m.n_variables) == (depth, cc, sloc, n_vars)
-    assert m.n_chars == len(program)
+    m = cx.program_metrics(program)
+    assert m["parsed"]
+    assert (m["ast_depth"], (m["cc_max"], m["cc_total"]), m["sloc"], m["n_variables"]) == (depth, cc, sloc, n_vars)
+    assert m["n_chars"] == len(program)
 
 
 def test_cyclomatic_walks_methods_of_nested_classes_and_closures():
@@ -142,21 +151,22 @@ def test_ast_depth_ignores_tag_nodes():
 
 def test_unparseable_program_gets_nan_and_is_counted():
     tasks = [record(IDENTITY), record("def f(a) return a"), record("def f(a):\n    return " + "-" * 5000 + "a")]
-    analysis = cx.analyse_tasks(tasks)
-    assert analysis.n_unparseable == 2
-    bad = analysis.programs[1]
-    assert not bad.parsed and bad.shape is None and not bad.ngrams
-    assert all(math.isnan(getattr(bad, f)) for f in cx.COMPLEXITY_FIELDS + ("cc_max",))
-    assert bad.io_profile == "(int) -> int"  # the I/O is still data worth counting
+    programs = cov.measured(frame(tasks))
+    assert len(programs) == 3 and (~programs["parsed"].astype(bool)).sum() == 2  # measured, counted as unparsed
+    bad = programs.iloc[1]
+    assert not bad["parsed"] and pd.isna(bad["shape"]) and not bad["ngrams"]
+    assert cov.coverage_units(frame(tasks), "shapes")[1] == frozenset()  # a draw without a shape
+    assert all(math.isnan(bad[f]) for f in cx.COMPLEXITY_FIELDS + ("cc_max",))
+    assert bad["io_profile"] == "(int) -> int"  # the I/O is still data worth counting
 
 
 def test_programs_are_never_executed(tmp_path):
     marker = tmp_path / "pwned"
     program = f"import os\nos.system('touch {marker}')\ndef f(a):\n    open({str(marker)!r}, 'w')\n    return a"
     inputs = (f"__import__('os').system('touch {marker}')",)
-    m = cx.program_metrics(record(program, inputs=inputs, outputs=(f"open({str(marker)!r}, 'w')",)))
-    assert m.parsed and not marker.exists()
-    assert m.io_profile == "? -> ?"
+    m = cx.program_metrics(program, inputs, (f"open({str(marker)!r}, 'w')",))
+    assert m["parsed"] and not marker.exists()
+    assert m["io_profile"] == "? -> ?"
 
 
 @pytest.mark.parametrize(
@@ -177,9 +187,9 @@ def test_io_signature(inputs, output, expected):
 
 
 def test_io_profile_joins_distinct_pair_signatures():
-    m = cx.program_metrics(record(IDENTITY, inputs=("1", "'a'", "2"), outputs=("1", "'a'", "2")))
-    assert m.io_profile == "(int) -> int; (str) -> str"
-    assert m.signatures == {"(int) -> int", "(str) -> str"}
+    m = cx.program_metrics(IDENTITY, ("1", "'a'", "2"), ("1", "'a'", "2"))
+    assert m["io_profile"] == "(int) -> int; (str) -> str"
+    assert m["signatures"] == {"(int) -> int", "(str) -> str"}
 
 
 # ----------------------------------------------------------------------------- coverage features
@@ -218,17 +228,22 @@ def test_complexity_counts_only_programs_the_proposer_wrote():
         record(IDENTITY, step=s, kind="code_f", inputs=("'x'",) * 10, outputs=("'x'",) * 10, solve_rate=1.0)
         for s in range(3)
     ]
-    mixed = cx.analyse_tasks(written + handed)
-    alone = cx.analyse_tasks(written)
-    assert [p.kind for p in mixed.programs] == ["code_o", "code_i", "code_o"]
-    assert (len(mixed.inputs), mixed.proposers) == (3, ("T0",))
+    mixed = frame(written + handed)
+    alone = frame(written)
+    assert cov.measured(mixed)["kind"].tolist() == ["code_o", "code_i", "code_o"]
+    assert (len(cov.new_tasks(mixed)) - len(cov.measured(mixed)), cov.proposers(mixed)) == (3, ("T0",))
     for metric in (*cx.COMPLEXITY_FIELDS, "cc_max", "n_chars"):
-        _assert_same_series(cx.step_series(mixed.programs, metric), cx.step_series(alone.programs, metric))
-        _assert_same_series(mixed.series(metric), alone.series(metric))
+        _assert_same_series(cx.step_series(mixed, metric), cx.step_series(alone, metric))
+        _assert_same_series(cx.step_series(mixed, metric, proposer="T0"), cx.step_series(alone, metric))
     # the detector trends the same complexity; its solve rate does count the code_f tasks
     trend = lambda analysis: cx.detect_collapse(analysis, min_steps=2).relative_change  # noqa: E731
     assert trend(mixed) == trend(alone)
-    assert mixed.series("solve_rate").mean.tolist() == [0.75] * 3
+    assert cx.step_series(mixed, "solve_rate").mean.tolist() == [0.75] * 3
+    # a copy counts in the copy rate only: not in the solve rate, not in complexity
+    with_copy = frame([*written, *handed, record(IDENTITY, solve_rate=0.0, copy="earlier")])
+    for metric in ("solve_rate", *cx.COMPLEXITY_FIELDS):
+        _assert_same_series(cx.step_series(with_copy, metric), cx.step_series(mixed, metric))
+    assert cx.copy_series(with_copy).mean.tolist() == pytest.approx([1 / 3, 0.0, 0.0])
     # coverage: shapes from the written programs only; code_f adds its inputs' signatures
     assert len(cov.coverage_units(mixed, "shapes")) == 3
     assert set().union(*cov.coverage_units(mixed, "signatures")) == {"(int) -> int", "(str) -> str"}
@@ -250,25 +265,24 @@ def test_every_valid_task_is_measured_and_a_copy_of_a_seed_is_the_proposers(veri
     assert {t.meta.get("proposer") for t in state.buffers["code_o"].tasks} == {"seed"}  # in the buffer...
     rows = task_rows(0, baseline_step(ScriptedPolicy(tokenizer), verifier, state, cfg).proposals)
     assert rows and {r["proposer"] for r in rows} == {"agent"}  # ...never in the records
-    assert not hasattr(cx, "SEED_PROPOSER") and not hasattr(cx.RunAnalysis, "n_seed")
+    assert not hasattr(cx, "SEED_PROPOSER") and not hasattr(cov, "SEED_PROPOSER")
     copied = record(IDENTITY, step=1, proposer="agent")  # the identity seed, written again
-    analysis = cx.analyse_tasks([record(LOOP), copied, record(LOOP, valid=False)])
-    assert [p.n_chars for p in analysis.programs] == [len(LOOP), len(IDENTITY)]
-    assert len(analysis.programs) + len(analysis.inputs) == analysis.n_tasks - analysis.n_invalid
+    tasks = frame([record(LOOP), copied, record(LOOP, valid=False)])
+    assert cov.measured(tasks)["n_chars"].tolist() == [len(LOOP), len(IDENTITY)]
+    assert len(cov.new_tasks(tasks)) == len(cov.valid_tasks(tasks)) == len(tasks) - 1
 
 
 def test_complexity_of_a_fake_run_whose_code_f_reuses_buffer_programs(tmp_path):
     run = write_synthetic_run(tmp_path / "run", "population", n_steps=12, seed=5)
     tasks = load_tasks(run)
-    code_f = [t for t in tasks if t.kind == "code_f" and t.valid]
-    earlier = {SEED_PROGRAM} | {t.program for t in tasks if t.kind != "code_f" and t.valid}
-    assert code_f and all(t.program in earlier for t in code_f)  # the fixture reuses the buffer
-    assert any(t.program == SEED_PROGRAM for t in code_f)
-    analysis = analyse_run(run)
-    alone = cx.analyse_tasks([t for t in tasks if t.kind in ("code_o", "code_i")])
+    valid = cov.valid_tasks(tasks)
+    code_f = valid[valid["kind"] == "code_f"]
+    earlier = {SEED_PROGRAM} | set(valid.loc[valid["kind"] != "code_f", "program"])
+    assert len(code_f) and code_f["program"].isin(earlier).all()  # the fixture reuses the buffer
+    assert (code_f["program"] == SEED_PROGRAM).any()
+    alone = tasks[tasks["kind"].isin(["code_o", "code_i"])]
     for metric in cx.COMPLEXITY_FIELDS:
-        _assert_same_series(cx.step_series(analysis.programs, metric), cx.step_series(alone.programs, metric))
-        _assert_same_series(analysis.series(metric), alone.series(metric))
+        _assert_same_series(cx.step_series(tasks, metric), cx.step_series(alone, metric))
 
 
 # ----------------------------------------------------------------------------- coverage (rarefaction)
@@ -280,14 +294,14 @@ def shape_program(k: int) -> str:
     return "def f(a):\n" + "".join(f"    a = a {OPS[k >> 2 * i & 3]} 1\n" for i in range(4)) + "    return a"
 
 
-def shape_run(seed: int, pool: int, n: int) -> cx.RunAnalysis:
+def shape_run(seed: int, pool: int, n: int) -> pd.DataFrame:
     """``n`` valid code_o programs drawn uniformly, with replacement, from the first ``pool`` shapes."""
     draw = random.Random(seed)
-    return cx.analyse_tasks([record(shape_program(draw.randrange(pool)), step=i) for i in range(n)])
+    return frame([record(shape_program(draw.randrange(pool)), step=i) for i in range(n)])
 
 
-def raw_count(analysis: cx.RunAnalysis, kind: str) -> int:
-    return len(set().union(*cov.coverage_units(analysis, kind)))
+def raw_count(tasks: pd.DataFrame, kind: str) -> int:
+    return len(set().union(*cov.coverage_units(tasks, kind)))
 
 
 def test_shape_program_pool_is_256_shapes():
@@ -324,7 +338,7 @@ LENGTHEN = "    b = [a, a]\n    if b[0] == b[1]:\n        a = b[0]\n"
 IO_POOL = [("1", "2"), ("'ab'", "'ba'"), ("[1, 2]", "3"), ("'x', 2", "'xx'"), ("{'k': 1}", "True")]
 
 
-def twin_runs(n: int = 60) -> tuple[cx.RunAnalysis, cx.RunAnalysis]:
+def twin_runs(n: int = 60) -> tuple[pd.DataFrame, pd.DataFrame]:
     draw = random.Random(4)
     short, long = [], []
     for i in range(n):
@@ -332,7 +346,7 @@ def twin_runs(n: int = 60) -> tuple[cx.RunAnalysis, cx.RunAnalysis]:
         longer = program.replace("def f(a):\n", "def f(a):\n" + LENGTHEN, 1)
         short.append(record(program, step=i, inputs=(x,), outputs=(y,)))
         long.append(record(longer, step=i, inputs=(x,), outputs=(y,)))
-    return cx.analyse_tasks(short), cx.analyse_tasks(long)
+    return frame(short), frame(long)
 
 
 def test_program_signature_coverage_ignores_program_size_where_ngram_coverage_does_not():
@@ -340,7 +354,7 @@ def test_program_signature_coverage_ignores_program_size_where_ngram_coverage_do
     from studies.protocol_series import expected_distinct  # the seed protocol's exact rarefaction
 
     short, long = twin_runs()
-    assert all(b.n_chars > 1.5 * a.n_chars for a, b in zip(short.programs, long.programs))
+    assert all(b > 1.5 * a for a, b in zip(cov.measured(short)["n_chars"], cov.measured(long)["n_chars"]))
     assert all(len(u) == 1 for u in cov.coverage_units(long, "program_signatures"))  # one per program
     # same units as the n-grams (written programs), so the common n is the n-gram coverage's
     assert len(cov.coverage_units(long, "program_signatures")) == len(cov.coverage_units(long, "ngrams"))
@@ -391,13 +405,13 @@ def test_rarefaction_of_nothing_is_a_flat_zero():
     no_features = cov.rarefy([frozenset()] * 3, np.random.default_rng(0))
     assert no_features.mean.tolist() == [0.0] * 4
     with pytest.raises(ValueError, match="kind must be one of"):
-        cov.coverage_units(cx.analyse_tasks([]), "tokens")
+        cov.coverage_units(frame([]), "tokens")
 
 
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory):
     exp = write_synthetic_experiment(tmp_path_factory.mktemp("exp"), n_steps=30, seed=0)
-    return {name: analyse_run(path) for name, path in find_runs(exp).items()}
+    return {name: load_tasks(path) for name, path in find_runs(exp).items()}
 
 
 def test_coverage_per_teacher_and_at_equal_n_on_a_fake_experiment(experiment):
@@ -407,7 +421,7 @@ def test_coverage_per_teacher_and_at_equal_n_on_a_fake_experiment(experiment):
         assert set(per_teacher) == {"T0", "T1", "T2", "T3"}
         assert sum(c.size for c in per_teacher.values()) == len(cov.coverage_units(population, kind))
     curves = cov.rarefaction_curves(experiment, "signatures", np.random.default_rng(0), n_resamples=50)
-    assert curves["population"].size == len(population.programs) + len(population.inputs)
+    assert curves["population"].size == len(cov.new_tasks(population))  # every new valid proposal
     compared = cov.compare_at_equal_n(curves)
     assert compared.n == curves["baseline"].size < curves["population"].size
     assert compared.leader == "population"  # the scripted arms race keeps drawing new input types
@@ -423,7 +437,7 @@ def test_rarefaction_figure_says_why_a_panel_is_empty(experiment):
     fig = complexity_plots.plot_rarefaction_grid(curves)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert any(label.startswith("population (N=") and "at n=" in label for label in labels)
-    nothing = {"baseline": cx.analyse_tasks([record(IDENTITY, valid=False)])}
+    nothing = {"baseline": frame([record(IDENTITY, valid=False)])}
     empty = complexity_plots.plot_rarefaction(cov.rarefaction_curves(nothing, "shapes", np.random.default_rng(0)))
     assert any("nothing to count" in t.get_text() for t in empty.axes[0].texts)
     flat = complexity_plots.plot_program_metric(nothing, "ast_depth")
@@ -448,7 +462,7 @@ def _trend_run(levels, solve_rates):
     """One program per step with ``level`` sibling ifs: cc, sloc and variables follow the level,
     AST depth stays flat."""
     body = lambda n: "".join(f"    if a > {i}:\n        v{i} = a\n" for i in range(n))  # noqa: E731
-    return cx.analyse_tasks(
+    return frame(
         [
             record(f"def f(a):\n{body(n)}    return a", step=s, solve_rate=r)
             for s, (n, r) in enumerate(zip(levels, solve_rates))
@@ -469,13 +483,13 @@ def test_detector_needs_both_high_solve_rate_and_falling_complexity():
 
 def test_step_series_rolls_over_window():
     analysis = _trend_run([1, 2, 3, 4], [0.0, 1.0, 1.0, 0.0])
-    series = cx.step_series(analysis.programs, "n_variables", window=2)
+    series = cx.step_series(analysis, "n_variables", window=2)
     assert series.steps.tolist() == [0, 1, 2, 3]
     # one program per step with 1 + level variables; step 1 pools steps 0..1
     assert series.mean.tolist() == [2.0, 2.5, 3.5, 4.5]
     assert series.count.tolist() == [1, 2, 2, 2]
     with pytest.raises(ValueError, match="window"):
-        cx.step_series(analysis.programs, "sloc", window=0)
+        cx.step_series(analysis, "sloc", window=0)
 
 
 # ----------------------------------------------------------------------------- loading
@@ -504,12 +518,12 @@ def test_load_tasks_reads_rows_and_drops_a_truncated_last_line(tmp_path):
     whole = json.dumps(ROW) + "\n" + json.dumps({**ROW, "step": 1, "valid": False, "outputs": []}) + "\n"
     run = _write(tmp_path / "run" / "tasks.jsonl", whole + json.dumps(ROW)[:40])
     tasks = load_tasks(run)
-    assert [t.step for t in tasks] == [0, 1]
+    assert tasks["step"].tolist() == [0, 1] and set(tasks["run"]) == {"run"}
     # recorded before the loop classed copies: the identity seed's program is met before (a seed's)
-    assert tasks[0] == cx.TaskRecord(
-        0, "T0", "code_o", IDENTITY, True, ("1",), ("1",), "", None, "S0", 0.25, "earlier", False
-    )
-    assert not tasks[1].valid and tasks[1].outputs == ()
+    first = tasks.iloc[0][["step", "proposer", "kind", "program", "valid", "inputs", "outputs", "message", "reason"]]
+    assert first.tolist() == [0, "T0", "code_o", IDENTITY, True, ["1"], ["1"], "", None]
+    assert tasks.iloc[0][["solver", "rho", "copy", "repeat"]].tolist() == ["S0", 0.25, "earlier", False]
+    assert not tasks.iloc[1]["valid"] and tasks.iloc[1]["outputs"] == []
 
 
 def test_load_tasks_errors_name_the_path(tmp_path):
@@ -524,6 +538,28 @@ def test_load_tasks_errors_name_the_path(tmp_path):
     lacking = _write(tmp_path / "lacking" / "tasks.jsonl", json.dumps({"step": 0}) + "\n")
     with pytest.raises(ValueError, match=r"tasks.jsonl: row 1: task record lacks \['proposer'"):
         load_tasks(lacking)
+
+
+def test_load_tasks_parses_a_run_once_until_its_records_change(tmp_path, monkeypatch):
+    """A report reads a run's tasks for its figures, its liveness (`load_frames`) and its tables: its
+    programs are parsed once, each caller gets its own copy, and rewritten records are read again."""
+    from populora_nb.analysis import frames
+
+    calls = []
+
+    def counted(*args):
+        calls.append(args)
+        return cx.program_metrics(*args)
+
+    monkeypatch.setattr(frames, "program_metrics", counted)
+    run = _write(tmp_path / "run" / "tasks.jsonl", json.dumps(ROW) + "\n")
+    first, second = load_tasks(run), load_tasks(run)
+    assert len(calls) == 1 and first.equals(second) and first is not second
+    assert frames.load_frames(run).tasks.equals(first) and len(calls) == 1
+    first.loc[0, "ast_depth"] = 99.0  # a caller's frame is its own
+    assert load_tasks(run).loc[0, "ast_depth"] == 3.0 and len(calls) == 1
+    (run / "tasks.jsonl").write_text(json.dumps(ROW) + "\n" + json.dumps({**ROW, "step": 1}) + "\n")
+    assert load_tasks(run)["step"].tolist() == [0, 1] and len(calls) == 3
 
 
 def test_find_runs(tmp_path):
@@ -577,7 +613,7 @@ def test_notebook_runs_on_an_experiment_directory(tmp_path):
     assert "coverage never decreases True" in printed and "coverage never decreases False" not in printed
 
 
-def _written_run(path: Path, steps_with_programs: dict[int, int], n_steps: int = 20) -> cx.RunAnalysis:
+def _written_run(path: Path, steps_with_programs: dict[int, int], n_steps: int = 20) -> pd.DataFrame:
     """A run whose steps write ``steps_with_programs[step]`` new programs (each its own constant) and
     otherwise one invalid proposal."""
     rows, k = [], 0
@@ -590,7 +626,7 @@ def _written_run(path: Path, steps_with_programs: dict[int, int], n_steps: int =
         rows.append({"step": step, "proposer": "agent", "kind": "code_o", "program": "", "valid": False})
     path.mkdir()
     (path / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return analyse_run(path)
+    return load_tasks(path)
 
 
 def test_complexity_windows_are_fixed_steps_with_counts_and_a_floor(tmp_path):
@@ -601,11 +637,12 @@ def test_complexity_windows_are_fixed_steps_with_counts_and_a_floor(tmp_path):
 
     early = _written_run(tmp_path / "early", {0: 3, 1: 3, 15: 2, 16: 4, 9: 5})
     late = _written_run(tmp_path / "late", {3: 6, 4: 1, 18: 1, 19: 1})
-    assert fixed_windows(early.steps, 5) == fixed_windows(late.steps, 5) == ((0, 4), (15, 19))
+    steps = lambda tasks: sorted(set(tasks["step"]))  # noqa: E731
+    assert fixed_windows(steps(early), 5) == fixed_windows(steps(late), 5) == ((0, 4), (15, 19))
     start, end = complexity_windows(early, "n_variables", 5)
     assert (start.n, end.n, start.value, end.value) == (6, 6, 1.0, 2.0)  # step 9's programs in neither
     start, end = complexity_windows(late, "n_variables", 5)
     assert (start.n, end.n) == (7, 2) and math.isnan(end.value) and end.n < MIN_PROGRAMS
     assert end.cell() == "too few new programs (n = 2, steps 15–19)" and start.cell().startswith("1.00 (n = 7")
     with pytest.raises(ValueError, match="window"):
-        fixed_windows(early.steps, 0)
+        fixed_windows(steps(early), 0)

@@ -195,7 +195,9 @@ def test_copying_that_rises_does_not_make_new_programs_look_simpler(tmp_path):
     """A synthetic run: new programs of one fixed complexity every step, and a rising share of copies
     of the identity seed (depth 3). Measured over new programs, complexity stays flat while the copy
     rate rises; measured over every valid program (the earlier rule), it falls: the bias."""
-    from populora_nb.analysis.frames import analyse_run
+    from populora_nb.analysis import complexity as cx
+    from populora_nb.analysis.coverage import measured, valid_tasks
+    from populora_nb.analysis.frames import load_tasks
 
     rows, fresh = [], 0
     for step in range(10):
@@ -219,13 +221,15 @@ def test_copying_that_rises_does_not_make_new_programs_look_simpler(tmp_path):
     path = tmp_path / "run"
     path.mkdir()
     (path / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    new, every = analyse_run(path), analyse_run(path, written="all")
-    depth = new.series("ast_depth")
+    new = load_tasks(path)
+    every = new.assign(measured=new["written"])  # the earlier rule: every valid program measured
+    depth = cx.step_series(new, "ast_depth")
     assert np.allclose(depth.mean, depth.mean[0])  # flat
-    copies = new.copy_series()
+    copies = cx.copy_series(new)
     assert copies.mean[0] == 0.0 and copies.mean[-1] == 0.9 and np.all(np.diff(copies.mean) > 0)
-    assert every.series("ast_depth").mean[-1] < every.series("ast_depth").mean[0] - 1.0  # what copying did before
-    assert new.n_copies == 45 and len(new.programs) == 55
+    every_depth = cx.step_series(every, "ast_depth").mean
+    assert every_depth[-1] < every_depth[0] - 1.0  # what copying did before
+    assert (valid_tasks(new)["copy"] != "new").sum() == 45 and len(measured(new)) == 55
 
 
 def test_copied_records_find_their_warm_up_beside_them(tmp_path):

@@ -166,7 +166,7 @@ def test_coverage_rewards_diversity_not_volume(tmp_path):
     # Counted raw, the 3x run "covers" far more: the confound the rarefaction removes.
     raw = {
         run: np.mean([expected_distinct(u, len(u)) for e in exps for u in coverage_window_units(
-            run_records(e / run).analysis, "coverage/ngrams", 2)])
+            run_records(e / run).tasks, "coverage/ngrams", 2)])
         for run in ("baseline", "population")
     }  # fmt: skip
     raw_gap = raw["population"] - raw["baseline"]
@@ -263,7 +263,7 @@ def test_the_report_writes_tables_numbers_and_a_figure_per_series(tmp_path):
     base = sloc["runs"]["baseline"]
     assert base["seeds"] == ["seed-0", "seed-1", "seed-2"]
     # complexity: pooled over fixed step windows, the first and last 5 of the 10 steps
-    start, end = complexity_windows(run_records(exps[1] / "baseline").analysis, "sloc", 5)
+    start, end = complexity_windows(run_records(exps[1] / "baseline").tasks, "sloc", 5)
     assert (start.first, start.last, end.first, end.last) == (0, 4, 5, 9) and min(start.n, end.n) >= 5
     assert (base["start"]["seed-1"], base["end"]["seed-1"]) == pytest.approx((start.value, end.value))
     assert (

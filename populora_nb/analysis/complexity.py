@@ -12,13 +12,15 @@ What is measured: only what a proposer WROTE, as Fig. 4 tracks the programs the 
                    feed signature coverage, and its solve rate the per-step solve rate.
 And only what it NEWLY wrote: a proposal that copies a shown reference, a seed, a warm-up example or
 an earlier program (its ``copy`` class, ``populora_nb.copies``) is counted in the copy rate
-(``RunAnalysis.copy_series``) and left out of complexity and coverage, which would otherwise fall
-because copying rises (``analyse_tasks(..., written="all")`` measures every one).
+(``copy_series``) and left out of complexity and coverage, which would otherwise fall because
+copying rises. Everything here reads a run's tasks frame (`populora_nb.analysis.frames`), whose
+``written`` and ``measured`` columns say which rows these are and whose metric columns
+``program_metrics`` fills once per written program.
 
 Programs are untrusted text. They are only ever parsed (``ast.parse``, radon, ``ast.literal_eval``
 for I/O literals), never executed. A program that does not parse gets NaN metrics and is counted.
 
-Per-program metrics (``ProgramMetrics``), each over one valid code_o/code_i task's program:
+Per-program metrics (``program_metrics``), each over one valid code_o/code_i task's program:
   ast_depth    edges on the longest path from the ``Module`` root to a leaf, not counting the tag
                nodes that only label their parent (``Load``/``Store``, ``Add``, ``And``, ``Eq`` ...).
                ``def f(a): return a`` has depth 3 (Module > FunctionDef > Return > Name).
@@ -35,7 +37,7 @@ Per-program metrics (``ProgramMetrics``), each over one valid code_o/code_i task
 Coverage features (``shape``, ``ngrams``, ``signatures``) and their counting at equal sample
 sizes are defined in `populora_nb.analysis.coverage`.
 
-A step's solve rate is the mean ``solve_rate`` of its valid proposer tasks (all kinds).
+A step's solve rate is the mean ρ of its valid new proposer tasks (all kinds).
 Collapse detector (``detect_collapse``): a run collapses when its solve rate over the last
 ``tail_fraction`` of steps averages at least ``solve_rate_threshold`` (0.9: "approaches 1") *and*
 at least ``min_falling`` of the four complexity metrics (ast_depth, cc_total, sloc, n_variables)
@@ -51,42 +53,27 @@ import ast
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import pandas as pd
 from radon.complexity import ComplexityVisitor
 from radon.raw import analyze as radon_raw
 
-from populora_nb.analysis.coverage import ast_shape, identifier, io_signature, ngram_features
+from populora_nb.analysis.coverage import (
+    ast_shape,
+    identifier,
+    io_signature,
+    measured,
+    new_tasks,
+    ngram_features,
+    valid_tasks,
+)
 
 COMPLEXITY_FIELDS: tuple[str, ...] = ("ast_depth", "cc_total", "sloc", "n_variables")
 """The four metrics the paper plots; the collapse detector trends these."""
 _TAGS = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
-
-
-@dataclass(frozen=True)
-class TaskRecord:
-    """One line of a run's ``tasks.jsonl``: a proposed task, valid or not."""
-
-    step: int
-    proposer: str
-    kind: str
-    program: str
-    valid: bool
-    inputs: tuple[str, ...] = ()
-    outputs: tuple[str, ...] = ()
-    """Empty when the task is invalid."""
-    message: str = ""
-    reason: str | None = None
-    solver: str | None = None
-    solve_rate: float | None = None
-    """Fraction of the matched solver's rollouts that passed; None when invalid or unsolved."""
-    copy: str | None = None
-    """A valid task's copy class (`populora_nb.copies`): "new", "reference", "earlier", or "copy" for
-    runs recorded before the loop classed them (reference and earlier not told apart); None if invalid."""
-    repeat: bool | None = None
-    """A valid task with the same program and input as a task met before (`copies.repeat_rows`)."""
 
 
 # ----------------------------------------------------------------------------- per-program metrics
@@ -127,168 +114,73 @@ def variable_count(tree: ast.AST) -> int:
     return len({identifier(n) for n in stored} - {None})
 
 
-@dataclass(frozen=True)
-class CopyMark:
-    """One valid task's copy class (`populora_nb.copies`), for the copy-rate series."""
-
-    step: int
-    proposer: str
-    kind: str
-    copy: str
-    repeat: bool = False
-    """The same program and input as a task met before (`populora_nb.copies`)."""
-
-
-@dataclass(frozen=True)
-class ProgramMetrics:
-    """Metrics of one written program: a valid code_o/code_i task's (NaN and ``shape=None`` when it
-    did not parse)."""
-
-    step: int
-    proposer: str
-    kind: str
-    solve_rate: float
-    parsed: bool
-    ast_depth: float
-    cc_max: float
-    cc_total: float
-    sloc: float
-    n_variables: float
-    n_chars: float
-    io_profile: str
-    shape: str | None
-    ngrams: frozenset[tuple[str, ...]] = field(repr=False)
-    signatures: frozenset[str] = field(repr=False)
-
-
-def program_metrics(task: TaskRecord) -> ProgramMetrics:
-    """All per-program metrics of one task record; never raises on a bad program."""
-    signatures = [io_signature(i, o) for i, o in zip(task.inputs, task.outputs)]
-    values: tuple[float, ...]
-    try:
-        tree = ast.parse(task.program)
-        values = (ast_depth(tree), *cyclomatic_complexity(tree), radon_raw(task.program).sloc, variable_count(tree))
-        shape, ngrams = ast_shape(tree), ngram_features(tree)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):  # too deep counts as unparsed
-        values, shape, ngrams = (math.nan,) * 5, None, frozenset()
-    depth, cc_max, cc_total, sloc, n_variables = map(float, values)
-    return ProgramMetrics(
-        step=task.step,
-        proposer=task.proposer,
-        kind=task.kind,
-        solve_rate=math.nan if task.solve_rate is None else task.solve_rate,
-        parsed=shape is not None,
-        ast_depth=depth,
-        cc_max=cc_max,
-        cc_total=cc_total,
-        sloc=sloc,
-        n_variables=n_variables,
-        n_chars=float(len(task.program)),
-        io_profile="; ".join(dict.fromkeys(signatures)),
-        shape=shape,
-        ngrams=ngrams,
-        signatures=frozenset(signatures),
-    )
-
-
 WRITTEN_PROGRAM_KINDS: tuple[str, ...] = ("code_o", "code_i")
 """Kinds whose program the proposer wrote. A code_f proposer is handed a buffer program."""
 
 
-@dataclass(frozen=True)
-class InputMetrics:
-    """What a valid code_f proposal adds: the type signatures of the I/O pairs its inputs make with
-    the buffer program it was given, and its solve rate. Its program is not the proposer's."""
-
-    step: int
-    proposer: str
-    solve_rate: float
-    signatures: frozenset[str] = field(repr=False)
-
-
-def input_metrics(task: TaskRecord) -> InputMetrics:
-    """A code_f task's `InputMetrics`."""
-    return InputMetrics(
-        step=task.step,
-        proposer=task.proposer,
-        solve_rate=math.nan if task.solve_rate is None else task.solve_rate,
-        signatures=frozenset(io_signature(i, o) for i, o in zip(task.inputs, task.outputs)),
-    )
-
-
-@dataclass(frozen=True)
-class RunAnalysis:
-    """What a run's proposers wrote (module docstring), plus the counts of what was left out."""
-
-    programs: tuple[ProgramMetrics, ...]
-    """Valid code_o/code_i tasks: the programs the proposers wrote."""
-    inputs: tuple[InputMetrics, ...]
-    """Valid code_f tasks: inputs written for a buffer program."""
-    steps: tuple[int, ...]
-    """Every step with a task record, valid or not, sorted."""
-    n_tasks: int
-    n_invalid: int
-    n_unparseable: int
-    """Written programs the host Python could not parse (metrics NaN)."""
-    classes: tuple[CopyMark, ...] = ()
-    """Every valid task's copy class, in record order (``programs`` / ``inputs`` may hold the new ones only)."""
-
-    @property
-    def n_copies(self) -> int:
-        """Valid tasks that copied a shown reference, a seed, a warm-up example or an earlier program."""
-        return sum(c.copy != "new" for c in self.classes)
-
-    def copy_series(self, window: int = 1, proposer: str | None = None) -> StepSeries:
-        """The copy rate over steps: per step, the share of valid tasks (pooled over ``window``
-        steps) whose class is not "new"; the band is that share's binomial ±1 SE."""
-        return _share_series([(c, c.copy != "new") for c in self.classes if proposer in (None, c.proposer)], window)
-
-    def repeat_series(self, window: int = 1, proposer: str | None = None) -> StepSeries:
-        """The repeat rate over steps: per step, the share of valid tasks (pooled over ``window`` steps)
-        with the same program and input as a task met before; band: binomial ±1 SE."""
-        return _share_series([(c, c.repeat) for c in self.classes if proposer in (None, c.proposer)], window)
-
-    @property
-    def proposers(self) -> tuple[str, ...]:
-        """Every proposer with a written program or a code_f input set, sorted."""
-        return tuple(sorted({p.proposer for p in self.programs} | {i.proposer for i in self.inputs}))
-
-    def series(self, metric: str, window: int = 1, proposer: str | None = None) -> StepSeries:
-        """``step_series`` of ``metric`` over the right tasks: ``solve_rate`` over every valid
-        proposer task (code_f included: its inputs and difficulty are the proposer's), any other
-        metric over the written programs only. ``proposer`` narrows it to one teacher."""
-        items: tuple[ProgramMetrics | InputMetrics, ...] = (*self.programs, *self.inputs)
-        items = items if metric == "solve_rate" else self.programs
-        return step_series([t for t in items if proposer in (None, t.proposer)], metric, window=window)
+def program_metrics(program: str, inputs: Sequence[str] = (), outputs: Sequence[str] = ()) -> dict[str, Any]:
+    """Every per-program metric and coverage feature of one written program and its I/O pairs, as the
+    tasks frame's columns (`frames.COMPLEXITY_COLUMNS`, ``shape``, ``ngrams``, ``signatures``): NaN and
+    ``shape=None`` for a program that did not parse; never raises on a bad program."""
+    signatures = [io_signature(i, o) for i, o in zip(inputs, outputs)]
+    values: tuple[float, ...]
+    try:
+        tree = ast.parse(program)
+        values = (ast_depth(tree), *cyclomatic_complexity(tree), radon_raw(program).sloc, variable_count(tree))
+        shape, ngrams = ast_shape(tree), ngram_features(tree)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # too deep counts as unparsed
+        values, shape, ngrams = (math.nan,) * 5, None, frozenset()
+    return {
+        "parsed": shape is not None,
+        **dict(zip(("ast_depth", "cc_max", "cc_total", "sloc", "n_variables"), map(float, values))),
+        "n_chars": float(len(program)),
+        "io_profile": "; ".join(dict.fromkeys(signatures)),
+        "shape": shape,
+        "ngrams": ngrams,
+        "signatures": frozenset(signatures),
+    }
 
 
-def analyse_tasks(tasks: Sequence[TaskRecord], written: Literal["new", "all"] = "new") -> RunAnalysis:
-    """Split the valid tasks into written programs and code_f inputs (every valid task is one). With
-    ``written="new"`` (the default) copies are counted in ``classes`` (the copy rate) but left out of
-    ``programs`` and ``inputs`` (module docstring). A task recorded without a class counts as new."""
-    valid = [t for t in tasks if t.valid]
-    mine = [t for t in valid if written == "all" or t.copy in (None, "new")]
-    programs = tuple(program_metrics(t) for t in mine if t.kind in WRITTEN_PROGRAM_KINDS)
-    return RunAnalysis(
-        programs=programs,
-        inputs=tuple(input_metrics(t) for t in mine if t.kind not in WRITTEN_PROGRAM_KINDS),
-        steps=tuple(sorted({t.step for t in tasks})),
-        n_tasks=len(tasks),
-        n_invalid=sum(not t.valid for t in tasks),
-        n_unparseable=sum(not p.parsed for p in programs),
-        classes=tuple(CopyMark(t.step, t.proposer, t.kind, t.copy or "new", bool(t.repeat)) for t in valid),
-    )
+# ----------------------------------------------------------------------------- series over a run's tasks frame
+def step_series(tasks: pd.DataFrame, metric: str, window: int = 1, proposer: str | None = None) -> StepSeries:
+    """Rolling summary of ``metric`` (a column, e.g. ``"sloc"``, or ``"solve_rate"``: ρ) over one run's
+    tasks frame: ``solve_rate`` over every valid new proposal (code_f included: its inputs and
+    difficulty are the proposer's), any other metric over the ``measured`` programs (written and new).
+    At each step with data, pool the values of the last ``window`` steps (by step number) and give
+    their mean and interquartile band (NaNs left out). ``proposer`` narrows it to one teacher."""
+    if window < 1:
+        raise ValueError(f"window must be >= 1 step, got {window}")
+    if metric == "solve_rate":  # the written programs first, then the code_f inputs (a fixed pooling order)
+        rows, column = new_tasks(tasks, proposer).sort_values("written", ascending=False, kind="stable"), "rho"
+    else:
+        rows, column = measured(tasks, proposer), metric
+    items = zip(rows["step"].tolist(), rows[column].astype(float).tolist())
+    return _rolling(items, window, lambda pooled: (pooled.mean(), *np.percentile(pooled, (25.0, 75.0))))
 
 
-def _share_series(marks: Sequence[tuple[CopyMark, bool]], window: int) -> StepSeries:
-    """Per step, the share of ``marks`` flagged (pooled over ``window`` steps) with a ±1 SE band."""
+def copy_series(tasks: pd.DataFrame, window: int = 1, proposer: str | None = None) -> StepSeries:
+    """The copy rate over steps: per step, the share of valid tasks (pooled over ``window`` steps) whose
+    class (`populora_nb.copies`) is not "new"; the band is that share's binomial ±1 SE."""
+    valid = valid_tasks(tasks, proposer)
+    return _share_series(valid["step"].tolist(), (valid["copy"] != "new").tolist(), window)
+
+
+def repeat_series(tasks: pd.DataFrame, window: int = 1, proposer: str | None = None) -> StepSeries:
+    """The repeat rate over steps: per step, the share of valid tasks (pooled over ``window`` steps)
+    with the same program and input as a task met before; band: binomial ±1 SE."""
+    valid = valid_tasks(tasks, proposer)
+    return _share_series(valid["step"].tolist(), [bool(r) for r in valid["repeat"]], window)
+
+
+def _share_series(steps: Sequence[int], flags: Sequence[bool], window: int) -> StepSeries:
+    """Per step, the share of ``flags`` set (pooled over ``window`` steps) with a ±1 SE band."""
 
     def share(pooled: np.ndarray) -> tuple[float, float, float]:
         rate = float(pooled.mean())
         se = math.sqrt(rate * (1 - rate) / len(pooled))
         return rate, max(0.0, rate - se), min(1.0, rate + se)
 
-    return _rolling(((c.step, float(flag)) for c, flag in marks), window, share)
+    return _rolling(zip(steps, map(float, flags)), window, share)
 
 
 def _rolling(items: Iterable[tuple[int, float]], window: int, summary: Callable[[np.ndarray], tuple]) -> StepSeries:
@@ -313,16 +205,6 @@ class StepSeries:
     lo: np.ndarray  # (S,)
     hi: np.ndarray  # (S,)
     count: np.ndarray  # (S,) programs pooled at each step
-
-
-def step_series(programs: Iterable[ProgramMetrics | InputMetrics], metric: str, window: int = 1) -> StepSeries:
-    """Rolling summary of ``metric`` (a field, e.g. ``"sloc"``, ``"solve_rate"``) of the items
-    given (``RunAnalysis.series`` picks them): at each step with data, pool the items of the last
-    ``window`` steps (by step number) and give their mean and interquartile band (NaNs left out)."""
-    if window < 1:
-        raise ValueError(f"window must be >= 1 step, got {window}")
-    items = ((p.step, float(getattr(p, metric))) for p in programs)
-    return _rolling(items, window, lambda pooled: (pooled.mean(), *np.percentile(pooled, (25.0, 75.0))))
 
 
 # ----------------------------------------------------------------------------- collapse detector
@@ -352,7 +234,7 @@ def _relative_change(series: StepSeries) -> float:
 
 
 def detect_collapse(
-    analysis: RunAnalysis,
+    tasks: pd.DataFrame,
     solve_rate_threshold: float = 0.9,
     drop_threshold: float = 0.10,
     min_falling: int = 3,
@@ -360,10 +242,10 @@ def detect_collapse(
     min_steps: int = 5,
     metrics: tuple[str, ...] = COMPLEXITY_FIELDS,
 ) -> CollapseReport:
-    """Flag a run whose solve rate approaches 1 while the complexity of the programs its proposers
-    wrote falls (module docstring)."""
-    solve = analysis.series("solve_rate")
-    changes = {m: _relative_change(analysis.series(m)) for m in metrics}
+    """Flag a run (its tasks frame) whose solve rate approaches 1 while the complexity of the programs
+    its proposers wrote falls (module docstring)."""
+    solve = step_series(tasks, "solve_rate")
+    changes = {m: _relative_change(step_series(tasks, m)) for m in metrics}
     n_falling = sum(change <= -drop_threshold for change in changes.values())
     if len(solve.steps) < min_steps:
         why = f"too few steps with solved tasks ({len(solve.steps)} < {min_steps})"

@@ -1,5 +1,6 @@
 """Figures for task complexity and coverage (PopuLoRA Fig. 4), from ``analysis.complexity`` and
-``analysis.coverage``. Each draws on ``ax`` (a new figure when None) and returns the Figure."""
+``analysis.coverage`` over runs' tasks frames (``frames.load_tasks``; ``runs``: name -> frame).
+Each draws on ``ax`` (a new figure when None) and returns the Figure."""
 
 from __future__ import annotations
 
@@ -7,11 +8,19 @@ from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from populora_nb.analysis.complexity import COMPLEXITY_FIELDS, RunAnalysis, StepSeries
-from populora_nb.analysis.coverage import COVERAGE_KINDS, SAMPLE_UNITS, Rarefaction, compare_at_equal_n
+from populora_nb.analysis.complexity import COMPLEXITY_FIELDS, StepSeries, copy_series, repeat_series, step_series
+from populora_nb.analysis.coverage import (
+    COVERAGE_KINDS,
+    SAMPLE_UNITS,
+    Rarefaction,
+    compare_at_equal_n,
+    proposers,
+    valid_tasks,
+)
 from populora_nb.analysis.figures import axes_or_new, finish, line_band, say_empty, say_missing, whole_ticks
 
 LABELS: Mapping[str, str] = {
@@ -31,14 +40,14 @@ COVERAGE_LABELS: Mapping[str, str] = {
 
 
 def plot_program_metric(
-    runs: Mapping[str, RunAnalysis], metric: str, window: int = 5, ax: Axes | None = None, title: str | None = None
+    runs: Mapping[str, pd.DataFrame], metric: str, window: int = 5, ax: Axes | None = None, title: str | None = None
 ) -> Figure:
     """One line per run: rolling mean of ``metric`` over the last ``window`` steps, of the programs
-    the proposers wrote (``RunAnalysis.series``); the band is the interquartile range of the
+    the proposers newly wrote (``complexity.step_series``); the band is the interquartile range of the
     programs pooled in that window."""
     name = LABELS.get(metric, metric)
     return _plot_bands(
-        {run: analysis.series(metric, window=window) for run, analysis in runs.items()},
+        {run: step_series(tasks, metric, window=window) for run, tasks in runs.items()},
         dict(ylabel=name, title=title or f"{name} (rolling {window}-step mean, IQR band)"),
         "no valid proposer-written program"
         + (" solved" if metric == "solve_rate" else "")
@@ -48,28 +57,28 @@ def plot_program_metric(
 
 
 def plot_copy_rate(
-    runs: Mapping[str, RunAnalysis], window: int = 5, ax: Axes | None = None, title: str | None = None
+    runs: Mapping[str, pd.DataFrame], window: int = 5, ax: Axes | None = None, title: str | None = None
 ) -> Figure:
     """One line per run: the share of valid proposals that copy a shown reference, a seed, a warm-up
-    example or an earlier program (``RunAnalysis.copy_series``, pooled over ``window`` steps), with a
+    example or an earlier program (``complexity.copy_series``, pooled over ``window`` steps), with a
     ±1 binomial SE band: the curve to read beside complexity and coverage, which count new programs."""
     title = title or f"copies among valid proposals (rolling {window}-step share, ±1 SE)"
-    return _plot_shares({n: a.copy_series(window=window) for n, a in runs.items()}, "copy rate", title, ax)
+    return _plot_shares({n: copy_series(tasks, window=window) for n, tasks in runs.items()}, "copy rate", title, ax)
 
 
 def plot_repeat_rate(
-    runs: Mapping[str, RunAnalysis], window: int = 5, ax: Axes | None = None, title: str | None = None
+    runs: Mapping[str, pd.DataFrame], window: int = 5, ax: Axes | None = None, title: str | None = None
 ) -> Figure:
     """One line per run, labelled with the role that proposed (teachers in a population, the agent in
     the baseline): the share of valid tasks that repeat a task met before, program and input
-    (``RunAnalysis.repeat_series``), with a ±1 binomial SE band. A repeat's ρ measures memory."""
+    (``complexity.repeat_series``), with a ±1 binomial SE band. A repeat's ρ measures memory."""
     title = title or f"repeated tasks among valid proposals (rolling {window}-step share, ±1 SE)"
-    series = {f"{n} ({_proposing_role(a)})": a.repeat_series(window=window) for n, a in runs.items()}
+    series = {f"{n} ({_proposing_role(tasks)})": repeat_series(tasks, window=window) for n, tasks in runs.items()}
     return _plot_shares(series, "repeat rate", title, ax)
 
 
-def _proposing_role(analysis: RunAnalysis) -> str:
-    names = {c.proposer for c in analysis.classes}
+def _proposing_role(tasks: pd.DataFrame) -> str:
+    names = set(valid_tasks(tasks)["proposer"])
     return "agent" if names == {"agent"} else "teachers"
 
 
@@ -91,7 +100,7 @@ def _plot_bands(series: Mapping[str, StepSeries], labels: dict, why_empty: str, 
 
 
 def plot_program_metrics(
-    runs: Mapping[str, RunAnalysis],
+    runs: Mapping[str, pd.DataFrame],
     metrics: Sequence[str] = (*COMPLEXITY_FIELDS, "solve_rate"),
     window: int = 5,
     title: str = "",
@@ -160,12 +169,12 @@ def plot_rarefaction_grid(
 
 
 def plot_program_metric_per_proposer(
-    analysis: RunAnalysis, metric: str, window: int = 5, ax: Axes | None = None, title: str | None = None
+    tasks: pd.DataFrame, metric: str, window: int = 5, ax: Axes | None = None, title: str | None = None
 ) -> Figure:
-    """``metric`` per proposer (teacher) within one run, over what each wrote: rolling mean lines,
-    no band."""
+    """``metric`` per proposer (teacher) within one run (its tasks frame), over what each wrote:
+    rolling mean lines, no band."""
     fig, ax = axes_or_new(ax, steps=True)
-    series = {name: analysis.series(metric, window=window, proposer=name) for name in analysis.proposers}
+    series = {name: step_series(tasks, metric, window=window, proposer=name) for name in proposers(tasks)}
     drawn = [ax.plot(s.steps, s.mean, label=name) for name, s in series.items() if len(s.steps)]
     name = LABELS.get(metric, metric)
     ax.set(xlabel="step", ylabel=name, title=title or f"{name} per teacher (rolling {window}-step mean)")

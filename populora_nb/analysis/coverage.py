@@ -42,12 +42,9 @@ import ast
 import hashlib
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
-
-if TYPE_CHECKING:  # complexity imports the features below; only type hints need its classes
-    from populora_nb.analysis.complexity import InputMetrics, ProgramMetrics, RunAnalysis
+import pandas as pd
 
 NGRAM_N = 3
 """Longest node-type chain counted as a coverage feature."""
@@ -143,22 +140,49 @@ def ngram_features(tree: ast.AST, n: int = NGRAM_N) -> frozenset[tuple[str, ...]
     return frozenset(features)
 
 
+# ----------------------------------------------------------------------------- what a proposer wrote
+def valid_tasks(tasks: pd.DataFrame, proposer: str | None = None) -> pd.DataFrame:
+    """The valid rows of one run's tasks frame (`populora_nb.analysis.frames`), in record order;
+    ``proposer`` keeps one teacher's."""
+    keep = tasks["valid"].astype(bool)
+    return tasks[keep if proposer is None else keep & (tasks["proposer"] == proposer)]
+
+
+def new_tasks(tasks: pd.DataFrame, proposer: str | None = None) -> pd.DataFrame:
+    """The valid rows whose copy class is "new" (`populora_nb.copies`): what the proposers newly wrote,
+    programs and code_f input sets alike."""
+    valid = valid_tasks(tasks, proposer)
+    return valid[valid["copy"] == "new"]
+
+
+def measured(tasks: pd.DataFrame, proposer: str | None = None) -> pd.DataFrame:
+    """The ``measured`` rows: valid code_o/code_i programs the proposers newly wrote."""
+    valid = valid_tasks(tasks, proposer)
+    return valid[valid["measured"].astype(bool)]
+
+
+def proposers(tasks: pd.DataFrame) -> tuple[str, ...]:
+    """Every proposer with a newly written program or code_f input set, sorted."""
+    return tuple(sorted(set(new_tasks(tasks)["proposer"])))
+
+
 # ----------------------------------------------------------------------------- rarefaction
-def coverage_units(analysis: RunAnalysis, kind: str, proposer: str | None = None) -> list[frozenset[Hashable]]:
-    """One feature set per sampling unit of ``kind`` (``SAMPLE_UNITS``): a written program's shape,
-    n-grams or I/O signatures, or a valid proposal's I/O signatures; ``proposer`` keeps one
-    teacher's units only."""
+def coverage_units(tasks: pd.DataFrame, kind: str, proposer: str | None = None) -> list[frozenset[Hashable]]:
+    """One feature set per sampling unit of ``kind`` (``SAMPLE_UNITS``) of one run's tasks frame: a
+    measured program's shape, n-grams or I/O signatures, or a new valid proposal's I/O signatures
+    (the programs first, then the code_f inputs); ``proposer`` keeps one teacher's units only."""
     if kind not in SAMPLE_UNITS:
         raise ValueError(f"kind must be one of {tuple(SAMPLE_UNITS)}, got {kind!r}")
-    programs = [p for p in analysis.programs if proposer in (None, p.proposer)]
+    programs = measured(tasks, proposer)
     if kind == "shapes":  # an unparsed program has no shape but is still a draw
-        return [frozenset() if p.shape is None else frozenset((p.shape,)) for p in programs]
+        return [frozenset() if pd.isna(shape) else frozenset((shape,)) for shape in programs["shape"]]
     if kind == "ngrams":
-        return [frozenset(p.ngrams) for p in programs]
+        return [frozenset(n) for n in programs["ngrams"]]
     if kind == "program_signatures":  # one signature per I/O pair: code_o/code_i have one pair
-        return [frozenset(p.signatures) for p in programs]
-    with_io: list[ProgramMetrics | InputMetrics] = [*programs, *analysis.inputs]
-    return [frozenset(t.signatures) for t in with_io if proposer in (None, t.proposer)]
+        return [frozenset(s) for s in programs["signatures"]]
+    new = new_tasks(tasks, proposer)
+    inputs = new[~new["written"].astype(bool)]
+    return [frozenset(s) for s in (*programs["signatures"], *inputs["signatures"])]
 
 
 @dataclass(frozen=True)
@@ -229,17 +253,17 @@ def rarefy(
 
 
 def rarefaction_curves(
-    analyses: Mapping[str, RunAnalysis], kind: str, rng: np.random.Generator, n_resamples: int = 200
+    runs: Mapping[str, pd.DataFrame], kind: str, rng: np.random.Generator, n_resamples: int = 200
 ) -> dict[str, Rarefaction]:
-    """One rarefaction curve of ``kind`` per run, e.g. ``{"baseline": ..., "population": ...}``."""
-    return {name: rarefy(coverage_units(a, kind), rng, n_resamples) for name, a in analyses.items()}
+    """One rarefaction curve of ``kind`` per run's tasks frame, e.g. ``{"baseline": ..., "population": ...}``."""
+    return {name: rarefy(coverage_units(tasks, kind), rng, n_resamples) for name, tasks in runs.items()}
 
 
 def per_proposer_curves(
-    analysis: RunAnalysis, kind: str, rng: np.random.Generator, n_resamples: int = 200
+    tasks: pd.DataFrame, kind: str, rng: np.random.Generator, n_resamples: int = 200
 ) -> dict[str, Rarefaction]:
     """One rarefaction curve of ``kind`` per proposer (teacher) of one run, over its own proposals."""
-    return {n: rarefy(coverage_units(analysis, kind, proposer=n), rng, n_resamples) for n in analysis.proposers}
+    return {n: rarefy(coverage_units(tasks, kind, proposer=n), rng, n_resamples) for n in proposers(tasks)}
 
 
 @dataclass(frozen=True)
@@ -277,11 +301,11 @@ def compare_at_equal_n(curves: Mapping[str, Rarefaction], n: int | None = None) 
 
 
 def compare_at_common_n(
-    analyses: Mapping[str, RunAnalysis], kinds: Sequence[str], rng: np.random.Generator, n_resamples: int = 200
+    runs: Mapping[str, pd.DataFrame], kinds: Sequence[str], rng: np.random.Generator, n_resamples: int = 200
 ) -> dict[str, CoverageComparison]:
     """Each kind's runs compared at ONE n shared by every kind: the smallest unit count over the
     runs and kinds. Kinds with the same units (ngrams and program_signatures: written programs)
     reach the same n anyway, so the size-insensitive measure is read where the n-grams are."""
-    curves = {kind: rarefaction_curves(analyses, kind, rng, n_resamples) for kind in kinds}
+    curves = {kind: rarefaction_curves(runs, kind, rng, n_resamples) for kind in kinds}
     n = min((c.size for per_run in curves.values() for c in per_run.values()), default=0)
     return {kind: compare_at_equal_n(per_run, n) for kind, per_run in curves.items()}

@@ -12,7 +12,8 @@ for a sweep's grid point), so a run, an experiment, a protocol and a sweep read 
 ``tasks``     one row per tasks.jsonl record (`TASK_COLUMNS`): what was proposed, its verdict, the
               matched solver's ρ and rollouts, its copy class, whether it repeats a task met before
               (program and input, `populora_nb.copies`), and the complexity metrics of a written
-              program (`populora_nb.analysis.complexity`; NaN where the proposer did not write one).
+              program and its coverage features (`populora_nb.analysis.complexity`, `.coverage`; missing
+              where the proposer did not write one).
 ``metrics``   one row per metrics.jsonl record: ``step``, ``member``, ``role`` and the namespaced keys.
 ``matches``   one row per matches.jsonl record (population runs): teacher, student, kind, valid, ρ.
 ``lineage``   one row per lineage.jsonl record: each child evolution made, its parents and operator.
@@ -21,15 +22,18 @@ for a sweep's grid point), so a run, an experiment, a protocol and a sweep read 
 ``config``    one row per run: its config.yaml flattened to dotted keys (``rl.rollouts``).
 
 This module is the analyses' one door to the records: ``read_stream`` (one stream of one run as a
-frame), ``per_step`` (a metric per step), ``load_tasks`` (the task rows as `TaskRecord`\ s, classed
-and checked) and ``analyse_run``; every analysis, plot and the seed protocol read through them
-(tests/test_frames.py fails on a second reader).
+frame), ``per_step`` (a metric per step) and ``load_tasks`` (one run's tasks frame, checked); every
+analysis, plot and the seed protocol read through them (tests/test_frames.py fails on a second
+reader). The tasks frame is a run's one form in memory: each program is parsed once, here, and the
+complexity series, the collapse detector and coverage read its columns.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -37,13 +41,8 @@ from typing import Any, Literal
 import pandas as pd
 import yaml
 
-from populora_nb.analysis.complexity import (
-    WRITTEN_PROGRAM_KINDS,
-    RunAnalysis,
-    TaskRecord,
-    analyse_tasks,
-    program_metrics,
-)
+from populora_nb.analysis.complexity import WRITTEN_PROGRAM_KINDS, program_metrics
+from populora_nb.analysis.coverage import io_signature
 from populora_nb.analysis.runs import find_run_dirs
 from populora_nb.copies import classify_rows, repeat_rows, start_fingerprints
 from populora_nb.records import RunDir
@@ -51,9 +50,11 @@ from populora_nb.records import RunDir
 LABELS = ("point", "seed", "run")
 """Where a row came from, as far as the layout says: a sweep's grid point, a seed, the run's name."""
 COMPLEXITY_COLUMNS = ("parsed", "ast_depth", "cc_max", "cc_total", "sloc", "n_variables", "n_chars", "io_profile")
+FEATURE_COLUMNS = ("shape", "ngrams", "signatures")
+"""The coverage features (`populora_nb.analysis.coverage`) of a row, kept for counting at equal n."""
 TASK_COLUMNS = (
     *"run task step proposer solver kind program inputs outputs message valid reason rho rollouts".split(),
-    *("n_solved", "copy", "repeat", "written", "measured", *COMPLEXITY_COLUMNS, "completion"),
+    *("n_solved", "copy", "repeat", "written", "measured", *COMPLEXITY_COLUMNS, *FEATURE_COLUMNS, "completion"),
 )
 """The documented columns of ``RunFrames.tasks`` (plus ``seed``/``point`` where the layout has them):
 
@@ -67,6 +68,9 @@ TASK_COLUMNS = (
              None for an invalid task
   written    a valid code_o/code_i task: the proposer wrote the program (complexity is measured)
   measured   written and new: what the complexity and coverage analysis counts
+  shape, ngrams  a written program's normalised AST shape and node-type n-grams (missing where not
+             written or, the shape, not parsed)
+  signatures the I/O type signatures of a valid task's pairs (missing when invalid)
 """
 _SEED = re.compile(r"^seed-?(\d+)$")
 
@@ -149,52 +153,45 @@ def per_step(
 _REQUIRED = ("step", "proposer", "kind", "program", "valid")
 
 
-def load_tasks(run_dir: str | Path) -> list[TaskRecord]:
-    r"""The run's task rows as `TaskRecord`\ s with their copy class and repeat flag
-    (`populora_nb.copies`); a missing or empty stream, or a row that is not a task record, raises an
-    error naming the path."""
-    path = RunDir(Path(run_dir)).stream_file("tasks")  # tasks.jsonl, or a committed copy's .jsonl.gz
+def load_tasks(run_dir: str | Path) -> pd.DataFrame:
+    """One run's tasks frame (`TASK_COLUMNS`, labelled by ``run``, as ``load_frames(run_dir).tasks``)
+    without its other streams; a missing or empty stream, or a row that is not a task record, raises
+    an error naming the path."""
+    rd = RunDir(Path(run_dir))
+    path = rd.stream_file("tasks")  # tasks.jsonl, or a committed copy's .jsonl.gz
     if not path.is_file():
         raise FileNotFoundError(f"no task records at {path}: is {run_dir} a run directory?")
-    rows = RunDir(Path(run_dir)).read("tasks")
+    tasks, problem = _parsed_tasks(rd.path, _stamps(rd))
+    if problem is not None:
+        raise ValueError(problem)
+    return _labelled(tasks.copy(), {"run": rd.path.name}).reindex(columns=_ordered(tasks.columns, TASK_COLUMNS))
+
+
+def _stamps(rd: RunDir) -> tuple[tuple[int, int], ...]:
+    """(mtime_ns, size) of each file a tasks frame is read from, (0, 0) when absent: a key that notices a rewrite."""
+    stamps = []
+    for path in (rd.stream_file("tasks"), rd.stream_file("matches"), rd.path / "config.yaml"):
+        stat = path.stat() if path.is_file() else None
+        stamps.append((stat.st_mtime_ns, stat.st_size) if stat else (0, 0))
+    return tuple(stamps)
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed_tasks(run_dir: Path, stamps: tuple[tuple[int, int], ...]) -> tuple[pd.DataFrame, str | None]:
+    """A run's tasks frame (unlabelled), or why its rows are not task records. Parsing every program is
+    the slow part, and a report reads a run's tasks for its figures, its liveness and its tables, so
+    the frame is kept while ``stamps`` hold (callers copy it)."""
+    rd = RunDir(run_dir)
+    path, rows = rd.stream_file("tasks"), rd.read("tasks")
     for number, row in enumerate(rows, start=1):
         if not isinstance(row, dict):
-            raise ValueError(f"{path}: row {number} is not a JSON object")
+            return pd.DataFrame(), f"{path}: row {number} is not a JSON object"
         missing = [key for key in _REQUIRED if key not in row]
         if missing:
-            raise ValueError(f"{path}: row {number}: task record lacks {missing}")
+            return pd.DataFrame(), f"{path}: row {number}: task record lacks {missing}"
     if not rows:
-        raise ValueError(f"{path} holds no complete task record (empty file)")
-    start = start_fingerprints(run_dir)
-    return [
-        _task_record(row, copy=copy, repeat=repeat)
-        for row, copy, repeat in zip(rows, classify_rows(rows, start), repeat_rows(rows, start))
-    ]
-
-
-def _task_record(row: dict, **fields: Any) -> TaskRecord:
-    """A task row as a `TaskRecord`; ``fields`` (copy class, repeat flag, ...) set or override its fields."""
-    return TaskRecord(
-        **{
-            "step": int(row["step"]),
-            "proposer": str(row.get("proposer")),  # load_tasks checks it; a frame reads rows without
-            "kind": str(row["kind"]),
-            "program": str(row.get("program")),
-            "valid": bool(row.get("valid")),
-            "inputs": tuple(row.get("inputs") or ()),
-            "outputs": tuple(row.get("outputs") or ()),
-            "message": row.get("message") or "",
-            "reason": row.get("reason"),
-            "solver": row.get("solver"),
-            "solve_rate": None if row.get("solve_rate") is None else float(row["solve_rate"]),
-            **fields,
-        }
-    )
-
-
-def analyse_run(run_dir: str | Path, written: Literal["new", "all"] = "new") -> RunAnalysis:
-    """`complexity.analyse_tasks` over the task records of one run directory."""
-    return analyse_tasks(load_tasks(run_dir), written)
+        return pd.DataFrame(), f"{path} holds no complete task record (empty file)"
+    return _run_tasks(run_dir, rows, rd.read("matches"), _config(run_dir).get("rl.rollouts")), None
 
 
 def load_frames(path: str | Path) -> RunFrames:
@@ -232,8 +229,11 @@ def _ordered(columns: pd.Index, first: tuple[str, ...]) -> list[str]:
 def _run_frames(run_dir: Path) -> dict[str, pd.DataFrame]:
     config, rd = _config(run_dir), RunDir(run_dir)
     matches = rd.read("matches")
+    tasks, problem = _parsed_tasks(run_dir, _stamps(rd))
+    if problem is not None:  # no task rows, or rows load_tasks refuses: read as they are
+        tasks = _run_tasks(run_dir, rd.read("tasks"), matches, config.get("rl.rollouts"))
     return {
-        "tasks": task_frame(run_dir, rd.read("tasks"), matches, config.get("rl.rollouts")),
+        "tasks": tasks.copy(),
         "metrics": read_stream(run_dir, "metrics"),
         "matches": pd.DataFrame(matches),
         "lineage": read_stream(run_dir, "lineage"),
@@ -261,18 +261,30 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def task_frame(run_dir: Path, rows: list[dict], matches: list[dict], rollouts: int | None = None) -> pd.DataFrame:
-    """The tasks frame of one run from its records: each row's fields, ρ and its attempts, the copy
-    class and the complexity of a written program. A population step records its matches in the
-    order of its task rows (`loop.run`), so the i-th task of a step is the i-th match of that step."""
+def _run_tasks(run_dir: Path, rows: list[dict], matches: list[dict], rollouts: int | None) -> pd.DataFrame:
+    """`task_frame` with the rows' copy classes and repeat flags read from the run's start (its seeds
+    and warm-up, `copies.start_fingerprints`)."""
     start = start_fingerprints(run_dir)
-    classes, repeats = classify_rows(rows, start), repeat_rows(rows, start)
+    return task_frame(rows, classify_rows(rows, start), repeat_rows(rows, start), matches, rollouts)
+
+
+def task_frame(
+    rows: list[dict],
+    copies: Sequence[str | None],
+    repeats: Sequence[bool | None],
+    matches: Sequence[dict] = (),
+    rollouts: int | None = None,
+) -> pd.DataFrame:
+    """The tasks frame of one run from its records: each row's fields, ρ and its attempts, its copy
+    class and repeat flag (``copies``, ``repeats``: one per row, `populora_nb.copies`), and the
+    metrics and coverage features of a written program. A population step records its matches in the
+    order of its task rows (`loop.run`), so the i-th task of a step is the i-th match of that step."""
     by_step: dict[int, list[dict]] = defaultdict(list)
     for m in matches:
         by_step[m["step"]].append(m)
     seen_in_step: Counter[int] = Counter()
     out = []
-    for number, (row, copy, repeat) in enumerate(zip(rows, classes, repeats)):
+    for number, (row, copy, repeat) in enumerate(zip(rows, copies, repeats)):
         step = int(row["step"])
         i, step_matches = seen_in_step[step], by_step.get(step, [])
         seen_in_step[step] += 1
@@ -281,6 +293,7 @@ def task_frame(run_dir: Path, rows: list[dict], matches: list[dict], rollouts: i
         k = match.get("rollouts") or rollouts
         valid = bool(row.get("valid"))
         written = valid and row.get("kind") in WRITTEN_PROGRAM_KINDS
+        inputs, outputs = list(row.get("inputs") or []), list(row.get("outputs") or [])
         record = {
             **row,
             "task": number,
@@ -292,16 +305,15 @@ def task_frame(run_dir: Path, rows: list[dict], matches: list[dict], rollouts: i
             "repeat": repeat,
             "written": written,
             "measured": written and copy == "new",
-            "inputs": list(row.get("inputs") or []),
-            "outputs": list(row.get("outputs") or []),
+            "inputs": inputs,
+            "outputs": outputs,
+            **dict.fromkeys((*COMPLEXITY_COLUMNS, *FEATURE_COLUMNS)),
         }
         record.pop("solve_rate", None)
-        record.update(_complexity(row) if written else dict.fromkeys(COMPLEXITY_COLUMNS))
+        if written:  # parsed here, once: every analysis reads these columns
+            record.update(program_metrics(str(row.get("program") or ""), inputs, outputs))
+        elif valid:  # a code_f proposal: only its inputs are the proposer's
+            record["signatures"] = frozenset(io_signature(i, o) for i, o in zip(inputs, outputs))
         out.append(record)
     df = pd.DataFrame(out, columns=None if out else [c for c in TASK_COLUMNS if c != "run"])
     return df.astype({"rollouts": "Int64", "n_solved": "Int64"})  # whole counts with missing values, not floats
-
-
-def _complexity(row: dict) -> dict[str, Any]:
-    m = program_metrics(_task_record(row, program=str(row.get("program") or ""), valid=True))
-    return {c: getattr(m, c) for c in COMPLEXITY_COLUMNS}

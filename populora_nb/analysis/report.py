@@ -19,10 +19,10 @@ import pandas as pd
 from populora_nb.analysis import complexity_plots, plots
 from populora_nb.analysis.complexity import detect_collapse
 from populora_nb.analysis.compute import compute_table
-from populora_nb.analysis.coverage import COVERAGE_KINDS, rarefaction_curves
+from populora_nb.analysis.coverage import COVERAGE_KINDS, proposers, rarefaction_curves
 from populora_nb.analysis.difficulty_probe import plot_probe, probe_events, probe_table
 from populora_nb.analysis.figures import save_figure
-from populora_nb.analysis.frames import analyse_run, per_step, read_stream
+from populora_nb.analysis.frames import load_tasks, per_step, read_stream
 from populora_nb.analysis.liveness import CHECKS, liveness
 from populora_nb.analysis.runs import experiment_runs
 from populora_nb.analysis.seed_stats import md_table
@@ -75,17 +75,17 @@ def make_figures(out: str | Path) -> list[Path]:
             save(plots.plot_lineage(births), "lineage.png")
     if any(probe_events(path) for path in runs.values()):
         save(plot_probe(runs), "difficulty_probe.png")
-    analyses = {name: analyse_run(path) for name, path in runs.items()}
-    window = max(1, min(5, max(len(a.steps) for a in analyses.values()) // 4))
-    save(complexity_plots.plot_copy_rate(analyses, window=window), "copy_rate.png")
-    save(complexity_plots.plot_program_metrics(analyses, window=window), "complexity.png")
+    tasks = {name: load_tasks(path) for name, path in runs.items()}
+    window = max(1, min(5, max(t["step"].nunique() for t in tasks.values()) // 4))
+    save(complexity_plots.plot_copy_rate(tasks, window=window), "copy_rate.png")
+    save(complexity_plots.plot_program_metrics(tasks, window=window), "complexity.png")
     # Coverage at equal sample sizes (rarefaction), never raw cumulative counts: the population
     # proposes several times the baseline's volume. A fixed seed keeps the report reproducible.
     rng = np.random.default_rng(0)
-    curves = {kind: rarefaction_curves(analyses, kind, rng) for kind in COVERAGE_KINDS}
+    curves = {kind: rarefaction_curves(tasks, kind, rng) for kind in COVERAGE_KINDS}
     save(complexity_plots.plot_rarefaction_grid(curves), "coverage.png")
-    if "population" in analyses and analyses["population"].proposers:
-        per_teacher = complexity_plots.plot_program_metric_per_proposer(analyses["population"], "ast_depth", window)
+    if "population" in tasks and proposers(tasks["population"]):
+        per_teacher = complexity_plots.plot_program_metric_per_proposer(tasks["population"], "ast_depth", window)
         save(per_teacher, "complexity_per_teacher.png")
     return paths
 
@@ -257,7 +257,7 @@ def _cost(metrics: pd.DataFrame) -> tuple[str, str]:
 def _collapse_table(runs: dict[str, Path]) -> list[list[str]]:
     rows = [["run", "collapse?", "solve rate (end)", "metrics falling", "why"]]
     for name, path in runs.items():
-        r = detect_collapse(analyse_run(path))
+        r = detect_collapse(load_tasks(path))  # load_tasks keeps the frame make_figures parsed
         end = "n/a" if math.isnan(r.solve_rate_end) else f"{r.solve_rate_end:.2f}"
         rows.append([name, "yes" if r.collapsed else "no", end, str(r.n_falling), r.reason])
     return rows
