@@ -61,8 +61,7 @@ def _mark(out: Path, stage: str, seconds: float, resumed: bool = False) -> None:
     resumed stage cost more: its ``time/step_s`` rows are the cost record that survives kills)."""
     done = done_stages(out)
     done[stage] = {"seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
-    if resumed:
-        done[stage]["resumed"] = True
+    done[stage] |= {"resumed": True} if resumed else {}
     write_atomic(out / "stages.json", json.dumps(done, indent=1))
 
 

@@ -12,10 +12,9 @@
 A finished run kept for reading may hold a stream as ``STREAM.jsonl.gz``; it reads the same.
 
 Rows are appended as a step finishes. Resuming cuts each stream back to the bytes the checkpoint's
-manifest recorded (dropping rows of a killed step and a torn last line), so the resumed run rewrites
-them exactly; a damaged checkpoint or a stream that lost committed rows (`verify_checkpoint`) is
-refused with a `CorruptRunError` naming the file. Every random choice in a step is seeded from
-(run seed, step, purpose), so a resumed run needs no saved RNG state.
+manifest recorded, and refuses a damaged checkpoint with a one-line `CorruptRunError` naming the
+file (docs/running.md, "Resume"). Every random choice in a step is seeded from (run seed, step,
+purpose), so a resumed run needs no saved RNG state.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Experiment tracking for long headless runs: TensorBoard and Weights & Biases, as TRL reports to them.
 
-With ``run.report_to`` set (tensorboard, wandb, or a list), the loop sends every step's metrics
-with one key per member and metric (``teacher/valid_rate/T0``; step-wide costs such as
-``time/step_s`` once), the config at the start, and the report's figures at the end (`log_report`),
-into RUN/tensorboard/ and RUN/wandb/ (EXP/... for the report). The backends are optional extras
-(``[track]``), imported only when chosen; a missing one is a one-line `UserInputError`. W&B is
-offline unless WANDB_MODE says otherwise, so a run needs no account (docs/running.md).
+With ``run.report_to`` set, the loop sends every step's metrics (one key per member and metric,
+step-wide costs once), the config, and at the end the report's figures (`log_report`) into
+RUN/tensorboard/ and RUN/wandb/ (docs/running.md, "Three ways to look at a run"). The backends are
+optional extras, imported only when chosen; a missing one is a one-line `UserInputError`.
 """
 
 from __future__ import annotations
@@ -19,8 +17,6 @@ from typing import Any
 
 from populora_nb.errors import UserInputError
 
-TRACKERS = ("tensorboard", "wandb")
-"""The backends ``run.report_to`` may name (besides "none")."""
 INSTALL = 'pip install -e ".[track]"'
 """How to get both backends; the error of a missing one names its own package too."""
 STEP_WIDE = ("time/", "memory/")
@@ -81,13 +77,12 @@ def open_tracker(
     name = name or log_dir.name
     backends: list[TensorBoard | WandB] = []
     try:
-        for backend in trackers(report_to):
-            if backend == "tensorboard":
-                backends.append(TensorBoard(log_dir / "tensorboard", config))
-            elif backend == "wandb":
-                backends.append(WandB(log_dir, name, config))
-            else:
-                raise UserInputError(f"run.report_to: unknown tracker {backend!r}; one of none, {', '.join(TRACKERS)}")
+        for backend in trackers(report_to):  # names checked by RunConfig: tensorboard or wandb
+            backends.append(
+                TensorBoard(log_dir / "tensorboard", config)
+                if backend == "tensorboard"
+                else WandB(log_dir, name, config)
+            )
     except BaseException:
         Tracker(backends).close()
         raise
@@ -178,9 +173,8 @@ class WandB:
         self.run.log({tag: self.wandb.Image(str(path)) for tag, path in images.items()}, step=step)
 
     def close(self) -> None:
-        """Finish the run, then wait for W&B's service to write it out: `finish` can return before the
-        service has closed the run's stream (its log showed the stream closed 50 ms after `finish`
-        returned, with the offline file still empty), and `teardown` waits for every stream to close.
-        It also finishes any other W&B run of this process: a run's tracker is the last to use W&B."""
+        """Finish the run, then `teardown`: `finish` can return before W&B's service closed the run's
+        stream (50 ms later, the offline file still empty); `teardown` waits for every stream (and ends
+        any other W&B run of this process: a run's tracker is the last to use W&B)."""
         self.run.finish()
         self.wandb.teardown()
