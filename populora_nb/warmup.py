@@ -2,11 +2,9 @@
 the verifier accepted, before RL, so that a small model starts where RL has signal (TRR++ learns only
 from groups whose rewards differ, and a small model's mostly invalid proposals give few).
 
-`run_warmup` (the experiment's warmup stage) measures the valid-task rate on held-out prompts
-(`split_seeds`), collects accepted proposals, fine-tunes one LoRA adapter on them (`model.sft`) and
-measures again with the same prompts and seeds; with ``warmup.solver`` the solver warm-up follows. It
-writes ``EXP/warmup/``: the peft adapter, ``examples.jsonl`` (and ``solver_examples.jsonl``),
-``report.json``; every member of both runs starts from it (``lora.warmup``). docs/methodology.md, "The warm-up".
+`run_warmup` writes ``EXP/warmup/``: the peft adapter every member of both runs starts from
+(``lora.warmup``), ``examples.jsonl`` (and ``solver_examples.jsonl``) and ``report.json`` (the
+valid rate before and after on held-out prompts). docs/methodology.md, "The warm-up".
 """
 
 from __future__ import annotations

@@ -67,8 +67,7 @@ def write_population(directory: str | Path, saved: SavedPopulation) -> Path:
     save_file({k: v.cpu() for k, v in saved.stacks.items()}, directory / "factors.safetensors")
     optim = {f"{m}.{k}": v.cpu() for m, state in saved.optimizer_states.items() for k, v in state.items()}
     save_file(optim, directory / "optimizers.safetensors")
-    lora = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(saved.lora).items()}
-    meta = {"base": saved.base, "lora": lora, "members": saved.members}
+    meta = {"base": saved.base, "lora": asdict(saved.lora), "members": saved.members}  # tuples: JSON lists
     (directory / "population.json").write_text(json.dumps(meta, indent=1))
     return directory
 
