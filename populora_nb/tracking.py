@@ -17,11 +17,8 @@ from typing import Any
 
 from populora_nb.errors import UserInputError
 
-INSTALL = 'pip install -e ".[track]"'
-"""How to get both backends; the error of a missing one names its own package too."""
 STEP_WIDE = ("time/", "memory/")
 """Metric namespaces that are the same for every member of a step (logged once, without a member)."""
-_META = ("step", "member", "role")
 
 
 def trackers(report_to: str | Sequence[str]) -> tuple[str, ...]:
@@ -37,7 +34,7 @@ def step_metrics(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     for row in rows:
         member = str(row.get("member", ""))
         for key, value in row.items():
-            if key in _META or not isinstance(value, (int, float)) or not math.isfinite(value):
+            if key in ("step", "member", "role") or not isinstance(value, (int, float)) or not math.isfinite(value):
                 continue
             out[key if key.startswith(STEP_WIDE) or not member else f"{key}/{member}"] = float(value)
     return out
@@ -106,7 +103,7 @@ def log_report(report_to: str | Sequence[str], experiment: str | Path, config: M
 def _missing(package: str, error: ImportError) -> UserInputError:
     return UserInputError(
         f"run.report_to names {package}, which is not installed ({error.name or error}); "
-        f"{INSTALL} (or pip install {package}), or set run.report_to=none"
+        f'pip install -e ".[track]" (or pip install {package}), or set run.report_to=none'
     )
 
 
