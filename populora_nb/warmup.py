@@ -28,7 +28,7 @@ from populora_nb.model.sft import MEMBER, Example, fine_tune
 from populora_nb.policy import Policy
 from populora_nb.solver_warmup import run_solver_warmup
 from populora_nb.stages import Proposed, propose, validate
-from populora_nb.state import initial_state
+from populora_nb.state import seed_buffers
 from populora_nb.tasks import Task
 from populora_nb.verify import Verifier
 
@@ -161,7 +161,7 @@ def run_warmup(config: ExperimentConfig, out: str | Path, say: Callable[[str], N
     policy = LoRAPolicy.create(cfg, [(MEMBER, MEMBER)])
     try:  # closes a rollout engine the policy started, however the stage ends
         with Verifier.from_config(cfg.verifier) as verifier:
-            collect_buffers, measure_buffers = split_seeds(initial_state(cfg, verifier).buffers, cfg.run.seed)
+            collect_buffers, measure_buffers = split_seeds(seed_buffers(cfg, verifier), cfg.run.seed)
             held_out: list[Task] = []  # tasks the held-out proposer rounds accepted: the solver warm-up's measure
             before = measure(cfg, policy, verifier, measure_buffers, held_out)
             say(f"[warmup] valid rate before: {before.accepted}/{before.total}")
