@@ -152,16 +152,15 @@ def run_full(
         config = doctor_config(preset, RANDOM_WEIGHTS, overrides, config_path)
     except Exception as e:  # noqa: BLE001 - a bad config is the first stage's line, as the plain doctor's
         report.stages.append(StageResult("config", f"failed: {blame(e)}"))
-        write_outputs(out_dir, "doctor_full", report.table(), report.to_dict())
-        return report
-    report.preset = config.preset
-    with tempfile.TemporaryDirectory(prefix="populora-doctor-full-") as tmp, quiet_vllm(), _no_progress_bars():
-        ctx = _Context(config, Path(tmp), say)
-        try:
-            _stages(report, ctx)
-        finally:
-            if ctx.policy is not None:
-                ctx.policy.close()
+    else:
+        report.preset = config.preset
+        with tempfile.TemporaryDirectory(prefix="populora-doctor-full-") as tmp, quiet_vllm(), _no_progress_bars():
+            ctx = _Context(config, Path(tmp), say)
+            try:
+                _stages(report, ctx)
+            finally:
+                if ctx.policy is not None:
+                    ctx.policy.close()
     write_outputs(out_dir, "doctor_full", report.table(), report.to_dict())
     return report
 
@@ -343,9 +342,9 @@ def _check_evolution(ctx: _Context, report: FullReport) -> str:
     slots = json.loads(next(m for c, m, _ in ctx.calls if c == "slots"))
     trained = {r["member"]: r for r in rd.read("metrics") if r.get("step") == STEPS - 1}
     said = []
+    calls = [(c, m) for c, m, _ in ctx.calls]
     for b in births:
         child, old = b["child"], b["replaced"]
-        calls = [(c, m) for c, m, _ in ctx.calls]
         slot = policy.population.member(child).slot
         if slot != slots[old]:
             raise RuntimeError(f"child {child} is in slot {slot}, not {old}'s slot {slots[old]}")

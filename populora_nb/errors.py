@@ -31,3 +31,9 @@ class CorruptRunError(UserInputError):
     def __init__(self, what: str, fix: str = "restore the file, or start the run in a new --out") -> None:
         self.what, self.fix = what, fix
         super().__init__(f"{what}; {fix}")
+
+
+def one_line(e: BaseException) -> str:
+    """``Type: the message's first line``, 200 characters at most: the cause inside a file's one-line error."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:200]

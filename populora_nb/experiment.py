@@ -61,8 +61,7 @@ def _mark(out: Path, stage: str, seconds: float, resumed: bool = False) -> None:
     resumed stage cost more: its ``time/step_s`` rows are the cost record that survives kills)."""
     done = done_stages(out)
     done[stage] = {"seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
-    if resumed:
-        done[stage]["resumed"] = True
+    done[stage] |= {"resumed": True} if resumed else {}
     write_atomic(out / "stages.json", json.dumps(done, indent=1))
 
 
@@ -128,12 +127,8 @@ def _warmup(config: ExperimentConfig, out: Path, say: Callable[[str], None]) -> 
         say("[warmup] warmup.enabled is false: every member starts from B = 0")
         return
     r = run_warmup(config, out / "warmup", say)
-    solver = r.get("solver")
-    solved = (
-        f"; solve rate {solver['before']['rate']:.3f} -> {solver['after']['rate']:.3f} on held-out tasks"
-        if solver
-        else ""
-    )
+    s = r.get("solver")
+    solved = f"; solve rate {s['before']['rate']:.3f} -> {s['after']['rate']:.3f} on held-out tasks" if s else ""
     say(
         f"[warmup] valid rate {r['before']['rate']:.3f} -> {r['after']['rate']:.3f} on held-out prompts, "
         f"{r['examples']} examples{solved}, {r['seconds']:.0f}s"

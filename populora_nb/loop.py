@@ -26,7 +26,7 @@ from populora_nb.policy import Policy
 from populora_nb.probe import probe_due, probe_metrics, probe_rows, run_probe
 from populora_nb.records import RunDir
 from populora_nb.stages import StepOutcome, propose, validate
-from populora_nb.state import RunState, initial_state, roster_for, seed_buffers
+from populora_nb.state import RunState, roster_for, seed_buffers
 from populora_nb.step import evolve, run_step
 from populora_nb.step_records import (
     member_metrics,
@@ -176,14 +176,13 @@ def grow_seeds(
 ) -> list[Task]:
     """AZR's seeding run: the untrained model proposes code_o triplets (references from the growing
     buffer) until `target` distinct valid ones exist; no training. Returns the buffer's tasks."""
-    state = initial_state(config, verifier)
-    buffer = state.buffers["code_o"] if "code_o" in state.buffers else state.buffers[config.tasks.kinds[0]]
+    buffers = seed_buffers(config, verifier)
+    buffer = buffers["code_o"] if "code_o" in buffers else buffers[config.tasks.kinds[0]]
     seen = {(t.program, t.inputs) for t in buffer.tasks}
     for round_ in range(max_rounds):
         if len(buffer) >= target:
             break
-        state.step = round_
-        proposals = propose(policy, ["agent"], state.buffers, config, round_)
+        proposals = propose(policy, ["agent"], buffers, config, round_)
         proposals = validate(verifier, proposals, config.tasks.code_f_inputs)
         for task in (p.result for p in proposals if p.kind in ("code_o", "code_i")):
             if isinstance(task, Task) and (task.program, task.inputs) not in seen:

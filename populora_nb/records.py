@@ -12,10 +12,9 @@
 A finished run kept for reading may hold a stream as ``STREAM.jsonl.gz``; it reads the same.
 
 Rows are appended as a step finishes. Resuming cuts each stream back to the bytes the checkpoint's
-manifest recorded (dropping rows of a killed step and a torn last line), so the resumed run rewrites
-them exactly; a damaged checkpoint or a stream that lost committed rows (`verify_checkpoint`) is
-refused with a `CorruptRunError` naming the file. Every random choice in a step is seeded from
-(run seed, step, purpose), so a resumed run needs no saved RNG state.
+manifest recorded, and refuses a damaged checkpoint with a one-line `CorruptRunError` naming the
+file (docs/running.md, "Resume"). Every random choice in a step is seeded from (run seed, step,
+purpose), so a resumed run needs no saved RNG state.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from populora_nb.config import ExperimentConfig, load_saved_config, save_config
-from populora_nb.errors import CorruptRunError, UserInputError
+from populora_nb.errors import CorruptRunError, UserInputError, one_line
 
 STREAMS = ("metrics", "tasks", "matches", "lineage", "probe")
 MANIFEST = "manifest.json"
@@ -69,7 +68,7 @@ class RunDir:
         try:
             return load_saved_config(path)
         except (OSError, ValueError) as e:
-            raise CorruptRunError(f"{path} does not load ({_one_line(e)})") from None
+            raise CorruptRunError(f"{path} does not load ({one_line(e)})") from None
 
     # ---- row streams ------------------------------------------------------------------------
     def stream_file(self, stream: str) -> Path:
@@ -106,7 +105,7 @@ class RunDir:
         try:
             text = gzip.decompress(p.read_bytes()).decode() if p.suffix == ".gz" else p.read_text()
         except (OSError, EOFError, UnicodeDecodeError) as e:
-            raise CorruptRunError(f"{p} does not read ({_one_line(e)})") from None
+            raise CorruptRunError(f"{p} does not read ({one_line(e)})") from None
         lines = text.split("\n")
         for i, line in enumerate(lines):
             if not line.strip():
@@ -266,12 +265,7 @@ def read_json(path: Path) -> Any:
     try:
         return json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CorruptRunError(f"{path} does not load ({_one_line(e)})", RESUME_FIX) from None
-
-
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:200]
+        raise CorruptRunError(f"{path} does not load ({one_line(e)})", RESUME_FIX) from None
 
 
 def _jsonable(value: Any) -> Any:

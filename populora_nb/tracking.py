@@ -1,11 +1,9 @@
 """Experiment tracking for long headless runs: TensorBoard and Weights & Biases, as TRL reports to them.
 
-With ``run.report_to`` set (tensorboard, wandb, or a list), the loop sends every step's metrics
-with one key per member and metric (``teacher/valid_rate/T0``; step-wide costs such as
-``time/step_s`` once), the config at the start, and the report's figures at the end (`log_report`),
-into RUN/tensorboard/ and RUN/wandb/ (EXP/... for the report). The backends are optional extras
-(``[track]``), imported only when chosen; a missing one is a one-line `UserInputError`. W&B is
-offline unless WANDB_MODE says otherwise, so a run needs no account (docs/running.md).
+With ``run.report_to`` set, the loop sends every step's metrics (one key per member and metric,
+step-wide costs once), the config, and at the end the report's figures (`log_report`) into
+RUN/tensorboard/ and RUN/wandb/ (docs/running.md, "Three ways to look at a run"). The backends are
+optional extras, imported only when chosen; a missing one is a one-line `UserInputError`.
 """
 
 from __future__ import annotations
@@ -19,13 +17,8 @@ from typing import Any
 
 from populora_nb.errors import UserInputError
 
-TRACKERS = ("tensorboard", "wandb")
-"""The backends ``run.report_to`` may name (besides "none")."""
-INSTALL = 'pip install -e ".[track]"'
-"""How to get both backends; the error of a missing one names its own package too."""
 STEP_WIDE = ("time/", "memory/")
 """Metric namespaces that are the same for every member of a step (logged once, without a member)."""
-_META = ("step", "member", "role")
 
 
 def trackers(report_to: str | Sequence[str]) -> tuple[str, ...]:
@@ -41,7 +34,7 @@ def step_metrics(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     for row in rows:
         member = str(row.get("member", ""))
         for key, value in row.items():
-            if key in _META or not isinstance(value, (int, float)) or not math.isfinite(value):
+            if key in ("step", "member", "role") or not isinstance(value, (int, float)) or not math.isfinite(value):
                 continue
             out[key if key.startswith(STEP_WIDE) or not member else f"{key}/{member}"] = float(value)
     return out
@@ -81,13 +74,12 @@ def open_tracker(
     name = name or log_dir.name
     backends: list[TensorBoard | WandB] = []
     try:
-        for backend in trackers(report_to):
-            if backend == "tensorboard":
-                backends.append(TensorBoard(log_dir / "tensorboard", config))
-            elif backend == "wandb":
-                backends.append(WandB(log_dir, name, config))
-            else:
-                raise UserInputError(f"run.report_to: unknown tracker {backend!r}; one of none, {', '.join(TRACKERS)}")
+        for backend in trackers(report_to):  # names checked by RunConfig: tensorboard or wandb
+            backends.append(
+                TensorBoard(log_dir / "tensorboard", config)
+                if backend == "tensorboard"
+                else WandB(log_dir, name, config)
+            )
     except BaseException:
         Tracker(backends).close()
         raise
@@ -111,7 +103,7 @@ def log_report(report_to: str | Sequence[str], experiment: str | Path, config: M
 def _missing(package: str, error: ImportError) -> UserInputError:
     return UserInputError(
         f"run.report_to names {package}, which is not installed ({error.name or error}); "
-        f"{INSTALL} (or pip install {package}), or set run.report_to=none"
+        f'pip install -e ".[track]" (or pip install {package}), or set run.report_to=none'
     )
 
 
@@ -178,9 +170,8 @@ class WandB:
         self.run.log({tag: self.wandb.Image(str(path)) for tag, path in images.items()}, step=step)
 
     def close(self) -> None:
-        """Finish the run, then wait for W&B's service to write it out: `finish` can return before the
-        service has closed the run's stream (its log showed the stream closed 50 ms after `finish`
-        returned, with the offline file still empty), and `teardown` waits for every stream to close.
-        It also finishes any other W&B run of this process: a run's tracker is the last to use W&B."""
+        """Finish the run, then `teardown`: `finish` can return before W&B's service closed the run's
+        stream (50 ms later, the offline file still empty); `teardown` waits for every stream (and ends
+        any other W&B run of this process: a run's tracker is the last to use W&B)."""
         self.run.finish()
         self.wandb.teardown()

@@ -2,11 +2,9 @@
 the verifier accepted, before RL, so that a small model starts where RL has signal (TRR++ learns only
 from groups whose rewards differ, and a small model's mostly invalid proposals give few).
 
-`run_warmup` (the experiment's warmup stage) measures the valid-task rate on held-out prompts
-(`split_seeds`), collects accepted proposals, fine-tunes one LoRA adapter on them (`model.sft`) and
-measures again with the same prompts and seeds; with ``warmup.solver`` the solver warm-up follows. It
-writes ``EXP/warmup/``: the peft adapter, ``examples.jsonl`` (and ``solver_examples.jsonl``),
-``report.json``; every member of both runs starts from it (``lora.warmup``). docs/methodology.md, "The warm-up".
+`run_warmup` writes ``EXP/warmup/``: the peft adapter every member of both runs starts from
+(``lora.warmup``), ``examples.jsonl`` (and ``solver_examples.jsonl``) and ``report.json`` (the
+valid rate before and after on held-out prompts). docs/methodology.md, "The warm-up".
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ from populora_nb.model.sft import MEMBER, Example, fine_tune
 from populora_nb.policy import Policy
 from populora_nb.solver_warmup import run_solver_warmup
 from populora_nb.stages import Proposed, propose, validate
-from populora_nb.state import initial_state
+from populora_nb.state import seed_buffers
 from populora_nb.tasks import Task
 from populora_nb.verify import Verifier
 
@@ -163,7 +161,7 @@ def run_warmup(config: ExperimentConfig, out: str | Path, say: Callable[[str], N
     policy = LoRAPolicy.create(cfg, [(MEMBER, MEMBER)])
     try:  # closes a rollout engine the policy started, however the stage ends
         with Verifier.from_config(cfg.verifier) as verifier:
-            collect_buffers, measure_buffers = split_seeds(initial_state(cfg, verifier).buffers, cfg.run.seed)
+            collect_buffers, measure_buffers = split_seeds(seed_buffers(cfg, verifier), cfg.run.seed)
             held_out: list[Task] = []  # tasks the held-out proposer rounds accepted: the solver warm-up's measure
             before = measure(cfg, policy, verifier, measure_buffers, held_out)
             say(f"[warmup] valid rate before: {before.accepted}/{before.total}")

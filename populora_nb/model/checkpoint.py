@@ -24,7 +24,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from populora_nb.config import LoRAConfig
-from populora_nb.errors import CorruptRunError, UserInputError
+from populora_nb.errors import CorruptRunError, UserInputError, one_line
 from populora_nb.lowrank import LoRAFactors, LoRAPair
 
 PEFT_PREFIX = "base_model.model."
@@ -67,8 +67,7 @@ def write_population(directory: str | Path, saved: SavedPopulation) -> Path:
     save_file({k: v.cpu() for k, v in saved.stacks.items()}, directory / "factors.safetensors")
     optim = {f"{m}.{k}": v.cpu() for m, state in saved.optimizer_states.items() for k, v in state.items()}
     save_file(optim, directory / "optimizers.safetensors")
-    lora = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(saved.lora).items()}
-    meta = {"base": saved.base, "lora": lora, "members": saved.members}
+    meta = {"base": saved.base, "lora": asdict(saved.lora), "members": saved.members}  # tuples: JSON lists
     (directory / "population.json").write_text(json.dumps(meta, indent=1))
     return directory
 
@@ -160,6 +159,5 @@ def read_file(path: Path, device: str = "cpu") -> Any:
         return load_file(path, device=device) if path.suffix == ".safetensors" else json.loads(path.read_text())
     except (OSError, ValueError, SafetensorError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise CorruptRunError(
-            f"{path} does not load ({type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]})",
-            "restore it, or load another checkpoint",
+            f"{path} does not load ({one_line(e)})", "restore it, or load another checkpoint"
         ) from None

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedTokenizerBase
+from transformers.initialization import no_init_weights  # transformers >= 5, as pyproject.toml requires
 
 from populora_nb.config import ModelConfig
 from populora_nb.model.sources import ModelLoadError, cache_root, stand_in_tokenizer
@@ -73,7 +74,7 @@ def build_random_base(
     (config.json + tokenizer, written once under the cache root and reused)."""
     tokenizer = stand_in_tokenizer(mc)
     cfg = model_config(mc, tokenizer)
-    with _no_init_weights(), torch.device(device):
+    with no_init_weights(), torch.device(device):  # skips transformers' and torch's init: fill_random_ sets the values
         model: Any = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
     model.tie_weights()  # tied embeddings (1.5B) stay one tensor, as in the real model
     fill_random_(model, std=float(getattr(cfg, "initializer_range", 0.02)), seed=seed)
@@ -112,12 +113,3 @@ def fill_random_(model: torch.nn.Module, std: float = 0.02, seed: int = 0) -> No
                 n = min(RANDOM_BLOCK, flat.numel() - lo)
                 flat[lo : lo + n].copy_(block[offset : offset + n])
             offset = (offset + 7919) % RANDOM_BLOCK
-
-
-def _no_init_weights() -> Any:
-    """transformers' context that skips its and torch's weight init (fill_random_ sets the values)."""
-    try:
-        from transformers.initialization import no_init_weights  # transformers >= 5
-    except ImportError:
-        from transformers.modeling_utils import no_init_weights  # type: ignore[attr-defined,no-redef]
-    return no_init_weights()
