@@ -31,6 +31,7 @@ from matplotlib.figure import Figure
 from populora_nb.analysis.dashboard import in_notebook, verdict
 from populora_nb.analysis.figures import finish, png_image, say_empty, whole_ticks
 from populora_nb.analysis.frames import COMPLEXITY_COLUMNS, RunFrames
+from populora_nb.analysis.plots import plot_solve_matrix
 
 ALL = "all"
 _CHOICES = ("member", "kind", "validity", "copy")
@@ -251,19 +252,9 @@ class Explorer:
         return fig
 
     def _matrix(self, ax: Any, run: str, at: int) -> None:
-        m = self.frames.matches
-        m = m[(m["run"] == run) & m["step"].between(at - self.window + 1, at)] if len(m) else m
-        ax.set(title=f"ρ per pair, steps {max(at - self.window + 1, 0)}–{at}", xlabel="student", ylabel="teacher")
-        played = m[m["rho"].notna()] if len(m) else m
-        if not len(played):
-            say_empty(ax, "no matches recorded\n(a baseline plays none)" if not len(m) else "no valid task was played")
-            ax.set(xticks=[], yticks=[])
-            return
-        table = played.pivot_table(index="teacher", columns="student", values="rho", aggfunc="mean")
-        im = ax.imshow(table.to_numpy(dtype=float), vmin=0, vmax=1, cmap="viridis", aspect="auto")
-        ax.set_xticks(range(len(table.columns)), table.columns, rotation=45, ha="right", fontsize=7)
-        ax.set_yticks(range(len(table.index)), table.index, fontsize=7)
-        ax.figure.colorbar(im, ax=ax, fraction=0.046, label="ρ")
+        m, start = self.frames.matches, max(at - self.window + 1, 0)
+        plot_solve_matrix(m[(m["run"] == run) & m["step"].between(start, at)] if len(m) else m, ax=ax)
+        ax.set_title(f"ρ per pair, steps {start}–{at}")
 
     def _ratings(self, ax: Any, run: str, at: int) -> None:
         m = self.frames.metrics

@@ -1,23 +1,11 @@
 """Is the population's mechanism live? Counts read from a run's records before any curve is read
 (docs/design.md: "a mechanism is only read once it is live, and each check can fail"). Each part of
-the mechanism has a check with a stated threshold (``CHECKS``), built so that a collapse fails it;
-docs/methodology.md ("Is the mechanism live?") gives each one's reason and chance rate:
-
-* **new programs**: share of valid tasks whose program is new (`populora_nb.copies`), at least
-  ``NEW_PASS`` over the whole run **and** over its last window (the last ``LAST_WINDOW`` of its steps).
-* **band**: share of played non-repeat tasks with 0 < ρ < 1, at least ``BAND_PASS``.
-* **teacher games**: share of the games the rating rule scored (`matchmaking.teacher_games`) that the
-  teachers won on played non-repeats, at least ``GAMES_PASS``; share of matches where the teacher won
-  more than k/2 of its games, at least ``MAJORITY_PASS``.
-* **children**: each child judged at its first event outside grace against the equal-skill chance
-  rate there (`populora_nb.analysis.survival`).
-
-Band share, teacher games and mean ρ are also reported over new programs beside non-repeats.
-**Each check reads its interval, not its point estimate** (`judge`): pass when the 95% interval lies
-at or above the threshold, fail when below, inconclusive when it straddles, too few to judge with
-fewer than ``MIN_BLOCKS`` blocks, no data with nothing counted. The interval is a block bootstrap over
-``BLOCK_STEPS``-step blocks (`analysis.clustered`: a step's tasks share a proposer), widened to at
-least the Wilson interval of the count.
+the mechanism has a check with a stated threshold (``CHECKS``), built so that a collapse fails it:
+new programs (whole run and last window), band, teacher games and majority, and children
+(`analysis.survival`). **Each share check reads its 95% interval, not its point estimate** (`judge`):
+a block bootstrap over ``BLOCK_STEPS``-step blocks (`analysis.clustered`: a step's tasks share a
+proposer) widened to at least the Wilson interval. docs/methodology.md, "Is the mechanism live?",
+gives each check's reason, chance rate and states.
 """
 
 from __future__ import annotations
@@ -185,10 +173,6 @@ class Liveness:
         """(step, new program) of every valid task, of the last window only when asked."""
         start = self.window_start if last_window else 0
         return [(v.step, v.new_program) for v in self.valid if v.step >= start]
-
-    def repeat_items(self) -> list[tuple[int, bool]]:
-        """(step, repeat) of every valid task."""
-        return [(v.step, v.repeat) for v in self.valid]
 
     def band_items(self, over: Over = "non-repeats") -> list[tuple[int, bool]]:
         return [(p.step, 0 < p.rho < 1) for p in self._over(over)]

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
@@ -93,12 +94,12 @@ def plot_solve_rates(
 
 
 def plot_step_metric(
-    runs: Mapping[str, str | Path], key: str, role: str | None = None, title: str | None = None, ax: Axes | None = None
+    runs: Mapping[str, str | Path], key: str, title: str | None = None, ax: Axes | None = None
 ) -> Figure:
     """One logged metric ``key`` over steps, one line per run: its mean per step over the members
-    (of ``role``) that logged it."""
+    that logged it."""
     fig, ax = axes_or_new(ax, steps=True)
-    series = {name: per_step(read_stream(path, "metrics"), key, role) for name, path in runs.items()}
+    series = {name: per_step(read_stream(path, "metrics"), key) for name, path in runs.items()}
     for name, s in series.items():
         if not s.empty:
             ax.plot(s, marker="o", ms=3, label=name)
@@ -163,10 +164,11 @@ def _label_ends(ax: Axes, ends: list[tuple[float, str, str]], x: float, fontsize
         ax.annotate(name, (x, y), xytext=text_at, fontsize=fontsize, color=color, va="center", annotation_clip=False)
 
 
-def plot_solve_matrix(run_dir: str | Path, ax: Axes | None = None) -> Figure:
-    """Teacher × student mean solve rate over the run's matches; blank where they never met."""
+def plot_solve_matrix(run_dir: str | Path | pd.DataFrame, ax: Axes | None = None) -> Figure:
+    """Teacher × student mean solve rate over the run's matches (or a frame of them: the explorer's
+    window of steps); blank where they never met."""
     fig, ax = axes_or_new(ax, (5, 4), steps=True)
-    matches = read_stream(run_dir, "matches")
+    matches = run_dir if isinstance(run_dir, pd.DataFrame) else read_stream(run_dir, "matches")
     ax.set(xlabel="student", ylabel="teacher", title="Solve rate ρ of valid tasks, per pair")
     if matches.empty:
         ax.set(xticks=[], yticks=[])
