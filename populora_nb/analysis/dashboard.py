@@ -6,13 +6,10 @@
     dash.finish()
 
 It shows a summary of the last step, the solve rates with the valid-proposal rate, TrueSkill μ ± σ
-(the baseline: its rewards) and the last five proposed tasks with their verdicts.
-
-Why plain outputs and not ipywidgets: a widget's state lives in the kernel, so a saved, exported
-or reopened notebook shows "Error displaying widget" where the results were. Each part is an
-ordinary output (HTML, PNG) shown with a ``display_id`` and replaced in place after every step, so
-whatever the notebook holds when the kernel stops is the last state, readable anywhere.
-Steps are counted from 0; "k/N" counts the steps done.
+(the baseline: its rewards) and the last five proposed tasks with their verdicts. Each part is an
+ordinary output (HTML, PNG) shown with a ``display_id`` and replaced in place after every step, not
+a widget, whose state lives in the kernel: a saved, exported or reopened notebook keeps the last
+state (docs/notebooks.md). Steps are counted from 0; "k/N" counts the steps done.
 """
 
 from __future__ import annotations

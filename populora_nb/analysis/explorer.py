@@ -5,17 +5,12 @@
 
 Controls (ipywidgets): the tasks' step range, member (as proposer or solver), kind, ρ band,
 validity (valid, invalid, or one rejection reason) and copy class; a task id to read in full; a
-step slider for the solve-rate matrix and the ratings; a member whose lineage to trace. Everything
-they select is drawn as ordinary outputs below the controls, replaced in place after each change:
-
-    head     the filter in words, and per run a table of the matching tasks (the first `max_rows`)
-    figure   per run: the selection over steps; the teacher × student solve rates and the ratings
-             at the slider's step (a population run; the baseline has neither)
-    detail   one task's program, I/O pairs, complexity and solve attempts; one member's lineage
-
-The results are plain outputs, not widgets, for the dashboard's reason (`analysis.dashboard`): the
-controls need a running kernel, but the last selection stays in the notebook as HTML and a PNG.
-`filter_tasks` and `ancestry` are the same selections as plain functions.
+step slider for the solve-rate matrix and the ratings; a member whose lineage to trace. What they
+select is drawn below them as plain outputs, replaced in place after each change (the dashboard's
+reason, docs/notebooks.md: the controls need a running kernel, the last selection stays as HTML and
+a PNG): the filter in words and per run a table of the matching tasks (the first `max_rows`); per
+run the selection over steps, the solve rates and the ratings at the slider's step; one task and
+one member's lineage in full. `filter_tasks` and `ancestry` are the same selections as functions.
 """
 
 from __future__ import annotations
