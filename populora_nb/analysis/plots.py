@@ -311,10 +311,8 @@ def _operator_label(op: str) -> str:
     return f"{PAPER_IDS.get(op, op)} {op} ({what})"
 
 
-def plot_retention(
-    curves: Mapping[str, Sequence[float]], ax: Axes | None = None, *, ylabel: str = "mean student reward"
-) -> Figure:
-    """Score per retraining step, one line per operator; the controls (copy_parent, linear_0_5)
+def plot_retention(curves: Mapping[str, Sequence[float]], ax: Axes | None = None) -> Figure:
+    """Mean student reward per retraining step, one line per operator; the controls (copy_parent, linear_0_5)
     dashed and the parent's own level (copy_parent's step 0) as a dotted line."""
     fig, ax = axes_or_new(ax, figsize=(8, 4.5), steps=True)
     for i, (name, scores) in enumerate(curves.items()):
@@ -325,6 +323,6 @@ def plot_retention(
         ax.plot(range(len(scores)), scores, "--" if control else "-o", **style, label=label)
     if "copy_parent" in curves and curves["copy_parent"]:
         ax.axhline(curves["copy_parent"][0], color="0.6", ls=":", lw=1, label="parent (step 0)")
-    ax.set(xlabel="retraining step", ylabel=ylabel, title="retention: children retrained from birth")
+    ax.set(xlabel="retraining step", ylabel="mean student reward", title="retention: children retrained from birth")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
