@@ -13,7 +13,7 @@ from typing import Any
 from populora_nb.checkpoints import load_run
 from populora_nb.config import AGENTS, ExperimentConfig, stage_config
 from populora_nb.errors import PathNotFoundError
-from populora_nb.evaluation.benchmarks import EvalResult, evaluate, hf_generate, load_results
+from populora_nb.evaluation.benchmarks import EvalResult, JointGenerate, evaluate, hf_generate, load_results
 from populora_nb.evaluation.evalplus_release import RELEASES, ReleaseUnavailable, fetch_release
 from populora_nb.evaluation.humaneval import LABEL as HUMANEVAL_LABEL
 from populora_nb.evaluation.humaneval import NAME as HUMANEVAL
@@ -37,16 +37,14 @@ def trained_policy(config: ExperimentConfig, out: Path, stage: str, base: Base) 
     return load_run(out / stage, stage_config(config, stage), base=base).policy
 
 
-def greedy(
-    policy: LoRAPolicy, max_new_tokens: int, rows_per_batch: int = 16
-) -> Callable[[Mapping[str, list[str]]], dict[str, list[str]]]:
+def greedy(policy: LoRAPolicy, max_new_tokens: int) -> JointGenerate:
     """{member: prompts} -> {member: completions}: all members' rows share mixed-adapter batches."""
-    return by_member(lambda ms, ps: policy.generate_greedy(ms, ps, max_new_tokens), rows_per_batch)
+    return by_member(lambda ms, ps: policy.generate_greedy(ms, ps, max_new_tokens), rows_per_batch=16)
 
 
 def by_member(
     generate_rows: Callable[[list[str], list[str]], list[str]], rows_per_batch: int | None = None
-) -> Callable[[Mapping[str, list[str]]], dict[str, list[str]]]:
+) -> JointGenerate:
     """{member: prompts} -> {member: completions} from a function of (one member per row, prompts),
     called on mixed chunks of ``rows_per_batch`` rows (None: all rows at once)."""
 
