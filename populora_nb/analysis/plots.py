@@ -62,14 +62,12 @@ def plot_solve_rates(
     """
     fig, ax = axes_or_new(ax, (7, 3.8), steps=True)
     prefix = "" if source == "fresh" else "buffer_"
-    drawn = False  # any solve-rate point
-    missing: list[str] = []
+    missing: list[str] = []  # (run, kind) series without a point
     for (name, path), style in zip(runs.items(), ["-", "--", ":", "-."]):
         metrics = read_stream(path, "metrics")
         run_label = "" if len(runs) == 1 else f"{name} · "
         for kind in kinds:
             series, color = per_step(metrics, f"{prefix}solve_rate/{kind}"), KIND_COLORS.get(kind)
-            drawn |= not series.empty
             if not series.empty:
                 ax.plot(series, style, color=color, marker="o", ms=3, label=f"{run_label}{kind}")
             else:
@@ -85,7 +83,7 @@ def plot_solve_rates(
     ax.set(xlabel="step", ylabel="rate" if valid_rate else "solve rate", ylim=(-0.03, 1.03), title=title)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, ncol=2 if len(runs) > 1 else 1, loc="upper left")
-    if not drawn:
+    if len(missing) == len(runs) * len(kinds):  # not one solve-rate point
         say_empty(ax, "no valid proposal to solve yet" if source == "fresh" else "no buffer task was attempted")
     else:
         say_missing(ax, missing, "no valid task")
