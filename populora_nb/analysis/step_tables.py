@@ -1,8 +1,5 @@
-"""Small tables and one figure of what each stage of one step produced (`populora_nb.stages`), for
-the notebooks that run a step by hand, each table from the products of one stage: the pairing and its
-win probabilities, the proposals with their verdicts, the rollouts with ρ, the rewards, the TRR++
-advantages per group, the update per member, the rating changes with the rule behind each, and an
-evolution event.
+"""Small tables and one figure of what each stage of one step produced (`populora_nb.stages`), one
+table per stage (the pairing also as a grid), for the notebooks that run a step by hand.
 
 Each table is read straight from the stage's own objects, so what it shows is what the loop then
 records for the same stage; nothing here computes a quantity of its own except counts and means.
