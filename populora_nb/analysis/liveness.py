@@ -248,11 +248,6 @@ class Liveness:
 
     def record(self) -> dict[str, Any]:
         """The counts, intervals and states behind the report (seeds.json)."""
-
-        def entry(c: Check) -> list[Any]:
-            return [c.hits, c.total, c.low, c.high, c.state]
-
-        judged = self.judged
         out: dict[str, Any] = {
             "steps": self.steps,
             "window_start": self.window_start,
@@ -261,7 +256,10 @@ class Liveness:
             "new_programs_per_step": self.new_programs_per_step(),
             "new_programs_per_step_last_window": self.new_programs_per_step(True),
             "repeats": [sum(v.repeat for v in self.valid), len(self.valid)],
-            **{k.replace(" ", "_").replace(",", ""): entry(c) for k, c in judged.items()},
+            **{
+                k.replace(" ", "_").replace(",", ""): [c.hits, c.total, c.low, c.high, c.state]
+                for k, c in self.judged.items()
+            },
             "band_new_programs": _count(self.band_items("new programs")),
             "band_all": _count(self.band_items("all")),
             "mean_rho": {o: self.mean_rho(o) for o in ("non-repeats", "new programs", "all")},
