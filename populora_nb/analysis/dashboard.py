@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
+from IPython import get_ipython
+from IPython.display import HTML, display
 from matplotlib.figure import Figure
 
 from populora_nb.analysis import plots
@@ -29,10 +31,6 @@ from populora_nb.step_records import step_summary
 
 def in_notebook() -> bool:
     """Whether this runs in a Jupyter kernel (the dashboard then draws, else it prints lines)."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
     shell = get_ipython()
     return shell is not None and shell.__class__.__name__ == "ZMQInteractiveShell"
 
@@ -112,8 +110,6 @@ class Dashboard:
         if not self.notebook:
             print(self.status(), flush=True)
             return
-        from IPython.display import HTML, display
-
         self._handles = {name: display(HTML(""), display_id=True) for name in ("head", "figure", "tasks")}
         self._render()
 
@@ -133,8 +129,6 @@ class Dashboard:
             self.show()  # a terminal: the status line; a notebook not yet shown: the whole view
 
     def _render(self) -> None:
-        from IPython.display import HTML
-
         history = self.history
         head = f"<b>{html.escape(self.status())}</b>"
         if len(history):

@@ -21,6 +21,7 @@ from typing import Any
 import ipywidgets as widgets
 import numpy as np
 import pandas as pd
+from IPython.display import HTML, display
 from matplotlib.figure import Figure
 
 from populora_nb.analysis.dashboard import in_notebook, verdict
@@ -266,8 +267,6 @@ class Explorer:
 
     def show(self) -> None:
         """The controls, then the record (table, figure, detail) that follows them."""
-        from IPython.display import HTML, display
-
         if not in_notebook():  # a script or a test: the record as text, no controls
             print(self.describe())
             return
@@ -293,8 +292,6 @@ class Explorer:
     def _render(self) -> None:
         if not self._handles:
             return
-        from IPython.display import HTML
-
         self._handles["head"].update(HTML(self.head_html()))
         self._handles["figure"].update(png_image(self.figure()))
         self._handles["detail"].update(HTML(self.detail_html()))
