@@ -31,8 +31,7 @@ from populora_nb.step_records import step_summary
 
 def in_notebook() -> bool:
     """Whether this runs in a Jupyter kernel (the dashboard then draws, else it prints lines)."""
-    shell = get_ipython()
-    return shell is not None and shell.__class__.__name__ == "ZMQInteractiveShell"
+    return type(get_ipython()).__name__ == "ZMQInteractiveShell"  # None outside IPython: "NoneType"
 
 
 def verdict(row: dict) -> str:
