@@ -237,7 +237,7 @@ def rescore_results(
         )
         scores = [Score(plus, why, base_passed=base) for base, plus, why in scored.verdicts]
         settings = dict(saved.settings, completions_sha256=digest, isolation=scored.isolation)
-        result = _finish(saved.model, saved.benchmark, problems, completions, scores, saved.n_samples, settings, {})
+        result = _finish(saved.model, saved.benchmark, problems, completions, scores, settings, {})
         result = replace(result, scorer=OFFICIAL_SCORER, source=saved.source)
         out.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(asdict(result), indent=1))

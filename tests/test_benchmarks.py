@@ -22,7 +22,6 @@ from populora_nb.evaluation.benchmarks import (
     build_prompts,
     evaluate,
     load_results,
-    pass_at_k,
     score_many,
 )
 from populora_nb.evaluation.input_literals import argument_text, complex_text
@@ -392,11 +391,6 @@ def test_math_checker_restarts_after_a_timeout():
         assert slow.check("\\frac{1}{2}", "0.5") == (False, "verify_timeout")
         slow.timeout_s = 30.0
         assert slow.check("\\frac{1}{2}", "0.5") == (True, "pass")
-
-
-def test_pass_at_k():
-    assert pass_at_k(2, 1, 1) == 0.5 and pass_at_k(5, 0, 3) == 0.0 and pass_at_k(5, 1, 5) == 1.0
-    assert pass_at_k(10, 3, 2) == pytest.approx(1 - (7 * 6) / (10 * 9))
 
 
 # ---------------------------------------------------------------- evaluation, table, figure

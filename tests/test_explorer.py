@@ -83,6 +83,20 @@ def test_the_explorer_shows_one_run_alone(frames):
     assert len(titles) == 3 and titles[0].startswith("population:") and not any("baseline" in t for t in titles)
 
 
+def test_the_pair_panel_is_the_solve_matrix_of_the_sliders_window(frames):
+    """The explorer's ρ per pair is `plots.plot_solve_matrix` over the `window` steps up to the slider:
+    each pair that met there shows its mean ρ over the played tasks and how many they were."""
+    ex = Explorer(frames.select(run="population"), window=3)
+    ex.step.value = 6
+    [ax] = [a for a in ex.figure().axes if a.get_title() == "ρ per pair, steps 4–6"]
+    m = frames.matches
+    played = m[(m["run"] == "population") & m["step"].between(4, 6) & m["valid"] & m["rho"].notna()]
+    pairs = played.astype({"rho": float}).groupby(["teacher", "student"])["rho"]
+    assert len(pairs) > 1 and {t.get_text() for t in ax.texts} == {
+        f"{rho:.2f}\nn={n}" for rho, n in zip(pairs.mean(), pairs.size())
+    }
+
+
 def test_more_than_two_runs_are_refused_with_the_fix(tmp_path):
     for seed in (0, 1):
         write_synthetic_experiment(tmp_path / f"seed{seed}", n_steps=2)

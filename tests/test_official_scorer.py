@@ -319,7 +319,7 @@ def test_cli_rescores_saved_completions_into_eval_evalplus(namespaces, tmp_path,
     completions = [_fenced(p.question + p.canonical_solution) for p in problems]
     completions[2] = _fenced(f"def {problems[2].entry_point}(*args):\n    return None")
     scores = [Score(True, "pass", True), Score(True, "pass", True), Score(False, "wrong", False)]
-    saved = _finish("base", "humanevalplus", problems, completions, scores, 1, {"limit": 3}, {})
+    saved = _finish("base", "humanevalplus", problems, completions, scores, {"limit": 3}, {})
     (tmp_path / "eval").mkdir()
     (tmp_path / "eval" / "base__humanevalplus.json").write_text(json.dumps(asdict(saved)))
     assert main(["--preset", "tiny", "--set", f"eval.data_dir={SHARED}", str(tmp_path)]) == 0

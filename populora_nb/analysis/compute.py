@@ -1,19 +1,12 @@
 """Compute matching between the single AZR agent and the population (PopuLoRA §4).
 
-The paper compares the two *per adapter*: its baseline is "per-adapter compute-matched". Read
-literally, each population member gets what the single agent gets, so the population as a whole
-spends about n times the baseline (n = n_T + n_S adapters). The loop records, per member and step,
-the completion tokens it generated (``compute/generated_tokens``: proposals and every rollout,
-trained on or not, e.g. AZR's learnability rollouts) and the completion tokens it trained on
-(``compute/trained_tokens``: the samples of an update that ran; an all-zero-advantage update is
-skipped and trains on nothing), and this module sums them per role and per step, so the report
-states the measured ratio next to the claim, with the ±15% band the presets aim for.
-
-The band applies to *trained* tokens, which decide how much each evaluated adapter learned. Matching
-generated tokens per adapter as well is impossible with AZR's recipe: the agent generates k
-learnability rollouts per proposal that it never trains on, while every rollout a population
-student generates is also trained on (and scores its teacher), so a member generating as much as the
-agent would train on more. The table shows the generated ratio beside the trained one.
+The paper's baseline is "per-adapter compute-matched": each member gets what the single agent gets,
+so the population spends about n times the baseline in total. Per member and step the loop records
+the completion tokens generated (``compute/generated_tokens``) and trained on
+(``compute/trained_tokens``); this module sums them per role so the report states the measured
+ratio beside the claim. The ±15% band applies to trained tokens: AZR's learnability rollouts are
+generated and never trained on, so generated tokens cannot match as well (docs/methodology.md,
+"Compute is matched per adapter").
 """
 
 from __future__ import annotations

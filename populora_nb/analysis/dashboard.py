@@ -6,13 +6,10 @@
     dash.finish()
 
 It shows a summary of the last step, the solve rates with the valid-proposal rate, TrueSkill μ ± σ
-(the baseline: its rewards) and the last five proposed tasks with their verdicts.
-
-Why plain outputs and not ipywidgets: a widget's state lives in the kernel, so a saved, exported
-or reopened notebook shows "Error displaying widget" where the results were. Each part is an
-ordinary output (HTML, PNG) shown with a ``display_id`` and replaced in place after every step, so
-whatever the notebook holds when the kernel stops is the last state, readable anywhere.
-Steps are counted from 0; "k/N" counts the steps done.
+(the baseline: its rewards) and the last five proposed tasks with their verdicts. Each part is an
+ordinary output (HTML, PNG) shown with a ``display_id`` and replaced in place after every step, not
+a widget, whose state lives in the kernel: a saved, exported or reopened notebook keeps the last
+state (docs/notebooks.md). Steps are counted from 0; "k/N" counts the steps done.
 """
 
 from __future__ import annotations
@@ -22,6 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
+from IPython import get_ipython
+from IPython.display import HTML, display
 from matplotlib.figure import Figure
 
 from populora_nb.analysis import plots
@@ -32,12 +31,7 @@ from populora_nb.step_records import step_summary
 
 def in_notebook() -> bool:
     """Whether this runs in a Jupyter kernel (the dashboard then draws, else it prints lines)."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    return shell is not None and shell.__class__.__name__ == "ZMQInteractiveShell"
+    return type(get_ipython()).__name__ == "ZMQInteractiveShell"  # None outside IPython: "NoneType"
 
 
 def verdict(row: dict) -> str:
@@ -115,8 +109,6 @@ class Dashboard:
         if not self.notebook:
             print(self.status(), flush=True)
             return
-        from IPython.display import HTML, display
-
         self._handles = {name: display(HTML(""), display_id=True) for name in ("head", "figure", "tasks")}
         self._render()
 
@@ -136,8 +128,6 @@ class Dashboard:
             self.show()  # a terminal: the status line; a notebook not yet shown: the whole view
 
     def _render(self) -> None:
-        from IPython.display import HTML
-
         history = self.history
         head = f"<b>{html.escape(self.status())}</b>"
         if len(history):

@@ -1,18 +1,12 @@
 """The fixed difficulty probe's records (``probe.jsonl``, `populora_nb.probe`) as series, a figure
 and the report's table.
 
-What it measures: at each probe event, the proposers' answers to the same fixed prompts, judged by
-one frozen solver (the starting adapter) with ``probe.rollouts`` samples per valid task. Its solve
-rate ``probe ρ`` is therefore a difficulty on one scale for both runs and every step: it cannot fall
-because a student got weaker (the solver never trains), and the baseline's and the population's
-tasks are scored at the same n of rollouts. The paper's arms race predicts the teachers' probe ρ to
-fall (harder tasks for a fixed reader) while the baseline's rises or stays (AZR's collapse to easy
-tasks); a probe ρ that does not move says the run's own ρ moved with the students, not the tasks.
-
-Per event the teachers' probe tasks are pooled (evolution renames teachers; the claim is about the
-role). Intervals are 95% t-intervals over an event's valid tasks' ρ; the first-to-last change is a
-Welch interval over the two events' tasks. Tasks of one event share prompts and proposers, so these
-are descriptive intervals within one run; across seeds the seed protocol compares ``probe/rho``.
+Probe ρ is one frozen solver's solve rate on the proposers' answers to the same fixed prompts: a
+difficulty on one scale for both runs and every step, which a weaker student cannot lower. The
+paper's arms race predicts the teachers' probe ρ to fall while the baseline's rises or stays (AZR's
+collapse to easy tasks). Per event the teachers' tasks are pooled (evolution renames them); the 95%
+t-intervals (first to last: Welch) are descriptive within one run. docs/methodology.md, "The
+difficulty probe".
 """
 
 from __future__ import annotations

@@ -5,17 +5,12 @@
 
 Controls (ipywidgets): the tasks' step range, member (as proposer or solver), kind, ρ band,
 validity (valid, invalid, or one rejection reason) and copy class; a task id to read in full; a
-step slider for the solve-rate matrix and the ratings; a member whose lineage to trace. Everything
-they select is drawn as ordinary outputs below the controls, replaced in place after each change:
-
-    head     the filter in words, and per run a table of the matching tasks (the first `max_rows`)
-    figure   per run: the selection over steps; the teacher × student solve rates and the ratings
-             at the slider's step (a population run; the baseline has neither)
-    detail   one task's program, I/O pairs, complexity and solve attempts; one member's lineage
-
-The results are plain outputs, not widgets, for the dashboard's reason (`analysis.dashboard`): the
-controls need a running kernel, but the last selection stays in the notebook as HTML and a PNG.
-`filter_tasks` and `ancestry` are the same selections as plain functions.
+step slider for the solve-rate matrix and the ratings; a member whose lineage to trace. What they
+select is drawn below them as plain outputs, replaced in place after each change (the dashboard's
+reason, docs/notebooks.md: the controls need a running kernel, the last selection stays as HTML and
+a PNG): the filter in words and per run a table of the matching tasks (the first `max_rows`); per
+run the selection over steps, the solve rates and the ratings at the slider's step; one task and
+one member's lineage in full. `filter_tasks` and `ancestry` are the same selections as functions.
 """
 
 from __future__ import annotations
@@ -26,11 +21,13 @@ from typing import Any
 import ipywidgets as widgets
 import numpy as np
 import pandas as pd
+from IPython.display import HTML, display
 from matplotlib.figure import Figure
 
 from populora_nb.analysis.dashboard import in_notebook, verdict
 from populora_nb.analysis.figures import finish, png_image, say_empty, whole_ticks
 from populora_nb.analysis.frames import COMPLEXITY_COLUMNS, RunFrames
+from populora_nb.analysis.plots import plot_solve_matrix
 
 ALL = "all"
 _CHOICES = ("member", "kind", "validity", "copy")
@@ -251,19 +248,9 @@ class Explorer:
         return fig
 
     def _matrix(self, ax: Any, run: str, at: int) -> None:
-        m = self.frames.matches
-        m = m[(m["run"] == run) & m["step"].between(at - self.window + 1, at)] if len(m) else m
-        ax.set(title=f"ρ per pair, steps {max(at - self.window + 1, 0)}–{at}", xlabel="student", ylabel="teacher")
-        played = m[m["rho"].notna()] if len(m) else m
-        if not len(played):
-            say_empty(ax, "no matches recorded\n(a baseline plays none)" if not len(m) else "no valid task was played")
-            ax.set(xticks=[], yticks=[])
-            return
-        table = played.pivot_table(index="teacher", columns="student", values="rho", aggfunc="mean")
-        im = ax.imshow(table.to_numpy(dtype=float), vmin=0, vmax=1, cmap="viridis", aspect="auto")
-        ax.set_xticks(range(len(table.columns)), table.columns, rotation=45, ha="right", fontsize=7)
-        ax.set_yticks(range(len(table.index)), table.index, fontsize=7)
-        ax.figure.colorbar(im, ax=ax, fraction=0.046, label="ρ")
+        m, start = self.frames.matches, max(at - self.window + 1, 0)
+        plot_solve_matrix(m[(m["run"] == run) & m["step"].between(start, at)] if len(m) else m, ax=ax)
+        ax.set_title(f"ρ per pair, steps {start}–{at}")
 
     def _ratings(self, ax: Any, run: str, at: int) -> None:
         m = self.frames.metrics
@@ -280,8 +267,6 @@ class Explorer:
 
     def show(self) -> None:
         """The controls, then the record (table, figure, detail) that follows them."""
-        from IPython.display import HTML, display
-
         if not in_notebook():  # a script or a test: the record as text, no controls
             print(self.describe())
             return
@@ -307,8 +292,6 @@ class Explorer:
     def _render(self) -> None:
         if not self._handles:
             return
-        from IPython.display import HTML
-
         self._handles["head"].update(HTML(self.head_html()))
         self._handles["figure"].update(png_image(self.figure()))
         self._handles["detail"].update(HTML(self.detail_html()))

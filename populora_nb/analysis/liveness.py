@@ -1,23 +1,11 @@
 """Is the population's mechanism live? Counts read from a run's records before any curve is read
 (docs/design.md: "a mechanism is only read once it is live, and each check can fail"). Each part of
-the mechanism has a check with a stated threshold (``CHECKS``), built so that a collapse fails it;
-docs/methodology.md ("Is the mechanism live?") gives each one's reason and chance rate:
-
-* **new programs**: share of valid tasks whose program is new (`populora_nb.copies`), at least
-  ``NEW_PASS`` over the whole run **and** over its last window (the last ``LAST_WINDOW`` of its steps).
-* **band**: share of played non-repeat tasks with 0 < ρ < 1, at least ``BAND_PASS``.
-* **teacher games**: share of the games the rating rule scored (`matchmaking.teacher_games`) that the
-  teachers won on played non-repeats, at least ``GAMES_PASS``; share of matches where the teacher won
-  more than k/2 of its games, at least ``MAJORITY_PASS``.
-* **children**: each child judged at its first event outside grace against the equal-skill chance
-  rate there (`populora_nb.analysis.survival`).
-
-Band share, teacher games and mean ρ are also reported over new programs beside non-repeats.
-**Each check reads its interval, not its point estimate** (`judge`): pass when the 95% interval lies
-at or above the threshold, fail when below, inconclusive when it straddles, too few to judge with
-fewer than ``MIN_BLOCKS`` blocks, no data with nothing counted. The interval is a block bootstrap over
-``BLOCK_STEPS``-step blocks (`analysis.clustered`: a step's tasks share a proposer), widened to at
-least the Wilson interval of the count.
+the mechanism has a check with a stated threshold (``CHECKS``), built so that a collapse fails it:
+new programs (whole run and last window), band, teacher games and majority, and children
+(`analysis.survival`). **Each share check reads its 95% interval, not its point estimate** (`judge`):
+a block bootstrap over ``BLOCK_STEPS``-step blocks (`analysis.clustered`: a step's tasks share a
+proposer) widened to at least the Wilson interval. docs/methodology.md, "Is the mechanism live?",
+gives each check's reason, chance rate and states.
 """
 
 from __future__ import annotations
@@ -38,34 +26,27 @@ from populora_nb.analysis.survival import MIN_JUDGED, Survival, judge_children
 from populora_nb.copies import distinct_programs
 from populora_nb.records import RunDir
 
-NEW_PASS = 0.10
-"""Least share of valid tasks with a new program (below it a run mostly re-poses what it wrote)."""
-BAND_PASS = 0.10
-"""Least share of played non-repeat tasks with 0 < ρ < 1 (half the pilot's aim of 20% for a preset)."""
-GAMES_PASS = 0.05
-"""Least share of the games on played non-repeat tasks that the teachers won."""
-MAJORITY_PASS = 0.05
-"""Least share of played non-repeat matches in which the teacher won more than half of its games."""
 LAST_WINDOW = 0.25
 """The last window: this share of the run's steps (rounded up), the end a collapse shows in."""
 MIN_BLOCKS = 4
 """Fewest bootstrap blocks for a verdict: with fewer, resampling cannot say how blocks vary."""
 PASS: Mapping[str, float] = MappingProxyType(
     {
-        "new programs": NEW_PASS,
-        "new programs, last window": NEW_PASS,
-        "band": BAND_PASS,
-        "teacher games": GAMES_PASS,
-        "teacher majority": MAJORITY_PASS,
+        "new programs": 0.10,  # below it a run mostly re-poses what it wrote
+        "new programs, last window": 0.10,
+        "band": 0.10,  # half the pilot's aim of 20% for a preset
+        "teacher games": 0.05,
+        "teacher majority": 0.05,
     }
 )
-"""Each share check's threshold."""
+"""Each share check's threshold: the least share, which its interval must lie at or above."""
 CHECKS: Mapping[str, str] = {
-    "new programs": f"share of valid tasks with a new program >= {NEW_PASS:.0%}, over the whole run",
+    "new programs": f"share of valid tasks with a new program >= {PASS['new programs']:.0%}, over the whole run",
     "new programs, last window": f"the same over the last {LAST_WINDOW:.0%} of steps",
-    "band": f"share of played non-repeat tasks with 0 < ρ < 1 >= {BAND_PASS:.0%}",
-    "teacher games": f"share of games teachers won on played non-repeat tasks >= {GAMES_PASS:.0%}",
-    "teacher majority": f"share of played non-repeat matches the teacher won most games of >= {MAJORITY_PASS:.0%}",
+    "band": f"share of played non-repeat tasks with 0 < ρ < 1 >= {PASS['band']:.0%}",
+    "teacher games": f"share of games teachers won on played non-repeat tasks >= {PASS['teacher games']:.0%}",
+    "teacher majority": "share of played non-repeat matches the teacher won most games of >= "
+    f"{PASS['teacher majority']:.0%}",
     "children": f"children at their first eligible event not culled more than chance (one-sided p >= 0.05; "
     f"too few to judge below {MIN_JUDGED})",
 }
@@ -85,7 +66,6 @@ class Check:
     low: float
     high: float
     blocks: int
-    threshold: float
     state: State
 
     def text(self, of: str = "valid") -> str:
@@ -107,7 +87,7 @@ def judge(items: Sequence[tuple[int, bool]], threshold: float, *, block: int, se
     """The state of a share check over ``items`` (step, hit), read from its interval (module docstring)."""
     n, d = sum(bool(h) for _, h in items), len(items)
     if not d:
-        return Check(None, 0, 0, math.nan, math.nan, 0, threshold, "no data")
+        return Check(None, 0, 0, math.nan, math.nan, 0, "no data")
     low, high = block_bootstrap_share(items, block=block, seed=seed, name=name)
     wilson_low, wilson_high = share_interval(n, d)
     low, high = min(low, wilson_low), max(high, wilson_high)
@@ -121,7 +101,7 @@ def judge(items: Sequence[tuple[int, bool]], threshold: float, *, block: int, se
         state = "fail"
     else:
         state = "inconclusive"
-    return Check(n / d, n, d, low, high, blocks, threshold, state)
+    return Check(n / d, n, d, low, high, blocks, state)
 
 
 @dataclass(frozen=True)
@@ -186,10 +166,6 @@ class Liveness:
         start = self.window_start if last_window else 0
         return [(v.step, v.new_program) for v in self.valid if v.step >= start]
 
-    def repeat_items(self) -> list[tuple[int, bool]]:
-        """(step, repeat) of every valid task."""
-        return [(v.step, v.repeat) for v in self.valid]
-
     def band_items(self, over: Over = "non-repeats") -> list[tuple[int, bool]]:
         return [(p.step, 0 < p.rho < 1) for p in self._over(over)]
 
@@ -232,10 +208,6 @@ class Liveness:
             out["children"] = self.survival.verdict
         return out
 
-    def failed(self) -> list[str]:
-        """Checks that failed or counted nothing."""
-        return [k for k, v in self.checks().items() if v in ("fail", "no data")]
-
     def not_passed(self) -> dict[str, list[str]]:
         """state -> the checks in it, for every state but pass (empty when every check passed)."""
         out: dict[str, list[str]] = {}
@@ -276,11 +248,6 @@ class Liveness:
 
     def record(self) -> dict[str, Any]:
         """The counts, intervals and states behind the report (seeds.json)."""
-
-        def entry(c: Check) -> list[Any]:
-            return [c.hits, c.total, c.low, c.high, c.state]
-
-        judged = self.judged
         out: dict[str, Any] = {
             "steps": self.steps,
             "window_start": self.window_start,
@@ -289,7 +256,10 @@ class Liveness:
             "new_programs_per_step": self.new_programs_per_step(),
             "new_programs_per_step_last_window": self.new_programs_per_step(True),
             "repeats": [sum(v.repeat for v in self.valid), len(self.valid)],
-            **{k.replace(" ", "_").replace(",", ""): entry(c) for k, c in judged.items()},
+            **{
+                k.replace(" ", "_").replace(",", ""): [c.hits, c.total, c.low, c.high, c.state]
+                for k, c in self.judged.items()
+            },
             "band_new_programs": _count(self.band_items("new programs")),
             "band_all": _count(self.band_items("all")),
             "mean_rho": {o: self.mean_rho(o) for o in ("non-repeats", "new programs", "all")},

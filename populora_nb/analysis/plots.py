@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
@@ -61,14 +62,12 @@ def plot_solve_rates(
     """
     fig, ax = axes_or_new(ax, (7, 3.8), steps=True)
     prefix = "" if source == "fresh" else "buffer_"
-    drawn = False  # any solve-rate point
-    missing: list[str] = []
+    missing: list[str] = []  # (run, kind) series without a point
     for (name, path), style in zip(runs.items(), ["-", "--", ":", "-."]):
         metrics = read_stream(path, "metrics")
         run_label = "" if len(runs) == 1 else f"{name} · "
         for kind in kinds:
             series, color = per_step(metrics, f"{prefix}solve_rate/{kind}"), KIND_COLORS.get(kind)
-            drawn |= not series.empty
             if not series.empty:
                 ax.plot(series, style, color=color, marker="o", ms=3, label=f"{run_label}{kind}")
             else:
@@ -84,7 +83,7 @@ def plot_solve_rates(
     ax.set(xlabel="step", ylabel="rate" if valid_rate else "solve rate", ylim=(-0.03, 1.03), title=title)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, ncol=2 if len(runs) > 1 else 1, loc="upper left")
-    if not drawn:
+    if len(missing) == len(runs) * len(kinds):  # not one solve-rate point
         say_empty(ax, "no valid proposal to solve yet" if source == "fresh" else "no buffer task was attempted")
     else:
         say_missing(ax, missing, "no valid task")
@@ -93,12 +92,12 @@ def plot_solve_rates(
 
 
 def plot_step_metric(
-    runs: Mapping[str, str | Path], key: str, role: str | None = None, title: str | None = None, ax: Axes | None = None
+    runs: Mapping[str, str | Path], key: str, title: str | None = None, ax: Axes | None = None
 ) -> Figure:
     """One logged metric ``key`` over steps, one line per run: its mean per step over the members
-    (of ``role``) that logged it."""
+    that logged it."""
     fig, ax = axes_or_new(ax, steps=True)
-    series = {name: per_step(read_stream(path, "metrics"), key, role) for name, path in runs.items()}
+    series = {name: per_step(read_stream(path, "metrics"), key) for name, path in runs.items()}
     for name, s in series.items():
         if not s.empty:
             ax.plot(s, marker="o", ms=3, label=name)
@@ -163,10 +162,11 @@ def _label_ends(ax: Axes, ends: list[tuple[float, str, str]], x: float, fontsize
         ax.annotate(name, (x, y), xytext=text_at, fontsize=fontsize, color=color, va="center", annotation_clip=False)
 
 
-def plot_solve_matrix(run_dir: str | Path, ax: Axes | None = None) -> Figure:
-    """Teacher × student mean solve rate over the run's matches; blank where they never met."""
+def plot_solve_matrix(run_dir: str | Path | pd.DataFrame, ax: Axes | None = None) -> Figure:
+    """Teacher × student mean solve rate over the run's matches (or a frame of them: the explorer's
+    window of steps); blank where they never met."""
     fig, ax = axes_or_new(ax, (5, 4), steps=True)
-    matches = read_stream(run_dir, "matches")
+    matches = run_dir if isinstance(run_dir, pd.DataFrame) else read_stream(run_dir, "matches")
     ax.set(xlabel="student", ylabel="teacher", title="Solve rate ρ of valid tasks, per pair")
     if matches.empty:
         ax.set(xticks=[], yticks=[])
@@ -309,10 +309,8 @@ def _operator_label(op: str) -> str:
     return f"{PAPER_IDS.get(op, op)} {op} ({what})"
 
 
-def plot_retention(
-    curves: Mapping[str, Sequence[float]], ax: Axes | None = None, *, ylabel: str = "mean student reward"
-) -> Figure:
-    """Score per retraining step, one line per operator; the controls (copy_parent, linear_0_5)
+def plot_retention(curves: Mapping[str, Sequence[float]], ax: Axes | None = None) -> Figure:
+    """Mean student reward per retraining step, one line per operator; the controls (copy_parent, linear_0_5)
     dashed and the parent's own level (copy_parent's step 0) as a dotted line."""
     fig, ax = axes_or_new(ax, figsize=(8, 4.5), steps=True)
     for i, (name, scores) in enumerate(curves.items()):
@@ -323,6 +321,6 @@ def plot_retention(
         ax.plot(range(len(scores)), scores, "--" if control else "-o", **style, label=label)
     if "copy_parent" in curves and curves["copy_parent"]:
         ax.axhline(curves["copy_parent"][0], color="0.6", ls=":", lw=1, label="parent (step 0)")
-    ax.set(xlabel="retraining step", ylabel=ylabel, title="retention: children retrained from birth")
+    ax.set(xlabel="retraining step", ylabel="mean student reward", title="retention: children retrained from birth")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig

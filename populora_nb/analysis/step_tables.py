@@ -1,8 +1,5 @@
-"""Small tables and one figure of what each stage of one step produced (`populora_nb.stages`), for
-the notebooks that run a step by hand, each table from the products of one stage: the pairing and its
-win probabilities, the proposals with their verdicts, the rollouts with ρ, the rewards, the TRR++
-advantages per group, the update per member, the rating changes with the rule behind each, and an
-evolution event.
+"""Small tables and one figure of what each stage of one step produced (`populora_nb.stages`), one
+table per stage (the pairing also as a grid), for the notebooks that run a step by hand.
 
 Each table is read straight from the stage's own objects, so what it shows is what the loop then
 records for the same stage; nothing here computes a quantity of its own except counts and means.
@@ -101,12 +98,9 @@ def rollouts_table(attempts: list[Attempt], proposals: list[Proposed]) -> pd.Dat
     for (solver, where, train), attempts in groups.items():
         fresh, statuses = attempts[0].fresh, [a.status for a in attempts]
         row = {"solver": solver, "task": f"proposal {where}" if fresh else "buffer task", "kind": attempts[0].task.kind}
-        row |= {
-            "trained on": train,
-            "rollouts": "".join(MARK[s] for s in statuses),
-            "passed": statuses.count("correct"),
-        }
-        rows.append(row | {"k": len(statuses), "ρ": _rho(proposals[where].rho if fresh else None)})
+        row |= {"trained on": train, "rollouts": "".join(MARK[s] for s in statuses)}
+        row |= {"passed": statuses.count("correct"), "k": len(statuses)}
+        rows.append(row | {"ρ": _rho(proposals[where].rho if fresh else None)})
     return pd.DataFrame(rows)
 
 
@@ -117,14 +111,11 @@ def rewards_table(samples: list[Sample]) -> pd.DataFrame:
     for s in samples:
         by[(s.member, s.group[1])].append(s.reward)
     names = {("propose", False): "teacher", ("propose", True): "proposer", ("solve", False): "student"}
-    rows = [
-        {"member": m, "role": names.get((role, m == "agent"), "solver"), "samples": len(r)}
-        | {
-            "rewards": ", ".join(f"{v:+g}×{n}" for v, n in sorted(Counter(r).items())),
-            "mean reward": _round(sum(r) / len(r), 3),
-        }
-        for (m, role), r in by.items()
-    ]
+    rows = []
+    for (m, role), r in by.items():
+        row = {"member": m, "role": names.get((role, m == "agent"), "solver"), "samples": len(r)}
+        counts = ", ".join(f"{v:+g}×{n}" for v, n in sorted(Counter(r).items()))
+        rows.append(row | {"rewards": counts, "mean reward": _round(sum(r) / len(r), 3)})
     return pd.DataFrame(rows)
 
 
@@ -197,12 +188,6 @@ def evolution_table(births: list[dict]) -> pd.DataFrame:
     for b in births:
         changes = b.get("parent_changes") or [b.get("relative_change")]
         row = {k: b[k] for k in ("role", "replaced", "child", "operator")} | {"parents": ", ".join(b["parents"])}
-        rows.append(
-            row
-            | {
-                "distance from parents": ", ".join(f"{c:.3g}" for c in changes),
-                "μ": _round(b["mu"], 2),
-                "σ": _round(b["sigma"], 2),
-            }
-        )
+        row |= {"distance from parents": ", ".join(f"{c:.3g}" for c in changes)}
+        rows.append(row | {"μ": _round(b["mu"], 2), "σ": _round(b["sigma"], 2)})
     return pd.DataFrame(rows)

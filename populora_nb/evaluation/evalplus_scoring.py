@@ -167,14 +167,13 @@ def task_wall_s(limits: Sequence[float]) -> float:
     return min(TASK_TIMEOUT_CAP_S, sum(limits)) + 1.0
 
 
-def evalplus_ground_truth(
-    problems: Sequence[Problem], verifier: Verifier, timeout_s: float = GROUND_TRUTH_TIMEOUT_S
-) -> list[GroundTruth]:
+def evalplus_ground_truth(problems: Sequence[Problem], verifier: Verifier) -> list[GroundTruth]:
     """Run each canonical solution on its base + plus inputs (evalplus `get_groundtruth`: the
     module once, each input timed)."""
     items = _program_items(problems, [p.question + p.canonical_solution for p in problems], plus=None)
+    limit = GROUND_TRUTH_TIMEOUT_S
     runs = verifier.run_suites(
-        [(prog, inputs, [timeout_s] * len(inputs), timeout_s) for prog, inputs in items], entry_point=ENTRY
+        [(prog, inputs, [limit] * len(inputs), limit) for prog, inputs in items], entry_point=ENTRY
     )
     out = []
     for res in runs:

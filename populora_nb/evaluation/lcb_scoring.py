@@ -51,10 +51,9 @@ def lcb_lines_match(prediction: str, expected: str) -> bool:
     return True
 
 
-def score_lcb(
-    problems: Sequence[Problem], completions: Sequence[str], verifier: Verifier, timeout_s: float = LCB_TIMEOUT_S
-) -> list[tuple[bool, str]]:
-    """(passed every test, status) per completion; problems without tests raise."""
+def score_lcb(problems: Sequence[Problem], completions: Sequence[str], verifier: Verifier) -> list[tuple[bool, str]]:
+    """(passed every test, status) per completion, each test under `LCB_TIMEOUT_S`; problems without tests raise."""
+    timeout_s = LCB_TIMEOUT_S
     results: list[tuple[bool, str] | None] = [None] * len(problems)
     scripts, script_owner, calls, call_owner = [], [], [], []
     for i, (p, c) in enumerate(zip(problems, completions)):

@@ -19,7 +19,7 @@ import re
 import types
 import zlib
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -63,8 +63,6 @@ class Problem:
     plus_inputs: tuple[str, ...] = ()
     atol: float = 0.0
     tests: tuple[LcbTest, ...] = ()
-    starter_code: str = ""
-    meta: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def has_tests(self) -> bool:
@@ -310,29 +308,20 @@ def lcb_question(content: str, starter_code: str) -> str:
 
 def _parse_lcb(name: str, r: dict, index: int) -> Problem:
     if "question_content" not in r:  # QwQ's prompt-only file: the tests live elsewhere
-        return Problem(
-            name,
-            str(r.get("question_id", index)),
-            "lcb",
-            r["prompt"],
-            meta={"contest_date": r.get("contest_date", ""), "tests_missing": True},
-        )
+        return Problem(name, str(r.get("question_id", index)), "lcb", r["prompt"])
     tests = decode_lcb_tests(r.get("public_test_cases") or "[]") + decode_lcb_tests(r.get("private_test_cases") or "[]")
     metadata = r.get("metadata") or "{}"
     metadata = json.loads(metadata) if isinstance(metadata, str) else metadata
     cases = tuple(LcbTest(str(t["input"]), str(t["output"]), t["testtype"]) for t in tests)
     if any(t.testtype not in ("stdin", "functional") for t in cases):
         raise ValueError("testtype must be stdin or functional")
-    starter = r.get("starter_code") or ""
     return Problem(
         name,
         r["question_id"],
         "lcb",
-        lcb_question(r["question_content"], starter),
+        lcb_question(r["question_content"], r.get("starter_code") or ""),
         entry_point=metadata.get("func_name") or "",
         tests=cases,
-        starter_code=starter,
-        meta={k: r.get(k, "") for k in ("contest_date", "difficulty", "platform")},
     )
 
 

@@ -9,15 +9,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from populora_nb.analysis.figures import save_figure
+from matplotlib.figure import Figure
+
+from populora_nb.analysis.figures import axes_or_new, save_figure, say_empty
 from populora_nb.evaluation.benchmarks import EvalResult
 from populora_nb.evaluation.humaneval import NAME as HUMANEVAL
 from populora_nb.evaluation.humaneval import benchmark_label
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
 
 @dataclass(frozen=True)
@@ -107,11 +105,9 @@ def format_table(rows: Sequence[TableRow]) -> str:
     return "\n".join(lines)
 
 
-def plot_benchmarks(table: Sequence[TableRow], title: str = "pass@1 by benchmark") -> Figure:
+def plot_benchmarks(table: Sequence[TableRow]) -> Figure:
     """Grouped bars (base, baseline, population mean with a best-worst range) per benchmark."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(table)), 3.6))
+    fig, ax = axes_or_new(None, (max(6.0, 1.3 * len(table)), 3.6))
     x = list(range(len(table)))
     w = 0.26
     nan0 = lambda v: 0.0 if math.isnan(v) else 100 * v  # noqa: E731 - a bar of height 0 for "n/a"
@@ -130,9 +126,8 @@ def plot_benchmarks(table: Sequence[TableRow], title: str = "pass@1 by benchmark
     top = max([0.0] + [nan0(getattr(r, k)) for r in table for k in ("base", "baseline", "best")])
     ax.set_ylim(0, min(100.0, max(5.0, 1.15 * top)))  # pass@1 is never negative; 5% keeps small bars visible
     if top == 0:
-        ax.text(0.5, 0.5, "every model scored 0 on these problems", transform=ax.transAxes, ha="center", color="0.4")
-    ax.set_ylabel("pass@1 (%)")
-    ax.set_title(title)
+        say_empty(ax, "every model scored 0 on these problems")
+    ax.set(ylabel="pass@1 (%)", title="pass@1 by benchmark")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

@@ -13,7 +13,7 @@ from typing import Any
 from populora_nb.checkpoints import load_run
 from populora_nb.config import AGENTS, ExperimentConfig, stage_config
 from populora_nb.errors import PathNotFoundError
-from populora_nb.evaluation.benchmarks import EvalResult, evaluate, hf_generate, load_results
+from populora_nb.evaluation.benchmarks import EvalResult, JointGenerate, evaluate, hf_generate, load_results
 from populora_nb.evaluation.evalplus_release import RELEASES, ReleaseUnavailable, fetch_release
 from populora_nb.evaluation.humaneval import LABEL as HUMANEVAL_LABEL
 from populora_nb.evaluation.humaneval import NAME as HUMANEVAL
@@ -37,16 +37,14 @@ def trained_policy(config: ExperimentConfig, out: Path, stage: str, base: Base) 
     return load_run(out / stage, stage_config(config, stage), base=base).policy
 
 
-def greedy(
-    policy: LoRAPolicy, max_new_tokens: int, rows_per_batch: int = 16
-) -> Callable[[Mapping[str, list[str]]], dict[str, list[str]]]:
+def greedy(policy: LoRAPolicy, max_new_tokens: int) -> JointGenerate:
     """{member: prompts} -> {member: completions}: all members' rows share mixed-adapter batches."""
-    return by_member(lambda ms, ps: policy.generate_greedy(ms, ps, max_new_tokens), rows_per_batch)
+    return by_member(lambda ms, ps: policy.generate_greedy(ms, ps, max_new_tokens), rows_per_batch=16)
 
 
 def by_member(
     generate_rows: Callable[[list[str], list[str]], list[str]], rows_per_batch: int | None = None
-) -> Callable[[Mapping[str, list[str]]], dict[str, list[str]]]:
+) -> JointGenerate:
     """{member: prompts} -> {member: completions} from a function of (one member per row, prompts),
     called on mixed chunks of ``rows_per_batch`` rows (None: all rows at once)."""
 
@@ -113,7 +111,6 @@ def evaluate_experiment(
     config: ExperimentConfig,
     out: Path,
     say: Callable[[str], None] = print,
-    models: Sequence[str] = ("base", *AGENTS),
     require_data: bool = False,
 ) -> Path:
     """Score the base, the baseline and the population on the benchmarks into ``out/eval``.
@@ -128,7 +125,7 @@ def evaluate_experiment(
     for bench in benches:  # a malformed file fails here, not after minutes of generation
         load_benchmark(bench, config.eval.data_dir, config.eval.limit)
     for stage in AGENTS:
-        if stage in models and RunDir(out / stage).latest_checkpoint() is None:
+        if RunDir(out / stage).latest_checkpoint() is None:
             raise PathNotFoundError(
                 f"{out / stage} has no checkpoint: train it first "
                 f"(python -m populora_nb experiment --out {out} --stages {stage})"
@@ -157,15 +154,12 @@ def evaluate_experiment(
         },
         progress=say,
     )
-    members: list[str] = []
     if vllm:
-        members = evaluate_on_engine(config, out, base, models, benches, common)
-    if "base" in models and not vllm:
+        members = evaluate_on_engine(config, out, base, benches, common)
+    else:
         evaluate({"base": hf_generate(base.model, base.tokenizer, ec.max_new_tokens)}, benches, **common)
-    if "baseline" in models and not vllm:
         agent = greedy(trained_policy(config, out, "baseline", base), ec.max_new_tokens)
         evaluate({"baseline": lambda prompts: agent({"agent": prompts})["agent"]}, benches, **common)
-    if "population" in models and not vllm:
         policy = trained_policy(config, out, "population", base)
         members = policy.members
         evaluate(members, benches, generate_joint=greedy(policy, ec.max_new_tokens), **common)
@@ -177,19 +171,14 @@ def evaluate_experiment(
 
 
 def evaluate_on_engine(
-    config: ExperimentConfig, out: Path, base: Base, models: Sequence[str], benches: list[str], common: dict[str, Any]
+    config: ExperimentConfig, out: Path, base: Base, benches: list[str], common: dict[str, Any]
 ) -> list[str]:
     """``rollout.engine="vllm"``: one engine serves the bare base (no adapter), the baseline agent
     and every population member, all of them in the same mixed batches. Returns the members' names."""
-    factors = {}
-    if "baseline" in models:
-        factors["baseline"] = trained_policy(config, out, "baseline", base).factors("agent")
-    members: list[str] = []
-    if "population" in models:
-        policy = trained_policy(config, out, "population", base)
-        members = policy.members
-        factors |= {m: policy.factors(m) for m in members}
-    names = (["base"] if "base" in models else []) + list(factors)
+    factors = {"baseline": trained_policy(config, out, "baseline", base).factors("agent")}
+    policy = trained_policy(config, out, "population", base)
+    factors |= {m: policy.factors(m) for m in policy.members}
+    names = ["base", *factors]
     max_len = config.model.max_seq_len
     with VLLMEngine(base, config.lora, config.rollout, max(len(factors), 1), max_len, config.run.seed) as engine:
         for name, f in factors.items():
@@ -201,4 +190,4 @@ def evaluate_on_engine(
             return [o.text for o in engine.generate([None if m == "base" else m for m in members], ids, max_new)]
 
         evaluate(names, benches, generate_joint=by_member(rows), **common)
-    return members
+    return policy.members
