@@ -116,3 +116,13 @@ def test_kept_records_read_as_the_run_did(tmp_path) -> None:
     for run in ("baseline", "population"):
         assert RunDir(kept / run).read("tasks") == RunDir(exp / run).read("tasks")
     assert pooled_steps([kept / "population"]).new_valid.tolist() == [1.0] * 10  # type: ignore[union-attr]
+
+
+def test_the_committed_pilot_table_is_what_its_kept_records_give() -> None:
+    """docs/results/cpu-pilot-novelty: the table the page quotes regenerates from the records kept beside
+    it, with the control first and every arm's verdict (none won at 2 seeds × 10 steps)."""
+    root = Path(__file__).parents[1] / "docs" / "results" / "cpu-pilot-novelty"
+    lines, record = novelty_table(pilot_arms(root))
+    assert (root / "novelty.md").read_text() == "\n".join(lines) + "\n"
+    assert list(record["verdicts"]) == ["K1", "copies-earn-nothing", "one-per-program", "tokens128"]
+    assert all(said.startswith("does not win") for said in record["verdicts"].values())
