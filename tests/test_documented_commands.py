@@ -112,3 +112,27 @@ def test_the_documented_commands_run_shortened(tmp_path):
         assert done.returncode == 0, f"{command}\n-> {argv}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     assert (tmp_path / "runs" / "exp" / "report.html").is_file()
     assert (tmp_path / "runs" / "exp" / "eval" / "table.md").is_file()
+
+
+RESULTS = sorted((ROOT / "docs" / "results").glob("*/README.md"))
+
+
+def result_snippets() -> list[tuple[str, str]]:
+    """(file, code) for every fenced python block of a committed result's README."""
+    return [
+        (doc.relative_to(ROOT).as_posix(), code)
+        for doc in RESULTS
+        for code in re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)
+    ]
+
+
+@pytest.mark.parametrize(("doc", "code"), result_snippets(), ids=lambda v: v if v.endswith(".md") else "")
+def test_a_result_readmes_python_runs_on_its_committed_records(doc, code):
+    """A result's README shows how to read its records; that code runs on the committed files as they are
+    (it broke once, silently, when the analysis moved from task objects to the tasks frame). A snippet that
+    reads an uncommitted ``runs/`` folder cannot run in a clone: it says so by naming that folder."""
+    if '"runs/' in code or 'Path("runs")' in code:
+        pytest.skip(f"{doc}'s snippet reads an uncommitted runs/ folder (a rerun's output)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{doc}:\n{code}\n{done.stderr[-2000:]}"
+    assert done.stdout.strip(), f"{doc}'s snippet printed nothing"
