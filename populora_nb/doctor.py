@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from populora_nb import loop
+from populora_nb.analysis.seed_stats import md_table
 from populora_nb.config import AGENTS, ExperimentConfig, load_config, stage_config
 from populora_nb.experiment import check_inputs
 from populora_nb.model.base import Base, load_base
@@ -135,13 +136,12 @@ class DoctorReport:
         ]
         cpu = self.device in ("", "CPU")
         peak, free = ("peak RSS", "RAM available") if cpu else ("peak reserved", "free on the card")
+        memory = [(m["stage"], f(m["peak_reserved_gb"]), f(m["free_gb"])) for m in self.memory]
         lines = [
             f"PopuLoRA doctor · preset {self.preset} · {self.weights} weights · rollout engine {self.engine} "
             f"· {self.device}",
             "",
-            "| measure | population | baseline |",
-            "|---|---|---|",
-            *(f"| {name} | {pop} | {base} |" for name, pop, base in rows),
+            *md_table([("measure", "population", "baseline"), *rows]),
             "",
             "generate: time inside the policy's generate (sampling, tokenising, decoding); validate: proposal "
             "validation plus the sandbox judging answers; train: the members' updates; sync: pushing updated "
@@ -149,9 +149,7 @@ class DoctorReport:
             "Peak memory is the trainer's process (the vLLM engine runs in its own). Mixed ÷ single: one engine call "
             f"of {MIXED_ROWS} rows over {MIXED_ROWS} members' adapters against the same rows on one adapter.",
             "",
-            f"| memory after stage | {peak} (GB) | {free} (GB) |",
-            "|---|---|---|",
-            *(f"| {m['stage']} | {f(m['peak_reserved_gb'])} | {f(m['free_gb'])} |" for m in self.memory),
+            *md_table([("memory after stage", f"{peak} (GB)", f"{free} (GB)"), *memory]),
             *(f"vLLM {line}" for line in (self.engine_share, self.engine_share_check) if line),
             "",
             "status: OK" if self.ok else "status: FAILED: " + "; ".join(self.failures),

@@ -28,14 +28,14 @@ from transformers import PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
 from populora_nb import loop
+from populora_nb.analysis.seed_stats import md_table
 from populora_nb.config import BUNDLED_MODEL, TINY_MODEL, ExperimentConfig, ModelConfig, stage_config
 from populora_nb.doctor import RANDOM_WEIGHTS, doctor_config, train_on_every_sample, wrap_calls, write_outputs
-from populora_nb.model.backend_check import compare_gradients
 from populora_nb.model.base import Base, load_base, release_cached_memory, resolve_backend, resolve_dtype
 from populora_nb.model.policy import LoRAPolicy
 from populora_nb.model.random_base import build_random_base
 from populora_nb.model.sources import bundled_model_dir
-from populora_nb.model.stack import VERSION_PACKAGES, package_version, versions
+from populora_nb.model.stack import VERSION_PACKAGES, compare_gradients, package_version, versions
 from populora_nb.model.vllm_setup import quiet_vllm
 from populora_nb.records import RunDir
 from populora_nb.state import roster_for
@@ -105,19 +105,14 @@ class FullReport:
         def f(v: float | None) -> str:
             return "" if v is None else f"{v:.3g}"
 
-        rows = [
-            f"| {s.name} | {s.status} | {f(s.seconds)} | {f(s.peak_rss_gb)} | {f(s.cuda_peak_gb)} | {s.detail} |"
-            for s in self.stages
-        ]
+        rows = [(s.name, s.status, f(s.seconds), f(s.peak_rss_gb), f(s.cuda_peak_gb), s.detail) for s in self.stages]
         said = ", ".join(f"{k} {v if v is not None else 'none'}" for k, v in self.versions.items())
         return "\n".join(
             [
                 f"PopuLoRA doctor --full · preset {self.preset} · random weights as a checkpoint · {self.device}",
                 f"versions: {said}",
                 "",
-                "| stage | result | s | peak RSS (GB) | GPU peak allocated (GB) | detail |",
-                "|---|---|---|---|---|---|",
-                *rows,
+                *md_table([("stage", "result", "s", "peak RSS (GB)", "GPU peak allocated (GB)", "detail"), *rows]),
                 "",
                 "status: OK" if self.ok else "status: FAILED (see the failed lines)",
             ]
