@@ -1,11 +1,8 @@
 """``python -m populora_nb doctor --full``: first contact with a machine, each component named.
 
-The preset's architecture with random weights is written as a checkpoint, so every loader (Unsloth or
-transformers + peft, the vLLM engine) reads it as a download; then two population steps with an
-evolution event, and Unsloth's gradients against the native path's. Each stage is one line, ``ok``,
-``skipped: why`` or ``failed: component: first line`` (`blame`), with its seconds and peak memory; a
-stage whose input failed is skipped, the others still run. The stages and what ``ok`` means:
-docs/gpu.md. Versions are read from package metadata: importing Unsloth would patch transformers.
+The preset's architecture with random weights is written as a checkpoint, so every loader reads it as
+a download; then two population steps with an evolution event, and Unsloth's gradients against the
+native path's. Each stage is one line (`run_stage`); the stages and what ``ok`` means: docs/gpu.md.
 """
 
 from __future__ import annotations
