@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
-import json
 import tempfile
 import time
 import traceback
@@ -126,6 +125,8 @@ class _Context:
     policy: LoRAPolicy | None = None
     calls: list[tuple[str, str, float]] = field(default_factory=list)
     """(call, member, seconds) in order: the policy's replace and the engine's push and drop."""
+    slots: dict[str, int] = field(default_factory=dict)
+    """Each member's slot before the steps: a child must take its replaced parent's."""
 
 
 def run_full(
@@ -309,7 +310,7 @@ def _start_engine(ctx: _Context) -> str:
 
 def _run_steps(ctx: _Context) -> str:
     policy = _policy(ctx)
-    ctx.calls.append(("slots", json.dumps({m: policy.population.member(m).slot for m in policy.members}), 0.0))
+    ctx.slots = {m: policy.population.member(m).slot for m in policy.members}
     seconds: list[float] = []
     with Verifier.from_config(ctx.config.verifier) as verifier:
         loop.run(
@@ -331,15 +332,14 @@ def _check_evolution(ctx: _Context, report: FullReport) -> str:
     if not births:
         raise RuntimeError("no child was born: lineage.jsonl is empty after the evolution event")
     policy = _policy(ctx)
-    slots = json.loads(next(m for c, m, _ in ctx.calls if c == "slots"))
     trained = {r["member"]: r for r in rd.read("metrics") if r.get("step") == STEPS - 1}
     said = []
     calls = [(c, m) for c, m, _ in ctx.calls]
     for b in births:
         child, old = b["child"], b["replaced"]
         slot = policy.population.member(child).slot
-        if slot != slots[old]:
-            raise RuntimeError(f"child {child} is in slot {slot}, not {old}'s slot {slots[old]}")
+        if slot != ctx.slots[old]:
+            raise RuntimeError(f"child {child} is in slot {slot}, not {old}'s slot {ctx.slots[old]}")
         replaced_at = calls.index(("replace", old))
         engine = policy.engine is not None
         if engine and not {("drop", old), ("push", child)} <= set(calls[replaced_at:]):
