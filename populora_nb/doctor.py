@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from populora_nb import loop
+from populora_nb.analysis.seed_stats import md_table
 from populora_nb.config import AGENTS, ExperimentConfig, load_config, stage_config
 from populora_nb.experiment import check_inputs
 from populora_nb.model.base import Base, load_base
@@ -135,13 +136,12 @@ class DoctorReport:
         ]
         cpu = self.device in ("", "CPU")
         peak, free = ("peak RSS", "RAM available") if cpu else ("peak reserved", "free on the card")
+        memory = [(m["stage"], f(m["peak_reserved_gb"]), f(m["free_gb"])) for m in self.memory]
         lines = [
             f"PopuLoRA doctor · preset {self.preset} · {self.weights} weights · rollout engine {self.engine} "
             f"· {self.device}",
             "",
-            "| measure | population | baseline |",
-            "|---|---|---|",
-            *(f"| {name} | {pop} | {base} |" for name, pop, base in rows),
+            *md_table([("measure", "population", "baseline"), *rows]),
             "",
             "generate: time inside the policy's generate (sampling, tokenising, decoding); validate: proposal "
             "validation plus the sandbox judging answers; train: the members' updates; sync: pushing updated "
@@ -149,9 +149,7 @@ class DoctorReport:
             "Peak memory is the trainer's process (the vLLM engine runs in its own). Mixed ÷ single: one engine call "
             f"of {MIXED_ROWS} rows over {MIXED_ROWS} members' adapters against the same rows on one adapter.",
             "",
-            f"| memory after stage | {peak} (GB) | {free} (GB) |",
-            "|---|---|---|",
-            *(f"| {m['stage']} | {f(m['peak_reserved_gb'])} | {f(m['free_gb'])} |" for m in self.memory),
+            *md_table([("memory after stage", f"{peak} (GB)", f"{free} (GB)"), *memory]),
             *(f"vLLM {line}" for line in (self.engine_share, self.engine_share_check) if line),
             "",
             "status: OK" if self.ok else "status: FAILED: " + "; ".join(self.failures),
@@ -205,21 +203,22 @@ def write_outputs(out_dir: Path | None, name: str, table: str, data: dict[str, A
         (out_dir / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
 
 
+@dataclass
 class _Stage:
-    """Which stage is running, for the one-line failure message; notes the memory at each end."""
+    """Which stage runs, for the one-line failure message; says each start and end, notes the memory at each end."""
 
-    def __init__(self, marks: list[dict[str, Any]]) -> None:
-        self.name = "config"
-        self.marks = marks
+    marks: list[dict[str, Any]]
+    say: Callable[[str], None]
+    name: str = "config"
 
     @contextmanager
-    def __call__(self, name: str, say: Callable[[str], None]) -> Iterator[None]:
+    def __call__(self, name: str) -> Iterator[None]:
         self.name = name
-        say(f"[doctor] {name} ...")
+        self.say(f"[doctor] {name} ...")
         reset_peak_memory()  # each stage's own peak (the loop restarts it each step: the last step's)
         started = time.perf_counter()
         yield
-        say(f"[doctor] {name} done in {time.perf_counter() - started:.1f}s")
+        self.say(f"[doctor] {name} done in {time.perf_counter() - started:.1f}s")
         self.marks.append(memory_mark(name))
 
 
@@ -234,11 +233,11 @@ def run_doctor(
     """Run the check (module docstring) and return its report (a failing stage is named in its
     ``failures``, never raised); writes doctor.md and doctor.json into ``out_dir`` if given."""
     report = DoctorReport(weights=weights)
-    stage = _Stage(report.memory)
+    stage = _Stage(report.memory, say)
     try:
         with quiet_vllm():
             config = doctor_config(preset, RANDOM_WEIGHTS if weights == "random" else {}, overrides, config_path)
-            _run(report, stage, config, say)
+            _run(report, stage, config)
     except Exception as e:  # noqa: BLE001 - the doctor reports every failure as one line
         text = " ".join(str(e).split()) or type(e).__name__
         report.failures.append(f"stage {stage.name!r} failed: {type(e).__name__}: {text}")
@@ -248,12 +247,12 @@ def run_doctor(
     return report
 
 
-def _run(report: DoctorReport, stage: _Stage, config: ExperimentConfig, say: Callable[[str], None]) -> None:
+def _run(report: DoctorReport, stage: _Stage, config: ExperimentConfig) -> None:
     check_inputs(config, AGENTS)
     report.preset, report.engine, report.steps = config.preset, config.rollout.engine, config.run.steps
     report.weights = config.model.weights
 
-    with stage("load base", say):
+    with stage("load base"):
         cuda = torch.cuda.is_available()
         report.device = torch.cuda.get_device_name() if cuda else "CPU"
         report.memory_kind = "GPU allocated, trainer" if cuda else "RSS, process"
@@ -263,24 +262,24 @@ def _run(report: DoctorReport, stage: _Stage, config: ExperimentConfig, say: Cal
 
     sizing: tuple[TrainerMemory, float, int] | None = None
     if config.rollout.engine == "vllm":
-        with stage("size the engine", say):
+        with stage("size the engine"):
             card = torch.cuda.mem_get_info()[1] if cuda else 80 * GIB
             trainer, share = run_share(config, base.model.config, base.dtype.itemsize, card)
             report.engine_share = describe(trainer, share, card) + ("" if cuda else " (no GPU: an 80 GiB card)")
-            say(f"vLLM {report.engine_share}")
+            stage.say(f"vLLM {report.engine_share}")
             sizing = (trainer, share, card)
 
     verifier = Verifier.from_config(config.verifier)
-    with stage("start the sandbox", say):
+    with stage("start the sandbox"):
         verifier.start()
     try:
         with tempfile.TemporaryDirectory(prefix="populora-doctor-") as tmp:
             for agent in ("population", "baseline"):
-                _run_agent(report, stage, stage_config(config, agent), base, verifier, Path(tmp) / agent, say)
+                _run_agent(report, stage, stage_config(config, agent), base, verifier, Path(tmp) / agent)
                 if agent == "population" and sizing is not None:  # the count against the card's allocation
                     held = report.population.first_peak_gb if report.memory_kind.startswith("GPU") else None
                     report.engine_share_check = measured_check(*sizing, None if held is None else held * GIB)
-                    say(f"vLLM {report.engine_share_check}")
+                    stage.say(f"vLLM {report.engine_share_check}")
     finally:
         verifier.close()
 
@@ -292,14 +291,13 @@ def _run_agent(
     base: Base,
     verifier: Verifier,
     run_dir: Path,
-    say: Callable[[str], None],
 ) -> None:
     agent = config.run.agent
     times: RunTimes = getattr(report, agent)
     policy = LoRAPolicy.create(config, list(roster_for(config).items()), base=base)
     try:
         if config.rollout.engine == "vllm":
-            with stage(f"{agent}: start the vLLM engine", say):
+            with stage(f"{agent}: start the vLLM engine"):
                 engine = policy.engine
                 assert engine is not None
                 times.engine_start_s = engine.load_s
@@ -319,9 +317,9 @@ def _run_agent(
             times.train_s.append(r.get("time/update_s", 0.0))
             times.sync_s.append(r.get("time/sync_s", 0.0))
             times.tokens.append(sum(x.get("compute/generated_tokens", 0.0) for x in rows))
-            say(f"[doctor] {agent} " + step_summary(step, rows, config.tasks.kinds))
+            stage.say(f"[doctor] {agent} " + step_summary(step, rows, config.tasks.kinds))
 
-        with stage(f"{agent}: {config.run.steps} steps", say):
+        with stage(f"{agent}: {config.run.steps} steps"):
             rd = loop.run(config, run_dir, policy=policy, verifier=verifier, on_step=on_step, progress=False)
         metrics = rd.read("metrics")
         members = set(policy.members)
@@ -335,7 +333,7 @@ def _run_agent(
         diffs = [r["rollout/logp_diff_max"] for r in metrics if r.get("rollout/logp_diff_max") is not None]
         times.logp_diff_max = max(diffs) if diffs and config.model.weights != "random" else None
         if agent == "population" and policy.engine is not None:
-            with stage("mixed vs single-adapter generation", say):
+            with stage("mixed vs single-adapter generation"):
                 report.mixed_tokens = max(8, min(128, config.sampling.solve_max_new_tokens))
                 report.mixed_s, report.single_s = _mixed_vs_single(policy, report.mixed_tokens)
     finally:

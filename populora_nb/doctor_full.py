@@ -1,11 +1,8 @@
 """``python -m populora_nb doctor --full``: first contact with a machine, each component named.
 
-The preset's architecture with random weights is written as a checkpoint, so every loader (Unsloth or
-transformers + peft, the vLLM engine) reads it as a download; then two population steps with an
-evolution event, and Unsloth's gradients against the native path's. Each stage is one line, ``ok``,
-``skipped: why`` or ``failed: component: first line`` (`blame`), with its seconds and peak memory; a
-stage whose input failed is skipped, the others still run. The stages and what ``ok`` means:
-docs/gpu.md. Versions are read from package metadata: importing Unsloth would patch transformers.
+The preset's architecture with random weights is written as a checkpoint, so every loader reads it as
+a download; then two population steps with an evolution event, and Unsloth's gradients against the
+native path's. Each stage is one line (`run_stage`); the stages and what ``ok`` means: docs/gpu.md.
 """
 
 from __future__ import annotations
@@ -13,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
-import json
 import tempfile
 import time
 import traceback
@@ -28,14 +24,14 @@ from transformers import PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
 from populora_nb import loop
+from populora_nb.analysis.seed_stats import md_table
 from populora_nb.config import BUNDLED_MODEL, TINY_MODEL, ExperimentConfig, ModelConfig, stage_config
 from populora_nb.doctor import RANDOM_WEIGHTS, doctor_config, train_on_every_sample, wrap_calls, write_outputs
-from populora_nb.model.backend_check import compare_gradients
 from populora_nb.model.base import Base, load_base, release_cached_memory, resolve_backend, resolve_dtype
 from populora_nb.model.policy import LoRAPolicy
 from populora_nb.model.random_base import build_random_base
 from populora_nb.model.sources import bundled_model_dir
-from populora_nb.model.stack import VERSION_PACKAGES, package_version, versions
+from populora_nb.model.stack import VERSION_PACKAGES, compare_gradients, package_version, versions
 from populora_nb.model.vllm_setup import quiet_vllm
 from populora_nb.records import RunDir
 from populora_nb.state import roster_for
@@ -105,19 +101,14 @@ class FullReport:
         def f(v: float | None) -> str:
             return "" if v is None else f"{v:.3g}"
 
-        rows = [
-            f"| {s.name} | {s.status} | {f(s.seconds)} | {f(s.peak_rss_gb)} | {f(s.cuda_peak_gb)} | {s.detail} |"
-            for s in self.stages
-        ]
+        rows = [(s.name, s.status, f(s.seconds), f(s.peak_rss_gb), f(s.cuda_peak_gb), s.detail) for s in self.stages]
         said = ", ".join(f"{k} {v if v is not None else 'none'}" for k, v in self.versions.items())
         return "\n".join(
             [
                 f"PopuLoRA doctor --full · preset {self.preset} · random weights as a checkpoint · {self.device}",
                 f"versions: {said}",
                 "",
-                "| stage | result | s | peak RSS (GB) | GPU peak allocated (GB) | detail |",
-                "|---|---|---|---|---|---|",
-                *rows,
+                *md_table([("stage", "result", "s", "peak RSS (GB)", "GPU peak allocated (GB)", "detail"), *rows]),
                 "",
                 "status: OK" if self.ok else "status: FAILED (see the failed lines)",
             ]
@@ -134,6 +125,8 @@ class _Context:
     policy: LoRAPolicy | None = None
     calls: list[tuple[str, str, float]] = field(default_factory=list)
     """(call, member, seconds) in order: the policy's replace and the engine's push and drop."""
+    slots: dict[str, int] = field(default_factory=dict)
+    """Each member's slot before the steps: a child must take its replaced parent's."""
 
 
 def run_full(
@@ -317,7 +310,7 @@ def _start_engine(ctx: _Context) -> str:
 
 def _run_steps(ctx: _Context) -> str:
     policy = _policy(ctx)
-    ctx.calls.append(("slots", json.dumps({m: policy.population.member(m).slot for m in policy.members}), 0.0))
+    ctx.slots = {m: policy.population.member(m).slot for m in policy.members}
     seconds: list[float] = []
     with Verifier.from_config(ctx.config.verifier) as verifier:
         loop.run(
@@ -339,15 +332,14 @@ def _check_evolution(ctx: _Context, report: FullReport) -> str:
     if not births:
         raise RuntimeError("no child was born: lineage.jsonl is empty after the evolution event")
     policy = _policy(ctx)
-    slots = json.loads(next(m for c, m, _ in ctx.calls if c == "slots"))
     trained = {r["member"]: r for r in rd.read("metrics") if r.get("step") == STEPS - 1}
     said = []
     calls = [(c, m) for c, m, _ in ctx.calls]
     for b in births:
         child, old = b["child"], b["replaced"]
         slot = policy.population.member(child).slot
-        if slot != slots[old]:
-            raise RuntimeError(f"child {child} is in slot {slot}, not {old}'s slot {slots[old]}")
+        if slot != ctx.slots[old]:
+            raise RuntimeError(f"child {child} is in slot {slot}, not {old}'s slot {ctx.slots[old]}")
         replaced_at = calls.index(("replace", old))
         engine = policy.engine is not None
         if engine and not {("drop", old), ("push", child)} <= set(calls[replaced_at:]):

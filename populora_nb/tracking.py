@@ -12,6 +12,7 @@ import hashlib
 import math
 import os
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ def step_metrics(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     return out
 
 
-class Tracker:
+class Tracker(AbstractContextManager["Tracker"]):
     """Every backend ``report_to`` chose, as one: `open_tracker` makes it; with "none" it does nothing."""
 
     def __init__(self, backends: Sequence[TensorBoard | WandB] = ()) -> None:
@@ -57,9 +58,6 @@ class Tracker:
         for b in self.backends:
             b.close()
         self.backends = []
-
-    def __enter__(self) -> Tracker:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()

@@ -17,9 +17,8 @@ from transformers import AutoConfig
 from populora_nb import doctor_full
 from populora_nb.config import load_config
 from populora_nb.doctor_full import FullReport, blame, run_full, run_stage
-from populora_nb.model.backend_check import compare_gradients
 from populora_nb.model.base import load_base
-from populora_nb.model.stack import VERSION_PACKAGES, package_version, versions
+from populora_nb.model.stack import VERSION_PACKAGES, compare_gradients, package_version, versions
 
 NAMED = ("torch", "transformers", "peft", "vllm", "unsloth", "unsloth_zoo", "xformers", "nvidia_driver")
 

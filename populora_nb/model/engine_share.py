@@ -90,33 +90,23 @@ def trainer_memory(
     )
 
 
-def kv_bytes_per_token(cfg: Any, dtype_bytes: int = 2) -> int:
-    """The engine's KV cache per token: keys and values of every layer's KV heads."""
-    kv = module_shapes(cfg)["k_proj"][1]
-    return 2 * cfg.num_hidden_layers * kv * dtype_bytes
-
-
-def engine_share(trainer: TrainerMemory, card_bytes: int, cfg: Any, max_seq_len: int, dtype_bytes: int = 2) -> float:
-    """``gpu_memory_utilization``: the card less the trainer's peak, as a share, at most `MAX_SHARE`;
-    `EngineShareError` when it leaves the engine less than its weights and one full-length sequence."""
-    share = min(MAX_SHARE, (card_bytes - trainer.total) / card_bytes)
-    need = base_params(cfg) * dtype_bytes + max_seq_len * kv_bytes_per_token(cfg, dtype_bytes)
-    if share * card_bytes < need:
+def checked_share(
+    requested: float | str, trainer: TrainerMemory, card_bytes: int, cfg: Any, max_seq_len: int, dtype_bytes: int = 2
+) -> float:
+    """``gpu_memory_utilization``, the share the engine starts with: "auto" is the card less the
+    trainer's peak, as a share, at most `MAX_SHARE`; a number is taken as given. `EngineShareError`
+    when what fits leaves the engine less than its weights and one full-length sequence's KV cache,
+    or the number asked for is above what fits."""
+    fits = min(MAX_SHARE, (card_bytes - trainer.total) / card_bytes)
+    kv_per_token = 2 * cfg.num_hidden_layers * module_shapes(cfg)["k_proj"][1] * dtype_bytes  # keys and values
+    need = base_params(cfg) * dtype_bytes + max_seq_len * kv_per_token
+    if fits * card_bytes < need:
         raise EngineShareError(
             f"the trainer needs {trainer.total / GIB:.1f} GiB of this {card_bytes / GIB:.0f} GiB card "
             f"({terms(trainer)}), which leaves the engine less than the {need / GIB:.1f} GiB of its "
             f"weights and one full-length sequence. Fix: lower rl.micro_batch or model.max_seq_len, set "
             f"lora.gradient_checkpointing=true, or use a larger card"
         )
-    return share
-
-
-def checked_share(
-    requested: float | str, trainer: TrainerMemory, card_bytes: int, cfg: Any, max_seq_len: int, dtype_bytes: int = 2
-) -> float:
-    """The share the engine starts with: "auto" is `engine_share`; a number is taken as given unless
-    it is above what fits beside the trainer (`EngineShareError`)."""
-    fits = engine_share(trainer, card_bytes, cfg, max_seq_len, dtype_bytes)
     if requested == "auto":
         return fits
     share = float(requested)
