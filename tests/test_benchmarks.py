@@ -344,8 +344,8 @@ def test_complex_inputs_keep_the_sign_of_zero(verifier):
     assert argument_text([complex(-0.0, -1.0)]) != repr(complex(-0.0, -1.0))  # (-0-1j) reads back as (0-1j)
     with pytest.raises(ValueError, match="no Python literal"):
         complex_text(complex(1.0, -0.0))
-    (out,) = verifier.run(
-        "import math\ndef f(z):\n    return math.copysign(1.0, z.real)\n", [argument_text([complex(-0.0, -1.0)])]
+    ((out,),) = verifier.run_many(
+        [("import math\ndef f(z):\n    return math.copysign(1.0, z.real)\n", [argument_text([complex(-0.0, -1.0)])])]
     )
     assert out.output == "-1.0"
 
