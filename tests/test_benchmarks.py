@@ -24,13 +24,13 @@ from populora_nb.evaluation.benchmarks import (
     load_results,
     score_many,
 )
-from populora_nb.evaluation.input_literals import argument_text, complex_text
 from populora_nb.evaluation.lcb_scoring import lcb_lines_match
 from populora_nb.evaluation.loaders import BenchmarkDataError, load_benchmark, resolve_data_dir
 from populora_nb.evaluation.math_answers import MathChecker, extract_math_answer
 from populora_nb.evaluation.programs import defines_top_level, evalplus_program, extract_code
 from populora_nb.evaluation.report import format_table, plot_benchmarks, summary_table, write_report
 from populora_nb.verify import parse_arguments
+from populora_nb.verify.literals import argument_text, complex_text
 
 
 def score(problem, completion, verifier=None, math_checker=None, truth=None):

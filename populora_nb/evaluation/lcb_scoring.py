@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 
 from populora_nb.evaluation.evalplus_scoring import run_shimmed
-from populora_nb.evaluation.input_literals import argument_text
 from populora_nb.evaluation.loaders import Problem
 from populora_nb.evaluation.output_shim import decode_output, shim
 from populora_nb.evaluation.programs import extract_code, sanitize
 from populora_nb.verify import RunResult, Verifier
+from populora_nb.verify.literals import argument_text
 
 LCB_TIMEOUT_S = 6.0
 
