@@ -86,7 +86,6 @@ SOURCES: Mapping[str, str] = types.MappingProxyType(
 )
 """Where users with internet get each file; it goes under the data root at `BENCHMARK_FILES`' path."""
 CODE_BENCHMARKS = ("humanevalplus", "humaneval", "mbppplus", "livecodebench")
-MATH_BENCHMARKS = ("aime24", "aime25", "amc23", "math500", "minerva", "gsm8k", "olympiadbench")
 
 
 class BenchmarkDataError(DataFileError, FileNotFoundError):
