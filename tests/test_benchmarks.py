@@ -24,13 +24,13 @@ from populora_nb.evaluation.benchmarks import (
     load_results,
     score_many,
 )
-from populora_nb.evaluation.input_literals import argument_text, complex_text
 from populora_nb.evaluation.lcb_scoring import lcb_lines_match
 from populora_nb.evaluation.loaders import BenchmarkDataError, load_benchmark, resolve_data_dir
 from populora_nb.evaluation.math_answers import MathChecker, extract_math_answer
 from populora_nb.evaluation.programs import defines_top_level, evalplus_program, extract_code
 from populora_nb.evaluation.report import format_table, plot_benchmarks, summary_table, write_report
 from populora_nb.verify import parse_arguments
+from populora_nb.verify.literals import argument_text, complex_text
 
 
 def score(problem, completion, verifier=None, math_checker=None, truth=None):
@@ -77,7 +77,8 @@ def test_data_dir_argument_then_env_then_error(monkeypatch, tmp_path):
 
 # ---------------------------------------------------------------- loaders
 def test_math_gold_answers_follow_each_dataset_convention():
-    gold = {name: [p.answer for p in load_benchmark(name, FIXTURES)] for name in bl.MATH_BENCHMARKS}
+    maths = [name for name, (kind, _) in bl.BENCHMARK_FILES.items() if kind == "math"]
+    gold = {name: [p.answer for p in load_benchmark(name, FIXTURES)] for name in maths}
     assert gold == {
         "gsm8k": ["7", "1234"],
         "aime24": ["023"],
@@ -344,8 +345,8 @@ def test_complex_inputs_keep_the_sign_of_zero(verifier):
     assert argument_text([complex(-0.0, -1.0)]) != repr(complex(-0.0, -1.0))  # (-0-1j) reads back as (0-1j)
     with pytest.raises(ValueError, match="no Python literal"):
         complex_text(complex(1.0, -0.0))
-    (out,) = verifier.run(
-        "import math\ndef f(z):\n    return math.copysign(1.0, z.real)\n", [argument_text([complex(-0.0, -1.0)])]
+    ((out,),) = verifier.run_many(
+        [("import math\ndef f(z):\n    return math.copysign(1.0, z.real)\n", [argument_text([complex(-0.0, -1.0)])])]
     )
     assert out.output == "-1.0"
 

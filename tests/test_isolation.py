@@ -48,7 +48,7 @@ def test_isolation_is_reported_by_the_zygotes_and_matches_what_a_program_sees():
             "def f(a):\n    o = _os()\n    try:\n        o.mkdir('/x')\n        wrote = True\n"
             "    except OSError:\n        wrote = False\n    return [o.getpid(), o.listdir('/'), wrote]"
         )
-        result = v.run(probe, ["0"])[0]
+        result = v.run_many([(probe, ["0"])])[0][0]
         pid, listing, wrote = parse_literal(result.output or repr(result))
         assert listing == [] and not wrote
         if iso.level == "namespaces":
@@ -109,7 +109,7 @@ def test_nested_directories_never_break_close(tmp_path):
             namespaces=namespaces,
             allow_unsafe_no_isolation=True,
         ) as v:
-            result = v.run(bomb, ["0"])[0]
+            result = v.run_many([(bomb, ["0"])])[0][0]
             base = v._base_dir
             assert result.status == ("runtime_error" if v.isolation.level == "namespaces" else "ok"), result
         assert base is None or not os.path.exists(base)
@@ -169,7 +169,8 @@ def test_negative_zero_equals_zero_as_documented():
 HOSTILE_SCRIPT = """
 import json, os, sys
 from dataclasses import replace
-from populora_nb.verify import TASK_POLICY, Verifier, static_check
+from populora_nb.verify import TASK_POLICY, Verifier
+from populora_nb.verify.static_policy import compile_program
 canary, port = sys.argv[1], int(sys.argv[2])
 open_policy = replace(TASK_POLICY, allowed_modules=TASK_POLICY.allowed_modules | {"os", "sys", "socket", "signal"},
                       banned_modules=frozenset(), banned_names=frozenset(), banned_attributes=frozenset(),
@@ -193,9 +194,10 @@ with Verifier(timeout_s=2.0, memory_mb=256, workers=1, policy=open_policy) as v:
     report["level"] = v.isolation.level
     for name, program in programs.items():
         program = program % {"port": port, "owner": os.getpid()}
-        report[name] = [r.status + ": " + (r.output or r.detail)[:120] for r in v.run(program, [repr(canary)])]
-    report["task_policy"] = static_check(programs["kill_everyone"]).reason  # the fast filter still says why
-    report["alive"] = v.run("def f(a):\\n    return a", ["7"])[0].output
+        (results,) = v.run_many([(program, [repr(canary)])])
+        report[name] = [r.status + ": " + (r.output or r.detail)[:120] for r in results]
+    report["task_policy"] = compile_program(programs["kill_everyone"]).reason  # the fast filter still says why
+    report["alive"] = v.run_many([("def f(a):\\n    return a", ["7"])])[0][0].output
 print(json.dumps(report))
 """.replace("__REACH__", repr(REACH_OS))
 REFUSAL_SCRIPT = """
@@ -222,7 +224,7 @@ v = Verifier(timeout_s=60.0, memory_mb=256, workers=1, allow_unsafe_no_isolation
              policy=policy)
 v.start()
 print("ready", flush=True)
-print(v.run(__REACH__ + "def f(a):\\n    _os().kill(_os().getpid(), 19)\\n    return 1", ["0"]))
+print(v.run_many([(__REACH__ + "def f(a):\\n    _os().kill(_os().getpid(), 19)\\n    return 1", ["0"])])[0])
 """.replace("__REACH__", repr(REACH_OS))
 
 

@@ -23,9 +23,9 @@ from populora_nb.verify import (
     outputs_equal,
     parse_arguments,
     parse_literal,
-    static_check,
     values_equal,
 )
+from populora_nb.verify.static_policy import SandboxPolicy, compile_program
 
 SEEDS = Path(__file__).resolve().parents[1].parent / "shared" / "azr_seeds"
 IDENTITY = "def f(a):\n    return a"
@@ -40,6 +40,12 @@ OPEN_POLICY = replace(
     disable_dangerous=False,
     guard_imports=False,
 )
+
+
+def static_check(program: str, policy: SandboxPolicy = TASK_POLICY) -> Invalid | None:
+    """The static policy's verdict on `program` before anything runs: None when it may go to the sandbox."""
+    result = compile_program(program, policy)
+    return result if isinstance(result, Invalid) else None
 
 
 @pytest.fixture(scope="module")
@@ -394,10 +400,10 @@ def test_os_layer_contains(open_verifier, tmp_path, name):
     victim.mkdir()
     (victim / "keep.txt").write_text("keep")
     before = _snapshot(victim)
-    result = open_verifier.run(program, [repr(str(victim))])[0]
+    result = open_verifier.run_many([(program, [repr(str(victim))])])[0][0]
     assert result.status in statuses, result
     assert _snapshot(victim) == before  # nothing outside the run's own directory changed
-    assert open_verifier.run(IDENTITY, ["7"])[0].output == "7"  # the pool is alive and well
+    assert open_verifier.run_many([(IDENTITY, ["7"])])[0][0].output == "7"  # the pool is alive and well
     assert open_verifier._base_dir is None or os.listdir(open_verifier._base_dir) == []  # no run directory left
     assert not any(_sandbox_processes(uid) for uid in open_verifier.isolation.uids)  # nothing survives the run
 
@@ -417,7 +423,7 @@ def test_isolation_report(verifier):
     whoami = "import os\ndef f(a):\n    return [os.getuid(), os.getcwd(), os.listdir('/')]"
     if ROOT:
         with Verifier(timeout_s=1.0, policy=OPEN_POLICY) as v:
-            uid, cwd, listing = parse_literal(v.run(whoami, ["0"])[0].output)
+            uid, cwd, listing = parse_literal(v.run_many([(whoami, ["0"])])[0][0].output)
             assert uid in v.isolation.uids and (cwd, listing) == ("/", [])
 
 
@@ -425,9 +431,11 @@ def test_sockets_blocked_without_network_namespace():
     stubbed = replace(OPEN_POLICY, disable_dangerous=True)  # the stubs stay on, the namespace is off
     with Verifier(timeout_s=1.0, policy=stubbed, network_namespace=False) as v:
         assert not v.isolation.network_namespace
-        result = v.run("import socket\ndef f(a):\n    return 1", ["0"])[0]
+        result = v.run_many([("import socket\ndef f(a):\n    return 1", ["0"])])[0][0]
         assert result.status == "runtime_error" and "ModuleNotFoundError" in result.detail
-        assert v.run("import os\ndef f(a):\n    os.system('true')", ["0"])[0].detail.startswith("PermissionError")
+        assert v.run_many([("import os\ndef f(a):\n    os.system('true')", ["0"])])[0][0].detail.startswith(
+            "PermissionError"
+        )
 
 
 # ---------------------------------------------------------------- pool behaviour and extra API
@@ -493,8 +501,8 @@ def test_benchmark_policy_entry_point_and_scripts():
             "        self.x = x\ndef has_close_elements(xs: List[float], t: float) -> bool:\n"
             "    return any(abs(a - b) < t for i, a in enumerate(xs) for b in xs[i + 1:])"
         )
-        results = v.run(
-            program, ["[1.0, 2.0, 3.9, 4.0], 0.3", "[1.0, 2.0], 0.5", "None, 1"], entry_point="has_close_elements"
+        (results,) = v.run_many(
+            [(program, ["[1.0, 2.0, 3.9, 4.0], 0.3", "[1.0, 2.0], 0.5", "None, 1"])], entry_point="has_close_elements"
         )
         assert [r.status for r in results] == ["ok", "ok", "runtime_error"]
         assert [r.output for r in results[:2]] == ["True", "False"]

@@ -21,11 +21,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from populora_nb.evaluation.evalplus_scoring import GroundTruth, evalplus_ground_truth, score_evalplus
 from populora_nb.evaluation.lcb_scoring import score_lcb
 from populora_nb.evaluation.loaders import BENCHMARK_FILES, Problem, benchmark_path, load_benchmark
 from populora_nb.evaluation.math_answers import MathChecker, extract_math_answer
 from populora_nb.evaluation.output_shim import SCORER_VERSION
+from populora_nb.model.batch import left_pad
 from populora_nb.prompts import render
 from populora_nb.verify import BENCHMARK_POLICY, Verifier
 
@@ -322,8 +325,6 @@ def load_results(out_dir: str | Path) -> list[EvalResult]:
 def hf_generate(model: Any, tokenizer: Any, max_new_tokens: int = 256, batch_size: int = 8) -> Generate:
     """A greedy `Generate` over a plain transformers model (the bare base); population members go
     through the mixed-adapter path instead (`model.adapters.Population.generate`)."""
-    import torch
-
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     device = next(model.parameters()).device
 
@@ -331,9 +332,7 @@ def hf_generate(model: Any, tokenizer: Any, max_new_tokens: int = 256, batch_siz
         out: list[str] = []
         for start in range(0, len(prompts), batch_size):
             ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts[start : start + batch_size]]
-            width = max(map(len, ids))
-            input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=device)  # (B, T) left-padded
-            mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=device)
+            input_ids, mask = left_pad(ids, pad, device)  # (B, T)
             with torch.no_grad():
                 seqs = model.generate(
                     input_ids=input_ids,
@@ -342,7 +341,7 @@ def hf_generate(model: Any, tokenizer: Any, max_new_tokens: int = 256, batch_siz
                     do_sample=False,
                     pad_token_id=pad,
                 )
-            out += tokenizer.batch_decode(seqs[:, width:], skip_special_tokens=True)
+            out += tokenizer.batch_decode(seqs[:, input_ids.shape[1] :], skip_special_tokens=True)
         return out
 
     return generate

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import gzip
 import os
-import shutil
-import tempfile
 import types
 import urllib.error
 import urllib.request
@@ -19,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from populora_nb.errors import DataFileError
+from populora_nb.records import write_atomic
 
 GITHUB = "https://github.com/evalplus"
 """Where evalplus publishes its release files (``evalplus.data.utils.get_dataset_metadata``)."""
@@ -87,10 +86,7 @@ def fetch_release(benchmark: str, base_url: str | None = None, timeout_s: float 
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            packed = response.read()
-        with tempfile.NamedTemporaryFile("wb", dir=target.parent, delete=False, suffix=".part") as part:
-            part.write(gzip.decompress(packed))
-        shutil.move(part.name, target)
+            write_atomic(target, gzip.decompress(response.read()))
     except (urllib.error.URLError, OSError, EOFError, gzip.BadGzipFile) as e:
         reason = getattr(e, "reason", None) or e
         raise ReleaseUnavailable(

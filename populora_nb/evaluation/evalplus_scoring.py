@@ -148,18 +148,11 @@ def judge_evalplus(
 
 
 # ---------------------------------------------------------------- EvalPlus through the sandbox
-def _program_items(
-    problems: Sequence[Problem], programs: Sequence[str], plus: bool | None
-) -> list[tuple[str, tuple[str, ...]]]:
-    """(program + shim, inputs): base inputs (plus=False), plus inputs (True) or both (None)."""
-    items = []
-    for p, program in zip(problems, programs):
-        if not p.entry_point.isidentifier():
-            raise ValueError(f"{p.id}: entry point {p.entry_point!r} is not an identifier")
-        not_none = p.benchmark == "mbppplus" and p.entry_point in MBPP_OUTPUT_NOT_NONE_TASKS
-        inputs = {False: p.base_inputs, True: p.plus_inputs, None: p.base_inputs + p.plus_inputs}[plus]
-        items.append((program + shim(p.entry_point, not_none), inputs))
-    return items
+def evalplus_shim(p: Problem) -> str:
+    """The output shim calling the problem's entry point (MBPP+'s not-None oracles: ``is not None``)."""
+    if not p.entry_point.isidentifier():
+        raise ValueError(f"{p.id}: entry point {p.entry_point!r} is not an identifier")
+    return shim(p.entry_point, p.benchmark == "mbppplus" and p.entry_point in MBPP_OUTPUT_NOT_NONE_TASKS)
 
 
 def task_wall_s(limits: Sequence[float]) -> float:
@@ -167,22 +160,33 @@ def task_wall_s(limits: Sequence[float]) -> float:
     return min(TASK_TIMEOUT_CAP_S, sum(limits)) + 1.0
 
 
+def run_shimmed(
+    verifier: Verifier, items: Sequence[tuple[str, str, Sequence[str], Sequence[float]]], wall_s: float | None = None
+) -> list[list[RunResult]]:
+    """Per item (program, its shim, inputs, per-input limits): one sandbox process runs the module
+    once, then the shim on each input in turn (`Verifier.run_suites`), the process under `wall_s`
+    (default `task_wall_s` of its limits). What every code scorer runs (EvalPlus, LiveCodeBench)."""
+    return verifier.run_suites(
+        [(program + tail, inputs, limits, wall_s or task_wall_s(limits)) for program, tail, inputs, limits in items],
+        entry_point=ENTRY,
+    )
+
+
 def evalplus_ground_truth(problems: Sequence[Problem], verifier: Verifier) -> list[GroundTruth]:
     """Run each canonical solution on its base + plus inputs (evalplus `get_groundtruth`: the
     module once, each input timed)."""
-    items = _program_items(problems, [p.question + p.canonical_solution for p in problems], plus=None)
-    limit = GROUND_TRUTH_TIMEOUT_S
-    runs = verifier.run_suites(
-        [(prog, inputs, [limit] * len(inputs), limit) for prog, inputs in items], entry_point=ENTRY
-    )
-    out = []
-    for res in runs:
-        failures = tuple(
-            f"input {i}: {r.status} {r.detail[:120]}".strip() for i, r in enumerate(res) if r.status != "ok"
+    limit, inputs = GROUND_TRUTH_TIMEOUT_S, [p.base_inputs + p.plus_inputs for p in problems]
+    items = [
+        (p.question + p.canonical_solution, evalplus_shim(p), x, [limit] * len(x)) for p, x in zip(problems, inputs)
+    ]
+    return [
+        GroundTruth(
+            tuple(r.output if r.status == "ok" else None for r in res),
+            tuple(r.seconds for r in res),
+            tuple(f"input {i}: {r.status} {r.detail[:120]}".strip() for i, r in enumerate(res) if r.status != "ok"),
         )
-        outputs = tuple(r.output if r.status == "ok" else None for r in res)
-        out.append(GroundTruth(outputs, tuple(r.seconds for r in res), failures))
-    return out
+        for res in run_shimmed(verifier, items, wall_s=limit)
+    ]
 
 
 def score_evalplus(
@@ -208,12 +212,11 @@ def score_evalplus(
     ]
 
     def run(idx: list[int], plus: bool) -> list[list[RunResult]]:
-        cut = [slice(nb[i], None) if plus else slice(None, nb[i]) for i in idx]
-        items = _program_items([problems[i] for i in idx], [programs[i] for i in idx], plus=plus)
-        return verifier.run_suites(
-            [(prog, inputs, limits[i][c], task_wall_s(limits[i][c])) for i, c, (prog, inputs) in zip(idx, cut, items)],
-            entry_point=ENTRY,
-        )
+        items = []
+        for i in idx:
+            p, cut = problems[i], slice(nb[i], None) if plus else slice(None, nb[i])
+            items.append((programs[i], evalplus_shim(p), p.plus_inputs if plus else p.base_inputs, limits[i][cut]))
+        return run_shimmed(verifier, items)
 
     todo = [i for i, status in enumerate(base) if not status]
     for i, res in zip(todo, run(todo, plus=False)):

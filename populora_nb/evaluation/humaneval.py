@@ -12,7 +12,7 @@ import importlib.util
 from importlib import resources
 from pathlib import Path
 
-from populora_nb.evaluation.input_literals import argument_text
+from populora_nb.verify.literals import argument_text
 
 NAME = "humaneval"
 LABEL = "HumanEval base tests (not HumanEval+)"

@@ -12,12 +12,12 @@ import re
 from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 
-from populora_nb.evaluation.evalplus_scoring import task_wall_s
-from populora_nb.evaluation.input_literals import argument_text
+from populora_nb.evaluation.evalplus_scoring import run_shimmed
 from populora_nb.evaluation.loaders import Problem
-from populora_nb.evaluation.output_shim import ENTRY, decode_output, shim
+from populora_nb.evaluation.output_shim import decode_output, shim
 from populora_nb.evaluation.programs import extract_code, sanitize
 from populora_nb.verify import RunResult, Verifier
+from populora_nb.verify.literals import argument_text
 
 LCB_TIMEOUT_S = 6.0
 
@@ -54,14 +54,14 @@ def lcb_lines_match(prediction: str, expected: str) -> bool:
 def score_lcb(problems: Sequence[Problem], completions: Sequence[str], verifier: Verifier) -> list[tuple[bool, str]]:
     """(passed every test, status) per completion, each test under `LCB_TIMEOUT_S`; problems without tests raise."""
     timeout_s = LCB_TIMEOUT_S
-    results: list[tuple[bool, str] | None] = [None] * len(problems)
+    verdicts: list[list[str]] = [[] for _ in problems]  # per problem, per test: "pass" or why not
     scripts, script_owner, calls, call_owner = [], [], [], []
     for i, (p, c) in enumerate(zip(problems, completions)):
         if not p.tests:
             raise ValueError(f"{p.id} has no tests (prompt-only LiveCodeBench record); filter with has_tests")
         code = extract_code(c, "")
         if code is None:
-            results[i] = (False, "no_code")
+            verdicts[i] = ["no_code"]
         elif p.tests[0].testtype == "stdin":
             for t in p.tests:
                 scripts.append((LCB_PREAMBLE + code, t.input))
@@ -75,19 +75,15 @@ def score_lcb(problems: Sequence[Problem], completions: Sequence[str], verifier:
                 args = tuple(argument_text([json.loads(line) for line in t.input.split("\n")]) for t in p.tests)
             except (ValueError, json.JSONDecodeError):
                 raise ValueError(f"{p.id}: functional test input is not JSON lines") from None
-            calls.append((LCB_PREAMBLE + code + shim(call), args))
+            calls.append((LCB_PREAMBLE + code, shim(call), args, [timeout_s] * len(args)))
             call_owner.append(i)
-    verdicts: dict[int, list[str]] = {}
     for (i, expected), r in zip(script_owner, verifier.run_script_many(scripts, timeout_s=timeout_s)):
         ok = r.status == "ok" and r.seconds <= timeout_s and lcb_lines_match(r.stdout, expected)
-        verdicts.setdefault(i, []).append("pass" if ok else (r.status if r.status != "ok" else "wrong"))
-    suites = [(prog, args, [timeout_s] * len(args), task_wall_s([timeout_s] * len(args))) for prog, args in calls]
-    for i, res in zip(call_owner, verifier.run_suites(suites, entry_point=ENTRY)):
+        verdicts[i].append("pass" if ok else (r.status if r.status != "ok" else "wrong"))
+    for i, res in zip(call_owner, run_shimmed(verifier, calls)):
         verdicts[i] = [_lcb_functional_verdict(r, t.output, timeout_s) for r, t in zip(res, problems[i].tests)]
-    for i, v in verdicts.items():
-        bad = next((s for s in v if s != "pass"), None)
-        results[i] = (bad is None, bad or "pass")
-    return results  # type: ignore[return-value]
+    first_failures = [next((s for s in v if s != "pass"), "pass") for v in verdicts]
+    return [(status == "pass", status) for status in first_failures]
 
 
 def _lcb_functional_verdict(r: RunResult, expected: str, timeout_s: float) -> str:

@@ -4,7 +4,7 @@ One parser per format: EvalPlus (HumanEval+, MBPP+; expected outputs come from r
 canonical solution in the sandbox, `evalplus_scoring`), HumanEval's own file (the literal calls of
 its test code, `humaneval`), LiveCodeBench (private tests decoded without resolving any pickled
 global; QwQ's prompt-only file is loaded but not scored) and the math sets (`_MATH_FIELDS`).
-Inputs become literal text (`input_literals`): nothing read here is ever executed in this process.
+Inputs become literal text (`verify.literals.argument_text`): nothing read here is ever executed in this process.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from populora_nb.evaluation.evalplus_release import RELEASES, cached_release
 from populora_nb.evaluation.humaneval import NAME as HUMANEVAL
 from populora_nb.evaluation.humaneval import base_inputs as humaneval_inputs
 from populora_nb.evaluation.humaneval import packaged_humaneval
-from populora_nb.evaluation.input_literals import argument_text
+from populora_nb.verify.literals import argument_text
 
 DATA_ENV = "POPULORA_DATA"
 """Environment variable naming the benchmark data root (read only in `resolve_data_dir`)."""
@@ -86,7 +86,6 @@ SOURCES: Mapping[str, str] = types.MappingProxyType(
 )
 """Where users with internet get each file; it goes under the data root at `BENCHMARK_FILES`' path."""
 CODE_BENCHMARKS = ("humanevalplus", "humaneval", "mbppplus", "livecodebench")
-MATH_BENCHMARKS = ("aime24", "aime25", "amc23", "math500", "minerva", "gsm8k", "olympiadbench")
 
 
 class BenchmarkDataError(DataFileError, FileNotFoundError):

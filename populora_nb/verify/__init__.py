@@ -11,7 +11,7 @@ Importing this package loads no third-party module (the zygotes start only on `V
 from populora_nb.tasks import Proposal, Task
 from populora_nb.verify.literals import outputs_equal, parse_arguments, parse_literal, values_equal
 from populora_nb.verify.rules import RunResult
-from populora_nb.verify.static_policy import BENCHMARK_POLICY, INVALID_REASONS, TASK_POLICY, Invalid, static_check
+from populora_nb.verify.static_policy import BENCHMARK_POLICY, INVALID_REASONS, TASK_POLICY, Invalid
 from populora_nb.verify.verifier import Verifier
 from populora_nb.verify.zygote import SandboxError
 
@@ -28,6 +28,5 @@ __all__ = [
     "outputs_equal",
     "parse_arguments",
     "parse_literal",
-    "static_check",
     "values_equal",
 ]

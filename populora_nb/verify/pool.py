@@ -5,7 +5,6 @@ hangs, draw new hash seeds. It knows requests and replies, not tasks (`rules`, `
 
 from __future__ import annotations
 
-import contextlib
 import marshal
 import os
 import selectors
@@ -260,12 +259,8 @@ class ZygotePool:
 
     def _replace(self, zi: int, lost: list[_Job], queues: dict) -> None:
         """Replace a dead or stuck zygote; retry each job it held once, then report sandbox_error."""
-        old = self._zygotes[zi]
-        old.proc.kill()
-        old.proc.wait()
-        for pipe in (old.requests, old.replies):
-            with contextlib.suppress(OSError):  # a broken pipe may fail to flush on close
-                pipe.close()
+        self._zygotes[zi].proc.kill()
+        shutdown([self._zygotes[zi]], None)
         self._zygotes[zi] = self._spawn(zi)
         for job in reversed(lost):
             if job.retried:

@@ -196,12 +196,6 @@ def compile_program(
         return Invalid("syntax", f"{type(e).__name__}: {e}"[:300])
 
 
-def static_check(program: str, policy: SandboxPolicy = TASK_POLICY, entry_point: str | None = "f") -> Invalid | None:
-    """The policy's verdict on `program` before anything runs: None when it may go to the sandbox."""
-    result = compile_program(program, policy, entry_point)
-    return result if isinstance(result, Invalid) else None
-
-
 def _policy_violation(tree: ast.Module, policy: SandboxPolicy, entry_point: str | None) -> Invalid | None:
     nodes = list(ast.walk(tree))  # walked once: the walk costs more than every check below
     modules: dict[str, str] = {}  # local name -> module it is bound to by an import

@@ -178,16 +178,11 @@ class Verifier(ZygotePool):
             out[i] = judge_runs(job.results, gold)
         return out
 
-    def run(
-        self, program: str, inputs: Sequence[str], timeout_s: float | None = None, entry_point: str = "f"
-    ) -> list[RunResult]:
-        """Call `entry_point` on each input, all in one confined process; one result per input."""
-        return self.run_many([(program, tuple(inputs))], timeout_s, entry_point)[0]
-
     def run_many(
         self, items: Sequence[tuple[str, Sequence[str]]], timeout_s: float | None = None, entry_point: str = "f"
     ) -> list[list[RunResult]]:
-        """run() for a batch of (program, inputs); every run shares the worker pool."""
+        """Per (program, inputs): `entry_point` called on each input in one confined process, the
+        module afresh before each; one result per input. Every run shares the worker pool."""
         out: list[list] = []
         jobs: list[tuple[list, list[int], _Job]] = []
         for program, inputs in items:

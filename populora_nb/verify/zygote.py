@@ -170,9 +170,11 @@ def module_paths(modules: frozenset) -> list[str]:
 
 
 def shutdown(zygotes: list[Zygote], base_dir: str | None) -> None:
-    """Stop `zygotes` (EOF, then a kill after 5 s) and remove `base_dir`; the list is left empty."""
+    """Stop `zygotes` (EOF, then a kill after 5 s; at once for one already killed) and remove `base_dir`;
+    the list is left empty."""
     for z in zygotes:
-        z.requests.close()  # EOF: the zygote leaves its loop
+        with contextlib.suppress(OSError):  # a dead zygote's pipe may fail to flush on close
+            z.requests.close()  # EOF: the zygote leaves its loop
     for z in zygotes:
         try:
             z.proc.wait(timeout=5)
