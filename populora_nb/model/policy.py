@@ -22,7 +22,7 @@ from populora_nb.lowrank import LoRAFactors, LoRAPair
 from populora_nb.model.adapters import Population, Role
 from populora_nb.model.base import Base, load_base
 from populora_nb.model.batch import Generation, LossFn, TrainBatch, aligned_logprobs, sample_generation, train_batch
-from populora_nb.model.batched_update import train_members
+from populora_nb.model.batched_update import train_members, train_step
 from populora_nb.model.checkpoint import read_adapter
 from populora_nb.model.vllm_engine import EngineError, VLLMEngine
 from populora_nb.policy import PROBE_SOLVER, Completion, Sample, TokenIds
@@ -228,7 +228,9 @@ class LoRAPolicy:
             if batched:
                 stats = train_members(self.population, batches, loss_fns, **self._passes())
             else:
-                stats = {m: self.population.train_step(m, b, loss_fns[m], **self._passes()) for m, b in batches.items()}
+                stats = {
+                    m: train_step(self.population, m, b, loss_fns[m], **self._passes()) for m, b in batches.items()
+                }
         for m, (_, mismatch) in todo.items():
             out[m] = stats[m] | mismatch.stats() | {"optim/skipped": 0.0, "optim/n_samples": float(len(samples[m]))}
         return {m: out[m] for m in samples}  # in the caller's order
