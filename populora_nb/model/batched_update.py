@@ -102,5 +102,7 @@ def train_step(
     share_prompts: bool = False,
 ) -> dict[str, float]:
     """`train_members` for one member: its stats."""
-    passes = dict(micro_batch_size=micro_batch_size, weight_by=weight_by, share_prompts=share_prompts)
-    return train_members(population, {member_id: batch}, {member_id: loss_fn}, **passes)[member_id]
+    stats = train_members(
+        population, {member_id: batch}, {member_id: loss_fn}, micro_batch_size, weight_by, share_prompts
+    )
+    return stats[member_id]
