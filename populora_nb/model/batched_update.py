@@ -84,12 +84,10 @@ def train_members(
                         stats[i][k] = stats[i].get(k, 0.0) + weight * v
                 assert isinstance(loss, Tensor)
                 loss.backward()
-    seconds = time.perf_counter() - start
-    out = {}
-    for i, m in enumerate(members):
-        share = batches[m].input_ids.shape[0] / n
-        out[m] = stats[i] | population.optimizer_step(m) | {"time/train_step_s": seconds * share}
-    return out
+    optim = [population.optimizer_step(m) for m in members]
+    seconds = time.perf_counter() - start  # the optimizer steps included, as a member's own update counts its step
+    share = [batches[m].input_ids.shape[0] / n for m in members]
+    return {m: stats[i] | optim[i] | {"time/train_step_s": seconds * share[i]} for i, m in enumerate(members)}
 
 
 def train_step(
