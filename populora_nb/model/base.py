@@ -11,11 +11,13 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
+from torch import Tensor
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -141,6 +143,17 @@ def resolve_dtype(mc: ModelConfig) -> torch.dtype:
         return getattr(torch, mc.dtype)
     # float32 on CPU: bf16 is faster only with AVX-512 BF16 / AMX (docs/performance.md), so it is opt-in there.
     return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+
+
+def chat(base: Base, prompt: str, max_new_tokens: int = 64) -> str:
+    """One greedy chat-template generation with the bare base (a quick sanity check)."""
+    tok = base.tokenizer
+    text = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
+    enc = tok(text, return_tensors="pt", add_special_tokens=False).to(base.device)
+    with torch.no_grad():
+        generate = cast(Callable[..., Tensor], base.model.generate)  # a Module attribute, typed Tensor | Module
+        out = generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id)
+    return decode_text(tok, out[0, enc["input_ids"].shape[1] :].tolist())
 
 
 def decode_text(tokenizer: PreTrainedTokenizerBase, ids: list[int]) -> str:
