@@ -21,7 +21,7 @@ from torch import Tensor
 from populora_nb.model.adapters import Population
 from populora_nb.model.batch import LossFn, TrainBatch, concat, micro_batch_size_of
 from populora_nb.model.multilora import checkpointing
-from populora_nb.model.shared_prompt import completion_logprobs, micro_batch_order, repeated_prompts
+from populora_nb.model.shared_prompt import completion_logprobs, grouped_order, repeated_prompts
 
 
 def train_members(
@@ -55,7 +55,12 @@ def train_members(
     n = combined.input_ids.shape[0]
     step = micro_batch_size or n
     # similar lengths (or one prompt's rows) share a micro-batch, padded to its own longest
-    order = micro_batch_order(combined, share_prompts, owner.tolist()) if step < n else torch.arange(n)
+    if step >= n:
+        order = torch.arange(n)
+    elif share_prompts:
+        order = grouped_order(combined, owner.tolist())
+    else:
+        order = combined.attention_mask.sum(dim=1).cpu().argsort(descending=True, stable=True)
     totals = [max(size(batches[m]), 1e-9) for m in members]
     stats: list[dict[str, float]] = [{} for _ in members]
     model = population.base.model

@@ -106,14 +106,6 @@ def grouped_order(batch: TrainBatch, owners: Sequence[int] | None = None) -> Ten
     return torch.tensor([i for rows in ranked for i in sorted(rows, key=lambda i: -length[i])], dtype=torch.long)
 
 
-def micro_batch_order(batch: TrainBatch, share_prompts: bool, owners: Sequence[int] | None = None) -> Tensor:
-    """The row order micro-batches are cut from: `grouped_order` with ``share_prompts``, else longest
-    first, so similar lengths share a micro-batch."""
-    if share_prompts:
-        return grouped_order(batch, owners)
-    return batch.attention_mask.sum(dim=1).cpu().argsort(descending=True, stable=True)
-
-
 class PrefixLayer(DynamicLayer):
     """One decoder layer's cache that never grows: ``update(k, v)`` returns the fixed prefix's keys
     and values (gathered by ``rows`` when given) followed by ``k, v``, and records ``k, v`` as
