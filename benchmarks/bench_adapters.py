@@ -44,6 +44,7 @@ from populora_nb.config import load_config
 from populora_nb.model.adapters import Population, roles_for
 from populora_nb.model.base import load_base
 from populora_nb.model.batch import TrainBatch, left_pad
+from populora_nb.model.batched_update import train_step
 from populora_nb.model.decoding import decode
 from populora_nb.rl import policy_gradient_loss
 
@@ -110,7 +111,7 @@ def train_child(args: argparse.Namespace, gradient_checkpointing: bool) -> None:
     times = []
     with PeakRSS() as peak:
         for _ in range(2):
-            wall, cpu, _ = timed(lambda: pop.train_step("T0", batch, loss_fn))
+            wall, cpu, _ = timed(lambda: train_step(pop, "T0", batch, loss_fn))
             times.append((wall, cpu))
     print(
         f"{statistics.median(t[0] for t in times):6.1f} s wall, {statistics.median(t[1] for t in times):6.1f} s cpu, "

@@ -14,6 +14,7 @@ from populora_nb.model import decoding
 from populora_nb.model.adapters import Population, roles_for
 from populora_nb.model.base import load_base
 from populora_nb.model.batch import Generation, TrainBatch, train_batch
+from populora_nb.model.batched_update import train_step
 from populora_nb.model.checkpoint import load_member_factors
 from populora_nb.model.decoding import sample_next
 from populora_nb.rl import policy_gradient_loss
@@ -160,7 +161,7 @@ def test_top_p_keeps_only_the_nucleus():
 def test_train_step_touches_only_its_member(pop):
     batch = make_batch(pop, "T1")
     before = snapshot(pop)
-    stats = pop.train_step("T1", batch, pg_loss)
+    stats = train_step(pop, "T1", batch, pg_loss)
     after = snapshot(pop)
     changed = {k for k in before if not torch.equal(before[k], after[k])}
     assert changed and all(k.startswith("T1.") for k in changed)
@@ -168,7 +169,7 @@ def test_train_step_touches_only_its_member(pop):
     assert set(pop.optimizers) == {"T1"}
     # A later step of another member must not move T1 (no shared optimizer momentum).
     mid = snapshot(pop)
-    pop.train_step("S0", make_batch(pop, "S0"), pg_loss)
+    train_step(pop, "S0", make_batch(pop, "S0"), pg_loss)
     end = snapshot(pop)
     assert {k for k in mid if not torch.equal(mid[k], end[k])} <= {k for k in mid if k.startswith("S0.")}
 
@@ -178,7 +179,7 @@ def test_gradient_checkpointing_and_micro_batches_give_the_same_update(base, cfg
     for gc, micro in [(False, None), (True, None), (False, 2)]:
         lora = dataclasses.replace(cfg.lora, gradient_checkpointing=gc)
         pop = Population.create(base, roles_for(1, 1), lora, seed=0, random_b_std=0.5)
-        stats = pop.train_step("T0", make_batch(pop, "T0"), pg_loss, micro_batch_size=micro)
+        stats = train_step(pop, "T0", make_batch(pop, "T0"), pg_loss, micro_batch_size=micro)
         results.append((stats["optim/grad_norm"], pop.factors("T0")))
     for norm, factors in results[1:]:
         assert norm == pytest.approx(results[0][0], rel=1e-4)
@@ -201,7 +202,7 @@ def test_each_micro_batch_is_padded_to_its_own_longest_row_and_the_update_is_unc
             widths.append(b.input_ids.shape[1])
             return pg_loss(logprobs, b)
 
-        norms.append(pop.train_step("T0", batch, loss, micro_batch_size=micro)["optim/grad_norm"])
+        norms.append(train_step(pop, "T0", batch, loss, micro_batch_size=micro)["optim/grad_norm"])
     assert widths == [lengths[0], lengths[0], lengths[2]]  # whole batch; then its two micro-batches
     assert norms[1] == pytest.approx(norms[0], rel=1e-4)
     trimmed = batch.rows(slice(0, 1)).trimmed()  # "x" alone: every padding column dropped
@@ -218,12 +219,12 @@ def test_micro_batches_weighted_by_tokens_reproduce_a_token_mean_step(base, cfg)
         pop = Population.create(base, roles_for(1, 1), cfg.lora, seed=0, random_b_std=0.5)
         batch = make_batch(pop, "T0")
         batch.completion_mask[0, -5:] = 0  # completions of unequal length: 1, 6, 6, 6 scored tokens
-        stats = pop.train_step("T0", batch, token_loss, micro_batch_size=micro, weight_by=weight_by)
+        stats = train_step(pop, "T0", batch, token_loss, micro_batch_size=micro, weight_by=weight_by)
         norms[(micro, weight_by)] = stats["optim/grad_norm"]
     assert norms[(1, "tokens")] == pytest.approx(norms[(None, "rows")], rel=1e-4)
     assert norms[(1, "rows")] != pytest.approx(norms[(None, "rows")], rel=1e-2)  # rows would be wrong here
     with pytest.raises(ValueError, match="weight_by"):
-        pop.train_step("T0", batch, token_loss, weight_by="sequences")
+        train_step(pop, "T0", batch, token_loss, weight_by="sequences")
 
 
 def test_logprobs_of_the_base_ignore_the_adapters(pop):
@@ -275,7 +276,7 @@ def test_trainer_logprobs_are_the_samplers_at_the_sampling_temperature(pop, monk
         seen["new"] = logprobs.detach()
         return policy_gradient_loss(logprobs, b.completion_mask, b.advantages, old_logprobs=b.old_logprobs)
 
-    stats = pop.train_step("T1", batch, loss_fn)
+    stats = train_step(pop, "T1", batch, loss_fn)
     assert torch.equal(seen["new"], old)
     assert stats["policy/ratio_max"] == 1.0 and stats["policy/clip_frac"] == 0.0
 
@@ -286,7 +287,7 @@ def test_greedy_batches_score_at_temperature_one(pop):
     greedy = train_batch(gens, [1.0, -1.0], pad, temperature=0.0)
     lp = pop.logprobs("T0", greedy)
     assert torch.isfinite(lp).all() and torch.equal(lp, pop.logprobs("T0", train_batch(gens, [1.0, -1.0], pad)))
-    stats = pop.train_step("T0", greedy, pg_loss, micro_batch_size=1)  # rows() keeps the temperature
+    stats = train_step(pop, "T0", greedy, pg_loss, micro_batch_size=1)  # rows() keeps the temperature
     assert stats["optim/grad_norm"] > 0 and all(v == v for v in stats.values())  # no NaN
     assert greedy.rows(slice(0, 1)).temperature == 0.0
     with pytest.raises(ValueError, match="temperature"):
@@ -297,7 +298,7 @@ def test_greedy_batches_score_at_temperature_one(pop):
 
 
 def test_replace_gives_a_new_member_in_the_same_slot(pop):
-    pop.train_step("T0", make_batch(pop, "T0"), pg_loss)
+    train_step(pop, "T0", make_batch(pop, "T0"), pg_loss)
     child_factors = {n: LoRAPair(p.A * 0.5, p.B * 2.0) for n, p in pop.factors("T1").items()}
     child = pop.replace("T0", "teacher-s5-0", child_factors, parents=("T1",), birth_step=5, operator="mutation_test")
     assert child.id == "teacher-s5-0" and child.slot == 0 and child.parents == ("T1",) and child.role == "teacher"
@@ -317,14 +318,14 @@ def test_replace_gives_a_new_member_in_the_same_slot(pop):
 
 def test_population_save_load_round_trip_is_exact(pop, tmp_path):
     batch = make_batch(pop, "S0")
-    pop.train_step("S0", batch, pg_loss)
+    train_step(pop, "S0", batch, pg_loss)
     pop.save(tmp_path / "ckpt")
     loaded = Population.load(pop.base, tmp_path / "ckpt")
     assert loaded.members == pop.members
     assert all(torch.equal(snapshot(pop)[k], v) for k, v in snapshot(loaded).items())
     # Restored AdamW moments: the next step is identical in both.
-    pop.train_step("S0", batch, pg_loss)
-    loaded.train_step("S0", batch, pg_loss)
+    train_step(pop, "S0", batch, pg_loss)
+    train_step(loaded, "S0", batch, pg_loss)
     for name, pair in pop.factors("S0").items():
         assert torch.equal(pair.A, loaded.factors("S0")[name].A) and torch.equal(pair.B, loaded.factors("S0")[name].B)
 
@@ -395,7 +396,7 @@ def test_memory_reports_factor_bytes(pop, cfg):
     assert mem["per_member_mib"] * 2**20 == pytest.approx(4 * n_params)
     assert mem["factors_mib"] == pytest.approx(4 * mem["per_member_mib"])
     assert mem["optimizer_mib"] == 0  # AdamW moments appear with a member's first step
-    pop.train_step("T0", make_batch(pop, "T0"), pg_loss)
+    train_step(pop, "T0", make_batch(pop, "T0"), pg_loss)
     assert pop.memory()["optimizer_mib"] == pytest.approx(2 * mem["per_member_mib"], rel=1e-2)  # + step counters
 
 
@@ -407,6 +408,6 @@ def test_bf16_base_keeps_fp32_factors_and_trains_them():
     mixed = pop.generate(["S0", "T0"], PROMPTS[:2], max_new_tokens=5)
     assert mixed[0].completion_ids == pop.generate(["S0"], PROMPTS[:1], max_new_tokens=5)[0].completion_ids
     before = pop.factors("T0")
-    stats = pop.train_step("T0", make_batch(pop, "T0", n=2), pg_loss)
+    stats = train_step(pop, "T0", make_batch(pop, "T0", n=2), pg_loss)
     assert stats["optim/grad_norm"] > 0
     assert any(not torch.equal(before[n].A, p.A) for n, p in pop.factors("T0").items())

@@ -112,12 +112,13 @@ def test_a_checkpoint_copies_optimizer_state_to_host_memory(tiny_base, monkeypat
     from populora_nb.model import adapters
     from populora_nb.model.adapters import Population, roles_for
     from populora_nb.model.batch import Generation, train_batch
+    from populora_nb.model.batched_update import train_step
     from populora_nb.rl import policy_gradient_loss
 
     pop = Population.create(tiny_base, roles_for(1, 0), load_config("tiny").lora, seed=0)
     tok = tiny_base.tokenizer
     batch = train_batch([Generation("T0", tok("x")["input_ids"], [5, 6], "", True)] * 2, [1.0, -1.0], 0)
-    pop.train_step("T0", batch, lambda lp, b: policy_gradient_loss(lp, b.completion_mask, b.advantages))
+    train_step(pop, "T0", batch, lambda lp, b: policy_gradient_loss(lp, b.completion_mask, b.advantages))
     seen = {}
     monkeypatch.setattr(adapters, "write_population", lambda d, saved: seen.update(saved.optimizer_states))
     pop.save(tmp_path)

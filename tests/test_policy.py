@@ -79,11 +79,13 @@ def test_update_scores_at_the_sampling_temperature(tiny_base, monkeypatch):
     cfg = load_config("tiny", {"sampling.temperature": 0.7})
     policy = LoRAPolicy.create(cfg, [("T0", "teacher")], base=tiny_base)
     seen = []
-    real = policy.population.train_step
+    import populora_nb.model.policy as model_policy
+
+    real = model_policy.train_step
     monkeypatch.setattr(
-        policy.population,
+        model_policy,
         "train_step",
-        lambda mid, batch, *a, **k: seen.append(batch.temperature) or real(mid, batch, *a, **k),
+        lambda pop, mid, batch, *a, **k: seen.append(batch.temperature) or real(pop, mid, batch, *a, **k),
     )
     prompts = ["hello", "world"]
     outs = policy.generate(["T0", "T0"], prompts, max_new_tokens=4, seed=0)

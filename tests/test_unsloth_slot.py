@@ -24,6 +24,7 @@ from populora_nb.lowrank import LoRAPair
 from populora_nb.model.adapters import Population, roles_for
 from populora_nb.model.base import load_base
 from populora_nb.model.batch import Generation, train_batch
+from populora_nb.model.batched_update import train_step
 from populora_nb.model.scoring import lm_completion_logprobs
 from populora_nb.model.unsloth_slot import FP32_GRAD
 from populora_nb.rl import policy_gradient_loss
@@ -89,7 +90,7 @@ def test_a_population_on_a_peft_wrapped_base_adapts_the_wrapped_linears_with_pef
     # Training moves only the member's own factors; peft's adapter weights stay untouched.
     peft_before = {n: p.clone() for n, p in base.model.named_parameters() if "lora_" in n}
     before = pop.factors("T0")
-    assert pop.train_step("T0", batch, pg)["optim/grad_norm"] > 0
+    assert train_step(pop, "T0", batch, pg)["optim/grad_norm"] > 0
     assert not torch.equal(
         pop.factors("T0")["model.layers.0.self_attn.q_proj"].A, before["model.layers.0.self_attn.q_proj"].A
     )
@@ -137,7 +138,7 @@ def test_two_populations_on_one_unsloth_base_share_its_peft_slot(cfg, tiny_base,
     assert fake_unsloth == [cfg.lora.rank], "one get_peft_model per base"
     assert second._slot_engine.peft_model is first._slot_engine.peft_model is base.peft_model
     spread(second, "T1", 2)
-    assert second.train_step("T1", batch_of(base.tokenizer, "T1"), pg)["optim/grad_norm"] > 0
+    assert train_step(second, "T1", batch_of(base.tokenizer, "T1"), pg)["optim/grad_norm"] > 0
     # The first population still scores through weights the forward reads: the slot path equals the
     # routed path of a never-wrapped base with the same factors, and is not the bare base.
     ref = Population.create(tiny_base, roles_for(1, 1), cfg.lora, seed=0)

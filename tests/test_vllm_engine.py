@@ -181,7 +181,7 @@ def test_evaluation_on_the_engine_scores_what_the_native_path_generates(tmp_path
 
 @pytest.mark.slow
 def test_factors_trained_outside_update_reach_the_engine_once_marked_changed(policy):
-    """The warm-up trains through `Population.train_step` and then calls `changed`, as here."""
+    """The warm-up trains through `batched_update.train_step` and then calls `changed`, as here."""
     member = policy.members[3]
     before = policy.generate_greedy([member], PROMPTS[:1], 12)
     factors = policy.population.factors(member)

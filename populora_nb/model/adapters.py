@@ -1,4 +1,4 @@
-"""The population's LoRA adapters: the member bank, mixed-adapter generation, one-member training.
+"""The population's LoRA adapters: the member bank, mixed-adapter generation, one member's forward and AdamW step.
 
 PopuLoRA (arXiv 2605.16727 §3) keeps N LoRA members (teachers and students; the AZR baseline has
 one "agent") on one frozen base. A member is data (docs/design.md): an id, a role, parents, birth
@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,10 +22,10 @@ from torch import Tensor
 from populora_nb.config import LoRAConfig
 from populora_nb.lowrank import LoRAFactors, LoRAPair
 from populora_nb.model.base import Base, decode_text
-from populora_nb.model.batch import Generation, LossFn, TrainBatch, left_pad, micro_batch_size_of
+from populora_nb.model.batch import Generation, LossFn, TrainBatch, left_pad
 from populora_nb.model.checkpoint import SavedPopulation, read_population, write_peft_adapter, write_population
 from populora_nb.model.multilora import MultiLoRA, checkpointing
-from populora_nb.model.shared_prompt import completion_logprobs, decode_rows, micro_batch_order, repeated_prompts
+from populora_nb.model.shared_prompt import completion_logprobs, decode_rows, repeated_prompts
 from populora_nb.model.unsloth_slot import UnslothSlot
 
 Role = Literal["teacher", "student", "agent"]
@@ -240,45 +239,6 @@ class Population:
         with self.member_forward(member_id, share_prompts) as forward:
             return forward(batch.to(self.base.device))
 
-    def train_step(
-        self,
-        member_id: str,
-        batch: TrainBatch,
-        loss_fn: LossFn,
-        micro_batch_size: int | None = None,
-        weight_by: Literal["rows", "tokens"] = "rows",
-        share_prompts: bool = False,
-    ) -> dict[str, float]:
-        """One AdamW step on this member's factors only (the base and every other member bit-identical).
-        ``micro_batch_size`` accumulates over row chunks sorted by length, each chunk's loss weighted
-        by its share of rows or completion tokens (``weight_by``, matching the loss's mean) so the step
-        equals the unchunked one. ``share_prompts``: each prompt run once per chunk, the same step.
-        Returns the loss_fn's stats averaged over chunks plus ``optim/*``, ``time/*``."""
-        size = micro_batch_size_of(weight_by)
-        start = time.perf_counter()
-        member = self.member(member_id)
-        self.zero_grad(member_id)
-        batch = batch.to(self.base.device)
-        n = batch.input_ids.shape[0]
-        step = micro_batch_size or n
-        if step < n:  # similar lengths (or one prompt's rows) share a micro-batch, padded to its own longest
-            batch = batch.rows(micro_batch_order(batch, share_prompts).to(self.base.device))
-        total = max(size(batch), 1e-9)
-        stats: dict[str, float] = {}
-        with self.member_forward(member_id, share_prompts) as forward:
-            for lo in range(0, n, step):
-                chunk = batch.rows(slice(lo, lo + step)).trimmed()
-                weight = size(chunk) / total
-                loss, chunk_stats = loss_fn(forward(chunk), chunk)
-                (loss * weight).backward()
-                for k, v in chunk_stats.items():
-                    stats[k] = stats.get(k, 0.0) + weight * v
-        if self._slot_engine is not None:
-            self._slot_engine.grads_to(self.multi, member.slot)
-        stats |= self.optimizer_step(member_id)
-        stats["time/train_step_s"] = time.perf_counter() - start
-        return stats
-
     def loss_and_grads(self, member_id: str, batch: TrainBatch, loss_fn: LossFn) -> tuple[float, list[Tensor]]:
         """The member's loss on ``batch`` and its gradients (float32 CPU copies), no step taken: what
         `stack.compare_gradients` compares across two backends."""
@@ -302,7 +262,10 @@ class Population:
     def optimizer_step(self, member_id: str) -> dict[str, float]:
         """Clip to ``lora.grad_clip``, take the member's AdamW step, clear its gradients; returns
         ``optim/grad_norm`` (before clipping) and ``optim/lr``."""
-        params = self.multi.parameters(self.member(member_id).slot)
+        slot = self.member(member_id).slot
+        if self._slot_engine is not None:  # the gradients Unsloth's slot summed, onto the member's leaves
+            self._slot_engine.grads_to(self.multi, slot)
+        params = self.multi.parameters(slot)
         opt = self._optimizer(member_id)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.lora.grad_clip)
         opt.step()

@@ -28,8 +28,9 @@ class Generation:
     """One sampled completion: which member wrote it, and the exact token ids of its prompt and
     completion, so a later update scores exactly what was sampled (not a re-tokenisation)."""
 
-    member_id: str
-    """The member's name, as the loop knows it ("agent", "T0", "S3", an evolved child's name)."""
+    member_id: str | None
+    """The member's name, as the loop knows it ("agent", "T0", "S3", an evolved child's name); None:
+    the bare base (a rollout engine's evaluation row)."""
     prompt_ids: list[int]
     completion_ids: list[int]
     """Sampled tokens, the stop token included when ``stopped``."""
@@ -37,6 +38,10 @@ class Generation:
     """The completion decoded without special tokens."""
     stopped: bool
     """Ended on a stop token (False: cut at max_new_tokens)."""
+    logprobs: list[float] | None = None
+    """A rollout engine's log-prob of each completion token, at the sampling temperature (None: the trainer sampled)."""
+    cached_tokens: int = 0
+    """Prompt tokens whose KV a rollout engine reused from its prefix cache instead of prefilling them."""
 
 
 @dataclass

@@ -22,7 +22,7 @@ from populora_nb.lowrank import LoRAFactors, LoRAPair
 from populora_nb.model.adapters import Population, Role
 from populora_nb.model.base import Base, load_base
 from populora_nb.model.batch import Generation, LossFn, TrainBatch, aligned_logprobs, sample_generation, train_batch
-from populora_nb.model.batched_update import train_members
+from populora_nb.model.batched_update import train_members, train_step
 from populora_nb.model.checkpoint import read_adapter
 from populora_nb.model.vllm_engine import EngineError, VLLMEngine
 from populora_nb.policy import PROBE_SOLVER, Completion, Sample, TokenIds
@@ -162,11 +162,14 @@ class LoRAPolicy:
         sc = self.config.sampling
         stops: list[int] | None = [] if sc.ignore_eos else None  # fixed lengths: every row to its budget
         engine = self.engine
+        prompt_ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        if not all(prompt_ids):
+            raise ValueError("every prompt needs at least one token")
         if engine is None:
             generator = None if seed is None else torch.Generator(device=self.base.device).manual_seed(seed)
             gens = self.population.generate(
                 member_ids,
-                list(prompts),
+                prompt_ids,
                 max_new_tokens=max_new_tokens,
                 temperature=temperature,
                 top_p=sc.top_p,
@@ -174,21 +177,18 @@ class LoRAPolicy:
                 stop_token_ids=stops,
                 share_prompts=self.config.rl.share_prompts,
             )
-            return [Completion(g.text, (tuple(g.prompt_ids), tuple(g.completion_ids))) for g in gens]
-        if self._stale:
-            self._push_stale()
-        prompt_ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-        if not all(prompt_ids):
-            raise ValueError("every prompt needs at least one token")
-        outs = engine.generate(
-            list(member_ids), prompt_ids, max_new_tokens, temperature, sc.top_p, seed=seed, stop_token_ids=stops
-        )
+        else:
+            if self._stale:
+                self._push_stale()
+            gens = engine.generate(
+                list(member_ids), prompt_ids, max_new_tokens, temperature, sc.top_p, seed=seed, stop_token_ids=stops
+            )
         completions = []
-        for m, o in zip(member_ids, outs):
-            ids: TokenIds = (tuple(o.prompt_ids), tuple(o.completion_ids))
-            if temperature > 0:
-                self._sampled[(m, ids)] = tuple(o.logprobs)
-            completions.append(Completion(o.text, ids))
+        for m, g in zip(member_ids, gens):
+            ids: TokenIds = (tuple(g.prompt_ids), tuple(g.completion_ids))
+            if temperature > 0 and g.logprobs is not None:  # the engine's, compared in the update (`Mismatch`)
+                self._sampled[(m, ids)] = tuple(g.logprobs)
+            completions.append(Completion(g.text, ids))
         return completions
 
     @property
@@ -228,7 +228,9 @@ class LoRAPolicy:
             if batched:
                 stats = train_members(self.population, batches, loss_fns, **self._passes())
             else:
-                stats = {m: self.population.train_step(m, b, loss_fns[m], **self._passes()) for m, b in batches.items()}
+                stats = {
+                    m: train_step(self.population, m, b, loss_fns[m], **self._passes()) for m, b in batches.items()
+                }
         for m, (_, mismatch) in todo.items():
             out[m] = stats[m] | mismatch.stats() | {"optim/skipped": 0.0, "optim/n_samples": float(len(samples[m]))}
         return {m: out[m] for m in samples}  # in the caller's order

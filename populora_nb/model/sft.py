@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from populora_nb.config import ExperimentConfig
 from populora_nb.model.batch import sample_generation, train_batch
+from populora_nb.model.batched_update import train_step
 from populora_nb.model.policy import LoRAPolicy
 from populora_nb.policy import TokenIds
 from populora_nb.tasks import Task
@@ -52,8 +53,8 @@ def fine_tune(policy: LoRAPolicy, examples: Sequence[Example], config: Experimen
         for lo in range(0, len(order), wc.sft_batch):
             chunk = [gens[i] for i in order[lo : lo + wc.sft_batch]]
             batch = train_batch(chunk, [1.0] * len(chunk), tok.pad_token_id, temperature=1.0)
-            stats = policy.population.train_step(
-                MEMBER, batch, nll, micro_batch_size=config.rl.micro_batch, weight_by="tokens"
+            stats = train_step(
+                policy.population, MEMBER, batch, nll, micro_batch_size=config.rl.micro_batch, weight_by="tokens"
             )
             losses.append(stats["warmup/nll"])
     policy.changed(MEMBER)  # trained outside `update`: a rollout engine must sample the new factors

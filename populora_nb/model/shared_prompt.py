@@ -98,25 +98,12 @@ def prompt_groups(batch: TrainBatch, owners: Sequence[int] | None = None) -> Pro
 def grouped_order(batch: TrainBatch, owners: Sequence[int] | None = None) -> Tensor:
     """Row order keeping each group's rows adjacent, largest groups first (so micro-batches of a
     multiple or divisor of k straddle no group), then longest first, within a group longest first."""
-    groups = prompt_groups(batch, owners)
-    length = batch.attention_mask.sum(dim=1).cpu()
-    g = groups.row_group.cpu()
-    group_len = torch.zeros(groups.n_groups, dtype=length.dtype).scatter_reduce(0, g, length, "amax")
-    first = torch.full((groups.n_groups,), len(g), dtype=torch.long).scatter_reduce(0, g, torch.arange(len(g)), "amin")
-    size = torch.bincount(g, minlength=groups.n_groups)
-    rank = sorted(range(groups.n_groups), key=lambda k: (-int(size[k]), -int(group_len[k]), int(first[k])))
-    place = torch.empty(groups.n_groups, dtype=torch.long)
-    place[torch.tensor(rank)] = torch.arange(groups.n_groups)
-    order = sorted(range(len(g)), key=lambda i: (int(place[g[i]]), -int(length[i]), i))
-    return torch.tensor(order, dtype=torch.long)
-
-
-def micro_batch_order(batch: TrainBatch, share_prompts: bool, owners: Sequence[int] | None = None) -> Tensor:
-    """The row order micro-batches are cut from: `grouped_order` with ``share_prompts``, else longest
-    first, so similar lengths share a micro-batch."""
-    if share_prompts:
-        return grouped_order(batch, owners)
-    return batch.attention_mask.sum(dim=1).cpu().argsort(descending=True, stable=True)
+    length = batch.attention_mask.sum(dim=1).tolist()
+    rows_of: dict[int, list[int]] = {}  # each group's rows, in order
+    for i, g in enumerate(prompt_groups(batch, owners).row_group.tolist()):
+        rows_of.setdefault(g, []).append(i)
+    ranked = sorted(rows_of.values(), key=lambda rows: (-len(rows), -max(length[i] for i in rows), rows[0]))
+    return torch.tensor([i for rows in ranked for i in sorted(rows, key=lambda i: -length[i])], dtype=torch.long)
 
 
 class PrefixLayer(DynamicLayer):

@@ -15,7 +15,6 @@ import importlib.util
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
@@ -23,6 +22,7 @@ import torch
 from populora_nb.config import LoRAConfig, RolloutConfig
 from populora_nb.lowrank import LoRAFactors
 from populora_nb.model.base import Base, decode_text, release_cached_memory
+from populora_nb.model.batch import Generation
 from populora_nb.model.checkpoint import write_peft_adapter
 from populora_nb.model.engine_probe import probe_gap, probe_noise, visible
 from populora_nb.model.engine_share import checked_share, trainer_memory
@@ -49,22 +49,6 @@ class AdapterNotApplied(EngineError):
 
 class AdapterMixedUp(EngineError):
     """The engine serves a member with another member's adapter or its own previous version."""
-
-
-@dataclass(frozen=True)
-class EngineOutput:
-    """One row of an engine batch: what it sampled and the log-probs it sampled with."""
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    """Sampled tokens, the stop token included when ``stopped`` (as `model.batch.Generation`)."""
-    logprobs: list[float]
-    """The engine's log-prob of each completion token, at the sampling temperature."""
-    text: str
-    """The completion decoded without special tokens, by the trainer's tokenizer."""
-    stopped: bool
-    cached_tokens: int = 0
-    """Prompt tokens whose KV the engine reused from its prefix cache instead of prefilling them."""
 
 
 class VLLMEngine:
@@ -211,7 +195,7 @@ class VLLMEngine:
         top_p: float = 1.0,
         seed: int | None = None,
         stop_token_ids: Sequence[int] | None = None,
-    ) -> list[EngineOutput]:
+    ) -> list[Generation]:
         """Row i continues ``prompt_ids[i]`` with adapter ``adapters[i]`` (None: the bare base), in one
         engine call; sampling needs ``seed`` (row i its own seeded stream). Stops only at
         ``stop_token_ids`` (default: EOS), as the native decoder does."""
@@ -245,11 +229,11 @@ class VLLMEngine:
         ]
         rows = []
         outs = self._generate(prompt_ids, params, adapters)
-        for p, o in zip(prompt_ids, outs):
+        for a, p, o in zip(adapters, prompt_ids, outs):
             ids, lps = _tokens_and_logprobs(o.outputs[0])
             stopped = bool(ids) and ids[-1] in stops
             cached = int(getattr(o, "num_cached_tokens", None) or 0)
-            rows.append(EngineOutput(list(p), list(ids), list(lps), decode_text(tok, list(ids)), stopped, cached))
+            rows.append(Generation(a, list(p), list(ids), decode_text(tok, list(ids)), stopped, list(lps), cached))
         return rows
 
     def _request(self, name: str | None) -> Any:

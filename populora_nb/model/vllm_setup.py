@@ -15,10 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import torch
 
 from populora_nb.config import LoRAConfig, RolloutConfig
 from populora_nb.errors import UserInputError
+from populora_nb.model.multilora import find_target_modules
 
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """The ``max_lora_rank`` values vLLM accepts; an adapter of smaller rank fits a larger slot."""
@@ -142,12 +144,8 @@ SHM = Path("/dev/shm")
 
 def adapter_bytes(model: torch.nn.Module, lora: LoRAConfig, dtype: torch.dtype = torch.float32) -> int:
     """Bytes of one member's adapter as written for the engine (A and B of every target, in ``dtype``)."""
-    total = 0
-    for name, module in model.named_modules():
-        d_in, d_out = getattr(module, "in_features", None), getattr(module, "out_features", None)
-        if name.rsplit(".", 1)[-1] in lora.target_modules and isinstance(d_in, int) and isinstance(d_out, int):
-            total += (d_in + d_out) * lora.rank
-    return total * dtype.itemsize
+    targets = find_target_modules(model, lora.target_modules).values()
+    return sum(lin.in_features + lin.out_features for lin in targets) * lora.rank * dtype.itemsize
 
 
 def free_bytes(path: Path) -> int:
@@ -166,7 +164,7 @@ def ram_dir(prefix: str, need_bytes: int = 0) -> Path:
         for old in root.glob(f"{prefix}*"):
             pid = old.name.removeprefix(prefix).split("-")[0]
             with contextlib.suppress(OSError, ValueError):
-                if old.stat().st_uid == os.getuid() and not _alive(int(pid)):
+                if old.stat().st_uid == os.getuid() and not psutil.pid_exists(int(pid)):
                     shutil.rmtree(old, ignore_errors=True)
         free[root] = free_bytes(root)
         if free[root] >= need_bytes:
@@ -176,16 +174,6 @@ def ram_dir(prefix: str, need_bytes: int = 0) -> Path:
         f"no room for the engine's adapters: they need {need_bytes / 2**20:.0f} MB and {have}. Fix: give the "
         f"container a larger /dev/shm (docker run --shm-size=2g) or set TMPDIR to a directory with room"
     )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
 
 
 RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
