@@ -18,9 +18,10 @@
 #
 # With the `tiny` preset (CI) this notebook runs a 2-seed, 2-step protocol to show the mechanics:
 # random weights, so its numbers mean nothing. With any preset it then shows the measured laptop
-# result committed in `docs/results/cpu-protocol/` (3 seeds × 40 steps at the `cpu` preset), or a
-# protocol directory you name (the first protocol, under the rules before issue #27, is
-# `docs/results/cpu-protocol-before-27/`).
+# result committed in `docs/results/cpu-protocol-first-probe/` (3 seeds × 40 steps at the `cpu`
+# preset, under the first probe settings; its re-run under the current probe is in progress in
+# `docs/results/cpu-protocol/`), or a protocol directory you name (the first protocol, under the
+# rules before issue #27, is `docs/results/cpu-protocol-before-27/`).
 
 # %% tags=["parameters"]
 import os
@@ -109,7 +110,7 @@ else:
 # sees a collapse onto a few programs in both arms, and population vs AZR cannot be read.
 
 # %%
-committed = Path("..") / "docs" / "results" / "cpu-protocol"
+committed = Path("..") / "docs" / "results" / "cpu-protocol-first-probe"
 if protocol_dir is not None:
     shown = Path(protocol_dir)
 elif preset != "tiny":

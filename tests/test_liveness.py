@@ -129,7 +129,7 @@ def test_a_short_run_is_too_few_to_judge_and_never_reads_every_check_passed(tmp_
 def test_a_committed_run_with_every_program_replaced_by_one_fails_new_programs(tmp_path):
     """Built from the committed laptop protocol: every valid program replaced by one program, inputs
     kept: the repeat class sees almost nothing, the new-programs checks fail."""
-    source = Path(__file__).parent.parent / "docs" / "results" / "cpu-protocol" / "seed0" / "population"
+    source = Path(__file__).parent.parent / "docs" / "results" / "cpu-protocol-first-probe" / "seed0" / "population"
     if not source.is_dir():
         pytest.skip(f"no committed protocol run at {source}")
     run = tmp_path / "population"

@@ -14,6 +14,8 @@ import pandas as pd
 import pytest
 
 from populora_nb.analysis.coverage import rarefy
+from populora_nb.analysis.frames import read_stream
+from populora_nb.config import AGENTS, load_config, load_saved_config
 from populora_nb.matchmaking import Match, initial_ratings, make_trueskill, update_ratings
 from studies.liveness_report import protocol_liveness
 from studies.protocol import COLUMNS, compare, comparison_table, finding_lines, write_seed_report
@@ -362,19 +364,20 @@ def test_no_sentence_of_the_committed_report_claims_more_than_its_interval():
     assert all(line in md for line in lines)
 
 
-# The protocol at the preset issue #31's pilot chose (3 seeds x 40 steps; its README says how it ran).
-CURRENT = PROTOCOL.parent / "cpu-protocol"
-CURRENT_SEEDS = [CURRENT / f"seed{k}" for k in range(3)]
+# The protocol at the preset issue #31's pilot chose, under the first probe (3 seeds x 40 steps; its
+# README says how it ran and why it was re-run).
+FIRST_PROBE = PROTOCOL.parent / "cpu-protocol-first-probe"
+FIRST_PROBE_SEEDS = [FIRST_PROBE / f"seed{k}" for k in range(3)]
 
 
-def test_the_committed_protocol_is_what_the_analysis_writes_and_claims_only_its_intervals():
-    md = (CURRENT / "seeds.md").read_text()
+def test_the_first_probe_protocol_is_what_the_analysis_writes_and_claims_only_its_intervals():
+    md = (FIRST_PROBE / "seeds.md").read_text()
     assert _check_claims(md) >= 12
-    assert all(line in md for line in finding_lines(compare(CURRENT_SEEDS)))
+    assert all(line in md for line in finding_lines(compare(FIRST_PROBE_SEEDS)))
     # Read before any curve: the mechanism section is what the analysis writes from the records, with
     # per seed the repeat rate, teacher games won, children judged at eligible events and the band share
     # over non-repeats; the probe section flags the floor-bound probe the records hold.
-    lines, live = protocol_liveness(CURRENT_SEEDS)
+    lines, live = protocol_liveness(FIRST_PROBE_SEEDS)
     assert all(line in md for line in lines)
     for seed in live["seeds"]:
         pop = seed["population"]
@@ -383,8 +386,30 @@ def test_the_committed_protocol_is_what_the_analysis_writes_and_claims_only_its_
     assert live["pooled_children"]["n"] == 6  # only the step-10 children reach an eligible event in 40 steps
     assert "floor-bound" in md and "## Complexity in fixed step windows" in md
     # Streams over 100 KB are committed compressed and read the same.
-    assert (CURRENT_SEEDS[0] / "population" / "tasks.jsonl.gz").is_file()
-    assert run_records(CURRENT_SEEDS[0] / "population").played
+    assert (FIRST_PROBE_SEEDS[0] / "population" / "tasks.jsonl.gz").is_file()
+    assert run_records(FIRST_PROBE_SEEDS[0] / "population").played
+
+
+# The protocol re-run under the current probe (issue #53), committed one finished seed at a time.
+RERUN = PROTOCOL.parent / "cpu-protocol"
+
+
+def test_every_committed_seed_of_the_rerun_is_finished_and_carries_the_presets_probe():
+    """What the README quotes comes from the current instrument: every committed seed's configs carry
+    the probe the `cpu` preset asks for now, and each of its runs holds all its steps (a half-copied
+    seed, or one run under another probe, fails)."""
+    seeds = sorted(RERUN.glob("seed?"))
+    assert seeds, f"no committed seed under {RERUN}"
+    preset = load_config("cpu")
+    for seed in seeds:
+        assert load_saved_config(seed / "config.yaml").probe == preset.probe, seed
+        for agent in AGENTS:
+            config = load_saved_config(seed / agent / "config.yaml")
+            assert config.probe == preset.probe and config.run.steps == preset.run.steps, (seed, agent)
+            rows = read_stream(seed / agent, "metrics")
+            assert sorted(set(rows["step"])) == list(range(config.run.steps)), (seed, agent)
+            probed = sorted(set(read_stream(seed / agent, "probe")["step"]))
+            assert probed == list(range(0, config.run.steps, preset.probe.every)), (seed, agent)
 
 
 def test_repeats_are_their_own_series_and_leave_the_non_repeat_band_and_rho(tmp_path):
