@@ -122,6 +122,7 @@ def probe_floor_lines(experiments: Sequence[str | Path], *, seed: int = 0) -> tu
     flagged: list[str] = []
     silent: list[str] = []
     pooled = {run: [0, 0] for run in RUNS}
+    start = {run: [0, 0, 0] for run in RUNS}  # step 0: in 0 < ρ < 1, at ρ = 0, valid
     for exp in map(Path, experiments):
         events = {run: probe_events(exp / run) if (exp / run).is_dir() else [] for run in RUNS}
         if not any(events.values()):
@@ -139,6 +140,9 @@ def probe_floor_lines(experiments: Sequence[str | Path], *, seed: int = 0) -> tu
             why = probe_silence(evs)
             silent += [f"{exp.name} {run} ({why})"] if why else []
             record[run] = {"at_zero": zero, "valid": n, "events": len(evs), "floor_bound": bound, "says_nothing": why}
+            record[run]["step0"] = band_at_step0(evs)
+            start[run] = [a + b for a, b in zip(start[run], record[run]["step0"])]
+        cells.append(" / ".join(_band_cell(record[run]["step0"]) for run in RUNS))
         eq = equal_count_difference(events["baseline"], events["population"], seed=seed)
         mute = [run for run in events if record[run]["says_nothing"]]
         if eq is None:
@@ -156,7 +160,8 @@ def probe_floor_lines(experiments: Sequence[str | Path], *, seed: int = 0) -> tu
         records.append(record)
     if not rows:
         return [], []
-    head = "seed | baseline: at ρ = 0, tasks | population: at ρ = 0, tasks | first event ρ, b / p | last event ρ, b / p"
+    head = "seed | baseline: at ρ = 0, tasks | population: at ρ = 0, tasks | step 0: 0 < ρ < 1, b / p"
+    head += " | first event ρ, b / p | last event ρ, b / p"
     head += " | (p_last − p_first) − (b_last − b_first) [95% of draws]"
     verdict = (
         f"Floor-bound (more than {FLOOR_SHARE:.0%} of valid probe tasks at ρ = 0): {', '.join(flagged)}. A floor-bound "
@@ -178,7 +183,8 @@ def probe_floor_lines(experiments: Sequence[str | Path], *, seed: int = 0) -> tu
         "## The difficulty probe as recorded",
         "",
         "Per seed and run: the share of valid probe tasks the frozen solver never solved (ρ = 0) and the valid "
-        "tasks per probe event; then both runs at the first and last probe event read at equal task counts (the "
+        "tasks per probe event; the share of step 0's valid probe tasks in 0 < ρ < 1 (the shared warm-up "
+        "adapter, before any RL: where the probe starts); then both runs at the first and last probe event read at equal task counts (the "
         "smaller run's count per event, the larger run's tasks drawn without replacement, 2000 seeded draws), "
         "baseline / population, and the difference of their changes from the first event (step 0: the same "
         "adapter in both runs) to the last, with the 95% range over the draws (`studies.probe_floor`).",
@@ -188,5 +194,29 @@ def probe_floor_lines(experiments: Sequence[str | Path], *, seed: int = 0) -> tu
         "Over the seeds, valid probe tasks at ρ = 0: "
         + ", ".join(f"{run} {z / n:.0%} ({z}/{n})" for run, (z, n) in pooled.items() if n)
         + ". "
+        + _start_sentence(start)
+        + " "
         + verdict,
     ], records
+
+
+def band_at_step0(events: Sequence[ProbeEvent]) -> tuple[int, int, int]:
+    """(valid probe tasks in 0 < ρ < 1, at ρ = 0, valid) at step 0, where both runs answer with the shared
+    warm-up adapter: whether the probe starts with room to show tasks getting harder (zeros without an event)."""
+    rhos = next((e.rhos for e in events if e.step == 0), ())
+    return sum(0 < r < 1 for r in rhos), sum(r == 0 for r in rhos), len(rhos)
+
+
+def _band_cell(counts: tuple[int, int, int]) -> str:
+    band, _, n = counts
+    return f"{band}/{n}" if n else "n/a"
+
+
+def _start_sentence(start: dict[str, list[int]]) -> str:
+    """Step 0 pooled over the seeds, per run: the band share and whether it is floor-bound there."""
+    parts = []
+    for run, (band, zero, n) in start.items():
+        if n:
+            bound = "floor-bound" if zero / n > FLOOR_SHARE else "not floor-bound"
+            parts.append(f"{run} {band}/{n} in 0 < ρ < 1 and {zero}/{n} at ρ = 0 ({bound} there)")
+    return f"At step 0, over the seeds: {'; '.join(parts)}." if parts else "No probe event at step 0."

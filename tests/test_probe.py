@@ -194,6 +194,11 @@ def test_a_probe_whose_tasks_all_sit_at_rho_zero_is_flagged_floor_bound(tmp_path
     lines, records = probe_floor_lines([tmp_path / "a"])
     assert "floor-bound" in lines[6] and "Floor-bound (more than 80%" in lines[-1]
     assert records[0]["baseline"]["floor_bound"] and not records[0]["population"]["floor_bound"]
+    # where the probe starts (step 0, the shared warm-up adapter): a floor there leaves no room to read a fall
+    assert (records[0]["baseline"]["step0"], records[0]["population"]["step0"]) == ((0, 2, 2), (8, 0, 8))
+    assert "| 0/2 / 8/8 |" in lines[6]
+    assert "baseline 0/2 in 0 < ρ < 1 and 2/2 at ρ = 0 (floor-bound there); population 8/8" in lines[-1]
+    assert "0/8 at ρ = 0 (not floor-bound there)" in lines[-1]
 
 
 def _probe_run(path, rhos_per_event, members=("T0",)):
