@@ -184,8 +184,9 @@ def probe_floor_lines(experiments: Sequence[str | Path], *, seed: int = 0) -> tu
         "",
         "Per seed and run: the share of valid probe tasks the frozen solver never solved (ρ = 0) and the valid "
         "tasks per probe event; the share of step 0's valid probe tasks in 0 < ρ < 1 (the shared warm-up "
-        "adapter, before any RL: where the probe starts); then both runs at the first and last probe event read at equal task counts (the "
-        "smaller run's count per event, the larger run's tasks drawn without replacement, 2000 seeded draws), "
+        "adapter, before any RL: where the probe starts); then both runs at the first and last probe event "
+        "read at equal task counts (the smaller run's count per event, the larger run's tasks drawn without "
+        "replacement, 2000 seeded draws), "
         "baseline / population, and the difference of their changes from the first event (step 0: the same "
         "adapter in both runs) to the last, with the 95% range over the draws (`studies.probe_floor`).",
         "",
