@@ -19,6 +19,7 @@ from populora_nb.config import AGENTS, load_config, load_saved_config
 from populora_nb.matchmaking import Match, initial_ratings, make_trueskill, update_ratings
 from studies.liveness_report import protocol_liveness
 from studies.protocol import COLUMNS, compare, comparison_table, finding_lines, write_seed_report
+from studies.probe_floor import probe_floor_lines
 from studies.protocol_series import (
     band,
     coverage_window_units,
@@ -410,6 +411,25 @@ def test_every_committed_seed_of_the_rerun_is_finished_and_carries_the_presets_p
             assert sorted(set(rows["step"])) == list(range(config.run.steps)), (seed, agent)
             probed = sorted(set(read_stream(seed / agent, "probe")["step"]))
             assert probed == list(range(0, config.run.steps, preset.probe.every)), (seed, agent)
+
+
+RERUN_SEEDS = [RERUN / f"seed{k}" for k in range(3)]
+
+
+def test_the_rerun_is_what_the_analysis_writes_and_claims_only_its_intervals():
+    """The report the README, docs/laptop-run.md and notebook 07 quote: `seeds.md` is what the
+    analysis writes from the three committed seeds now (its findings, the mechanism section and the
+    probe section), and no sentence of it claims more than its interval."""
+    md = (RERUN / "seeds.md").read_text()
+    assert "n = 3 seeds" in md and _check_claims(md) >= 12
+    assert all(line in md for line in finding_lines(compare(RERUN_SEEDS)))
+    lines, live = protocol_liveness(RERUN_SEEDS)
+    assert all(line in md for line in lines)
+    for seed in live["seeds"]:
+        pop = seed["population"]
+        assert pop["repeats"][0] > 0 and pop["teacher_games"][1] > 0 and pop["children"]["born"] > 0, seed
+    probe, _ = probe_floor_lines(RERUN_SEEDS)
+    assert all(line in md for line in probe if line)
 
 
 def test_repeats_are_their_own_series_and_leave_the_non_repeat_band_and_rho(tmp_path):
