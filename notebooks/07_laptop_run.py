@@ -18,10 +18,10 @@
 #
 # With the `tiny` preset (CI) this notebook runs a 2-seed, 2-step protocol to show the mechanics:
 # random weights, so its numbers mean nothing. With any preset it then shows the measured laptop
-# result committed in `docs/results/cpu-protocol-first-probe/` (3 seeds × 40 steps at the `cpu`
-# preset, under the first probe settings; its re-run under the current probe is in progress in
-# `docs/results/cpu-protocol/`), or a protocol directory you name (the first protocol, under the
-# rules before issue #27, is `docs/results/cpu-protocol-before-27/`).
+# result committed in `docs/results/cpu-protocol/` (3 seeds × 40 steps at the `cpu` preset, under the
+# probe it asks for), or a protocol directory you name (the same protocol under the first probe
+# settings is `docs/results/cpu-protocol-first-probe/`; the first protocol, under the rules before
+# issue #27, is `docs/results/cpu-protocol-before-27/`).
 
 # %% tags=["parameters"]
 import os
@@ -99,18 +99,20 @@ else:
 # difference follows its own interval and says whether Holm keeps it; an interval that includes 0
 # allows every difference inside it, large ones of either sign included.
 #
-# What the committed `cpu` protocol says, re-read from its records (docs/laptop-run.md has it all):
-# both arms re-pose a few trivial programs. 90–93% of the populations' valid tasks re-use a program
-# met earlier (57–70 distinct programs in ~590 valid tasks), 83–90% of the baselines' (19–27 in
-# ~110); the new-programs check is inconclusive over every whole run and fails in two populations'
-# last window (0.2 and 0.7 new programs a step). No seed's population passes every check. No
+# What the committed `cpu` protocol says (docs/laptop-run.md has it all): both arms collapse onto a
+# few trivial programs. 91–93% of the populations' valid tasks re-use a program met earlier (53–68
+# distinct programs in ~590 valid tasks), 81–96% of the baselines' (12–30 in ~110), and the identity
+# function is one of the two most posed programs in every run. The populations' new-programs check is
+# inconclusive over every whole run and fails in two last windows (0.5 and 0.4 new programs a step);
+# one baseline fails it too; the population's repeat rate rises (the one change Holm keeps). The
+# mechanism is live in one seed of three (seed 1's band, teacher wins and majorities pass). No
 # population − baseline difference is detectable, with intervals that allow large effects either
-# way; no change within a run survives Holm's correction; the complexity windows hold too few new
-# programs and every run's probe is floor-bound or holds too few tasks. So at 135M the instrument
-# sees a collapse onto a few programs in both arms, and population vs AZR cannot be read.
+# way; the complexity windows hold too few new programs, and the probe, not floor-bound at step 0,
+# holds under the 25 valid tasks a run needs, so it says nothing. So at 135M the instrument sees a
+# collapse onto a few programs in both arms, and population vs AZR cannot be read.
 
 # %%
-committed = Path("..") / "docs" / "results" / "cpu-protocol-first-probe"
+committed = Path("..") / "docs" / "results" / "cpu-protocol"
 if protocol_dir is not None:
     shown = Path(protocol_dir)
 elif preset != "tiny":

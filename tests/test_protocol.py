@@ -18,8 +18,8 @@ from populora_nb.analysis.frames import read_stream
 from populora_nb.config import AGENTS, load_config, load_saved_config
 from populora_nb.matchmaking import Match, initial_ratings, make_trueskill, update_ratings
 from studies.liveness_report import protocol_liveness
-from studies.protocol import COLUMNS, compare, comparison_table, finding_lines, write_seed_report
 from studies.probe_floor import probe_floor_lines
+from studies.protocol import COLUMNS, compare, comparison_table, finding_lines, write_seed_report
 from studies.protocol_series import (
     band,
     coverage_window_units,
