@@ -1,7 +1,8 @@
 """Headless entry point: ``python -m populora_nb <command> ...``; the commands are listed below.
 
 The studies (seed protocol, pilot, sweep) run from the repository root: python -m studies.seed_protocol,
-studies.pilot, studies.sweep (studies/README.md).
+studies.pilot, studies.sweep (studies/README.md). First contact with a new GPU, once, before a long run:
+python -m benchmarks.doctor_full --preset gpu (docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ from typing import NoReturn
 from populora_nb.analysis.dashboard import Dashboard
 from populora_nb.analysis.report import make_figures, write_report
 from populora_nb.config import AGENTS, ExperimentConfig, load_config, load_dir_config
-from populora_nb.doctor import DoctorReport, run_doctor
-from populora_nb.doctor_full import FullReport, run_full
+from populora_nb.doctor import run_doctor
 from populora_nb.errors import UserInputError
 from populora_nb.evaluation.runs import evaluate_experiment
 from populora_nb.experiment import STAGES, check_inputs, run_experiment
@@ -164,16 +164,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     # SIGTERM (``timeout``, ``kill``) unwinds like Ctrl-C: the ``finally`` blocks then remove the
     # doctor's /tmp/populora-doctor-* folder and the engine's /dev/shm/populora-vllm-* directory.
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
-    if args.full:
-        report: DoctorReport | FullReport = run_full(args.preset, _overrides(args), args.out, _say, args.config)
-    else:
-        report = run_doctor(args.preset, _overrides(args), args.out, _say, args.config, args.weights)
-    if args.full or report.preset:  # the plain doctor's table only once the config loaded
+    report = run_doctor(args.preset, _overrides(args), args.out, _say, args.config, args.weights)
+    if report.preset:  # the table only once the config loaded
         _say(report.table())
     if not report.ok:
-        print(
-            f"populora_nb doctor{' --full' if args.full else ''}: FAILED: {'; '.join(report.failures)}", file=sys.stderr
-        )
+        print(f"populora_nb doctor: FAILED: {'; '.join(report.failures)}", file=sys.stderr)
     return 0 if report.ok else 1
 
 
@@ -234,13 +229,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("doctor", cmd_doctor, "check this machine: 2 + 2 steps, a table of times and memory")
     p.add_argument("--out", type=Path, default=None, help="folder for doctor.md and doctor.json")
     p.add_argument("--weights", choices=["pretrained", "random"], default="pretrained", help="random: no download")
-    p.add_argument(
-        "--full",
-        action="store_true",
-        help="first contact: random weights written as a checkpoint, the Unsloth trainer and vLLM engine where "
-        "present, 2 population steps with an evolution event, Unsloth vs native gradients; one line per stage, "
-        "with versions (always random weights; --weights is ignored)",
-    )
 
     p = command("notebooks", cmd_notebooks, "execute the numbered notebooks with papermill", config=False)
     p.add_argument("--preset", choices=sorted(PRESETS), default=None)

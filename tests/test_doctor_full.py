@@ -1,7 +1,7 @@
-"""`python -m populora_nb doctor --full` (issue #54): the stack's versions, one line per stage (ok,
-skipped with its reason, failed naming the component and the exception's first line), the stages
-that need a GPU skipped on a CPU with the reason, a real evolution event, and the gradient comparison
-that, on a GPU, sets Unsloth's path against the native one."""
+"""`python -m benchmarks.doctor_full` (issue #54's `doctor --full`, beside the package since #57): the
+stack's versions, one line per stage (ok, skipped with its reason, failed naming the component and the
+exception's first line), the stages that need a GPU skipped on a CPU with the reason, a real evolution
+event, and the gradient comparison that, on a GPU, sets Unsloth's path against the native one."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import pytest
 import torch
 from transformers import AutoConfig
 
-from populora_nb import doctor_full
+from benchmarks import doctor_full
+from benchmarks.doctor_full import FullReport, blame, run_full, run_stage
+from benchmarks.stack import VERSION_PACKAGES, compare_gradients, package_version, versions
 from populora_nb.config import load_config
-from populora_nb.doctor_full import FullReport, blame, run_full, run_stage
 from populora_nb.model.base import load_base
-from populora_nb.model.stack import VERSION_PACKAGES, compare_gradients, package_version, versions
 
 NAMED = ("torch", "transformers", "peft", "vllm", "unsloth", "unsloth_zoo", "xformers", "nvidia_driver")
 
@@ -60,7 +60,7 @@ def test_a_stage_that_raises_is_one_failed_line_naming_the_component_and_the_run
     assert status["independent"].status == "ok"
     assert status["broken"].seconds is not None and status["broken"].peak_rss_gb > 0  # timed even when it fails
     assert not report.ok
-    assert any(s.startswith("[doctor --full] broken: failed: transformers") for s in said)
+    assert any(s.startswith("[doctor_full] broken: failed: transformers") for s in said)
 
 
 def test_blame_passes_over_the_standard_library_to_the_package_that_called_it():
@@ -162,3 +162,12 @@ def test_the_evolution_check_fails_when_no_child_was_born(monkeypatch):
     status = {s.name: s.status for s in report.stages}
     assert status["population: 1 steps with an evolution event"] == "ok"
     assert status["evolution event"].startswith("failed: populora_nb: RuntimeError: no child was born")
+
+
+def test_the_command_takes_the_cli_config_options_and_exits_1_on_a_failed_line(capsys):
+    """Run as `python -m benchmarks.doctor_full`: --preset and --set build the config as the CLI's do,
+    and a failed line (here the config's) is the exit status and one line on stderr."""
+    assert doctor_full.main(["--preset", "tiny", "--set", "rollout.engine=bogus"]) == 1
+    out, err = capsys.readouterr()
+    assert "PopuLoRA doctor_full" in out and "| config | failed: populora_nb: " in out
+    assert err.startswith("doctor_full: FAILED: config: failed: populora_nb: ") and "bogus" in err

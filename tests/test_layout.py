@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "populora_nb"
 STUDIES = ROOT / "studies"
 """The studies beside the package (seed protocol, pilots, sweeps, retention): they import it, never the reverse."""
-OURS = ("populora_nb", "studies")
+OURS = ("populora_nb", "studies", "benchmarks")
 MAX_LINES = 420  # the issue's "~400": a few lines of slack, not a second budget
 LONG_REASON = "Long because"  # a module over MAX_LINES says why in its docstring, after these words
 
@@ -167,12 +167,12 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "populora_nb.__main__",
             "populora_nb.experiment",
             "populora_nb.doctor",
-            "populora_nb.doctor_full",
             "populora_nb.lab",
         ),
     ),
-    # the studies beside the package: each a question about the method, runnable as python -m studies.NAME
-    ("studies", ("studies",)),
+    # beside the package: the studies, each a question about the method (python -m studies.NAME), and
+    # the benchmarks and machine checks (benchmarks/: gpu_check, doctor_full)
+    ("studies", ("studies", "benchmarks")),
 )
 
 
@@ -232,26 +232,27 @@ def test_every_module_is_in_a_layer_and_imports_only_downwards():
 
 
 def test_the_package_never_imports_the_studies():
-    """`populora_nb` is what a user's run needs; the studies (`studies/`) import it and sit in the layer
-    above the entry points, so no package module, the CLI included, imports one."""
+    """`populora_nb` is what a user's run needs; the studies (`studies/`) and the benchmarks and machine
+    checks (`benchmarks/`) import it and sit in the layer above the entry points, so no package module,
+    the CLI included, imports one."""
     assert STUDIES.is_dir() and (STUDIES / "__init__.py").is_file()
     graph = import_graph()
     assert any(m.startswith("studies.") for m in graph), "the layout test does not see the studies"
     assert layer_of("studies.pilot") == len(LAYERS) - 1 and layer_of("studies.pilot") > layer_of("populora_nb.__main__")
     wrong = sorted(
-        f"{m} -> {d}"
-        for m, deps in graph.items()
-        if m.split(".")[0] == "populora_nb"
-        for d in deps
-        if d.split(".")[0] == "studies"
+        f"{module_name(path)} -> {i.module}"
+        for path in PACKAGE.rglob("*.py")
+        for i in package_imports(path)
+        if i.module.split(".")[0] in ("studies", "benchmarks")
     )
-    assert not wrong, f"the package imports the studies: {wrong}"
+    assert not wrong, f"the package imports the studies or benchmarks: {wrong}"
     # the check itself: the CLI or a plot importing a study is reported as an import from the layer above
     assert upward_imports({"populora_nb.__main__": {"studies.pilot"}}) == [
         "populora_nb.__main__ (entry points) -> studies.pilot (studies)"
     ]
     assert upward_imports({"populora_nb.analysis.plots": {"studies.protocol_series"}})
     assert not upward_imports({"studies.pilot": {"populora_nb.__main__", "populora_nb.analysis.liveness"}})
+    assert upward_imports({"populora_nb.__main__": {"benchmarks.doctor_full"}})  # the first-contact check too
 
 
 @pytest.mark.parametrize(

@@ -241,7 +241,7 @@ class Population:
 
     def loss_and_grads(self, member_id: str, batch: TrainBatch, loss_fn: LossFn) -> tuple[float, list[Tensor]]:
         """The member's loss on ``batch`` and its gradients (float32 CPU copies), no step taken: what
-        `stack.compare_gradients` compares across two backends."""
+        `benchmarks/stack.compare_gradients` compares across two backends."""
         self.zero_grad(member_id)
         slot = self.member(member_id).slot
         batch = batch.to(self.base.device)

@@ -1,15 +1,24 @@
-"""``python -m populora_nb doctor --full``: first contact with a machine, each component named.
+"""First contact with a machine, each component named: run it once on a new GPU before a long run.
 
 The preset's architecture with random weights is written as a checkpoint, so every loader reads it as
 a download; then two population steps with an evolution event, and Unsloth's gradients against the
 native path's. Each stage is one line (`run_stage`); the stages and what ``ok`` means: docs/gpu.md.
+From the repository root:
+
+    python -m benchmarks.doctor_full --preset gpu --out runs/doctor-full
+
+It checks a machine, as `gpu_check.py` beside it does on the lent GPU's bare image; it is not part of
+a run, so it lives beside the package (the quick ``python -m populora_nb doctor`` stays in the CLI).
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import functools
 import importlib.util
+import signal
+import sys
 import tempfile
 import time
 import traceback
@@ -23,7 +32,9 @@ import torch
 from transformers import PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
+from benchmarks.stack import VERSION_PACKAGES, compare_gradients, package_version, versions
 from populora_nb import loop
+from populora_nb.__main__ import add_config_options
 from populora_nb.analysis.seed_stats import md_table
 from populora_nb.config import BUNDLED_MODEL, TINY_MODEL, ExperimentConfig, ModelConfig, stage_config
 from populora_nb.doctor import RANDOM_WEIGHTS, doctor_config, train_on_every_sample, wrap_calls, write_outputs
@@ -31,8 +42,8 @@ from populora_nb.model.base import Base, load_base, release_cached_memory, resol
 from populora_nb.model.policy import LoRAPolicy
 from populora_nb.model.random_base import build_random_base
 from populora_nb.model.sources import bundled_model_dir
-from populora_nb.model.stack import VERSION_PACKAGES, compare_gradients, package_version, versions
 from populora_nb.model.vllm_setup import quiet_vllm
+from populora_nb.presets import parse_override
 from populora_nb.records import RunDir
 from populora_nb.state import roster_for
 from populora_nb.step_records import peak_memory_gb, reset_peak_memory
@@ -48,12 +59,13 @@ STEPS = 2
 
 def blame(error: BaseException) -> str:
     """``component: Type: first line``: the component is the innermost traceback frame's package among
-    `COMPONENTS` or populora_nb (the standard library is passed over); "unknown" if none."""
+    `COMPONENTS`, or populora_nb for ours and this script's (the standard library is passed over);
+    "unknown" if none."""
     component = "unknown"
     for frame, _ in reversed(list(traceback.walk_tb(error.__traceback__))):
         top = str(frame.f_globals.get("__name__", "")).split(".")[0]
-        if top in COMPONENTS or top == "populora_nb":
-            component = top
+        if top in COMPONENTS or top == "populora_nb" or frame.f_code.co_filename == __file__:
+            component = top if top in COMPONENTS else "populora_nb"
             break
     lines = str(error).strip().splitlines()
     first = lines[0] if lines else "(no message)"
@@ -105,7 +117,7 @@ class FullReport:
         said = ", ".join(f"{k} {v if v is not None else 'none'}" for k, v in self.versions.items())
         return "\n".join(
             [
-                f"PopuLoRA doctor --full · preset {self.preset} · random weights as a checkpoint · {self.device}",
+                f"PopuLoRA doctor_full · preset {self.preset} · random weights as a checkpoint · {self.device}",
                 f"versions: {said}",
                 "",
                 *md_table([("stage", "result", "s", "peak RSS (GB)", "GPU peak allocated (GB)", "detail"), *rows]),
@@ -186,9 +198,9 @@ def run_stage(
         skip = f"needs {missing[0]!r} ({report.status(missing[0]).split(':')[0]})"
     if skip is not None:
         report.stages.append(StageResult(name, f"skipped: {skip}"))
-        say(f"[doctor --full] {name}: skipped: {skip}")
+        say(f"[doctor_full] {name}: skipped: {skip}")
         return
-    say(f"[doctor --full] {name} ...")
+    say(f"[doctor_full] {name} ...")
     reset_peak_memory()
     started = time.perf_counter()
     try:
@@ -200,7 +212,7 @@ def run_stage(
     report.stages.append(
         StageResult(name, status, seconds, peak["memory/peak_rss_gb"], peak.get("memory/cuda_peak_gb"), detail)
     )
-    say(f"[doctor --full] {name}: {status} ({seconds:.1f}s){' · ' + detail if detail else ''}")
+    say(f"[doctor_full] {name}: {status} ({seconds:.1f}s){' · ' + detail if detail else ''}")
 
 
 def unsloth_skip(mc: ModelConfig) -> str | None:
@@ -372,3 +384,23 @@ def _compare(ctx: _Context, report: FullReport) -> str:
     g = report.gradients
     grad = f"grad max abs diff {g['grad_max_abs_diff']:.3g} (rel {g['grad_max_rel_diff']:.3g})"
     return f"loss diff {g['loss_abs_diff']:.3g}, {grad}, cosine {g['grad_cosine']:.6f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.doctor_full", description=__doc__.split("\n")[0])
+    add_config_options(parser)
+    parser.add_argument("--out", type=Path, default=None, help="folder for doctor_full.md and doctor_full.json")
+    args = parser.parse_args(argv)
+    # SIGTERM (``timeout``, ``kill``) unwinds like Ctrl-C: the ``finally`` blocks then remove the
+    # temporary checkpoint folder and the engine's /dev/shm/populora-vllm-* directory.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+    overrides = dict(parse_override(o) for o in args.overrides)
+    report = run_full(args.preset, overrides, args.out, lambda line: print(line, flush=True), args.config)
+    print(report.table())
+    if not report.ok:
+        print(f"doctor_full: FAILED: {'; '.join(report.failures)}", file=sys.stderr)
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
