@@ -248,17 +248,7 @@ def _config(run_dir: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     data = yaml.safe_load(path.read_text()) or {}
-    return _flatten(data) if isinstance(data, dict) else {}
-
-
-def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict) and value and all(isinstance(k, str) for k in value):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
+    return pd.json_normalize(data, sep=".").to_dict("records")[0] if isinstance(data, dict) else {}
 
 
 def _run_tasks(run_dir: Path, rows: list[dict], matches: list[dict], rollouts: int | None) -> pd.DataFrame:
