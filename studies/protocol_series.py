@@ -108,6 +108,26 @@ def complexity_series(tasks: pd.DataFrame, field: str) -> dict[int, float]:
     return per_step(measured(tasks), field).to_dict()  # NaN (an unparsed program) left out
 
 
+def programs_per_step(rec: RunRecords) -> list[int]:
+    """Newly written programs (`coverage.measured`) in each step the run wrote tasks in, a step of
+    copies or invalid proposals counting 0: how many programs a point of a complexity curve averages."""
+    if rec.tasks is None or rec.tasks.empty:
+        return []
+    counts = measured(rec.tasks).groupby("step").size()
+    return [int(counts.get(step, 0)) for step in sorted(set(rec.tasks["step"].tolist()))]
+
+
+def programs_note(experiments: Sequence[str | Path]) -> str:
+    """Per run, the median (range) of `programs_per_step` over every seed and step: a complexity curve's
+    point is a mean over that few programs, which its caption must say (at 135M it is 0-3)."""
+    said = []
+    for run in RUNS:
+        counts = [c for d in run_dirs(experiments, run).values() for c in programs_per_step(run_records(d))]
+        if counts:
+            said.append(f"{run} median {np.median(counts):g} ({min(counts)}-{max(counts)})")
+    return "new programs per seed and step: " + ("; ".join(said) if said else "none")
+
+
 def copy_rate_series(tasks: pd.DataFrame) -> dict[int, float]:
     """step -> the share of that step's valid proposals that are copies (any class but "new")."""
     series = copy_series(tasks)
@@ -291,7 +311,8 @@ RATES: frozenset[str] = frozenset(
 def plot_step_band(experiments: Sequence[str | Path], key: str, ax: Axes | None = None, smooth: int = 1) -> Figure:
     """Per-step series ``key`` for baseline and population across seeds: the mean line and its 95%
     t-interval band (no band where fewer than 2 seeds logged a step), each seed smoothed by a
-    trailing ``smooth``-step rolling mean first (a step of 4 proposals moves a rate by 0.25).
+    trailing ``smooth``-step rolling mean first (a step of 4 proposals moves a rate by 0.25). A
+    complexity series' title also says how many new programs a seed's step holds (`programs_note`).
     Returns the Figure."""
     fig, ax = axes_or_new(ax, steps=True)
     drawn = False
@@ -309,7 +330,8 @@ def plot_step_band(experiments: Sequence[str | Path], key: str, ax: Axes | None 
     name = HEADLINE.get(key, key)
     smoothed = f", {smooth}-step rolling mean" if smooth > 1 else ""
     ax.set(xlabel="step", ylabel=textwrap.fill(name, 28), xlim=(0, None))
-    ax.set_title(f"{name}\nmean over seeds{smoothed}, 95% t band", fontsize=10)
+    thin = f"\n{programs_note(experiments)}" if key in COMPLEXITY_SERIES else ""
+    ax.set_title(f"{name}\nmean over seeds{smoothed}, 95% t band{thin}", fontsize=10 if not thin else 9)
     finish(ax, drawn, f"no run logged {key}", fontsize=8)
     fig.tight_layout()
     return fig

@@ -21,11 +21,14 @@ from studies.liveness_report import protocol_liveness
 from studies.probe_floor import probe_floor_lines
 from studies.protocol import COLUMNS, compare, comparison_table, finding_lines, write_seed_report
 from studies.protocol_series import (
+    RunRecords,
     band,
     coverage_window_units,
     end_value,
     expected_distinct,
     final_ranking,
+    plot_step_band,
+    programs_per_step,
     rating_spread_series,
     run_records,
     start_value,
@@ -451,3 +454,22 @@ def test_repeats_are_their_own_series_and_leave_the_non_repeat_band_and_rho(tmp_
     assert run.series("rho/repeats") == {1: 0.75, 2: 1.0} and run.series("rho/non_repeats") == {0: 0.25, 1: 0.0}
     assert run.series("band/share_non_repeats") == {0: 1.0, 1: 0.0} and run.series(BAND_KEY)[1] == 0.5
     assert {"repeats/repeat_rate", "band/share_non_repeats", "rho/non_repeats", "rho/repeats"} <= set(HEADLINE)
+
+
+def test_a_complexity_figure_says_how_few_new_programs_each_point_averages(tmp_path):
+    """A complexity curve's point is a mean over one seed's newly written programs of a step; at 135M
+    that is 0-3 programs, so the figure's title says so, per run, from the records."""
+    exps = [write_synthetic_experiment(tmp_path / f"seed-{k}", n_steps=6, seed=k) for k in range(2)]
+    title = plot_step_band(exps, "complexity/sloc", smooth=5).axes[0].get_title()
+    for run in ("baseline", "population"):
+        counts = [c for e in exps for c in programs_per_step(run_records(e / run))]
+        tasks = [run_records(e / run).tasks for e in exps]
+        assert len(counts) == sum(t["step"].nunique() for t in tasks)  # every step with tasks, zeros included
+        assert sum(counts) == sum(int((t["valid"].astype(bool) & t["measured"].astype(bool)).sum()) for t in tasks)
+        assert f"{run} median {np.median(counts):g} ({min(counts)}-{max(counts)})" in title
+    assert "new programs" not in plot_step_band(exps, "student/solve_rate").axes[0].get_title()
+    # a run that only copies: every step holds 0 new programs, and a step of invalid proposals counts 0 too
+    copies = pd.DataFrame({"step": [0, 0, 1, 2], "valid": [True, True, True, False], "measured": [False] * 4})
+    assert programs_per_step(RunRecords(tmp_path, pd.DataFrame(), copies)) == [0, 0, 0]
+    written = copies.assign(measured=[True, True, False, True])
+    assert programs_per_step(RunRecords(tmp_path, pd.DataFrame(), written)) == [2, 0, 0]
