@@ -1,4 +1,4 @@
-"""The stack a run stands on, for ``doctor --full``: its versions (`versions`: package metadata and
+"""The stack a run stands on, for `doctor_full` (first contact): its versions (`versions`: package metadata and
 the driver's files, nothing imported, since importing Unsloth patches transformers and fails without
 CUDA), to read a user's failure against the pins (constraints-gpu.txt); and whether Unsloth's trainer
 computes the native path's gradients (`compare_gradients`)."""
