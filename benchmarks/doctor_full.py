@@ -34,7 +34,7 @@ from transformers.utils import logging as hf_logging
 
 from benchmarks.stack import VERSION_PACKAGES, compare_gradients, package_version, versions
 from populora_nb import loop
-from populora_nb.__main__ import add_config_options
+from populora_nb.__main__ import _overrides, _say, add_config_options
 from populora_nb.analysis.seed_stats import md_table
 from populora_nb.config import BUNDLED_MODEL, TINY_MODEL, ExperimentConfig, ModelConfig, stage_config
 from populora_nb.doctor import RANDOM_WEIGHTS, doctor_config, train_on_every_sample, wrap_calls, write_outputs
@@ -43,7 +43,6 @@ from populora_nb.model.policy import LoRAPolicy
 from populora_nb.model.random_base import build_random_base
 from populora_nb.model.sources import bundled_model_dir
 from populora_nb.model.vllm_setup import quiet_vllm
-from populora_nb.presets import parse_override
 from populora_nb.records import RunDir
 from populora_nb.state import roster_for
 from populora_nb.step_records import peak_memory_gb, reset_peak_memory
@@ -394,8 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM (``timeout``, ``kill``) unwinds like Ctrl-C: the ``finally`` blocks then remove the
     # temporary checkpoint folder and the engine's /dev/shm/populora-vllm-* directory.
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
-    overrides = dict(parse_override(o) for o in args.overrides)
-    report = run_full(args.preset, overrides, args.out, lambda line: print(line, flush=True), args.config)
+    report = run_full(args.preset, _overrides(args), args.out, _say, args.config)
     print(report.table())
     if not report.ok:
         print(f"doctor_full: FAILED: {'; '.join(report.failures)}", file=sys.stderr)
